@@ -1,0 +1,36 @@
+# tensor.h - build, test, benchmark. CC is overridable: make test CC=clang
+CC      ?= cc
+CXX     ?= c++
+CFLAGS  ?= -O2 -g
+WARN     = -std=c11 -Wall -Wextra -Werror -Wno-unused-function
+LDLIBS   = -lm -lpthread -ldl
+HEADERS  = tensor.h tensor_ops.h $(wildcard tensor_cuda.h) $(wildcard src/*.h)
+BUILD   ?= build
+
+TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+CXXTESTS = $(patsubst tests/%.cpp,$(BUILD)/%,$(wildcard tests/test_*.cpp))
+EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
+
+.PHONY: all test sanitize examples bench run clean
+all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
+
+$(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+$(BUILD)/%: tests/%.cpp $(HEADERS) | $(BUILD)
+	$(CXX) -std=c++17 -Wall -Wextra -Werror $(CFLAGS) -I. -c -o $@.o $<
+	$(CXX) -o $@ $@.o tests/cxx_impl.c.o 2>/dev/null || $(CC) $(WARN) $(CFLAGS) -I. -x c -c -o $@.impl.o tests/cxx_impl.c && $(CXX) -o $@ $@.o $@.impl.o $(LDLIBS)
+$(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+$(BUILD):
+	mkdir -p $(BUILD)
+
+test: $(TESTS) $(CXXTESTS)
+	@tests/run.sh $(TESTS) $(CXXTESTS)
+
+sanitize:
+	$(MAKE) test BUILD=build-san CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+
+examples: $(EXAMPLES)
+
+clean:
+	rm -rf build build-san

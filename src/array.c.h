@@ -1,0 +1,1 @@
+/* array: implementation part of tensor.h (in progress) */

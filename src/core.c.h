@@ -1,0 +1,1 @@
+/* core: implementation part of tensor.h (in progress) */

@@ -1,0 +1,282 @@
+/* tensor_ops.h - v0.1 - the op catalogue of tensor.h - MIT licence (see tensor.h)
+
+   Included by tensor.h; never included on its own. Every op is defined here:
+   its parameters, its type rule, its CPU kernel, its debugprint name, and the
+   public constructor that records it in a graph. Elementwise ops come from one
+   table, TN_EW_OPS, whose C expressions are compiled into the CPU kernels and
+   pasted, as text, into the CUDA kernels tensor_cuda.h generates.
+*/
+#ifndef TENSOR_OPS_H
+#define TENSOR_OPS_H
+
+#ifndef TENSOR_H
+#error "include tensor.h, which includes tensor_ops.h"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* >>ew_table ------------------------------------------------------------- */
+/* Elementwise kinds: how inputs are promoted and what dtype comes out.
+     ARITH  inputs promoted to one dtype; output of that dtype (ints allowed)
+     FLOAT  as ARITH, but ints are first cast to float64; output float
+     CMP    inputs promoted to one dtype; output bool
+     LOGIC  inputs cast to bool; output bool
+     WHERE  (bool, T, T) -> T
+     CAST   one input; output dtype p.i[0]                                  */
+#define TN_EWK_ARITH 1
+#define TN_EWK_FLOAT 2
+#define TN_EWK_CMP   3
+#define TN_EWK_LOGIC 4
+#define TN_EWK_WHERE 5
+#define TN_EWK_CAST  6
+
+/* Expressions see the registers a, b, c of compute type TN_T (float for
+   float16/float32, double for float64, int64_t for ints and bool), and call
+   float functions as TN_F(exp)(a), which names expf or exp for TN_T. The int
+   column is used for int and bool operands; it must never overflow in C's
+   sense (unsigned arithmetic wraps like NumPy) nor divide by zero.
+   X(ENUM, name, arity, kind, float_expr, int_expr)                          */
+#define TN__U(x) ((uint64_t)(x))
+#define TN__S(x) ((int64_t)(x))
+#define TN_EW_OPS(X) \
+    X(IDENTITY,   identity,   1, TN_EWK_ARITH, (a), (a)) \
+    X(ADD,        add,        2, TN_EWK_ARITH, (a) + (b), TN__S(TN__U(a) + TN__U(b))) \
+    X(SUB,        sub,        2, TN_EWK_ARITH, (a) - (b), TN__S(TN__U(a) - TN__U(b))) \
+    X(MUL,        mul,        2, TN_EWK_ARITH, (a) * (b), TN__S(TN__U(a) * TN__U(b))) \
+    X(TRUE_DIV,   true_div,   2, TN_EWK_FLOAT, (a) / (b), 0) \
+    X(INT_DIV,    int_div,    2, TN_EWK_ARITH, TN_F(floor)((a) / (b)), tn__ifloordiv(a, b)) \
+    X(MOD,        mod,        2, TN_EWK_ARITH, (TN_F(fmod)(a, b) != 0 && (((b) < 0) != (TN_F(fmod)(a, b) < 0)) ? TN_F(fmod)(a, b) + (b) : TN_F(fmod)(a, b)), tn__imod(a, b)) \
+    X(POW,        pow,        2, TN_EWK_ARITH, TN_F(pow)(a, b), tn__ipow(a, b)) \
+    X(NEG,        neg,        1, TN_EWK_ARITH, -(a), TN__S(0 - TN__U(a))) \
+    X(ABS,        abs,        1, TN_EWK_ARITH, TN_F(fabs)(a), ((a) < 0 ? TN__S(0 - TN__U(a)) : (a))) \
+    X(SIGN,       sign,       1, TN_EWK_ARITH, ((a) != (a) ? (a) : (TN_T)((a) > 0) - (TN_T)((a) < 0)), (TN_T)((a) > 0) - (TN_T)((a) < 0)) \
+    X(EXP,        exp,        1, TN_EWK_FLOAT, TN_F(exp)(a), 0) \
+    X(EXP2,       exp2,       1, TN_EWK_FLOAT, TN_F(exp2)(a), 0) \
+    X(EXPM1,      expm1,      1, TN_EWK_FLOAT, TN_F(expm1)(a), 0) \
+    X(LOG,        log,        1, TN_EWK_FLOAT, TN_F(log)(a), 0) \
+    X(LOG2,       log2,       1, TN_EWK_FLOAT, TN_F(log2)(a), 0) \
+    X(LOG1P,      log1p,      1, TN_EWK_FLOAT, TN_F(log1p)(a), 0) \
+    X(SQRT,       sqrt,       1, TN_EWK_FLOAT, TN_F(sqrt)(a), 0) \
+    X(RSQRT,      rsqrt,      1, TN_EWK_FLOAT, (TN_T)1 / TN_F(sqrt)(a), 0) \
+    X(SQR,        sqr,        1, TN_EWK_ARITH, (a) * (a), TN__S(TN__U(a) * TN__U(a))) \
+    X(RECIPROCAL, reciprocal, 1, TN_EWK_FLOAT, (TN_T)1 / (a), 0) \
+    X(SIN,        sin,        1, TN_EWK_FLOAT, TN_F(sin)(a), 0) \
+    X(COS,        cos,        1, TN_EWK_FLOAT, TN_F(cos)(a), 0) \
+    X(TAN,        tan,        1, TN_EWK_FLOAT, TN_F(tan)(a), 0) \
+    X(TANH,       tanh,       1, TN_EWK_FLOAT, TN_F(tanh)(a), 0) \
+    X(SIGMOID,    sigmoid,    1, TN_EWK_FLOAT, ((a) >= 0 ? (TN_T)1 / ((TN_T)1 + TN_F(exp)(-(a))) : TN_F(exp)(a) / ((TN_T)1 + TN_F(exp)(a))), 0) \
+    X(SOFTPLUS,   softplus,   1, TN_EWK_FLOAT, ((a) > 0 ? (a) + TN_F(log1p)(TN_F(exp)(-(a))) : TN_F(log1p)(TN_F(exp)(a))), 0) \
+    X(ERF,        erf,        1, TN_EWK_FLOAT, TN_F(erf)(a), 0) \
+    X(FLOOR,      floor,      1, TN_EWK_ARITH, TN_F(floor)(a), (a)) \
+    X(CEIL,       ceil,       1, TN_EWK_ARITH, TN_F(ceil)(a), (a)) \
+    X(ROUND,      round,      1, TN_EWK_ARITH, TN_F(rint)(a), (a)) \
+    X(MINIMUM,    minimum,    2, TN_EWK_ARITH, ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b)), ((a) < (b) ? (a) : (b))) \
+    X(MAXIMUM,    maximum,    2, TN_EWK_ARITH, ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b)), ((a) > (b) ? (a) : (b))) \
+    X(CLIP,       clip,       3, TN_EWK_ARITH, ((a) != (a) ? (a) : (a) < (b) ? (b) : (a) > (c) ? (c) : (a)), ((a) < (b) ? (b) : (a) > (c) ? (c) : (a))) \
+    X(LT,         lt,         2, TN_EWK_CMP,   (TN_I)((a) < (b)), (TN_I)((a) < (b))) \
+    X(LE,         le,         2, TN_EWK_CMP,   (TN_I)((a) <= (b)), (TN_I)((a) <= (b))) \
+    X(GT,         gt,         2, TN_EWK_CMP,   (TN_I)((a) > (b)), (TN_I)((a) > (b))) \
+    X(GE,         ge,         2, TN_EWK_CMP,   (TN_I)((a) >= (b)), (TN_I)((a) >= (b))) \
+    X(EQ,         eq,         2, TN_EWK_CMP,   (TN_I)((a) == (b)), (TN_I)((a) == (b))) \
+    X(NEQ,        neq,        2, TN_EWK_CMP,   (TN_I)((a) != (b)), (TN_I)((a) != (b))) \
+    X(AND,        and,        2, TN_EWK_LOGIC, 0, (TN_I)((a) && (b))) \
+    X(OR,         or,         2, TN_EWK_LOGIC, 0, (TN_I)((a) || (b))) \
+    X(XOR,        xor,        2, TN_EWK_LOGIC, 0, (TN_I)(!(a) != !(b))) \
+    X(NOT,        not,        1, TN_EWK_LOGIC, 0, (TN_I)(!(a))) \
+    X(WHERE,      where,      3, TN_EWK_WHERE, ((a) ? (b) : (c)), ((a) ? (b) : (c))) \
+    X(CAST,       cast,       1, TN_EWK_CAST,  (a), (a))
+
+/* Scalar helpers the int column calls: compiled here and, as text, into every
+   generated CUDA kernel (QUAL is "static inline" or "__device__ inline"). */
+#define TN__SCALAR_HELPERS(QUAL) \
+    QUAL int64_t tn__ifloordiv(int64_t a, int64_t b) { \
+        if (b == 0) return 0; \
+        if (b == -1) return (int64_t)(0 - (uint64_t)a); \
+        int64_t q = a / b; \
+        if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; \
+        return q; } \
+    QUAL int64_t tn__imod(int64_t a, int64_t b) { \
+        if (b == 0 || b == -1) return 0; \
+        int64_t r = a % b; \
+        if (r != 0 && ((r < 0) != (b < 0))) r += b; \
+        return r; } \
+    QUAL int64_t tn__ipow(int64_t a, int64_t b) { \
+        if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0; \
+        uint64_t r = 1, x = (uint64_t)a; \
+        while (b) { if (b & 1) r *= x; x *= x; b >>= 1; } \
+        return (int64_t)r; }
+#define TN__STRINGIFY(...) #__VA_ARGS__
+#define TN__XSTRINGIFY(...) TN__STRINGIFY(__VA_ARGS__)
+
+/* >>op_enum -------------------------------------------------------------- */
+/* Non-elementwise ops and the i[]/f[] of their tn_params.                   */
+#define TN_OTHER_OPS(X) \
+    X(INPUT)          /* leaf: a symbolic input */ \
+    X(CONSTANT)       /* leaf: value */ \
+    X(SHARED)         /* leaf: value, replaced by updates */ \
+    X(PROJ)           /* output i[0] of a multi-output node in[0] */ \
+    X(COMPOSITE)      /* fused elementwise: ext = tn_ew_program; n_out outputs */ \
+    X(SUM)            /* reductions: i[0] axis bit mask, i[1] keepdims; ext: optional prologue program */ \
+    X(PROD) X(MEAN) X(MAX) X(MIN) X(ARGMAX) X(ARGMIN) X(ALL) X(ANY) \
+    X(LOGSUMEXP)      /* as reductions */ \
+    X(SOFTMAX)        /* i[0] axis */ \
+    X(LOG_SOFTMAX)    /* i[0] axis */ \
+    X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
+    X(GEMM)           /* in: C, A, B: f[0]*A@B + f[1]*C; C broadcasts to the product */ \
+    X(GEMV)           /* in: y, A, x: f[0]*A@x + f[1]*y */ \
+    X(OUTER)          /* in: a, b vectors */ \
+    X(RESHAPE)        /* i[0..ndim) target shape, at most one -1; view when contiguous */ \
+    X(DIMSHUFFLE)     /* i[k] source axis of output dim k, or -1 for a new broadcastable dim ('x'); view */ \
+    X(SLICE)          /* i[3d], i[3d+1], i[3d+2]: start, stop, step of dim d; TN_NONE where omitted; view */ \
+    X(BROADCAST_TO)   /* i[0..ndim) target shape; view */ \
+    X(FLATTEN)        /* i[0] outdim: keeps outdim-1 leading dims, flattens the rest */ \
+    X(CONCATENATE)    /* variadic, i[0] axis */ \
+    X(ALLOC)          /* in[0] scalar value; i[0..ndim) shape */ \
+    X(EYE)            /* i[0] n, i[1] m, i[2] k (diagonal offset) */ \
+    X(ARANGE)         /* f[0] start, f[1] stop, f[2] step */ \
+    X(CUSTOM)         /* user op: ext = tn_custom_op */
+
+typedef enum tn_op {
+    TN_OP_NONE = 0,
+#define TN__X_EW_ENUM(E, n, ar, k, fe, ie) TN_OP_##E,
+    TN_EW_OPS(TN__X_EW_ENUM)
+#undef TN__X_EW_ENUM
+#define TN__X_ENUM(E) TN_OP_##E,
+    TN_OTHER_OPS(TN__X_ENUM)
+#undef TN__X_ENUM
+    TN_OP_COUNT
+} tn_op;
+
+#define TN_NONE INT64_MIN   /* an omitted slice bound */
+
+typedef enum tn_op_kind {
+    TN_OPK_LEAF = 1,
+    TN_OPK_ELEMWISE,       /* one row of TN_EW_OPS */
+    TN_OPK_COMPOSITE,      /* fused elementwise program */
+    TN_OPK_REDUCE,
+    TN_OPK_LINALG,
+    TN_OPK_VIEW,           /* output aliases in[0]: no kernel work */
+    TN_OPK_SHAPE,          /* computes a new array from shapes or copies */
+    TN_OPK_TRANSFER,       /* host <-> device copies (tensor_cuda.h) */
+    TN_OPK_OTHER
+} tn_op_kind;
+
+/* >>ew_program ----------------------------------------------------------- */
+/* A fused elementwise program. Registers 0..n_in-1 hold the inputs (loaded
+   from their storage dtype); instruction k writes register n_in+k. The CPU
+   runs it over blocks of elements; tensor_cuda.h turns it into one kernel. */
+typedef struct tn_ew_instr {
+    int16_t op;            /* an elementwise tn_op, or TN_OP_CONSTANT for an immediate */
+    int8_t dtype;          /* result dtype (its compute type follows) */
+    int8_t in_dtype;       /* dtype the operands are read as (WHERE: of b and c) */
+    int32_t a, b, c;       /* operand registers (-1 unused) */
+    double imm;            /* TN_OP_CONSTANT: the value */
+} tn_ew_instr;
+
+typedef struct tn_ew_program {
+    int n_in;
+    tn_dtype *in_dtype;    /* storage dtype of each input */
+    int n_instr;
+    tn_ew_instr *instr;
+    int n_out;
+    int32_t *out_reg;      /* register each output stores */
+    tn_dtype *out_dtype;   /* storage dtype of each output */
+} tn_ew_program;
+
+/* >>op_def --------------------------------------------------------------- */
+typedef struct tn_op_def {
+    const char *name;      /* "exp", "Sum", "Dot", ... */
+    tn_op_kind kind;
+    int arity;             /* -1: variadic */
+    /* Type rule: from the inputs' types (dims -1 where unknown at build time)
+       and the node's params, the outputs' types. Used at build time and again
+       at call time with every dim known; errors name the op and shapes. */
+    tn_result (*infer)(const tn_var *node, const tn_type *in, tn_type *out);
+    /* CPU kernel: inputs and preallocated outputs of the inferred types.
+       For TN_OPK_VIEW ops it points out[0] into in[0] instead (no copy). */
+    tn_result (*cpu)(const tn_var *node, tn_array *const *in, tn_array *const *out);
+    /* debugprint label, e.g. "Elemwise{exp,no_inplace}", "Sum{axis=[0]}" */
+    void (*label)(const tn_var *node, char *buf, size_t cap);
+} tn_op_def;
+
+typedef struct tn_ew_info {
+    const char *name;
+    int arity;
+    int kind;              /* TN_EWK_* */
+    const char *fexpr;     /* the table's expressions, as text (for code generators) */
+    const char *iexpr;
+} tn_ew_info;
+
+TN_API const tn_op_def *tn__op_def(int op);
+TN_API const tn_ew_info *tn__ew_info(int op);        /* NULL for non-elementwise ops */
+TN_API const char *tn__scalar_helpers_source(void);  /* TN__SCALAR_HELPERS as text */
+TN_API tn_op_kind tn__op_kind(int op);
+
+/* CPU elementwise engine: runs `prog` over the broadcast of the inputs into
+   the outputs (all outputs have the broadcast shape). */
+TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, tn_array *const *out);
+/* The one-instruction program of an elementwise node (built in its graph's arena). */
+TN_API tn_ew_program *tn__ew_program_of(tn_var *node);
+
+/* >>constructors --------------------------------------------------------- */
+/* Each records one node (or a few) and returns it, or NULL with the error set
+   (tn_last_error); a NULL argument, as from an earlier failure, gives NULL. */
+
+#define TN__X_DECL1(E, n, ar, k, fe, ie) TN__DECL_##ar(n)
+#define TN__DECL_1(n) TN_API tn_var *tn_##n(tn_var *a);
+#define TN__DECL_2(n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b);
+#define TN__DECL_3(n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b, tn_var *c);
+/* tn_identity, tn_add, ..., tn_where(cond, a, b); tn_cast takes a dtype: */
+#define TN__X_DECL(E, n, ar, k, fe, ie) TN__X_DECL_IF_##k(n, ar)
+#define TN__X_DECL_IF_TN_EWK_ARITH(n, ar) TN__DECL_##ar(n)
+#define TN__X_DECL_IF_TN_EWK_FLOAT(n, ar) TN__DECL_##ar(n)
+#define TN__X_DECL_IF_TN_EWK_CMP(n, ar)   TN__DECL_##ar(n)
+#define TN__X_DECL_IF_TN_EWK_LOGIC(n, ar) TN__DECL_##ar(n)
+#define TN__X_DECL_IF_TN_EWK_WHERE(n, ar) TN__DECL_##ar(n)
+#define TN__X_DECL_IF_TN_EWK_CAST(n, ar)
+TN_EW_OPS(TN__X_DECL)
+TN_API tn_var *tn_cast(tn_var *a, tn_dtype t);
+TN_API tn_var *tn_div(tn_var *a, tn_var *b);             /* true_div */
+TN_API tn_var *tn_lit(tn_var *like, double value);       /* tn_scalar_const in like's graph */
+TN_API tn_var *tn_switch(tn_var *cond, tn_var *a, tn_var *b); /* Theano's name for where */
+
+/* Reductions: axes NULL means every axis; negative axes count from the end. */
+TN_API tn_var *tn_sum(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_prod(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_mean(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_max(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_min(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_all(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_any(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_logsumexp(tn_var *x, const int *axes, int naxes, bool keepdims);
+TN_API tn_var *tn_argmax(tn_var *x, int axis, bool keepdims);  /* first index of the max; int64 */
+TN_API tn_var *tn_argmin(tn_var *x, int axis, bool keepdims);
+TN_API tn_var *tn_softmax(tn_var *x, int axis);
+TN_API tn_var *tn_log_softmax(tn_var *x, int axis);
+
+/* Linear algebra. */
+TN_API tn_var *tn_dot(tn_var *a, tn_var *b);     /* NumPy matmul rules; 1-d . 1-d is a scalar */
+TN_API tn_var *tn_gemm(tn_var *c, double alpha, tn_var *a, tn_var *b, double beta);  /* alpha*a@b + beta*c */
+TN_API tn_var *tn_gemv(tn_var *y, double alpha, tn_var *a, tn_var *x, double beta);  /* alpha*a@x + beta*y */
+TN_API tn_var *tn_outer(tn_var *a, tn_var *b);
+
+/* Shapes. */
+TN_API tn_var *tn_reshape(tn_var *x, int ndim, const int64_t *shape);   /* one -1 allowed */
+TN_API tn_var *tn_dimshuffle(tn_var *x, int ndim, const int *pattern);  /* -1 for 'x' */
+TN_API tn_var *tn_transpose(tn_var *x, const int *perm);                /* NULL: reverse the axes */
+TN_API tn_var *tn_slice(tn_var *x, int axis, int64_t start, int64_t stop, int64_t step); /* TN_NONE: omitted */
+TN_API tn_var *tn_flatten(tn_var *x, int outdim);
+TN_API tn_var *tn_broadcast_to(tn_var *x, int ndim, const int64_t *shape);
+TN_API tn_var *tn_concatenate(int n, tn_var *const *xs, int axis);
+TN_API tn_var *tn_stack(int n, tn_var *const *xs, int axis);
+TN_API tn_var *tn_alloc(tn_var *value, int ndim, const int64_t *shape);  /* value broadcast to shape */
+TN_API tn_var *tn_fill(tn_var *like, tn_var *value);                    /* value broadcast to like's shape */
+TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k);
+TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TENSOR_OPS_H */

@@ -1,0 +1,41 @@
+/* tests/harness.h - a tiny test harness: TEST(name) { CHECK(...); } and
+   TH_RUN(name) in main; main ends with TH_END(), which prints
+   "N passed, N failed" (counting tests, not checks). */
+#ifndef TN_HARNESS_H
+#define TN_HARNESS_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+static int th_passed, th_failed, th_cur_failed;
+static const char *th_cur_name;
+
+#define TEST(name) static void name(void)
+#define CHECK(cond, ...) do { \
+        if (!(cond)) { \
+            th_cur_failed++; \
+            fprintf(stderr, "FAIL %s (%s:%d): %s: ", th_cur_name, __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); \
+        } } while (0)
+/* Checks that a call failed with exactly result `want`, and that the message
+   contains `needle` (the function, variable or shape it must name). */
+#define CHECK_ERR(want, needle) do { \
+        tn_result th_r_ = tn_last_result(); const char *th_m_ = tn_last_error(); \
+        CHECK(th_r_ == (want), "got %s (%s), want %s", tn_result_string(th_r_), th_m_, tn_result_string(want)); \
+        CHECK(strstr(th_m_, (needle)) != NULL, "message '%s' lacks '%s'", th_m_, (needle)); \
+    } while (0)
+#define TH_RUN(name) do { \
+        th_cur_name = #name; th_cur_failed = 0; name(); \
+        if (th_cur_failed) { th_failed++; fprintf(stderr, "FAILED %s\n", #name); } else th_passed++; \
+    } while (0)
+#define TH_END() do { printf("%d passed, %d failed\n", th_passed, th_failed); \
+        return th_failed ? 1 : 0; } while (0)
+
+/* max |a-b| / max(1, |ref|) style comparison helper */
+static inline int th_close(double got, double ref, double rtol, double atol) {
+    if (isnan(ref)) return isnan(got);
+    if (isinf(ref)) return got == ref;
+    return fabs(got - ref) <= atol + rtol * fabs(ref);
+}
+#endif
