@@ -301,6 +301,7 @@ struct tn_var {
     tn_array *value;              /* constant: its value; shared: the current value */
     const char *name;             /* arena copy or NULL */
     int device;                   /* placement: TN_HOST or a CUDA ordinal (set by the placement pass) */
+    int inplace;                  /* destroy map: 0 none; k+1: the output overwrites in[k]'s buffer */
     int mark;                     /* scratch for passes: zero between passes */
     void *aux;                    /* scratch for passes */
 };
@@ -312,6 +313,11 @@ TN_API char *tn__graph_strdup(tn_graph *g, const char *s);
 TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who);
 TN_API int tn__graph_nvars(const tn_graph *g);
 TN_API tn_var *tn__graph_var(const tn_graph *g, int i);
+
+/* The optimizer (src/rewrite.c.h): rewrites the function-private graph in
+   place. roots[] are the function's outputs then its update values; a rewrite
+   that replaces a root stores the replacement in roots[]. */
+TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode);
 
 /* Errors: set this thread's last error; returns r so callers can `return tn__err(...)`. */
 TN_API tn_result tn__err(tn_result r, const char *fmt, ...)
@@ -368,6 +374,7 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 #include "src/core.c.h"      /* >>core: errors, config, memory, dtypes, threads */
 #include "src/array.c.h"     /* >>arrays */
 #include "src/graph.c.h"     /* >>graph, >>function, >>executor, >>debugprint */
+#include "src/rewrite.c.h"   /* >>rewrite: engine and passes */
 #include "src/ops_ew.c.h"    /* >>elementwise: table, CPU engine, constructors */
 #include "src/ops_reduce.c.h"/* >>reductions, softmax */
 #include "src/ops_linalg.c.h"/* >>linalg: dot, gemm, gemv, outer, BLAS loader */
