@@ -349,6 +349,24 @@ TN_API void tn__contiguous_strides(tn_dtype t, int ndim, const int64_t *shape, i
 TN_API void tn__buffer_retain(tn_buffer *b);
 TN_API void tn__buffer_release(tn_buffer *b);
 
+/* A device back end (tensor_cuda.h) as the compiler and executor see it. The
+   placement pass sets node->device on the nodes it moves; for those the
+   executor calls prepare once at compile time and run at each call, with
+   inputs and outputs in device memory (buffers from tn_device_ops). */
+typedef struct tn_backend {
+    const char *name;
+    bool (*supports)(const tn_var *node);
+    tn_result (*prepare)(const tn_var *node, void **state);
+    tn_result (*run)(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out);
+    void (*release)(void *state);
+    tn_result (*synchronize)(void);
+    /* a rewrite pass run between specialize and fuse: places nodes, inserts
+       and cancels transfers (NULL: everything stays on the host) */
+    tn_result (*place)(tn_graph *fg, tn_var **roots, int n_roots);
+} tn_backend;
+TN_API void tn__set_backend(const tn_backend *b);
+TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
+
 /* Threads: fn(ctx, lo, hi) over [0, n) in chunks of at least `grain`; runs
    inline when n < grain or threads are off. */
 typedef void (*tn__range_fn)(void *ctx, int64_t lo, int64_t hi);
@@ -379,5 +397,6 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 #include "src/ops_reduce.c.h"/* >>reductions, softmax */
 #include "src/ops_linalg.c.h"/* >>linalg: dot, gemm, gemv, outer, BLAS loader */
 #include "src/ops_shape.c.h" /* >>shape ops */
+#include "src/transfer.c.h"  /* >>transfer: host <-> device copy ops */
 #include "src/ops_table.c.h" /* >>op_table: the registry of every op */
 #endif /* TENSOR_IMPLEMENTATION */
