@@ -16,9 +16,10 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 
 $(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
-$(BUILD)/%: tests/%.cpp $(HEADERS) | $(BUILD)
-	$(CXX) -std=c++17 -Wall -Wextra -Werror $(CFLAGS) -I. -c -o $@.o $<
-	$(CXX) -o $@ $@.o tests/cxx_impl.c.o 2>/dev/null || $(CC) $(WARN) $(CFLAGS) -I. -x c -c -o $@.impl.o tests/cxx_impl.c && $(CXX) -o $@ $@.o $@.impl.o $(LDLIBS)
+$(BUILD)/cxx_impl.o: tests/cxx_impl.c $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -c -o $@ $<
+$(BUILD)/%: tests/%.cpp $(BUILD)/cxx_impl.o $(HEADERS) | $(BUILD)
+	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/cxx_impl.o $(LDLIBS)
 $(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 $(BUILD):
