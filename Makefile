@@ -33,5 +33,8 @@ sanitize:
 
 examples: $(EXAMPLES)
 
+run: $(BUILD)/tour
+	$(BUILD)/tour
+
 clean:
 	rm -rf build build-san

@@ -318,6 +318,12 @@ TN_API tn_var *tn__graph_var(const tn_graph *g, int i);
    place. roots[] are the function's outputs then its update values; a rewrite
    that replaces a root stores the replacement in roots[]. */
 TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode);
+/* How often the rewrite `name` fired in this thread's last tn__optimize (NULL: all). */
+TN_API int tn__rewrite_count(const char *name);
+/* Most inputs of one fused elementwise op (a back end lowers it to fit its limits). */
+TN_API int tn__fuse_max_inputs;
+/* Fuse elementwise groups into the reduction that reads them (a prologue). */
+TN_API bool tn__fuse_into_reductions;
 
 /* Errors: set this thread's last error; returns r so callers can `return tn__err(...)`. */
 TN_API tn_result tn__err(tn_result r, const char *fmt, ...)
@@ -373,6 +379,11 @@ typedef void (*tn__range_fn)(void *ctx, int64_t lo, int64_t hi);
 TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ctx);
 TN_API int tn__num_threads(void);
 
+/* CPU products use CBLAS (libopenblas.so.0, libcblas.so.3 or libblas.so.3,
+   loaded at first use unless TN_NO_BLAS=1) for float32/float64. */
+TN_API void tn__blas_enable(bool on);      /* tests: false forces the built-in kernels */
+TN_API const char *tn__blas_name(void);    /* the library in use, NULL if none or disabled */
+
 /* >>printing ------------------------------------------------------------- */
 
 TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
@@ -398,5 +409,6 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 #include "src/ops_linalg.c.h"/* >>linalg: dot, gemm, gemv, outer, BLAS loader */
 #include "src/ops_shape.c.h" /* >>shape ops */
 #include "src/transfer.c.h"  /* >>transfer: host <-> device copy ops */
+#include "src/grad.c.h"      /* >>grad */
 #include "src/ops_table.c.h" /* >>op_table: the registry of every op */
 #endif /* TENSOR_IMPLEMENTATION */

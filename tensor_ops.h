@@ -127,15 +127,15 @@ extern "C" {
     X(GEMM)           /* in: C, A, B: f[0]*A@B + f[1]*C; C broadcasts to the product */ \
     X(GEMV)           /* in: y, A, x: f[0]*A@x + f[1]*y */ \
     X(OUTER)          /* in: a, b vectors */ \
-    X(RESHAPE)        /* i[0..ndim) target shape, at most one -1; view when contiguous */ \
-    X(DIMSHUFFLE)     /* i[k] source axis of output dim k, or -1 for a new broadcastable dim ('x'); view */ \
+    X(RESHAPE)        /* i[0..ndim) target shape, at most one -1; ndim in i[27] (TN_MAX_IPARAMS-1); copies for now (see src/ops_shape.c.h) */ \
+    X(DIMSHUFFLE)     /* i[k] source axis of output dim k, or -1 for a new broadcastable dim ('x'); ndim in i[27]; view */ \
     X(SLICE)          /* i[3d], i[3d+1], i[3d+2]: start, stop, step of dim d; TN_NONE where omitted; view */ \
-    X(BROADCAST_TO)   /* i[0..ndim) target shape; view */ \
+    X(BROADCAST_TO)   /* i[0..ndim) target shape; ndim in i[27]; view */ \
     X(FLATTEN)        /* i[0] outdim: keeps outdim-1 leading dims, flattens the rest */ \
     X(CONCATENATE)    /* variadic, i[0] axis */ \
-    X(ALLOC)          /* in[0] scalar value; i[0..ndim) shape */ \
-    X(EYE)            /* i[0] n, i[1] m, i[2] k (diagonal offset) */ \
-    X(ARANGE)         /* f[0] start, f[1] stop, f[2] step */ \
+    X(ALLOC)          /* in[0] value broadcast to i[0..ndim) (ndim in i[27]); with a second input `like` (tn_fill), to like's shape instead */ \
+    X(EYE)            /* i[0] n, i[1] m, i[2] k (diagonal offset); dtype in i[26] */ \
+    X(ARANGE)         /* f[0] start, f[1] stop, f[2] step; dtype in i[26] */ \
     X(CUSTOM)         /* user op: ext = tn_custom_op */
 
 typedef enum tn_op {
@@ -275,6 +275,64 @@ TN_API tn_var *tn_alloc(tn_var *value, int ndim, const int64_t *shape);  /* valu
 TN_API tn_var *tn_fill(tn_var *like, tn_var *value);                    /* value broadcast to like's shape */
 TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k);
 TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step);
+
+/* >>grad ----------------------------------------------------------------- */
+/* Symbolic differentiation (src/grad.c.h). Gradients are ordinary nodes of
+   the cost's graph (arena-owned): compile them with tn_function like any
+   other output, or differentiate them again. Gradients flow through float
+   values only: integer and boolean values (comparisons, argmax, casts to int,
+   floor/round/sign) pass zero. max/min and maximum/minimum give the whole
+   gradient to every position equal to the result (ties are not split). */
+typedef enum tn_disconnected {
+    TN_DISCONNECTED_RAISE = 0,   /* TN_ERR_DISCONNECTED naming the variable (default, as Theano) */
+    TN_DISCONNECTED_WARN,        /* a warning (tn_set_log); the gradient is zeros */
+    TN_DISCONNECTED_IGNORE       /* the gradient is zeros */
+} tn_disconnected;
+
+typedef struct tn_grad_options {
+    int n_consider_constant;
+    tn_var *const *consider_constant;  /* not backpropagated through (may still be wrt) */
+    tn_disconnected disconnected_inputs;
+    int n_known_grads;                 /* start from given gradients of intermediate */
+    tn_var *const *known_vars;         /* variables: d cost/d known_vars[i] = known_grads[i] */
+    tn_var *const *known_grads;        /* (same rank); cost may then be NULL */
+} tn_grad_options;
+
+/* Fills grads[0..n) with d cost / d wrt[i]; cost is a 0-d float (or NULL with
+   known_grads); wrt are float variables of cost's graph. opt NULL: defaults.
+   On error every grads[i] is NULL. */
+TN_API tn_result tn_grad(tn_var *cost, int n, tn_var *const *wrt, tn_var **grads, const tn_grad_options *opt);
+TN_API tn_var *tn_grad1(tn_var *cost, tn_var *wrt);      /* one gradient, default options; NULL on error */
+TN_API tn_var *tn_stop_gradient(tn_var *x);              /* x, through which no gradient flows */
+/* Forward mode: the Jacobian of f with respect to wrt[] times eval_points[]
+   (each of its wrt's shape), a variable of f's shape. Elementwise, dot/gemm/
+   gemv/outer, reductions, softmax and shape ops; TN_ERR_UNSUPPORTED otherwise. */
+TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_points);
+
+/* Checks tn_grad against central finite differences in float64, as Theano's
+   verify_grad: build(g, inputs, user) returns an expression of float64 inputs
+   (any shape: a non-scalar output is projected on a seeded random array). */
+typedef tn_var *(*tn_grad_builder)(tn_graph *g, tn_var *const *inputs, void *user);
+typedef struct tn_verify_grad_desc {
+    tn_grad_builder build;
+    void *user;
+    int n_inputs;
+    tn_array *const *points;    /* the point: one array per input (converted to float64) */
+    uint64_t seed;              /* of the random projection */
+    double eps;                 /* finite-difference step (0: 1e-6) */
+    double abs_tol, rel_tol;    /* an element fails when both are exceeded (0: 1e-5, 1e-4) */
+    bool static_shapes;         /* inputs get the points' shapes at build time (else -1, 1s broadcast) */
+    tn_mode mode;
+} tn_verify_grad_desc;
+typedef struct tn_verify_grad_report {
+    int input;                  /* worst element: input index, its index in that input */
+    int ndim;
+    int64_t index[TN_MAX_DIMS];
+    double symbolic, numeric, abs_err, rel_err;
+} tn_verify_grad_report;
+/* TN_OK when every element agrees; TN_ERR_INVALID naming the worst one when
+   not; other errors from building or running. report may be NULL. */
+TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *desc, tn_verify_grad_report *report);
 
 #ifdef __cplusplus
 }

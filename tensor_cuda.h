@@ -1,0 +1,1550 @@
+/* tensor_cuda.h - v0.1 - CUDA back end for tensor.h: NVRTC-fused kernels, cuBLAS - MIT licence (see tensor.h)
+
+   Do this:
+       #define TENSOR_IMPLEMENTATION
+       #include "tensor.h"
+       #include "tensor_cuda.h"
+   in *one* C file. Nothing from the CUDA SDK is needed to build: the driver
+   (libcuda.so.1), NVRTC (libnvrtc.so.13/.12/...) and cuBLAS (libcublas.so.13/
+   .12/...) are loaded with dlopen at run time, from the loader's search path,
+   then $CUDA_PATH/lib64, then /usr/local/cuda/lib64. Link with -ldl.
+
+   Device selection (flag `device`, see tn_config):
+       cpu      never touches CUDA.
+       auto     the GPU when a driver, a device and NVRTC are usable; else the
+                CPU, silently (tn_cuda_status() says why).
+       cuda     cudaN  as auto, but when the GPU cannot be used one line says
+                why on stderr (or the log callback), e.g.
+                "tensor.h: device=cuda requested but libcuda.so.1 was not found
+                (no NVIDIA driver); running on the CPU", and everything runs
+                on the CPU: a program written for the GPU still gives results.
+   tn_cuda_init() does this explicitly; the back end also does it lazily the
+   first time a function is compiled.
+
+   Environment (for tests and unusual installs):
+       TN_LIBCUDA_PATH, TN_LIBNVRTC_PATH, TN_LIBCUBLAS_PATH   load this file instead
+       CUDA_PATH                                              extra search root
+
+   Generated kernels are cached in memory and on disk under cache_dir (default
+   $XDG_CACHE_HOME/tensor or ~/.cache/tensor), keyed by source, architecture,
+   options and NVRTC version. A corrupt entry is recompiled; entries are
+   written atomically, so processes may share the directory.
+
+   What it does not do: multiple GPUs in one function, peer copies, MIG
+   selection, Windows (no LoadLibrary path yet).
+*/
+#ifndef TENSOR_CUDA_H
+#define TENSOR_CUDA_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* >>cuda_api: public ------------------------------------------------------ */
+
+/* Loads the libraries and opens the configured device (idempotent). TN_OK
+   when the GPU will be used; otherwise TN_ERR_DEVICE with the reason, and
+   the library keeps running on the CPU. */
+TN_API tn_result tn_cuda_init(void);
+TN_API bool tn_cuda_available(void);      /* tn_cuda_init() succeeded */
+/* One line: the device in use ("cuda0: NVIDIA H100 (sm_90), driver 13.0,
+   nvrtc 13.0, cublas 130000") or why the GPU is not used. */
+TN_API const char *tn_cuda_status(void);
+/* Most operands (inputs + outputs) one fused elementwise kernel accepts
+   within the 4 KB launch parameter budget; the fusion pass splits wider groups. */
+TN_API int tn_cuda_max_fused_operands(void);
+
+typedef struct tn_cuda_cache_stats {
+    uint64_t mem_hits;          /* served from the in-memory cache */
+    uint64_t disk_hits;         /* loaded from cache_dir and verified */
+    uint64_t disk_rejects;      /* entries found corrupt or truncated (then recompiled) */
+    uint64_t compiles;          /* NVRTC compilations */
+    uint64_t disk_writes;       /* entries written */
+    uint64_t disk_reads;        /* files opened for reading */
+} tn_cuda_cache_stats;
+TN_API void tn_cuda_get_cache_stats(tn_cuda_cache_stats *out);
+/* Full NVRTC log and numbered source of this thread's last failed compile ("" if none). */
+TN_API const char *tn_cuda_last_compile_log(void);
+/* The cubin of CUDA C `src` (kernels declared extern "C") for `arch`, e.g.
+   "sm_90" (NULL: the device's), through the memory and disk caches; needs
+   NVRTC but no GPU. *cubin stays valid until tn_shutdown(). */
+TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void **cubin, size_t *size);
+
+/* >>cuda_api: internal ---------------------------------------------------- */
+/* Our own declarations of the few CUDA types and entry points we use, so no
+   CUDA header is needed. The opaque handles use the SDK's struct tags and the
+   enums the SDK's values (tests/test_cuda_decls.c checks both against the
+   real headers). GCC and Clang give an enum without negative values the
+   compatible type unsigned int, hence unsigned for those. */
+typedef unsigned int tn__CUresult;
+typedef int tn__CUdevice;
+typedef unsigned long long tn__CUdeviceptr;
+typedef unsigned int tn__CUdevice_attribute;
+typedef unsigned int tn__CUfunction_attribute;
+typedef unsigned int tn__CUstreamCaptureMode;
+typedef struct CUctx_st *tn__CUcontext;
+typedef struct CUmod_st *tn__CUmodule;
+typedef struct CUfunc_st *tn__CUfunction;
+typedef struct CUstream_st *tn__CUstream;
+typedef struct CUevent_st *tn__CUevent;
+typedef struct CUgraph_st *tn__CUgraph;
+typedef struct CUgraphExec_st *tn__CUgraphExec;
+
+enum {
+    TN__CUDA_SUCCESS = 0,
+    TN__CUDA_ERROR_INVALID_VALUE = 1,
+    TN__CUDA_ERROR_OUT_OF_MEMORY = 2,
+    TN__CUDA_ERROR_NOT_INITIALIZED = 3,
+    TN__CUDA_ERROR_STUB_LIBRARY = 34,
+    TN__CUDA_ERROR_NO_DEVICE = 100,
+    TN__CUDA_ERROR_INVALID_IMAGE = 200,
+    TN__CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+    TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+    TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+    TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    TN__CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+    TN__CU_STREAM_NON_BLOCKING = 1,
+    TN__CU_EVENT_DEFAULT = 0,
+    TN__CU_EVENT_DISABLE_TIMING = 2,
+    TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+};
+
+/* X(name, return type, parameter list, required) */
+#define TN__CU_FUNCS(X) \
+    X(cuInit, tn__CUresult, (unsigned int flags), 1) \
+    X(cuDriverGetVersion, tn__CUresult, (int *version), 1) \
+    X(cuGetErrorName, tn__CUresult, (tn__CUresult error, const char **str), 1) \
+    X(cuGetErrorString, tn__CUresult, (tn__CUresult error, const char **str), 1) \
+    X(cuDeviceGet, tn__CUresult, (tn__CUdevice *device, int ordinal), 1) \
+    X(cuDeviceGetCount, tn__CUresult, (int *count), 1) \
+    X(cuDeviceGetName, tn__CUresult, (char *name, int len, tn__CUdevice dev), 1) \
+    X(cuDeviceGetAttribute, tn__CUresult, (int *pi, tn__CUdevice_attribute attrib, tn__CUdevice dev), 1) \
+    X(cuDevicePrimaryCtxRetain, tn__CUresult, (tn__CUcontext *pctx, tn__CUdevice dev), 1) \
+    X(cuDevicePrimaryCtxRelease_v2, tn__CUresult, (tn__CUdevice dev), 1) \
+    X(cuCtxSetCurrent, tn__CUresult, (tn__CUcontext ctx), 1) \
+    X(cuCtxGetCurrent, tn__CUresult, (tn__CUcontext *pctx), 1) \
+    X(cuCtxSynchronize, tn__CUresult, (void), 1) \
+    X(cuMemGetInfo_v2, tn__CUresult, (size_t *free_bytes, size_t *total_bytes), 1) \
+    X(cuMemAlloc_v2, tn__CUresult, (tn__CUdeviceptr *dptr, size_t bytesize), 1) \
+    X(cuMemFree_v2, tn__CUresult, (tn__CUdeviceptr dptr), 1) \
+    X(cuMemAllocHost_v2, tn__CUresult, (void **pp, size_t bytesize), 1) \
+    X(cuMemFreeHost, tn__CUresult, (void *p), 1) \
+    X(cuMemcpyHtoDAsync_v2, tn__CUresult, (tn__CUdeviceptr dst, const void *src, size_t bytes, tn__CUstream stream), 1) \
+    X(cuMemcpyDtoHAsync_v2, tn__CUresult, (void *dst, tn__CUdeviceptr src, size_t bytes, tn__CUstream stream), 1) \
+    X(cuMemcpyDtoDAsync_v2, tn__CUresult, (tn__CUdeviceptr dst, tn__CUdeviceptr src, size_t bytes, tn__CUstream stream), 1) \
+    X(cuMemsetD8Async, tn__CUresult, (tn__CUdeviceptr dst, unsigned char uc, size_t n, tn__CUstream stream), 1) \
+    X(cuStreamCreate, tn__CUresult, (tn__CUstream *stream, unsigned int flags), 1) \
+    X(cuStreamSynchronize, tn__CUresult, (tn__CUstream stream), 1) \
+    X(cuStreamDestroy_v2, tn__CUresult, (tn__CUstream stream), 1) \
+    X(cuModuleLoadData, tn__CUresult, (tn__CUmodule *module, const void *image), 1) \
+    X(cuModuleGetFunction, tn__CUresult, (tn__CUfunction *fn, tn__CUmodule module, const char *name), 1) \
+    X(cuModuleUnload, tn__CUresult, (tn__CUmodule module), 1) \
+    X(cuFuncGetAttribute, tn__CUresult, (int *pi, tn__CUfunction_attribute attrib, tn__CUfunction fn), 1) \
+    X(cuLaunchKernel, tn__CUresult, (tn__CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, \
+        unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared_bytes, tn__CUstream stream, \
+        void **params, void **extra), 1) \
+    X(cuEventCreate, tn__CUresult, (tn__CUevent *event, unsigned int flags), 1) \
+    X(cuEventRecord, tn__CUresult, (tn__CUevent event, tn__CUstream stream), 1) \
+    X(cuEventSynchronize, tn__CUresult, (tn__CUevent event), 1) \
+    X(cuEventElapsedTime, tn__CUresult, (float *ms, tn__CUevent start, tn__CUevent end), 1) \
+    X(cuEventDestroy_v2, tn__CUresult, (tn__CUevent event), 1) \
+    X(cuStreamBeginCapture_v2, tn__CUresult, (tn__CUstream stream, tn__CUstreamCaptureMode mode), 1) \
+    X(cuStreamEndCapture, tn__CUresult, (tn__CUstream stream, tn__CUgraph *graph), 1) \
+    X(cuGraphInstantiateWithFlags, tn__CUresult, (tn__CUgraphExec *exec, tn__CUgraph graph, unsigned long long flags), 1) \
+    X(cuGraphLaunch, tn__CUresult, (tn__CUgraphExec exec, tn__CUstream stream), 1) \
+    X(cuGraphExecDestroy, tn__CUresult, (tn__CUgraphExec exec), 1) \
+    X(cuGraphDestroy, tn__CUresult, (tn__CUgraph graph), 1)
+
+typedef unsigned int tn__nvrtcResult;
+typedef struct _nvrtcProgram *tn__nvrtcProgram;
+enum { TN__NVRTC_SUCCESS = 0, TN__NVRTC_ERROR_COMPILATION = 6 };
+
+#define TN__NVRTC_FUNCS(X) \
+    X(nvrtcVersion, tn__nvrtcResult, (int *major, int *minor), 1) \
+    X(nvrtcGetErrorString, const char *, (tn__nvrtcResult result), 1) \
+    X(nvrtcCreateProgram, tn__nvrtcResult, (tn__nvrtcProgram *prog, const char *src, const char *name, \
+        int num_headers, const char *const *headers, const char *const *include_names), 1) \
+    X(nvrtcCompileProgram, tn__nvrtcResult, (tn__nvrtcProgram prog, int num_options, const char *const *options), 1) \
+    X(nvrtcGetProgramLogSize, tn__nvrtcResult, (tn__nvrtcProgram prog, size_t *size), 1) \
+    X(nvrtcGetProgramLog, tn__nvrtcResult, (tn__nvrtcProgram prog, char *log), 1) \
+    X(nvrtcGetCUBINSize, tn__nvrtcResult, (tn__nvrtcProgram prog, size_t *size), 1) \
+    X(nvrtcGetCUBIN, tn__nvrtcResult, (tn__nvrtcProgram prog, char *cubin), 1) \
+    X(nvrtcDestroyProgram, tn__nvrtcResult, (tn__nvrtcProgram *prog), 1)
+
+typedef unsigned int tn__cublasStatus_t;
+typedef struct cublasContext *tn__cublasHandle_t;
+typedef unsigned int tn__cublasOperation_t;
+typedef unsigned int tn__cublasMath_t;
+typedef unsigned int tn__cudaDataType;
+typedef unsigned int tn__cublasComputeType_t;
+typedef int tn__cublasGemmAlgo_t;
+enum {
+    TN__CUBLAS_STATUS_SUCCESS = 0,
+    TN__CUBLAS_OP_N = 0,
+    TN__CUBLAS_OP_T = 1,
+    TN__CUBLAS_DEFAULT_MATH = 0,
+    TN__CUBLAS_PEDANTIC_MATH = 2,
+    TN__CUBLAS_TF32_TENSOR_OP_MATH = 3,
+    TN__CUDA_R_32F = 0,
+    TN__CUDA_R_64F = 1,
+    TN__CUDA_R_16F = 2,
+    TN__CUBLAS_COMPUTE_32F = 68,
+    TN__CUBLAS_COMPUTE_64F = 70,
+    TN__CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+    TN__CUBLAS_GEMM_DEFAULT = -1
+};
+
+#define TN__CUBLAS_FUNCS(X) \
+    X(cublasCreate_v2, tn__cublasStatus_t, (tn__cublasHandle_t *handle), 1) \
+    X(cublasDestroy_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle), 1) \
+    X(cublasSetStream_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__CUstream stream), 1) \
+    X(cublasSetMathMode, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasMath_t mode), 1) \
+    X(cublasGetStatusString, const char *, (tn__cublasStatus_t status), 0) \
+    X(cublasSgemm_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t ta, tn__cublasOperation_t tb, \
+        int m, int n, int k, const float *alpha, const float *A, int lda, const float *B, int ldb, \
+        const float *beta, float *C, int ldc), 1) \
+    X(cublasDgemm_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t ta, tn__cublasOperation_t tb, \
+        int m, int n, int k, const double *alpha, const double *A, int lda, const double *B, int ldb, \
+        const double *beta, double *C, int ldc), 1) \
+    X(cublasSgemv_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t trans, int m, int n, \
+        const float *alpha, const float *A, int lda, const float *x, int incx, const float *beta, float *y, int incy), 1) \
+    X(cublasDgemv_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t trans, int m, int n, \
+        const double *alpha, const double *A, int lda, const double *x, int incx, const double *beta, double *y, int incy), 1) \
+    X(cublasGemmEx, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t ta, tn__cublasOperation_t tb, \
+        int m, int n, int k, const void *alpha, const void *A, tn__cudaDataType Atype, int lda, \
+        const void *B, tn__cudaDataType Btype, int ldb, const void *beta, void *C, tn__cudaDataType Ctype, int ldc, \
+        tn__cublasComputeType_t compute, tn__cublasGemmAlgo_t algo), 1) \
+    X(cublasSgemmStridedBatched, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t ta, \
+        tn__cublasOperation_t tb, int m, int n, int k, const float *alpha, const float *A, int lda, long long sA, \
+        const float *B, int ldb, long long sB, const float *beta, float *C, int ldc, long long sC, int batch), 1) \
+    X(cublasDgemmStridedBatched, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t ta, \
+        tn__cublasOperation_t tb, int m, int n, int k, const double *alpha, const double *A, int lda, long long sA, \
+        const double *B, int ldb, long long sB, const double *beta, double *C, int ldc, long long sC, int batch), 1)
+
+#define TN__X_PFN(name, ret, args, req) typedef ret (*tn__PFN_##name) args;
+TN__CU_FUNCS(TN__X_PFN)
+TN__NVRTC_FUNCS(TN__X_PFN)
+TN__CUBLAS_FUNCS(TN__X_PFN)
+#undef TN__X_PFN
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TENSOR_CUDA_H */
+
+/* >>cuda_implementation ==================================================== */
+#if defined(TENSOR_IMPLEMENTATION) && !defined(TENSOR_CUDA_IMPLEMENTATION_DONE)
+#define TENSOR_CUDA_IMPLEMENTATION_DONE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+/* >>cuda_loader: dlopen of the driver, NVRTC and cuBLAS --------------------- */
+
+#define TN__X_FIELD(name, ret, args, req) tn__PFN_##name name;
+typedef struct tn__cu_api { TN__CU_FUNCS(TN__X_FIELD) } tn__cu_api;
+typedef struct tn__nvrtc_api { TN__NVRTC_FUNCS(TN__X_FIELD) } tn__nvrtc_api;
+typedef struct tn__cublas_api { TN__CUBLAS_FUNCS(TN__X_FIELD) } tn__cublas_api;
+#undef TN__X_FIELD
+
+/* Copies with truncation (snprintf "%s" trips -Wformat-truncation). */
+static void tn__strlcpy(char *dst, const char *src, size_t cap) {
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+/* Opens the first of names[] found: through the loader's search path, then
+   under $CUDA_PATH/lib64 and /usr/local/cuda/lib64. An env override is the
+   only file tried. `tried` receives a short list for messages. */
+static void *tn__dlopen_first(const char *env_override, const char *const *names, int n_names,
+                              char *found, size_t found_cap) {
+    const char *over = env_override ? getenv(env_override) : NULL;
+    if (over && *over) {
+        void *h = dlopen(over, RTLD_NOW | RTLD_LOCAL);
+        if (h) tn__strlcpy(found, over, found_cap);
+        return h;
+    }
+    const char *roots[3] = { NULL, getenv("CUDA_PATH"), "/usr/local/cuda" };
+    for (int i = 0; i < n_names; i++) {
+        for (int r = 0; r < 3; r++) {
+            char path[1024];
+            if (r == 0) snprintf(path, sizeof path, "%s", names[i]);
+            else if (roots[r] && *roots[r]) snprintf(path, sizeof path, "%s/lib64/%s", roots[r], names[i]);
+            else continue;
+            void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (h) { tn__strlcpy(found, path, found_cap); return h; }
+        }
+    }
+    return NULL;
+}
+
+/* Resolves every symbol of a table; NULL on success, else the first required
+   symbol that is missing. */
+static void *tn__dlsym_ptr(void *h, const char *name) { return dlsym(h, name); }
+#define TN__X_SYM(name, ret, args, req) { \
+        void *s_ = tn__dlsym_ptr(h, #name); \
+        memcpy(&api->name, &s_, sizeof s_); \
+        if (!s_ && (req) && !missing) missing = #name; }
+static const char *tn__cu_syms(void *h, tn__cu_api *api) { const char *missing = NULL; TN__CU_FUNCS(TN__X_SYM) return missing; }
+static const char *tn__nvrtc_syms(void *h, tn__nvrtc_api *api) { const char *missing = NULL; TN__NVRTC_FUNCS(TN__X_SYM) return missing; }
+static const char *tn__cublas_syms(void *h, tn__cublas_api *api) { const char *missing = NULL; TN__CUBLAS_FUNCS(TN__X_SYM) return missing; }
+#undef TN__X_SYM
+
+/* >>cuda_state ------------------------------------------------------------- */
+
+typedef struct tn__cuda_state {
+    pthread_mutex_t mu;
+    int state;                  /* 0 not tried, 1 usable, -1 not usable */
+    char status[768];
+    void *h_cuda;
+    tn__cu_api cu;
+    int driver_version;         /* 13000 for 13.0 */
+    int ordinal;
+    tn__CUdevice dev;
+    tn__CUcontext ctx;
+    tn__CUstream stream;        /* default stream of the back end */
+    int cc_major, cc_minor, sm_count, max_threads;
+    char name[128];
+    char arch[16];              /* "sm_90" */
+    /* cuBLAS: loaded on first use */
+    int cublas_state;           /* 0 not tried, 1 ok, -1 missing */
+    void *h_cublas;
+    tn__cublas_api blas;
+    tn__cublasHandle_t blas_handle;
+    char cublas_path[256];
+} tn__cuda_state;
+static tn__cuda_state tn__cuda = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+typedef struct tn__nvrtc_state {
+    pthread_mutex_t mu;
+    int state;                  /* 0 not tried, 1 loaded, -1 missing */
+    void *h;
+    tn__nvrtc_api api;
+    int major, minor;
+    char path[256];
+    char why[256];
+} tn__nvrtc_state;
+static tn__nvrtc_state tn__nvrtc = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* Loads NVRTC once. prefer_major (the driver's CUDA major, 0 unknown) is
+   tried first: a cubin from a newer NVRTC may not load in an older driver. */
+static tn_result tn__nvrtc_load(int prefer_major) {
+    pthread_mutex_lock(&tn__nvrtc.mu);
+    if (tn__nvrtc.state == 0) {
+        char pref[32];
+        snprintf(pref, sizeof pref, "libnvrtc.so.%d", prefer_major);
+        const char *names[5];
+        int n = 0;
+        if (prefer_major > 0) names[n++] = pref;
+        names[n++] = "libnvrtc.so.13";
+        names[n++] = "libnvrtc.so.12";
+        names[n++] = "libnvrtc.so";
+        tn__nvrtc.h = tn__dlopen_first("TN_LIBNVRTC_PATH", names, n, tn__nvrtc.path, sizeof tn__nvrtc.path);
+        const char *missing = NULL;
+        if (!tn__nvrtc.h) {
+            snprintf(tn__nvrtc.why, sizeof tn__nvrtc.why,
+                     "NVRTC (libnvrtc.so.13 or .12) was not found; install the CUDA toolkit's NVRTC, or set CUDA_PATH or TN_LIBNVRTC_PATH");
+        } else if ((missing = tn__nvrtc_syms(tn__nvrtc.h, &tn__nvrtc.api)) != NULL) {
+            snprintf(tn__nvrtc.why, sizeof tn__nvrtc.why, "%.200s lacks %.40s", tn__nvrtc.path, missing);
+            dlclose(tn__nvrtc.h);
+            tn__nvrtc.h = NULL;
+        } else if (tn__nvrtc.api.nvrtcVersion(&tn__nvrtc.major, &tn__nvrtc.minor) != TN__NVRTC_SUCCESS) {
+            snprintf(tn__nvrtc.why, sizeof tn__nvrtc.why, "nvrtcVersion failed in %.200s", tn__nvrtc.path);
+        }
+        tn__nvrtc.state = tn__nvrtc.why[0] ? -1 : 1;
+    }
+    int st = tn__nvrtc.state;
+    pthread_mutex_unlock(&tn__nvrtc.mu);
+    return st > 0 ? TN_OK : tn__err(TN_ERR_DEVICE, "%s", tn__nvrtc.why);
+}
+
+/* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)" from the driver, or the number. */
+static const char *tn__cu_errstr(tn__CUresult r, char *buf, size_t cap) {
+    const char *name = NULL, *desc = NULL;
+    if (tn__cuda.cu.cuGetErrorName && tn__cuda.cu.cuGetErrorName(r, &name) != TN__CUDA_SUCCESS) name = NULL;
+    if (tn__cuda.cu.cuGetErrorString && tn__cuda.cu.cuGetErrorString(r, &desc) != TN__CUDA_SUCCESS) desc = NULL;
+    if (!name) {
+        switch (r) {   /* the driver cannot name errors before it works (stub library) */
+        case TN__CUDA_ERROR_STUB_LIBRARY: name = "CUDA_ERROR_STUB_LIBRARY"; desc = "the CUDA driver is a stub library, not a real driver"; break;
+        case TN__CUDA_ERROR_NO_DEVICE: name = "CUDA_ERROR_NO_DEVICE"; desc = "no CUDA-capable device is detected"; break;
+        case TN__CUDA_ERROR_NOT_INITIALIZED: name = "CUDA_ERROR_NOT_INITIALIZED"; break;
+        case TN__CUDA_ERROR_OUT_OF_MEMORY: name = "CUDA_ERROR_OUT_OF_MEMORY"; desc = "out of memory"; break;
+        default: break;
+        }
+    }
+    if (name && desc) snprintf(buf, cap, "%s (%s)", name, desc);
+    else if (name) snprintf(buf, cap, "%s", name);
+    else snprintf(buf, cap, "CUresult %u", r);
+    return buf;
+}
+
+/* Reports a failed driver call: names the call, what it was for, file:line. */
+#define TN__CU_CHECK(call, what) do { \
+        tn__CUresult r_ = (call); \
+        if (r_ != TN__CUDA_SUCCESS) { \
+            char eb_[160]; \
+            return tn__err(r_ == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, \
+                           "%s failed in %s (%s:%d): %s", #call, (what), __FILE__, __LINE__, \
+                           tn__cu_errstr(r_, eb_, sizeof eb_)); } } while (0)
+
+/* >>cuda_init: device selection --------------------------------------------- */
+
+#define TN__CUDA_MIN_DRIVER 11040   /* cuGraphInstantiateWithFlags, cuStreamBeginCapture_v2 */
+
+static void tn__cuda_shutdown(void);
+static void tn__cuda_register_backend(void);
+
+/* Opens the configured device; fills tn__cuda.status either way. Called with
+   tn__cuda.mu held. Returns the reason text on failure, NULL on success. */
+static const char *tn__cuda_open(const tn_config *cfg, char *why, size_t cap) {
+    tn__cuda_state *c = &tn__cuda;
+    char path[256], eb[160];
+    const char *libcuda[] = { "libcuda.so.1", "libcuda.so" };
+    c->h_cuda = tn__dlopen_first("TN_LIBCUDA_PATH", libcuda, 2, path, sizeof path);
+    if (!c->h_cuda) {
+        snprintf(why, cap, "libcuda.so.1 was not found (no NVIDIA driver)");
+        return why;
+    }
+    const char *missing = tn__cu_syms(c->h_cuda, &c->cu);
+    if (missing) {
+        snprintf(why, cap, "%s lacks %s (NVIDIA driver too old: tensor.h needs CUDA 11.4 or newer)", path, missing);
+        return why;
+    }
+    tn__CUresult r = c->cu.cuInit(0);
+    if (r != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "cuInit failed: %s", tn__cu_errstr(r, eb, sizeof eb));
+        return why;
+    }
+    if (c->cu.cuDriverGetVersion(&c->driver_version) != TN__CUDA_SUCCESS) c->driver_version = 0;
+    if (c->driver_version < TN__CUDA_MIN_DRIVER) {
+        snprintf(why, cap, "the NVIDIA driver supports CUDA %d.%d; tensor.h needs 11.4 or newer",
+                 c->driver_version / 1000, c->driver_version % 1000 / 10);
+        return why;
+    }
+    int count = 0;
+    r = c->cu.cuDeviceGetCount(&count);
+    if (r != TN__CUDA_SUCCESS || count == 0) {
+        snprintf(why, cap, "no CUDA device was found%s%s", r ? ": " : "", r ? tn__cu_errstr(r, eb, sizeof eb) : "");
+        return why;
+    }
+    c->ordinal = cfg->device == TN_DEVICE_CUDA ? cfg->device_ordinal : 0;
+    if (c->ordinal >= count) {
+        snprintf(why, cap, "device=cuda%d asked for, but there %s only %d CUDA device%s", c->ordinal,
+                 count == 1 ? "is" : "are", count, count == 1 ? "" : "s");
+        return why;
+    }
+    if ((r = c->cu.cuDeviceGet(&c->dev, c->ordinal)) != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "cuDeviceGet(%d) failed: %s", c->ordinal, tn__cu_errstr(r, eb, sizeof eb));
+        return why;
+    }
+    c->cu.cuDeviceGetName(c->name, (int)sizeof c->name, c->dev);
+    c->cu.cuDeviceGetAttribute(&c->cc_major, TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev);
+    c->cu.cuDeviceGetAttribute(&c->cc_minor, TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev);
+    c->cu.cuDeviceGetAttribute(&c->sm_count, TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev);
+    c->cu.cuDeviceGetAttribute(&c->max_threads, TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->dev);
+    snprintf(c->arch, sizeof c->arch, "sm_%d%d", c->cc_major, c->cc_minor);
+    if (tn__nvrtc_load(c->driver_version / 1000) != TN_OK) {
+        snprintf(why, cap, "%s", tn__nvrtc.why);
+        return why;
+    }
+    if (tn__nvrtc.major > c->driver_version / 1000)
+        tn__warn("NVRTC %d.%d (%s) is newer than the driver's CUDA %d.%d: kernels may fail to load; "
+                 "set TN_LIBNVRTC_PATH to a libnvrtc.so.%d", tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path,
+                 c->driver_version / 1000, c->driver_version % 1000 / 10, c->driver_version / 1000);
+    if ((r = c->cu.cuDevicePrimaryCtxRetain(&c->ctx, c->dev)) != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "cuDevicePrimaryCtxRetain failed: %s", tn__cu_errstr(r, eb, sizeof eb));
+        return why;
+    }
+    if ((r = c->cu.cuCtxSetCurrent(c->ctx)) != TN__CUDA_SUCCESS ||
+        (r = c->cu.cuStreamCreate(&c->stream, TN__CU_STREAM_NON_BLOCKING)) != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "creating the context's stream failed: %s", tn__cu_errstr(r, eb, sizeof eb));
+        c->cu.cuDevicePrimaryCtxRelease_v2(c->dev);
+        c->ctx = NULL;
+        return why;
+    }
+    snprintf(c->status, sizeof c->status, "cuda%d: %.100s (%s, %d SMs), driver %d.%d, nvrtc %d.%d (%.200s)",
+             c->ordinal, c->name, c->arch, c->sm_count, c->driver_version / 1000, c->driver_version % 1000 / 10,
+             tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path);
+    return NULL;
+}
+
+TN_API tn_result tn_cuda_init(void) {
+    const tn_config *cfg = tn_get_config();
+    tn__cuda_state *c = &tn__cuda;
+    pthread_mutex_lock(&c->mu);
+    if (c->state == 0) {
+        char why[400];
+        const char *fail = NULL;
+        if (cfg->device == TN_DEVICE_CPU) {
+            snprintf(why, sizeof why, "device=cpu: CUDA not used");
+            fail = why;
+        } else {
+            fail = tn__cuda_open(cfg, why, sizeof why);
+        }
+        if (fail) {
+            snprintf(c->status, sizeof c->status, "%s", fail);
+            if (c->h_cuda) { dlclose(c->h_cuda); c->h_cuda = NULL; }
+            memset(&c->cu, 0, sizeof c->cu);
+            c->state = -1;
+            if (cfg->device == TN_DEVICE_CUDA)   /* asked for explicitly: say why, once */
+            {
+                char dev[16] = "";
+                if (cfg->device_ordinal) snprintf(dev, sizeof dev, "%d", cfg->device_ordinal);
+                tn__warn("device=cuda%s requested but %s; running on the CPU", dev, fail);
+            }
+        } else {
+            c->state = 1;
+            tn__shutdown_hook = tn__cuda_shutdown;
+            tn__cuda_register_backend();
+        }
+    }
+    int st = c->state;
+    pthread_mutex_unlock(&c->mu);
+    if (st > 0) return TN_OK;
+    return tn__err(TN_ERR_DEVICE, "tn_cuda_init: %s", c->status);
+}
+
+TN_API bool tn_cuda_available(void) { return tn_cuda_init() == TN_OK; }
+
+/* Tests: forget a failed initialisation so the next tn_cuda_init() tries
+   again (under another configuration). A working device is kept. */
+static void tn__cuda_forget_failure(void) {
+    pthread_mutex_lock(&tn__cuda.mu);
+    if (tn__cuda.state < 0) { tn__cuda.state = 0; tn__cuda.status[0] = 0; }
+    pthread_mutex_unlock(&tn__cuda.mu);
+}
+
+TN_API const char *tn_cuda_status(void) {
+    if (tn__cuda.state == 0) (void)tn_cuda_init();
+    return tn__cuda.status;
+}
+
+/* Makes the primary context current on the calling thread (once per thread). */
+static _Thread_local tn__CUcontext tn__cuda_bound;
+static tn_result tn__cuda_bind(void) {
+    if (tn__cuda.state <= 0 && tn_cuda_init() != TN_OK) return TN_ERR_DEVICE;
+    if (tn__cuda_bound == tn__cuda.ctx) return TN_OK;
+    TN__CU_CHECK(tn__cuda.cu.cuCtxSetCurrent(tn__cuda.ctx), "binding the CUDA context to this thread");
+    tn__cuda_bound = tn__cuda.ctx;
+    return TN_OK;
+}
+
+/* >>cuda_codegen: a tn_ew_program as one CUDA C kernel ----------------------- */
+
+/* A growable string; on allocation failure it stays marked failed and the
+   caller reports TN_ERR_OOM once at the end. */
+typedef struct tn__sb { char *s; size_t n, cap; bool oom; } tn__sb;
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) { b->oom = true; return; }
+        if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
+        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
+        char *s = (char *)tn__realloc(b->s, cap);
+        if (!s) { b->oom = true; return; }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+static void tn__sb_puts(tn__sb *b, const char *text) { tn__sb_printf(b, "%s", text); }
+
+enum { TN__CUDA_CONTIG = 1, TN__CUDA_STRIDED = 2 };
+
+/* The structure a kernel is specialised for (never sizes). Contiguous: every
+   operand is contiguous with the output's shape, or (scalar_in bit i) input i
+   is a single element read once. Strided: ndim dims after collapsing, shapes
+   and element strides of every operand passed in one struct. */
+typedef struct tn__cuda_layout {
+    int kind;
+    int ndim;
+    uint64_t scalar_in;
+} tn__cuda_layout;
+
+/* Kernel parameter budget: the classic 4 KB of cuLaunchKernel. A strided
+   kernel of rank TN_MAX_DIMS passes n, the shape, and per operand a pointer
+   and TN_MAX_DIMS strides. */
+#define TN__CUDA_PARAM_BUDGET 4096
+#define TN__CUDA_MAX_OPERANDS ((TN__CUDA_PARAM_BUDGET - 8 * (1 + TN_MAX_DIMS)) / (8 + 8 * TN_MAX_DIMS))
+_Static_assert(TN__CUDA_MAX_OPERANDS >= 8, "kernel parameter budget");
+TN_API int tn_cuda_max_fused_operands(void) { return TN__CUDA_MAX_OPERANDS; }
+
+static const char *tn__cuda_ctype(tn_dtype t) {      /* register (compute) type */
+    return t == TN_F16 || t == TN_F32 ? "float" : t == TN_F64 ? "double" : "int64_t";
+}
+static const char *tn__cuda_stype(tn_dtype t) {      /* storage type */
+    switch (t) {
+    case TN_BOOL: return "unsigned char";
+    case TN_I32: return "int";
+    case TN_I64: return "int64_t";
+    case TN_F16: return "unsigned short";
+    case TN_F32: return "float";
+    case TN_F64: return "double";
+    default: return NULL;
+    }
+}
+static bool tn__cuda_is_int(tn_dtype t) { return t == TN_BOOL || t == TN_I32 || t == TN_I64; }
+
+static tn_dtype tn__cuda_reg_dtype(const tn_ew_program *p, int r) {
+    return r < p->n_in ? p->in_dtype[r] : (tn_dtype)p->instr[r - p->n_in].dtype;
+}
+
+/* Register conversions with the CPU engine's storage semantics (src/ops_ew.c.h
+   tn__ew_casts): `expr`, a register of dtype `from`, becomes the register value
+   it would read back as after being stored as dtype `to` (float -> int
+   truncates, NaN and out of range give the minimum; int32 wraps; bool is 0/1;
+   float16 rounds once, also from float64). */
+static void tn__cuda_conv(tn__sb *b, const char *expr, tn_dtype from, tn_dtype to) {
+    bool fi = tn__cuda_is_int(from);
+    if (from == to) { tn__sb_printf(b, "(%s)", expr); return; }   /* registers hold normalised values */
+    switch (to) {
+    case TN_BOOL: tn__sb_printf(b, "((int64_t)((%s) != 0))", expr); break;
+    case TN_I32: tn__sb_printf(b, fi ? "tn_wrap32(%s)" : "tn_d2i32((double)(%s))", expr); break;
+    case TN_I64: tn__sb_printf(b, fi ? "(%s)" : "tn_d2i64((double)(%s))", expr); break;
+    case TN_F16:
+        if (from == TN_F32) tn__sb_printf(b, "tn_rh(%s)", expr);
+        else tn__sb_printf(b, "tn_h2f(tn_d2h((double)(%s)))", expr);
+        break;
+    case TN_F32: tn__sb_printf(b, from == TN_F16 ? "(%s)" : "((float)(%s))", expr); break;
+    case TN_F64: tn__sb_printf(b, "((double)(%s))", expr); break;
+    default: TN_ASSERT(0 && "tn__cuda_conv: dtype"); break;
+    }
+}
+
+/* After an arithmetic instruction: the register holds what its dtype can
+   store (as the CPU's tn__norm_*), so fused equals unfused. */
+static void tn__cuda_norm(tn__sb *b, const char *expr, tn_dtype d) {
+    switch (d) {
+    case TN_F16: tn__sb_printf(b, "tn_rh(%s)", expr); break;
+    case TN_I32: tn__sb_printf(b, "tn_wrap32(%s)", expr); break;
+    case TN_BOOL: tn__sb_printf(b, "((int64_t)((%s) != 0))", expr); break;
+    default: tn__sb_printf(b, "(%s)", expr); break;
+    }
+}
+
+/* A register of dtype `from` as the storage value of dtype `to` (tn__cv_*). */
+static void tn__cuda_store(tn__sb *b, const char *expr, tn_dtype from, tn_dtype to) {
+    bool fi = tn__cuda_is_int(from);
+    switch (to) {
+    case TN_BOOL: tn__sb_printf(b, "(unsigned char)((%s) != 0)", expr); break;
+    case TN_I32: tn__sb_printf(b, fi ? "(int)tn_wrap32(%s)" : "(int)tn_d2i32((double)(%s))", expr); break;
+    case TN_I64: tn__sb_printf(b, fi ? "(int64_t)(%s)" : "tn_d2i64((double)(%s))", expr); break;
+    case TN_F16:
+        if (from == TN_F16 || from == TN_F32) tn__sb_printf(b, "tn_f2h(%s)", expr);
+        else tn__sb_printf(b, "tn_d2h((double)(%s))", expr);
+        break;
+    case TN_F32: tn__sb_printf(b, "(float)(%s)", expr); break;
+    case TN_F64: tn__sb_printf(b, "(double)(%s)", expr); break;
+    default: TN_ASSERT(0 && "tn__cuda_store: dtype"); break;
+    }
+}
+
+
+/* Checks the program before generating code, so malformed input is an error
+   naming the instruction rather than a kernel that does not compile. */
+static tn_result tn__cuda_check_program(const tn_ew_program *p) {
+    if (!p || p->n_in < 0 || p->n_out < 1 || p->n_instr < 0 || (p->n_in && !p->in_dtype) ||
+        (p->n_instr && !p->instr) || !p->out_reg || !p->out_dtype)
+        return tn__err(TN_ERR_INVALID, "tn_cuda codegen: malformed program (no outputs or missing arrays)");
+    if (p->n_in + p->n_out > TN__CUDA_MAX_OPERANDS)
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_cuda codegen: %d inputs + %d outputs exceed the %d operands one kernel "
+                       "can take (tn_cuda_max_fused_operands)", p->n_in, p->n_out, TN__CUDA_MAX_OPERANDS);
+    for (int i = 0; i < p->n_in; i++)
+        if (!tn__cuda_stype(p->in_dtype[i]))
+            return tn__err(TN_ERR_DTYPE, "tn_cuda codegen: input %d has dtype %s", i, tn_dtype_name(p->in_dtype[i]));
+    for (int k = 0; k < p->n_instr; k++) {
+        const tn_ew_instr *in = &p->instr[k];
+        int nreg = p->n_in + k;
+        if (!tn__cuda_stype((tn_dtype)in->dtype))
+            return tn__err(TN_ERR_DTYPE, "tn_cuda codegen: instruction %d has dtype %s", k, tn_dtype_name((tn_dtype)in->dtype));
+        if (in->op == TN_OP_CONSTANT) continue;
+        const tn_ew_info *info = tn__ew_info(in->op);
+        if (!info) return tn__err(TN_ERR_INVALID, "tn_cuda codegen: instruction %d has op %d, not elementwise", k, in->op);
+        const int32_t ops[3] = { in->a, in->b, in->c };
+        for (int j = 0; j < 3; j++) {
+            bool need = j < info->arity;
+            if (need && (ops[j] < 0 || ops[j] >= nreg))
+                return tn__err(TN_ERR_INVALID, "tn_cuda codegen: instruction %d (%s) reads register %d of %d defined",
+                               k, info->name, ops[j], nreg);
+        }
+        if (in->op == TN_OP_CAST) continue;
+        tn_dtype id = (tn_dtype)in->in_dtype;
+        if (!tn__cuda_stype(id))
+            return tn__err(TN_ERR_DTYPE, "tn_cuda codegen: instruction %d (%s) reads operands as %s", k, info->name,
+                           tn_dtype_name(id));
+        /* as the CPU engine: operands already hold the compute type (casts are instructions) */
+        const char *want_out = info->kind == TN_EWK_CMP || info->kind == TN_EWK_LOGIC ? "int64_t" : tn__cuda_ctype(id);
+        if (strcmp(tn__cuda_ctype((tn_dtype)in->dtype), want_out))
+            return tn__err(TN_ERR_INVALID, "tn_cuda codegen: instruction %d (%s) computes %s but its dtype is %s",
+                           k, info->name, want_out, tn_dtype_name((tn_dtype)in->dtype));
+        for (int j = 0; j < info->arity; j++) {
+            const char *want = j == 0 && in->op == TN_OP_WHERE ? "int64_t" : tn__cuda_ctype(id);
+            if (strcmp(tn__cuda_ctype(tn__cuda_reg_dtype(p, ops[j])), want))
+                return tn__err(TN_ERR_INVALID, "tn_cuda codegen: instruction %d (%s) reads register %d as %s but it holds %s",
+                               k, info->name, ops[j], want, tn__cuda_ctype(tn__cuda_reg_dtype(p, ops[j])));
+        }
+    }
+    for (int j = 0; j < p->n_out; j++)
+        if (p->out_reg[j] < 0 || p->out_reg[j] >= p->n_in + p->n_instr || !tn__cuda_stype(p->out_dtype[j]))
+            return tn__err(TN_ERR_INVALID, "tn_cuda codegen: output %d stores register %d as %s", j, p->out_reg[j],
+                           tn_dtype_name(p->out_dtype[j]));
+    return TN_OK;
+}
+
+/* Definitions every kernel starts with: NVRTC has no <stdint.h>, and half
+   conversions are one PTX instruction each (no cuda_fp16.h needed). */
+static void tn__cuda_prelude(tn__sb *b) {
+    tn__sb_puts(b,
+        "typedef long long int64_t;\n"
+        "typedef unsigned long long uint64_t;\n"
+        "#define TN__U(x) ((uint64_t)(x))\n"
+        "#define TN__S(x) ((int64_t)(x))\n"
+        "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+        "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+        "__device__ __forceinline__ unsigned short tn_d2h(double d) { unsigned short h; asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
+        "__device__ __forceinline__ float tn_rh(float f) { return tn_h2f(tn_f2h(f)); }\n"
+        "__device__ __forceinline__ int64_t tn_d2i64(double x) { return x >= -9223372036854775808.0 && x < 9223372036854775808.0 ? (int64_t)x : (int64_t)(-9223372036854775807LL - 1); }\n"
+        "__device__ __forceinline__ int64_t tn_d2i32(double x) { return x > -2147483649.0 && x < 2147483648.0 ? (int64_t)(int)x : (int64_t)(-2147483647 - 1); }\n"
+        "__device__ __forceinline__ int64_t tn_wrap32(int64_t x) { return (int64_t)(int)(unsigned int)(uint64_t)x; }\n"
+        "#define TN__QUAL static __device__ __forceinline__\n");
+    tn__sb_puts(b, tn__scalar_helpers_source());
+    tn__sb_puts(b, "\n#undef TN__QUAL\n");
+}
+
+/* Loads a stored element as a register value. */
+static void tn__cuda_load(tn__sb *b, tn_dtype t, const char *lvalue) {
+    switch (t) {
+    case TN_BOOL: tn__sb_printf(b, "((int64_t)(%s != 0))", lvalue); break;
+    case TN_F16: tn__sb_printf(b, "tn_h2f(%s)", lvalue); break;
+    case TN_I32: tn__sb_printf(b, "((int64_t)%s)", lvalue); break;
+    default: tn__sb_printf(b, "%s", lvalue); break;
+    }
+}
+
+/* tn_eval(registers of the inputs, output element pointers): the program. */
+static void tn__cuda_emit_eval(tn__sb *b, const tn_ew_program *p) {
+    char e[96];
+    tn__sb_puts(b, "static __device__ __forceinline__ void tn_eval(");
+    for (int i = 0; i < p->n_in; i++)
+        tn__sb_printf(b, "%sconst %s r%d", i ? ", " : "", tn__cuda_ctype(p->in_dtype[i]), i);
+    for (int j = 0; j < p->n_out; j++)
+        tn__sb_printf(b, "%s%s *o%d", p->n_in + j ? ", " : "", tn__cuda_stype(p->out_dtype[j]), j);
+    tn__sb_puts(b, ") {\n");
+    for (int k = 0; k < p->n_instr; k++) {
+        const tn_ew_instr *in = &p->instr[k];
+        int r = p->n_in + k;
+        tn_dtype d = (tn_dtype)in->dtype, id = (tn_dtype)in->in_dtype;
+        tn__sb_printf(b, "    %s r%d;\n", tn__cuda_ctype(d), r);
+        if (in->op == TN_OP_CONSTANT) {
+            uint64_t bits;
+            memcpy(&bits, &in->imm, sizeof bits);
+            snprintf(e, sizeof e, "__longlong_as_double(0x%016llxLL) /* %.17g */", (unsigned long long)bits, in->imm);
+            tn__sb_printf(b, "    r%d = ", r);
+            tn__cuda_conv(b, e, TN_F64, d);
+            tn__sb_puts(b, ";\n");
+            continue;
+        }
+        const tn_ew_info *info = tn__ew_info(in->op);
+        if (in->op == TN_OP_CAST) {
+            snprintf(e, sizeof e, "r%d", in->a);
+            tn__sb_printf(b, "    r%d = ", r);
+            tn__cuda_conv(b, e, tn__cuda_reg_dtype(p, in->a), d);
+            tn__sb_printf(b, "; /* cast */\n");
+            continue;
+        }
+        bool fl = !tn__cuda_is_int(id);
+        tn__sb_printf(b, "    { /* %s */\n", info->name);
+        tn__sb_printf(b, "#define TN_T %s\n#define TN_F(fn) %s\n#define TN_I int64_t\n",
+                      tn__cuda_ctype(id), id == TN_F64 || !fl ? "fn" : "fn##f");
+        const int32_t ops[3] = { in->a, in->b, in->c };
+        const char names[3] = { 'a', 'b', 'c' };
+        /* operands are read as they are: check_program made their compute types match */
+        for (int j = 0; j < info->arity; j++)
+            tn__sb_printf(b, "        const %s %c = r%d;\n", j == 0 && in->op == TN_OP_WHERE ? "TN_I" : "TN_T", names[j], ops[j]);
+        tn__sb_printf(b, "        r%d = ", r);
+        /* the table's expression, as text: the same one the CPU compiles;
+           CMP and LOGIC give 0/1 as TN_I, nothing to normalise */
+        if (info->kind == TN_EWK_CMP || info->kind == TN_EWK_LOGIC)
+            tn__sb_printf(b, "(TN_I)(%s)", fl ? info->fexpr : info->iexpr);
+        else {
+            tn__sb_puts(b, "(TN_T)");
+            tn__cuda_norm(b, fl ? info->fexpr : info->iexpr, d);
+        }
+        tn__sb_puts(b, ";\n#undef TN_T\n#undef TN_F\n#undef TN_I\n    }\n");
+    }
+    for (int j = 0; j < p->n_out; j++) {
+        tn_dtype od = p->out_dtype[j];
+        int reg = p->out_reg[j];
+        snprintf(e, sizeof e, "r%d", reg);
+        tn__sb_printf(b, "    *o%d = ", j);
+        tn__cuda_store(b, e, tn__cuda_reg_dtype(p, reg), od);
+        tn__sb_puts(b, ";\n");
+    }
+    tn__sb_puts(b, "}\n");
+}
+
+/* Contiguous kernel: a grid-stride loop over VEC-element vectors (16-byte
+   accesses for the widest operand) when every pointer is aligned, then a
+   scalar loop for the tail (or everything, when unaligned). */
+static void tn__cuda_emit_contig(tn__sb *b, const tn_ew_program *p, uint64_t scalar_in) {
+    size_t widest = 1;
+    for (int i = 0; i < p->n_in; i++)
+        if (!(scalar_in >> i & 1) && tn_dtype_size(p->in_dtype[i]) > widest) widest = tn_dtype_size(p->in_dtype[i]);
+    for (int j = 0; j < p->n_out; j++)
+        if (tn_dtype_size(p->out_dtype[j]) > widest) widest = tn_dtype_size(p->out_dtype[j]);
+    int vec = (int)(16 / widest);
+    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+        bool used = false;
+        for (int i = 0; i < p->n_in; i++) used |= !(scalar_in >> i & 1) && p->in_dtype[i] == t;
+        for (int j = 0; j < p->n_out; j++) used |= p->out_dtype[j] == t;
+        if (used)
+            tn__sb_printf(b, "struct __align__(%d) tn_v%d { %s v[%d]; };\n", (int)(vec * tn_dtype_size(t)), (int)t,
+                          tn__cuda_stype(t), vec);
+    }
+    tn__sb_puts(b, "extern \"C\" __global__ void __launch_bounds__(256) tn_ew(const int64_t n");
+    for (int i = 0; i < p->n_in; i++)
+        tn__sb_printf(b, ", const %s *__restrict__ in%d", tn__cuda_stype(p->in_dtype[i]), i);
+    for (int j = 0; j < p->n_out; j++)
+        tn__sb_printf(b, ", %s *__restrict__ out%d", tn__cuda_stype(p->out_dtype[j]), j);
+    tn__sb_puts(b, ") {\n"
+                   "    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "    const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;\n");
+    for (int i = 0; i < p->n_in; i++) {
+        if (!(scalar_in >> i & 1)) continue;
+        tn__sb_printf(b, "    const %s s%d = ", tn__cuda_ctype(p->in_dtype[i]), i);
+        char lv[32];
+        snprintf(lv, sizeof lv, "in%d[0]", i);
+        tn__cuda_load(b, p->in_dtype[i], lv);
+        tn__sb_puts(b, ";\n");
+    }
+    tn__sb_printf(b, "    int64_t start = 0;\n    if (((0");
+    for (int i = 0; i < p->n_in; i++)
+        if (!(scalar_in >> i & 1))
+            tn__sb_printf(b, " | ((unsigned long long)in%d & %d)", i, (int)(vec * tn_dtype_size(p->in_dtype[i])) - 1);
+    for (int j = 0; j < p->n_out; j++)
+        tn__sb_printf(b, " | ((unsigned long long)out%d & %d)", j, (int)(vec * tn_dtype_size(p->out_dtype[j])) - 1);
+    tn__sb_printf(b, ")) == 0) {\n        const int64_t nv = n / %d;\n", vec);
+    tn__sb_puts(b, "        for (int64_t v = tid; v < nv; v += nthreads) {\n");
+    for (int i = 0; i < p->n_in; i++)
+        if (!(scalar_in >> i & 1))
+            tn__sb_printf(b, "            const tn_v%d x%d = ((const tn_v%d *)in%d)[v];\n",
+                          (int)p->in_dtype[i], i, (int)p->in_dtype[i], i);
+    for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "            tn_v%d y%d;\n", (int)p->out_dtype[j], j);
+    tn__sb_printf(b, "#pragma unroll\n            for (int k = 0; k < %d; k++)\n                tn_eval(", vec);
+    for (int i = 0; i < p->n_in; i++) {
+        char lv[32];
+        if (i) tn__sb_puts(b, ", ");
+        if (scalar_in >> i & 1) { tn__sb_printf(b, "s%d", i); continue; }
+        snprintf(lv, sizeof lv, "x%d.v[k]", i);
+        tn__cuda_load(b, p->in_dtype[i], lv);
+    }
+    for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "%s&y%d.v[k]", p->n_in + j ? ", " : "", j);
+    tn__sb_puts(b, ");\n");
+    for (int j = 0; j < p->n_out; j++)
+        tn__sb_printf(b, "            ((tn_v%d *)out%d)[v] = y%d;\n", (int)p->out_dtype[j], j, j);
+    tn__sb_printf(b, "        }\n        start = nv * %d;\n    }\n", vec);
+    tn__sb_puts(b, "    for (int64_t i = start + tid; i < n; i += nthreads)\n        tn_eval(");
+    for (int i = 0; i < p->n_in; i++) {
+        char lv[32];
+        if (i) tn__sb_puts(b, ", ");
+        if (scalar_in >> i & 1) { tn__sb_printf(b, "s%d", i); continue; }
+        snprintf(lv, sizeof lv, "in%d[i]", i);
+        tn__cuda_load(b, p->in_dtype[i], lv);
+    }
+    for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "%s&out%d[i]", p->n_in + j ? ", " : "", j);
+    tn__sb_puts(b, ");\n}\n");
+}
+
+/* Strided kernel: each thread turns its linear index into coordinates
+   (innermost first) and every operand's element offset (0 strides broadcast). */
+static void tn__cuda_emit_strided(tn__sb *b, const tn_ew_program *p, int nd) {
+    int nops = p->n_in + p->n_out;
+    tn__sb_printf(b, "struct tn_args { int64_t n; int64_t shape[%d]; int64_t st[%d][%d]; };\n", nd, nops, nd);
+    tn__sb_puts(b, "extern \"C\" __global__ void __launch_bounds__(256) tn_ew(const tn_args A");
+    for (int i = 0; i < p->n_in; i++)
+        tn__sb_printf(b, ", const %s *__restrict__ in%d", tn__cuda_stype(p->in_dtype[i]), i);
+    for (int j = 0; j < p->n_out; j++)
+        tn__sb_printf(b, ", %s *__restrict__ out%d", tn__cuda_stype(p->out_dtype[j]), j);
+    tn__sb_puts(b, ") {\n"
+                   "    const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;\n"
+                   "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < A.n; i += nthreads) {\n"
+                   "        int64_t rem = i, q, c;\n");
+    for (int k = 0; k < nops; k++) tn__sb_printf(b, "        int64_t f%d = 0;\n", k);
+    for (int d = nd - 1; d >= 1; d--) {
+        tn__sb_printf(b, "        q = rem / A.shape[%d]; c = rem - q * A.shape[%d]; rem = q;\n", d, d);
+        for (int k = 0; k < nops; k++) tn__sb_printf(b, "        f%d += c * A.st[%d][%d];\n", k, k, d);
+    }
+    for (int k = 0; k < nops; k++) tn__sb_printf(b, "        f%d += rem * A.st[%d][0];\n", k, k);
+    tn__sb_puts(b, "        tn_eval(");
+    for (int i = 0; i < p->n_in; i++) {
+        char lv[32];
+        if (i) tn__sb_puts(b, ", ");
+        snprintf(lv, sizeof lv, "in%d[f%d]", i, i);
+        tn__cuda_load(b, p->in_dtype[i], lv);
+    }
+    for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "%s&out%d[f%d]", p->n_in + j ? ", " : "", j, p->n_in + j);
+    tn__sb_puts(b, ");\n    }\n}\n");
+}
+
+/* The CUDA C source of one kernel "tn_ew" for `p` under layout L. Caller frees. */
+static tn_result tn__cuda_ew_source(const tn_ew_program *p, const tn__cuda_layout *L, char **out) {
+    *out = NULL;
+    tn_result r = tn__cuda_check_program(p);
+    if (r != TN_OK) return r;
+    if (L->kind == TN__CUDA_STRIDED && (L->ndim < 1 || L->ndim > TN_MAX_DIMS))
+        return tn__err(TN_ERR_INVALID, "tn_cuda codegen: strided layout of rank %d", L->ndim);
+    if (L->kind != TN__CUDA_STRIDED && L->kind != TN__CUDA_CONTIG)
+        return tn__err(TN_ERR_INVALID, "tn_cuda codegen: unknown layout kind %d", L->kind);
+    tn__sb b = { 0 };
+    tn__sb_printf(&b, "/* tensor.h fused elementwise kernel: %d in, %d out, %d instructions, %s",
+                  p->n_in, p->n_out, p->n_instr, L->kind == TN__CUDA_CONTIG ? "contiguous" : "strided");
+    if (L->kind == TN__CUDA_STRIDED) tn__sb_printf(&b, " rank %d", L->ndim);
+    tn__sb_puts(&b, " */\n");
+    tn__cuda_prelude(&b);
+    tn__cuda_emit_eval(&b, p);
+    if (L->kind == TN__CUDA_CONTIG) tn__cuda_emit_contig(&b, p, L->scalar_in);
+    else tn__cuda_emit_strided(&b, p, L->ndim);
+    if (b.oom) { tn__free(b.s); return tn__err(TN_ERR_OOM, "tn_cuda codegen: out of memory writing the kernel source"); }
+    *out = b.s;
+    return TN_OK;
+}
+
+/* >>cuda_nvrtc: compile to a cubin ------------------------------------------ */
+
+static _Thread_local char *tn__cuda_compile_log;     /* last failure: log + numbered source */
+
+TN_API const char *tn_cuda_last_compile_log(void) { return tn__cuda_compile_log ? tn__cuda_compile_log : ""; }
+
+/* Keeps the full NVRTC log and the generated source with line numbers for the
+   user (stderr, or the log callback) and for tn_cuda_last_compile_log(). */
+static void tn__cuda_keep_log(const char *what, const char *log, const char *src) {
+    tn__sb b = { 0 };
+    tn__sb_printf(&b, "%s\n--- NVRTC log ---\n%s\n--- generated source ---\n", what, log && *log ? log : "(empty)");
+    int line = 1;
+    for (const char *p = src; *p; line++) {
+        const char *e = strchr(p, '\n');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        tn__sb_printf(&b, "%5d | %.*s\n", line, n, p);
+        p += n + (e != NULL);
+    }
+    if (b.oom) { tn__free(b.s); return; }
+    tn__free(tn__cuda_compile_log);
+    tn__cuda_compile_log = b.s;
+    if (tn__log_fn) tn__log_fn(TN_LOG_ERROR, b.s, tn__log_user);
+    else fprintf(stderr, "tensor.h: %s", b.s);
+}
+
+/* The NVRTC options of a compile, as one string (part of the cache key). */
+static void tn__nvrtc_options(const char *arch, bool fast_math, char *buf, size_t cap) {
+    snprintf(buf, cap, "--gpu-architecture=%s%s", arch, fast_math ? " --use_fast_math" : "");
+}
+
+/* Compiles `src` with NVRTC to a cubin (tn__malloc'd). No GPU needed. */
+static tn_result tn__nvrtc_compile(const char *src, const char *arch, bool fast_math, void **cubin, size_t *size) {
+    *cubin = NULL;
+    *size = 0;
+    tn_result r = tn__nvrtc_load(tn__cuda.driver_version / 1000);
+    if (r != TN_OK) return r;
+    const tn__nvrtc_api *nv = &tn__nvrtc.api;
+    char archopt[48];
+    snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
+    const char *opts[3] = { archopt, "--use_fast_math", NULL };
+    tn__nvrtcProgram prog = NULL;
+    tn__nvrtcResult nr = nv->nvrtcCreateProgram(&prog, src, "tn_kernel.cu", 0, NULL, NULL);
+    if (nr != TN__NVRTC_SUCCESS)
+        return tn__err(nr == 1 ? TN_ERR_OOM : TN_ERR_DEVICE, "nvrtcCreateProgram failed: %s", nv->nvrtcGetErrorString(nr));
+    nr = nv->nvrtcCompileProgram(prog, fast_math ? 2 : 1, opts);
+    if (nr != TN__NVRTC_SUCCESS) {
+        size_t n = 0;
+        char *log = NULL;
+        if (nv->nvrtcGetProgramLogSize(prog, &n) == TN__NVRTC_SUCCESS && (log = (char *)tn__malloc(n + 1)) != NULL) {
+            if (nv->nvrtcGetProgramLog(prog, log) != TN__NVRTC_SUCCESS) log[0] = 0;
+            log[n] = 0;
+        }
+        char what[160];
+        snprintf(what, sizeof what, "NVRTC %d.%d failed to compile a kernel for %s: %s",
+                 tn__nvrtc.major, tn__nvrtc.minor, arch, nv->nvrtcGetErrorString(nr));
+        tn__cuda_keep_log(what, log, src);
+        /* first line of the log in the message; the rest was printed */
+        char first[300] = "";
+        if (log) { size_t k = strcspn(log, "\n"); snprintf(first, sizeof first, "%.*s", (int)(k < 280 ? k : 280), log); }
+        tn__free(log);
+        nv->nvrtcDestroyProgram(&prog);
+        return tn__err(TN_ERR_DEVICE, "%s: %s (full log and numbered source printed; see tn_cuda_last_compile_log())",
+                       what, first);
+    }
+    size_t n = 0;
+    void *bin = NULL;
+    if ((nr = nv->nvrtcGetCUBINSize(prog, &n)) != TN__NVRTC_SUCCESS || n == 0 || !(bin = tn__malloc(n)) ||
+        (nr = nv->nvrtcGetCUBIN(prog, (char *)bin)) != TN__NVRTC_SUCCESS) {
+        tn__free(bin);
+        nv->nvrtcDestroyProgram(&prog);
+        if (!bin && nr == TN__NVRTC_SUCCESS && n) return tn__err(TN_ERR_OOM, "tn_cuda: no memory for a %zu-byte cubin", n);
+        return tn__err(TN_ERR_DEVICE, "nvrtcGetCUBIN failed for %s: %s (is %s a real architecture, e.g. sm_90?)",
+                       arch, nv->nvrtcGetErrorString(nr), arch);
+    }
+    nv->nvrtcDestroyProgram(&prog);
+    *cubin = bin;
+    *size = n;
+    return TN_OK;
+}
+
+/* >>cuda_cache: kernels in memory and on disk -------------------------------- */
+/* The key is the exact text "arch\noptions\nnvrtc M.m\nsource". In memory an
+   entry is found by hash and confirmed by comparing the whole key. On disk,
+   cache_dir/<hash>.cubin holds a header, the key and the cubin: a load
+   compares the key byte for byte and the cubin's hash, so a truncated,
+   corrupt or colliding file is recompiled. Files are written to a unique
+   temporary name and renamed into place (atomic), so concurrent processes
+   at worst both compile and one rename wins; readers never see half a file. */
+
+typedef struct tn__kentry {
+    uint64_t h1, h2;
+    char *key;
+    size_t key_len;
+    void *cubin;
+    size_t size;
+    tn__CUmodule mod;            /* loaded on first use on a device */
+    tn__CUfunction fn;
+    struct tn__kentry *next;
+} tn__kentry;
+
+#define TN__KCACHE_BUCKETS 256
+static struct {
+    pthread_mutex_t mu;
+    tn__kentry *bucket[TN__KCACHE_BUCKETS];
+    tn_cuda_cache_stats stats;
+} tn__kcache = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+TN_API void tn_cuda_get_cache_stats(tn_cuda_cache_stats *out) {
+    pthread_mutex_lock(&tn__kcache.mu);
+    *out = tn__kcache.stats;
+    pthread_mutex_unlock(&tn__kcache.mu);
+}
+
+/* Two independent 64-bit hashes (FNV-1a, and a multiply-rotate one). */
+static void tn__hash128(const void *data, size_t n, uint64_t *h1, uint64_t *h2) {
+    const unsigned char *p = (const unsigned char *)data;
+    uint64_t a = 0xcbf29ce484222325ull, b = 0x9e3779b97f4a7c15ull ^ n;
+    for (size_t i = 0; i < n; i++) {
+        a = (a ^ p[i]) * 0x100000001b3ull;
+        b = (b ^ p[i]) * 0xff51afd7ed558ccdull;
+        b = (b << 29) | (b >> 35);
+    }
+    b ^= b >> 33; b *= 0xc4ceb9fe1a85ec53ull; b ^= b >> 33;
+    *h1 = a;
+    *h2 = b;
+}
+
+/* cache_dir, $XDG_CACHE_HOME/tensor or $HOME/.cache/tensor; "" when none. */
+static void tn__cuda_cache_dir(char *buf, size_t cap) {
+    const tn_config *cfg = tn_get_config();
+    const char *x;
+    if (cfg->cache_dir && *cfg->cache_dir) snprintf(buf, cap, "%s", cfg->cache_dir);
+    else if ((x = getenv("XDG_CACHE_HOME")) && *x) snprintf(buf, cap, "%s/tensor", x);
+    else if ((x = getenv("HOME")) && *x) snprintf(buf, cap, "%s/.cache/tensor", x);
+    else buf[0] = 0;
+}
+
+static bool tn__mkdirs(const char *dir) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return false;
+        *s = '/';
+    }
+    return mkdir(p, 0755) == 0 || errno == EEXIST;
+}
+
+#define TN__KFILE_MAGIC "TNCUBIN1"
+typedef struct tn__kfile_header {
+    char magic[8];
+    uint64_t key_len, cubin_len, cubin_h1, cubin_h2;
+} tn__kfile_header;
+
+static bool tn__read_all(int fd, void *buf, size_t n) {
+    char *p = (char *)buf;
+    while (n) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+static bool tn__write_all(int fd, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k;
+        n -= (size_t)k;
+    }
+    return true;
+}
+
+/* A verified cubin from `path`, or NULL (missing, or rejected as corrupt). */
+static void *tn__kfile_load(const char *path, const char *key, size_t key_len, size_t *size, bool *rejected) {
+    *rejected = false;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return NULL;
+    tn__kcache.stats.disk_reads++;
+    struct stat st;
+    tn__kfile_header h;
+    void *bin = NULL;
+    char *k = NULL;
+    bool ok = fstat(fd, &st) == 0 && tn__read_all(fd, &h, sizeof h) && !memcmp(h.magic, TN__KFILE_MAGIC, 8) &&
+              h.key_len == key_len && h.cubin_len > 0 && h.cubin_len < ((uint64_t)1 << 32) &&
+              (uint64_t)st.st_size == sizeof h + h.key_len + h.cubin_len;
+    if (ok) ok = (k = (char *)tn__malloc(key_len)) != NULL && tn__read_all(fd, k, key_len) && !memcmp(k, key, key_len);
+    if (ok) ok = (bin = tn__malloc((size_t)h.cubin_len)) != NULL && tn__read_all(fd, bin, (size_t)h.cubin_len);
+    if (ok) {
+        uint64_t a, b;
+        tn__hash128(bin, (size_t)h.cubin_len, &a, &b);
+        ok = a == h.cubin_h1 && b == h.cubin_h2;
+    }
+    close(fd);
+    tn__free(k);
+    if (!ok) { tn__free(bin); *rejected = true; return NULL; }
+    *size = (size_t)h.cubin_len;
+    return bin;
+}
+
+/* Writes atomically: unique temporary file, then rename over `path`. */
+static bool tn__kfile_store(const char *dir, const char *path, const char *key, size_t key_len, const void *bin, size_t size) {
+    if (!tn__mkdirs(dir)) return false;
+    static int counter;
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%.1100s.tmp.%ld.%d", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) return false;
+    tn__kfile_header h;
+    memcpy(h.magic, TN__KFILE_MAGIC, 8);
+    h.key_len = key_len;
+    h.cubin_len = size;
+    tn__hash128(bin, size, &h.cubin_h1, &h.cubin_h2);
+    bool ok = tn__write_all(fd, &h, sizeof h) && tn__write_all(fd, key, key_len) && tn__write_all(fd, bin, size);
+    ok = close(fd) == 0 && ok;
+    if (ok) ok = rename(tmp, path) == 0;
+    if (!ok) unlink(tmp);
+    return ok;
+}
+
+/* The cache entry of `src` compiled for `arch`: from memory, else from disk,
+   else compiled (and stored). The entry lives until tn_shutdown. */
+static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fast_math, tn__kentry **out) {
+    *out = NULL;
+    tn_result r = tn__nvrtc_load(tn__cuda.driver_version / 1000);
+    if (r != TN_OK) return r;
+    char opts[96], head[160];
+    tn__nvrtc_options(arch, fast_math, opts, sizeof opts);
+    int hl = snprintf(head, sizeof head, "%s\n%s\nnvrtc %d.%d\n", arch, opts, tn__nvrtc.major, tn__nvrtc.minor);
+    size_t sl = strlen(src), key_len = (size_t)hl + sl;
+    char *key = (char *)tn__malloc(key_len + 1);
+    if (!key) return tn__err(TN_ERR_OOM, "tn_cuda: no memory for a kernel cache key");
+    memcpy(key, head, (size_t)hl);
+    memcpy(key + hl, src, sl + 1);
+    uint64_t h1, h2;
+    tn__hash128(key, key_len, &h1, &h2);
+
+    pthread_mutex_lock(&tn__kcache.mu);
+    tn__kentry **slot = &tn__kcache.bucket[h1 % TN__KCACHE_BUCKETS];
+    for (tn__kentry *e = *slot; e; e = e->next)
+        if (e->h1 == h1 && e->h2 == h2 && e->key_len == key_len && !memcmp(e->key, key, key_len)) {
+            tn__kcache.stats.mem_hits++;
+            pthread_mutex_unlock(&tn__kcache.mu);
+            tn__free(key);
+            *out = e;
+            return TN_OK;
+        }
+    /* Miss: the lock is held through disk and compile so one thread compiles
+       a kernel once; compiles are rare. */
+    char dir[1024], path[1100];
+    tn__cuda_cache_dir(dir, sizeof dir);
+    size_t size = 0;
+    void *bin = NULL;
+    bool rejected = false;
+    if (dir[0]) {
+        snprintf(path, sizeof path, "%s/%016llx%016llx.cubin", dir, (unsigned long long)h1, (unsigned long long)h2);
+        bin = tn__kfile_load(path, key, key_len, &size, &rejected);
+        if (bin) tn__kcache.stats.disk_hits++;
+        if (rejected) tn__kcache.stats.disk_rejects++;
+    }
+    if (!bin) {
+        r = tn__nvrtc_compile(src, arch, fast_math, &bin, &size);
+        if (r != TN_OK) { pthread_mutex_unlock(&tn__kcache.mu); tn__free(key); return r; }
+        tn__kcache.stats.compiles++;
+        if (dir[0] && tn__kfile_store(dir, path, key, key_len, bin, size)) tn__kcache.stats.disk_writes++;
+    }
+    tn__kentry *e = (tn__kentry *)tn__calloc(1, sizeof *e);
+    if (!e) {
+        pthread_mutex_unlock(&tn__kcache.mu);
+        tn__free(key);
+        tn__free(bin);
+        return tn__err(TN_ERR_OOM, "tn_cuda: no memory for a kernel cache entry");
+    }
+    e->h1 = h1; e->h2 = h2; e->key = key; e->key_len = key_len; e->cubin = bin; e->size = size;
+    e->next = *slot;
+    *slot = e;
+    pthread_mutex_unlock(&tn__kcache.mu);
+    *out = e;
+    return TN_OK;
+}
+
+/* Frees every entry (modules first, when a context exists). */
+static void tn__cuda_kcache_clear(void) {
+    pthread_mutex_lock(&tn__kcache.mu);
+    for (int i = 0; i < TN__KCACHE_BUCKETS; i++) {
+        for (tn__kentry *e = tn__kcache.bucket[i], *nx; e; e = nx) {
+            nx = e->next;
+            if (e->mod && tn__cuda.cu.cuModuleUnload) tn__cuda.cu.cuModuleUnload(e->mod);
+            tn__free(e->key);
+            tn__free(e->cubin);
+            tn__free(e);
+        }
+        tn__kcache.bucket[i] = NULL;
+    }
+    pthread_mutex_unlock(&tn__kcache.mu);
+}
+
+/* Public for tests and custom ops: the cubin of CUDA C `src` (which must
+   define its kernels extern "C") for `arch` ("sm_90"; NULL: the device's),
+   through both caches. The pointer stays valid until tn_shutdown(). */
+TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void **cubin, size_t *size) {
+    if (!src || !cubin || !size) return tn__err(TN_ERR_NULL, "tn_cuda_compile: src, cubin or size is NULL");
+    if (!arch) {
+        if (tn_cuda_init() != TN_OK)
+            return tn__err(TN_ERR_DEVICE, "tn_cuda_compile: no arch given and no usable GPU (%s)", tn__cuda.status);
+        arch = tn__cuda.arch;
+    }
+    tn__kentry *e;
+    tn_result r = tn__cuda_kernel_get(src, arch, tn_get_config()->fast_math, &e);
+    if (r != TN_OK) return r;
+    *cubin = e->cubin;
+    *size = e->size;
+    return TN_OK;
+}
+
+/* >>cuda_memory: caching device allocator --------------------------------- */
+/* A steady loop allocates the same sizes every call: freed blocks are kept
+   in lists by rounded size and handed out again, so no cuMemAlloc happens
+   after the first call. One stream orders all work, so a block freed while
+   a kernel may still read it is only reused by later work on that stream.
+   On out-of-memory the cache is returned to the driver and the call retried. */
+
+typedef struct tn__dblock { tn__CUdeviceptr ptr; size_t size; struct tn__dblock *next; } tn__dblock;
+#define TN__DMAP_BUCKETS 1024
+static struct {
+    pthread_mutex_t mu;
+    tn__dblock *live[TN__DMAP_BUCKETS];     /* by pointer */
+    tn__dblock *free_list;                  /* cached blocks, any size */
+    size_t cached_bytes, live_bytes;
+    uint64_t driver_allocs;
+} tn__dmem = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static size_t tn__dround(size_t n) {
+    if (n <= ((size_t)1 << 20)) return (n + 511) & ~(size_t)511;
+    return (n + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+}
+static size_t tn__dhash(tn__CUdeviceptr p) { return (size_t)((p >> 9) * 0x9e3779b97f4a7c15ull >> 54) % TN__DMAP_BUCKETS; }
+
+static void tn__dmem_release_cache(void) {   /* with tn__dmem.mu held */
+    for (tn__dblock *b = tn__dmem.free_list, *nx; b; b = nx) {
+        nx = b->next;
+        tn__cuda.cu.cuMemFree_v2(b->ptr);
+        tn__free(b);
+    }
+    tn__dmem.free_list = NULL;
+    tn__dmem.cached_bytes = 0;
+}
+
+static void *tn__cuda_alloc(int device, size_t bytes) {
+    if (device != tn__cuda.ordinal || tn__cuda_bind() != TN_OK) {
+        tn__err(TN_ERR_DEVICE, "tn_cuda: cannot allocate on device %d (%s)", device, tn__cuda.status);
+        return NULL;
+    }
+    size_t want = tn__dround(bytes);
+    pthread_mutex_lock(&tn__dmem.mu);
+    tn__dblock **pp = &tn__dmem.free_list, *b = NULL;
+    for (; *pp; pp = &(*pp)->next)      /* exact size first: the steady-loop case */
+        if ((*pp)->size == want) { b = *pp; *pp = b->next; break; }
+    if (b) tn__dmem.cached_bytes -= b->size;
+    else {
+        b = (tn__dblock *)tn__calloc(1, sizeof *b);
+        tn__CUresult r = b ? tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want) : TN__CUDA_ERROR_OUT_OF_MEMORY;
+        if (b && r == TN__CUDA_ERROR_OUT_OF_MEMORY && tn__dmem.free_list) {
+            tn__dmem_release_cache();
+            r = tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want);
+        }
+        if (!b || r != TN__CUDA_SUCCESS) {
+            char eb[160];
+            pthread_mutex_unlock(&tn__dmem.mu);
+            tn__free(b);
+            tn__err(r == TN__CUDA_ERROR_OUT_OF_MEMORY || !b ? TN_ERR_OOM : TN_ERR_DEVICE,
+                    "tn_cuda: cuMemAlloc of %zu bytes on cuda%d failed: %s (%zu bytes in use by tensor.h)", want,
+                    device, tn__cu_errstr(r, eb, sizeof eb), tn__dmem.live_bytes);
+            return NULL;
+        }
+        b->size = want;
+        tn__dmem.driver_allocs++;
+    }
+    size_t h = tn__dhash(b->ptr);
+    b->next = tn__dmem.live[h];
+    tn__dmem.live[h] = b;
+    tn__dmem.live_bytes += b->size;
+    pthread_mutex_unlock(&tn__dmem.mu);
+    return (void *)(uintptr_t)b->ptr;
+}
+
+static void tn__cuda_free(int device, void *ptr) {
+    (void)device;
+    if (!ptr) return;
+    tn__CUdeviceptr p = (tn__CUdeviceptr)(uintptr_t)ptr;
+    pthread_mutex_lock(&tn__dmem.mu);
+    tn__dblock **pp = &tn__dmem.live[tn__dhash(p)];
+    while (*pp && (*pp)->ptr != p) pp = &(*pp)->next;
+    tn__dblock *b = *pp;
+    TN_ASSERT(b && "tn__cuda_free: pointer not from tn__cuda_alloc");
+    if (b) {
+        *pp = b->next;
+        tn__dmem.live_bytes -= b->size;
+        b->next = tn__dmem.free_list;
+        tn__dmem.free_list = b;
+        tn__dmem.cached_bytes += b->size;
+    }
+    pthread_mutex_unlock(&tn__dmem.mu);
+}
+
+/* Copies on the back end's stream, then waits (the tn_device_ops contract). */
+static tn_result tn__cuda_copy(void *dst, int dst_device, const void *src, int src_device, size_t bytes) {
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    if (!bytes) return TN_OK;
+    tn__CUstream s = tn__cuda.stream;
+    if (dst_device == TN_HOST && src_device == TN_HOST) { memcpy(dst, src, bytes); return TN_OK; }
+    if (dst_device == TN_HOST)
+        TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoHAsync_v2(dst, (tn__CUdeviceptr)(uintptr_t)src, bytes, s), "copying device to host");
+    else if (src_device == TN_HOST)
+        TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)dst, src, bytes, s), "copying host to device");
+    else
+        TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)dst, (tn__CUdeviceptr)(uintptr_t)src, bytes, s),
+                     "copying device to device");
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(s), "waiting for a copy");
+    return TN_OK;
+}
+
+static const tn_device_ops tn__cuda_device_ops = { tn__cuda_alloc, tn__cuda_free, tn__cuda_copy };
+
+/* >>cuda_launch: run a tn_ew_program on device arrays ------------------------ */
+
+/* Kernels a node has used, by layout: the steady state finds its function
+   here without generating or hashing source. */
+#define TN__EW_STATE_KERNELS 8
+typedef struct tn__cuda_ew_state {
+    const tn_ew_program *prog;
+    int n;
+    struct { tn__cuda_layout L; tn__CUfunction fn; } k[TN__EW_STATE_KERNELS];
+} tn__cuda_ew_state;
+
+/* The function of a cache entry on this device (module loaded once). */
+static tn_result tn__cuda_entry_function(tn__kentry *e, const char *name, tn__CUfunction *fn) {
+    pthread_mutex_lock(&tn__kcache.mu);
+    tn__CUresult r = TN__CUDA_SUCCESS;
+    if (!e->mod) r = tn__cuda.cu.cuModuleLoadData(&e->mod, e->cubin);
+    if (r == TN__CUDA_SUCCESS && !e->fn) r = tn__cuda.cu.cuModuleGetFunction(&e->fn, e->mod, name);
+    *fn = e->fn;
+    pthread_mutex_unlock(&tn__kcache.mu);
+    if (r != TN__CUDA_SUCCESS) {
+        char eb[160];
+        return tn__err(TN_ERR_DEVICE, "tn_cuda: loading kernel %s for %s failed: %s", name, tn__cuda.arch,
+                       tn__cu_errstr(r, eb, sizeof eb));
+    }
+    return TN_OK;
+}
+
+static tn_result tn__cuda_ew_function(tn__cuda_ew_state *st, const tn__cuda_layout *L, tn__CUfunction *fn) {
+    for (int i = 0; i < st->n; i++)
+        if (st->k[i].L.kind == L->kind && st->k[i].L.ndim == L->ndim && st->k[i].L.scalar_in == L->scalar_in) {
+            *fn = st->k[i].fn;
+            return TN_OK;
+        }
+    char *src = NULL;
+    tn_result r = tn__cuda_ew_source(st->prog, L, &src);
+    if (r != TN_OK) return r;
+    if (tn_get_config()->print_kernels) fprintf(stderr, "tensor.h: kernel source:\n%s\n", src);
+    tn__kentry *e;
+    r = tn__cuda_kernel_get(src, tn__cuda.arch, tn_get_config()->fast_math, &e);
+    tn__free(src);
+    if (r == TN_OK) r = tn__cuda_entry_function(e, "tn_ew", fn);
+    if (r != TN_OK) return r;
+    int slot = st->n < TN__EW_STATE_KERNELS ? st->n++ : TN__EW_STATE_KERNELS - 1;
+    st->k[slot].L = *L;
+    st->k[slot].fn = *fn;
+    return TN_OK;
+}
+
+/* Runs the program over out[0]'s shape on the back end's stream (async). */
+static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_array *const *out, const char *who) {
+    const tn_ew_program *p = st->prog;
+    const int n_in = p->n_in, nops = p->n_in + p->n_out;
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    const tn_array *arr[TN__CUDA_MAX_OPERANDS];
+    const tn_array *o0 = out[0];
+    int nd = o0->ndim;
+    int64_t total = 1;
+    for (int d = 0; d < nd; d++) total *= o0->shape[d];
+    for (int o = 0; o < nops; o++) {
+        const tn_array *a = arr[o] = o < n_in ? in[o] : out[o - n_in];
+        tn_dtype want = o < n_in ? p->in_dtype[o] : p->out_dtype[o - n_in];
+        if (a->device != tn__cuda.ordinal)
+            return tn__err(TN_ERR_DEVICE, "%s: %s %d lives on %s, not cuda%d", who, o < n_in ? "input" : "output",
+                           o < n_in ? o : o - n_in, a->device == TN_HOST ? "the host" : "another device", tn__cuda.ordinal);
+        if (a->dtype != want)
+            return tn__err(TN_ERR_DTYPE, "%s: %s %d is %s, the kernel expects %s", who, o < n_in ? "input" : "output",
+                           o < n_in ? o : o - n_in, tn_dtype_name(a->dtype), tn_dtype_name(want));
+        if (a->ndim > nd) return tn__err(TN_ERR_SHAPE, "%s: operand %d has more dims than the output", who, o);
+    }
+    if (total == 0) return TN_OK;
+    /* Layout: contiguous when every output is contiguous and every input is
+       contiguous of the same size or a single element. */
+    tn__cuda_layout L = { TN__CUDA_CONTIG, 0, 0 };
+    for (int o = 0; o < nops && L.kind == TN__CUDA_CONTIG; o++) {
+        int64_t size = tn_array_size(arr[o]);
+        if (o < n_in && size == 1) { L.scalar_in |= (uint64_t)1 << o; continue; }
+        if (size != total || !tn_array_is_contiguous(arr[o])) L.kind = TN__CUDA_STRIDED;
+    }
+    /* Strided: align dims to the output, drop size-1 dims, merge chained dims. */
+    int64_t shape[TN_MAX_DIMS], st_[TN__CUDA_MAX_OPERANDS][TN_MAX_DIMS];
+    int cd = 0;
+    if (L.kind == TN__CUDA_STRIDED) {
+        L.scalar_in = 0;
+        for (int d = 0; d < nd; d++) {
+            int64_t n = o0->shape[d];
+            if (n == 1) continue;
+            bool merge = cd > 0;
+            int64_t s[TN__CUDA_MAX_OPERANDS];
+            for (int o = 0; o < nops; o++) {
+                const tn_array *a = arr[o];
+                int ad = d - (nd - a->ndim);
+                int64_t es = (int64_t)tn_dtype_size(a->dtype);
+                s[o] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad] / es;
+                if (ad >= 0 && a->shape[ad] != 1 && a->strides[ad] % es)
+                    return tn__err(TN_ERR_UNSUPPORTED, "%s: operand %d has a stride of %lld bytes, not a multiple of its "
+                                   "element size", who, o, (long long)a->strides[ad]);
+                if (merge && st_[o][cd - 1] != s[o] * n) merge = false;
+            }
+            if (merge) shape[cd - 1] *= n;
+            else shape[cd++] = n;
+            for (int o = 0; o < nops; o++) st_[o][cd - 1] = s[o];
+        }
+        if (cd == 0) { cd = 1; shape[0] = 1; for (int o = 0; o < nops; o++) st_[o][0] = 0; }
+        L.ndim = cd;
+    }
+    tn__CUfunction fn;
+    if ((r = tn__cuda_ew_function(st, &L, &fn)) != TN_OK) return r;
+
+    /* Parameters: n or the args struct (int64 fields only: no padding), then pointers. */
+    int64_t args[1 + TN_MAX_DIMS + TN__CUDA_MAX_OPERANDS * TN_MAX_DIMS];
+    void *ptrs[TN__CUDA_MAX_OPERANDS];
+    void *params[1 + TN__CUDA_MAX_OPERANDS];
+    args[0] = total;
+    if (L.kind == TN__CUDA_STRIDED) {
+        for (int d = 0; d < cd; d++) args[1 + d] = shape[d];
+        for (int o = 0; o < nops; o++)
+            for (int d = 0; d < cd; d++) args[1 + cd + o * cd + d] = st_[o][d];
+    }
+    params[0] = args;
+    for (int o = 0; o < nops; o++) { ptrs[o] = arr[o]->data; params[1 + o] = &ptrs[o]; }
+    int64_t work = L.kind == TN__CUDA_CONTIG ? (total + 3) / 4 : total;
+    int64_t blocks = (work + 255) / 256, cap = (int64_t)tn__cuda.sm_count * 16;
+    if (blocks > cap && cap > 0) blocks = cap;
+    if (blocks < 1) blocks = 1;
+    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, tn__cuda.stream, params, NULL), who);
+    if (tn_get_config()->launch_blocking)
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), who);
+    return TN_OK;
+}
+
+/* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
+
+static bool tn__cuda_supports(const tn_var *node) {
+    if (node->op != TN_OP_COMPOSITE && !tn__ew_info(node->op)) return false;
+    if (node->n_in + node->n_out > TN__CUDA_MAX_OPERANDS) return false;
+    for (int i = 0; i < node->n_in; i++)
+        if (!tn__cuda_stype(node->in[i]->type.dtype)) return false;
+    return true;
+}
+
+static tn_result tn__cuda_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    const tn_ew_program *p = node->op == TN_OP_COMPOSITE ? (const tn_ew_program *)node->ext
+                                                         : tn__ew_program_of((tn_var *)node);
+    if (!p) return tn__err(TN_ERR_INTERNAL, "tn_cuda: node %d has no elementwise program", node->id);
+    tn_result r = tn__cuda_check_program(p);
+    if (r != TN_OK) return r;
+    tn__cuda_ew_state *st = (tn__cuda_ew_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+    st->prog = p;
+    *state = st;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    char who[96];
+    snprintf(who, sizeof who, "GpuElemwise (node %d)", node->id);
+    return tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, who);
+}
+
+static void tn__cuda_release(void *state) { tn__free(state); }
+
+static tn_result tn__cuda_synchronize(void) {
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "synchronizing the stream");
+    return TN_OK;
+}
+
+/* place is NULL until the placement rewrite lands: every node stays on the host. */
+static const tn_backend tn__cuda_backend = {
+    "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, NULL
+};
+
+static void tn__cuda_register_backend(void) {
+    tn__set_device_ops(&tn__cuda_device_ops);
+    tn__set_backend(&tn__cuda_backend);
+}
+
+static void tn__cuda_shutdown(void) {
+    tn__cuda_kcache_clear();
+    if (tn__cuda.state <= 0) return;
+    if (tn__cuda_bind() == TN_OK) {
+        tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        pthread_mutex_lock(&tn__dmem.mu);
+        tn__dmem_release_cache();
+        pthread_mutex_unlock(&tn__dmem.mu);
+    }
+}
+
+#endif /* TENSOR_IMPLEMENTATION */

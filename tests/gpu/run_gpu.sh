@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds and runs the CUDA back end's tests on a GPU machine (H100/H200) and
+# prints one table. Run from the repository root:  tests/gpu/run_gpu.sh
+#   test_cuda_decls     our CUDA declarations vs the real cuda.h/nvrtc.h/cublas_v2.h
+#   test_nvrtc          every generated kernel compiles (sm_90, sm_80); disk cache
+#   test_cuda_fallback  device=cpu/auto/cuda selection without a driver (forced)
+#   test_cuda           every op x dtype x layout x size on the GPU vs the CPU
+#                       engine; fused/f16/casts; steady-loop allocation; OOM;
+#                       exp launch timing (us per call)
+#   memcheck            compute-sanitizer --tool memcheck on test_cuda (if found)
+set -u
+CC=${CC:-cc}
+BUILD=${BUILD:-build-gpu}
+CUDA_INC=${CUDA_PATH:-/usr/local/cuda}/include
+mkdir -p "$BUILD"
+FLAGS="-std=c11 -Wall -Wextra -Werror -Wno-unused-function -O2 -g -I."
+status=0
+rows=()
+run() {   # name, command...
+    local name=$1; shift
+    local t0=$(date +%s.%N)
+    out=$("$@" 2>&1); rc=$?
+    local t1=$(date +%s.%N)
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    skip=$(printf '%s\n' "$out" | grep -E '^SKIP' | head -n 1)
+    note=$(printf '%s\n' "$out" | grep -E '^(cuda[0-9]|  exp over|  [0-9]+ op cases|NVRTC [0-9])' | tr '\n' ';' | cut -c1-150)
+    [ -n "$skip" ] && line="$skip"
+    [ -z "$line" ] && line="CRASH (exit $rc)"
+    [ "$rc" -ne 0 ] && { status=1; printf '%s\n' "$out" | grep -E '^(FAIL|CRASH|=+ ERROR|ERROR SUMMARY)' | head -n 30; }
+    rows+=("$(printf '%-20s %-6s %-40s %6.1fs  %s' "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$line" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$note")")
+}
+build() {   # test, extra flags
+    $CC $FLAGS $2 -o "$BUILD/$1" "tests/$1.c" -lm -lpthread -ldl || { echo "BUILD FAILED: $1"; status=1; return 1; }
+}
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+build test_cuda_decls "-I$CUDA_INC" && run test_cuda_decls "$BUILD/test_cuda_decls"
+build test_nvrtc "" && run test_nvrtc "$BUILD/test_nvrtc"
+build test_cuda_fallback "" && run test_cuda_fallback "$BUILD/test_cuda_fallback"
+if build test_cuda ""; then
+    run test_cuda "$BUILD/test_cuda"
+    CS=$(command -v compute-sanitizer || ls ${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer 2>/dev/null)
+    if [ -n "$CS" ]; then
+        run memcheck env TN_TEST_QUICK=1 "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$BUILD/test_cuda"
+    else
+        rows+=("memcheck             skip   compute-sanitizer not found")
+    fi
+fi
+echo
+printf '%-20s %-6s %-40s %7s  %s\n' test result summary time notes
+for r in "${rows[@]}"; do echo "$r"; done
+exit $status

@@ -1,0 +1,170 @@
+/* Every error a user can hit building, compiling and calling a function:
+   the result code AND the words the message must contain. */
+#define TENSOR_IMPLEMENTATION
+#include "tensor.h"
+#include "harness.h"
+
+TEST(test_function_desc_errors) {
+    tn_graph *g = tn_graph_new(), *h = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32), *y = tn_vector(g, "y", TN_F32);
+    tn_var *z = tn_add(x, y);
+    CHECK(tn_function(g, NULL) == NULL, "NULL desc");
+    CHECK_ERR(TN_ERR_NULL, "tn_function: desc is NULL");
+    CHECK(tn_function(NULL, &(tn_func_desc){ .n_outputs = 1, .outputs = &z }) == NULL, "NULL graph");
+    CHECK_ERR(TN_ERR_NULL, "graph is NULL");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_outputs = 1 }) == NULL, "NULL outputs");
+    CHECK_ERR(TN_ERR_NULL, "outputs is NULL");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 2, .n_outputs = 1, .outputs = &z }) == NULL, "NULL inputs");
+    CHECK_ERR(TN_ERR_NULL, "inputs is NULL");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = -1, .n_outputs = 1, .outputs = &z }) == NULL, "negative count");
+    CHECK_ERR(TN_ERR_NUM_INPUTS, "n_inputs -1");
+    CHECK(tn_function(g, &(tn_func_desc){ 0 }) == NULL, "nothing to compute");
+    CHECK_ERR(TN_ERR_INVALID, "no outputs");
+    tn_var *nul = NULL;
+    CHECK(tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &nul }) == NULL, "NULL output var");
+    CHECK_ERR(TN_ERR_NULL, "output 0 is NULL");
+    /* unreachable input: the message names the output and the input */
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &z }) == NULL, "missing input");
+    CHECK_ERR(TN_ERR_INVALID, "tn_function: output 0 depends on input 'y', which is not in inputs");
+    /* inputs must be symbolic inputs of this graph, listed once */
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = (tn_var *[]){ x, y, x }, .n_outputs = 1, .outputs = &z }) == NULL, "dup");
+    CHECK_ERR(TN_ERR_INVALID, "'x' is listed twice");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, z }, .n_outputs = 1, .outputs = &z }) == NULL, "non-input");
+    CHECK_ERR(TN_ERR_INVALID, "input 1");
+    tn_var *hx = tn_vector(h, "hx", TN_F32);
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &hx, .n_outputs = 1, .outputs = &hx }) == NULL, "other graph");
+    CHECK_ERR(TN_ERR_GRAPH, "input 0 ('hx') belongs to another graph");
+    tn_graph_free(g);
+    tn_graph_free(h);
+}
+
+TEST(test_update_errors) {
+    tn_graph *g = tn_graph_new();
+    tn_array *wv = tn_array_zeros(TN_F32, 1, (int64_t[]){ 3 });
+    tn_var *w = tn_shared(g, "w", wv);
+    tn_var *x = tn_vector(g, "x", TN_F32), *xd = tn_vector(g, "xd", TN_F64), *m = tn_matrix(g, "m", TN_F32);
+    tn_var *upd_f64 = tn_add(w, xd);
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &xd, .n_updates = 1, .updates = &(tn_update){ w, upd_f64 } }) == NULL, "dtype");
+    CHECK_ERR(TN_ERR_UPDATE, "'w'");
+    CHECK(strstr(tn_last_error(), "float32") && strstr(tn_last_error(), "float64"), "both types named: %s", tn_last_error());
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &m, .n_updates = 1, .updates = &(tn_update){ w, m } }) == NULL, "ndim");
+    CHECK_ERR(TN_ERR_UPDATE, "TensorType(float32, (?, ?))");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_updates = 1, .updates = &(tn_update){ x, w } }) == NULL, "target");
+    CHECK_ERR(TN_ERR_UPDATE, "'x' is not a shared variable");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_updates = 2,
+                                          .updates = (tn_update[]){ { w, x }, { w, tn_neg(x) } } }) == NULL, "twice");
+    CHECK_ERR(TN_ERR_UPDATE, "'w' is updated twice");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &(tn_update){ w, NULL } }) == NULL, "NULL value");
+    CHECK_ERR(TN_ERR_NULL, "update 0 ('w')");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &(tn_update){ w, tn_add(w, x) } }) == NULL, "update needs input");
+    CHECK_ERR(TN_ERR_INVALID, "update 0 (of 'w') depends on input 'x'");
+    tn_array_free(wv);
+    tn_graph_free(g);
+}
+
+TEST(test_call_errors) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_input(g, "x", TN_F32, 2, (int64_t[]){ -1, 3 }, NULL);
+    tn_var *r = tn_row(g, "r", TN_F32);
+    tn_var *y = tn_add(x, r);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, r }, .n_outputs = 1, .outputs = &y, .name = "step" });
+    CHECK(f, "compile: %s", tn_last_error());
+    tn_array *good = tn_array_ones(TN_F32, 2, (int64_t[]){ 2, 3 });
+    tn_array *rv = tn_array_ones(TN_F32, 2, (int64_t[]){ 1, 3 });
+    tn_array *o = NULL;
+    CHECK(tn_call(f, NULL, &o) == TN_ERR_NUM_INPUTS, "no inputs");
+    CHECK_ERR(TN_ERR_NUM_INPUTS, "step: expects 2 inputs");
+    CHECK(tn_call(f, (tn_array *[]){ good, NULL }, &o) == TN_ERR_NULL, "NULL input");
+    CHECK_ERR(TN_ERR_NULL, "step: input 1 ('r') is NULL");
+    CHECK(tn_call(f, (tn_array *[]){ good, rv }, NULL) == TN_ERR_NULL, "NULL outputs");
+    CHECK_ERR(TN_ERR_NULL, "outputs is NULL");
+    CHECK(tn_call(NULL, NULL, NULL) == TN_ERR_NULL, "NULL function");
+    CHECK_ERR(TN_ERR_NULL, "tn_call");
+    tn_array *d64 = tn_array_ones(TN_F64, 2, (int64_t[]){ 2, 3 });
+    CHECK(tn_call(f, (tn_array *[]){ d64, rv }, &o) == TN_ERR_DTYPE, "dtype");
+    CHECK_ERR(TN_ERR_DTYPE, "input 0 ('x') expects TensorType(float32, (?, 3)) but got a float64 array");
+    tn_array *v1 = tn_array_ones(TN_F32, 1, (int64_t[]){ 3 });
+    CHECK(tn_call(f, (tn_array *[]){ v1, rv }, &o) == TN_ERR_SHAPE, "ndim");
+    CHECK_ERR(TN_ERR_SHAPE, "of 1 dims (3,)");
+    tn_array *w4 = tn_array_ones(TN_F32, 2, (int64_t[]){ 2, 4 });
+    CHECK(tn_call(f, (tn_array *[]){ w4, rv }, &o) == TN_ERR_SHAPE, "static dim");
+    CHECK_ERR(TN_ERR_SHAPE, "expects shape (?, 3) but got (2, 4)");
+    tn_array *r2 = tn_array_ones(TN_F32, 2, (int64_t[]){ 2, 3 });
+    CHECK(tn_call(f, (tn_array *[]){ good, r2 }, &o) == TN_ERR_SHAPE, "broadcastable dim");
+    CHECK_ERR(TN_ERR_SHAPE, "input 1 ('r')");
+    CHECK(strstr(tn_last_error(), "broadcastable"), "says why: %s", tn_last_error());
+    CHECK(tn_call(f, (tn_array *[]){ good, rv }, &o) == TN_OK, "and a good call works: %s", tn_last_error());
+    tn_array_free(o);
+    tn_array_free(good); tn_array_free(rv); tn_array_free(d64); tn_array_free(v1); tn_array_free(w4); tn_array_free(r2);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* Shapes unknown at build time that do not match at call time: the error
+   names the op and both shapes, and no shared value changes. */
+TEST(test_call_time_shape_mismatch_keeps_state) {
+    tn_graph *g = tn_graph_new();
+    tn_array *w0 = tn_array_rand_uniform(TN_F64, 1, (int64_t[]){ 4 }, -1, 1, 1);
+    tn_var *w = tn_shared(g, "w", w0);
+    tn_var *a = tn_vector(g, "a", TN_F64), *b = tn_vector(g, "b", TN_F64);
+    tn_var *s = tn_mul(a, b);
+    tn_var *neww = tn_add(w, tn_lit(w, 1.0));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ a, b }, .n_outputs = 1, .outputs = &s,
+                                                 .n_updates = 1, .updates = &(tn_update){ w, neww }, .mode = TN_MODE_FAST_COMPILE });
+    CHECK(f, "compile: %s", tn_last_error());
+    tn_array *av = tn_array_ones(TN_F64, 1, (int64_t[]){ 3 }), *bv = tn_array_ones(TN_F64, 1, (int64_t[]){ 5 }), *o = NULL;
+    CHECK(tn_call(f, (tn_array *[]){ av, bv }, &o) == TN_ERR_SHAPE, "(3,) * (5,)");
+    CHECK_ERR(TN_ERR_SHAPE, "(3,)");
+    CHECK(strstr(tn_last_error(), "(5,)") && strstr(tn_last_error(), "mul"), "names op and shapes: %s", tn_last_error());
+    CHECK(o == NULL, "no output");
+    for (int64_t i = 0; i < 4; i++) CHECK(tn_array_get(tn_shared_get(w), &i) == tn_array_get(w0, &i), "w unchanged at %lld", (long long)i);
+    tn_array *bv3 = tn_array_ones(TN_F64, 1, (int64_t[]){ 3 });
+    CHECK(tn_call(f, (tn_array *[]){ av, bv3 }, &o) == TN_OK, "recovers: %s", tn_last_error());
+    int64_t i0 = 0;
+    CHECK(tn_array_get(tn_shared_get(w), &i0) == tn_array_get(w0, &i0) + 1.0, "updated once");
+    tn_array_free(o); tn_array_free(av); tn_array_free(bv); tn_array_free(bv3); tn_array_free(w0);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+TEST(test_build_time_errors) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_input(g, "x", TN_F32, 2, (int64_t[]){ 2, 3 }, NULL);
+    tn_var *y = tn_input(g, "y", TN_F32, 2, (int64_t[]){ 4, 3 }, NULL);
+    CHECK(tn_add(x, y) == NULL, "(2,3)+(4,3)");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_add");
+    CHECK(strstr(tn_last_error(), "(2, 3)") && strstr(tn_last_error(), "(4, 3)"), "both shapes: %s", tn_last_error());
+    CHECK(tn_sum(x, (const int[]){ 2 }, 1, false) == NULL, "axis out of range");
+    CHECK(tn_last_result() == TN_ERR_AXIS && strstr(tn_last_error(), "tn_sum") && strstr(tn_last_error(), "2"), "axis: %s", tn_last_error());
+    CHECK(tn_reshape(x, 2, (int64_t[]){ 4, 2 }) == NULL, "reshape to another size");
+    CHECK(tn_last_result() == TN_ERR_SHAPE || tn_last_result() == TN_ERR_UNSUPPORTED, "reshape: %s", tn_last_error());
+    if (tn_last_result() == TN_ERR_SHAPE)
+        CHECK(strstr(tn_last_error(), "tn_reshape") && strstr(tn_last_error(), "(4, 2)"), "reshape message: %s", tn_last_error());
+    tn_graph_free(g);
+}
+
+TEST(test_stale_input) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *y = tn_neg(x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .borrow = true });
+    tn_array *xv = tn_array_ones(TN_F32, 1, (int64_t[]){ 3 }), *o1 = NULL, *o2 = NULL;
+    CHECK(f && tn_call(f, &xv, &o1) == TN_OK, "call");
+    CHECK(tn_call(f, &xv, &o2) == TN_OK, "call 2");
+    CHECK(tn_call(f, &o1, &o2) == TN_ERR_STALE, "a stale borrowed array as input");
+    CHECK_ERR(TN_ERR_STALE, "input 0 ('x')");
+    tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+int main(void) {
+    tn_init(NULL);
+    TH_RUN(test_function_desc_errors);
+    TH_RUN(test_update_errors);
+    TH_RUN(test_call_errors);
+    TH_RUN(test_call_time_shape_mismatch_keeps_state);
+    TH_RUN(test_build_time_errors);
+    TH_RUN(test_stale_input);
+    TH_END();
+}

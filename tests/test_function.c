@@ -1,0 +1,447 @@
+/* Compiled functions: copy and borrow semantics, updates, shared variables,
+   allocation-free steady state, shape changes, the memory plan, debugprint. */
+#include <stdlib.h>
+static long th_mallocs;     /* every allocation the library makes goes through these hooks */
+static void *th_malloc(size_t n) { th_mallocs++; return malloc(n); }
+static void *th_realloc(void *p, size_t n) { th_mallocs++; return realloc(p, n); }
+#define TN_MALLOC(n) th_malloc(n)
+#define TN_REALLOC(p, n) th_realloc(p, n)
+#define TN_FREE(p) free(p)
+#define TENSOR_IMPLEMENTATION
+#include "tensor.h"
+#include "harness.h"
+
+static double at1(const tn_array *a, int64_t i) { return tn_array_get(a, &i); }
+static double at2(const tn_array *a, int64_t i, int64_t j) { return tn_array_get(a, (int64_t[]){ i, j }); }
+
+static tn_array *rand_f32(int ndim, const int64_t *shape, uint64_t seed) {
+    return tn_array_rand_uniform(TN_F32, ndim, shape, 0.5, 2.0, seed);
+}
+
+/* Captures what a printer writes. */
+static char *capture(tn_result (*fn)(const void *, FILE *), const void *arg) {
+    FILE *m = tmpfile();
+    if (!m) return calloc(1, 1);
+    fn(arg, m);
+    long len = ftell(m);
+    char *buf = (char *)calloc((size_t)len + 1, 1);
+    rewind(m);
+    if (buf && fread(buf, 1, (size_t)len, m) != (size_t)len) buf[0] = 0;
+    fclose(m);
+    return buf;
+}
+static tn_result dp_var(const void *v, FILE *o) { return tn_debugprint((const tn_var *)v, o); }
+static tn_result dp_fn(const void *f, FILE *o) { return tn_debugprint_function((const tn_func *)f, o); }
+static tn_result dp_topo(const void *f, FILE *o) { return tn_print_toposort((const tn_func *)f, o); }
+
+TEST(test_copy_output_independent) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *y = tn_exp(tn_mul(x, tn_scalar_const(g, 2.0)));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    CHECK(f, "compile: %s", tn_last_error());
+    tn_array *a = rand_f32(1, (int64_t[]){ 7 }, 1), *b = rand_f32(1, (int64_t[]){ 7 }, 2);
+    tn_array *o1 = NULL, *o2 = NULL;
+    CHECK(tn_call(f, &a, &o1) == TN_OK, "call 1: %s", tn_last_error());
+    CHECK(tn_call(f, &b, &o2) == TN_OK, "call 2: %s", tn_last_error());
+    CHECK(o1 && o2 && o1 != o2 && o1->data != o2->data && o1->live_gen == NULL, "copies");
+    for (int64_t i = 0; o1 && o2 && i < 7; i++) {
+        CHECK(th_close(at1(o1, i), exp(2.0 * at1(a, i)), 1e-6, 0), "first result kept at %lld", (long long)i);
+        CHECK(th_close(at1(o2, i), exp(2.0 * at1(b, i)), 1e-6, 0), "second result at %lld", (long long)i);
+    }
+    tn_array_free(o1); tn_array_free(o2); tn_array_free(a); tn_array_free(b);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+TEST(test_borrowed_output) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *y = tn_sqr(x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .borrow = true });
+    tn_array *a = tn_array_rand_normal(TN_F64, 1, (int64_t[]){ 5 }, 0, 1, 3);
+    tn_array *b = tn_array_rand_normal(TN_F64, 1, (int64_t[]){ 5 }, 0, 1, 4);
+    tn_array *o1 = NULL, *o2 = NULL;
+    CHECK(f && tn_call(f, &a, &o1) == TN_OK, "call 1: %s", tn_last_error());
+    CHECK(o1 && o1->live_gen != NULL && tn_array_check(o1) == TN_OK, "borrowed and fresh");
+    for (int64_t i = 0; o1 && i < 5; i++) CHECK(at1(o1, i) == at1(a, i) * at1(a, i), "value %lld", (long long)i);
+    const void *data1 = o1 ? o1->data : NULL;
+    CHECK(tn_call(f, &b, &o2) == TN_OK, "call 2: %s", tn_last_error());
+    CHECK(o2 && o2->data == data1, "the same internal buffer is reused");
+    CHECK(tn_array_check(o1) == TN_ERR_STALE, "first borrowed array is stale");
+    CHECK_ERR(TN_ERR_STALE, "stale");
+    CHECK(tn_array_check(o2) == TN_OK, "second is fresh");
+    for (int64_t i = 0; o2 && i < 5; i++) CHECK(at1(o2, i) == at1(b, i) * at1(b, i), "value %lld", (long long)i);
+    tn_array_free(o2);                 /* no-op on a borrowed array */
+    /* copy and borrow mixed per output */
+    tn_var *outs[2] = { y, tn_neg(x) };
+    tn_func *f2 = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = outs,
+                                                  .borrow_outputs = (const bool[]){ false, true } });
+    tn_array *r[2] = { NULL, NULL };
+    CHECK(f2 && tn_call(f2, &a, r) == TN_OK, "mixed: %s", tn_last_error());
+    CHECK(r[0] && !r[0]->live_gen && r[1] && r[1]->live_gen, "per-output borrow");
+    for (int64_t i = 0; r[0] && r[1] && i < 5; i++) CHECK(at1(r[1], i) == -at1(a, i) && at1(r[0], i) == at1(a, i) * at1(a, i), "values");
+    tn_array_free(r[0]);
+    tn_array_free(a); tn_array_free(b);
+    tn_function_free(f); tn_function_free(f2);
+    tn_graph_free(g);
+}
+
+/* w <- w - 0.1 * w * x; the output w*x must use the old w, and so must the update. */
+TEST(test_updates_read_old_values) {
+    tn_graph *g = tn_graph_new();
+    int64_t n = 6;
+    tn_array *w0 = tn_array_rand_uniform(TN_F64, 1, &n, -1, 1, 5);
+    tn_var *w = tn_shared(g, "w", w0);
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *wx = tn_mul(w, x);
+    tn_var *neww = tn_sub(w, tn_mul(tn_scalar_const(g, 0.1), wx));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = (tn_var *[]){ wx, w },
+                                                 .n_updates = 1, .updates = &(tn_update){ w, neww } });
+    CHECK(f, "compile: %s", tn_last_error());
+    double ref[6];
+    for (int64_t i = 0; i < n; i++) ref[i] = at1(w0, i);
+    for (int it = 0; f && it < 4; it++) {
+        tn_array *xv = tn_array_rand_uniform(TN_F64, 1, &n, -1, 1, 100 + it), *o[2] = { NULL, NULL };
+        CHECK(tn_call(f, &xv, o) == TN_OK, "call %d: %s", it, tn_last_error());
+        for (int64_t i = 0; o[0] && o[1] && i < n; i++) {
+            double xi = at1(xv, i);
+            CHECK(th_close(at1(o[0], i), ref[i] * xi, 1e-14, 1e-15), "it %d: output w*x uses old w at %lld", it, (long long)i);
+            CHECK(at1(o[1], i) == ref[i], "it %d: output w is the old w at %lld", it, (long long)i);
+            ref[i] = ref[i] - 0.1 * (ref[i] * xi);
+        }
+        const tn_array *cur = tn_shared_get(w);
+        for (int64_t i = 0; i < n; i++) CHECK(th_close(at1(cur, i), ref[i], 1e-14, 1e-15), "it %d: new w at %lld", it, (long long)i);
+        tn_array_free(o[0]); tn_array_free(o[1]); tn_array_free(xv);
+    }
+    tn_array_free(w0);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* a <- b, b <- a: both read the values from before the call. */
+TEST(test_swap_updates) {
+    tn_graph *g = tn_graph_new();
+    tn_array *av = tn_array_full(TN_F32, 1, (int64_t[]){ 3 }, 1.0), *bv = tn_array_full(TN_F32, 1, (int64_t[]){ 3 }, 2.0);
+    tn_var *a = tn_shared(g, "a", av), *b = tn_shared(g, "b", bv);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 2, .updates = (tn_update[]){ { a, b }, { b, a } } });
+    CHECK(f && tn_call(f, NULL, NULL) == TN_OK, "call: %s", tn_last_error());
+    CHECK(at1(tn_shared_get(a), 2) == 2.0 && at1(tn_shared_get(b), 0) == 1.0, "swapped");
+    CHECK(tn_call(f, NULL, NULL) == TN_OK, "call 2");
+    CHECK(at1(tn_shared_get(a), 1) == 1.0 && at1(tn_shared_get(b), 1) == 2.0, "swapped back");
+    tn_array_free(av); tn_array_free(bv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+TEST(test_shared_between_calls) {
+    tn_graph *g = tn_graph_new();
+    tn_array *w0 = rand_f32(2, (int64_t[]){ 2, 3 }, 9);
+    tn_var *w = tn_shared(g, "w", w0);
+    tn_var *x = tn_matrix(g, "x", TN_F32);
+    tn_var *y = tn_add(w, x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .borrow = true });
+    tn_array *xv = rand_f32(2, (int64_t[]){ 2, 3 }, 10), *o = NULL;
+    CHECK(f && tn_call(f, &xv, &o) == TN_OK, "call: %s", tn_last_error());
+    CHECK(o && th_close(at2(o, 1, 2), (double)((float)at2(w0, 1, 2) + (float)at2(xv, 1, 2)), 1e-6, 0), "w + x");
+    tn_array *w1 = rand_f32(2, (int64_t[]){ 2, 3 }, 11);
+    CHECK(tn_shared_set_value(w, w1) == TN_OK, "set");
+    CHECK(tn_call(f, &xv, &o) == TN_OK, "call 2: %s", tn_last_error());
+    CHECK(o && th_close(at2(o, 0, 1), (double)((float)at2(w1, 0, 1) + (float)at2(xv, 0, 1)), 1e-6, 0), "uses the new w");
+    /* a new shape for the shared value and the input: replanned */
+    tn_array *w2 = rand_f32(2, (int64_t[]){ 4, 1 }, 12), *x2 = rand_f32(2, (int64_t[]){ 4, 5 }, 13);
+    CHECK(tn_shared_set_value(w, w2) == TN_OK, "set new shape");
+    CHECK(tn_call(f, &x2, &o) == TN_OK, "call 3: %s", tn_last_error());
+    CHECK(o && o->shape[0] == 4 && o->shape[1] == 5, "broadcast shape");
+    for (int i = 0; o && i < 4; i++)
+        for (int j = 0; j < 5; j++)
+            CHECK(th_close(at2(o, i, j), (double)((float)at2(w2, i, 0) + (float)at2(x2, i, j)), 1e-6, 0), "(%d,%d)", i, j);
+    tn_array *got = tn_shared_get_value(w);
+    CHECK(got && got->shape[0] == 4 && at2(got, 3, 0) == at2(w2, 3, 0), "get_value");
+    tn_array_free(got);
+    tn_array_free(w0); tn_array_free(w1); tn_array_free(w2); tn_array_free(xv); tn_array_free(x2);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* The steady loop: same shapes, borrowed outputs, an update: no allocation. */
+TEST(test_steady_state_allocates_nothing) {
+    tn_graph *g = tn_graph_new();
+    int64_t n = 1000;
+    tn_array *w0 = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 21);
+    tn_var *w = tn_shared(g, "w", w0);
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *h = tn_tanh(tn_add(tn_mul(w, x), tn_exp(x)));
+    tn_var *neww = tn_sub(w, tn_mul(tn_scalar_const(g, 0.01), h));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &h, .borrow = true,
+                                                 .n_updates = 1, .updates = &(tn_update){ w, neww } });
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 22), *o = NULL;
+    CHECK(f && tn_call(f, &xv, &o) == TN_OK, "warm-up: %s", tn_last_error());
+    CHECK(tn_call(f, &xv, &o) == TN_OK, "warm-up 2: %s", tn_last_error());
+    long before = th_mallocs;
+    for (int i = 0; i < 50; i++) CHECK(tn_call(f, &xv, &o) == TN_OK, "call %d: %s", i, tn_last_error());
+    CHECK(th_mallocs == before, "steady calls allocated %ld times", th_mallocs - before);
+    /* and the values are still right: one more step against a float64 reference */
+    tn_array *wold = tn_shared_get_value(w);
+    CHECK(tn_call(f, &xv, &o) == TN_OK, "call");
+    for (int64_t i = 0; wold && o && i < n; i += 97) {
+        double wi = at1(wold, i), xi = at1(xv, i), hi = tanh(wi * xi + exp(xi));
+        CHECK(th_close(at1(o, i), hi, 1e-5, 1e-6), "h at %lld", (long long)i);
+        CHECK(th_close(at1(tn_shared_get(w), i), wi - 0.01 * hi, 1e-5, 1e-6), "w at %lld", (long long)i);
+    }
+    tn_array_free(wold); tn_array_free(w0); tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+TEST(test_changing_shapes) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F64), *v = tn_row(g, "v", TN_F64);
+    tn_var *y = tn_exp(tn_sub(x, v));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, v }, .n_outputs = 1, .outputs = &y, .borrow = true });
+    int64_t shapes[][2] = { { 3, 4 }, { 3, 4 }, { 1, 9 }, { 7, 2 }, { 0, 5 }, { 3, 4 } };
+    for (int k = 0; f && k < 6; k++) {
+        tn_array *xv = tn_array_rand_normal(TN_F64, 2, shapes[k], 0, 1, 30 + k);
+        tn_array *vv = tn_array_rand_normal(TN_F64, 2, (int64_t[]){ 1, shapes[k][1] }, 0, 1, 40 + k);
+        tn_array *o = NULL;
+        CHECK(tn_call(f, (tn_array *[]){ xv, vv }, &o) == TN_OK, "shape %d: %s", k, tn_last_error());
+        CHECK(o && o->shape[0] == shapes[k][0] && o->shape[1] == shapes[k][1], "out shape %d", k);
+        for (int64_t i = 0; o && i < shapes[k][0]; i++)
+            for (int64_t j = 0; j < shapes[k][1]; j++)
+                CHECK(th_close(at2(o, i, j), exp(at2(xv, i, j) - at2(vv, 0, j)), 1e-14, 0), "k %d (%lld,%lld)", k, (long long)i, (long long)j);
+        tn_array_free(xv); tn_array_free(vv);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* Strided inputs (a transposed and a stepped view) are read in place. */
+TEST(test_strided_inputs) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F32), *y = tn_matrix(g, "y", TN_F32);
+    tn_var *z = tn_mul(x, y);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 1, .outputs = &z,
+                                                 .borrow_inputs = (const bool[]){ true, true } });
+    tn_array *base = rand_f32(2, (int64_t[]){ 4, 6 }, 50);
+    tn_array *xt = tn_array_transpose(base, NULL);                    /* (6, 4) */
+    tn_array *b2 = rand_f32(2, (int64_t[]){ 6, 8 }, 51);
+    tn_array *ys = tn_array_slice(b2, 1, 0, 8, 2);                    /* (6, 4), step 2 */
+    tn_array *o = NULL;
+    CHECK(f && tn_call(f, (tn_array *[]){ xt, ys }, &o) == TN_OK, "call: %s", tn_last_error());
+    for (int i = 0; o && i < 6; i++)
+        for (int j = 0; j < 4; j++)
+            CHECK(th_close(at2(o, i, j), (double)((float)at2(base, j, i) * (float)at2(b2, i, 2 * j)), 1e-6, 0), "(%d,%d)", i, j);
+    tn_array_free(o); tn_array_free(xt); tn_array_free(ys); tn_array_free(base); tn_array_free(b2);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* Outputs that are directly an input, a constant or a shared variable. */
+TEST(test_outputs_that_are_leaves) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_array *cv = tn_array_arange(TN_F64, 0, 4, 1);
+    tn_var *c = tn_constant(g, cv);
+    tn_array *sv = rand_f32(1, (int64_t[]){ 2 }, 60);
+    tn_var *s = tn_shared(g, "s", sv);
+    tn_var *outs[3] = { x, c, s };
+    for (int borrow = 0; borrow < 2; borrow++) {
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 3, .outputs = outs, .borrow = borrow });
+        tn_array *xv = rand_f32(1, (int64_t[]){ 5 }, 61), *o[3] = { NULL, NULL, NULL };
+        CHECK(f && tn_call(f, &xv, o) == TN_OK, "borrow %d: %s", borrow, tn_last_error());
+        CHECK(o[0] && o[1] && o[2], "outputs");
+        if (o[0] && o[1] && o[2]) {
+            CHECK(borrow ? o[0]->data == xv->data : o[0]->data != xv->data, "input: copy or alias");
+            for (int64_t i = 0; i < 5; i++) CHECK(at1(o[0], i) == at1(xv, i), "input value");
+            for (int64_t i = 0; i < 4; i++) CHECK(at1(o[1], i) == (double)i, "constant value");
+            CHECK(o[2]->shape[0] == 2 && at1(o[2], 1) == at1(sv, 1), "shared value");
+            if (!borrow) {
+                tn_array_set(o[2], (int64_t[]){ 1 }, 77.0);        /* a copy: the shared value is untouched */
+                CHECK(at1(tn_shared_get(s), 1) == at1(sv, 1), "copied shared");
+                CHECK(o[2] != tn_shared_get(s), "distinct");
+            } else {
+                CHECK(o[2]->live_gen != NULL && o[0]->live_gen != NULL, "borrowed leaves are marked");
+            }
+        }
+        if (!borrow) for (int i = 0; i < 3; i++) tn_array_free(o[i]);
+        if (borrow && o[0]) {
+            double x0 = at1(xv, 0);
+            tn_array_free(xv);                           /* the borrowed alias keeps the storage alive */
+            xv = NULL;
+            CHECK(at1(o[0], 0) == x0, "alias outlives the freed input");
+        }
+        tn_array_free(xv);
+        tn_function_free(f);
+    }
+    /* no inputs at all, a constant output */
+    tn_func *f0 = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &c });
+    tn_array *o0 = NULL;
+    CHECK(f0 && tn_call(f0, NULL, &o0) == TN_OK && o0 && at1(o0, 3) == 3.0, "constant-only function: %s", tn_last_error());
+    tn_array_free(o0);
+    tn_function_free(f0);
+    tn_array_free(cv); tn_array_free(sv);
+    tn_graph_free(g);
+}
+
+TEST(test_several_outputs_shared_subexpression) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *e = tn_exp(x);
+    tn_var *outs[4] = { e, tn_add(e, x), tn_mul(e, e), e };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 4, .outputs = outs });
+    tn_array *xv = tn_array_rand_normal(TN_F64, 1, (int64_t[]){ 9 }, 0, 1, 70), *o[4] = { 0 };
+    CHECK(f && tn_call(f, &xv, o) == TN_OK, "call: %s", tn_last_error());
+    for (int64_t i = 0; o[0] && o[3] && i < 9; i++) {
+        double xi = at1(xv, i), ei = exp(xi);
+        CHECK(th_close(at1(o[0], i), ei, 1e-15, 0) && th_close(at1(o[1], i), ei + xi, 1e-15, 0) &&
+              th_close(at1(o[2], i), ei * ei, 1e-15, 0) && at1(o[3], i) == at1(o[0], i), "values at %lld", (long long)i);
+    }
+    CHECK(o[0] != o[3], "the same output twice gives two copies");
+    for (int i = 0; i < 4; i++) tn_array_free(o[i]);
+    tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* The memory plan reuses dead buffers; inplace nodes write over their input;
+   allow_gc=0 keeps every buffer. */
+TEST(test_memory_plan) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *y = x;
+    for (int i = 0; i < 6; i++) y = tn_sin(y);          /* a chain: two buffers suffice */
+    /* FAST_COMPILE: no fusion, no inplace pass, so the plan sees every node */
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .mode = TN_MODE_FAST_COMPILE });
+    tn_array *xv = tn_array_rand_normal(TN_F64, 1, (int64_t[]){ 100 }, 0, 1, 80), *o = NULL;
+    CHECK(f && tn_call(f, &xv, &o) == TN_OK, "call: %s", tn_last_error());
+    CHECK(f && f->n_phys == 2, "chain of 6 uses %d buffers", f ? f->n_phys : -1);
+    for (int64_t i = 0; o && i < 100; i++) {
+        double r = at1(xv, i);
+        for (int k = 0; k < 6; k++) r = sin(r);
+        CHECK(th_close(at1(o, i), r, 1e-15, 0), "chain value %lld", (long long)i);
+    }
+    tn_array_free(o);
+    tn_function_free(f);
+
+    tn_config saved = *tn_get_config(), cfg = saved;
+    cfg.allow_gc = false;
+    tn_init(&cfg);
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .mode = TN_MODE_FAST_COMPILE });
+    CHECK(f && tn_call(f, &xv, &o) == TN_OK, "no gc: %s", tn_last_error());
+    CHECK(f && f->n_phys == 6, "allow_gc=0 keeps %d buffers", f ? f->n_phys : -1);
+    tn_array_free(o);
+    tn_function_free(f);
+    tn_init(&saved);
+
+    /* inplace: neg(exp(x)) may write over exp's buffer, never over the input */
+    tn_var *e = tn_exp(x), *n = tn_neg(e), *m = tn_neg(x);
+    n->inplace = 1;
+    m->inplace = 1;
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = (tn_var *[]){ n, m }, .mode = TN_MODE_FAST_COMPILE });
+    tn_array *keep = tn_array_copy(xv), *r[2] = { 0 };
+    CHECK(f && tn_call(f, &xv, r) == TN_OK, "inplace: %s", tn_last_error());
+    CHECK(f && f->n_phys == 2, "inplace shares exp's buffer: %d buffers", f ? f->n_phys : -1);
+    for (int64_t i = 0; r[0] && r[1] && i < 100; i++) {
+        CHECK(th_close(at1(r[0], i), -exp(at1(keep, i)), 1e-15, 0), "neg(exp) %lld", (long long)i);
+        CHECK(at1(r[1], i) == -at1(keep, i) && at1(xv, i) == at1(keep, i), "input untouched %lld", (long long)i);
+    }
+    tn_array_free(r[0]); tn_array_free(r[1]); tn_array_free(keep);
+    tn_function_free(f);
+    tn_array_free(xv);
+    tn_graph_free(g);
+}
+
+/* View ops alias their input's buffer, recomputed every call (the input
+   array changes); an output may be a view of an input or of an intermediate. */
+TEST(test_views) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F64);
+    tn_var *e = tn_exp(x);
+    tn_var *et = tn_transpose(e, NULL);                      /* view of an intermediate */
+    tn_var *xs = tn_slice(x, 1, 1, TN_NONE, 2);              /* view of the input */
+    tn_var *s = tn_sin(tn_transpose(x, NULL));               /* a kernel reading a view */
+    CHECK(et && xs && s, "build: %s", tn_last_error());
+    for (int borrow = 0; borrow < 2 && et && xs && s; borrow++) {
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 3, .outputs = (tn_var *[]){ et, xs, s },
+                                                     .borrow = borrow, .mode = TN_MODE_FAST_COMPILE });
+        CHECK(f, "compile: %s", tn_last_error());
+        for (int k = 0; f && k < 3; k++) {
+            int64_t sh[2] = { 3 + k, 5 };
+            tn_array *xv = tn_array_rand_normal(TN_F64, 2, sh, 0, 1, 90 + k), *o[3] = { 0 };
+            CHECK(tn_call(f, &xv, o) == TN_OK, "call %d: %s", k, tn_last_error());
+            if (!o[0] || !o[1] || !o[2]) { tn_array_free(xv); continue; }
+            CHECK(o[0]->shape[0] == 5 && o[0]->shape[1] == sh[0] && o[1]->shape[1] == 2 && o[2]->shape[0] == 5, "shapes");
+            if (borrow) CHECK(o[1]->data == (char *)xv->data + 8, "borrowed slice aliases the input");
+            for (int i = 0; i < sh[0]; i++)
+                for (int j = 0; j < 5; j++) {
+                    CHECK(th_close(at2(o[0], j, i), exp(at2(xv, i, j)), 1e-15, 0), "exp(x).T");
+                    CHECK(th_close(at2(o[2], j, i), sin(at2(xv, i, j)), 1e-15, 0), "sin(x.T)");
+                    if (j % 2 == 1) CHECK(at2(o[1], i, j / 2) == at2(xv, i, j), "x[:, 1::2]");
+                }
+            if (!borrow) for (int i = 0; i < 3; i++) tn_array_free(o[i]);
+            tn_array_free(xv);
+        }
+        tn_function_free(f);
+    }
+    tn_graph_free(g);
+}
+
+TEST(test_debugprint) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_input(g, "x", TN_F32, 2, (int64_t[]){ -1, 3 }, NULL);
+    tn_var *y = tn_vector(g, "y", TN_F32);
+    tn_var *e = tn_exp(x);
+    tn_var *z = tn_mul(tn_add(e, y), e);
+    tn_var_set_name(z, "z");
+    char *s = capture(dp_var, z);
+    CHECK(strstr(s, "Elemwise{mul,no_inplace} [id A] <TensorType(float32, (?, 3))> 'z'"), "root line:\n%s", s);
+    CHECK(strstr(s, "\n |Elemwise{add,no_inplace} [id B]"), "first child:\n%s", s);
+    CHECK(strstr(s, "\n | |Elemwise{exp,no_inplace} [id C]"), "grandchild:\n%s", s);
+    CHECK(strstr(s, "\n | | |x [id D] <TensorType(float32, (?, 3))>"), "leaf:\n%s", s);
+    CHECK(strstr(s, "\n | |y [id E] <TensorType(float32, (?,))>"), "second input:\n%s", s);
+    CHECK(strstr(s, "\n |Elemwise{exp,no_inplace} [id C]"), "repeat refers to C:\n%s", s);
+    int lines = 0;
+    for (char *p = s; *p; p++) lines += *p == '\n';
+    CHECK(lines == 6, "a repeated node is printed once with its inputs: %d lines\n%s", lines, s);
+    free(s);
+    tn_var *two = tn_mul(tn_scalar_const(g, 2.0), x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 2, .outputs = (tn_var *[]){ z, two },
+                                                 .mode = TN_MODE_FAST_COMPILE });
+    s = capture(dp_fn, f);
+    CHECK(strstr(s, "'z'   ") && strstr(s, "TensorConstant{2.0} [id"), "function:\n%s", s);
+    free(s);
+    s = capture(dp_topo, f);
+    CHECK(strstr(s, "Elemwise{exp,no_inplace}(x)\n"), "toposort:\n%s", s);
+    CHECK(strstr(s, "Elemwise{mul,no_inplace}(TensorConstant{2.0}, x)\n"), "toposort:\n%s", s);
+    CHECK(strstr(s, "Elemwise{add,no_inplace}(Elemwise{exp,no_inplace}.0, y)\n"), "toposort:\n%s", s);
+    char *exp_at = strstr(s, "{exp"), *add_at = strstr(s, "{add");
+    CHECK(exp_at && add_at && exp_at < add_at, "exp before add:\n%s", s);
+    free(s);
+    tn_function_free(f);
+    /* optimised: the fused node keeps the output's name and prints its program */
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 1, .outputs = &z });
+    s = capture(dp_fn, f);
+    CHECK(f && strstr(s, "'z'   0") && strstr(s, " |x [id") && strstr(s, " |y [id"), "fused:\n%s", s);
+    free(s);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+int main(void) {
+    tn_init(NULL);
+    TH_RUN(test_copy_output_independent);
+    TH_RUN(test_borrowed_output);
+    TH_RUN(test_updates_read_old_values);
+    TH_RUN(test_swap_updates);
+    TH_RUN(test_shared_between_calls);
+    TH_RUN(test_steady_state_allocates_nothing);
+    TH_RUN(test_changing_shapes);
+    TH_RUN(test_strided_inputs);
+    TH_RUN(test_outputs_that_are_leaves);
+    TH_RUN(test_several_outputs_shared_subexpression);
+    TH_RUN(test_memory_plan);
+    TH_RUN(test_views);
+    TH_RUN(test_debugprint);
+    tn_shutdown();
+    TH_END();
+}

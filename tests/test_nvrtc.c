@@ -1,0 +1,397 @@
+/* NVRTC on a machine without a GPU: every kernel the code generator writes
+   for the elementwise table (each op, each dtype it accepts, contiguous,
+   contiguous-with-scalar and strided layouts), fused multi-output programs,
+   casts, immediates and float16 programs compile to a cubin for sm_90 (and
+   one for sm_80); the disk cache's corruption and concurrency handling.
+   Without libnvrtc the test fails, unless TN_TEST_ALLOW_NO_NVRTC=1, which
+   prints a SKIP line and counts nothing. */
+#define _GNU_SOURCE
+#define TENSOR_IMPLEMENTATION
+#include "tensor.h"
+#include "tensor_cuda.h"
+#include "harness.h"
+#include <dirent.h>
+#include <sys/wait.h>
+
+static char th_dir[256];        /* a fresh cache_dir for this run */
+
+#include "gpu/ew_programs.h"
+
+/* Wraps kernel k's source in a namespace with a unique kernel name, so one
+   NVRTC run compiles many (an NVRTC run costs ~50 ms; the table has ~600). */
+static void batch_add(tn__sb *batch, const char *src, int k) {
+    tn__sb_printf(batch, "namespace k%d {\n", k);
+    for (const char *p = src; *p;) {
+        const char *hit = strstr(p, "void __launch_bounds__(256) tn_ew(");
+        if (!hit) { tn__sb_puts(batch, p); break; }
+        tn__sb_printf(batch, "%.*svoid __launch_bounds__(256) tn_ew_%d(", (int)(hit - p), p, k);
+        p = hit + strlen("void __launch_bounds__(256) tn_ew(");
+    }
+    tn__sb_puts(batch, "}\n");
+}
+
+static const tn__cuda_layout layouts[] = {
+    { TN__CUDA_CONTIG, 0, 0 },
+    { TN__CUDA_CONTIG, 0, 1 },          /* input 0 is a broadcast scalar */
+    { TN__CUDA_STRIDED, 3, 0 },
+    { TN__CUDA_STRIDED, 1, 0 },          /* the last: only in the fused tests (compile time) */
+};
+#define N_OP_LAYOUTS 3
+
+static bool is_elf(const void *p, size_t n) { return n > 4 && !memcmp(p, "\x7f" "ELF", 4); }
+
+/* Compiles a batch; on failure NVRTC's log and the numbered source were printed. */
+static bool compile_batch(tn__sb *batch, const char *arch, const char *what) {
+    const void *bin;
+    size_t n;
+    CHECK(!batch->oom, "out of memory building %s", what);
+    tn_result r = tn_cuda_compile(batch->s, arch, &bin, &n);
+    CHECK(r == TN_OK, "%s for %s: %s", what, arch, tn_last_error());
+    if (r == TN_OK) CHECK(is_elf(bin, n), "%s: cubin is not an ELF image (%zu bytes)", what, n);
+    tn__free(batch->s);
+    memset(batch, 0, sizeof *batch);
+    return r == TN_OK;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+TEST(test_every_op_dtype_layout) {
+    int kernels = 0;
+    for (int op = TN_OP_NONE + 1; op <= TN_OP_CAST; op++) {
+        tn__sb batch = { 0 };
+        const tn_ew_info *e = tn__ew_info(op);
+        int in_batch = 0;
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+            prog_buf b;
+            if (!build_op_program(&b, op, t)) continue;
+            for (size_t l = 0; l < N_OP_LAYOUTS; l++) {
+                if (layouts[l].scalar_in && e->arity < 2) continue;
+                char *src = NULL;
+                tn_result r = tn__cuda_ew_source(&b.p, &layouts[l], &src);
+                CHECK(r == TN_OK, "codegen %s %s layout %zu: %s", e->name, tn_dtype_name(t), l, tn_last_error());
+                if (!src) continue;
+                if (layouts[l].kind == TN__CUDA_CONTIG)
+                    CHECK(strstr(src, "struct __align__(") && strstr(src, "nv = n /"), "%s %s: no vector path", e->name, tn_dtype_name(t));
+                batch_add(&batch, src, kernels++);
+                in_batch++;
+                free(src);
+            }
+        }
+        if (in_batch) {
+            char what[64];
+            snprintf(what, sizeof what, "kernels of %s (%d)", e->name, in_batch);
+            compile_batch(&batch, "sm_90", what);
+        }
+    }
+    printf("  %d elementwise kernels compiled for sm_90\n", kernels);
+    CHECK(kernels > 450, "only %d kernels generated", kernels);
+}
+
+TEST(test_casts) {
+    tn__sb batch = { 0 };
+    int k = 0;
+    for (tn_dtype s = TN_BOOL; s < TN_DTYPE_COUNT; s = (tn_dtype)(s + 1))
+        for (tn_dtype d = TN_BOOL; d < TN_DTYPE_COUNT; d = (tn_dtype)(d + 1)) {
+            prog_buf b;
+            pb_init(&b, 1, &s);
+            int r = pb_op(&b, TN_OP_CAST, d, s, 0, -1, -1);
+            pb_out(&b, r, d);
+            pb_out(&b, 0, d);                 /* and the input stored as d directly */
+            for (size_t l = 0; l < N_OP_LAYOUTS; l++) {
+                if (layouts[l].scalar_in) continue;
+                char *src = NULL;
+                CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "cast %s->%s: %s", tn_dtype_name(s),
+                      tn_dtype_name(d), tn_last_error());
+                if (src) batch_add(&batch, src, k++);
+                free(src);
+            }
+        }
+    compile_batch(&batch, "sm_90", "casts");
+    CHECK(k == 6 * 6 * 2, "%d cast kernels", k);
+}
+
+TEST(test_fused_multi_output) {
+    prog_buf b;
+    build_fused(&b);
+    tn__sb batch = { 0 };
+    int k = 0;
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        char *src = NULL;
+        CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "fused layout %zu: %s", l, tn_last_error());
+        if (!src) continue;
+        CHECK(strstr(src, "0x7ff0000000000000") != NULL, "the inf immediate is written as its bits");
+        CHECK(strstr(src, "*o4 = ") != NULL, "five outputs stored");
+        batch_add(&batch, src, k++);
+        free(src);
+    }
+    compile_batch(&batch, "sm_90", "fused multi-output");
+    /* the same source, for another architecture, and with fast math */
+    char *src = NULL;
+    tn__cuda_ew_source(&b.p, &layouts[0], &src);
+    const void *bin;
+    size_t n;
+    CHECK(src && tn_cuda_compile(src, "sm_80", &bin, &n) == TN_OK && is_elf(bin, n), "sm_80: %s", tn_last_error());
+    tn_config cfg = *tn_get_config();
+    cfg.fast_math = true;
+    tn_init(&cfg);
+    tn_cuda_cache_stats s0, s1;
+    tn_cuda_get_cache_stats(&s0);
+    CHECK(src && tn_cuda_compile(src, "sm_90", &bin, &n) == TN_OK, "fast_math: %s", tn_last_error());
+    tn_cuda_get_cache_stats(&s1);
+    CHECK(s1.compiles == s0.compiles + 1, "fast_math is part of the key: a new compile");
+    cfg.fast_math = false;
+    tn_init(&cfg);
+    free(src);
+}
+
+TEST(test_float16_programs) {
+    /* all-half: y = sigmoid(a) * b + sqrt(|c|), rounded to half after each op */
+    const tn_dtype in[3] = { TN_F16, TN_F16, TN_F16 };
+    prog_buf b;
+    pb_init(&b, 3, in);
+    int sg = pb_op(&b, TN_OP_SIGMOID, TN_F16, TN_F16, 0, -1, -1);
+    int mu = pb_op(&b, TN_OP_MUL, TN_F16, TN_F16, sg, 1, -1);
+    int ab = pb_op(&b, TN_OP_ABS, TN_F16, TN_F16, 2, -1, -1);
+    int sq = pb_op(&b, TN_OP_SQRT, TN_F16, TN_F16, ab, -1, -1);
+    int y = pb_op(&b, TN_OP_ADD, TN_F16, TN_F16, mu, sq, -1);
+    int y64 = pb_as(&b, y, TN_F64);
+    pb_out(&b, y, TN_F16);
+    pb_out(&b, y64, TN_F16);          /* float64 register stored as half: one rounding */
+    tn__sb batch = { 0 };
+    int k = 0;
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        char *src = NULL;
+        CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "f16 layout %zu: %s", l, tn_last_error());
+        if (!src) continue;
+        CHECK(strstr(src, "tn_rh(") && strstr(src, "tn_h2f(") && strstr(src, "tn_d2h("), "half conversions used");
+        if (layouts[l].kind == TN__CUDA_CONTIG)
+            CHECK(strstr(src, "__align__(16) tn_v4 { unsigned short v[8]; }") != NULL, "8 halves per 16-byte access");
+        batch_add(&batch, src, k++);
+        free(src);
+    }
+    compile_batch(&batch, "sm_90", "float16");
+}
+
+TEST(test_codegen_errors) {
+    prog_buf b;
+    const tn_dtype f[1] = { TN_F32 };
+    pb_init(&b, 1, f);
+    int r = pb_op(&b, TN_OP_ADD, TN_F32, TN_F32, 0, 5, -1);     /* register 5 does not exist */
+    pb_out(&b, r, TN_F32);
+    char *src = NULL;
+    CHECK(tn__cuda_ew_source(&b.p, &layouts[0], &src) == TN_ERR_INVALID && !src, "bad register rejected");
+    CHECK_ERR(TN_ERR_INVALID, "reads register 5");
+
+    pb_init(&b, 1, f);
+    r = pb_op(&b, TN_OP_EXP, TN_F32, TN_F64, 0, -1, -1);        /* reads a float register as double */
+    pb_out(&b, r, TN_F32);
+    CHECK(tn__cuda_ew_source(&b.p, &layouts[0], &src) == TN_ERR_INVALID, "compute type mismatch rejected");
+    CHECK_ERR(TN_ERR_INVALID, "instruction 0 (exp)");
+
+    /* wider than the parameter budget: an error naming the limit */
+    int max = tn_cuda_max_fused_operands();
+    CHECK(max >= 32 && max < 64, "max fused operands %d", max);
+    static tn_dtype many[64];
+    static int32_t outs[64];
+    static tn_dtype outd[64];
+    for (int i = 0; i < 64; i++) { many[i] = TN_F32; outs[i] = 0; outd[i] = TN_F32; }
+    tn_ew_program wide = { .n_in = max, .in_dtype = many, .n_instr = 0, .instr = NULL, .n_out = 1, .out_reg = outs, .out_dtype = outd };
+    CHECK(tn__cuda_ew_source(&wide, &layouts[2], &src) == TN_ERR_UNSUPPORTED, "too wide rejected");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "tn_cuda_max_fused_operands");
+    wide.n_in = max - 1;                /* exactly at the limit: fits, compiles, and the struct stays in 4 KB */
+    CHECK(tn__cuda_ew_source(&wide, &(tn__cuda_layout){ TN__CUDA_STRIDED, TN_MAX_DIMS, 0 }, &src) == TN_OK, "%s", tn_last_error());
+    if (src) {
+        tn__sb batch = { 0 };
+        tn__sb_puts(&batch, src);
+        tn__sb_printf(&batch, "static_assert(sizeof(tn_args) + %d * sizeof(void *) <= 4096, \"params\");\n", max);
+        compile_batch(&batch, "sm_90", "widest strided kernel");
+        free(src);
+    }
+}
+
+TEST(test_compile_error_reports_log_and_source) {
+    const void *bin;
+    size_t n;
+    fprintf(stderr, "(an NVRTC error report is expected below)\n");
+    tn_result r = tn_cuda_compile("extern \"C\" __global__ void k() {\n    int x = undefined_name;\n}\n", "sm_90", &bin, &n);
+    CHECK(r == TN_ERR_DEVICE, "bad source fails");
+    CHECK_ERR(TN_ERR_DEVICE, "undefined_name");
+    CHECK_ERR(TN_ERR_DEVICE, "tn_cuda_last_compile_log");
+    const char *log = tn_cuda_last_compile_log();
+    CHECK(strstr(log, "    2 |     int x = undefined_name;") != NULL, "numbered source in the log: %.300s", log);
+    CHECK(strstr(log, "NVRTC_ERROR_COMPILATION") != NULL, "NVRTC error name in the log");
+    r = tn_cuda_compile("extern \"C\" __global__ void k() {}\n", "sm_1", &bin, &n);
+    CHECK(r == TN_ERR_DEVICE, "bad architecture fails");
+}
+
+/* ---- disk cache ------------------------------------------------------------ */
+
+static const char *kernel_src = "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] *= 2.0f; }\n";
+
+static int count_files(const char *dir, const char *suffix, char *last, size_t cap) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name), sl = strlen(suffix);
+        if (l > sl && !strcmp(e->d_name + l - sl, suffix)) {
+            n++;
+            if (last) snprintf(last, cap, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    return n;
+}
+static int count_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));) n += strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
+static void set_cache_dir(const char *dir) {
+    tn_config cfg = *tn_get_config();
+    cfg.cache_dir = dir;
+    tn_init(&cfg);
+}
+
+TEST(test_disk_cache_roundtrip_and_corruption) {
+    char dir[300], file[600];
+    snprintf(dir, sizeof dir, "%s/c1", th_dir);
+    set_cache_dir(dir);
+    tn__cuda_kcache_clear();
+    tn_cuda_cache_stats s0, s;
+    tn_cuda_get_cache_stats(&s0);
+    const void *bin;
+    size_t n;
+    CHECK(tn_cuda_compile(kernel_src, "sm_90", &bin, &n) == TN_OK, "%s", tn_last_error());
+    void *first = malloc(n);
+    size_t first_n = n;
+    memcpy(first, bin, n);
+    tn_cuda_get_cache_stats(&s);
+    CHECK(s.compiles == s0.compiles + 1 && s.disk_writes == s0.disk_writes + 1, "compiled and written");
+    CHECK(count_files(dir, ".cubin", file, sizeof file) == 1, "one entry in %s", dir);
+
+    /* in-memory hit: no file is opened */
+    s0 = s;
+    CHECK(tn_cuda_compile(kernel_src, "sm_90", &bin, &n) == TN_OK, "hit");
+    tn_cuda_get_cache_stats(&s);
+    CHECK(s.mem_hits == s0.mem_hits + 1 && s.disk_reads == s0.disk_reads && s.compiles == s0.compiles, "memory hit touches no disk");
+
+    /* a new process (memory cleared): loaded from disk, same bytes */
+    tn__cuda_kcache_clear();
+    s0 = s;
+    CHECK(tn_cuda_compile(kernel_src, "sm_90", &bin, &n) == TN_OK, "disk hit");
+    tn_cuda_get_cache_stats(&s);
+    CHECK(s.disk_hits == s0.disk_hits + 1 && s.compiles == s0.compiles, "served from disk");
+    CHECK(n == first_n && !memcmp(bin, first, n), "same cubin from disk");
+
+    /* truncated, a flipped byte in the cubin, a flipped byte in the key, an
+       empty file: each rejected, recompiled, and rewritten valid */
+    struct stat st;
+    stat(file, &st);
+    for (int mode = 0; mode < 4; mode++) {
+        FILE *f = fopen(file, "r+b");
+        CHECK(f != NULL, "open %s", file);
+        if (!f) break;
+        if (mode == 0) CHECK(truncate(file, st.st_size - 100) == 0, "truncate");
+        if (mode == 1 || mode == 2) {
+            long at = mode == 1 ? (long)st.st_size - 50 : 40 + 5;
+            fseek(f, at, SEEK_SET);
+            int c = fgetc(f);
+            fseek(f, at, SEEK_SET);
+            fputc(c ^ 0x10, f);
+        }
+        fclose(f);
+        if (mode == 3) CHECK(truncate(file, 0) == 0, "empty");
+        tn__cuda_kcache_clear();
+        s0 = s;
+        CHECK(tn_cuda_compile(kernel_src, "sm_90", &bin, &n) == TN_OK, "recompile after corruption %d: %s", mode, tn_last_error());
+        tn_cuda_get_cache_stats(&s);
+        CHECK(s.disk_rejects == s0.disk_rejects + 1 && s.compiles == s0.compiles + 1 && s.disk_writes == s0.disk_writes + 1,
+              "corruption %d: rejected %llu, compiled %llu, written %llu", mode,
+              (unsigned long long)(s.disk_rejects - s0.disk_rejects), (unsigned long long)(s.compiles - s0.compiles),
+              (unsigned long long)(s.disk_writes - s0.disk_writes));
+        CHECK(n == first_n && !memcmp(bin, first, n), "corruption %d: recompiled cubin equals the original", mode);
+        struct stat st2;
+        CHECK(stat(file, &st2) == 0 && st2.st_size == st.st_size, "corruption %d: entry rewritten whole", mode);
+    }
+    CHECK(count_tmp(dir) == 0, "no temporary files left");
+    free(first);
+}
+
+TEST(test_disk_cache_concurrent_processes) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/c2", th_dir);
+    set_cache_dir(dir);
+    tn__cuda_kcache_clear();
+    int go[2];
+    CHECK(pipe(go) == 0, "pipe");
+    pid_t kids[2];
+    for (int i = 0; i < 2; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {           /* child: wait for the start signal, compile, check */
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 0) _exit(3);
+            const void *bin;
+            size_t n;
+            tn_cuda_cache_stats s0, s;
+            tn_cuda_get_cache_stats(&s0);
+            if (tn_cuda_compile(kernel_src, "sm_90", &bin, &n) != TN_OK) _exit(1);
+            tn_cuda_get_cache_stats(&s);
+            _exit(is_elf(bin, n) && (s.compiles - s0.compiles) + (s.disk_hits - s0.disk_hits) == 1 ? 0 : 2);
+        }
+    }
+    close(go[0]);
+    close(go[1]);                     /* EOF releases both children at once */
+    for (int i = 0; i < 2; i++) {
+        int status = 0;
+        waitpid(kids[i], &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %d status %d", i, status);
+    }
+    CHECK(count_files(dir, ".cubin", NULL, 0) == 1, "exactly one entry");
+    CHECK(count_tmp(dir) == 0, "no temporary files left");
+    tn_cuda_cache_stats s0, s;
+    tn_cuda_get_cache_stats(&s0);
+    const void *bin;
+    size_t n;
+    CHECK(tn_cuda_compile(kernel_src, "sm_90", &bin, &n) == TN_OK, "%s", tn_last_error());
+    tn_cuda_get_cache_stats(&s);
+    CHECK(s.disk_hits == s0.disk_hits + 1 && s.disk_rejects == s0.disk_rejects, "the entry is valid");
+}
+
+int main(void) {
+    tn_config cfg = { .device = TN_DEVICE_CPU };
+    tn_init(&cfg);
+    if (tn__nvrtc_load(0) != TN_OK) {
+        const char *allow = getenv("TN_TEST_ALLOW_NO_NVRTC");
+        if (allow && !strcmp(allow, "1")) {
+            printf("SKIP test_nvrtc: %s (TN_TEST_ALLOW_NO_NVRTC=1)\n", tn_last_error());
+            (void)th_cur_failed; (void)th_cur_name;
+            TH_END();
+        }
+        fprintf(stderr, "FAIL test_nvrtc: %s; set TN_TEST_ALLOW_NO_NVRTC=1 to skip on a machine without NVRTC\n", tn_last_error());
+        th_failed++;
+        TH_END();
+    }
+    printf("NVRTC %d.%d from %s\n", tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path);
+    snprintf(th_dir, sizeof th_dir, "/tmp/tn_nvrtc_XXXXXX");
+    if (!mkdtemp(th_dir)) { perror("mkdtemp"); return 1; }
+    set_cache_dir(th_dir);
+    TH_RUN(test_every_op_dtype_layout);
+    TH_RUN(test_casts);
+    TH_RUN(test_fused_multi_output);
+    TH_RUN(test_float16_programs);
+    TH_RUN(test_codegen_errors);
+    TH_RUN(test_compile_error_reports_log_and_source);
+    TH_RUN(test_disk_cache_roundtrip_and_corruption);
+    TH_RUN(test_disk_cache_concurrent_processes);
+    tn_shutdown();
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", th_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", th_dir);
+    TH_END();
+}
