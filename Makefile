@@ -4,18 +4,22 @@ CXX     ?= c++
 CFLAGS  ?= -O2 -g
 WARN     = -std=c11 -Wall -Wextra -Werror -Wno-unused-function
 LDLIBS   = -lm -lpthread -ldl
-HEADERS  = tensor.h tensor_ops.h $(wildcard tensor_cuda.h) $(wildcard src/*.h)
+HEADERS  = tensor.h tensor_ops.h $(wildcard tensor_cuda.h) $(wildcard src/*.h) $(wildcard tests/gpu/*.h)
+CUDA_INC = $(or $(CUDA_PATH),/usr/local/cuda)/include
 BUILD   ?= build
 
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 CXXTESTS = $(patsubst tests/%.cpp,$(BUILD)/%,$(wildcard tests/test_*.cpp))
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 
-.PHONY: all test sanitize examples bench run clean
+.PHONY: all test test-gpu sanitize examples bench run clean
 all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 
 $(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+# The declarations test compiles ours beside the real CUDA headers when they exist.
+$(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)
 $(BUILD)/cxx_impl.o: tests/cxx_impl.c $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -c -o $@ $<
 $(BUILD)/%: tests/%.cpp $(BUILD)/cxx_impl.o $(HEADERS) | $(BUILD)
@@ -27,6 +31,9 @@ $(BUILD):
 
 test: $(TESTS) $(CXXTESTS)
 	@tests/run.sh $(TESTS) $(CXXTESTS)
+
+test-gpu:
+	tests/gpu/run_gpu.sh
 
 sanitize:
 	$(MAKE) test BUILD=build-san CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"

@@ -256,6 +256,9 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *desc);
 /* Runs the function: inputs[n_inputs] in, outputs[n_outputs] out. A copied
    output belongs to the caller (tn_array_free); a borrowed one to the function. */
 TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs);
+/* tn_call that first checks the caller's counts against the function's
+   (TN_ERR_NUM_INPUTS naming both). */
+TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, int n_outputs, tn_array **outputs);
 TN_API void tn_function_free(tn_func *f);
 
 

@@ -346,12 +346,13 @@ static tn_result tn__nvrtc_load(int prefer_major) {
     if (tn__nvrtc.state == 0) {
         char pref[32];
         snprintf(pref, sizeof pref, "libnvrtc.so.%d", prefer_major);
-        const char *names[5];
+        const char *names[6];
         int n = 0;
         if (prefer_major > 0) names[n++] = pref;
         names[n++] = "libnvrtc.so.13";
         names[n++] = "libnvrtc.so.12";
         names[n++] = "libnvrtc.so";
+        names[n++] = "libnvrtc.so.11.2";     /* CUDA 11.x (Debian's libnvrtc11.2) */
         tn__nvrtc.h = tn__dlopen_first("TN_LIBNVRTC_PATH", names, n, tn__nvrtc.path, sizeof tn__nvrtc.path);
         const char *missing = NULL;
         if (!tn__nvrtc.h) {

@@ -538,18 +538,24 @@ TN_API tn_array *tn_array_arange(tn_dtype t, double start, double stop, double s
 
 /* >>random: counter-based, so element i depends only on (seed, i) and the
    same seed gives the same array on every platform and thread count.
-   Stream: splitmix64 (Steele, Lea, Flood 2014) evaluated at counter i:
-       u64(i) = mix(seed * 0x9E3779B97F4A7C15 + (i + 1) * 0x9E3779B97F4A7C15)
+   Stream: splitmix64 (Steele, Lea, Flood 2014) evaluated at counter i, from
+   a state that is itself the first splitmix64 output of the seed (so the
+   streams of seeds s and s+1 are not shifted copies of each other):
+       base = mix(seed + G), u64(i) = mix(base + (i + 1) * G), G = 0x9E3779B97F4A7C15
    uniform(i) = (u64(i) >> 11) * 2^-53 in [0, 1). Normal values come in
    Box-Muller pairs: elements 2k and 2k+1 use uniforms 2k and 2k+1:
        r = sqrt(-2 log(1 - u0)), z0 = r cos(2 pi u1), z1 = r sin(2 pi u1).
    Ints take floor(lo + (hi - lo) * u); bool is u < 0.5 scaled likewise. */
 
-static inline uint64_t tn__splitmix_at(uint64_t seed, uint64_t i) {
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + (i + 1) * 0x9E3779B97F4A7C15ull;
+static inline uint64_t tn__mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+static inline uint64_t tn__splitmix_at(uint64_t seed, uint64_t i) {
+    uint64_t base = tn__mix64(seed + 0x9E3779B97F4A7C15ull);
+    return tn__mix64(base + (i + 1) * 0x9E3779B97F4A7C15ull);
 }
 
 static inline double tn__uniform_at(uint64_t seed, uint64_t i) {

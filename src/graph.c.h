@@ -507,6 +507,7 @@ struct tn_func {
     bool planned;
     tn__phys *phys;
     int n_phys, cap_phys;
+    int *pool, n_pool;                  /* plan: free buffers */
     tn_array **retired;                 /* replaced shared values kept alive until the next call */
     int n_retired, cap_retired;
     uint64_t gen;
@@ -516,6 +517,7 @@ struct tn_func {
 static void tn__plan_release(tn_func *f) {
     for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
     f->n_phys = 0;
+    f->n_pool = 0;
     f->planned = false;
 }
 
@@ -532,6 +534,7 @@ TN_API void tn_function_free(tn_func *f) {
         for (int i = 0; i < f->n_steps; i++) if (f->steps[i].bstate) f->backend->release(f->steps[i].bstate);
     tn__free(f->retired);
     tn__free(f->phys);
+    tn__free(f->pool);
     tn__free(f->cache);
     tn__free(f->ext_slots);
     tn__free(f->args);
@@ -880,18 +883,28 @@ static tn_type tn__concrete_type(const tn_array *a, const tn_type *st) {
     return t;
 }
 
+/* Free buffers wait in a pool (indices into phys); a step takes the smallest
+   one that fits, else a new buffer joins the plan. */
 static int tn__phys_get(tn_func *f, size_t bytes, int device) {
     int best = -1;
-    for (int i = 0; i < f->n_phys; i++) {          /* best fit from the pool */
-        tn__phys *p = &f->phys[i];
-        if (p->in_pool && p->device == device && p->cap >= bytes && (best < 0 || p->cap < f->phys[best].cap)) best = i;
+    for (int k = 0; k < f->n_pool; k++) {
+        const tn__phys *p = &f->phys[f->pool[k]];
+        if (p->device == device && p->cap >= bytes && (best < 0 || p->cap < f->phys[f->pool[best]].cap)) best = k;
     }
-    if (best >= 0) { f->phys[best].in_pool = false; return best; }
+    if (best >= 0) {
+        int ph = f->pool[best];
+        f->pool[best] = f->pool[--f->n_pool];
+        f->phys[ph].in_pool = false;
+        return ph;
+    }
     if (f->n_phys == f->cap_phys) {
         int cap = f->cap_phys ? 2 * f->cap_phys : 16;
         tn__phys *n = (tn__phys *)tn__realloc(f->phys, (size_t)cap * sizeof *n);
-        if (!n) return -1;
-        f->phys = n; f->cap_phys = cap;
+        int *pool = (int *)tn__realloc(f->pool, (size_t)cap * sizeof *pool);
+        if (n) f->phys = n;
+        if (pool) f->pool = pool;
+        if (!n || !pool) return -1;
+        f->cap_phys = cap;
     }
     tn__phys *p = &f->phys[f->n_phys];
     memset(p, 0, sizeof *p);
@@ -900,10 +913,17 @@ static int tn__phys_get(tn_func *f, size_t bytes, int device) {
     return f->n_phys++;
 }
 
+static void tn__phys_to_pool(tn_func *f, int ph) {
+    tn__phys *p = &f->phys[ph];
+    if (p->in_pool || p->pinned || p->pending > 0) return;
+    p->in_pool = true;
+    f->pool[f->n_pool++] = ph;
+}
+
 static void tn__phys_drop_reader(tn_func *f, int ph, bool gc) {
     if (ph < 0) return;
-    tn__phys *p = &f->phys[ph];
-    if (--p->pending <= 0 && !p->pinned && gc) p->in_pool = true;
+    f->phys[ph].pending--;
+    if (gc) tn__phys_to_pool(f, ph);
 }
 
 /* May output 0 of step st overwrite the buffer of input k? Only when this
@@ -993,10 +1013,7 @@ static tn_result tn__plan(tn_func *f) {
         for (int i = 0; i < st->n_in; i++) tn__phys_drop_reader(f, f->slots[st->in_slot[i]].phys, gc);
         for (int o = 0; o < st->n_out; o++) {      /* outputs nobody reads */
             tn__slot *sl = &f->slots[st->out_slot + o];
-            if (sl->phys >= 0 && sl->nreaders == 0 && !st->view) {
-                tn__phys *p = &f->phys[sl->phys];
-                if (p->pending <= 0 && !p->pinned && gc) p->in_pool = true;
-            }
+            if (sl->phys >= 0 && sl->nreaders == 0 && !st->view && gc) tn__phys_to_pool(f, sl->phys);
         }
     }
     for (int i = 0; i < f->n_phys; i++) {
@@ -1320,6 +1337,23 @@ static void tn__label_proj(const tn_var *node, char *buf, size_t cap) {
     if (d && d->label) d->label(node->in[0], inner, sizeof inner);
     else snprintf(inner, sizeof inner, "%s", d && d->name ? d->name : "?");
     snprintf(buf, cap, "%s.%d", inner, (int)node->p.i[0]);
+}
+
+TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, int n_outputs, tn_array **outputs) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_call: function is NULL");
+    if (n_inputs != f->n_inputs) {
+        char names[256];
+        size_t k = 0;
+        names[0] = 0;
+        for (int i = 0; i < f->n_inputs && k < sizeof names - 8; i++)
+            k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", i ? ", " : "", f->in_name[i]);
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: expects %d input%s (%s) but got %d", f->name, f->n_inputs,
+                       f->n_inputs == 1 ? "" : "s", names, n_inputs);
+    }
+    if (n_outputs != f->n_outputs)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: returns %d output%s but the caller has room for %d", f->name, f->n_outputs,
+                       f->n_outputs == 1 ? "" : "s", n_outputs);
+    return tn_call(f, inputs, outputs);
 }
 
 /* >>debugprint --------------------------------------------------------- */

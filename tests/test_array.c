@@ -59,13 +59,16 @@ TEST(test_create) {
 }
 
 /* Reference splitmix64 at a counter, written independently of the library. */
-static uint64_t ref_splitmix(uint64_t seed, uint64_t i) {
-    uint64_t state = seed * 0x9E3779B97F4A7C15ull;
-    for (uint64_t k = 0; k <= i; k++) state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state;
+static uint64_t ref_splitmix_next(uint64_t *state) {   /* the published splitmix64 step */
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+static uint64_t ref_splitmix(uint64_t seed, uint64_t i) {
+    uint64_t s = seed, state = ref_splitmix_next(&s), z = 0;   /* stream state: first output of the seed */
+    for (uint64_t k = 0; k <= i; k++) z = ref_splitmix_next(&state);
+    return z;
 }
 
 TEST(test_random) {
@@ -75,6 +78,9 @@ TEST(test_random) {
     CHECK(a && b && c, "%s", tn_last_error());
     CHECK(memcmp(a->data, b->data, tn_array_nbytes(a)) == 0, "same seed, same numbers");
     CHECK(memcmp(a->data, c->data, tn_array_nbytes(a)) != 0, "other seed, other numbers");
+    /* neighbouring seeds must not give shifted copies of one stream */
+    CHECK(memcmp((const double *)a->data + 1, c->data, tn_array_nbytes(a) - 8) != 0 &&
+          memcmp(a->data, (const double *)c->data + 1, tn_array_nbytes(a) - 8) != 0, "seed 43 is not seed 42 shifted");
     const double *x = (const double *)a->data;
     double sum = 0, mn = 1e9, mx = -1e9;
     for (int i = 0; i < 37000; i++) { sum += x[i]; mn = fmin(mn, x[i]); mx = fmax(mx, x[i]); }

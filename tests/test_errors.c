@@ -74,6 +74,10 @@ TEST(test_call_errors) {
     tn_array *o = NULL;
     CHECK(tn_call(f, NULL, &o) == TN_ERR_NUM_INPUTS, "no inputs");
     CHECK_ERR(TN_ERR_NUM_INPUTS, "step: expects 2 inputs");
+    CHECK(tn_call_n(f, 1, (tn_array *[]){ good }, 1, &o) == TN_ERR_NUM_INPUTS, "one input of two");
+    CHECK_ERR(TN_ERR_NUM_INPUTS, "step: expects 2 inputs ('x', 'r') but got 1");
+    CHECK(tn_call_n(f, 2, (tn_array *[]){ good, rv }, 2, (tn_array *[]){ NULL, NULL }) == TN_ERR_NUM_INPUTS, "outputs count");
+    CHECK_ERR(TN_ERR_NUM_INPUTS, "returns 1 output");
     CHECK(tn_call(f, (tn_array *[]){ good, NULL }, &o) == TN_ERR_NULL, "NULL input");
     CHECK_ERR(TN_ERR_NULL, "step: input 1 ('r') is NULL");
     CHECK(tn_call(f, (tn_array *[]){ good, rv }, NULL) == TN_ERR_NULL, "NULL outputs");
@@ -93,7 +97,7 @@ TEST(test_call_errors) {
     CHECK(tn_call(f, (tn_array *[]){ good, r2 }, &o) == TN_ERR_SHAPE, "broadcastable dim");
     CHECK_ERR(TN_ERR_SHAPE, "input 1 ('r')");
     CHECK(strstr(tn_last_error(), "broadcastable"), "says why: %s", tn_last_error());
-    CHECK(tn_call(f, (tn_array *[]){ good, rv }, &o) == TN_OK, "and a good call works: %s", tn_last_error());
+    CHECK(tn_call_n(f, 2, (tn_array *[]){ good, rv }, 1, &o) == TN_OK, "and a good call works: %s", tn_last_error());
     tn_array_free(o);
     tn_array_free(good); tn_array_free(rv); tn_array_free(d64); tn_array_free(v1); tn_array_free(w4); tn_array_free(r2);
     tn_function_free(f);

@@ -203,7 +203,7 @@ TEST(test_codegen_errors) {
     if (src) {
         tn__sb batch = { 0 };
         tn__sb_puts(&batch, src);
-        tn__sb_printf(&batch, "static_assert(sizeof(tn_args) + %d * sizeof(void *) <= 4096, \"params\");\n", max);
+        tn__sb_printf(&batch, "typedef char tn_params_fit[(sizeof(tn_args) + %d * sizeof(void *) <= 4096) ? 1 : -1];\n", max);
         compile_batch(&batch, "sm_90", "widest strided kernel");
         free(src);
     }
