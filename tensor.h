@@ -412,6 +412,7 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 #include "src/ops_linalg.c.h"/* >>linalg: dot, gemm, gemv, outer, BLAS loader */
 #include "src/ops_shape.c.h" /* >>shape ops */
 #include "src/transfer.c.h"  /* >>transfer: host <-> device copy ops */
+#include "src/scan.c.h"      /* >>scan: loops, taps, BPTT */
 #include "src/grad.c.h"      /* >>grad */
 #include "src/ops_table.c.h" /* >>op_table: the registry of every op */
 #endif /* TENSOR_IMPLEMENTATION */

@@ -136,7 +136,11 @@ extern "C" {
     X(ALLOC)          /* in[0] value broadcast to i[0..ndim) (ndim in i[27]); with a second input `like` (tn_fill), to like's shape instead */ \
     X(EYE)            /* i[0] n, i[1] m, i[2] k (diagonal offset); dtype in i[26] */ \
     X(ARANGE)         /* f[0] start, f[1] stop, f[2] step; dtype in i[26] */ \
-    X(CUSTOM)         /* user op: ext = tn_custom_op */
+    X(CUSTOM)         /* user op: ext = tn_custom_op */ \
+    X(SCAN)           /* a loop (src/scan.c.h): ext = the loop (step function, taps); no params. in: sequences, \
+                         initial values, non_sequences; out: each output's stacked buffer (initial rows first), \
+                         then each update's last value. ScanGrad (ext->bwd): in: the forward's inputs, stacked \
+                         outputs and their gradients; out: the gradient of each forward input */
 
 typedef enum tn_op {
     TN_OP_NONE = 0,
@@ -333,6 +337,62 @@ typedef struct tn_verify_grad_report {
 /* TN_OK when every element agrees; TN_ERR_INVALID naming the worst one when
    not; other errors from building or running. report may be NULL. */
 TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *desc, tn_verify_grad_report *report);
+
+/* >>scan ----------------------------------------------------------------- */
+/* Loops inside the graph, as Theano's scan. The step callback builds one
+   step from symbolic slices, once; the step is compiled with tn_function and
+   run by one Scan node. Taps: a sequence tap a reads u(t+a) (taps {-4, 0}:
+   u(t-4) and u(t), and the loop has len(u)-4 steps); an output tap -j reads
+   x(t-j) (negative only). Variables of the graph the step reads without
+   receiving them (a shared weight, an outer expression) are passed in as
+   non_sequences automatically; step expressions that depend only on
+   non_sequences are hoisted out of the loop. */
+typedef struct tn_scan_seq {
+    tn_var *var;              /* iterated over dim 0 */
+    int n_taps;               /* 0: the single tap {0} */
+    const int *taps;
+} tn_scan_seq;
+typedef struct tn_scan_out {
+    tn_var *init;             /* NULL: the output is not fed back (no taps) */
+    int n_taps;               /* 0 (with init): the single tap {-1} */
+    const int *taps;          /* negative; with taps other than {-1}, init has a leading time dim of
+                                 at least max(-tap) rows (its last rows are used: x(-max), ..., x(-1)) */
+} tn_scan_out;
+typedef struct tn_scan_step {
+    tn_graph *g;              /* build the step here */
+    tn_var *const *const *seq;   /* seq[i][j]: sequence i at its tap j */
+    tn_var *const *const *out;   /* out[k][j]: output k at its tap j (NULL row when it has no init) */
+    tn_var *const *non_seq;      /* non_seq[i] */
+    int n_args;
+    tn_var *const *args;      /* all of the above, flat, in Theano's order */
+    tn_var **outputs;         /* the step fills outputs[k] for every output */
+    tn_var **updates;         /* may fill updates[i]: the new value of non_sequence i (a shared variable) */
+} tn_scan_step;
+typedef tn_result (*tn_scan_fn)(tn_scan_step *s, void *user);
+typedef struct tn_scan_desc {
+    tn_scan_fn step;
+    void *user;
+    int n_sequences;
+    const tn_scan_seq *sequences;
+    int n_outputs;
+    const tn_scan_out *outputs;
+    int n_non_sequences;
+    tn_var *const *non_sequences;
+    bool has_n_steps;         /* false: the sequences' length (then every sequence must give the same) */
+    int64_t n_steps;          /* with has_n_steps: steps to run (sequences must be long enough) */
+    bool go_backwards;        /* sequences are read from the end; outputs are stacked in the order computed */
+    int64_t truncate_gradient;/* > 0: back-propagate through the last that many steps only; 0: all */
+    tn_graph *graph;          /* needed only when no sequence, init or non_sequence names the graph */
+    const char *name;         /* for debugprint and messages */
+} tn_scan_desc;
+/* Builds the loop. outputs[n_outputs]: each output stacked over the steps
+   (T rows); updates (room for n_non_sequences, may be NULL when the step
+   makes none) and *n_updates: pass them to tn_function. */
+TN_API tn_result tn_scan(const tn_scan_desc *desc, tn_var **outputs, tn_update *updates, int *n_updates);
+/* Prints v like tn_debugprint, then the inner graph of every scan it reaches, indented. */
+TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out);
+/* Frees the compiled steps of g's scans (tn_graph_free should call it; see src/scan.c.h). */
+TN_API void tn__scan_release_graph(tn_graph *g);
 
 #ifdef __cplusplus
 }

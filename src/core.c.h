@@ -234,6 +234,10 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
     return TN_OK;
 }
 
+/* A device back end (tensor_cuda.h) sets this when it is compiled in (from a
+   load-time constructor); tn_init calls it so the device flag takes effect. */
+static tn_result (*tn__device_init_hook)(const tn_config *cfg);
+
 TN_API tn_result tn_init(const tn_config *cfg) {
     tn_config c = { .floatX = TN_F32, .allow_gc = true };
     if (cfg) {
@@ -247,7 +251,7 @@ TN_API tn_result tn_init(const tn_config *cfg) {
         return tn__err(TN_ERR_DTYPE, "tn_init: floatX must be a float dtype, not %s", tn_dtype_name(c.floatX));
     tn__cfg = c;
     tn__cfg_ready = true;
-    return TN_OK;
+    return tn__device_init_hook ? tn__device_init_hook(&tn__cfg) : TN_OK;
 }
 
 TN_API const tn_config *tn_get_config(void) {

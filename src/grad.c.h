@@ -494,6 +494,8 @@ static tn_result tn__vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin
     case TN_OP_BROADCAST_TO: case TN_OP_ALLOC: gin[0] = tn__sum_to(g, &node->in[0]->type); break;
     case TN_OP_ARGMAX: case TN_OP_ARGMIN: case TN_OP_ALL: case TN_OP_ANY: case TN_OP_EYE: case TN_OP_ARANGE:
         return TN_OK;   /* discrete or no inputs */
+    case TN_OP_PROJ: return tn__scan_proj_vjp(node, g, gin);        /* src/scan.c.h: outputs of a scan */
+    case TN_OP_SCAN: return tn__scan_vjp(node, g, need, gin);       /* src/scan.c.h: BPTT */
     default: {
         const tn_op_def *def = tn__op_def(node->op);
         return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: op %s (node '%s') has no gradient rule",

@@ -170,5 +170,6 @@ int main(void) {
     TH_RUN(test_call_time_shape_mismatch_keeps_state);
     TH_RUN(test_build_time_errors);
     TH_RUN(test_stale_input);
+    tn_shutdown();
     TH_END();
 }

@@ -224,5 +224,6 @@ int main(void) {
     TH_RUN(test_build_errors);
     TH_RUN(test_proj);
     TH_RUN(test_big_graph);
+    tn_shutdown();
     TH_END();
 }
