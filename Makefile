@@ -40,8 +40,19 @@ sanitize:
 
 examples: $(EXAMPLES)
 
-run: $(BUILD)/tour
+# The benchmark (bench/README.md). -rdynamic: it finds optional entry points with dlsym.
+bench: $(BUILD)/bench
+$(BUILD)/bench: bench/bench.c $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -rdynamic -o $@ $< $(LDLIBS)
+
+# A short tour of the examples (README walks through them); well under a minute on a CPU.
+run: $(BUILD)/tour $(BUILD)/check1 $(BUILD)/borrow $(BUILD)/speed_test $(BUILD)/logistic_regression $(BUILD)/gpu_op
 	$(BUILD)/tour
+	$(BUILD)/check1 100
+	$(BUILD)/borrow 100
+	$(BUILD)/speed_test 100
+	$(BUILD)/logistic_regression 1000 | head -4
+	$(BUILD)/gpu_op
 
 clean:
 	rm -rf build build-san

@@ -393,6 +393,30 @@ TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
 TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out);
 TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 
+/* >>dot: Graphviz pictures (src/printers.c.h), as Theano's pydotprint.
+   Ellipses are variables (inputs blue, shared green, constants grey), boxes
+   ops (green: on a GPU, red: transfers, fused Composites list their scalar
+   program); edges carry dtype and shape. Render: dot -Tpng f.dot -o f.png */
+TN_API tn_result tn_write_dot(const tn_func *f, FILE *out);       /* the compiled (rewritten) graph */
+TN_API tn_result tn_write_dot_var(const tn_var *v, FILE *out);    /* the graph under v, as built */
+
+/* >>profile (src/profile.c.h). The flag profile=1 profiles every function and
+   prints its report to stderr when it is freed; tn_profile_enable profiles
+   one. The report: totals (calls, executor, ops, compile time split into
+   rewrites and preparation), then time per op class, per op and per apply
+   node, the cpu/gpu/transfer split, and advice (inputs copied to the device
+   on every call with unchanged data; host round trips between GPU ops). */
+TN_API tn_result tn_profile_enable(tn_func *f, bool on);
+TN_API tn_result tn_profile_print(const tn_func *f, FILE *out);
+TN_API void tn_profile_reset(tn_func *f);
+/* Profiled input i had the same data (pointer and 64-bit checksum of its
+   bytes) on every call since the first (needs at least two calls). */
+TN_API bool tn_profile_input_unchanged(const tn_func *f, int i);
+/* How many of f's compiled steps run on a device (GPU ops and transfers to
+   it): 0 means everything runs on the CPU. What the examples' "Used the gpu"
+   line is decided from. */
+TN_API int tn_function_device_steps(const tn_func *f);
+
 #ifdef __cplusplus
 }
 #endif
@@ -414,6 +438,9 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 #include "src/transfer.c.h"  /* >>transfer: host <-> device copy ops */
 #include "src/scan.c.h"      /* >>scan: loops, taps, BPTT */
 #include "src/grad.c.h"      /* >>grad */
+#include "src/profile.c.h"  /* >>profile */
+#include "src/printers.c.h" /* >>dot: Graphviz writer */
+#include "src/custom.c.h"   /* >>custom: user ops */
 #include "src/ops_table.c.h" /* >>op_table: the registry of every op */
 #endif /* TENSOR_IMPLEMENTATION */
 

@@ -1295,7 +1295,15 @@ static void *tn__cuda_alloc(int device, size_t bytes) {
     if (b) tn__dmem.cached_bytes -= b->size;
     else {
         b = (tn__dblock *)tn__calloc(1, sizeof *b);
-        tn__CUresult r = b ? tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want) : TN__CUDA_ERROR_OUT_OF_MEMORY;
+        /* a request the device cannot hold fails here, without a failing driver
+           call (compute-sanitizer reports those as errors) */
+        size_t mfree = 0, mtotal = 0;
+        if (tn__cuda.cu.cuMemGetInfo_v2(&mfree, &mtotal) == TN__CUDA_SUCCESS && want > mfree && tn__dmem.free_list) {
+            tn__dmem_release_cache();
+            tn__cuda.cu.cuMemGetInfo_v2(&mfree, &mtotal);
+        }
+        bool fits = mtotal == 0 || want <= mfree;
+        tn__CUresult r = b && fits ? tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want) : TN__CUDA_ERROR_OUT_OF_MEMORY;
         if (b && r == TN__CUDA_ERROR_OUT_OF_MEMORY && tn__dmem.free_list) {
             tn__dmem_release_cache();
             r = tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want);
@@ -1364,7 +1372,9 @@ static const tn_device_ops tn__cuda_device_ops = { tn__cuda_alloc, tn__cuda_free
 /* Kernels a node has used, by layout: the steady state finds its function
    here without generating or hashing source. */
 #define TN__EW_STATE_KERNELS 8
+enum { TN__CST_EW = 0, TN__CST_REDUCE, TN__CST_H2D };   /* the tag every node state starts with */
 typedef struct tn__cuda_ew_state {
+    int tag;                     /* TN__CST_EW */
     const tn_ew_program *prog;
     int n;
     struct { tn__cuda_layout L; tn__CUfunction fn; } k[TN__EW_STATE_KERNELS];
@@ -1490,9 +1500,348 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     return TN_OK;
 }
 
+/* >>cuda_reduce: reductions and softmax (src/cuda_reduce.c.h, its own owner) */
+#include "src/cuda_reduce.c.h"
+
+/* >>cuda_copy: device copies through the elementwise engine -------------------- */
+/* An identity program per dtype: a strided or broadcast device array copied
+   into a contiguous one by the same generated kernels (no transpose copies
+   elsewhere need their own code). One stream orders all work, so the kernel
+   states are shared by every caller of the back end's thread. */
+static tn_dtype tn__cuda_id_dtype[TN_DTYPE_COUNT];
+static int32_t tn__cuda_id_reg[1];
+static tn_ew_program tn__cuda_id_prog[TN_DTYPE_COUNT];
+static tn__cuda_ew_state tn__cuda_id_state[TN_DTYPE_COUNT];
+
+/* dst (contiguous, on the device) = src broadcast to dst's shape, same dtype. */
+static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const char *who) {
+    tn_dtype t = dst->dtype;
+    if (src->dtype != t || (unsigned)t >= TN_DTYPE_COUNT)
+        return tn__err(TN_ERR_INTERNAL, "%s: device copy from %s to %s", who, tn_dtype_name(src->dtype), tn_dtype_name(t));
+    if (!tn__cuda_id_prog[t].n_out) {
+        tn__cuda_id_dtype[t] = t;
+        tn__cuda_id_prog[t] = (tn_ew_program){ 1, &tn__cuda_id_dtype[t], 0, NULL, 1, tn__cuda_id_reg, &tn__cuda_id_dtype[t] };
+        tn__cuda_id_state[t].prog = &tn__cuda_id_prog[t];
+    }
+    tn_array *in[1] = { (tn_array *)src }, *out[1] = { dst };
+    if (src->device == dst->device && tn_array_is_contiguous(src) && tn_array_size(src) == tn_array_size(dst)) {
+        size_t n = tn_array_nbytes(dst);
+        if (n) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)dst->data,
+                                                              (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream), who);
+        return TN_OK;
+    }
+    return tn__cuda_ew_run(&tn__cuda_id_state[t], in, out, who);
+}
+
+/* A contiguous device copy of a (caller frees), from the caching allocator. */
+static tn_array *tn__cuda_contiguous(const tn_array *a, const char *who) {
+    tn_array *c = tn__array_alloc(a->dtype, a->ndim, a->shape, tn__cuda.ordinal);
+    if (c && tn__cuda_copy_into(c, a, who) != TN_OK) { tn_array_free(c); c = NULL; }
+    return c;
+}
+
+static tn_result tn__cuda_sync_if_blocking(const char *who) {
+    if (tn_get_config()->launch_blocking)
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), who);
+    return TN_OK;
+}
+
+/* >>cuda_blas: cuBLAS products -------------------------------------------------- */
+/* Row-major products on a column-major library without transpose copies: a
+   row-major C = A B is the column-major C^T = B^T A^T, so the operands are
+   passed swapped. A row-major (r, c) view with element strides (s0, s1) is,
+   read column-major, either X^T with ld s0 (rows contiguous: CUBLAS_OP_N) or
+   X with ld s1 (a transposed view: CUBLAS_OP_T). Anything else (steps in
+   both dims, broadcast rows) is first copied contiguous on the device. */
+
+static pthread_mutex_t tn__cublas_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static tn_result tn__cublas_load(void) {
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    pthread_mutex_lock(&tn__cublas_mu);
+    tn__cuda_state *c = &tn__cuda;
+    if (c->cublas_state == 0) {
+        const char *names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so" };
+        const char *missing = NULL;
+        tn__cublasStatus_t st = 0;
+        c->h_cublas = tn__dlopen_first("TN_LIBCUBLAS_PATH", names, 4, c->cublas_path, sizeof c->cublas_path);
+        if (!c->h_cublas) tn__err(TN_ERR_DEVICE, "tn_cuda: cuBLAS (libcublas.so.13 or .12) was not found; set CUDA_PATH or TN_LIBCUBLAS_PATH");
+        else if ((missing = tn__cublas_syms(c->h_cublas, &c->blas)) != NULL)
+            tn__err(TN_ERR_DEVICE, "tn_cuda: %s lacks %s", c->cublas_path, missing);
+        else if ((st = c->blas.cublasCreate_v2(&c->blas_handle)) != TN__CUBLAS_STATUS_SUCCESS)
+            tn__err(TN_ERR_DEVICE, "tn_cuda: cublasCreate failed (status %u) with %s", st, c->cublas_path);
+        else if ((st = c->blas.cublasSetStream_v2(c->blas_handle, c->stream)) != TN__CUBLAS_STATUS_SUCCESS ||
+                 (st = c->blas.cublasSetMathMode(c->blas_handle, tn_get_config()->allow_tf32 ? TN__CUBLAS_TF32_TENSOR_OP_MATH
+                                                                                           : TN__CUBLAS_DEFAULT_MATH)) != TN__CUBLAS_STATUS_SUCCESS) {
+            tn__err(TN_ERR_DEVICE, "tn_cuda: configuring the cuBLAS handle failed (status %u)", st);
+            c->blas.cublasDestroy_v2(c->blas_handle);
+            c->blas_handle = NULL;
+        }
+        if (tn_last_result() == TN_OK || c->blas_handle) c->cublas_state = 1;
+        else {
+            c->cublas_state = -1;
+            if (c->h_cublas) { dlclose(c->h_cublas); c->h_cublas = NULL; }
+        }
+        if (c->cublas_state < 0) snprintf(c->cublas_path, sizeof c->cublas_path, "%.200s", tn_last_error());
+    }
+    int st = c->cublas_state;
+    pthread_mutex_unlock(&tn__cublas_mu);
+    return st > 0 ? TN_OK : tn__err(TN_ERR_DEVICE, "%s", c->cublas_path);
+}
+
+static const char *tn__cublas_errstr(tn__cublasStatus_t s, char *buf, size_t cap) {
+    const char *t = tn__cuda.blas.cublasGetStatusString ? tn__cuda.blas.cublasGetStatusString(s) : NULL;
+    if (t) snprintf(buf, cap, "%s", t);
+    else snprintf(buf, cap, "cublasStatus %u", s);
+    return buf;
+}
+
+#define TN__CUBLAS_CHECK(call, what) do { \
+        tn__cublasStatus_t s_ = (call); \
+        if (s_ != TN__CUBLAS_STATUS_SUCCESS) { \
+            char eb_[120]; \
+            return tn__err(s_ == 3 ? TN_ERR_OOM : TN_ERR_DEVICE, "%s failed in %s (%s:%d): %s", #call, (what), \
+                           __FILE__, __LINE__, tn__cublas_errstr(s_, eb_, sizeof eb_)); } } while (0)
+
+/* The column-major reading of a row-major (r, c) matrix view (see above). */
+static bool tn__blas_mat(int64_t r, int64_t c, int64_t s0, int64_t s1, unsigned *op, int64_t *ld) {
+    if ((c == 1 || s1 == 1) && (r == 1 || s0 >= c)) {
+        *op = TN__CUBLAS_OP_N;
+        *ld = r == 1 ? c : s0;
+    } else if ((r == 1 || s0 == 1) && (c == 1 || s1 >= r)) {
+        *op = TN__CUBLAS_OP_T;
+        *ld = c == 1 ? r : s1;
+    } else return false;
+    if (*ld < 1) *ld = 1;
+    return *ld <= 0x7fffffff;
+}
+
+/* An operand as the product sees it: a (batch, r, c) view with element strides. */
+typedef struct tn__mm_op { const void *data; int64_t r, c, s0, s1, sb; unsigned op; int64_t ld; tn_array *tmp; } tn__mm_op;
+
+/* Fills op from view a (rank 2 or 3; 3: batch dim first); copies it
+   contiguous when cuBLAS cannot read it in place. */
+static tn_result tn__mm_operand(const tn_array *a, tn__mm_op *o, const char *who) {
+    int64_t es = (int64_t)tn_dtype_size(a->dtype);
+    int b = a->ndim - 2;
+    o->tmp = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        o->data = a->data;
+        o->r = a->shape[b]; o->c = a->shape[b + 1];
+        o->s0 = a->strides[b] / es; o->s1 = a->strides[b + 1] / es;
+        o->sb = b > 0 && a->shape[0] > 1 ? a->strides[0] / es : 0;
+        bool ok = (a->strides[b] % es == 0) && (a->strides[b + 1] % es == 0) && o->sb >= 0 &&
+                  tn__blas_mat(o->r, o->c, o->s0, o->s1, &o->op, &o->ld);
+        if (ok) return TN_OK;
+        if (pass == 1) break;
+        if (!(o->tmp = tn__cuda_contiguous(a, who))) return tn_last_result();
+        a = o->tmp;
+    }
+    return tn__err(TN_ERR_INTERNAL, "%s: a contiguous copy is still not a cuBLAS operand", who);
+}
+
+/* C (contiguous, (batch,) m x n) = alpha * A B + beta * C on the stream. */
+static tn_result tn__cuda_gemm(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int64_t m,
+                               int64_t n, int64_t k, double alpha, double beta, const char *who) {
+    if (m == 0 || n == 0 || batch == 0) return TN_OK;
+    if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || batch > 0x7fffffff)
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: dimensions beyond cuBLAS's int range (m %lld, n %lld, k %lld)", who,
+                       (long long)m, (long long)n, (long long)k);
+    tn__cublasHandle_t h = tn__cuda.blas_handle;
+    const tn__cublas_api *bl = &tn__cuda.blas;
+    int M = (int)n, N = (int)m, K = (int)k, ldc = n > 1 ? (int)n : 1, lda = (int)B->ld, ldb = (int)A->ld;
+    long long sC = (long long)(m * n);
+    if (t == TN_F32) {
+        float al = (float)alpha, be = (float)beta;
+        if (batch == 1)
+            TN__CUBLAS_CHECK(bl->cublasSgemm_v2(h, B->op, A->op, M, N, K, &al, (const float *)B->data, lda,
+                                                (const float *)A->data, ldb, &be, (float *)C, ldc), who);
+        else
+            TN__CUBLAS_CHECK(bl->cublasSgemmStridedBatched(h, B->op, A->op, M, N, K, &al, (const float *)B->data, lda,
+                                                           B->sb, (const float *)A->data, ldb, A->sb, &be, (float *)C,
+                                                           ldc, sC, (int)batch), who);
+    } else if (t == TN_F64) {
+        if (batch == 1)
+            TN__CUBLAS_CHECK(bl->cublasDgemm_v2(h, B->op, A->op, M, N, K, &alpha, (const double *)B->data, lda,
+                                                (const double *)A->data, ldb, &beta, (double *)C, ldc), who);
+        else
+            TN__CUBLAS_CHECK(bl->cublasDgemmStridedBatched(h, B->op, A->op, M, N, K, &alpha, (const double *)B->data, lda,
+                                                           B->sb, (const double *)A->data, ldb, A->sb, &beta, (double *)C,
+                                                           ldc, sC, (int)batch), who);
+    } else if (t == TN_F16) {   /* half storage, float32 accumulation */
+        float al = (float)alpha, be = (float)beta;
+        for (int64_t i = 0; i < batch; i++)
+            TN__CUBLAS_CHECK(bl->cublasGemmEx(h, B->op, A->op, M, N, K, &al, (const uint16_t *)B->data + i * B->sb,
+                                              TN__CUDA_R_16F, lda, (const uint16_t *)A->data + i * A->sb, TN__CUDA_R_16F,
+                                              ldb, &be, (uint16_t *)C + i * sC, TN__CUDA_R_16F, ldc, TN__CUBLAS_COMPUTE_32F,
+                                              TN__CUBLAS_GEMM_DEFAULT), who);
+    } else return tn__err(TN_ERR_DTYPE, "%s: cuBLAS products take float16/32/64, not %s", who, tn_dtype_name(t));
+    return tn__cuda_sync_if_blocking(who);
+}
+
+/* A vector (n,) with byte stride s as a (1, n) row (row) or an (n, 1) column. */
+static tn_array tn__mm_vec(const tn_array *v, bool row) {
+    tn_array a = *v;
+    int64_t es = (int64_t)tn_dtype_size(v->dtype), s = v->shape[0] > 1 ? v->strides[0] : es;
+    a.ndim = 2;
+    if (row) { a.shape[0] = 1; a.shape[1] = v->shape[0]; a.strides[0] = s * v->shape[0]; a.strides[1] = s; }
+    else { a.shape[0] = v->shape[0]; a.shape[1] = 1; a.strides[0] = s; a.strides[1] = es; }
+    return a;
+}
+
+static bool tn__cuda_la_supports(const tn_var *node) {
+    tn_dtype t = node->type.dtype;
+    if (t != TN_F32 && t != TN_F64 && t != TN_F16) return false;
+    switch (node->op) {
+    case TN_OP_OUTER: return true;
+    case TN_OP_GEMV: return node->in[1]->type.ndim == 2 && node->in[2]->type.ndim == 1;
+    case TN_OP_GEMM: return node->in[1]->type.ndim == 2 && node->in[2]->type.ndim == 2;
+    case TN_OP_DOT: {
+        int a = node->in[0]->type.ndim, b = node->in[1]->type.ndim;
+        if (a <= 2 && b <= 2) return a >= 1 && b >= 1;
+        return a >= 2 && b >= 2 && a <= 3 && b <= 3;   /* one batch dim (broadcast allowed) */
+    }
+    default: return false;
+    }
+}
+
+static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_array *const *out, const char *who) {
+    tn_result r = tn__cublas_load();
+    if (r != TN_OK) return tn__err(r, "%s: %s", who, tn_last_error());
+    tn_array *o = out[0];
+    tn_dtype t = o->dtype;
+    double alpha = 1, beta = 0;
+    tn_array a, b;
+    switch (node->op) {
+    case TN_OP_DOT:
+        a = in[0]->ndim == 1 ? tn__mm_vec(in[0], true) : *in[0];
+        b = in[1]->ndim == 1 ? tn__mm_vec(in[1], false) : *in[1];
+        break;
+    case TN_OP_OUTER:
+        a = tn__mm_vec(in[0], false);
+        b = tn__mm_vec(in[1], true);
+        break;
+    default: {   /* GEMM, GEMV: the addend first goes where the product is written */
+        alpha = node->p.f[0];
+        beta = node->p.f[1];
+        a = *in[1];
+        b = in[2]->ndim == 1 ? tn__mm_vec(in[2], false) : *in[2];
+        if (beta != 0 && o->data != in[0]->data && (r = tn__cuda_copy_into(o, in[0], who)) != TN_OK) return r;
+        break;
+    }
+    }
+    if (a.ndim == 2 && b.ndim == 3) {   /* a batch dim of size 1, broadcast (batch stride 0) */
+        a.ndim = 3;
+        a.shape[2] = a.shape[1]; a.strides[2] = a.strides[1];
+        a.shape[1] = a.shape[0]; a.strides[1] = a.strides[0];
+        a.shape[0] = 1; a.strides[0] = 0;
+    }
+    if (b.ndim == 2 && a.ndim == 3) {
+        b.ndim = 3;
+        b.shape[2] = b.shape[1]; b.strides[2] = b.strides[1];
+        b.shape[1] = b.shape[0]; b.strides[1] = b.strides[0];
+        b.shape[0] = 1; b.strides[0] = 0;
+    }
+    int64_t batch = a.ndim == 3 ? (a.shape[0] > b.shape[0] ? a.shape[0] : b.shape[0]) : 1;
+    int bd = a.ndim - 2;
+    int64_t m = a.shape[bd], k = a.shape[bd + 1], n = b.shape[bd + 1];
+    if (!tn_array_is_contiguous(o))
+        return tn__err(TN_ERR_INTERNAL, "%s: the product's output is not contiguous", who);
+    tn__mm_op A, B;
+    if ((r = tn__mm_operand(&a, &A, who)) != TN_OK) return r;
+    if ((r = tn__mm_operand(&b, &B, who)) != TN_OK) { tn_array_free(A.tmp); return r; }
+    r = tn__cuda_gemm(t, batch, &A, &B, o->data, m, n, k, alpha, beta, who);
+    tn_array_free(A.tmp);      /* back to the cache: stream order keeps the product's reads first */
+    tn_array_free(B.tmp);
+    return r;
+}
+
+/* >>cuda_transfer: host <-> device ----------------------------------------------- */
+/* Host to device: the host array is packed into a pinned staging buffer
+   (reused call after call; an event says when the previous copy from it is
+   done), then copied asynchronously. The caller's memory is not read after
+   tn_call returns. Device to host: one pinned buffer shared by the back end;
+   the copy waits for the stream, since the host reads the result next. */
+
+typedef struct tn__cuda_h2d_state {
+    int tag;                    /* TN__CST_H2D */
+    void *pin;
+    size_t cap;
+    tn__CUevent ev;
+    bool ev_live;
+} tn__cuda_h2d_state;
+
+static struct { pthread_mutex_t mu; void *pin; size_t cap; } tn__cuda_stage = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* A pinned buffer of at least n bytes in *pin (grown by doubling). */
+static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *who) {
+    if (*cap >= n) return TN_OK;
+    size_t want = *cap ? *cap : 4096;
+    while (want < n) want *= 2;
+    if (*pin) tn__cuda.cu.cuMemFreeHost(*pin);
+    *pin = NULL;
+    *cap = 0;
+    TN__CU_CHECK(tn__cuda.cu.cuMemAllocHost_v2(pin, want), who);
+    *cap = want;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who) {
+    if (in->device == tn__cuda.ordinal) return tn__cuda_copy_into(out, in, who);
+    if (in->device != TN_HOST) return tn__err(TN_ERR_DEVICE, "%s: input lives on device %d, not cuda%d", who, in->device, tn__cuda.ordinal);
+    size_t n = tn_array_nbytes(out);
+    if (n == 0) return TN_OK;
+    if (st->ev_live) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(st->ev), who);   /* the last copy out of pin is done */
+    st->ev_live = false;
+    tn_result r = tn__cuda_pinned(&st->pin, &st->cap, n, who);
+    if (r != TN_OK) return r;
+    if (tn_array_is_contiguous(in) && tn_array_size(in) == tn_array_size(out)) memcpy(st->pin, in->data, n);
+    else if ((r = tn_array_copy_to(in, out->dtype, st->pin, st->cap)) != TN_OK) return r;   /* packs views, broadcasts */
+    TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)out->data, st->pin, n, tn__cuda.stream), who);
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(st->ev, tn__cuda.stream), who);
+    st->ev_live = true;
+    return tn__cuda_sync_if_blocking(who);
+}
+
+/* HostFromGpu's kernel (src/transfer.c.h calls it through tn__d2h_hook). */
+static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *out) {
+    char who[96];
+    snprintf(who, sizeof who, "HostFromGpu (node %d)", node ? node->id : -1);
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    if (in->device != tn__cuda.ordinal) return tn__err(TN_ERR_DEVICE, "%s: input lives on device %d, not cuda%d", who, in->device, tn__cuda.ordinal);
+    if (!tn_array_is_contiguous(out) || out->dtype != in->dtype)
+        return tn__err(TN_ERR_INTERNAL, "%s: the host output must be contiguous %s", who, tn_dtype_name(in->dtype));
+    size_t n = tn_array_nbytes(out);
+    if (n == 0) return TN_OK;
+    tn_array *tmp = NULL;
+    const tn_array *src = in;
+    if (!tn_array_is_contiguous(in) || tn_array_size(in) != tn_array_size(out)) {
+        if (!(tmp = tn__array_alloc(out->dtype, out->ndim, out->shape, tn__cuda.ordinal))) return tn_last_result();
+        if ((r = tn__cuda_copy_into(tmp, in, who)) != TN_OK) { tn_array_free(tmp); return r; }
+        src = tmp;
+    }
+    pthread_mutex_lock(&tn__cuda_stage.mu);
+    r = tn__cuda_pinned(&tn__cuda_stage.pin, &tn__cuda_stage.cap, n, who);
+    tn__CUresult cr = TN__CUDA_SUCCESS;
+    if (r == TN_OK) cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(tn__cuda_stage.pin, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream);
+    if (r == TN_OK && cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+    if (r == TN_OK && cr == TN__CUDA_SUCCESS) memcpy(out->data, tn__cuda_stage.pin, n);
+    pthread_mutex_unlock(&tn__cuda_stage.mu);
+    tn_array_free(tmp);
+    if (r == TN_OK && cr != TN__CUDA_SUCCESS) {
+        char eb[160];
+        r = tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE,
+                    "%s: copying device to host failed (a kernel before it may have failed: launch_blocking=1 names it): %s",
+                    who, tn__cu_errstr(cr, eb, sizeof eb));
+    }
+    return r;
+}
+
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
 
-static bool tn__cuda_supports(const tn_var *node) {
+static bool tn__cuda_ew_supports(const tn_var *node) {
     if (node->op != TN_OP_COMPOSITE && !tn__ew_info(node->op)) return false;
     if (node->n_in + node->n_out > TN__CUDA_MAX_OPERANDS) return false;
     for (int i = 0; i < node->n_in; i++)
@@ -1500,52 +1849,346 @@ static bool tn__cuda_supports(const tn_var *node) {
     return true;
 }
 
+static bool tn__cuda_is_reduce(const tn_var *node) {
+    return tn__op_kind(node->op) == TN_OPK_REDUCE || node->op == TN_OP_SOFTMAX || node->op == TN_OP_LOG_SOFTMAX;
+}
+
+static bool tn__cuda_supports(const tn_var *node) {
+    switch (tn__op_kind(node->op)) {
+    case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE: return tn__cuda_ew_supports(node);
+    case TN_OPK_LINALG: return tn__cuda_la_supports(node);
+    case TN_OPK_VIEW: return true;                           /* only strides: runs wherever its input lives */
+    case TN_OPK_TRANSFER: return node->op == TN_OP_GPU_FROM_HOST;
+    default: return tn__cuda_is_reduce(node) && tn__cuda_reduce_supports(node);
+    }
+}
+
+typedef struct tn__cuda_reduce_box { int tag; void *inner; } tn__cuda_reduce_box;   /* TN__CST_REDUCE */
+
 static tn_result tn__cuda_prepare(const tn_var *node, void **state) {
     *state = NULL;
-    const tn_ew_program *p = node->op == TN_OP_COMPOSITE ? (const tn_ew_program *)node->ext
-                                                         : tn__ew_program_of((tn_var *)node);
-    if (!p) return tn__err(TN_ERR_INTERNAL, "tn_cuda: node %d has no elementwise program", node->id);
-    tn_result r = tn__cuda_check_program(p);
+    tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
-    tn__cuda_ew_state *st = (tn__cuda_ew_state *)tn__calloc(1, sizeof *st);
-    if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
-    st->prog = p;
-    *state = st;
-    return TN_OK;
+    tn_op_kind kind = tn__op_kind(node->op);
+    if (kind == TN_OPK_ELEMWISE || kind == TN_OPK_COMPOSITE) {
+        const tn_ew_program *p = node->op == TN_OP_COMPOSITE ? (const tn_ew_program *)node->ext
+                                                             : tn__ew_program_of((tn_var *)node);
+        if (!p) return tn__err(TN_ERR_INTERNAL, "tn_cuda: node %d has no elementwise program", node->id);
+        if ((r = tn__cuda_check_program(p)) != TN_OK) return r;
+        tn__cuda_ew_state *st = (tn__cuda_ew_state *)tn__calloc(1, sizeof *st);
+        if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+        st->tag = TN__CST_EW;
+        st->prog = p;
+        *state = st;
+        return TN_OK;
+    }
+    if (kind == TN_OPK_LINALG) return tn__cublas_load();       /* no state: cuBLAS is loaded now, not mid-call */
+    if (node->op == TN_OP_GPU_FROM_HOST) {
+        tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)tn__calloc(1, sizeof *st);
+        if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+        st->tag = TN__CST_H2D;
+        tn__CUresult cr = tn__cuda.cu.cuEventCreate(&st->ev, TN__CU_EVENT_DISABLE_TIMING);
+        if (cr != TN__CUDA_SUCCESS) {
+            char eb[160];
+            tn__free(st);
+            return tn__err(TN_ERR_DEVICE, "tn_cuda: cuEventCreate failed: %s", tn__cu_errstr(cr, eb, sizeof eb));
+        }
+        *state = st;
+        return TN_OK;
+    }
+    if (tn__cuda_is_reduce(node)) {
+        tn__cuda_reduce_box *b = (tn__cuda_reduce_box *)tn__calloc(1, sizeof *b);
+        if (!b) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+        b->tag = TN__CST_REDUCE;
+        if ((r = tn__cuda_reduce_prepare(node, &b->inner)) != TN_OK) { tn__free(b); return r; }
+        *state = b;
+        return TN_OK;
+    }
+    return TN_OK;   /* views */
 }
 
 static tn_result tn__cuda_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    char who[96];
-    snprintf(who, sizeof who, "GpuElemwise (node %d)", node->id);
-    return tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, who);
+    char who[128], lb[80];
+    const tn_op_def *d = tn__op_def(node->op);
+    if (d && d->label) d->label(node, lb, sizeof lb);
+    else snprintf(lb, sizeof lb, "%s", d && d->name ? d->name : "?");
+    snprintf(who, sizeof who, "Gpu%s (node %d)", lb, node->id);
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    switch (tn__op_kind(node->op)) {
+    case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE:
+        return tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, who);
+    case TN_OPK_LINALG: return tn__cuda_la_run(node, in, out, who);
+    case TN_OPK_VIEW: return d->cpu(node, in, out);
+    case TN_OPK_TRANSFER:
+        if (node->op == TN_OP_GPU_FROM_HOST && state) return tn__cuda_h2d_run((tn__cuda_h2d_state *)state, in[0], out[0], who);
+        break;
+    default:
+        if (tn__cuda_is_reduce(node) && state) {
+            if ((r = tn__cuda_reduce_run(node, ((tn__cuda_reduce_box *)state)->inner, in, out)) != TN_OK) return r;
+            return tn__cuda_sync_if_blocking(who);
+        }
+        break;
+    }
+    return tn__err(TN_ERR_INTERNAL, "%s: placed on the GPU but the CUDA back end has no kernel for it", who);
 }
 
-static void tn__cuda_release(void *state) { tn__free(state); }
+static void tn__cuda_release(void *state) {
+    if (!state) return;
+    switch (*(int *)state) {
+    case TN__CST_REDUCE: tn__cuda_reduce_release(((tn__cuda_reduce_box *)state)->inner); break;
+    case TN__CST_H2D: {
+        tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
+        if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
+            if (st->ev_live) tn__cuda.cu.cuEventSynchronize(st->ev);
+            if (st->ev) tn__cuda.cu.cuEventDestroy_v2(st->ev);
+            if (st->pin) tn__cuda.cu.cuMemFreeHost(st->pin);
+        }
+        break;
+    }
+    default: break;
+    }
+    tn__free(state);
+}
 
 static tn_result tn__cuda_synchronize(void) {
     TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "synchronizing the stream");
     return TN_OK;
 }
 
-/* place is NULL until the placement rewrite lands: every node stays on the host. */
+/* >>cuda_place: the placement pass (tn_backend.place) -------------------------- */
+/* Runs between specialize and fuse on the function's private graph:
+   1. every op the back end can run goes to the device; a view follows its
+      input; a shared variable whose readers all run on the device moves there
+      for good (its value becomes device memory: tn_shared_get_value copies
+      back, tn_shared_set_value and updates keep it there);
+   2. GpuFromHost is inserted where host data feeds a device node (a constant
+      gets a device copy instead, made once), HostFromGpu where device data
+      feeds a host node or is a function output; the user's own transfers
+      that meet data already on their side cancel (HostFromGpu(GpuFromHost(x))
+      is x), and an output the user wrapped in tn_gpu_from_host stays on the
+      device. Update values stay where they were computed: the executor
+      swaps or copies them into the shared variable's memory.
+   Transfers are made once per producer and shared by all its readers. */
+
+typedef struct tn__place {
+    tn_graph *fg;
+    int n0;                  /* nodes before the pass: the per-node arrays' size */
+    tn_var **alias;          /* a cancelled transfer: what its readers read instead */
+    tn_var **to_dev, **to_host;
+    int dev;
+} tn__place;
+
+static tn_var *tn__place_resolve(tn__place *P, tn_var *x) {
+    while (x->id < P->n0 && P->alias[x->id]) x = P->alias[x->id];
+    return x;
+}
+
+static tn_var *tn__place_xfer(tn__place *P, tn_var *x, bool to_device) {
+    tn_var **cache = to_device ? P->to_dev : P->to_host;
+    if (x->id < P->n0 && cache[x->id]) return cache[x->id];
+    tn_var *y;
+    if (to_device && x->op == TN_OP_CONSTANT && x->value) {
+        /* a device copy of the constant, made now: no transfer per call */
+        tn_array *a = tn__array_alloc(x->value->dtype, x->value->ndim, x->value->shape, P->dev);
+        if (!a) return NULL;
+        if (tn_array_assign(a, x->value) != TN_OK || !tn__graph_own(P->fg, a)) { tn_array_free(a); return NULL; }
+        if (!(y = tn__var_new(P->fg, TN_OP_CONSTANT, "tn_function: placement"))) return NULL;
+        y->type = x->type;
+        y->flags = x->flags;
+        y->value = a;
+    } else {
+        y = tn__node(P->fg, to_device ? TN_OP_GPU_FROM_HOST : TN_OP_HOST_FROM_GPU, 1, &x, NULL, NULL, "tn_function: placement");
+        if (!y) return NULL;
+    }
+    y->device = to_device ? P->dev : TN_HOST;
+    if (x->id < P->n0) cache[x->id] = y;
+    return y;
+}
+
+/* The shared value moves to device memory; the user's tn_array struct is
+   updated in place, so pointers from tn_shared_get stay valid. */
+static tn_result tn__place_move_shared(tn_var *user, int dev) {
+    tn_array *S = user->value;
+    if (!S || S->device == dev) return TN_OK;
+    tn_array *d = tn__array_alloc(S->dtype, S->ndim, S->shape, dev);
+    if (!d) return tn__err(tn_last_result(), "tn_function: moving shared variable '%s' to cuda%d: %s",
+                           user->name ? user->name : "", dev, tn_last_error());
+    tn_result r = tn_array_assign(d, S);
+    if (r != TN_OK) { tn_array_free(d); return r; }
+    tn_array tmp = *S;
+    *S = *d;
+    *d = tmp;
+    tn_array_free(d);           /* the old host contents */
+    return TN_OK;
+}
+
+static bool tn__place_wants_device(const tn_var *v) {
+    tn_op_kind k = tn__op_kind(v->op);
+    if (k == TN_OPK_LEAF || v->op == TN_OP_PROJ || v->op == TN_OP_HOST_FROM_GPU) return false;
+    return k == TN_OPK_VIEW || tn__cuda_supports(v);
+}
+
+static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
+    if (tn__cuda.state <= 0) return TN_OK;
+    const tn_config *cfg = tn_get_config();
+    tn__place P;
+    memset(&P, 0, sizeof P);
+    P.fg = fg;
+    P.n0 = tn__graph_nvars(fg);
+    P.dev = tn__cuda.ordinal;
+    int n_out = tn__func_n_outputs >= 0 && tn__func_n_outputs <= n_roots ? tn__func_n_outputs : n_roots;
+    tn_var **order = NULL;
+    int n = 0;
+    tn_result r = tn__toposort(roots, n_roots, P.n0, &order, &n, NULL, "tn_function: placement");
+    if (r != TN_OK) return r;
+    P.alias = (tn_var **)tn__calloc((size_t)P.n0 + 1, sizeof *P.alias);
+    P.to_dev = (tn_var **)tn__calloc((size_t)P.n0 + 1, sizeof *P.to_dev);
+    P.to_host = (tn_var **)tn__calloc((size_t)P.n0 + 1, sizeof *P.to_host);
+    bool *host_reader = (bool *)tn__calloc((size_t)P.n0 + 1, sizeof *host_reader);
+    bool *explicit_dev = (bool *)tn__calloc((size_t)n_roots + 1, sizeof *explicit_dev);
+    if (!P.alias || !P.to_dev || !P.to_host || !host_reader || !explicit_dev) { r = tn__err(TN_ERR_OOM, "tn_function: placement: out of memory"); goto done; }
+
+    /* 1. devices: ops, then shared variables from their readers, then views */
+    for (int i = 0; i < n; i++) {
+        tn_var *v = order[i];
+        tn_op_kind k = tn__op_kind(v->op);
+        if (k == TN_OPK_LEAF) {
+            v->device = v->op == TN_OP_SHARED && v->value && v->value->device >= 0 ? v->value->device : TN_HOST;
+            continue;
+        }
+        if (v->op == TN_OP_PROJ) continue;
+        bool want = tn__place_wants_device(v);
+        v->device = want && k != TN_OPK_VIEW ? P.dev : TN_HOST;
+        for (int j = 0; j < v->n_in; j++) if (!want) host_reader[v->in[j]->id] = true;
+    }
+    for (int i = 0; i < n_out; i++) {
+        host_reader[roots[i]->id] = true;
+        explicit_dev[i] = roots[i]->op == TN_OP_GPU_FROM_HOST;
+    }
+    for (int i = 0; i < n && r == TN_OK; i++) {
+        tn_var *v = order[i];
+        if (v->op != TN_OP_SHARED || v->device != TN_HOST || host_reader[v->id] || !v->ext) continue;
+        tn_var *user = (tn_var *)v->ext;
+        if ((r = tn__place_move_shared(user, P.dev)) == TN_OK) v->device = P.dev;
+    }
+    if (r != TN_OK) goto done;
+
+    /* 2. transfers where data crosses; the user's transfers cancel where they meet */
+    for (int i = 0; i < n; i++) {
+        tn_var *v = order[i];
+        tn_op_kind k = tn__op_kind(v->op);
+        if (k == TN_OPK_LEAF) continue;
+        if (v->op == TN_OP_PROJ) { v->device = v->in[0]->device; continue; }
+        if (k == TN_OPK_TRANSFER) {
+            tn_var *x = tn__place_resolve(&P, v->in[0]);
+            bool to_dev = v->op == TN_OP_GPU_FROM_HOST;
+            if ((x->device != TN_HOST) == to_dev) {
+                P.alias[v->id] = x;           /* already where it is asked to go */
+                continue;
+            }
+            v->in[0] = x;
+            v->device = to_dev ? P.dev : TN_HOST;
+            tn_var **cache = to_dev ? P.to_dev : P.to_host;
+            if (x->id < P.n0 && !cache[x->id]) cache[x->id] = v;   /* other readers share it */
+            continue;
+        }
+        if (k == TN_OPK_VIEW) v->device = tn__place_resolve(&P, v->in[0])->device;
+        for (int j = 0; j < v->n_in; j++) {
+            tn_var *x = tn__place_resolve(&P, v->in[j]);
+            bool on_dev = v->device != TN_HOST;
+            if ((x->device != TN_HOST) != on_dev && !(x = tn__place_xfer(&P, x, on_dev))) {
+                r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_function: placement: %s", tn_last_error());
+                goto done;
+            }
+            v->in[j] = x;
+        }
+    }
+    /* 3. outputs come back to the host unless the user asked for a device array */
+    for (int i = 0; i < n_roots; i++) {
+        tn_var *x = tn__place_resolve(&P, roots[i]);
+        if (i < n_out && x->device != TN_HOST && !explicit_dev[i] && !(x = tn__place_xfer(&P, x, false))) {
+            r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_function: placement: %s", tn_last_error());
+            goto done;
+        }
+        roots[i] = x;
+    }
+    /* assert_no_cpu_op: name every op left on the host (transfers, views and leaves aside) */
+    if (cfg->assert_no_cpu_op != TN_WR_OFF) {
+        for (int i = 0; i < n; i++) {
+            tn_var *v = order[i];
+            tn_op_kind k = tn__op_kind(v->op);
+            if (v->device != TN_HOST || k == TN_OPK_LEAF || k == TN_OPK_TRANSFER || k == TN_OPK_VIEW || v->op == TN_OP_PROJ ||
+                P.alias[v->id])
+                continue;
+            char lb[160];
+            tn__node_label(v, lb, sizeof lb);
+            if (cfg->assert_no_cpu_op == TN_WR_RAISE) {
+                r = tn__err(TN_ERR_UNSUPPORTED, "tn_function: assert_no_cpu_op=raise: %s (node %d) has no GPU kernel and would run on the CPU", lb, v->id);
+                goto done;
+            }
+            tn__warn("assert_no_cpu_op: %s (node %d) runs on the CPU", lb, v->id);
+        }
+    }
+done:
+    tn__free(order);
+    tn__free(P.alias);
+    tn__free(P.to_dev);
+    tn__free(P.to_host);
+    tn__free(host_reader);
+    tn__free(explicit_dev);
+    return r;
+}
+
 static const tn_backend tn__cuda_backend = {
-    "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, NULL
+    "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, tn__cuda_place
 };
 
 static void tn__cuda_register_backend(void) {
     tn__set_device_ops(&tn__cuda_device_ops);
     tn__set_backend(&tn__cuda_backend);
+    tn__d2h_hook = tn__cuda_d2h;
+    /* a fused kernel takes at most TN__CUDA_MAX_OPERANDS pointers: leave room for its outputs */
+    if (tn__fuse_max_inputs > TN__CUDA_MAX_OPERANDS - 8) tn__fuse_max_inputs = TN__CUDA_MAX_OPERANDS - 8;
 }
 
+/* >>cuda_register: TENSOR_FLAGS device=... takes effect at tn_init --------------- */
+/* tn_init calls this hook (src/core.c.h) with the final configuration.
+   device=cpu never opens libcuda and detaches the back end; auto and cuda
+   open the device (cuda says why in one line when it cannot) and attach it.
+   tn_init itself never fails for a missing GPU: everything runs on the CPU. */
+static tn_result tn__cuda_device_init(const tn_config *cfg) {
+    if (cfg->device == TN_DEVICE_CPU) {
+        if (tn__get_backend() == &tn__cuda_backend) tn__set_backend(NULL);
+        return TN_OK;
+    }
+    if (tn__cuda.state < 0 && !strncmp(tn__cuda.status, "device=cpu", 10)) tn__cuda_forget_failure();
+    if (tn_cuda_init() == TN_OK) tn__cuda_register_backend();
+    else tn_clear_error();
+    return TN_OK;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((constructor))
+#endif
+static void tn__cuda_hook_ctor(void) { tn__device_init_hook = tn__cuda_device_init; }
+
 static void tn__cuda_shutdown(void) {
-    tn__cuda_kcache_clear();
-    if (tn__cuda.state <= 0) return;
-    if (tn__cuda_bind() == TN_OK) {
+    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
         tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        if (tn__cuda.blas_handle) { tn__cuda.blas.cublasDestroy_v2(tn__cuda.blas_handle); tn__cuda.blas_handle = NULL; }
+        pthread_mutex_lock(&tn__cuda_stage.mu);
+        if (tn__cuda_stage.pin) tn__cuda.cu.cuMemFreeHost(tn__cuda_stage.pin);
+        tn__cuda_stage.pin = NULL;
+        tn__cuda_stage.cap = 0;
+        pthread_mutex_unlock(&tn__cuda_stage.mu);
         pthread_mutex_lock(&tn__dmem.mu);
         tn__dmem_release_cache();
         pthread_mutex_unlock(&tn__dmem.mu);
     }
+    tn__cuda_kcache_clear();     /* unloads modules (the stream is idle now) */
+    for (int t = 0; t < TN_DTYPE_COUNT; t++) tn__cuda_id_state[t].n = 0;   /* their functions were unloaded */
+    if (tn__cuda.h_cublas) { dlclose(tn__cuda.h_cublas); tn__cuda.h_cublas = NULL; }
+    tn__cuda.cublas_state = 0;
 }
-
 #endif /* TENSOR_IMPLEMENTATION */

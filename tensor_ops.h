@@ -137,6 +137,8 @@ extern "C" {
     X(EYE)            /* i[0] n, i[1] m, i[2] k (diagonal offset); dtype in i[26] */ \
     X(ARANGE)         /* f[0] start, f[1] stop, f[2] step; dtype in i[26] */ \
     X(CUSTOM)         /* user op: ext = tn_custom_op */ \
+    X(GPU_FROM_HOST)  /* in[0] copied to the device (node->device); no params; Theano's GpuFromHost */ \
+    X(HOST_FROM_GPU)  /* in[0] copied to the host; waits for the stream; Theano's HostFromGpu */ \
     X(SCAN)           /* a loop (src/scan.c.h): ext = the loop (step function, taps); no params. in: sequences, \
                          initial values, non_sequences; out: each output's stacked buffer (initial rows first), \
                          then each update's last value. ScanGrad (ext->bwd): in: the forward's inputs, stacked \
@@ -280,6 +282,13 @@ TN_API tn_var *tn_fill(tn_var *like, tn_var *value);                    /* value
 TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k);
 TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step);
 
+/* Transfers (src/transfer.c.h). A function output that is tn_gpu_from_host(x)
+   is returned as a device array (device >= 0) when the CUDA back end runs the
+   function; on the CPU both are plain copies. The placement pass inserts and
+   cancels these itself: users need them only to ask for a device result. */
+TN_API tn_var *tn_gpu_from_host(tn_var *x);
+TN_API tn_var *tn_host_from_gpu(tn_var *x);
+
 /* >>grad ----------------------------------------------------------------- */
 /* Symbolic differentiation (src/grad.c.h). Gradients are ordinary nodes of
    the cost's graph (arena-owned): compile them with tn_function like any
@@ -337,6 +346,43 @@ typedef struct tn_verify_grad_report {
 /* TN_OK when every element agrees; TN_ERR_INVALID naming the worst one when
    not; other errors from building or running. report may be NULL. */
 TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *desc, tn_verify_grad_report *report);
+
+/* >>custom --------------------------------------------------------------- */
+/* A user op (src/custom.c.h): a type rule, a CPU function and optionally CUDA
+   C source, used in a graph like any op (Theano's custom Op, the seed's
+   multiply_them and GpuEye). tn_custom copies the description and its strings
+   into the graph; `user` must outlive the graph and its functions. Callbacks
+   return TN_OK, or an error code and a reason written into why[why_cap]; the
+   error the user sees names the op. */
+typedef struct tn_custom_op tn_custom_op;
+struct tn_custom_op {
+    const char *name;          /* in messages, debugprint, profiles */
+    int n_inputs;              /* -1: any number */
+    int n_outputs;             /* 0 means 1 */
+    /* Type rule: out[0..n_outputs) from in[] (dims -1 where unknown at build
+       time; every dim is known at call time). Called at both times. */
+    tn_result (*infer)(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t why_cap);
+    /* CPU function: host arrays, inputs contiguous, outputs preallocated and
+       contiguous. NULL: the op has no CPU fallback. */
+    tn_result (*cpu)(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t why_cap);
+    /* CUDA C source defining the extern "C" __global__ kernel cuda_kernel,
+       called with the inputs' then the outputs' device pointers, then
+       long long n (out[0]'s element count). NULL: CPU only. */
+    const char *cuda_source;
+    const char *cuda_kernel;
+    /* Launch geometry; NULL: a 1-d grid of 256-thread blocks over n. */
+    void (*cuda_geometry)(const tn_custom_op *op, tn_array *const *in, tn_array *const *out,
+                          unsigned grid[3], unsigned block[3]);
+    void *user;
+};
+/* Records the op applied to in[0..n); g may be NULL when n > 0. A one-output
+   op's variable; NULL with the error set on failure (a type rule that fails
+   reports "tn_custom: op 'name': ..."). */
+TN_API tn_var *tn_custom(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in);
+/* Several outputs: fills outs[op->n_outputs]. */
+TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in, tn_var **outs);
+/* The description a custom node carries (NULL for other nodes). */
+TN_API const tn_custom_op *tn_custom_of(const tn_var *node);
 
 /* >>scan ----------------------------------------------------------------- */
 /* Loops inside the graph, as Theano's scan. The step callback builds one

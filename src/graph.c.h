@@ -90,6 +90,23 @@ static void tn__graph_disown(tn_graph *g, tn_array *a) {
         if (g->owned[i] == a) { g->owned[i] = g->owned[--g->nowned]; return; }
 }
 
+/* A contiguous copy of a on `device` (TN_HOST or a device ordinal): device
+   values stay on their device (shared variables, device outputs). */
+static tn_array *tn__copy_on(const tn_array *a, int device) {
+    if (device == TN_HOST) return tn_array_copy(a);
+    tn_array *c = tn__array_alloc(a->dtype, a->ndim, a->shape, device);
+    if (!c) return NULL;
+    const tn_device_ops *ops = tn__get_device_ops();
+    tn_result r = a->device == device && tn_array_is_contiguous(a) && ops && ops->copy
+                ? ops->copy(c->data, device, a->data, device, tn_array_nbytes(a)) : tn_array_assign(c, a);
+    if (r != TN_OK) { tn_array_free(c); return NULL; }
+    return c;
+}
+
+/* Outputs of the function being compiled, for the back end's placement pass
+   (roots past them are update values); -1 outside tn_function. */
+static _Thread_local int tn__func_n_outputs = -1;
+
 /* A zeroed var registered in g (id = its index). */
 static tn_var *tn__var_new(tn_graph *g, int op, const char *who) {
     if (g->nvars == g->cap_vars) {
@@ -361,7 +378,7 @@ TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value) {
                        tn_dtype_name(value->dtype), value->ndim, tn__shape_str(value->ndim, value->shape, b));
     }
     if (value == old) return TN_OK;
-    tn_array *c = tn_array_copy(value);
+    tn_array *c = tn__copy_on(value, old->device);    /* a device-resident variable stays there */
     if (!c) return tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_set_value '%s': %s", name, tn_last_error());
     /* Replace the contents in place: pointers from tn_shared_get stay valid. */
     tn_array tmp = *shared->value;
@@ -512,7 +529,16 @@ struct tn_func {
     int n_retired, cap_retired;
     uint64_t gen;
     const tn_backend *backend;
+    struct tn__prof *prof;              /* profiler (src/profile.c.h); NULL when off */
 };
+
+/* Profiler hooks (src/profile.c.h), called only when f->prof is set. */
+static double tn__prof_now(void);
+static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare);
+static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs);
+static void tn__prof_step(tn_func *f, int k, double t0);
+static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
+static void tn__prof_finish(tn_func *f);
 
 static void tn__plan_release(tn_func *f) {
     for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
@@ -528,6 +554,7 @@ static void tn__retired_release(tn_func *f) {
 
 TN_API void tn_function_free(tn_func *f) {
     if (!f) return;
+    if (f->prof) tn__prof_finish(f);
     tn__plan_release(f);
     tn__retired_release(f);
     if (f->backend && f->backend->release)
@@ -844,7 +871,11 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     }
     if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK) goto fail;
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
+    double t_opt = tn__prof_now();
+    tn__func_n_outputs = no;
     tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode);
+    tn__func_n_outputs = -1;
+    t_opt = tn__prof_now() - t_opt;
     if (r != TN_OK) {
         if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
         goto fail;
@@ -858,7 +889,9 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
         if (!v->name && uroots[i]->name && !(v->name = tn__graph_strdup(f->fg, uroots[i]->name))) goto fail;
     }
     f->n_roots = n_roots;
+    double t_sched = tn__prof_now();
     if (tn__schedule(f, n_roots) != TN_OK) goto fail;
+    if (tn_get_config()->profile) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
     tn__free(uroots);
     return f;
 fail:
@@ -871,8 +904,13 @@ fail:
 
 static void tn__node_label(const tn_var *v, char *buf, size_t cap) {
     const tn_op_def *d = tn__op_def(v->op);
-    if (d && d->label) d->label(v, buf, cap);
-    else snprintf(buf, cap, "%s", d && d->name ? d->name : "?");
+    /* ops placed on a GPU print as Theano's: GpuElemwise{exp,no_inplace} */
+    const tn_var *src = v->op == TN_OP_PROJ && v->n_in == 1 ? v->in[0] : v;
+    tn_op_kind k = d ? d->kind : TN_OPK_OTHER;
+    size_t n = 0;
+    if (src->device != TN_HOST && k != TN_OPK_LEAF && k != TN_OPK_TRANSFER && cap > 4) { memcpy(buf, "Gpu", 3); n = 3; }
+    if (d && d->label) d->label(v, buf + n, cap - n);
+    else snprintf(buf + n, cap - n, "%s", d && d->name ? d->name : "?");
 }
 
 /* The concrete type of an external array under a var's static type: sizes
@@ -1108,16 +1146,20 @@ static tn_result tn__run_steps(tn_func *f) {
             out[o] = a;
         }
         tn_var *v = st->node;
+        double t0 = f->prof ? tn__prof_now() : 0;
         tn_result r = v->device != TN_HOST && f->backend && f->backend->run
                     ? f->backend->run(v, st->bstate, in, out)
                     : st->def->cpu(v, in, out);
+        if (f->prof) tn__prof_step(f, k, t0);
         if (r != TN_OK) {
             char lb[256];
             tn__node_label(v, lb, sizeof lb);
             return tn__err(r, "%s: %s (step %d of %d): %s", f->name, lb, k, f->n_steps, tn_last_error());
         }
     }
-    if (f->backend && f->backend->synchronize) {
+    /* Device work stays queued: HostFromGpu waits for the stream itself, and
+       device outputs and updates are ordered on it. The profiler waits to time. */
+    if (f->prof && f->backend && f->backend->synchronize) {
         for (int k = 0; k < f->n_steps; k++)
             if (f->steps[k].node->device != TN_HOST) return f->backend->synchronize();
     }
@@ -1158,7 +1200,8 @@ static tn_result tn__apply_updates(tn_func *f) {
     for (int u = 0; u < nu; u++) {
         f->upd_new[u] = NULL;
         if (tn__can_swap(f, u)) continue;
-        if (!(f->upd_new[u] = tn_array_copy(f->slotp[f->upd_slot[u]]))) {
+        const tn_array *S = f->upd_user[u]->value;        /* the copy goes where the variable lives */
+        if (!(f->upd_new[u] = tn__copy_on(f->slotp[f->upd_slot[u]], S ? S->device : TN_HOST))) {
             for (int j = 0; j < u; j++) { tn_array_free(f->upd_new[j]); f->upd_new[j] = NULL; }
             return tn__err(TN_ERR_OOM, "%s: out of memory for update %d ('%s')", f->name, u, tn__var_label_name(f->upd_user[u]));
         }
@@ -1194,7 +1237,8 @@ static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
     for (int i = 0; i < f->n_outputs; i++) {
         outputs[i] = NULL;
         if (f->out_borrow[i]) continue;
-        tn_array *c = tn_array_copy(f->slotp[f->out_slot[i]]);
+        const tn_array *o = f->slotp[f->out_slot[i]];
+        tn_array *c = tn__copy_on(o, o->device);       /* a device output (tn_gpu_from_host) stays there */
         if (!c) {
             for (int j = 0; j < i; j++) { tn_array_free(outputs[j]); outputs[j] = NULL; }
             return tn__err(TN_ERR_OOM, "%s: out of memory copying output %d: %s", f->name, i, tn_last_error());
@@ -1229,6 +1273,7 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
         tn_result r = tn__check_input(f, i, inputs[i]);
         if (r != TN_OK) return r;
     }
+    double t_call = f->prof ? tn__prof_begin_call(f, inputs) : 0, t_run = 0;
     f->gen++;                        /* borrowed outputs of earlier calls are stale from here on */
     tn__retired_release(f);
     for (int i = 0; i < f->n_inputs; i++) f->slotp[f->in_slot[i]] = inputs[i];
@@ -1236,12 +1281,15 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
         if (f->slots[s].kind == TN__SLOT_SHARED) f->slotp[s] = f->slots[s].user->value;
     tn_result r;
     if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
+    if (f->prof) t_run = tn__prof_now();
     if ((r = tn__run_steps(f)) != TN_OK) return r;
+    if (f->prof) t_run = tn__prof_now() - t_run;
     if ((r = tn__make_outputs(f, outputs)) != TN_OK) return r;
     if ((r = tn__apply_updates(f)) != TN_OK) {
         for (int i = 0; i < f->n_outputs; i++) { if (!f->out_borrow[i]) tn_array_free(outputs[i]); outputs[i] = NULL; }
         return r;
     }
+    if (f->prof) tn__prof_end_call(f, t_call, t_run);
     return TN_OK;
 }
 

@@ -13,6 +13,7 @@ static void tn__op_defs_fill(void) {
     tn__register_shape_ops(tn__op_defs);    /* src/ops_shape.c.h */
     tn__register_transfer_ops(tn__op_defs); /* src/transfer.c.h */
     tn__register_scan_ops(tn__op_defs);     /* src/scan.c.h */
+    tn__register_custom_ops(tn__op_defs);   /* src/custom.c.h */
 }
 
 TN_API const tn_op_def *tn__op_def(int op) {

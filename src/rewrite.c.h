@@ -972,7 +972,8 @@ static void tn__fuse_group(tn__fctx *F) {
         int S[3], ns = 0;
         for (int k = 0; k < v->n_in; k++) {
             int g = tn__fg_of(F, v->in[k]);
-            bool ok = g >= 0 && tn__type_same(&F->G[g].key, &v->type);
+            /* a group runs on one device: members share node->device (placement) */
+            bool ok = g >= 0 && v->in[k]->device == v->device && tn__type_same(&F->G[g].key, &v->type);
             if (g >= 0 && !ok && tn__type_bcasts_into(&F->G[g].key, &v->type)) {
                 int edges = 0;      /* a smaller group read only by v is computed inside v's group */
                 for (int j = 0; j < v->n_in; j++) edges += tn__fg_of(F, v->in[j]) == g;
@@ -1146,7 +1147,7 @@ static void tn__fuse_build(tn__fctx *F, int g) {
     /* an elementwise group read by one reduction only: the reduction's prologue */
     tn__ninfo *T = tn__ni(c, tail);
     if (tn__fuse_into_reductions && T->n_use == 1 && !T->n_root && tn__rw_fuse_reduction_op(T->use[0].c->op) &&
-        T->use[0].c->n_in == 1 && !T->use[0].c->ext && G->nin <= TN__REDUCE_MAX_INPUTS) {
+        T->use[0].c->n_in == 1 && !T->use[0].c->ext && G->nin <= TN__REDUCE_MAX_INPUTS && T->use[0].c->device == tail->device) {
         tn_var *R = T->use[0].c;
         bool single = true;    /* every other member is read inside the group only */
         for (int p = G->head; p >= 0 && single; p = F->next[p]) {
@@ -1158,6 +1159,9 @@ static void tn__fuse_build(tn__fctx *F, int g) {
         tn_ew_program *P = single ? tn__fuse_program(F, g, &in, &nin, &out, tail) : NULL;
         tn_var *y = P && nin > 0 ? tn__node(c->g, R->op, nin, in, &R->p, P, "fuse") : NULL;
         tn__rw_sync(c);
+        if (y) y->device = R->device;
+        const tn_backend *be = tn__get_backend();    /* a device reduction must take the prologue */
+        if (y && y->device != TN_HOST && (!be || !be->supports || !be->supports(y))) y = NULL;
         if (y && tn__type_eq(&y->type, &R->type)) {
             tn__rw_count("fusion_reduce");
             tn__fuse_trace("fusion_reduce", y, G->nmem);
@@ -1176,8 +1180,12 @@ static void tn__fuse_build(tn__fctx *F, int g) {
     tn_var *rep[TN_MAX_IPARAMS + 64];
     int nout = P->n_out;
     bool ok = y != NULL && nout <= (int)(sizeof rep / sizeof rep[0]);
+    if (ok) y->device = tail->device;                /* the group's device */
+    const tn_backend *be = tn__get_backend();        /* too many operands for one kernel: stay unfused */
+    if (ok && y->device != TN_HOST && (!be || !be->supports || !be->supports(y))) ok = false;
     for (int k = 0; ok && k < nout; k++) {
         rep[k] = nout == 1 ? y : tn__proj(y, k);
+        if (rep[k]) rep[k]->device = y->device;
         ok = rep[k] && tn__type_eq(&rep[k]->type, &out[k]->type);
     }
     tn__rw_sync(c);

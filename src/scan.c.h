@@ -242,7 +242,7 @@ static tn_result tn__scan_infer(const tn_var *node, const tn_type *in, tn_type *
         for (int j = 0; j < nfin; j++) out[j] = in[j];
         return TN_OK;
     }
-    int64_t T;
+    int64_t T = -1;
     tn_result r = tn__scan_steps(s, node, in, &T);
     if (r != TN_OK) return r;
     tn_type pt_s[32], rt_s[32];
@@ -1114,5 +1114,50 @@ static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var 
 done:
     tn__free(ins);
     if (gk != one) tn__free(gk);
+    return r;
+}
+
+/* >>scan_debugprint ------------------------------------------------------ */
+/* tn_debugprint has no hook for inner graphs: this prints v's tree, then,
+   for each scan v reaches, its step's results indented under a header. */
+
+static tn_result tn__scan_print_inner(const tn__scan *s, const tn_var *node, FILE *out, int depth) {
+    char lb[256];
+    tn__scan_label(node, lb, sizeof lb);
+    fprintf(out, "%*sInner graph of %s:\n", 2 * depth, "", lb);
+    FILE *tmp = tmpfile();
+    if (!tmp) return tn__err(TN_ERR_INVALID, "tn_scan_debugprint: no temporary file for the inner graph");
+    tn__printer pr;     /* one printer: a node shared by two results keeps one id */
+    tn_result r = tn__printer_init(&pr, tmp, tn__graph_nvars(s->g));
+    if (r == TN_OK) {
+        for (int k = 0; k < s->n_res && r == TN_OK; k++) r = tn__print_tree(&pr, s->res[k]);
+        tn__printer_free(&pr);
+    }
+    rewind(tmp);
+    char line[1024];
+    bool bol = true;
+    while (fgets(line, sizeof line, tmp)) {
+        if (bol) fprintf(out, "%*s    > ", 2 * depth, "");
+        fputs(line, out);
+        bol = strchr(line, '\n') != NULL;
+    }
+    fclose(tmp);
+    return r;
+}
+
+TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
+    if (!v || !out) return tn__err(TN_ERR_NULL, "tn_scan_debugprint: %s is NULL", v ? "out" : "variable");
+    tn_result r = tn_debugprint(v, out);
+    if (r != TN_OK) return r;
+    tn_var **order = NULL;
+    int n = 0;
+    tn_var *root = (tn_var *)v;
+    if ((r = tn__toposort(&root, 1, tn__graph_nvars(v->graph), &order, &n, NULL, "tn_scan_debugprint")) != TN_OK) return r;
+    for (int i = 0; i < n && r == TN_OK; i++) {
+        if (order[i]->op != TN_OP_SCAN || !order[i]->ext) continue;
+        const tn__scan *s = (const tn__scan *)order[i]->ext;
+        r = tn__scan_print_inner(s, order[i], out, 0);
+    }
+    tn__free(order);
     return r;
 }

@@ -1,0 +1,892 @@
+/* bench/bench.c - every speed claim of tensor.h, measured (issues 4 and 7).
+
+   Runs on the CPU and, where a GPU is usable, on the GPU, and prints ONE
+   table: each case's time per call (median of repeats, with min and max),
+   the limit it is compared to (measured in the same run: a bare driver,
+   cuBLAS or memcpy loop doing the same work), the ratio, the target and
+   pass/FAIL. A GPU feature that has not landed yet prints "n/a (reason)".
+   Build and run (bench/README.md says what each case measures):
+       make bench && build/bench [--quick] [--cpu-only] [--gpu-only]
+       cc -std=c11 -O2 -I. -rdynamic bench/bench.c -o build/bench -lm -lpthread -ldl
+   -rdynamic lets the bench find tn_gpu_from_host at run time (dlsym), so it
+   builds before that entry point exists and uses it once it does.
+   Exit status: 0 when every case ran (missed targets included), 1 when a
+   case failed with an error, 2 on bad arguments. */
+#define _POSIX_C_SOURCE 200809L
+#define TENSOR_IMPLEMENTATION
+#include "tensor.h"
+#include "tensor_cuda.h"
+#include <dirent.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static bool Q;          /* --quick: fewer iterations and repeats (CI smoke) */
+static int n_errors;
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* >>table ---------------------------------------------------------------- */
+
+enum { T_INFO = 0, T_RATIO, T_PCT, T_ABS, T_LIMIT };   /* how a row is judged */
+
+typedef struct row {
+    char sect[10], name[48];
+    double med, lo, hi;      /* seconds per call; med <= 0: not measured */
+    char limit[34];          /* what it is compared to */
+    double lim;              /* seconds per call of the limit */
+    int kind;                /* T_*: RATIO med/lim <= target; PCT lim/med >= target%; ABS med <= target s */
+    double target;
+    char rate[24];           /* GB/s, GFLOP/s, ... */
+    char note[96];
+    char na[160];            /* "n/a (...)" or "ERROR: ..." when set */
+} row;
+static row rows[80];
+static int nrows;
+
+static row *R(const char *sect, const char *name) {
+    row *r = &rows[nrows < 79 ? nrows++ : 79];
+    memset(r, 0, sizeof *r);
+    snprintf(r->sect, sizeof r->sect, "%s", sect);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    return r;
+}
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void na(row *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(r->na, sizeof r->na, "n/a (");
+    k += vsnprintf(r->na + k, sizeof r->na - (size_t)k, fmt, ap);
+    va_end(ap);
+    if (k < (int)sizeof r->na - 1) snprintf(r->na + k, sizeof r->na - (size_t)k, ")");
+}
+static void err(row *r, const char *what) {
+    snprintf(r->na, sizeof r->na, "ERROR %s: %.120s", what, tn_last_error());
+    n_errors++;
+}
+static void set_limit(row *r, const char *name, double lim, int kind, double target) {
+    snprintf(r->limit, sizeof r->limit, "%s", name);
+    r->lim = lim;
+    r->kind = kind;
+    r->target = target;
+}
+
+static void fmt_t(double s, char *b, size_t cap) {
+    if (s <= 0) snprintf(b, cap, "-");
+    else if (s < 1e-3) snprintf(b, cap, "%.2f us", s * 1e6);
+    else if (s < 1) snprintf(b, cap, "%.2f ms", s * 1e3);
+    else snprintf(b, cap, "%.2f s", s);
+}
+
+static void print_table(void) {
+    printf("\n%-8s %-34s %10s %10s %10s  %-32s %10s %8s %9s %-6s %-12s %s\n", "section", "case", "median", "min", "max",
+           "limit", "limit/call", "ratio", "target", "result", "rate", "note");
+    char last[10] = "";
+    for (int i = 0; i < nrows; i++) {
+        row *r = &rows[i];
+        if (strcmp(last, r->sect)) { if (last[0]) printf("\n"); snprintf(last, sizeof last, "%s", r->sect); }
+        if (r->na[0]) { printf("%-8s %-34s %s\n", r->sect, r->name, r->na); continue; }
+        char m[16], lo[16], hi[16], li[16], ratio[16] = "-", tgt[16] = "-";
+        const char *res = "info";
+        fmt_t(r->med, m, sizeof m); fmt_t(r->lo, lo, sizeof lo); fmt_t(r->hi, hi, sizeof hi); fmt_t(r->lim, li, sizeof li);
+        if (r->lim > 0 && (r->kind == T_RATIO || r->kind == T_INFO)) snprintf(ratio, sizeof ratio, "%.2fx", r->med / r->lim);
+        if (r->lim > 0 && r->kind == T_PCT) snprintf(ratio, sizeof ratio, "%.1f%%", 100 * r->lim / r->med);
+        if (r->kind == T_RATIO) { snprintf(tgt, sizeof tgt, "<=%.2fx", r->target); res = r->med / r->lim <= r->target ? "pass" : "FAIL"; }
+        if (r->kind == T_PCT && r->target > 0) { snprintf(tgt, sizeof tgt, ">=%.0f%%", r->target); res = 100 * r->lim / r->med >= r->target ? "pass" : "FAIL"; }
+        if (r->kind == T_ABS) { fmt_t(r->target, tgt, sizeof tgt); memmove(tgt + 1, tgt, strlen(tgt) + 1); tgt[0] = '<'; res = r->med <= r->target ? "pass" : "FAIL"; }
+        if (r->kind == T_LIMIT) res = "limit";
+        printf("%-8s %-34s %10s %10s %10s  %-32s %10s %8s %9s %-6s %-12s %s\n", r->sect, r->name, m, lo, hi,
+               r->limit[0] ? r->limit : "-", li, ratio, tgt, res, r->rate, r->note);
+    }
+}
+
+/* >>measure --------------------------------------------------------------- */
+
+/* A loop body: runs `iters` calls, then waits until the work is done, so
+   wall time around it is the time of the work (clock "wall" in the table). */
+typedef tn_result (*loop_fn)(void *ctx, int iters);
+
+static tn_result measure(loop_fn fn, void *ctx, int iters, row *r) {
+    int reps = Q ? 3 : 7;
+    tn_result e = fn(ctx, iters / 10 > 0 ? iters / 10 : 1);       /* warm-up: compiles, allocations, caches */
+    double t[16];
+    for (int i = 0; e == TN_OK && i < reps; i++) {
+        double t0 = now();
+        e = fn(ctx, iters);
+        t[i] = (now() - t0) / iters;
+    }
+    if (e != TN_OK) return e;
+    for (int i = 1; i < reps; i++)       /* insertion sort */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { double x = t[j]; t[j] = t[j - 1]; t[j - 1] = x; }
+    r->med = t[reps / 2];
+    r->lo = t[0];
+    r->hi = t[reps - 1];
+    return TN_OK;
+}
+
+static void rate(row *r, double amount, const char *unit) {
+    double v = amount / r->med;
+    const char *p = v >= 1e12 ? "T" : v >= 1e9 ? "G" : v >= 1e6 ? "M" : "";
+    double s = v >= 1e12 ? 1e12 : v >= 1e9 ? 1e9 : v >= 1e6 ? 1e6 : 1;
+    snprintf(r->rate, sizeof r->rate, "%.1f %s%s", v / s, p, unit);
+}
+
+/* >>functions: compiled-function facts the cases check ------------------- */
+
+static bool GPU;        /* the current phase runs on the GPU */
+
+static tn_result dev_sync(void) {
+    if (!GPU) return TN_OK;
+    TN__CU_CHECK(tn__cuda.cu.cuCtxSynchronize(), "bench: waiting for the device");
+    return TN_OK;
+}
+
+/* Compute steps (not views, transfers) on the device (dev) or the host, of
+   op `op` (-1: any); *first gets the name of the first one found. */
+static int steps_on(const tn_func *f, bool dev, int op, const char **first) {
+    int n = 0;
+    for (int i = 0; f && i < f->n_steps; i++) {
+        const tn_var *v = f->steps[i].node;
+        tn_op_kind k = tn__op_kind(v->op);
+        if (k == TN_OPK_VIEW || k == TN_OPK_TRANSFER || (op >= 0 && v->op != op)) continue;
+        if ((v->device != TN_HOST) != dev) continue;
+        if (first && !n) *first = f->steps[i].def->name;
+        n++;
+    }
+    return n;
+}
+static int device_products(const tn_func *f) {
+    return steps_on(f, true, TN_OP_DOT, NULL) + steps_on(f, true, TN_OP_GEMM, NULL) + steps_on(f, true, TN_OP_GEMV, NULL);
+}
+/* "" when every compute step runs on the device, else why not (for n/a). */
+static const char *all_on_device(const tn_func *f, char *buf, size_t cap) {
+    const char *first = "?";
+    int h = steps_on(f, false, -1, &first);
+    buf[0] = 0;
+    if (h) snprintf(buf, cap, "%d op%s still on the CPU, first %s: placement not landed for it", h, h > 1 ? "s" : "", first);
+    return buf;
+}
+
+typedef struct callctx { tn_func *f; tn_array **in; } callctx;
+static tn_result call_loop(void *p, int iters) {
+    callctx *c = (callctx *)p;
+    for (int i = 0; i < iters; i++) {
+        tn_array *out[4] = { 0 };
+        tn_result r = tn_call(c->f, c->in, out);
+        if (r != TN_OK) return r;
+        for (int k = 0; k < 4; k++) tn_array_free(out[k]);   /* borrowed: no-op */
+    }
+    return dev_sync();
+}
+
+static void run_func(row *r, tn_func *f, tn_array **in, int iters) {
+    callctx c = { f, in };
+    if (measure(call_loop, &c, iters, r) != TN_OK) err(r, "in tn_call");
+}
+
+/* tn_gpu_from_host(x) when the back end exports it (found with dlsym, so this
+   file builds before it lands), else NULL. */
+typedef tn_var *(*gfh_fn)(tn_var *);
+static gfh_fn gpu_from_host(void) {
+    void *self = dlopen(NULL, RTLD_NOW);
+    void *s = self ? dlsym(self, "tn_gpu_from_host") : NULL;
+    gfh_fn f;
+    memcpy(&f, &s, sizeof f);
+    return f;
+}
+
+/* Sets one config field for what follows (tn_init with a modified copy). */
+static tn_config saved_cfg;
+static void cfg_push(void (*edit)(tn_config *)) {
+    saved_cfg = *tn_get_config();
+    tn_config c = saved_cfg;
+    edit(&c);
+    tn_init(&c);
+}
+static void cfg_pop(void) { tn_init(&saved_cfg); }
+
+/* >>cases: the fusion chain --------------------------------------------- */
+
+/* About ten ops, 3 inputs: sigmoid(tanh(a*b + c) * exp(-a) + sqrt(|b|) - 0.5c).
+   *second: a second output sharing most of the chain (two-output group). */
+static tn_var *chain(tn_var *a, tn_var *b, tn_var *c, tn_var **second) {
+    tn_var *t = tn_tanh(tn_add(tn_mul(a, b), c));
+    tn_var *s = tn_sqrt(tn_abs(b));
+    tn_var *y = tn_sigmoid(tn_sub(tn_add(tn_mul(t, tn_exp(tn_neg(a))), s), tn_mul(c, tn_lit(c, 0.5))));
+    if (second) *second = tn_add(tn_mul(t, c), s);
+    return y;
+}
+
+typedef struct pcopy { char *dst, *src; } pcopy;
+static void pcopy_range(void *ctx, int64_t lo, int64_t hi) {
+    pcopy *p = (pcopy *)ctx;
+    memcpy(p->dst + lo, p->src + lo, (size_t)(hi - lo));
+}
+typedef struct copyctx { size_t bytes; char *dst, *src; tn__CUdeviceptr ddst, dsrc; } copyctx;
+static tn_result copy_loop(void *p, int iters) {
+    copyctx *c = (copyctx *)p;
+    for (int i = 0; i < iters; i++) {
+        if (GPU) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2(c->ddst, c->dsrc, c->bytes, tn__cuda.stream), "bench: copy");
+        else { pcopy pc = { c->dst, c->src }; tn__parallel_for((int64_t)c->bytes, (int64_t)1 << 20, pcopy_range, &pc); }
+    }
+    if (GPU) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "bench: copy");
+    return TN_OK;
+}
+
+static int saved_fuse_max;
+static void fusion_cases(void) {
+    const char *S = GPU ? "fusion" : "cpu";
+    int64_t n = (int64_t)1 << 24;
+    size_t bytes = (size_t)n * 4;
+    int iters = GPU ? (Q ? 20 : 100) : (Q ? 1 : 4);
+    /* the limit: device-to-device (or parallel host) copy of one array, read + write */
+    row *L = R(S, GPU ? "d2d copy 64 MiB (cuMemcpyDtoD)" : "host copy 64 MiB (threads)");
+    copyctx cc = { bytes, NULL, NULL, 0, 0 };
+    tn_result e = TN_OK;
+    if (GPU) {
+        if (tn__cuda.cu.cuMemAlloc_v2(&cc.ddst, bytes) || tn__cuda.cu.cuMemAlloc_v2(&cc.dsrc, bytes)) { na(L, "cuMemAlloc"); return; }
+        tn__cuda.cu.cuMemsetD8Async(cc.dsrc, 1, bytes, tn__cuda.stream);
+    } else {
+        cc.dst = (char *)malloc(bytes); cc.src = (char *)malloc(bytes);
+        if (!cc.dst || !cc.src) { na(L, "out of memory"); free(cc.dst); free(cc.src); return; }
+        memset(cc.src, 1, bytes); memset(cc.dst, 0, bytes);
+    }
+    e = measure(copy_loop, &cc, GPU ? (Q ? 20 : 200) : (Q ? 2 : 10), L);
+    if (GPU) { tn__cuda.cu.cuMemFree_v2(cc.ddst); tn__cuda.cu.cuMemFree_v2(cc.dsrc); }
+    else { free(cc.dst); free(cc.src); }
+    if (e != TN_OK) { err(L, "in the copy loop"); return; }
+    set_limit(L, "", 0, T_LIMIT, 0);
+    rate(L, 2.0 * (double)bytes, "B/s");
+    double bw = 2.0 * (double)bytes / L->med;
+
+    tn_graph *g = tn_graph_new();
+    tn_array *av = tn_array_rand_uniform(TN_F32, 1, &n, -2, 2, 101), *bv = tn_array_rand_uniform(TN_F32, 1, &n, -2, 2, 102);
+    tn_array *cv = tn_array_rand_uniform(TN_F32, 1, &n, -2, 2, 103), *zv = tn_array_zeros(TN_F32, 1, &n);
+    tn_array *z0 = tn_array_scalar(TN_F32, 0);
+    tn_var *a = tn_shared(g, "a", av), *b = tn_shared(g, "b", bv), *c = tn_shared(g, "c", cv);
+    tn_var *ys = tn_shared(g, "y", zv), *zs = tn_shared(g, "z", zv), *ss = tn_shared(g, "s", z0);
+    tn_array_free(av); tn_array_free(bv); tn_array_free(cv); tn_array_free(zv); tn_array_free(z0);
+    tn_var *second = NULL, *y = chain(a, b, c, &second);
+    struct { const char *name; int n_upd; tn_update upd[2]; int nbytes; double target; bool unfused; } cs[4] = {
+        { "chain 12 ops, 3 in 1 out", 1, { { ys, y } }, 4, 95, false },
+        { "two-output group", 2, { { ys, y }, { zs, second } }, 5, 95, false },
+        { "chain feeding a sum", 1, { { ss, tn_sum(y, NULL, 0, false) } }, 3, 90, false },
+        { "chain unfused (contrast)", 1, { { ys, y } }, 4, 0, true },
+    };
+    for (int k = 0; k < 4; k++) {
+        row *r = R(S, cs[k].name);
+        if (cs[k].unfused) { saved_fuse_max = tn__fuse_max_inputs; tn__fuse_max_inputs = 0; }
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = cs[k].n_upd, .updates = cs[k].upd, .name = cs[k].name });
+        if (cs[k].unfused) tn__fuse_max_inputs = saved_fuse_max;
+        char why[160];
+        if (!f) err(r, "in tn_function");
+        else if (GPU && *all_on_device(f, why, sizeof why)) na(r, "%s", why);
+        else {
+            run_func(r, f, NULL, iters);
+            if (!r->na[0]) {
+                double moved = (double)cs[k].nbytes * (double)bytes;
+                set_limit(r, "copy bandwidth, same bytes", moved / bw, GPU && cs[k].target > 0 ? T_PCT : T_INFO, cs[k].target);
+                if (r->kind == T_INFO) r->kind = T_PCT, r->target = 0;   /* shown as %, judged only on the GPU */
+                rate(r, moved, "B/s");
+                int nk = steps_on(f, GPU, -1, NULL);
+                snprintf(r->note, sizeof r->note, "%d kernel%s, %d arrays moved", nk, nk == 1 ? "" : "s", cs[k].nbytes);
+            }
+        }
+        tn_function_free(f);
+    }
+    tn_graph_free(g);
+}
+
+/* >>cases: CPU products ----------------------------------------------------- */
+
+typedef struct gemmctx { const float *a, *b; float *c; int n; } gemmctx;
+static tn_result cblas_loop(void *p, int iters) {
+    gemmctx *g = (gemmctx *)p;
+    for (int i = 0; i < iters; i++)
+        tn__blas.sgemm(TN__CBLAS_ROW_MAJOR, TN__CBLAS_NO_TRANS, TN__CBLAS_NO_TRANS, g->n, g->n, g->n, 1.0f, g->a, g->n,
+                       g->b, g->n, 1.0f, g->c, g->n);
+    return TN_OK;
+}
+
+static void cpu_gemm_cases(void) {
+    int64_t sh[2] = { 1000, 1000 };
+    double flops = 2e9;
+    int iters = Q ? 2 : 10;
+    tn_array *M = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 1), *X = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 2);
+    tn_array *B = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 3);
+    tn__blas_enable(true);
+    const char *blas = tn__blas_name();
+    row *L = R("cpu", "bare cblas_sgemm 1000^2");
+    double lim = 0;
+    if (!blas) na(L, "no CBLAS library found (libopenblas.so.0, libcblas.so.3, libblas.so.3)");
+    else {
+        tn_array *C = tn_array_zeros(TN_F32, 2, sh);
+        gemmctx gc = { (const float *)M->data, (const float *)X->data, (float *)C->data, 1000 };
+        if (measure(cblas_loop, &gc, iters, L) == TN_OK) {
+            set_limit(L, "", 0, T_LIMIT, 0);
+            rate(L, flops, "FLOP/s");
+            snprintf(L->note, sizeof L->note, "%s, %d threads", blas, tn__num_threads());
+            lim = L->med;
+        }
+        tn_array_free(C);
+    }
+    tn_graph *g = tn_graph_new();
+    tn_var *m = tn_shared(g, "m", M), *x = tn_shared(g, "x", X), *b = tn_shared(g, "b", B);
+    tn_var *ys = tn_shared(g, "y", B);
+    tn_update up = { ys, tn_add(tn_dot(m, x), b) };
+    for (int k = 0; k < 2; k++) {
+        row *r = R("cpu", k == 0 ? "y=m.x+b 1000^2, CBLAS" : "y=m.x+b 1000^2, built-in kernel");
+        if (k == 0 && !blas) { na(r, "no CBLAS library"); continue; }
+        tn__blas_enable(k == 0);
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &up, .name = "gemm" });
+        if (!f) err(r, "in tn_function");
+        else {
+            run_func(r, f, NULL, iters);
+            if (!r->na[0]) {
+                if (lim > 0) set_limit(r, "bare cblas_sgemm", lim, T_INFO, 0);
+                rate(r, flops, "FLOP/s");
+            }
+        }
+        tn_function_free(f);
+    }
+    tn__blas_enable(true);
+    tn_graph_free(g);
+    tn_array_free(M); tn_array_free(X); tn_array_free(B);
+}
+
+/* >>cases: logistic regression (the seed's training loop) ------------------ */
+
+static void nograph(tn_config *c) { c->no_cuda_graph = true; }
+
+static void logreg_cases(void) {
+    enum { N = 400, FEATS = 784 };
+    const char *S = GPU ? "train" : "cpu";
+    int iters = GPU ? (Q ? 500 : 10000) : (Q ? 20 : 300);
+    tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ N, FEATS }, 0, 1, 7000000);
+    tn_array *U = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ N }, 0, 1, 8000000);
+    tn_array *W0 = tn_array_rand_normal(TN_F32, 1, (int64_t[]){ FEATS }, 0, 1.0 / 28.0, 9000000);
+    tn_array *B0 = tn_array_scalar(TN_F32, 0);
+    float yv[N], uv[N];
+    tn_array_copy_to(U, TN_F32, uv, sizeof uv);
+    for (int i = 0; i < N; i++) yv[i] = uv[i] < 0.5f ? 0.0f : 1.0f;
+    tn_array *Y = tn_array_from_data(TN_F32, 1, (int64_t[]){ N }, yv);
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_shared(g, "x", X), *y = tn_shared(g, "y", Y), *w = tn_shared(g, "w", W0), *b = tn_shared(g, "b", B0);
+    tn_var *one = tn_lit(w, 1.0);
+    tn_var *p1 = tn_div(one, tn_add(one, tn_exp(tn_sub(tn_neg(tn_dot(x, w)), b))));
+    tn_var *xent = tn_sub(tn_neg(tn_mul(y, tn_log(p1))), tn_mul(tn_sub(one, y), tn_log(tn_sub(one, p1))));
+    tn_var *cost = tn_add(tn_mean(xent, NULL, 0, false), tn_mul(tn_lit(one, 0.01), tn_sum(tn_sqr(w), NULL, 0, false)));
+    tn_var *wrt[2] = { w, b }, *gr[2] = { 0 };
+    tn_result e = tn_grad(cost, 2, wrt, gr, NULL);
+    tn_update up[2] = { { w, tn_sub(w, tn_mul(tn_lit(w, 0.1), gr[0])) }, { b, tn_sub(b, tn_mul(tn_lit(b, 0.1), gr[1])) } };
+    for (int k = 0; k < (GPU ? 2 : 1); k++) {
+        row *r = R(S, !GPU ? "logreg step N=400x784 f32" : k == 0 ? "logreg step, graph replay" : "logreg step, no graph replay");
+        if (e != TN_OK) { err(r, "in tn_grad"); continue; }
+        if (k == 1) cfg_push(nograph);
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 2, .updates = up, .name = "train" });
+        char why[160];
+        if (!f) err(r, "in tn_function");
+        else if (GPU && !steps_on(f, true, -1, NULL)) na(r, "%s", all_on_device(f, why, sizeof why));
+        else {
+            run_func(r, f, NULL, iters);
+            if (!r->na[0]) {
+                if (GPU) { set_limit(r, "issue 7 (JAX jit 79 us on H200)", 0, T_ABS, 40e-6); }
+                if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
+                else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
+            }
+        }
+        tn_function_free(f);
+        if (k == 1) cfg_pop();
+    }
+    tn_graph_free(g);
+    tn_array_free(X); tn_array_free(U); tn_array_free(W0); tn_array_free(B0); tn_array_free(Y);
+}
+
+/* >>cases: compile time ------------------------------------------------------ */
+
+/* About n nodes: repeated blocks of ~20 nodes with shared subexpressions
+   (merged), constants (folded), reductions and products between them. */
+static tn_var *big_graph(tn_graph *g, int n, tn_var **x, tn_var **W) {
+    *x = tn_matrix(g, "x", TN_F32);
+    *W = tn_matrix(g, "W", TN_F32);
+    tn_var *h = *x;
+    while (tn__graph_nvars(g) < n) {
+        tn_var *a = tn_exp(tn_mul(h, tn_lit(h, 0.5)));
+        tn_var *b = tn_exp(tn_mul(h, tn_lit(h, 0.5)));              /* merged with a */
+        tn_var *c = tn_add(tn_add(tn_sub(a, tn_lit(a, 1)), tn_lit(a, 2)), tn_mul(b, tn_lit(b, 1)));
+        tn_var *d = tn_log(tn_add(tn_lit(c, 1), tn_sigmoid(c)));
+        if (tn__graph_nvars(g) % 7 == 0) d = tn_sub(d, tn_max(d, (int[]){ 1 }, 1, true));
+        if (tn__graph_nvars(g) % 11 == 0) d = tn_add(tn_dot(d, *W), d);
+        h = tn_tanh(tn_add(d, tn_mul(h, tn_lit(h, 0.25))));
+    }
+    return tn_sum(h, NULL, 0, false);
+}
+
+static void rewrite_cases(void) {
+    const tn_backend *be = tn__get_backend();
+    tn__set_backend(NULL);          /* the optimizer's time, not NVRTC's */
+    int sizes[3] = { 1000, 10000, 100000 };
+    for (int s = 0; s < 3; s++) {
+        char name[48];
+        snprintf(name, sizeof name, "tn_function, %dk-node graph", sizes[s] / 1000);
+        row *r = R("compile", name);
+        tn_graph *g = tn_graph_new();
+        tn_var *x, *W, *y = big_graph(g, sizes[s], &x, &W), *in[2] = { x, W };
+        int nv = tn__graph_nvars(g);
+        int reps = Q ? (sizes[s] >= 100000 ? 1 : 2) : (sizes[s] >= 100000 ? 3 : 5);
+        double t[8];
+        for (int k = 0; k < reps; k++) {
+            double t0 = now();
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = in, .n_outputs = 1, .outputs = &y });
+            t[k] = now() - t0;
+            if (!f) { err(r, "in tn_function"); break; }
+            tn_function_free(f);
+        }
+        tn_graph_free(g);
+        if (r->na[0]) continue;
+        for (int i = 1; i < reps; i++)
+            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { double v = t[j]; t[j] = t[j - 1]; t[j - 1] = v; }
+        r->med = t[reps / 2]; r->lo = t[0]; r->hi = t[reps - 1];
+        if (sizes[s] == 10000) set_limit(r, "issue 7", 0, T_ABS, 50e-3);
+        snprintf(r->note, sizeof r->note, "%d nodes, %.2f us/node, optimizer + schedule", nv, r->med * 1e6 / nv);
+    }
+    tn__set_backend(be);
+}
+
+/* NVRTC: first compile, disk-cache hit, in-memory hit of the fused chain's
+   kernel. Needs NVRTC, not a GPU (then for sm_90). Runs last: a disk hit
+   needs the in-memory cache emptied, which unloads every module. */
+static char cache_dir[64];
+static void use_cache_dir(tn_config *c) { c->cache_dir = cache_dir; }
+typedef struct memhit { const char *src, *arch; } memhit;
+static tn_result memhit_loop(void *p, int iters) {
+    memhit *m = (memhit *)p;
+    const void *bin;
+    size_t size;
+    for (int i = 0; i < iters; i++) {
+        tn_result r = tn_cuda_compile(m->src, m->arch, &bin, &size);
+        if (r != TN_OK) return r;
+    }
+    return TN_OK;
+}
+
+static void nvrtc_cases(void) {
+    row *r1 = R("compile", "NVRTC first compile, chain kernel");
+    row *r2 = R("compile", "disk-cache hit");
+    row *r3 = R("compile", "in-memory hit (tn_cuda_compile)");
+    if (tn__nvrtc_load(tn__cuda.driver_version / 1000) != TN_OK) {
+        na(r1, "%s", tn_last_error()); snprintf(r2->na, sizeof r2->na, "%s", r1->na); snprintf(r3->na, sizeof r3->na, "%s", r1->na);
+        return;
+    }
+    const char *arch = GPU ? tn__cuda.arch : "sm_90";
+    /* the chain's fused program, from a host compile */
+    const tn_backend *be = tn__get_backend();
+    tn__set_backend(NULL);
+    tn_graph *g = tn_graph_new();
+    tn_var *a = tn_vector(g, "a", TN_F32), *b = tn_vector(g, "b", TN_F32), *c = tn_vector(g, "c", TN_F32);
+    tn_var *in[3] = { a, b, c }, *y = chain(a, b, c, NULL);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = in, .n_outputs = 1, .outputs = &y });
+    tn__set_backend(be);
+    const tn_ew_program *prog = NULL;
+    for (int i = 0; f && i < f->n_steps; i++)
+        if (f->steps[i].node->op == TN_OP_COMPOSITE) prog = (const tn_ew_program *)f->steps[i].node->ext;
+    char *src = NULL;
+    tn__cuda_layout Lc = { TN__CUDA_CONTIG, 0, 0 };
+    if (!prog) na(r1, "the chain did not fuse into one Composite");
+    else if (tn__cuda_ew_source(prog, &Lc, &src) != TN_OK) err(r1, "generating the kernel");
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/tn_bench_XXXXXX");
+    if (!r1->na[0] && !mkdtemp(cache_dir)) na(r1, "mkdtemp failed");
+    if (r1->na[0]) {
+        snprintf(r2->na, sizeof r2->na, "%s", r1->na); snprintf(r3->na, sizeof r3->na, "%s", r1->na);
+        tn__free(src); tn_function_free(f); tn_graph_free(g);
+        return;
+    }
+    cfg_push(use_cache_dir);
+    enum { K = 5 };
+    int reps = Q ? 3 : K;
+    char *srcs[K];
+    double t1[K], t2[K];
+    tn_cuda_cache_stats s0, s1, s2;
+    size_t sl = strlen(src) + 96;
+    for (int k = 0; k < reps; k++) {    /* a unique comment: each is a real compile */
+        srcs[k] = (char *)malloc(sl);
+        snprintf(srcs[k], sl, "/* bench %ld %.0f %d */\n%s", (long)getpid(), now() * 1e6, k, src);
+    }
+    tn_cuda_get_cache_stats(&s0);
+    const void *bin;
+    size_t size;
+    tn_result e = TN_OK;
+    for (int k = 0; k < reps && e == TN_OK; k++) {
+        double t0 = now();
+        e = tn_cuda_compile(srcs[k], arch, &bin, &size);
+        t1[k] = now() - t0;
+    }
+    tn_cuda_get_cache_stats(&s1);
+    for (int k = 0; k < reps && e == TN_OK; k++) {
+        tn__cuda_kcache_clear();
+        double t0 = now();
+        e = tn_cuda_compile(srcs[k], arch, &bin, &size);
+        t2[k] = now() - t0;
+    }
+    tn_cuda_get_cache_stats(&s2);
+    row *rr[2] = { r1, r2 };
+    double *tt[2] = { t1, t2 }, tgt[2] = { 80e-3, 1e-3 };
+    for (int j = 0; j < 2; j++) {
+        if (e != TN_OK) { err(rr[j], "in tn_cuda_compile"); continue; }
+        double *t = tt[j];
+        for (int i = 1; i < reps; i++)
+            for (int m = i; m > 0 && t[m] < t[m - 1]; m--) { double v = t[m]; t[m] = t[m - 1]; t[m - 1] = v; }
+        rr[j]->med = t[reps / 2]; rr[j]->lo = t[0]; rr[j]->hi = t[reps - 1];
+        set_limit(rr[j], "issue 7", 0, T_ABS, tgt[j]);
+    }
+    if (e == TN_OK) {
+        snprintf(r1->note, sizeof r1->note, "%s, nvrtc %d.%d, %zu-byte source, %llu compiles", arch, tn__nvrtc.major,
+                 tn__nvrtc.minor, strlen(srcs[0]), (unsigned long long)(s1.compiles - s0.compiles));
+        snprintf(r2->note, sizeof r2->note, "%llu disk hits of %d", (unsigned long long)(s2.disk_hits - s1.disk_hits), reps);
+        memhit m = { srcs[0], arch };
+        if (measure(memhit_loop, &m, Q ? 2000 : 20000, r3) != TN_OK) err(r3, "in tn_cuda_compile");
+        else { set_limit(r3, "issue 7", 0, T_ABS, 5e-6); snprintf(r3->note, sizeof r3->note, "hashes the source; a node's state skips it"); }
+    } else snprintf(r3->na, sizeof r3->na, "%s", r1->na);
+    cfg_pop();
+    for (int k = 0; k < reps; k++) free(srcs[k]);
+    DIR *d = opendir(cache_dir);          /* remove the temporary cache */
+    for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+        char p[400];
+        if (de->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", cache_dir, de->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(cache_dir);
+    tn__free(src);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* >>cases: GPU, bare limits through the driver and cuBLAS ------------------- */
+
+/* cuBLAS of our own (the back end's handle may not exist yet): NULL when
+   loaded, else why not. */
+static tn__cublas_api cb;
+static tn__cublasHandle_t cbh;
+static const char *cublas_open(void) {
+    static char why[300];
+    static int state;
+    if (state) return state > 0 ? NULL : why;
+    const char *names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so" };
+    char path[256];
+    void *h = tn__dlopen_first("TN_LIBCUBLAS_PATH", names, 4, path, sizeof path);
+    const char *missing = h ? tn__cublas_syms(h, &cb) : NULL;
+    state = -1;
+    if (!h) snprintf(why, sizeof why, "libcublas.so.13/.12 not found");
+    else if (missing) snprintf(why, sizeof why, "%.200s lacks %.40s", path, missing);
+    else if (cb.cublasCreate_v2(&cbh) != TN__CUBLAS_STATUS_SUCCESS) snprintf(why, sizeof why, "cublasCreate failed");
+    else {
+        cb.cublasSetStream_v2(cbh, tn__cuda.stream);
+        cb.cublasSetMathMode(cbh, TN__CUBLAS_DEFAULT_MATH);   /* TF32 off, as the back end's default */
+        state = 1;
+    }
+    return state > 0 ? NULL : why;
+}
+
+/* One bare iteration: optional pinned host-to-device copies, a kernel, an
+   sgemm, a device-to-host copy into pinned memory, and a wait. */
+typedef struct bare {
+    int n_h2d;
+    tn__CUdeviceptr h2d_dst[3];
+    size_t h2d_bytes;
+    char *pin_in;
+    tn__CUfunction fn;
+    unsigned blocks;
+    void **params;
+    int gemm_n;
+    tn__CUdeviceptr A, B, C;
+    size_t d2h_bytes;
+    tn__CUdeviceptr d2h_src;
+    void *pin_out;
+    bool sync_each;
+} bare;
+
+static tn_result bare_loop(void *p, int iters) {
+    bare *b = (bare *)p;
+    tn__CUstream s = tn__cuda.stream;
+    const float one = 1.0f;
+    for (int i = 0; i < iters; i++) {
+        for (int k = 0; k < b->n_h2d; k++)
+            TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2(b->h2d_dst[k], b->pin_in + (size_t)k * b->h2d_bytes, b->h2d_bytes, s), "bare h2d");
+        if (b->fn) TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(b->fn, b->blocks, 1, 1, 256, 1, 1, 0, s, b->params, NULL), "bare launch");
+        if (b->gemm_n) {
+            int n = b->gemm_n;   /* row-major C = A@B is column-major C^T = B^T A^T */
+            if (cb.cublasSgemm_v2(cbh, TN__CUBLAS_OP_N, TN__CUBLAS_OP_N, n, n, n, &one, (const float *)(uintptr_t)b->B, n,
+                                  (const float *)(uintptr_t)b->A, n, &one, (float *)(uintptr_t)b->C, n) != TN__CUBLAS_STATUS_SUCCESS)
+                return tn__err(TN_ERR_DEVICE, "bench: cublasSgemm failed");
+        }
+        if (b->d2h_bytes) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoHAsync_v2(b->pin_out, b->d2h_src, b->d2h_bytes, s), "bare d2h");
+        if (b->sync_each) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(s), "bare sync");
+    }
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(s), "bare sync");
+    return TN_OK;
+}
+
+static bool bare_run(row *r, bare *b, int iters) {
+    if (measure(bare_loop, b, iters, r) != TN_OK) { err(r, "in the bare loop"); return false; }
+    set_limit(r, "", 0, T_LIMIT, 0);
+    return true;
+}
+
+/* The generated kernel of `p` (contiguous layout), through the back end's cache. */
+static tn_result bare_kernel(const tn_ew_program *p, tn__CUfunction *fn) {
+    tn__cuda_layout L = { TN__CUDA_CONTIG, 0, 0 };
+    char *src = NULL;
+    tn_result r = tn__cuda_ew_source(p, &L, &src);
+    tn__kentry *e = NULL;
+    if (r == TN_OK) r = tn__cuda_kernel_get(src, tn__cuda.arch, tn_get_config()->fast_math, &e);
+    tn__free(src);
+    return r == TN_OK ? tn__cuda_entry_function(e, "tn_ew", fn) : r;
+}
+/* The grid tn__cuda_ew_run launches for n contiguous elements. */
+static unsigned bare_blocks(int64_t n) {
+    int64_t blocks = ((n + 3) / 4 + 255) / 256, cap = (int64_t)tn__cuda.sm_count * 16;
+    if (blocks > cap && cap > 0) blocks = cap;
+    return blocks < 1 ? 1u : (unsigned)blocks;
+}
+
+/* The program of f's first elementwise device step (the kernel the function
+   launches), or NULL. */
+static const tn_ew_program *device_program(tn_func *f) {
+    for (int i = 0; f && i < f->n_steps; i++) {
+        tn_var *v = f->steps[i].node;
+        if (v->device == TN_HOST) continue;
+        if (v->op == TN_OP_COMPOSITE) return (const tn_ew_program *)v->ext;
+        if (tn__ew_info(v->op)) return tn__ew_program_of(v);
+    }
+    return NULL;
+}
+
+static tn_dtype exp_dt[1] = { TN_F32 };
+static int32_t exp_out[1] = { 1 };
+static tn_ew_instr exp_in = { TN_OP_EXP, TN_F32, TN_F32, 0, -1, -1, 0 };
+static const tn_ew_program exp_prog = { 1, exp_dt, 1, &exp_in, 1, exp_out, exp_dt };
+
+/* copy vs borrow vs shared: exp over 10*30*768 float32 (the seed's test). */
+static void gpu_exp_cases(void) {
+    const char *S = "exp";
+    int64_t sh[3] = { 10, 30, 768 }, n = 10 * 30 * 768;
+    size_t bytes = (size_t)n * 4;
+    int iters = Q ? 200 : 1000;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 3, sh, -1, 1, 22), *zv = tn_array_zeros(TN_F32, 3, sh);
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_shared(g, "x", xv), *y = tn_exp(x), *ys = tn_shared(g, "y", zv);
+    tn_array_free(xv); tn_array_free(zv);
+    tn_func *fc = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y, .name = "exp copy" });
+
+    /* limits: the same generated kernel in a bare cuLaunchKernel loop; and with a pinned copy back */
+    row *L1 = R(S, "bare cuLaunchKernel");
+    row *L2 = R(S, "bare launch + pinned d2h copy");
+    const tn_ew_program *p = device_program(fc);
+    tn__CUfunction fn = NULL;
+    tn__CUdeviceptr din = 0, dout = 0;
+    void *pin = NULL;
+    if (bare_kernel(p ? p : &exp_prog, &fn) != TN_OK) { err(L1, "compiling the kernel"); err(L2, "compiling the kernel"); }
+    else if (tn__cuda.cu.cuMemAlloc_v2(&din, bytes) || tn__cuda.cu.cuMemAlloc_v2(&dout, bytes) ||
+             tn__cuda.cu.cuMemAllocHost_v2(&pin, bytes)) { na(L1, "device allocation failed"); na(L2, "device allocation failed"); }
+    else {
+        tn__cuda.cu.cuMemsetD8Async(din, 0, bytes, tn__cuda.stream);
+        void *params[3] = { &n, &din, &dout };
+        bare b = { .fn = fn, .blocks = bare_blocks(n), .params = params };
+        if (bare_run(L1, &b, iters)) snprintf(L1->note, sizeof L1->note, "%s kernel, %u blocks", p ? "the function's" : "a generated exp", b.blocks);
+        b.d2h_bytes = bytes; b.d2h_src = dout; b.pin_out = pin; b.sync_each = true;
+        bare_run(L2, &b, iters);
+    }
+    double lim_launch = L1->na[0] ? 0 : L1->med, lim_copy = L2->na[0] ? 0 : L2->med;
+
+    gfh_fn gfh = gpu_from_host();
+    tn_var *yd = gfh ? gfh(y) : NULL;
+    tn_update up = { ys, y };
+    struct { const char *name; tn_func *f; const char *lim_name; double lim, target; bool dev_out; } cs[4] = {
+        { "copy: result to host each call", fc, "bare launch + pinned copy", lim_copy, 1.2, false },
+        { "device: new device array", NULL, "bare launch", lim_launch, 1.3, true },
+        { "borrow: device output borrowed", NULL, "bare launch", lim_launch, 1.1, true },
+        { "shared: update writes y", NULL, "bare launch", lim_launch, 1.1, false },
+    };
+    if (yd) {
+        cs[1].f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &yd, .name = "exp device" });
+        cs[2].f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &yd, .borrow = true, .name = "exp borrow" });
+    }
+    cs[3].f = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &up, .name = "exp shared" });
+    for (int k = 0; k < 4; k++) {
+        row *r = R(S, cs[k].name);
+        tn_func *f = cs[k].f;
+        if ((k == 1 || k == 2) && !gfh) { na(r, "tn_gpu_from_host not found: not landed, or built without -rdynamic"); continue; }
+        if (!f) { err(r, "in tn_function"); continue; }
+        if (!steps_on(f, true, -1, NULL)) { na(r, "placement not landed: exp runs on the CPU"); continue; }
+        if (cs[k].dev_out) {       /* the output must really stay on the device */
+            tn_array *o = NULL;
+            if (tn_call(f, NULL, &o) != TN_OK) { err(r, "in tn_call"); continue; }
+            int dev = o->device;
+            tn_array_free(o);
+            if (dev == TN_HOST) { na(r, "output came back on the host"); continue; }
+        }
+        run_func(r, f, NULL, iters);
+        if (r->na[0]) continue;
+        if (cs[k].lim > 0) set_limit(r, cs[k].lim_name, cs[k].lim, T_RATIO, cs[k].target);
+        if (k == 3) {
+            const tn_array *v = tn_shared_get(ys);
+            snprintf(r->note, sizeof r->note, "target as borrow; y lives on %s", v && v->device != TN_HOST ? "the device" : "the HOST");
+        } else snprintf(r->note, sizeof r->note, "%d device step%s", steps_on(f, true, -1, NULL), steps_on(f, true, -1, NULL) == 1 ? "" : "s");
+    }
+    for (int k = 0; k < 4; k++) tn_function_free(cs[k].f);
+    tn_graph_free(g);
+    if (din) tn__cuda.cu.cuMemFree_v2(din);
+    if (dout) tn__cuda.cu.cuMemFree_v2(dout);
+    if (pin) tn__cuda.cu.cuMemFreeHost(pin);
+}
+
+/* transfers: y = m.x + b, 1000x1000 float32 (the blog's lesson). */
+static void gpu_gemm_cases(void) {
+    const char *S = "gemm";
+    const int N = 1000;
+    int64_t sh[2] = { N, N };
+    size_t bytes = (size_t)N * N * 4;
+    int iters = Q ? 50 : 500;
+    double flops = 2.0 * N * N * N;
+    row *L1 = R(S, "bare cublasSgemm");
+    row *L2 = R(S, "bare 3 pinned h2d + sgemm + d2h");
+    row *L3 = R(S, "bare 1 pinned h2d + sgemm + d2h");
+    const char *why = cublas_open();
+    tn__CUdeviceptr dm = 0, dx = 0, dy = 0, db = 0;
+    void *pin_in = NULL, *pin_out = NULL;
+    if (why) { na(L1, "%s", why); na(L2, "%s", why); na(L3, "%s", why); }
+    else if (tn__cuda.cu.cuMemAlloc_v2(&dm, bytes) || tn__cuda.cu.cuMemAlloc_v2(&dx, bytes) || tn__cuda.cu.cuMemAlloc_v2(&dy, bytes) ||
+             tn__cuda.cu.cuMemAlloc_v2(&db, bytes) || tn__cuda.cu.cuMemAllocHost_v2(&pin_in, 3 * bytes) ||
+             tn__cuda.cu.cuMemAllocHost_v2(&pin_out, bytes)) { na(L1, "allocation failed"); na(L2, "allocation failed"); na(L3, "allocation failed"); }
+    else {
+        memset(pin_in, 0, 3 * bytes);         /* zeros: a bare loop's values do not matter, only their cost */
+        tn__cuda.cu.cuMemsetD8Async(dm, 0, bytes, tn__cuda.stream);
+        tn__cuda.cu.cuMemsetD8Async(dx, 0, bytes, tn__cuda.stream);
+        tn__cuda.cu.cuMemsetD8Async(dy, 0, bytes, tn__cuda.stream);
+        bare b = { .gemm_n = N, .A = dm, .B = dx, .C = dy };
+        if (bare_run(L1, &b, iters)) rate(L1, flops, "FLOP/s");
+        bare b2 = { .n_h2d = 3, .h2d_dst = { dm, dx, db }, .h2d_bytes = bytes, .pin_in = (char *)pin_in, .gemm_n = N, .A = dm, .B = dx, .C = dy,
+                    .d2h_bytes = bytes, .d2h_src = dy, .pin_out = pin_out, .sync_each = true };
+        bare_run(L2, &b2, iters);
+        b2.n_h2d = 1; b2.h2d_dst[0] = dx;
+        bare_run(L3, &b2, iters);
+    }
+    double lim[3] = { L1->na[0] ? 0 : L1->med, L2->na[0] ? 0 : L2->med, L3->na[0] ? 0 : L3->med };
+
+    tn_array *M = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 1), *X = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 2);
+    tn_array *B = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 3);
+    tn_graph *g = tn_graph_new();
+    tn_var *mi = tn_matrix(g, "m", TN_F32), *xi = tn_matrix(g, "x", TN_F32), *bi = tn_matrix(g, "b", TN_F32);
+    tn_var *ms = tn_shared(g, "m", M), *xs = tn_shared(g, "x", X), *bs = tn_shared(g, "b", B), *ys = tn_shared(g, "y", B);
+    tn_var *y_all = tn_add(tn_dot(mi, xi), bi), *y_x = tn_add(tn_dot(ms, xi), bs), *y_sh = tn_add(tn_dot(ms, xs), bs);
+    tn_var *ins3[3] = { mi, xi, bi };
+    tn_update up = { ys, y_sh };
+    tn_array *in3[3] = { M, X, B }, *in1[1] = { X };
+    struct { const char *name; tn_func *f; tn_array **in; int lim; double target; const char *lim_name; } cs[3] = {
+        { "all inputs passed, y copied back", tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins3, .n_outputs = 1, .outputs = &y_all }),
+          in3, 1, 1.2, "bare 3 h2d + sgemm + d2h" },
+        { "m,b shared, x passed, y copied", tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &xi, .n_outputs = 1, .outputs = &y_x }),
+          in1, 2, 1.2, "bare 1 h2d + sgemm + d2h" },
+        { "all shared, update y", tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &up }), NULL, 0, 1.05, "bare cublasSgemm" },
+    };
+    for (int k = 0; k < 3; k++) {
+        row *r = R(S, cs[k].name);
+        if (!cs[k].f) { err(r, "in tn_function"); continue; }
+        if (!device_products(cs[k].f)) { na(r, "the product runs on the CPU: cuBLAS placement not landed"); continue; }
+        run_func(r, cs[k].f, cs[k].in, iters);
+        if (r->na[0]) continue;
+        if (lim[cs[k].lim] > 0) set_limit(r, cs[k].lim_name, lim[cs[k].lim], T_RATIO, cs[k].target);
+        rate(r, flops, "FLOP/s");
+        char why2[160];
+        snprintf(r->note, sizeof r->note, "%.95s", *all_on_device(cs[k].f, why2, sizeof why2) ? why2 : "all on the device");
+    }
+    for (int k = 0; k < 3; k++) tn_function_free(cs[k].f);
+    tn_graph_free(g);
+    tn_array_free(M); tn_array_free(X); tn_array_free(B);
+    if (dm) tn__cuda.cu.cuMemFree_v2(dm);
+    if (dx) tn__cuda.cu.cuMemFree_v2(dx);
+    if (dy) tn__cuda.cu.cuMemFree_v2(dy);
+    if (db) tn__cuda.cu.cuMemFree_v2(db);
+    if (pin_in) tn__cuda.cu.cuMemFreeHost(pin_in);
+    if (pin_out) tn__cuda.cu.cuMemFreeHost(pin_out);
+}
+
+/* >>main ------------------------------------------------------------------ */
+
+static void usage(void) {
+    fprintf(stderr, "usage: build/bench [--quick] [--cpu-only] [--gpu-only]\n"
+                    "  --quick     fewer iterations and repeats (CI smoke)\n"
+                    "  --cpu-only  CPU back end, compile and NVRTC cases only\n"
+                    "  --gpu-only  GPU cases (and compile cases) only\n"
+                    "TENSOR_FLAGS is read as usual (device=, fast_math=, threads=, ...).\n");
+}
+
+int main(int argc, char **argv) {
+    bool cpu_only = false, gpu_only = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) Q = true;
+        else if (!strcmp(argv[i], "--cpu-only")) cpu_only = true;
+        else if (!strcmp(argv[i], "--gpu-only")) gpu_only = true;
+        else { usage(); return 2; }
+    }
+    if (cpu_only && gpu_only) { usage(); return 2; }
+    tn_config base = { .floatX = TN_F32, .allow_gc = true };
+    if (tn_parse_flags(getenv("TENSOR_FLAGS"), &base) != TN_OK) { fprintf(stderr, "TENSOR_FLAGS: %s\n", tn_last_error()); return 2; }
+    time_t t = time(NULL);
+    char date[32];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M", localtime(&t));
+    printf("tensor.h bench, %s%s; every time is wall time around a loop that ends synchronised\n", date, Q ? ", --quick" : "");
+
+    if (!gpu_only) {            /* CPU phase: the GPU is not touched */
+        tn_config c = base;
+        c.device = TN_DEVICE_CPU;
+        tn_init(&c);
+        GPU = false;
+        printf("cpu: %d threads, CBLAS %s\n", tn__num_threads(), tn__blas_name() ? tn__blas_name() : "none");
+        fflush(stdout);
+        fusion_cases();
+        cpu_gemm_cases();
+        logreg_cases();
+        rewrite_cases();
+    }
+    if (!cpu_only) {
+        tn__cuda_forget_failure();
+        tn_config c = base;
+        if (c.device == TN_DEVICE_CPU) c.device = TN_DEVICE_AUTO;
+        tn_init(&c);
+        if (tn_cuda_available()) {
+            GPU = true;
+            tn__cuda_bind();
+            printf("gpu: %s\n", tn_cuda_status());
+            fflush(stdout);
+            gpu_exp_cases();
+            gpu_gemm_cases();
+            fusion_cases();
+            logreg_cases();
+        } else {
+            row *r = R("gpu", "GPU cases");
+            na(r, "%s", tn_cuda_status());
+        }
+        if (gpu_only) rewrite_cases();
+    }
+    nvrtc_cases();
+    if (cbh) cb.cublasDestroy_v2(cbh);
+    print_table();
+    printf("\nratio: time / limit time (x), or the limit's rate as %% (bandwidth cases: bytes it must move at the\n"
+           "measured copy bandwidth). Limits are measured in this run. n/a: feature not there yet (reason given).\n");
+    if (n_errors) printf("%d case%s failed with an error\n", n_errors, n_errors > 1 ? "s" : "");
+    tn_shutdown();
+    return n_errors ? 1 : 0;
+}

@@ -1,0 +1,356 @@
+/* On a GPU: compiled functions run through the CUDA back end end to end:
+   placement (GpuElemwise, GpuFromHost, HostFromGpu in debugprint), shared
+   variables living on the device, outputs copied, borrowed and kept on the
+   device (tn_gpu_from_host), updates, cuBLAS products (gemv, gemm with a row
+   bias, transposed operands, batched), a fused chain, a reduction, device=cpu
+   against device=cuda, and no driver allocation in a steady loop. Every
+   result is compared with a float64 reference computed here.
+   Without a usable GPU it prints one SKIP line and counts nothing. */
+#define _GNU_SOURCE
+#define TENSOR_IMPLEMENTATION
+#include "tensor.h"
+#include "tensor_cuda.h"
+#include "harness.h"
+#include <time.h>
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Largest |got - ref| / max(1, |ref|) over every element (got: any device). */
+static double max_err(const tn_array *got, const double *ref, int64_t n) {
+    tn_array *h = tn_array_astype(got, TN_F64);
+    if (!h) return INFINITY;
+    if (tn_array_size(h) != n) { tn_array_free(h); return INFINITY; }
+    const double *g = (const double *)h->data;
+    double e = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(g[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+        if (!(d <= e)) e = isnan(d) ? INFINITY : d;
+    }
+    tn_array_free(h);
+    return e;
+}
+
+static double *as_f64(const tn_array *a) {
+    tn_array *h = tn_array_astype(a, TN_F64);
+    if (!h) return NULL;
+    int64_t n = tn_array_size(h);
+    double *d = (double *)malloc((size_t)(n ? n : 1) * sizeof *d);
+    memcpy(d, h->data, (size_t)n * sizeof *d);
+    tn_array_free(h);
+    return d;
+}
+
+/* debugprint of f into a string (caller frees). */
+static char *dprint(const tn_func *f) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    tn_debugprint_function(f, m);
+    fclose(m);
+    return buf;
+}
+
+/* The seed: x shared (10*30*768 float32), f = exp(x), 1000 calls, three ways. */
+TEST(test_seed_exp_loop) {
+    int64_t n = 10 * 30 * 768;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -3, 3, 22);
+    double *x64 = as_f64(xv), *ref = (double *)malloc((size_t)n * sizeof *ref);
+    for (int64_t i = 0; i < n; i++) ref[i] = exp(x64[i]);
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_shared(g, "x", xv);
+    tn_var *y = tn_exp(x);
+    tn_var *yd = tn_gpu_from_host(y);
+    tn_func *fc = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y, .name = "exp_copy" });
+    tn_func *fb = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y, .borrow = true, .name = "exp_borrow" });
+    tn_func *fd = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &yd, .borrow = true, .name = "exp_device" });
+    CHECK(fc && fb && fd, "compile: %s", tn_last_error());
+    if (!fc || !fb || !fd) goto out;
+    CHECK(tn_shared_get(x)->device == 0, "x moved to the device (device %d)", tn_shared_get(x)->device);
+    char *s = dprint(fc);
+    CHECK(strstr(s, "HostFromGpu(gpuarray) [id A]") && strstr(s, " |GpuElemwise{exp,no_inplace} [id B]"),
+          "debugprint of the copy function:\n%s", s);
+    free(s);
+    s = dprint(fd);
+    CHECK(strstr(s, "GpuElemwise{exp,no_inplace} [id A]") && !strstr(s, "HostFromGpu"), "debugprint of the device function:\n%s", s);
+    free(s);
+    const char *names[3] = { "copied", "borrowed", "on the device" };
+    tn_func *fs[3] = { fc, fb, fd };
+    for (int w = 0; w < 3; w++) {
+        tn_array *r = NULL;
+        CHECK(tn_call(fs[w], NULL, &r) == TN_OK, "%s: %s", names[w], tn_last_error());
+        if (!r) continue;
+        CHECK(r->device == (w == 2 ? 0 : TN_HOST), "%s: result on device %d", names[w], r->device);
+        double e = max_err(r, ref, n);
+        CHECK(e <= 2e-6, "%s: max error %g", names[w], e);
+        if (w == 0) tn_array_free(r);
+        uint64_t a0 = tn__dmem.driver_allocs;
+        for (int it = 0; it < 10; it++) { CHECK(tn_call(fs[w], NULL, &r) == TN_OK, "%s", tn_last_error()); if (w == 0) tn_array_free(r); }
+        tn__cuda_synchronize();
+        double t0 = now_us();
+        for (int it = 0; it < 1000; it++) { tn_call(fs[w], NULL, &r); if (w == 0) tn_array_free(r); }
+        tn__cuda_synchronize();
+        double t1 = now_us();
+        CHECK(tn__dmem.driver_allocs == a0, "%s: %llu driver allocations in the steady loop", names[w],
+              (unsigned long long)(tn__dmem.driver_allocs - a0));
+        printf("  func exp 230400 f32, result %-14s %8.2f us per call (1000 calls, wall clock)\n", names[w], (t1 - t0) / 1000);
+    }
+    /* get_value copies back; set_value copies in and keeps the variable on the device */
+    tn_array *back = tn_shared_get_value(x);
+    CHECK(back && back->device == TN_HOST && max_err(back, x64, n) == 0, "tn_shared_get_value copies the device value back");
+    tn_array_free(back);
+    for (int64_t i = 0; i < n; i++) { x64[i] = 0.5 * x64[i]; ref[i] = exp(x64[i]); }
+    tn_array *nv = tn_array_astype(xv, TN_F32);
+    for (int64_t i = 0; i < n; i++) ((float *)nv->data)[i] = (float)x64[i];
+    CHECK(tn_shared_set_value(x, nv) == TN_OK, "%s", tn_last_error());
+    CHECK(tn_shared_get(x)->device == 0, "set_value keeps x on the device (device %d)", tn_shared_get(x)->device);
+    tn_array *r = NULL;
+    CHECK(tn_call(fc, NULL, &r) == TN_OK && max_err(r, ref, n) <= 2e-6, "after set_value: %s", tn_last_error());
+    tn_array_free(r);
+    tn_array_free(nv);
+out:
+    tn_function_free(fc); tn_function_free(fb); tn_function_free(fd);
+    tn_graph_free(g);
+    tn_array_free(xv);
+    free(x64); free(ref);
+}
+
+/* An input (host array) crosses through GpuFromHost. */
+TEST(test_input_transfer_debugprint) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *y = tn_exp(x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    CHECK(f, "%s", tn_last_error());
+    if (f) {
+        char *s = dprint(f);
+        CHECK(strstr(s, "HostFromGpu(gpuarray) [id A]") && strstr(s, " |GpuElemwise{exp,no_inplace} [id B]") &&
+              strstr(s, "  |GpuFromHost<None> [id C]"), "debugprint:\n%s", s);
+        free(s);
+        int64_t sizes[3] = { 1, 31, (1 << 20) + 3 };
+        for (int k = 0; k < 3; k++) {
+            tn_array *in = tn_array_rand_uniform(TN_F32, 1, &sizes[k], -2, 2, 7 + (uint64_t)k), *r = NULL;
+            double *a = as_f64(in);
+            for (int64_t i = 0; i < sizes[k]; i++) a[i] = exp(a[i]);
+            CHECK(tn_call(f, &in, &r) == TN_OK, "size %lld: %s", (long long)sizes[k], tn_last_error());
+            if (r) CHECK(max_err(r, a, sizes[k]) <= 2e-6, "size %lld: error %g", (long long)sizes[k], max_err(r, a, sizes[k]));
+            tn_array_free(r); tn_array_free(in); free(a);
+        }
+        /* a strided host view goes through the staging buffer packed */
+        tn_array *big = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 999 }, -1, 1, 3);
+        tn_array *view = tn_array_slice(big, 0, 1, 999, 3), *r = NULL;
+        double *a = as_f64(view);
+        int64_t m = tn_array_size(view);
+        for (int64_t i = 0; i < m; i++) a[i] = exp(a[i]);
+        CHECK(tn_call(f, &view, &r) == TN_OK && max_err(r, a, m) <= 2e-6, "strided input: %s", tn_last_error());
+        tn_array_free(r); tn_array_free(view); tn_array_free(big); free(a);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* y = W.x + b, all shared, with the update b <- b + 0.5 * y; three calls
+   against float64; then no driver allocation in a loop. */
+TEST(test_linear_shared_update) {
+    const int M = 300, K = 200;
+    tn_array *Wv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ M, K }, -1, 1, 1);
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ K }, -1, 1, 2);
+    tn_array *bv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ M }, -1, 1, 3);
+    double *W = as_f64(Wv), *x = as_f64(xv), *b = as_f64(bv), *y = (double *)malloc(M * sizeof *y);
+    tn_graph *g = tn_graph_new();
+    tn_var *sW = tn_shared(g, "W", Wv), *sx = tn_shared(g, "x", xv), *sb = tn_shared(g, "b", bv);
+    tn_var *out = tn_add(tn_dot(sW, sx), sb);
+    tn_update up = { sb, tn_add(sb, tn_mul(tn_scalar_const(g, 0.5), out)) };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &out, .n_updates = 1, .updates = &up, .name = "linear" });
+    CHECK(f, "%s", tn_last_error());
+    if (f) {
+        char *s = dprint(f);
+        CHECK(strstr(s, "GpuGemv") || strstr(s, "GpuGemm") || strstr(s, "GpuDot"), "the product runs on the GPU:\n%s", s);
+        free(s);
+        CHECK(tn_shared_get(sb)->device == 0 && tn_shared_get(sW)->device == 0, "W and b live on the device");
+        for (int call = 0; call < 3; call++) {
+            for (int i = 0; i < M; i++) {
+                double acc = b[i];
+                for (int k = 0; k < K; k++) acc += W[(size_t)i * K + k] * x[k];
+                y[i] = acc;
+            }
+            tn_array *r = NULL;
+            CHECK(tn_call(f, NULL, &r) == TN_OK, "call %d: %s", call, tn_last_error());
+            double e = r ? max_err(r, y, M) : INFINITY;
+            CHECK(e <= 1e-4, "call %d: y error %g", call, e);
+            tn_array_free(r);
+            for (int i = 0; i < M; i++) b[i] = (double)(float)(b[i] + (double)(float)(0.5 * (float)y[i]));
+            tn_array *bn = tn_shared_get_value(sb);
+            e = bn ? max_err(bn, b, M) : INFINITY;
+            CHECK(e <= 1e-4, "call %d: updated b error %g", call, e);
+            if (bn) { double *bb = as_f64(bn); memcpy(b, bb, M * sizeof *b); free(bb); }   /* follow the device's rounding */
+            tn_array_free(bn);
+        }
+        uint64_t a0 = tn__dmem.driver_allocs;
+        for (int it = 0; it < 100; it++) { tn_array *r = NULL; tn_call(f, NULL, &r); tn_array_free(r); }
+        CHECK(tn__dmem.driver_allocs == a0, "%llu driver allocations in 100 steady calls", (unsigned long long)(tn__dmem.driver_allocs - a0));
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_array_free(Wv); tn_array_free(xv); tn_array_free(bv);
+    free(W); free(x); free(b); free(y);
+}
+
+/* Products through cuBLAS: gemm with a row bias and a transposed operand,
+   float32/float64/float16, batched dot, outer. */
+TEST(test_products) {
+    tn_dtype dts[3] = { TN_F32, TN_F64, TN_F16 };
+    for (int di = 0; di < 3; di++) {
+        tn_dtype t = dts[di];
+        double tol = t == TN_F64 ? 1e-12 : t == TN_F32 ? 1e-4 : 2e-2;
+        const int M = 67, K = 45, N = 33;
+        tn_array *Av = tn_array_rand_uniform(t, 2, (int64_t[]){ K, M }, -1, 1, 11);    /* used transposed */
+        tn_array *Bv = tn_array_rand_uniform(t, 2, (int64_t[]){ K, N }, -1, 1, 12);
+        tn_array *cv = tn_array_rand_uniform(t, 1, (int64_t[]){ N }, -1, 1, 13);
+        double *A = as_f64(Av), *B = as_f64(Bv), *c = as_f64(cv), *ref = (double *)malloc((size_t)M * N * sizeof *ref);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double acc = c[j];
+                for (int k = 0; k < K; k++) acc += A[(size_t)k * M + i] * B[(size_t)k * N + j];
+                ref[(size_t)i * N + j] = acc;
+            }
+        tn_graph *g = tn_graph_new();
+        tn_var *a = tn_matrix(g, "A", t), *b = tn_matrix(g, "B", t), *cc = tn_vector(g, "c", t);
+        tn_var *y = tn_add(tn_dot(tn_transpose(a, NULL), b), cc);
+        tn_var *ins[3] = { a, b, cc };
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &y });
+        CHECK(f, "%s: %s", tn_dtype_name(t), tn_last_error());
+        if (f) {
+            tn_array *vals[3] = { Av, Bv, cv }, *r = NULL;
+            CHECK(tn_call(f, vals, &r) == TN_OK, "%s: %s", tn_dtype_name(t), tn_last_error());
+            double e = r ? max_err(r, ref, (int64_t)M * N) : INFINITY;
+            CHECK(e <= tol * K, "%s gemm (A^T B + row bias): error %g", tn_dtype_name(t), e);
+            tn_array_free(r);
+        }
+        tn_function_free(f);
+        tn_graph_free(g);
+        free(A); free(B); free(c); free(ref);
+        tn_array_free(Av); tn_array_free(Bv); tn_array_free(cv);
+    }
+    /* batched: (4, 5, 6) . (6, 7), and outer */
+    tn_array *Xv = tn_array_rand_uniform(TN_F32, 3, (int64_t[]){ 4, 5, 6 }, -1, 1, 21);
+    tn_array *Yv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 6, 7 }, -1, 1, 22);
+    tn_array *uv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 9 }, -1, 1, 23);
+    double *X = as_f64(Xv), *Y = as_f64(Yv), *u = as_f64(uv), ref[4 * 5 * 7], ro[81];
+    for (int p = 0; p < 4; p++)
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 7; j++) {
+                double acc = 0;
+                for (int k = 0; k < 6; k++) acc += X[(p * 5 + i) * 6 + k] * Y[k * 7 + j];
+                ref[(p * 5 + i) * 7 + j] = acc;
+            }
+    for (int i = 0; i < 9; i++) for (int j = 0; j < 9; j++) ro[i * 9 + j] = u[i] * u[j];
+    tn_graph *g = tn_graph_new();
+    tn_var *xs = tn_tensor3(g, "X", TN_F32), *ys = tn_matrix(g, "Y", TN_F32), *us = tn_vector(g, "u", TN_F32);
+    tn_var *outs[2] = { tn_dot(xs, ys), tn_outer(us, us) };
+    tn_var *ins[3] = { xs, ys, us };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 2, .outputs = outs });
+    CHECK(f, "%s", tn_last_error());
+    if (f) {
+        tn_array *vals[3] = { Xv, Yv, uv }, *r[2] = { 0 };
+        CHECK(tn_call(f, vals, r) == TN_OK, "%s", tn_last_error());
+        if (r[0]) CHECK(max_err(r[0], ref, 4 * 5 * 7) <= 1e-5, "batched dot error %g", max_err(r[0], ref, 140));
+        if (r[1]) CHECK(max_err(r[1], ro, 81) <= 1e-6, "outer error %g", max_err(r[1], ro, 81));
+        tn_array_free(r[0]); tn_array_free(r[1]);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_array_free(Xv); tn_array_free(Yv); tn_array_free(uv);
+    free(X); free(Y); free(u);
+}
+
+/* A fused chain (one GPU kernel) and a reduction of it, odd sizes. */
+TEST(test_fused_chain_and_reduction) {
+    int64_t shape[2] = { 37, (1 << 14) + 3 }, n = shape[0] * shape[1];
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 2, shape, -2, 2, 31), *yv = tn_array_rand_uniform(TN_F32, 2, shape, -2, 2, 32);
+    double *x = as_f64(xv), *y = as_f64(yv), *ref = (double *)malloc((size_t)n * sizeof *ref), rs[37];
+    for (int64_t i = 0; i < n; i++) ref[i] = tanh(x[i] * y[i] + exp(-x[i])) * 0.5 + y[i];
+    for (int i = 0; i < 37; i++) { rs[i] = 0; for (int64_t j = 0; j < shape[1]; j++) rs[i] += ref[i * shape[1] + j]; }
+    tn_graph *g = tn_graph_new();
+    tn_var *a = tn_matrix(g, "x", TN_F32), *b = tn_matrix(g, "y", TN_F32);
+    tn_var *z = tn_add(tn_mul(tn_tanh(tn_add(tn_mul(a, b), tn_exp(tn_neg(a)))), tn_scalar_const(g, 0.5)), b);
+    tn_var *outs[2] = { z, tn_sum(z, (int[]){ 1 }, 1, false) };
+    tn_var *ins[2] = { a, b };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 2, .outputs = outs });
+    CHECK(f, "%s", tn_last_error());
+    if (f) {
+        char *s = dprint(f);
+        CHECK(strstr(s, "GpuComposite"), "the chain is one fused GPU kernel:\n%s", s);
+        printf("  the reduction runs on the %s\n", strstr(s, "GpuSum") ? "GPU" : "CPU (no GPU reduction kernel yet)");
+        free(s);
+        tn_array *vals[2] = { xv, yv }, *r[2] = { 0 };
+        CHECK(tn_call(f, vals, r) == TN_OK, "%s", tn_last_error());
+        if (r[0]) CHECK(max_err(r[0], ref, n) <= 1e-5, "chain error %g", max_err(r[0], ref, n));
+        if (r[1]) CHECK(max_err(r[1], rs, 37) <= 1e-5 * (double)shape[1], "sum error %g", max_err(r[1], rs, 37));
+        tn_array_free(r[0]); tn_array_free(r[1]);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_array_free(xv); tn_array_free(yv);
+    free(x); free(y); free(ref);
+}
+
+/* The same graph compiled under device=cuda and device=cpu gives the same numbers. */
+static tn_array *run_softplus_chain(const tn_array *in, char *placed, size_t cap) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F32);
+    tn_var *y = tn_softplus(tn_sub(tn_mul(x, x), tn_scalar_const(g, 1.5)));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    tn_array *r = NULL;
+    if (f) {
+        char *s = dprint(f);
+        snprintf(placed, cap, "%s", s);
+        free(s);
+        if (tn_call(f, (tn_array *const *)&in, &r) != TN_OK) r = NULL;
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+    return r;
+}
+
+TEST(test_cuda_and_cpu_agree) {
+    tn_array *in = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 123, 77 }, -3, 3, 41);
+    char pg[4096], pc[4096];
+    tn_array *rg = run_softplus_chain(in, pg, sizeof pg);
+    tn_config cpu = { .device = TN_DEVICE_CPU };
+    tn_init(&cpu);
+    tn_array *rc = run_softplus_chain(in, pc, sizeof pc);
+    tn_config gpu = { .device = TN_DEVICE_CUDA };
+    tn_init(&gpu);
+    CHECK(rg && rc, "%s", tn_last_error());
+    CHECK(strstr(pg, "Gpu") && !strstr(pc, "Gpu"), "placement: cuda\n%s\ncpu\n%s", pg, pc);
+    if (rg && rc) {
+        double *c = as_f64(rc);
+        double e = max_err(rg, c, tn_array_size(rc));
+        CHECK(e <= 2e-6, "device=cuda vs device=cpu: max error %g", e);
+        free(c);
+    }
+    tn_array_free(rg); tn_array_free(rc); tn_array_free(in);
+}
+
+int main(void) {
+    tn_config cfg = { .device = TN_DEVICE_CUDA };
+    tn_init(&cfg);
+    if (tn_cuda_init() != TN_OK || !tn__get_backend()) {
+        printf("SKIP test_cuda_func: no usable GPU (%s); nothing counted\n", tn_cuda_status());
+        (void)th_cur_failed; (void)th_cur_name;
+        TH_END();
+    }
+    printf("%s\n", tn_cuda_status());
+    TH_RUN(test_seed_exp_loop);
+    TH_RUN(test_input_transfer_debugprint);
+    TH_RUN(test_linear_shared_update);
+    TH_RUN(test_products);
+    TH_RUN(test_fused_chain_and_reduction);
+    TH_RUN(test_cuda_and_cpu_agree);
+    tn_shutdown();
+    TH_END();
+}

@@ -1,0 +1,106 @@
+/* CPU-only checks of the CUDA back end's phase 2 that need no GPU: the
+   transfer ops (types, labels, errors, their host fallback when no device
+   is used), the cuBLAS operand mapping of row-major views (no transpose
+   copies), and, where NVRTC is installed, that the device copy kernel the
+   back end generates (identity program, contiguous and broadcast) compiles. */
+#define _GNU_SOURCE
+#define TENSOR_IMPLEMENTATION
+#include "tensor.h"
+#include "tensor_cuda.h"
+#include "harness.h"
+
+TEST(test_transfer_ops_build_and_label) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F32);
+    tn_var *d = tn_gpu_from_host(tn_exp(x));
+    tn_var *h = tn_host_from_gpu(d);
+    CHECK(d && h, "%s", tn_last_error());
+    CHECK(tn_var_dtype(h) == TN_F32 && tn_var_ndim(h) == 2, "the type passes through");
+    CHECK(tn__op_kind(TN_OP_GPU_FROM_HOST) == TN_OPK_TRANSFER && tn__op_kind(TN_OP_HOST_FROM_GPU) == TN_OPK_TRANSFER, "kind");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    tn_debugprint(h, m);
+    fclose(m);
+    CHECK(strstr(buf, "HostFromGpu(gpuarray) [id A]") && strstr(buf, " |GpuFromHost<None> [id B]") &&
+          strstr(buf, "  |Elemwise{exp,no_inplace} [id C]"), "debugprint:\n%s", buf);
+    free(buf);
+    tn_clear_error();
+    CHECK(tn_gpu_from_host(NULL) == NULL, "NULL gives NULL");
+    CHECK_ERR(TN_ERR_NULL, "tn_gpu_from_host");
+    tn_clear_error();
+    CHECK(tn_host_from_gpu(NULL) == NULL, "NULL gives NULL");
+    CHECK_ERR(TN_ERR_NULL, "tn_host_from_gpu");
+    tn_graph_free(g);
+}
+
+/* Without a device the transfers are host copies: a program written for the
+   GPU gives the same numbers on the CPU. */
+TEST(test_transfers_fall_back_to_host_copies) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F32);
+    tn_var *y = tn_gpu_from_host(tn_exp(tn_transpose(x, NULL)));
+    tn_var *z = tn_host_from_gpu(tn_mul(x, x));
+    tn_var *outs[2] = { y, z };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = outs });
+    CHECK(f, "%s", tn_last_error());
+    tn_array *in = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 3, 5 }, -2, 2, 9), *r[2] = { 0 };
+    if (f) {
+        CHECK(tn_call(f, &in, r) == TN_OK, "%s", tn_last_error());
+        for (int i = 0; r[0] && r[1] && i < 3; i++)
+            for (int j = 0; j < 5; j++) {
+                double v = tn_array_get(in, (int64_t[]){ i, j });
+                CHECK(r[0]->device == TN_HOST && th_close(tn_array_get(r[0], (int64_t[]){ j, i }), (double)expf((float)v), 1e-6, 0), "exp at %d %d", i, j);
+                CHECK(th_close(tn_array_get(r[1], (int64_t[]){ i, j }), (double)((float)v * (float)v), 1e-6, 0), "mul at %d %d", i, j);
+            }
+    }
+    tn_array_free(r[0]); tn_array_free(r[1]); tn_array_free(in);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* Row-major views read column-major: rows contiguous -> OP_N with ld = row
+   stride; a transposed view -> OP_T with ld = column stride; steps in both
+   dims -> not expressible (copied first). */
+TEST(test_blas_operand_mapping) {
+    unsigned op;
+    int64_t ld;
+    CHECK(tn__blas_mat(4, 3, 3, 1, &op, &ld) && op == TN__CUBLAS_OP_N && ld == 3, "contiguous (4,3): op %u ld %lld", op, (long long)ld);
+    CHECK(tn__blas_mat(4, 3, 10, 1, &op, &ld) && op == TN__CUBLAS_OP_N && ld == 10, "row-sliced (4,3) of width 10");
+    CHECK(tn__blas_mat(4, 3, 1, 4, &op, &ld) && op == TN__CUBLAS_OP_T && ld == 4, "transposed (3,4)^T: op %u ld %lld", op, (long long)ld);
+    CHECK(tn__blas_mat(1, 5, 0, 2, &op, &ld) && op == TN__CUBLAS_OP_T && ld == 2, "a stepped row vector: op %u ld %lld", op, (long long)ld);
+    CHECK(tn__blas_mat(5, 1, 1, 0, &op, &ld) && ld >= 1, "a column vector");
+    CHECK(!tn__blas_mat(4, 3, 6, 2, &op, &ld), "steps in both dims need a copy");
+    CHECK(!tn__blas_mat(4, 3, 0, 1, &op, &ld), "a broadcast row dim needs a copy");
+}
+
+/* The device copy kernel the back end writes (identity program) compiles. */
+TEST(test_copy_kernel_compiles) {
+    if (tn__nvrtc_load(0) != TN_OK) { printf("  (NVRTC not found: copy kernel compile not checked)\n"); tn_clear_error(); return; }
+    tn_dtype dts[3] = { TN_F16, TN_F32, TN_F64 };
+    for (int i = 0; i < 3; i++) {
+        tn_dtype t = dts[i];
+        int32_t reg = 0;
+        tn_ew_program p = { 1, &t, 0, NULL, 1, &reg, &t };
+        tn__cuda_layout L[2] = { { TN__CUDA_CONTIG, 0, 0 }, { TN__CUDA_STRIDED, 2, 0 } };
+        for (int k = 0; k < 2; k++) {
+            char *src = NULL;
+            CHECK(tn__cuda_ew_source(&p, &L[k], &src) == TN_OK, "%s", tn_last_error());
+            const void *bin;
+            size_t n;
+            if (src) CHECK(tn_cuda_compile(src, "sm_90", &bin, &n) == TN_OK && n > 0, "%s %s: %s", tn_dtype_name(t), k ? "strided" : "contiguous", tn_last_error());
+            tn__free(src);
+        }
+    }
+}
+
+int main(void) {
+    tn_config cfg = { .device = TN_DEVICE_CPU };
+    tn_init(&cfg);
+    TH_RUN(test_transfer_ops_build_and_label);
+    TH_RUN(test_transfers_fall_back_to_host_copies);
+    TH_RUN(test_blas_operand_mapping);
+    TH_RUN(test_copy_kernel_compiles);
+    tn_shutdown();
+    TH_END();
+}

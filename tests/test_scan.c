@@ -1,0 +1,597 @@
+/* tests/test_scan.c - scan: the seed's recurrence with sequence and output
+   taps against a plain C loop (float64), gradients through time (verify_grad,
+   truncate_gradient against a hand-written BPTT), go_backwards, n_steps 0
+   and 1, updates, captured and hoisted variables, the dot rewrite, debugprint
+   and errors. */
+#define TENSOR_IMPLEMENTATION
+#include "tensor.h"
+#include "harness.h"
+
+static uint64_t seed_ctr = 7000003;
+static uint64_t next_seed(void) { return seed_ctr += 1000003; }
+
+static tn_array *rnd(int nd, const int64_t *sh, double lo, double hi) {
+    return tn_array_rand_uniform(TN_F64, nd, sh, lo, hi, next_seed());
+}
+
+static double *vals(const tn_array *a) {     /* float64 copy, C order; caller frees */
+    size_t n = (size_t)tn_array_size(a);
+    double *d = (double *)malloc((n + 1) * sizeof *d);
+    if (tn_array_copy_to(a, TN_F64, d, (n + 1) * sizeof *d) != TN_OK) { free(d); return NULL; }
+    return d;
+}
+
+static void graph_free(tn_graph *g) { tn__scan_release_graph(g); tn_graph_free(g); }
+
+static double max_abs_diff(const double *a, const double *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) { double d = fabs(a[i] - b[i]); if (!(d <= m)) m = d; }
+    return m;
+}
+
+/* y = A x for A (m, n) row-major */
+static void matvec(const double *A, const double *x, double *y, int m, int n) {
+    for (int i = 0; i < m; i++) { double s = 0; for (int j = 0; j < n; j++) s += A[i * n + j] * x[j]; y[i] = s; }
+}
+
+/* >>seed recurrence: x(n) = tanh(W x(n-1) + W1 u(n) + W2 u(n-4) + Wf y(n-1)), y(n) = Wout x(n-3) */
+
+enum { NX = 5, NU = 3, NY = 2 };
+
+static tn_result seed_step(tn_scan_step *s, void *user) {
+    (void)user;
+    tn_var *u_tm4 = s->seq[0][0], *u_t = s->seq[0][1];
+    tn_var *x_tm3 = s->out[0][0], *x_tm1 = s->out[0][1], *y_tm1 = s->out[1][0];
+    tn_var *W = s->non_seq[0], *W1 = s->non_seq[1], *W2 = s->non_seq[2], *Wf = s->non_seq[3], *Wout = s->non_seq[4];
+    tn_var *pre = tn_add(tn_add(tn_dot(W, x_tm1), tn_dot(W1, u_t)), tn_add(tn_dot(W2, u_tm4), tn_dot(Wf, y_tm1)));
+    s->outputs[0] = tn_tanh(pre);
+    s->outputs[1] = tn_dot(Wout, x_tm3);
+    return TN_OK;
+}
+
+/* builds the seed's scan over inputs ins[0..8): W W1 W2 Wf Wout u x0 y0 */
+static tn_result seed_scan(tn_graph *g, tn_var **ins, tn_var **outs, bool static_len, int64_t L) {
+    tn_dtype t = TN_F64;
+    ins[0] = tn_input(g, "W", t, 2, (int64_t[]){NX, NX}, NULL);
+    ins[1] = tn_input(g, "W1", t, 2, (int64_t[]){NX, NU}, NULL);
+    ins[2] = tn_input(g, "W2", t, 2, (int64_t[]){NX, NU}, NULL);
+    ins[3] = tn_input(g, "Wf", t, 2, (int64_t[]){NX, NY}, NULL);
+    ins[4] = tn_input(g, "Wout", t, 2, (int64_t[]){NY, NX}, NULL);
+    ins[5] = tn_input(g, "u", t, 2, (int64_t[]){static_len ? L : -1, NU}, NULL);
+    ins[6] = tn_input(g, "x0", t, 2, (int64_t[]){3, NX}, NULL);
+    ins[7] = tn_input(g, "y0", t, 1, (int64_t[]){NY}, NULL);
+    static const int utaps[2] = { -4, 0 }, xtaps[2] = { -3, -1 };
+    tn_scan_seq seq = { ins[5], 2, utaps };
+    tn_scan_out outs_info[2] = { { ins[6], 2, xtaps }, { ins[7], 0, NULL } };
+    return tn_scan(&(tn_scan_desc){ .step = seed_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 2,
+                                    .outputs = outs_info, .n_non_sequences = 5, .non_sequences = ins, .name = "seed" },
+                   outs, NULL, NULL);
+}
+
+/* the plain C loop: xs (T, NX), ys (T, NY) */
+static void seed_ref(double *const *P, int64_t L, double *xs, double *ys) {
+    const double *W = P[0], *W1 = P[1], *W2 = P[2], *Wf = P[3], *Wout = P[4], *u = P[5], *x0 = P[6], *y0 = P[7];
+    int64_t T = L - 4;
+    for (int64_t n = 0; n < T; n++) {
+        const double *xm1 = n >= 1 ? xs + (n - 1) * NX : x0 + 2 * NX;
+        const double *xm3 = n >= 3 ? xs + (n - 3) * NX : x0 + (n) * NX;      /* x(-3) is x0[0] */
+        const double *ym1 = n >= 1 ? ys + (n - 1) * NY : y0;
+        double a[NX], b[NX], c[NX], d[NX];
+        matvec(W, xm1, a, NX, NX);
+        matvec(W1, u + (n + 4) * NU, b, NX, NU);
+        matvec(W2, u + n * NU, c, NX, NU);
+        matvec(Wf, ym1, d, NX, NY);
+        for (int i = 0; i < NX; i++) xs[n * NX + i] = tanh(a[i] + b[i] + c[i] + d[i]);
+        matvec(Wout, xm3, ys + n * NY, NY, NX);
+    }
+}
+
+static void check_seed(int64_t L, bool static_len) {
+    tn_graph *g = tn_graph_new();
+    tn_var *ins[8], *outs[2];
+    CHECK(seed_scan(g, ins, outs, static_len, L) == TN_OK, "tn_scan: %s", tn_last_error());
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 8, .inputs = ins, .n_outputs = 2, .outputs = outs });
+    CHECK(f, "tn_function: %s", tn_last_error());
+    if (!f) { graph_free(g); return; }
+    int64_t sh[8][2] = { {NX, NX}, {NX, NU}, {NX, NU}, {NX, NY}, {NY, NX}, {L, NU}, {3, NX}, {NY, 0} };
+    tn_array *a[8];
+    double *P[8];
+    for (int i = 0; i < 8; i++) { a[i] = rnd(i == 7 ? 1 : 2, sh[i], -0.8, 0.8); P[i] = vals(a[i]); }
+    int64_t T = L - 4;
+    for (int rep = 0; rep < 2; rep++) {      /* a second call reuses the plan and the compiled step */
+        tn_array *res[2] = {0};
+        tn_result r = tn_call(f, a, res);
+        CHECK(r == TN_OK, "tn_call L=%lld: %s", (long long)L, tn_last_error());
+        if (r != TN_OK) break;
+        CHECK(res[0]->ndim == 2 && res[0]->shape[0] == T && res[0]->shape[1] == NX, "x has shape (%lld, %lld)",
+              (long long)res[0]->shape[0], (long long)res[0]->shape[1]);
+        CHECK(res[1]->ndim == 2 && res[1]->shape[0] == T && res[1]->shape[1] == NY, "y shape");
+        double *xs = (double *)calloc((size_t)(T * NX + 1), sizeof(double)), *ys = (double *)calloc((size_t)(T * NY + 1), sizeof(double));
+        seed_ref(P, L, xs, ys);
+        double *gx = vals(res[0]), *gy = vals(res[1]);
+        CHECK(max_abs_diff(gx, xs, (size_t)(T * NX)) < 1e-12, "x differs from the C loop by %g (L=%lld)", max_abs_diff(gx, xs, (size_t)(T * NX)), (long long)L);
+        CHECK(max_abs_diff(gy, ys, (size_t)(T * NY)) < 1e-12, "y differs from the C loop by %g (L=%lld)", max_abs_diff(gy, ys, (size_t)(T * NY)), (long long)L);
+        free(xs); free(ys); free(gx); free(gy);
+        tn_array_free(res[0]); tn_array_free(res[1]);
+    }
+    for (int i = 0; i < 8; i++) { tn_array_free(a[i]); free(P[i]); }
+    tn_function_free(f);
+    graph_free(g);
+}
+
+TEST(seed_recurrence) {
+    check_seed(20, true);
+    check_seed(20, false);
+    check_seed(7, false);      /* 3 steps: x(n-3) still reads only initial rows */
+    check_seed(5, true);       /* one step */
+    check_seed(4, false);      /* zero steps: empty outputs */
+}
+
+/* >>simple RNN: h(t) = tanh(W h(t-1) + x(t)); cost-like projections by verify_grad */
+
+typedef struct rnn_opts { bool backwards; int64_t truncate; bool nsteps; int64_t n; } rnn_opts;
+
+static tn_result rnn_step(tn_scan_step *s, void *user) {
+    (void)user;
+    s->outputs[0] = tn_tanh(tn_add(tn_dot(s->non_seq[0], s->out[0][0]), s->seq[0][0]));
+    return TN_OK;
+}
+
+static tn_var *rnn(tn_var *W, tn_var *X, tn_var *h0, const rnn_opts *o) {
+    tn_scan_seq seq = { X, 0, NULL };
+    tn_scan_out out = { h0, 0, NULL };
+    tn_var *h = NULL;
+    tn_result r = tn_scan(&(tn_scan_desc){ .step = rnn_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1,
+                                           .outputs = &out, .n_non_sequences = 1, .non_sequences = &W,
+                                           .go_backwards = o && o->backwards, .truncate_gradient = o ? o->truncate : 0,
+                                           .has_n_steps = o && o->nsteps, .n_steps = o ? o->n : 0, .name = "rnn" },
+                          &h, NULL, NULL);
+    return r == TN_OK ? h : NULL;
+}
+
+static tn_var *b_rnn(tn_graph *g, tn_var *const *in, void *user) {
+    (void)g;
+    return rnn(in[0], in[1], in[2], (const rnn_opts *)user);
+}
+
+static void vg_rnn(const rnn_opts *o, int64_t T, bool static_shapes, const char *what) {
+    int64_t n = 4;
+    tn_array *pts[3] = { rnd(2, (int64_t[]){n, n}, -0.7, 0.7), rnd(2, (int64_t[]){T, n}, -1, 1), rnd(1, &n, -1, 1) };
+    tn_verify_grad_report rep;
+    tn_result r = tn_verify_grad(&(tn_verify_grad_desc){ .build = b_rnn, .user = (void *)o, .n_inputs = 3, .points = pts,
+                                                         .seed = next_seed(), .static_shapes = static_shapes }, &rep);
+    CHECK(r == TN_OK, "%s: %s (input %d: symbolic %g numeric %g)", what, tn_last_error(), rep.input, rep.symbolic, rep.numeric);
+    for (int i = 0; i < 3; i++) tn_array_free(pts[i]);
+}
+
+TEST(verify_grad_rnn) {
+    vg_rnn(NULL, 6, true, "rnn");
+    vg_rnn(NULL, 6, false, "rnn, unknown shapes");
+    vg_rnn(&(rnn_opts){ .backwards = true }, 5, false, "rnn go_backwards");
+    vg_rnn(&(rnn_opts){ .nsteps = true, .n = 3 }, 5, true, "rnn n_steps 3 of 5");
+    vg_rnn(NULL, 1, true, "rnn one step");
+}
+
+/* seed recurrence gradient: taps -4/0 on the sequence, -3/-1 on x, -1 on y */
+static tn_var *b_seed(tn_graph *g, tn_var *const *in, void *user) {
+    (void)user;
+    static const int utaps[2] = { -4, 0 }, xtaps[2] = { -3, -1 };
+    tn_scan_seq seq = { in[5], 2, utaps };
+    tn_scan_out oi[2] = { { in[6], 2, xtaps }, { in[7], 0, NULL } };
+    tn_var *outs[2];
+    (void)g;
+    if (tn_scan(&(tn_scan_desc){ .step = seed_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 2, .outputs = oi,
+                                 .n_non_sequences = 5, .non_sequences = in }, outs, NULL, NULL) != TN_OK) return NULL;
+    return tn_add(tn_sum(tn_sqr(outs[0]), NULL, 0, false), tn_sum(tn_mul(outs[1], outs[1]), NULL, 0, false));
+}
+
+TEST(verify_grad_seed) {
+    int64_t sh[8][2] = { {NX, NX}, {NX, NU}, {NX, NU}, {NX, NY}, {NY, NX}, {9, NU}, {3, NX}, {NY, 0} };
+    tn_array *pts[8];
+    for (int i = 0; i < 8; i++) pts[i] = rnd(i == 7 ? 1 : 2, sh[i], -0.6, 0.6);
+    tn_verify_grad_report rep;
+    tn_result r = tn_verify_grad(&(tn_verify_grad_desc){ .build = b_seed, .n_inputs = 8, .points = pts, .seed = next_seed(),
+                                                         .static_shapes = true }, &rep);
+    CHECK(r == TN_OK, "seed gradient: %s (input %d: symbolic %g numeric %g)", tn_last_error(), rep.input, rep.symbolic, rep.numeric);
+    for (int i = 0; i < 8; i++) tn_array_free(pts[i]);
+}
+
+/* truncated BPTT by hand: cost = sum_t sum(h_t); steps t >= T-k back-propagate */
+static void bptt_ref(const double *W, const double *X, const double *h0, int n, int64_t T, int64_t k,
+                     double *dW, double *dX, double *dh0) {
+    double *H = (double *)malloc((size_t)((T + 1) * n) * sizeof(double));
+    memcpy(H, h0, (size_t)n * sizeof(double));
+    for (int64_t t = 0; t < T; t++) {
+        matvec(W, H + t * n, H + (t + 1) * n, n, n);
+        for (int i = 0; i < n; i++) H[(t + 1) * n + i] = tanh(H[(t + 1) * n + i] + X[t * n + i]);
+    }
+    double *dh = (double *)calloc((size_t)n, sizeof(double)), *dz = (double *)calloc((size_t)n, sizeof(double));
+    memset(dW, 0, (size_t)(n * n) * sizeof(double));
+    memset(dX, 0, (size_t)(T * n) * sizeof(double));
+    int64_t stop = k > 0 && k < T ? T - k : 0;
+    for (int64_t t = T - 1; t >= stop; t--) {
+        for (int i = 0; i < n; i++) {
+            double ht = H[(t + 1) * n + i];
+            dz[i] = (dh[i] + 1.0) * (1 - ht * ht);
+            dX[t * n + i] = dz[i];
+        }
+        for (int i = 0; i < n; i++) for (int j = 0; j < n; j++) dW[i * n + j] += dz[i] * H[t * n + j];
+        for (int j = 0; j < n; j++) { double s = 0; for (int i = 0; i < n; i++) s += W[i * n + j] * dz[i]; dh[j] = s; }
+    }
+    for (int j = 0; j < n; j++) dh0[j] = stop == 0 ? dh[j] : 0;
+    free(H); free(dh); free(dz);
+}
+
+static void check_truncate(int64_t T, int64_t k) {
+    int n = 3;
+    tn_graph *g = tn_graph_new();
+    tn_var *W = tn_matrix(g, "W", TN_F64), *X = tn_matrix(g, "X", TN_F64), *h0 = tn_vector(g, "h0", TN_F64);
+    tn_var *h = rnn(W, X, h0, &(rnn_opts){ .truncate = k });
+    CHECK(h, "scan: %s", tn_last_error());
+    tn_var *cost = tn_sum(h, NULL, 0, false);
+    tn_var *gr[3];
+    tn_var *wrt[3] = { W, X, h0 };
+    CHECK(tn_grad(cost, 3, wrt, gr, NULL) == TN_OK, "tn_grad: %s", tn_last_error());
+    tn_var *ins[3] = { W, X, h0 };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 3, .outputs = gr });
+    CHECK(f, "tn_function: %s", tn_last_error());
+    if (f) {
+        tn_array *a[3] = { rnd(2, (int64_t[]){n, n}, -0.8, 0.8), rnd(2, (int64_t[]){T, n}, -1, 1), rnd(1, (int64_t[]){n}, -1, 1) };
+        tn_array *res[3] = {0};
+        CHECK(tn_call(f, a, res) == TN_OK, "tn_call: %s", tn_last_error());
+        double *Wv = vals(a[0]), *Xv = vals(a[1]), *hv = vals(a[2]);
+        double dW[9], *dX = (double *)malloc((size_t)(T * n + 1) * sizeof(double)), dh0[3];
+        bptt_ref(Wv, Xv, hv, n, T, k, dW, dX, dh0);
+        double *gW = vals(res[0]), *gX = vals(res[1]), *gh = vals(res[2]);
+        CHECK(gW && max_abs_diff(gW, dW, 9) < 1e-12, "dW (T=%lld, truncate %lld) off by %g", (long long)T, (long long)k, gW ? max_abs_diff(gW, dW, 9) : -1.0);
+        CHECK(gX && max_abs_diff(gX, dX, (size_t)(T * n)) < 1e-12, "dX (T=%lld, truncate %lld) off by %g", (long long)T, (long long)k, gX ? max_abs_diff(gX, dX, (size_t)(T * n)) : -1.0);
+        CHECK(gh && max_abs_diff(gh, dh0, 3) < 1e-12, "dh0 (T=%lld, truncate %lld)", (long long)T, (long long)k);
+        if (k > 0 && k < T) CHECK(gX && gX[0] == 0 && gh && gh[0] == 0, "rows before the truncation get no gradient");
+        free(Wv); free(Xv); free(hv); free(dX); free(gW); free(gX); free(gh);
+        for (int i = 0; i < 3; i++) { tn_array_free(a[i]); tn_array_free(res[i]); }
+        tn_function_free(f);
+    }
+    graph_free(g);
+}
+
+TEST(truncate_gradient) {
+    check_truncate(7, 0);
+    check_truncate(7, 3);
+    check_truncate(7, 1);
+    check_truncate(4, 10);    /* longer than the loop: everything */
+}
+
+/* >>go_backwards and n_steps, against C loops */
+
+static tn_result acc_step(tn_scan_step *s, void *user) {   /* a(t) = 0.5 a(t-1) + u(t) * c */
+    (void)user;
+    s->outputs[0] = tn_add(tn_mul(s->out[0][0], tn_lit(s->out[0][0], 0.5)), tn_mul(s->seq[0][0], s->non_seq[0]));
+    return TN_OK;
+}
+
+TEST(go_backwards) {
+    tn_graph *g = tn_graph_new();
+    tn_var *U = tn_matrix(g, "U", TN_F64), *a0 = tn_vector(g, "a0", TN_F64), *c = tn_vector(g, "c", TN_F64);
+    tn_scan_seq seq = { U, 0, NULL };
+    tn_scan_out out = { a0, 0, NULL };
+    tn_var *A = NULL;
+    CHECK(tn_scan(&(tn_scan_desc){ .step = acc_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
+                                   .n_non_sequences = 1, .non_sequences = &c, .go_backwards = true }, &A, NULL, NULL) == TN_OK,
+          "%s", tn_last_error());
+    tn_var *ins[3] = { U, a0, c };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &A });
+    CHECK(f, "%s", tn_last_error());
+    int64_t T = 6, n = 4;
+    /* a transposed (non-contiguous) sequence: views must be read with their strides */
+    tn_array *Ut = rnd(2, (int64_t[]){n, T}, -1, 1), *Uv = tn_array_transpose(Ut, NULL);
+    tn_array *a[3] = { Uv, rnd(1, &n, -1, 1), rnd(1, &n, -1, 1) };
+    tn_array *res = NULL;
+    CHECK(f && tn_call(f, a, &res) == TN_OK, "%s", tn_last_error());
+    if (res) {
+        double *u = vals(Uv), *s = vals(a[1]), *cv = vals(a[2]), *got = vals(res);
+        double ref[24];
+        for (int64_t t = 0; t < T; t++)
+            for (int i = 0; i < n; i++) {
+                double prev = t ? ref[(t - 1) * n + i] : s[i];
+                ref[t * n + i] = 0.5 * prev + u[(T - 1 - t) * n + i] * cv[i];
+            }
+        CHECK(res->shape[0] == T && max_abs_diff(got, ref, (size_t)(T * n)) < 1e-14, "go_backwards differs by %g", max_abs_diff(got, ref, (size_t)(T * n)));
+        free(u); free(s); free(cv); free(got);
+    }
+    tn_array_free(res);
+    tn_array_free(Ut); for (int i = 0; i < 3; i++) tn_array_free(a[i]);
+    tn_function_free(f);
+    graph_free(g);
+}
+
+static tn_result pow_step(tn_scan_step *s, void *user) {   /* x(t) = M x(t-1), no sequences */
+    (void)user;
+    s->outputs[0] = tn_dot(s->non_seq[0], s->out[0][0]);
+    return TN_OK;
+}
+
+static void check_nsteps(int64_t N) {
+    tn_graph *g = tn_graph_new();
+    tn_var *M = tn_matrix(g, "M", TN_F64), *x0 = tn_vector(g, "x0", TN_F64);
+    tn_scan_out out = { x0, 0, NULL };
+    tn_var *X = NULL;
+    CHECK(tn_scan(&(tn_scan_desc){ .step = pow_step, .n_outputs = 1, .outputs = &out, .n_non_sequences = 1,
+                                   .non_sequences = &M, .has_n_steps = true, .n_steps = N }, &X, NULL, NULL) == TN_OK,
+          "%s", tn_last_error());
+    CHECK(X && X->type.shape[0] == N, "static length %lld", X ? (long long)X->type.shape[0] : -1LL);
+    tn_var *ins[2] = { M, x0 };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 1, .outputs = &X });
+    int64_t n = 3;
+    tn_array *a[2] = { rnd(2, (int64_t[]){n, n}, -1, 1), rnd(1, &n, -1, 1) };
+    tn_array *res = NULL;
+    CHECK(f && tn_call(f, a, &res) == TN_OK, "%s", tn_last_error());
+    if (res) {
+        CHECK(res->ndim == 2 && res->shape[0] == N && res->shape[1] == n, "n_steps %lld: shape (%lld, %lld)", (long long)N,
+              (long long)res->shape[0], (long long)res->shape[1]);
+        double *m = vals(a[0]), *x = vals(a[1]), *got = vals(res), ref[3 * 8];
+        for (int64_t t = 0; t < N; t++) matvec(m, t ? ref + (t - 1) * n : x, ref + t * n, (int)n, (int)n);
+        CHECK(max_abs_diff(got, ref, (size_t)(N * n)) < 1e-14, "n_steps %lld differs", (long long)N);
+        free(m); free(x); free(got);
+    }
+    tn_array_free(res); tn_array_free(a[0]); tn_array_free(a[1]);
+    tn_function_free(f);
+    graph_free(g);
+}
+
+TEST(n_steps_0_1) {
+    check_nsteps(0);
+    check_nsteps(1);
+    check_nsteps(5);
+    /* gradient with zero steps: the init gets the gradient of nothing (zeros), W zeros */
+    vg_rnn(&(rnn_opts){ .nsteps = true, .n = 0 }, 3, true, "rnn n_steps 0");
+}
+
+/* >>updates, captured variables, hoisting */
+
+static tn_result upd_step(tn_scan_step *s, void *user) {   /* y(t) = u(t) * k + acc; acc += u(t) */
+    tn_var *k = (tn_var *)user;                          /* an outer shared variable, captured */
+    tn_var *acc = s->non_seq[0];
+    s->outputs[0] = tn_add(tn_mul(s->seq[0][0], k), acc);
+    s->updates[0] = tn_add(acc, s->seq[0][0]);
+    return TN_OK;
+}
+
+TEST(updates_and_capture) {
+    tn_graph *g = tn_graph_new();
+    int64_t n = 3, T = 5;
+    tn_array *acc0 = rnd(1, &n, -1, 1), *k0 = rnd(1, &n, -1, 1);
+    tn_var *acc = tn_shared(g, "acc", acc0), *k = tn_shared(g, "k", k0);
+    tn_var *U = tn_matrix(g, "U", TN_F64);
+    tn_scan_seq seq = { U, 0, NULL };
+    tn_scan_out out = { NULL, 0, NULL };
+    tn_var *Y = NULL;
+    tn_update ups[1];
+    int nu = -1;
+    CHECK(tn_scan(&(tn_scan_desc){ .step = upd_step, .user = k, .n_sequences = 1, .sequences = &seq, .n_outputs = 1,
+                                   .outputs = &out, .n_non_sequences = 1, .non_sequences = &acc }, &Y, ups, &nu) == TN_OK,
+          "%s", tn_last_error());
+    CHECK(nu == 1 && ups[0].shared == acc, "one update of acc, got %d", nu);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &U, .n_outputs = 1, .outputs = &Y,
+                                                 .n_updates = nu, .updates = ups });
+    CHECK(f, "%s", tn_last_error());
+    tn_array *u = rnd(2, (int64_t[]){T, n}, -1, 1), *res = NULL;
+    double *uv = vals(u), *a = vals(acc0), *kv = vals(k0), ref[15];
+    for (int call = 0; f && call < 2; call++) {
+        CHECK(tn_call(f, &u, &res) == TN_OK, "%s", tn_last_error());
+        for (int64_t t = 0; t < T; t++)
+            for (int i = 0; i < n; i++) { ref[t * n + i] = uv[t * n + i] * kv[i] + a[i]; a[i] += uv[t * n + i]; }
+        double *got = vals(res), *nacc = vals(tn_shared_get(acc));
+        CHECK(max_abs_diff(got, ref, (size_t)(T * n)) < 1e-14, "outputs (call %d)", call);
+        CHECK(max_abs_diff(nacc, a, (size_t)n) < 1e-14, "the update carried acc (call %d)", call);
+        free(got); free(nacc);
+        tn_array_free(res); res = NULL;
+    }
+    /* the gradient needs every state: updates are refused by name */
+    tn_var *gk = tn_grad1(tn_sum(Y, NULL, 0, false), k);
+    CHECK(!gk, "gradient through updates");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "updates");
+    free(uv); free(a); free(kv);
+    tn_array_free(u); tn_array_free(acc0); tn_array_free(k0);
+    tn_function_free(f);
+    graph_free(g);
+}
+
+static tn_result hoist_step(tn_scan_step *s, void *user) {   /* h(t) = tanh((W W^T) h(t-1) + x(t)) */
+    (void)user;
+    tn_var *W = s->non_seq[0];
+    tn_var *WW = tn_var_set_name(tn_dot(W, tn_transpose(W, NULL)), "WWt");
+    s->outputs[0] = tn_tanh(tn_add(tn_dot(WW, s->out[0][0]), s->seq[0][0]));
+    return TN_OK;
+}
+
+TEST(hoist_invariant) {
+    tn_graph *g = tn_graph_new();
+    tn_var *W = tn_matrix(g, "W", TN_F64), *X = tn_matrix(g, "X", TN_F64), *h0 = tn_vector(g, "h0", TN_F64);
+    tn_scan_seq seq = { X, 0, NULL };
+    tn_scan_out out = { h0, 0, NULL };
+    tn_var *H = NULL;
+    CHECK(tn_scan(&(tn_scan_desc){ .step = hoist_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1,
+                                   .outputs = &out, .n_non_sequences = 1, .non_sequences = &W, .name = "hoist" }, &H, NULL, NULL) == TN_OK,
+          "%s", tn_last_error());
+    /* H = slice(Scan): the scan got W W^T as an extra non_sequence, computed outside */
+    tn_var *scan = H ? H->in[0] : NULL;
+    CHECK(scan && scan->op == TN_OP_SCAN && scan->n_in == 4, "scan inputs: %d", scan ? scan->n_in : -1);
+    if (scan && scan->n_in == 4) CHECK(scan->in[3]->op == TN_OP_DOT, "the hoisted input is the product W W^T");
+    tn_var *ins[3] = { W, X, h0 };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &H });
+    int64_t n = 3, T = 4;
+    tn_array *a[3] = { rnd(2, (int64_t[]){n, n}, -0.6, 0.6), rnd(2, (int64_t[]){T, n}, -1, 1), rnd(1, &n, -1, 1) };
+    tn_array *res = NULL;
+    CHECK(f && tn_call(f, a, &res) == TN_OK, "%s", tn_last_error());
+    if (res) {
+        double *w = vals(a[0]), *x = vals(a[1]), *h = vals(a[2]), *got = vals(res), M[9], ref[12];
+        for (int i = 0; i < n; i++) for (int j = 0; j < n; j++) { double s = 0; for (int q = 0; q < n; q++) s += w[i * n + q] * w[j * n + q]; M[i * n + j] = s; }
+        for (int t = 0; t < T; t++) {
+            matvec(M, t ? ref + (t - 1) * n : h, ref + t * n, (int)n, (int)n);
+            for (int i = 0; i < n; i++) ref[t * n + i] = tanh(ref[t * n + i] + x[t * n + i]);
+        }
+        CHECK(max_abs_diff(got, ref, (size_t)(T * n)) < 1e-13, "hoisted scan differs by %g", max_abs_diff(got, ref, (size_t)(T * n)));
+        free(w); free(x); free(h); free(got);
+    }
+    tn_array_free(res); for (int i = 0; i < 3; i++) tn_array_free(a[i]);
+    tn_function_free(f);
+    graph_free(g);
+}
+
+static tn_var *b_hoist(tn_graph *g, tn_var *const *in, void *user) {
+    (void)g; (void)user;
+    tn_scan_seq seq = { in[1], 0, NULL };
+    tn_scan_out out = { in[2], 0, NULL };
+    tn_var *H = NULL;
+    return tn_scan(&(tn_scan_desc){ .step = hoist_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
+                                    .n_non_sequences = 1, .non_sequences = &in[0] }, &H, NULL, NULL) == TN_OK ? H : NULL;
+}
+
+TEST(verify_grad_hoisted) {
+    int64_t n = 3, T = 4;
+    tn_array *pts[3] = { rnd(2, (int64_t[]){n, n}, -0.6, 0.6), rnd(2, (int64_t[]){T, n}, -1, 1), rnd(1, &n, -1, 1) };
+    tn_verify_grad_report rep;
+    tn_result r = tn_verify_grad(&(tn_verify_grad_desc){ .build = b_hoist, .n_inputs = 3, .points = pts, .seed = next_seed() }, &rep);
+    CHECK(r == TN_OK, "%s", tn_last_error());
+    for (int i = 0; i < 3; i++) tn_array_free(pts[i]);
+}
+
+/* >>the seed's warning case: scan(lambda x: dot(W, x), sequences=X) is one product */
+
+static tn_result dot_step(tn_scan_step *s, void *user) {
+    (void)user;
+    s->outputs[0] = tn_dot(s->non_seq[0], s->seq[0][0]);
+    return TN_OK;
+}
+
+TEST(dot_becomes_one_product) {
+    tn_graph *g = tn_graph_new();
+    tn_var *W = tn_matrix(g, "W", TN_F64), *X = tn_matrix(g, "X", TN_F64);
+    tn_scan_seq seq = { X, 0, NULL };
+    tn_var *Y = NULL;
+    tn_scan_out out = { NULL, 0, NULL };
+    CHECK(tn_scan(&(tn_scan_desc){ .step = dot_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
+                                   .n_non_sequences = 1, .non_sequences = &W }, &Y, NULL, NULL) == TN_OK, "%s", tn_last_error());
+    CHECK(Y && Y->op == TN_OP_DOT, "not one Dot: op %d", Y ? Y->op : -1);
+    tn_var *ins[2] = { W, X };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 1, .outputs = &Y });
+    tn_array *a[2] = { rnd(2, (int64_t[]){4, 3}, -1, 1), rnd(2, (int64_t[]){5, 3}, -1, 1) }, *res = NULL;
+    CHECK(f && tn_call(f, a, &res) == TN_OK, "%s", tn_last_error());
+    if (res) {
+        double *w = vals(a[0]), *x = vals(a[1]), *got = vals(res), ref[20];
+        for (int t = 0; t < 5; t++) matvec(w, x + t * 3, ref + t * 4, 4, 3);
+        CHECK(res->shape[0] == 5 && res->shape[1] == 4 && max_abs_diff(got, ref, 20) < 1e-14, "dot form differs");
+        free(w); free(x); free(got);
+    }
+    tn_array_free(res); tn_array_free(a[0]); tn_array_free(a[1]);
+    tn_function_free(f);
+    graph_free(g);
+}
+
+/* >>debugprint */
+
+TEST(debugprint_inner) {
+    tn_graph *g = tn_graph_new();
+    tn_var *W = tn_matrix(g, "W", TN_F64), *X = tn_matrix(g, "X", TN_F64), *h0 = tn_vector(g, "h0", TN_F64);
+    tn_var *H = rnn(W, X, h0, NULL);
+    FILE *tmp = tmpfile();
+    CHECK(tmp && tn_scan_debugprint(H, tmp) == TN_OK, "%s", tn_last_error());
+    if (tmp) {
+        char buf[8192];
+        rewind(tmp);
+        size_t n = fread(buf, 1, sizeof buf - 1, tmp);
+        buf[n] = 0;
+        CHECK(strstr(buf, "Scan{rnn}"), "no Scan line:\n%s", buf);
+        CHECK(strstr(buf, "Inner graph of Scan{rnn}"), "no inner graph:\n%s", buf);
+        CHECK(strstr(buf, "    ") && strstr(buf, "tanh"), "inner graph not indented or lacks tanh:\n%s", buf);
+        fclose(tmp);
+    }
+    graph_free(g);
+}
+
+/* >>errors */
+
+static tn_result bad_step(tn_scan_step *s, void *user) {
+    (void)s; (void)user;
+    return tn__err(TN_ERR_INVALID, "my step refuses");
+}
+static tn_result cast_step(tn_scan_step *s, void *user) {
+    (void)user;
+    s->outputs[0] = tn_cast(s->out[0][0], TN_F32);
+    return TN_OK;
+}
+static tn_result id_step(tn_scan_step *s, void *user) {
+    (void)user;
+    s->outputs[0] = tn_neg(s->seq[0][0]);
+    return TN_OK;
+}
+static tn_result two_seq_step(tn_scan_step *s, void *user) {
+    (void)user;
+    s->outputs[0] = tn_add(s->seq[0][0], s->seq[1][0]);
+    return TN_OK;
+}
+
+TEST(errors) {
+    tn_graph *g = tn_graph_new();
+    tn_var *u = tn_input(g, "u", TN_F64, 2, (int64_t[]){10, 3}, NULL), *v = tn_input(g, "v", TN_F64, 2, (int64_t[]){8, 3}, NULL);
+    tn_var *y = NULL;
+    tn_scan_seq seqs[2] = { { u, 0, NULL }, { v, 0, NULL } };
+    tn_scan_out none = { NULL, 0, NULL };
+    /* lengths known at build time */
+    CHECK(tn_scan(&(tn_scan_desc){ .step = two_seq_step, .n_sequences = 2, .sequences = seqs, .n_outputs = 1, .outputs = &none },
+                  &y, NULL, NULL) == TN_ERR_SHAPE, "mismatched lengths");
+    CHECK_ERR(TN_ERR_SHAPE, "different lengths");
+    CHECK(strstr(tn_last_error(), "'v'") && strstr(tn_last_error(), "'u'") && strstr(tn_last_error(), "8 rows"), "names both: %s", tn_last_error());
+    /* lengths known at call time only */
+    tn_var *p = tn_matrix(g, "p", TN_F64), *q = tn_matrix(g, "q", TN_F64);
+    tn_scan_seq seqs2[2] = { { p, 0, NULL }, { q, 0, NULL } };
+    CHECK(tn_scan(&(tn_scan_desc){ .step = two_seq_step, .n_sequences = 2, .sequences = seqs2, .n_outputs = 1, .outputs = &none },
+                  &y, NULL, NULL) == TN_OK, "%s", tn_last_error());
+    tn_var *ins[2] = { p, q };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 1, .outputs = &y });
+    tn_array *a[2] = { rnd(2, (int64_t[]){6, 2}, -1, 1), rnd(2, (int64_t[]){7, 2}, -1, 1) }, *res = NULL;
+    CHECK(f && tn_call(f, a, &res) == TN_ERR_SHAPE, "call-time mismatch");
+    CHECK_ERR(TN_ERR_SHAPE, "different lengths");
+    CHECK(strstr(tn_last_error(), "7 rows") || strstr(tn_last_error(), "6 rows"), "rows named: %s", tn_last_error());
+    tn_array_free(a[0]); tn_array_free(a[1]); tn_function_free(f);
+    /* n_steps longer than a sequence */
+    CHECK(tn_scan(&(tn_scan_desc){ .step = id_step, .n_sequences = 1, .sequences = seqs, .n_outputs = 1, .outputs = &none,
+                                   .has_n_steps = true, .n_steps = 11 }, &y, NULL, NULL) == TN_ERR_SHAPE, "n_steps too long");
+    CHECK_ERR(TN_ERR_SHAPE, "n_steps is 11");
+    /* output taps must look back */
+    tn_var *x0 = tn_vector(g, "x0", TN_F64);
+    tn_scan_out bad = { x0, 1, (const int[]){ 0 } };
+    CHECK(tn_scan(&(tn_scan_desc){ .step = cast_step, .n_sequences = 1, .sequences = seqs, .n_outputs = 1, .outputs = &bad },
+                  &y, NULL, NULL) == TN_ERR_INVALID, "tap 0");
+    CHECK_ERR(TN_ERR_INVALID, "tap 0 is not negative");
+    /* the step's output type must match its state */
+    tn_scan_out st = { x0, 0, NULL };
+    CHECK(tn_scan(&(tn_scan_desc){ .step = cast_step, .n_sequences = 1, .sequences = seqs, .n_outputs = 1, .outputs = &st,
+                                   .name = "casty" }, &y, NULL, NULL) == TN_ERR_DTYPE, "dtype mismatch");
+    CHECK_ERR(TN_ERR_DTYPE, "casty");
+    /* the callback's own error comes through */
+    CHECK(tn_scan(&(tn_scan_desc){ .step = bad_step, .n_sequences = 1, .sequences = seqs, .n_outputs = 1, .outputs = &st },
+                  &y, NULL, NULL) == TN_ERR_INVALID, "callback error");
+    CHECK_ERR(TN_ERR_INVALID, "my step refuses");
+    /* no sequences and no n_steps */
+    CHECK(tn_scan(&(tn_scan_desc){ .step = cast_step, .n_outputs = 1, .outputs = &st }, &y, NULL, NULL) == TN_ERR_INVALID, "no steps");
+    CHECK_ERR(TN_ERR_INVALID, "n_steps");
+    graph_free(g);
+}
+
+int main(void) {
+    tn_init(NULL);
+    TH_RUN(seed_recurrence);
+    TH_RUN(verify_grad_rnn);
+    TH_RUN(verify_grad_seed);
+    TH_RUN(truncate_gradient);
+    TH_RUN(go_backwards);
+    TH_RUN(n_steps_0_1);
+    TH_RUN(updates_and_capture);
+    TH_RUN(hoist_invariant);
+    TH_RUN(verify_grad_hoisted);
+    TH_RUN(dot_becomes_one_product);
+    TH_RUN(debugprint_inner);
+    TH_RUN(errors);
+    TH_END();
+}
