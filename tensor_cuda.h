@@ -30,8 +30,23 @@
    options and NVRTC version. A corrupt entry is recompiled; entries are
    written atomically, so processes may share the directory.
 
+   Compiled functions: including this header registers the back end (a
+   load-time constructor hooks tn_init), so with a usable GPU every
+   tn_function places what the GPU can run there: elementwise and fused ops
+   (NVRTC), dot/gemm/gemv/outer/batched dot (cuBLAS, float16/32/64; TF32
+   only with allow_tf32=1), reductions and softmax where src/cuda_reduce.c.h
+   has a kernel, views wherever their input lives. Transfers are graph nodes
+   (GpuFromHost, HostFromGpu: see debugprint); shared variables read only by
+   GPU ops move to device memory for good (tn_shared_get_value copies back).
+   An output wrapped in tn_gpu_from_host() is returned as a device array.
+   All work is queued on the back end's one stream (not one per function);
+   a call waits only where a host result is copied back.
+
    What it does not do: multiple GPUs in one function, peer copies, MIG
-   selection, Windows (no LoadLibrary path yet).
+   selection, Windows (no LoadLibrary path yet), CUDA graph capture and
+   mode=check (not yet), a function compiled with FAST_COMPILE (no
+   placement) reading a shared variable that another function moved to the
+   device.
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H
@@ -1578,7 +1593,7 @@ static tn_result tn__cublas_load(void) {
             c->blas.cublasDestroy_v2(c->blas_handle);
             c->blas_handle = NULL;
         }
-        if (tn_last_result() == TN_OK || c->blas_handle) c->cublas_state = 1;
+        if (c->blas_handle) c->cublas_state = 1;
         else {
             c->cublas_state = -1;
             if (c->h_cublas) { dlclose(c->h_cublas); c->h_cublas = NULL; }
@@ -2053,8 +2068,9 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
     for (int i = 0; i < n; i++) {
         tn_var *v = order[i];
         tn_op_kind k = tn__op_kind(v->op);
-        if (k == TN_OPK_LEAF) {
-            v->device = v->op == TN_OP_SHARED && v->value && v->value->device >= 0 ? v->value->device : TN_HOST;
+        if (k == TN_OPK_LEAF) {   /* a shared variable lives where its value is (the user's leaf holds it) */
+            const tn_array *sv = v->op == TN_OP_SHARED && v->ext ? ((const tn_var *)v->ext)->value : NULL;
+            v->device = sv && sv->device >= 0 ? sv->device : TN_HOST;
             continue;
         }
         if (v->op == TN_OP_PROJ) continue;
@@ -2093,7 +2109,11 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
             if (x->id < P.n0 && !cache[x->id]) cache[x->id] = v;   /* other readers share it */
             continue;
         }
-        if (k == TN_OPK_VIEW) v->device = tn__place_resolve(&P, v->in[0])->device;
+        if (k == TN_OPK_VIEW) {   /* with its input; a host input read only by the GPU crosses first,
+                                     so cuBLAS reads a transposed view in place (CUBLAS_OP_T) */
+            tn_var *x = tn__place_resolve(&P, v->in[0]);
+            v->device = x->device != TN_HOST || !host_reader[v->id] ? P.dev : TN_HOST;
+        }
         for (int j = 0; j < v->n_in; j++) {
             tn_var *x = tn__place_resolve(&P, v->in[j]);
             bool on_dev = v->device != TN_HOST;

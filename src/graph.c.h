@@ -32,6 +32,7 @@ TN_API tn_graph *tn_graph_new(void) {
 
 TN_API void tn_graph_free(tn_graph *g) {
     if (!g) return;
+    tn__scan_release_graph(g);          /* compiled inner steps of g's scans */
     for (int i = 0; i < g->nowned; i++) tn_array_free(g->owned[i]);
     tn__free(g->owned);
     tn__free(g->vars);

@@ -1,6 +1,6 @@
 /* >>dot: Graphviz pictures of graphs, as Theano's pydotprint.
    Variables are ellipses (inputs blue, shared variables green, constants
-   grey, function outputs white); ops are boxes (white on the CPU, green on a
+   grey, function outputs white; after a call, with the shapes of that call); ops are boxes (white on the CPU, green on a
    GPU, red for host <-> device transfers); a fused Composite, or a reduction
    with a fused prologue, is a box that lists its scalar program. Edges carry the dtype and shape of the value
    they hold: the call-time shape once the function has run, else the static
@@ -70,12 +70,12 @@ static void tn__dot_apply(FILE *out, const tn_var *v, bool has_backend, int step
     fputs("\"];\n", out);
 }
 
-static void tn__dot_leaf(FILE *out, const tn_var *v) {
+static void tn__dot_leaf(FILE *out, const tn_var *v, const tn_type *t) {
     char lb[512], tb[160];
     const char *fill = v->op == TN_OP_INPUT ? "lightblue" : v->op == TN_OP_SHARED ? "darkseagreen1" : "lightgrey";
     if (v->op == TN_OP_CONSTANT) tn__node_label(v, lb, sizeof lb);
     else snprintf(lb, sizeof lb, "%s", v->name ? v->name : "?");
-    tn__dot_type(&v->type, tb, sizeof tb);
+    tn__dot_type(t, tb, sizeof tb);
     fprintf(out, "  n%d [shape=ellipse, style=filled, fillcolor=%s, label=\"", v->id, fill);
     tn__dot_str(out, lb);
     fputs("\\n", out);
@@ -114,8 +114,8 @@ TN_API tn_result tn_write_dot(const tn_func *f, FILE *out) {
         tn__dot_apply(out, v, be, k);
         for (int i = 0; i < v->n_in; i++) {
             const tn_var *u = v->in[i];
-            if (tn__op_kind(u->op) == TN_OPK_LEAF && u->id < nv && !seen[u->id]) { seen[u->id] = true; tn__dot_leaf(out, u); }
             const tn_type *t = f->planned ? &f->slots[st->in_slot[i]].ct : &u->type;
+            if (tn__op_kind(u->op) == TN_OPK_LEAF && u->id < nv && !seen[u->id]) { seen[u->id] = true; tn__dot_leaf(out, u, t); }
             tn__dot_edge(out, u, v->id, t, i);
         }
     }
@@ -125,7 +125,7 @@ TN_API tn_result tn_write_dot(const tn_func *f, FILE *out) {
         bool is_out = r < f->n_outputs;
         int slot = is_out ? f->out_slot[r] : f->upd_slot[r - f->n_outputs];
         const tn_type *t = f->planned ? &f->slots[slot].ct : &v->type;
-        if (tn__op_kind(v->op) == TN_OPK_LEAF && v->id < nv && !seen[v->id]) { seen[v->id] = true; tn__dot_leaf(out, v); }
+        if (tn__op_kind(v->op) == TN_OPK_LEAF && v->id < nv && !seen[v->id]) { seen[v->id] = true; tn__dot_leaf(out, v, t); }
         fprintf(out, "  r%d [shape=ellipse, label=\"", r);
         if (is_out) fprintf(out, "output %d", r);
         else {
@@ -162,7 +162,7 @@ TN_API tn_result tn_write_dot_var(const tn_var *root, FILE *out) {
             if (v->n_in == 1 && !seen[v->in[0]->id]) { seen[v->in[0]->id] = true; stack[sp++] = v->in[0]; }
             continue;
         }
-        if (tn__op_kind(v->op) == TN_OPK_LEAF) { tn__dot_leaf(out, v); continue; }
+        if (tn__op_kind(v->op) == TN_OPK_LEAF) { tn__dot_leaf(out, v, &v->type); continue; }
         tn__dot_apply(out, v, false, -1);
         for (int i = 0; i < v->n_in; i++) {
             const tn_var *u = v->in[i];

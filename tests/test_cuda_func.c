@@ -13,6 +13,8 @@
 #include "harness.h"
 #include <time.h>
 
+static tn_config base_cfg;   /* device=cuda plus TENSOR_FLAGS (launch_blocking=1 in one run) */
+
 static double now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -320,11 +322,11 @@ TEST(test_cuda_and_cpu_agree) {
     tn_array *in = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 123, 77 }, -3, 3, 41);
     char pg[4096], pc[4096];
     tn_array *rg = run_softplus_chain(in, pg, sizeof pg);
-    tn_config cpu = { .device = TN_DEVICE_CPU };
+    tn_config cpu = base_cfg;
+    cpu.device = TN_DEVICE_CPU;
     tn_init(&cpu);
     tn_array *rc = run_softplus_chain(in, pc, sizeof pc);
-    tn_config gpu = { .device = TN_DEVICE_CUDA };
-    tn_init(&gpu);
+    tn_init(&base_cfg);
     CHECK(rg && rc, "%s", tn_last_error());
     CHECK(strstr(pg, "Gpu") && !strstr(pc, "Gpu"), "placement: cuda\n%s\ncpu\n%s", pg, pc);
     if (rg && rc) {
@@ -337,8 +339,12 @@ TEST(test_cuda_and_cpu_agree) {
 }
 
 int main(void) {
-    tn_config cfg = { .device = TN_DEVICE_CUDA };
-    tn_init(&cfg);
+    base_cfg.device = TN_DEVICE_CUDA;
+    base_cfg.floatX = TN_F32;
+    base_cfg.allow_gc = true;
+    if (tn_parse_flags(getenv("TENSOR_FLAGS"), &base_cfg) != TN_OK) printf("TENSOR_FLAGS: %s\n", tn_last_error());
+    base_cfg.device = TN_DEVICE_CUDA;
+    tn_init(&base_cfg);
     if (tn_cuda_init() != TN_OK || !tn__get_backend()) {
         printf("SKIP test_cuda_func: no usable GPU (%s); nothing counted\n", tn_cuda_status());
         (void)th_cur_failed; (void)th_cur_name;

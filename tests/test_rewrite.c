@@ -264,6 +264,42 @@ TEST(test_stability_extremes) {
     extreme(b_log1msig, ys, 5, r_log1msig, "log(1-sigmoid(x))");
 }
 
+/* Regression (random graphs, seeds 2420/7809/8717): in float64 at moderate x,
+   where 1 - sigmoid(x) as written cancels (off by 1e-3 at x = 30), the
+   rewritten log(1 - sigmoid(x)) and log(sigmoid(-x)) match the exact
+   -softplus(x), alone and fused with the other elementwise ops. */
+TEST(test_log_sigmoid_f64_moderate) {
+    enum { K = 10 };
+    double xs[K] = { 5, 10, 15, 17, 20, 25, 30, 33, 36, 37 }, roots[K];
+    for (int i = 0; i < K; i++) roots[i] = -sqrt(xs[i]);
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64), *r = tn_vector(g, "r", TN_F64), *b = tn_scalar(g, "b", TN_F64);
+    tn_var *in[3] = { x, r, b };
+    tn_var *out[3] = {
+        tn_log(tn_sub(tn_lit(x, 1), tn_sigmoid(x))),
+        tn_log(tn_sigmoid(tn_neg(x))),
+        tn_mul(tn_log(tn_sub(tn_lit(r, 1), tn_sigmoid(tn_sqr(r)))), tn_add(r, b)),   /* seed 8717's shape */
+    };
+    tn_func *f = compile(3, in, 3, out, TN_MODE_FAST_RUN);
+    CHECK(N("local_log_1m_sigmoid") == 2 && N("local_log_sigmoid") == 1, "log sigmoid rules: %d %d",
+          N("local_log_1m_sigmoid"), N("local_log_sigmoid"));
+    double bv = 0.75;
+    tn_array *v[3] = { tn_array_from_data(TN_F64, 1, (int64_t[]){ K }, xs), tn_array_from_data(TN_F64, 1, (int64_t[]){ K }, roots),
+                       tn_array_from_data(TN_F64, 0, NULL, &bv) };
+    tn_array *o[3] = { 0 };
+    CHECK(f && tn_call(f, v, o) == TN_OK, "call: %s", tn_last_error());
+    for (int i = 0; o[2] && i < K; i++) {
+        double want = -r_softplus(xs[i]);
+        CHECK(th_close(at(o[0], i), want, 1e-15, 0), "log(1-sigmoid(%g)): %.17g, want %.17g", xs[i], at(o[0], i), want);
+        CHECK(th_close(at(o[1], i), want, 1e-15, 0), "log(sigmoid(-%g)): %.17g, want %.17g", xs[i], at(o[1], i), want);
+        double want2 = -r_softplus(roots[i] * roots[i]) * (roots[i] + bv);
+        CHECK(th_close(at(o[2], i), want2, 1e-14, 0), "fused at r=%g: %.17g, want %.17g", roots[i], at(o[2], i), want2);
+    }
+    for (int k = 0; k < 3; k++) { tn_array_free(o[k]); tn_array_free(v[k]); }
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 TEST(test_logistic_cross_entropy) {
     /* Theano's logistic regression: p = sigmoid(z); -y*log(p) - (1-y)*log(1-p) */
     tn_graph *g = tn_graph_new();
@@ -441,6 +477,7 @@ int main(void) {
     TH_RUN(test_merge_and_fold);
     TH_RUN(test_stabilize_rules);
     TH_RUN(test_stability_extremes);
+    TH_RUN(test_log_sigmoid_f64_moderate);
     TH_RUN(test_logistic_cross_entropy);
     TH_RUN(test_gemm);
     TH_RUN(test_fusion);

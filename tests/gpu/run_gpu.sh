@@ -7,7 +7,14 @@
 #   test_cuda           every op x dtype x layout x size on the GPU vs the CPU
 #                       engine; fused/f16/casts; steady-loop allocation; OOM;
 #                       exp launch timing (us per call)
+#   test_cuda_place     transfer ops, cuBLAS operand mapping, copy kernel (CPU)
+#   test_cuda_func      compiled functions on the GPU: placement and debugprint,
+#                       shared variables on the device, copy/borrow/device
+#                       outputs, updates, cuBLAS gemm/gemv/batched/outer,
+#                       fused chain + reduction, device=cuda vs cpu, no driver
+#                       allocation in steady loops; "func exp" timings (us/call)
 #   memcheck            compute-sanitizer --tool memcheck on test_cuda (if found)
+#   memcheck_func       the same on test_cuda_func
 set -u
 CC=${CC:-cc}
 BUILD=${BUILD:-build-gpu}
@@ -23,10 +30,10 @@ run() {   # name, command...
     local t1=$(date +%s.%N)
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     skip=$(printf '%s\n' "$out" | grep -E '^SKIP' | head -n 1)
-    note=$(printf '%s\n' "$out" | grep -E '^(cuda[0-9]|  exp over|  [0-9]+ op cases|NVRTC [0-9])' | tr '\n' ';' | cut -c1-150)
+    note=$(printf '%s\n' "$out" | grep -E '^(cuda[0-9]|  exp over|  func exp|  the reduction|  [0-9]+ op cases|NVRTC [0-9])' | tr '\n' ';' | cut -c1-400)
     [ -n "$skip" ] && line="$skip"
     [ -z "$line" ] && line="CRASH (exit $rc)"
-    [ "$rc" -ne 0 ] && { status=1; printf '%s\n' "$out" | grep -E '^(FAIL|CRASH|=+ ERROR|ERROR SUMMARY)' | head -n 30; }
+    [ "$rc" -ne 0 ] && { status=1; echo "---- $name failed (exit $rc); its failure lines:"; printf '%s\n' "$out" | grep -E -A3 '^(FAIL|CRASH|=+ ERROR|=+ +(Invalid|Program hit|Leaked)|ERROR SUMMARY|tensor.h:)' | head -n 60; printf '%s\n' "$out" | tail -n 5; }
     rows+=("$(printf '%-20s %-6s %-40s %6.1fs  %s' "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$line" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$note")")
 }
 build() {   # test, extra flags
@@ -36,6 +43,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 build test_cuda_decls "-I$CUDA_INC" && run test_cuda_decls "$BUILD/test_cuda_decls"
 build test_nvrtc "" && run test_nvrtc "$BUILD/test_nvrtc"
 build test_cuda_fallback "" && run test_cuda_fallback "$BUILD/test_cuda_fallback"
+build test_cuda_place "" && run test_cuda_place "$BUILD/test_cuda_place"
 if build test_cuda ""; then
     run test_cuda "$BUILD/test_cuda"
     CS=$(command -v compute-sanitizer || ls ${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer 2>/dev/null)
@@ -44,6 +52,12 @@ if build test_cuda ""; then
     else
         rows+=("memcheck             skip   compute-sanitizer not found")
     fi
+fi
+if build test_cuda_func ""; then
+    run test_cuda_func "$BUILD/test_cuda_func"
+    run test_cuda_func_blk env TENSOR_FLAGS=launch_blocking=1 "$BUILD/test_cuda_func"
+    CS=$(command -v compute-sanitizer || ls ${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer 2>/dev/null)
+    [ -n "$CS" ] && run memcheck_func "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$BUILD/test_cuda_func"
 fi
 echo
 printf '%-20s %-6s %-40s %7s  %s\n' test result summary time notes
