@@ -157,7 +157,10 @@ static void tn__rw_sync(tn__rw *c) {
         memset(ni + c->cap_ni, 0, (size_t)(cap - c->cap_ni) * sizeof *ni);
         c->ni = ni; c->cap_ni = cap;
     }
-    for (int i = c->synced; i < n; i++) {
+    /* Entries first, uses second: a pass outside the engine (placement) may
+       have rewired a node to read one created after it. */
+    int first = c->synced;
+    for (int i = first; i < n; i++) {
         tn_var *v = tn__graph_var(c->g, i);
         TN_ASSERT(v->id == i);
         tn__ninfo *I = &c->ni[i];
@@ -167,6 +170,9 @@ static void tn__rw_sync(tn__rw *c) {
         I->grp = -1;
         if (v->n_in && !(I->pos = (int *)tn__malloc((size_t)v->n_in * sizeof *I->pos))) { c->oom = true; return; }
         c->synced = i + 1;
+    }
+    for (int i = first; i < n; i++) {
+        tn_var *v = tn__graph_var(c->g, i);
         for (int k = 0; k < v->n_in; k++) tn__rw_add_use(c, v->in[k], v, k);
     }
 }

@@ -18,28 +18,131 @@ static char th_dir[256];
 
 #include "gpu/ew_programs.h"
 
-/* Wraps kernel k in a namespace with a unique name, so one NVRTC run compiles many. */
-static void batch_add(tn__sb *batch, const char *src, int k) {
-    static const char *def = "void __launch_bounds__(256) tn_red(";
-    tn__sb_printf(batch, "namespace k%d {\n", k);
-    const char *hit = strstr(src, def);
-    if (!hit) tn__sb_puts(batch, src);
-    else tn__sb_printf(batch, "%.*svoid __launch_bounds__(256) tn_red_%d(%s", (int)(hit - src), src, k, hit + strlen(def));
-    tn__sb_puts(batch, "}\n");
+/* Cost. NVRTC takes ~50 ms per program but ~0.2 s (up to 0.7 s for
+   logsumexp) per reduction kernel at the default optimisation, most of it in
+   NVVM and ptxas optimising code whose speed this test never measures. So
+   the kernels of one op share a program (each in its own namespace), and the
+   full table compiles with -Ofc=max (NVRTC 12.8+: fast compile, the same
+   front end, PTX and ptxas, so every syntax, type, inline-asm and parameter
+   error is still caught): ~35 s of CPU instead of ~150 s. A sample of each
+   op also compiles through tn_cuda_compile with the options the back end uses. */
+static const char *fast_opts[2] = { "--gpu-architecture=sm_90", NULL };
+static int n_fast_opts = 1;
+
+/* One generated kernel, described for a failure report. */
+typedef struct kern { char *src; char what[128]; } kern;
+typedef struct kbatch { kern *k; int n, cap; bool oom; } kbatch;
+
+static void kb_add(kbatch *b, char *src, const char *what) {
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 64;
+        kern *k = (kern *)tn__realloc(b->k, (size_t)cap * sizeof *k);
+        if (!k) { b->oom = true; tn__free(src); return; }
+        b->k = k;
+        b->cap = cap;
+    }
+    b->k[b->n].src = src;
+    snprintf(b->k[b->n].what, sizeof b->k[b->n].what, "%s", what);
+    b->n++;
+}
+
+static void kb_free(kbatch *b) {
+    for (int i = 0; i < b->n; i++) tn__free(b->k[i].src);
+    tn__free(b->k);
+    memset(b, 0, sizeof *b);
 }
 
 static bool is_elf(const void *p, size_t n) { return n > 4 && !memcmp(p, "\x7f" "ELF", 4); }
 
-static bool compile_batch(tn__sb *batch, const char *what) {
-    const void *bin;
-    size_t n;
-    CHECK(!batch->oom, "out of memory building %s", what);
-    tn_result r = tn_cuda_compile(batch->s, "sm_90", &bin, &n);
-    CHECK(r == TN_OK, "%s: %s", what, tn_last_error());
-    if (r == TN_OK) CHECK(is_elf(bin, n), "%s: cubin is not an ELF image", what);
-    tn__free(batch->s);
-    memset(batch, 0, sizeof *batch);
-    return r == TN_OK;
+/* Compiles src with the fast options to a cubin; on failure *log is NVRTC's
+   log (tn__malloc'd). */
+static tn_result fast_compile(const char *src, char **log) {
+    const tn__nvrtc_api *nv = &tn__nvrtc.api;
+    tn__nvrtcProgram prog = NULL;
+    *log = NULL;
+    if (nv->nvrtcCreateProgram(&prog, src, "tn_batch.cu", 0, NULL, NULL) != TN__NVRTC_SUCCESS)
+        return tn__err(TN_ERR_DEVICE, "nvrtcCreateProgram failed");
+    tn_result r = TN_OK;
+    size_t n = 0;
+    if (nv->nvrtcCompileProgram(prog, n_fast_opts, fast_opts) != TN__NVRTC_SUCCESS) {
+        if (nv->nvrtcGetProgramLogSize(prog, &n) == TN__NVRTC_SUCCESS && (*log = (char *)tn__malloc(n + 1)) != NULL) {
+            if (nv->nvrtcGetProgramLog(prog, *log) != TN__NVRTC_SUCCESS) (*log)[0] = 0;
+            (*log)[n] = 0;
+        }
+        r = tn__err(TN_ERR_DEVICE, "NVRTC: %.200s", *log ? *log : "no log");
+    } else {
+        char *bin = NULL;
+        if (nv->nvrtcGetCUBINSize(prog, &n) != TN__NVRTC_SUCCESS || !(bin = (char *)tn__malloc(n ? n : 1)) ||
+            nv->nvrtcGetCUBIN(prog, bin) != TN__NVRTC_SUCCESS || !is_elf(bin, n))
+            r = tn__err(TN_ERR_DEVICE, "no cubin, or it is not an ELF image");
+        tn__free(bin);
+    }
+    nv->nvrtcDestroyProgram(&prog);
+    return r;
+}
+
+/* Kernel k's source inside namespace k<k>, its entry renamed tn_red_<k>
+   (extern "C" names are global: two tn_red would clash). */
+static const char *entry_def = "__global__ void __launch_bounds__(256) tn_red(";
+
+static bool wrap_kernel(tn__sb *out, const char *src, int k) {
+    const char *hit = strstr(src, entry_def);
+    if (!hit || strstr(hit + 1, entry_def)) return false;
+    size_t pre = (size_t)(hit - src) + strlen(entry_def) - 1;
+    tn__sb_printf(out, "namespace k%d {\n%.*s_%d%s}\n", k, (int)pre, src, k, src + pre);
+    return true;
+}
+
+/* Compiles each kernel alone to name the ones a failing batch holds; prints
+   (when asked) the log and numbered source of each. Returns how many failed;
+   *first is the index of the first. */
+static int find_bad_kernels(const kbatch *b, bool print, int *first) {
+    int bad = 0;
+    *first = -1;
+    for (int i = 0; i < b->n; i++) {
+        char *log = NULL;
+        if (fast_compile(b->k[i].src, &log) != TN_OK) {
+            if (!bad++) *first = i;
+            if (print) {
+                char what[200];
+                snprintf(what, sizeof what, "FAILED kernel: %s", b->k[i].what);
+                tn__cuda_keep_log(what, log, b->k[i].src);
+            }
+        }
+        tn__free(log);
+    }
+    return bad;
+}
+
+/* Compiles the kernels of b as one program; on failure finds and reports
+   the kernel(s) to blame. Frees b. */
+static bool compile_kernels(kbatch *b, const char *what) {
+    CHECK(!b->oom, "out of memory collecting %s", what);
+    tn__sb text = { 0 };
+    bool wrapped = true;
+    for (int i = 0; i < b->n; i++)
+        if (!wrap_kernel(&text, b->k[i].src, i)) {
+            CHECK(false, "%s: the source has no single \"%s\"", b->k[i].what, entry_def);
+            wrapped = false;
+        }
+    CHECK(!text.oom, "out of memory building %s", what);
+    bool ok = false;
+    if (wrapped && !text.oom) {
+        char *log = NULL;
+        ok = fast_compile(text.s, &log) == TN_OK;
+        if (!ok) {
+            int first;
+            int bad = find_bad_kernels(b, true, &first);
+            CHECK(bad == 0, "%s: %d kernel(s) fail to compile, the first: %s (NVRTC log and source printed above)", what,
+                  bad, first >= 0 ? b->k[first].what : "");
+            CHECK(bad > 0, "%s: the batch fails but every kernel compiles alone (namespace wrapping?): %.2000s", what,
+                  log ? log : "no log");
+        }
+        tn__free(log);
+    }
+    tn__free(text.s);
+    kb_free(b);
+    return ok;
 }
 
 typedef struct lay_case { tn__cred_layout L; const char *name; } lay_case;
@@ -79,7 +182,7 @@ static bool build_prologue(prog_buf *b, int kind, tn_dtype t) {
 static int kernels_total;
 
 /* Every layout x prologue kind for op over dtype t, added to the batch. */
-static void add_op_dtype(tn__sb *batch, int op, tn_dtype t, int *in_batch) {
+static void add_op_dtype(kbatch *batch, int op, tn_dtype t) {
     bool sm = tn__cred_is_softmax(op);
     const lay_case *lays = sm ? sm_layouts : red_layouts;
     size_t nl = sm ? sizeof sm_layouts / sizeof sm_layouts[0] : sizeof red_layouts / sizeof red_layouts[0];
@@ -91,33 +194,83 @@ static void add_op_dtype(tn__sb *batch, int op, tn_dtype t, int *in_batch) {
             tn__cred_layout L = lays[l].L;
             if (pk == 2) { if (!L.vec || L.nk == 0) continue; L.bmask = 2; }
             char *src = NULL;
+            char what[128];
+            snprintf(what, sizeof what, "%s of %s, %s, prologue %d", tn__op_def(op)->name, tn_dtype_name(t), lays[l].name, pk);
             tn_result r = tn__cuda_reduce_source(op, t, has ? &pb.p : NULL, &L, &src);
-            CHECK(r == TN_OK, "codegen %s %s %s prologue %d: %s", tn__op_def(op)->name, tn_dtype_name(t), lays[l].name, pk,
-                  tn_last_error());
+            CHECK(r == TN_OK, "codegen %s: %s", what, tn_last_error());
             if (!src) continue;
-            if (L.vec) CHECK(strstr(src, "struct __align__(") && strstr(src, "X0[u] = p0[v + u * G]"), "%s: no vector path", lays[l].name);
-            if (!sm) CHECK(strstr(src, "atomicAdd(&cnt[") != NULL, "%s: no split epilogue", lays[l].name);
-            if (has) CHECK(strstr(src, "tn_eval(") != NULL, "prologue not called");
-            if (L.nr > 1) CHECK(strstr(src, "tn_roff(A, k, g)") != NULL, "%s: N-d box path", lays[l].name);
-            batch_add(batch, src, kernels_total++);
-            (*in_batch)++;
-            tn__free(src);
+            if (L.vec) CHECK(strstr(src, "struct __align__(") && strstr(src, "X0[u] = p0[v + u * G]"), "%s: no vector path", what);
+            if (!sm) CHECK(strstr(src, "atomicAdd(&cnt[") != NULL, "%s: no split epilogue", what);
+            if (has) CHECK(strstr(src, "tn_eval(") != NULL, "%s: prologue not called", what);
+            if (L.nr > 1) CHECK(strstr(src, "tn_roff(A, k, g)") != NULL, "%s: N-d box path", what);
+            kb_add(batch, src, what);
+            kernels_total++;
         }
     }
 }
 
 TEST(test_every_reduction_kernel_compiles) {
     for (int op = TN_OP_SUM; op <= TN_OP_LOG_SOFTMAX; op++) {
-        tn__sb batch = { 0 };
-        int in_batch = 0;
-        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) add_op_dtype(&batch, op, t, &in_batch);
+        kbatch batch = { 0 };
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) add_op_dtype(&batch, op, t);
         char what[96];
-        snprintf(what, sizeof what, "%d kernels of %s", in_batch, tn__op_def(op)->name);
-        if (in_batch) compile_batch(&batch, what);
-        else tn__free(batch.s);
+        snprintf(what, sizeof what, "the %d kernels of %s", batch.n, tn__op_def(op)->name);
+        compile_kernels(&batch, what);
     }
-    printf("  %d reduction and softmax kernels compiled for sm_90\n", kernels_total);
+    printf("  %d reduction and softmax kernels compiled for sm_90 (%s)\n", kernels_total,
+           n_fast_opts > 1 ? fast_opts[1] : "default options");
     CHECK(kernels_total > 600, "only %d kernels generated", kernels_total);
+}
+
+TEST(test_production_options_sample) {
+    /* one kernel per op (float32, no prologue) with tn_cuda_compile's options */
+    tn__sb text = { 0 };
+    int k = 0;
+    for (int op = TN_OP_SUM; op <= TN_OP_LOG_SOFTMAX; op++) {
+        const tn__cred_layout *L = tn__cred_is_softmax(op) ? &sm_layouts[0].L : &red_layouts[0].L;
+        char *src = NULL;
+        CHECK(tn__cuda_reduce_source(op, TN_F32, NULL, L, &src) == TN_OK, "%s: %s", tn__op_def(op)->name, tn_last_error());
+        if (src) CHECK(wrap_kernel(&text, src, k++), "%s: entry", tn__op_def(op)->name);
+        tn__free(src);
+    }
+    CHECK(!text.oom, "out of memory");
+    const void *bin;
+    size_t n;
+    tn_result r = text.oom ? TN_ERR_OOM : tn_cuda_compile(text.s, "sm_90", &bin, &n);
+    CHECK(r == TN_OK && is_elf(bin, n), "%d kernels with the back end's options: %s", k, tn_last_error());
+    tn__free(text.s);
+}
+
+/* A broken kernel makes its batch fail, and the search names it: once
+   broken in the C++ text (front end), once in an inline asm (ptxas). */
+TEST(test_a_broken_kernel_is_named) {
+    static const struct { const char *from, *to; } breaks[2] = {
+        { "typedef float AT;", "typedef flaot AT;" },
+        { "cvt.f32.f16", "cvt.f32.f61" },
+    };
+    for (int b = 0; b < 2; b++) {
+        kbatch batch = { 0 };
+        for (int i = 0; i < 3; i++) {
+            char *src = NULL;
+            CHECK(tn__cuda_reduce_source(TN_OP_SUM, TN_F16, NULL, &red_layouts[i].L, &src) == TN_OK, "%s", tn_last_error());
+            if (src && i == 1) {
+                char *hit = strstr(src, breaks[b].from);
+                CHECK(hit != NULL, "no \"%s\" to break", breaks[b].from);
+                if (hit) memcpy(hit, breaks[b].to, strlen(breaks[b].to));
+            }
+            if (src) kb_add(&batch, src, red_layouts[i].name);
+        }
+        tn__sb text = { 0 };
+        for (int i = 0; i < batch.n; i++) wrap_kernel(&text, batch.k[i].src, i);
+        char *log = NULL;
+        CHECK(text.s && fast_compile(text.s, &log) == TN_ERR_DEVICE, "break %d: the batch compiled", b);
+        CHECK(log && strstr(log, "error"), "break %d: log %s", b, log ? log : "(none)");
+        int first;
+        CHECK(find_bad_kernels(&batch, false, &first) == 1 && first == 1, "break %d: blamed kernel %d", b, first);
+        tn__free(log);
+        tn__free(text.s);
+        kb_free(&batch);
+    }
 }
 
 TEST(test_widest_parameters_fit) {
@@ -137,25 +290,25 @@ TEST(test_widest_parameters_fit) {
     tn_ew_program wide = { .n_in = TN__RED_MAX_SRC, .in_dtype = ind, .n_instr = TN__RED_MAX_SRC - 1, .instr = ins,
                            .n_out = 1, .out_reg = oreg, .out_dtype = od };
     const tn__cred_layout Ls[2] = { { TN__CRED_ROW, 7, 1, false, 0 }, { TN__CRED_COL, 1, 7, false, 0 } };
-    tn__sb batch = { 0 };
+    tn__sb text = { 0 };
     for (int l = 0; l < 2; l++) {
         char *src = NULL;
         CHECK(tn__cuda_reduce_source(TN_OP_ARGMAX, TN_F32, &wide, &Ls[l], &src) == TN_OK, "%s", tn_last_error());
         if (!src) continue;
-        tn__sb_printf(&batch, "namespace w%d {\n%s\n", l, src);
-        tn__sb_printf(&batch, "typedef char tn_params_fit[(sizeof(tn_args) + %d * sizeof(void *) <= 4096) ? 1 : -1];\n"
-                              "typedef char tn_args_count[(sizeof(tn_args) == %d * 8) ? 1 : -1];\n}\n",
-                      TN__RED_MAX_SRC + 3, tn__cred_args_count(Ls[l].nk, Ls[l].nr, TN__RED_MAX_SRC));
+        CHECK(wrap_kernel(&text, src, l), "entry of layout %d", l);
+        /* reopens the kernel's namespace: its tn_args */
+        tn__sb_printf(&text, "namespace k%d {\n"
+                             "typedef char tn_params_fit[(sizeof(tn_args) + %d * sizeof(void *) <= 4096) ? 1 : -1];\n"
+                             "typedef char tn_args_count[(sizeof(tn_args) == %d * 8) ? 1 : -1];\n}\n",
+                      l, TN__RED_MAX_SRC + 3, tn__cred_args_count(Ls[l].nk, Ls[l].nr, TN__RED_MAX_SRC));
         tn__free(src);
     }
-    char *p = strstr(batch.s ? batch.s : "", "tn_red(");
-    CHECK(p != NULL, "kernel present");
-    /* the two kernels share a name inside different namespaces: rename one */
-    if (batch.s) {
-        char *second = strstr(strstr(batch.s, "namespace w1"), "tn_red(");
-        if (second) memcpy(second, "tn_re2(", 7);
-    }
-    compile_batch(&batch, "widest parameter structs");
+    CHECK(!text.oom && text.s && strstr(text.s, "tn_params_fit"), "sources built");
+    const void *bin;
+    size_t n;
+    tn_result r = text.s ? tn_cuda_compile(text.s, "sm_90", &bin, &n) : TN_ERR_OOM;
+    CHECK(r == TN_OK && is_elf(bin, n), "widest parameter structs: %s", tn_last_error());
+    tn__free(text.s);
 }
 
 TEST(test_codegen_errors) {
@@ -193,6 +346,19 @@ TEST(test_sources_are_keyed_by_structure) {
     tn__free(b);
 }
 
+/* -Ofc=max where this NVRTC has it (12.8+); otherwise the default options (slower). */
+static void use_fast_compile(void) {
+    char *log = NULL;
+    fast_opts[1] = "-Ofc=max";
+    n_fast_opts = 2;
+    if (fast_compile("extern \"C\" __global__ void k(int *p) { *p = 1; }\n", &log) != TN_OK) {
+        printf("  NVRTC has no -Ofc=max (%.80s): default options, several minutes\n", log ? log : "?");
+        n_fast_opts = 1;
+        fast_opts[1] = NULL;
+    }
+    tn__free(log);
+}
+
 int main(void) {
     tn_config cfg = { .device = TN_DEVICE_CPU };
     tn_init(&cfg);
@@ -212,9 +378,12 @@ int main(void) {
     if (!mkdtemp(th_dir)) { perror("mkdtemp"); return 1; }
     cfg.cache_dir = th_dir;
     tn_init(&cfg);
+    use_fast_compile();
     TH_RUN(test_codegen_errors);
     TH_RUN(test_sources_are_keyed_by_structure);
     TH_RUN(test_widest_parameters_fit);
+    TH_RUN(test_a_broken_kernel_is_named);
+    TH_RUN(test_production_options_sample);
     TH_RUN(test_every_reduction_kernel_compiles);
     tn_shutdown();
     char cmd[400];
