@@ -30,7 +30,7 @@ run() {   # name, command...
     local t1=$(date +%s.%N)
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     skip=$(printf '%s\n' "$out" | grep -E '^SKIP' | head -n 1)
-    note=$(printf '%s\n' "$out" | grep -E '^(cuda[0-9]|  exp over|  func exp|  the reduction|  [0-9]+ op cases|NVRTC [0-9])' | tr '\n' ';' | cut -c1-400)
+    note=$(printf '%s\n' "$out" | grep -E '^(cuda[0-9]|  exp over|  func exp|  the reduction|  sum over|  [0-9]+ (reduction|prologue|softmax|large) cases|  [0-9]+ op cases|NVRTC [0-9])' | tr '\n' ';' | cut -c1-400)
     [ -n "$skip" ] && line="$skip"
     [ -z "$line" ] && line="CRASH (exit $rc)"
     [ "$rc" -ne 0 ] && { status=1; echo "---- $name failed (exit $rc); its failure lines:"; printf '%s\n' "$out" | grep -E -A3 '^(FAIL|CRASH|=+ ERROR|=+ +(Invalid|Program hit|Leaked)|ERROR SUMMARY|tensor.h:)' | head -n 60; printf '%s\n' "$out" | tail -n 5; }
@@ -41,7 +41,12 @@ build() {   # test, extra flags
 }
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 build test_cuda_decls "-I$CUDA_INC" && run test_cuda_decls "$BUILD/test_cuda_decls"
-build test_nvrtc "" && run test_nvrtc "$BUILD/test_nvrtc"
+# the NVRTC compile tests also run in CI (no GPU needed); TN_GPU_SKIP_NVRTC=1 skips them here
+if [ -z "${TN_GPU_SKIP_NVRTC:-}" ]; then
+    build test_nvrtc "" && run test_nvrtc "$BUILD/test_nvrtc"
+    build test_nvrtc_reduce "" && run test_nvrtc_reduce "$BUILD/test_nvrtc_reduce"
+fi
+build test_place_rewire "" && run test_place_rewire "$BUILD/test_place_rewire"
 build test_cuda_fallback "" && run test_cuda_fallback "$BUILD/test_cuda_fallback"
 build test_cuda_place "" && run test_cuda_place "$BUILD/test_cuda_place"
 if build test_cuda ""; then
@@ -52,6 +57,10 @@ if build test_cuda ""; then
     else
         rows+=("memcheck             skip   compute-sanitizer not found")
     fi
+fi
+if build test_cuda_reduce ""; then
+    run test_cuda_reduce "$BUILD/test_cuda_reduce"
+    [ -n "$CS" ] && run memcheck_reduce env TN_TEST_QUICK=1 "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$BUILD/test_cuda_reduce"
 fi
 if build test_cuda_func ""; then
     run test_cuda_func "$BUILD/test_cuda_func"
