@@ -1387,7 +1387,7 @@ static const tn_device_ops tn__cuda_device_ops = { tn__cuda_alloc, tn__cuda_free
 /* Kernels a node has used, by layout: the steady state finds its function
    here without generating or hashing source. */
 #define TN__EW_STATE_KERNELS 8
-enum { TN__CST_EW = 0, TN__CST_REDUCE, TN__CST_H2D };   /* the tag every node state starts with */
+enum { TN__CST_EW = 0, TN__CST_REDUCE, TN__CST_H2D, TN__CST_CUSTOM };   /* the tag every node state starts with */
 typedef struct tn__cuda_ew_state {
     int tag;                     /* TN__CST_EW */
     const tn_ew_program *prog;
@@ -1517,6 +1517,8 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
 
 /* >>cuda_reduce: reductions and softmax (src/cuda_reduce.c.h, its own owner) */
 #include "src/cuda_reduce.c.h"
+/* >>cuda_custom: user ops from CUDA C source (src/cuda_custom.c.h) */
+#include "src/cuda_custom.c.h"
 
 /* >>cuda_copy: device copies through the elementwise engine -------------------- */
 /* An identity program per dtype: a strided or broadcast device array copied
@@ -1869,6 +1871,7 @@ static bool tn__cuda_is_reduce(const tn_var *node) {
 }
 
 static bool tn__cuda_supports(const tn_var *node) {
+    if (node->op == TN_OP_CUSTOM) return tn__cuda_custom_supports(node);
     switch (tn__op_kind(node->op)) {
     case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE: return tn__cuda_ew_supports(node);
     case TN_OPK_LINALG: return tn__cuda_la_supports(node);
@@ -1878,13 +1881,21 @@ static bool tn__cuda_supports(const tn_var *node) {
     }
 }
 
-typedef struct tn__cuda_reduce_box { int tag; void *inner; } tn__cuda_reduce_box;   /* TN__CST_REDUCE */
+typedef struct tn__cuda_reduce_box { int tag; void *inner; } tn__cuda_reduce_box;   /* TN__CST_REDUCE, TN__CST_CUSTOM */
 
 static tn_result tn__cuda_prepare(const tn_var *node, void **state) {
     *state = NULL;
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
     tn_op_kind kind = tn__op_kind(node->op);
+    if (node->op == TN_OP_CUSTOM) {
+        tn__cuda_reduce_box *b = (tn__cuda_reduce_box *)tn__calloc(1, sizeof *b);
+        if (!b) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+        b->tag = TN__CST_CUSTOM;
+        if ((r = tn__cuda_custom_prepare(node, &b->inner)) != TN_OK) { tn__free(b); return r; }
+        *state = b;
+        return TN_OK;
+    }
     if (kind == TN_OPK_ELEMWISE || kind == TN_OPK_COMPOSITE) {
         const tn_ew_program *p = node->op == TN_OP_COMPOSITE ? (const tn_ew_program *)node->ext
                                                              : tn__ew_program_of((tn_var *)node);
@@ -1930,6 +1941,7 @@ static tn_result tn__cuda_run(const tn_var *node, void *state, tn_array *const *
     snprintf(who, sizeof who, "Gpu%s (node %d)", lb, node->id);
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
+    if (node->op == TN_OP_CUSTOM && state) return tn__cuda_custom_run(node, ((tn__cuda_reduce_box *)state)->inner, in, out);
     switch (tn__op_kind(node->op)) {
     case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE:
         return tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, who);
@@ -1952,6 +1964,7 @@ static void tn__cuda_release(void *state) {
     if (!state) return;
     switch (*(int *)state) {
     case TN__CST_REDUCE: tn__cuda_reduce_release(((tn__cuda_reduce_box *)state)->inner); break;
+    case TN__CST_CUSTOM: tn__cuda_custom_release(((tn__cuda_reduce_box *)state)->inner); break;
     case TN__CST_H2D: {
         tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
         if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
