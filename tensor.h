@@ -317,7 +317,7 @@ TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const 
 TN_API int tn__graph_nvars(const tn_graph *g);
 TN_API tn_var *tn__graph_var(const tn_graph *g, int i);
 
-/* The optimizer (src/rewrite.c.h): rewrites the function-private graph in
+/* The optimizer (the >>rewrite section): rewrites the function-private graph in
    place. roots[] are the function's outputs then its update values; a rewrite
    that replaces a root stores the replacement in roots[]. */
 TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode);
@@ -393,14 +393,14 @@ TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
 TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out);
 TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 
-/* >>dot: Graphviz pictures (src/printers.c.h), as Theano's pydotprint.
+/* >>dot: Graphviz pictures (the >>printers section), as Theano's pydotprint.
    Ellipses are variables (inputs blue, shared green, constants grey), boxes
    ops (green: on a GPU, red: transfers, fused Composites list their scalar
    program); edges carry dtype and shape. Render: dot -Tpng f.dot -o f.png */
 TN_API tn_result tn_write_dot(const tn_func *f, FILE *out);       /* the compiled (rewritten) graph */
 TN_API tn_result tn_write_dot_var(const tn_var *v, FILE *out);    /* the graph under v, as built */
 
-/* >>profile (src/profile.c.h). The flag profile=1 profiles every function and
+/* >>profile (the >>profile section). The flag profile=1 profiles every function and
    prints its report to stderr when it is freed; tn_profile_enable profiles
    one. The report: totals (calls, executor, ops, compile time split into
    rewrites and preparation), then time per op class, per op and per apply
@@ -427,21 +427,7362 @@ TN_API int tn_function_device_steps(const tn_func *f);
 /* >>implementation ======================================================= */
 #if defined(TENSOR_IMPLEMENTATION) && !defined(TENSOR_IMPLEMENTATION_DONE)
 #define TENSOR_IMPLEMENTATION_DONE
-#include "src/core.c.h"      /* >>core: errors, config, memory, dtypes, threads */
-#include "src/array.c.h"     /* >>arrays */
-#include "src/graph.c.h"     /* >>graph, >>function, >>executor, >>debugprint */
-#include "src/rewrite.c.h"   /* >>rewrite: engine and passes */
-#include "src/ops_ew.c.h"    /* >>elementwise: table, CPU engine, constructors */
-#include "src/ops_reduce.c.h"/* >>reductions, softmax */
-#include "src/ops_linalg.c.h"/* >>linalg: dot, gemm, gemv, outer, BLAS loader */
-#include "src/ops_shape.c.h" /* >>shape ops */
-#include "src/transfer.c.h"  /* >>transfer: host <-> device copy ops */
-#include "src/scan.c.h"      /* >>scan: loops, taps, BPTT */
-#include "src/grad.c.h"      /* >>grad */
-#include "src/profile.c.h"  /* >>profile */
-#include "src/printers.c.h" /* >>dot: Graphviz writer */
-#include "src/custom.c.h"   /* >>custom: user ops */
-#include "src/ops_table.c.h" /* >>op_table: the registry of every op */
+/* >>core ============================================================== */
+/* >>core: errors, config and flags, memory hooks, dtypes, float16, threads */
+#include <stdlib.h>
+#include <string.h>
+#include <stdarg.h>
+#include <math.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#if defined(TN_MALLOC) || defined(TN_REALLOC) || defined(TN_FREE)
+#  if !defined(TN_MALLOC) || !defined(TN_REALLOC) || !defined(TN_FREE)
+#    error "define all of TN_MALLOC, TN_REALLOC and TN_FREE, or none"
+#  endif
+#else
+#  define TN_MALLOC(n) malloc(n)
+#  define TN_REALLOC(p, n) realloc(p, n)
+#  define TN_FREE(p) free(p)
+#endif
+#ifndef TN_ASSERT
+#  include <assert.h>
+#  define TN_ASSERT(x) assert(x)
+#endif
+#if !defined(TN_DEBUG_BORROW) && !defined(NDEBUG)
+#  define TN_DEBUG_BORROW 1
+#endif
+
+/* >>errors */
+
+static _Thread_local tn_result tn__last_result;
+static _Thread_local char tn__last_msg[1024];
+static tn_log_fn tn__log_fn;
+static void *tn__log_user;
+
+TN_API const char *tn_result_string(tn_result r) {
+    static const char *const names[] = {
+        "TN_OK", "TN_ERR_NULL", "TN_ERR_INVALID", "TN_ERR_SHAPE", "TN_ERR_DTYPE", "TN_ERR_AXIS",
+        "TN_ERR_NUM_INPUTS", "TN_ERR_UPDATE", "TN_ERR_GRAPH", "TN_ERR_DISCONNECTED", "TN_ERR_STALE",
+        "TN_ERR_OOM", "TN_ERR_DEVICE", "TN_ERR_UNSUPPORTED", "TN_ERR_INTERNAL",
+    };
+    _Static_assert(sizeof names / sizeof names[0] == TN_RESULT_COUNT, "tn_result_string: one name per result");
+    return (unsigned)r < TN_RESULT_COUNT ? names[r] : "TN_ERR_UNKNOWN";
+}
+
+TN_API const char *tn_last_error(void) { return tn__last_msg; }
+TN_API tn_result tn_last_result(void) { return tn__last_result; }
+TN_API void tn_clear_error(void) { tn__last_result = TN_OK; tn__last_msg[0] = 0; }
+TN_API void tn_set_log(tn_log_fn fn, void *user) { tn__log_fn = fn; tn__log_user = user; }
+
+TN_API tn_result tn__err(tn_result r, const char *fmt, ...) {
+    /* Format into a local first: fmt's arguments may point into tn__last_msg
+       (a message that wraps the previous one). */
+    char buf[sizeof tn__last_msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    memcpy(tn__last_msg, buf, sizeof buf);
+    tn__last_result = r;
+    if (tn__log_fn) tn__log_fn(TN_LOG_ERROR, tn__last_msg, tn__log_user);
+    return r;
+}
+
+TN_API void tn__warn(const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (tn__log_fn) tn__log_fn(TN_LOG_WARN, buf, tn__log_user);
+    else fprintf(stderr, "tensor.h: warning: %s\n", buf);
+}
+
+TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]) {
+    size_t n = 0;
+    buf[n++] = '(';
+    for (int d = 0; d < ndim && n < 100; d++) {
+        if (shape[d] < 0) n += (size_t)snprintf(buf + n, 128 - n, "?");
+        else n += (size_t)snprintf(buf + n, 128 - n, "%lld", (long long)shape[d]);
+        if (d + 1 < ndim || ndim == 1) n += (size_t)snprintf(buf + n, 128 - n, ndim == 1 ? "," : ", ");
+    }
+    snprintf(buf + n, 128 - n, ")");
+    return buf;
+}
+
+/* >>memory */
+
+TN_API void *tn__malloc(size_t n) { return TN_MALLOC(n ? n : 1); }
+TN_API void *tn__calloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    size_t bytes = n * size;
+    void *p = TN_MALLOC(bytes ? bytes : 1);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+TN_API void *tn__realloc(void *p, size_t n) { return TN_REALLOC(p, n ? n : 1); }
+TN_API void tn__free(void *p) { if (p) TN_FREE(p); }
+
+/* >>dtype */
+
+TN_API size_t tn_dtype_size(tn_dtype t) {
+    static const size_t sizes[TN_DTYPE_COUNT] = { 0, 1, 4, 8, 2, 4, 8 };
+    return (unsigned)t < TN_DTYPE_COUNT ? sizes[t] : 0;
+}
+
+TN_API const char *tn_dtype_name(tn_dtype t) {
+    static const char *const names[TN_DTYPE_COUNT] = { "none", "bool", "int32", "int64", "float16", "float32", "float64" };
+    return (unsigned)t < TN_DTYPE_COUNT ? names[t] : "invalid";
+}
+
+TN_API bool tn_dtype_is_float(tn_dtype t) { return t == TN_F16 || t == TN_F32 || t == TN_F64; }
+
+TN_API tn_dtype tn_dtype_promote(tn_dtype a, tn_dtype b) {
+    if (a == TN_DTYPE_NONE) return b;
+    if (b == TN_DTYPE_NONE) return a;
+    bool fa = tn_dtype_is_float(a), fb = tn_dtype_is_float(b);
+    if (fa != fb) return fa ? a : b;        /* an int never widens a float */
+    return a > b ? a : b;
+}
+
+/* IEEE binary16 <-> binary32, round to nearest even, with subnormals, inf, NaN. */
+TN_API uint16_t tn_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)                               /* inf or NaN (keep NaN quiet) */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);   /* rounds to >= 65520: inf */
+    if (ax < 0x38800000u) {                              /* result is subnormal or zero */
+        if (ax < 0x33000000u) return (uint16_t)sign;     /* < 2^-25: rounds to 0 */
+        uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126 - e;                        /* 14..24 */
+        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((ax - 0x38000000u) >> 13);            /* rebias exponent 127 -> 15 */
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+TN_API float tn_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0x1f) x = sign | 0x7f800000u | (m << 13);
+    else if (e) x = sign | ((e + 112) << 23) | (m << 13);
+    else if (!m) x = sign;
+    else {                                               /* subnormal: normalise */
+        e = 113;
+        while (!(m & 0x400u)) { m <<= 1; e--; }
+        x = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* >>config */
+
+static tn_config tn__cfg = { .floatX = TN_F32, .allow_gc = true };
+static bool tn__cfg_ready;
+
+static bool tn__flag_bool(const char *v, bool *out) {
+    if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "yes")) { *out = true; return true; }
+    if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "no")) { *out = false; return true; }
+    return false;
+}
+
+/* Parses "k=v,k=v" into cfg; unknown keys and bad values are errors naming them. */
+TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
+    if (!cfg) return tn__err(TN_ERR_NULL, "tn_parse_flags: cfg is NULL");
+    if (!flags) return TN_OK;
+    static _Thread_local char cache_dir[512];
+    const char *p = flags;
+    while (*p) {
+        char item[600];
+        size_t n = strcspn(p, ",");
+        if (n >= sizeof item) return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: item too long near '%.40s'", p);
+        memcpy(item, p, n);
+        item[n] = 0;
+        p += n + (p[n] == ',');
+        if (!item[0]) continue;
+        char *eq = strchr(item, '=');
+        if (!eq) return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: '%s' is not key=value", item);
+        *eq = 0;
+        const char *k = item, *v = eq + 1;
+        bool b, ok = true;
+        if (!strcmp(k, "device")) {
+            if (!strcmp(v, "cpu")) cfg->device = TN_DEVICE_CPU;
+            else if (!strcmp(v, "auto")) cfg->device = TN_DEVICE_AUTO;
+            else if (!strncmp(v, "cuda", 4) || !strncmp(v, "gpu", 3)) {
+                const char *d = v + (v[0] == 'c' ? 4 : 3);
+                char *end;
+                long ord = *d ? strtol(d, &end, 10) : 0;
+                if (*d && (*end || ord < 0 || ord > 64)) ok = false;
+                cfg->device = TN_DEVICE_CUDA;
+                cfg->device_ordinal = (int)ord;
+            } else ok = false;
+        } else if (!strcmp(k, "floatX")) {
+            if (!strcmp(v, "float32")) cfg->floatX = TN_F32;
+            else if (!strcmp(v, "float64")) cfg->floatX = TN_F64;
+            else if (!strcmp(v, "float16")) cfg->floatX = TN_F16;
+            else ok = false;
+        } else if (!strcmp(k, "mode")) {
+            if (!strcmp(v, "fast_run") || !strcmp(v, "FAST_RUN")) cfg->mode = TN_MODE_FAST_RUN;
+            else if (!strcmp(v, "fast_compile") || !strcmp(v, "FAST_COMPILE")) cfg->mode = TN_MODE_FAST_COMPILE;
+            else if (!strcmp(v, "check") || !strcmp(v, "DebugMode")) cfg->mode = TN_MODE_CHECK;
+            else ok = false;
+        } else if (!strcmp(k, "assert_no_cpu_op")) {
+            if (!strcmp(v, "warn")) cfg->assert_no_cpu_op = TN_WR_WARN;
+            else if (!strcmp(v, "raise")) cfg->assert_no_cpu_op = TN_WR_RAISE;
+            else if (!strcmp(v, "ignore") || !strcmp(v, "off")) cfg->assert_no_cpu_op = TN_WR_OFF;
+            else ok = false;
+        } else if (!strcmp(k, "threads")) {
+            char *end;
+            long t = strtol(v, &end, 10);
+            if (*end || t < 0 || t > 1024) ok = false; else cfg->threads = (int)t;
+        } else if (!strcmp(k, "cache_dir")) {
+            snprintf(cache_dir, sizeof cache_dir, "%s", v);
+            cfg->cache_dir = cache_dir;
+        }
+#define TN__BOOL_FLAG(name, field) else if (!strcmp(k, name)) { if ((ok = tn__flag_bool(v, &b))) cfg->field = b; }
+        TN__BOOL_FLAG("profile", profile)
+        TN__BOOL_FLAG("fast_math", fast_math)
+        TN__BOOL_FLAG("launch_blocking", launch_blocking)
+        TN__BOOL_FLAG("print_kernels", print_kernels)
+        TN__BOOL_FLAG("allow_gc", allow_gc)
+        TN__BOOL_FLAG("allow_tf32", allow_tf32)
+        TN__BOOL_FLAG("trace_rewrites", trace_rewrites)
+#undef TN__BOOL_FLAG
+        else if (!strcmp(k, "cuda_graph")) { if ((ok = tn__flag_bool(v, &b))) cfg->no_cuda_graph = !b; }
+        else return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: unknown flag '%s'", k);
+        if (!ok) return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: bad value '%s' for '%s'", v, k);
+    }
+    return TN_OK;
+}
+
+/* A device back end (tensor_cuda.h) sets this when it is compiled in (from a
+   load-time constructor); tn_init calls it so the device flag takes effect. */
+static tn_result (*tn__device_init_hook)(const tn_config *cfg);
+
+TN_API tn_result tn_init(const tn_config *cfg) {
+    tn_config c = { .floatX = TN_F32, .allow_gc = true };
+    if (cfg) {
+        c = *cfg;
+        if (c.floatX == TN_DTYPE_NONE) c.floatX = TN_F32;
+    } else {
+        tn_result r = tn_parse_flags(getenv("TENSOR_FLAGS"), &c);
+        if (r != TN_OK) return r;
+    }
+    if (!tn_dtype_is_float(c.floatX))
+        return tn__err(TN_ERR_DTYPE, "tn_init: floatX must be a float dtype, not %s", tn_dtype_name(c.floatX));
+    tn__cfg = c;
+    tn__cfg_ready = true;
+    return tn__device_init_hook ? tn__device_init_hook(&tn__cfg) : TN_OK;
+}
+
+TN_API const tn_config *tn_get_config(void) {
+    if (!tn__cfg_ready && tn_init(NULL) != TN_OK) {
+        tn__warn("%s; using defaults", tn_last_error());
+        tn__cfg_ready = true;
+    }
+    return &tn__cfg;
+}
+
+/* >>threads: a fixed pool; a job is split into one contiguous range per worker.
+   The caller runs the first range itself and waits for the rest. */
+
+#ifndef TN_NO_THREADS
+typedef struct tn__pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_t *tid;
+    int n;                       /* workers, not counting the caller */
+    uint64_t job_id;
+    int pending;
+    bool quit;
+    tn__range_fn fn;
+    void *ctx;
+    int64_t n_items, chunk;
+} tn__pool;
+static tn__pool tn__the_pool;
+static pthread_once_t tn__pool_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t tn__pool_caller = PTHREAD_MUTEX_INITIALIZER;  /* one job at a time */
+static _Thread_local bool tn__in_worker;
+
+static void *tn__pool_main(void *arg) {
+    tn__pool *p = &tn__the_pool;
+    int me = (int)(intptr_t)arg;                 /* 1..n: range index */
+    uint64_t seen = 0;
+    tn__in_worker = true;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->job_id == seen) pthread_cond_wait(&p->go, &p->mu);
+        if (p->quit) break;
+        seen = p->job_id;
+        tn__range_fn fn = p->fn;
+        void *ctx = p->ctx;
+        int64_t lo = (int64_t)me * p->chunk, hi = lo + p->chunk;
+        if (hi > p->n_items) hi = p->n_items;
+        pthread_mutex_unlock(&p->mu);
+        if (lo < hi) fn(ctx, lo, hi);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void tn__pool_start(void) {
+    tn__pool *p = &tn__the_pool;
+    int want = tn_get_config()->threads;
+    if (want <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        want = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->n = 0;
+    if (want <= 1) return;
+    p->tid = (pthread_t *)tn__calloc((size_t)want - 1, sizeof(pthread_t));
+    if (!p->tid) return;
+    for (int i = 0; i < want - 1; i++) {
+        if (pthread_create(&p->tid[i], NULL, tn__pool_main, (void *)(intptr_t)(i + 1)) != 0) break;
+        p->n++;
+    }
+}
+
+TN_API int tn__num_threads(void) {
+    pthread_once(&tn__pool_once, tn__pool_start);
+    return tn__the_pool.n + 1;
+}
+
+TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int nt = tn__num_threads();
+    int64_t parts = n / grain;
+    if (parts > nt) parts = nt;
+    /* Nested calls and calls racing another job run inline rather than wait. */
+    if (parts <= 1 || tn__in_worker || pthread_mutex_trylock(&tn__pool_caller) != 0) { fn(ctx, 0, n); return; }
+    tn__pool *p = &tn__the_pool;
+    int64_t chunk = (n + parts - 1) / parts;
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn; p->ctx = ctx; p->n_items = n; p->chunk = chunk;
+    p->pending = p->n;
+    p->job_id++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    tn__in_worker = true;
+    fn(ctx, 0, chunk < n ? chunk : n);
+    tn__in_worker = false;
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_unlock(&tn__pool_caller);
+}
+
+static void tn__pool_stop(void) {
+    tn__pool *p = &tn__the_pool;
+    if (!p->tid) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n; i++) pthread_join(p->tid[i], NULL);
+    tn__free(p->tid);
+    p->tid = NULL;
+    p->n = 0;
+}
+#else
+TN_API int tn__num_threads(void) { return 1; }
+TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ctx) {
+    (void)grain;
+    if (n > 0) fn(ctx, 0, n);
+}
+static void tn__pool_stop(void) {}
+#endif
+
+/* Back ends hook their own teardown here (tensor_cuda.h). */
+static void (*tn__shutdown_hook)(void);
+
+TN_API void tn_shutdown(void) {
+    if (tn__shutdown_hook) tn__shutdown_hook();
+    tn__pool_stop();
+}
+
+/* >>backend: at most one device back end, registered by tensor_cuda.h */
+static const tn_backend *tn__backend;
+TN_API void tn__set_backend(const tn_backend *b) { tn__backend = b; }
+TN_API const tn_backend *tn__get_backend(void) { return tn__backend; }
+
+/* >>array ============================================================= */
+/* >>arrays: buffers, creation, views, conversion, random, printing */
+#include <float.h>
+
+/* >>buffer: refcounted storage. Host memory is 64-byte aligned (SIMD loads,
+   no false sharing between arrays); device memory comes from the back end's
+   tn_device_ops. A buffer that does not own its memory (tn_array_wrap) only
+   counts references. */
+struct tn_buffer {
+    long refcount;          /* __atomic builtins: views may be freed on several threads */
+    void *data;             /* first byte (aligned) */
+    void *raw;              /* what the allocator returned (host) */
+    size_t bytes;
+    int device;             /* TN_HOST or a CUDA ordinal */
+    bool owns;
+};
+
+static const tn_device_ops *tn__device_ops;
+TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__device_ops = ops; }
+TN_API const tn_device_ops *tn__get_device_ops(void) { return tn__device_ops; }
+
+#define TN__ALIGN 64
+
+static tn_buffer *tn__buffer_new(size_t bytes, int device) {
+    tn_buffer *b = (tn_buffer *)tn__calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->refcount = 1;
+    b->bytes = bytes;
+    b->device = device;
+    b->owns = true;
+    if (device == TN_HOST) {
+        if (bytes > SIZE_MAX - TN__ALIGN) { tn__free(b); return NULL; }
+        b->raw = tn__malloc(bytes + TN__ALIGN);
+        if (!b->raw) { tn__free(b); return NULL; }
+        uintptr_t p = ((uintptr_t)b->raw + TN__ALIGN - 1) & ~(uintptr_t)(TN__ALIGN - 1);
+        b->data = (void *)p;
+    } else {
+        const tn_device_ops *ops = tn__device_ops;
+        b->data = ops && ops->alloc ? ops->alloc(device, bytes ? bytes : 1) : NULL;
+        if (!b->data) { tn__free(b); return NULL; }
+    }
+    return b;
+}
+
+static tn_buffer *tn__buffer_borrow(void *data, size_t bytes, int device) {
+    tn_buffer *b = (tn_buffer *)tn__calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->refcount = 1;
+    b->data = data;
+    b->bytes = bytes;
+    b->device = device;
+    b->owns = false;
+    return b;
+}
+
+TN_API void tn__buffer_retain(tn_buffer *b) {
+    if (b) __atomic_fetch_add(&b->refcount, 1, __ATOMIC_RELAXED);
+}
+
+TN_API void tn__buffer_release(tn_buffer *b) {
+    if (!b || __atomic_sub_fetch(&b->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+    if (b->owns) {
+        if (b->device == TN_HOST) tn__free(b->raw);
+        else if (tn__device_ops && tn__device_ops->free) tn__device_ops->free(b->device, b->data);
+    }
+    tn__free(b);
+}
+
+/* >>array_basics */
+
+TN_API void tn__contiguous_strides(tn_dtype t, int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t s = (int64_t)tn_dtype_size(t);
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d] > 0 ? shape[d] : 1;
+    }
+}
+
+static int64_t tn__shape_size(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+/* Checks a user-given dtype, rank and shape; `who` names the caller. */
+static tn_result tn__check_shape(const char *who, tn_dtype t, int ndim, const int64_t *shape) {
+    if (t <= TN_DTYPE_NONE || t >= TN_DTYPE_COUNT)
+        return tn__err(TN_ERR_DTYPE, "%s: invalid dtype %d", who, (int)t);
+    if (ndim < 0 || ndim > TN_MAX_DIMS)
+        return tn__err(TN_ERR_INVALID, "%s: ndim %d is outside [0, %d]", who, ndim, TN_MAX_DIMS);
+    if (ndim > 0 && !shape) return tn__err(TN_ERR_NULL, "%s: shape is NULL for ndim %d", who, ndim);
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            char sb[128];
+            return tn__err(TN_ERR_SHAPE, "%s: negative dimension in shape %s", who, tn__shape_str(ndim, shape, sb));
+        }
+        if (shape[d] && n > INT64_MAX / 16 / shape[d]) {
+            char sb[128];
+            return tn__err(TN_ERR_SHAPE, "%s: shape %s is too large", who, tn__shape_str(ndim, shape, sb));
+        }
+        n *= shape[d];
+    }
+    return TN_OK;
+}
+
+TN_API tn_array *tn__array_from_buffer(tn_buffer *b, tn_dtype t, int ndim, const int64_t *shape,
+                                       const int64_t *strides, void *data, int device) {
+    tn_array *a = (tn_array *)tn__calloc(1, sizeof *a);
+    if (!a) { tn__err(TN_ERR_OOM, "tn__array_from_buffer: out of memory"); return NULL; }
+    a->dtype = t;
+    a->ndim = ndim;
+    for (int d = 0; d < ndim; d++) a->shape[d] = shape[d];
+    if (strides) for (int d = 0; d < ndim; d++) a->strides[d] = strides[d];
+    else tn__contiguous_strides(t, ndim, shape, a->strides);
+    a->data = data;
+    a->device = device;
+    a->base = b;
+    tn__buffer_retain(b);       /* the array holds its own reference */
+    return a;
+}
+
+TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int device) {
+    if (tn__check_shape("tn__array_alloc", t, ndim, shape) != TN_OK) return NULL;
+    size_t bytes = (size_t)tn__shape_size(ndim, shape) * tn_dtype_size(t);
+    if (device != TN_HOST && !(tn__device_ops && tn__device_ops->alloc)) {
+        tn__err(TN_ERR_DEVICE, "tn__array_alloc: no device back end for device %d", device);
+        return NULL;
+    }
+    tn_buffer *b = tn__buffer_new(bytes, device);
+    if (!b) {
+        char sb[128];
+        tn__err(TN_ERR_OOM, "tn__array_alloc: out of %s memory for %s %s (%zu bytes)",
+                device == TN_HOST ? "host" : "device", tn_dtype_name(t), tn__shape_str(ndim, shape, sb), bytes);
+        return NULL;
+    }
+    tn_array *a = tn__array_from_buffer(b, t, ndim, shape, NULL, b->data, device);
+    tn__buffer_release(b);
+    return a;
+}
+
+TN_API void tn_array_free(tn_array *a) {
+    if (!a || a->live_gen) return;      /* borrowed: the function owns it */
+    tn__buffer_release(a->base);
+    tn__free(a);
+}
+
+TN_API int64_t tn_array_size(const tn_array *a) { return a ? tn__shape_size(a->ndim, a->shape) : 0; }
+TN_API size_t tn_array_nbytes(const tn_array *a) { return a ? (size_t)tn_array_size(a) * tn_dtype_size(a->dtype) : 0; }
+
+TN_API bool tn_array_is_contiguous(const tn_array *a) {
+    if (!a) return false;
+    int64_t s = (int64_t)tn_dtype_size(a->dtype);
+    for (int d = a->ndim - 1; d >= 0; d--) {
+        if (a->shape[d] == 0) return true;
+        if (a->shape[d] != 1 && a->strides[d] != s) return false;
+        s *= a->shape[d];
+    }
+    return true;
+}
+
+TN_API tn_result tn_array_check(const tn_array *a) {
+    if (!a) return tn__err(TN_ERR_NULL, "tn_array_check: array is NULL");
+    if (a->live_gen && a->gen != *a->live_gen)
+        return tn__err(TN_ERR_STALE, "tn_array_check: stale borrowed array: it was returned by call %llu of its "
+                       "function, which has since been called again (now call %llu) and overwrote it; copy a "
+                       "borrowed output (tn_array_copy) before the next call, or compile without borrow",
+                       (unsigned long long)a->gen, (unsigned long long)*a->live_gen);
+    return TN_OK;
+}
+
+/* Every entry point that reads an array's values checks it first. */
+static tn_result tn__array_readable(const tn_array *a, const char *who) {
+    if (!a) return tn__err(TN_ERR_NULL, "%s: array is NULL", who);
+#if TN_DEBUG_BORROW
+    if (tn_array_check(a) != TN_OK) return tn__err(TN_ERR_STALE, "%s: %s", who, tn_last_error() + strlen("tn_array_check: "));
+#endif
+    return TN_OK;
+}
+
+/* >>convert: one element between dtypes. Ints go through int64 (exact),
+   floats through double; float -> int truncates toward zero and saturates
+   (NaN gives 0) so no conversion is undefined behaviour. */
+
+static inline double tn__load_f(tn_dtype t, const void *p) {
+    switch (t) {
+    case TN_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    case TN_I32: return (double)*(const int32_t *)p;
+    case TN_I64: return (double)*(const int64_t *)p;
+    case TN_F16: return (double)tn_f16_to_f32(*(const uint16_t *)p);
+    case TN_F32: return (double)*(const float *)p;
+    case TN_F64: return *(const double *)p;
+    default: return 0.0;
+    }
+}
+
+static inline int64_t tn__f2i64(double v) {
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
+static inline int64_t tn__load_i(tn_dtype t, const void *p) {
+    switch (t) {
+    case TN_BOOL: return *(const uint8_t *)p != 0;
+    case TN_I32: return *(const int32_t *)p;
+    case TN_I64: return *(const int64_t *)p;
+    default: return tn__f2i64(tn__load_f(t, p));
+    }
+}
+
+static inline void tn__store_f(tn_dtype t, void *p, double v) {
+    switch (t) {
+    case TN_BOOL: *(uint8_t *)p = v != 0; break;
+    case TN_I32: {
+        int64_t i = tn__f2i64(v);
+        *(int32_t *)p = (int32_t)(i > INT32_MAX ? INT32_MAX : i < INT32_MIN ? INT32_MIN : i);
+        break;
+    }
+    case TN_I64: *(int64_t *)p = tn__f2i64(v); break;
+    case TN_F16: *(uint16_t *)p = tn_f32_to_f16((float)v); break;
+    case TN_F32: *(float *)p = (float)v; break;
+    case TN_F64: *(double *)p = v; break;
+    default: break;
+    }
+}
+
+static inline void tn__store_i(tn_dtype t, void *p, int64_t v) {
+    switch (t) {
+    case TN_BOOL: *(uint8_t *)p = v != 0; break;
+    case TN_I32: *(int32_t *)p = (int32_t)(uint32_t)(uint64_t)v; break;   /* wraps like NumPy */
+    case TN_I64: *(int64_t *)p = v; break;
+    default: tn__store_f(t, p, (double)v); break;
+    }
+}
+
+static inline bool tn__is_int_like(tn_dtype t) { return t == TN_BOOL || t == TN_I32 || t == TN_I64; }
+
+/* Converts n elements from src (stride ss bytes) to dst (stride ds bytes). */
+static void tn__convert_row(tn_dtype dt, char *dst, int64_t ds, tn_dtype st, const char *src, int64_t ss, int64_t n) {
+    if (dt == st) {
+        size_t es = tn_dtype_size(dt);
+        if (ds == (int64_t)es && ss == (int64_t)es) { memcpy(dst, src, (size_t)n * es); return; }
+        switch (es) {
+        case 1: for (int64_t i = 0; i < n; i++) dst[i * ds] = src[i * ss]; return;
+        case 2: for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, 2); return;
+        case 4: for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, 4); return;
+        default: for (int64_t i = 0; i < n; i++) memcpy(dst + i * ds, src + i * ss, 8); return;
+        }
+    }
+    if (dt == TN_F32 && st == TN_F64) {
+        for (int64_t i = 0; i < n; i++) { double v; memcpy(&v, src + i * ss, 8); float f = (float)v; memcpy(dst + i * ds, &f, 4); }
+        return;
+    }
+    if (dt == TN_F64 && st == TN_F32) {
+        for (int64_t i = 0; i < n; i++) { float f; memcpy(&f, src + i * ss, 4); double v = f; memcpy(dst + i * ds, &v, 8); }
+        return;
+    }
+    if (tn__is_int_like(st) && tn__is_int_like(dt)) {
+        for (int64_t i = 0; i < n; i++) tn__store_i(dt, dst + i * ds, tn__load_i(st, src + i * ss));
+        return;
+    }
+    if (tn__is_int_like(st)) {
+        for (int64_t i = 0; i < n; i++) tn__store_f(dt, dst + i * ds, (double)tn__load_i(st, src + i * ss));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) tn__store_f(dt, dst + i * ds, tn__load_f(st, src + i * ss));
+}
+
+/* >>strided_copy: dst[idx] = convert(src[idx]) over a shape, any strides on
+   either side. Dims are coalesced first so a contiguous copy is one row;
+   large copies are split over threads by outer rows. */
+typedef struct tn__copy_job {
+    int ndim;                       /* dims after coalescing; the last is the row */
+    int64_t shape[TN_MAX_DIMS];
+    int64_t dst_strides[TN_MAX_DIMS], src_strides[TN_MAX_DIMS];
+    char *dst; const char *src;
+    tn_dtype dt, st;
+} tn__copy_job;
+
+static void tn__copy_rows(void *ctx, int64_t lo, int64_t hi) {
+    const tn__copy_job *j = (const tn__copy_job *)ctx;
+    int nd = j->ndim;
+    int64_t idx[TN_MAX_DIMS] = {0};
+    int64_t r = lo;
+    for (int d = nd - 2; d >= 0; d--) { idx[d] = r % j->shape[d]; r /= j->shape[d]; }
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t doff = 0, soff = 0;
+        for (int d = 0; d < nd - 1; d++) { doff += idx[d] * j->dst_strides[d]; soff += idx[d] * j->src_strides[d]; }
+        tn__convert_row(j->dt, j->dst + doff, j->dst_strides[nd - 1], j->st, j->src + soff,
+                        j->src_strides[nd - 1], j->shape[nd - 1]);
+        for (int d = nd - 2; d >= 0; d--) { if (++idx[d] < j->shape[d]) break; idx[d] = 0; }
+    }
+}
+
+static void tn__copy_strided(tn_dtype dt, void *dst, const int64_t *dstr, tn_dtype st, const void *src,
+                             const int64_t *sstr, int ndim, const int64_t *shape) {
+    tn__copy_job j;
+    memset(&j, 0, sizeof j);
+    j.dst = (char *)dst; j.src = (const char *)src; j.dt = dt; j.st = st;
+    int64_t n = tn__shape_size(ndim, shape);
+    if (n == 0) return;
+    /* Drop size-1 dims, then merge a dim into the next when both sides allow. */
+    int nd = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 1) continue;
+        if (nd > 0 && j.dst_strides[nd - 1] == dstr[d] * shape[d] && j.src_strides[nd - 1] == sstr[d] * shape[d]) {
+            j.shape[nd - 1] *= shape[d];
+            j.dst_strides[nd - 1] = dstr[d];
+            j.src_strides[nd - 1] = sstr[d];
+            continue;
+        }
+        j.shape[nd] = shape[d]; j.dst_strides[nd] = dstr[d]; j.src_strides[nd] = sstr[d];
+        nd++;
+    }
+    if (nd == 0) { j.shape[0] = 1; j.dst_strides[0] = j.src_strides[0] = 0; nd = 1; }
+    j.ndim = nd;
+    int64_t rows = n / j.shape[nd - 1];
+    int64_t grain = 1 + (1 << 16) / j.shape[nd - 1];   /* ~64K elements per task */
+    if (n < (1 << 17)) tn__copy_rows(&j, 0, rows);
+    else tn__parallel_for(rows, grain, tn__copy_rows, &j);
+}
+
+/* Byte span [lo, hi) that the view a touches, relative to a->data. */
+static void tn__array_span(const tn_array *a, int64_t *lo, int64_t *hi) {
+    int64_t l = 0, h = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->shape[d] == 0) { *lo = *hi = 0; return; }
+        int64_t ext = (a->shape[d] - 1) * a->strides[d];
+        if (ext < 0) l += ext; else h += ext;
+    }
+    *lo = l;
+    *hi = h + (int64_t)tn_dtype_size(a->dtype);
+}
+
+/* A host array with a's values (a itself, retained as a view, when on the
+   host). Device arrays: the span they touch is copied down, keeping strides. */
+static tn_array *tn__host_view(const tn_array *a, const char *who) {
+    if (a->device == TN_HOST) return tn__array_from_buffer(a->base, a->dtype, a->ndim, a->shape, a->strides, a->data, TN_HOST);
+    const tn_device_ops *ops = tn__device_ops;
+    if (!ops || !ops->copy) {
+        tn__err(TN_ERR_DEVICE, "%s: the array lives on device %d but no device back end is loaded", who, a->device);
+        return NULL;
+    }
+    int64_t lo, hi;
+    tn__array_span(a, &lo, &hi);
+    tn_buffer *b = tn__buffer_new((size_t)(hi - lo), TN_HOST);
+    if (!b) { tn__err(TN_ERR_OOM, "%s: out of host memory copying a device array", who); return NULL; }
+    if (hi > lo) {
+        tn_result r = ops->copy(b->data, TN_HOST, (const char *)a->data + lo, a->device, (size_t)(hi - lo));
+        if (r != TN_OK) { tn__buffer_release(b); return NULL; }
+    }
+    tn_array *h = tn__array_from_buffer(b, a->dtype, a->ndim, a->shape, a->strides, (char *)b->data - lo, TN_HOST);
+    tn__buffer_release(b);
+    return h;
+}
+
+TN_API tn_result tn_array_copy_to(const tn_array *a, tn_dtype t, void *dst, size_t capacity) {
+    tn_result r = tn__array_readable(a, "tn_array_copy_to");
+    if (r != TN_OK) return r;
+    if (!dst && tn_array_size(a) > 0) return tn__err(TN_ERR_NULL, "tn_array_copy_to: dst is NULL");
+    if (t == TN_DTYPE_NONE) t = a->dtype;
+    if (t < TN_BOOL || t >= TN_DTYPE_COUNT) return tn__err(TN_ERR_DTYPE, "tn_array_copy_to: invalid dtype %d", (int)t);
+    size_t need = (size_t)tn_array_size(a) * tn_dtype_size(t);
+    if (capacity < need) {
+        char sb[128];
+        return tn__err(TN_ERR_INVALID, "tn_array_copy_to: dst holds %zu bytes but the %s array %s as %s needs %zu",
+                       capacity, tn_dtype_name(a->dtype), tn__shape_str(a->ndim, a->shape, sb), tn_dtype_name(t), need);
+    }
+    if (a->device != TN_HOST && t == a->dtype && tn_array_is_contiguous(a) && tn__device_ops && tn__device_ops->copy)
+        return need ? tn__device_ops->copy(dst, TN_HOST, a->data, a->device, need) : TN_OK;
+    tn_array *h = tn__host_view(a, "tn_array_copy_to");
+    if (!h) return tn_last_result();
+    int64_t cs[TN_MAX_DIMS];
+    tn__contiguous_strides(t, a->ndim, a->shape, cs);
+    tn__copy_strided(t, dst, cs, h->dtype, h->data, h->strides, h->ndim, h->shape);
+    tn_array_free(h);
+    return TN_OK;
+}
+
+TN_API tn_array *tn_array_astype(const tn_array *a, tn_dtype t) {
+    if (tn__array_readable(a, "tn_array_astype") != TN_OK) return NULL;
+    if (t == TN_DTYPE_NONE) t = a->dtype;
+    if (t < TN_BOOL || t >= TN_DTYPE_COUNT) { tn__err(TN_ERR_DTYPE, "tn_array_astype: invalid dtype %d", (int)t); return NULL; }
+    tn_array *c = tn__array_alloc(t, a->ndim, a->shape, TN_HOST);
+    if (!c) return NULL;
+    if (tn_array_copy_to(a, t, c->data, tn_array_nbytes(c)) != TN_OK) { tn_array_free(c); return NULL; }
+    return c;
+}
+
+TN_API tn_array *tn_array_copy(const tn_array *a) {
+    if (!a) { tn__err(TN_ERR_NULL, "tn_array_copy: array is NULL"); return NULL; }
+    return tn_array_astype(a, a->dtype);
+}
+
+TN_API tn_array *tn_array_to_host(const tn_array *a) {
+    if (tn__array_readable(a, "tn_array_to_host") != TN_OK) return NULL;
+    return tn_array_astype(a, a->dtype);
+}
+
+/* NumPy broadcasting of src's strides onto dst's shape; false if impossible. */
+static bool tn__broadcast_strides(const tn_array *src, int ndim, const int64_t *shape, int64_t *strides) {
+    if (src->ndim > ndim) return false;
+    int off = ndim - src->ndim;
+    for (int d = 0; d < ndim; d++) {
+        if (d < off) { strides[d] = 0; continue; }
+        int64_t s = src->shape[d - off];
+        if (s == shape[d]) strides[d] = s == 1 ? 0 : src->strides[d - off];
+        else if (s == 1) strides[d] = 0;
+        else return false;
+    }
+    return true;
+}
+
+TN_API tn_result tn_array_assign(tn_array *dst, const tn_array *src) {
+    if (!dst) return tn__err(TN_ERR_NULL, "tn_array_assign: dst is NULL");
+    tn_result r = tn__array_readable(src, "tn_array_assign");
+    if (r != TN_OK) return r;
+    int64_t bstr[TN_MAX_DIMS];
+    if (!tn__broadcast_strides(src, dst->ndim, dst->shape, bstr)) {
+        char s1[128], s2[128];
+        return tn__err(TN_ERR_SHAPE, "tn_array_assign: cannot assign src %s to dst %s",
+                       tn__shape_str(src->ndim, src->shape, s1), tn__shape_str(dst->ndim, dst->shape, s2));
+    }
+    if (tn_array_size(dst) == 0) return TN_OK;
+    if (dst->device == TN_HOST) {
+        tn_array *h = tn__host_view(src, "tn_array_assign");
+        if (!h) return tn_last_result();
+        /* Source and destination may overlap (a view of the same buffer): go through a copy. */
+        bool same = h->base && h->base == dst->base;
+        tn_array *c = same ? tn_array_copy(h) : NULL;
+        if (same && !c) { tn_array_free(h); return tn_last_result(); }
+        const tn_array *s = c ? c : h;
+        tn__broadcast_strides(s, dst->ndim, dst->shape, bstr);
+        tn__copy_strided(dst->dtype, dst->data, dst->strides, s->dtype, s->data, bstr, dst->ndim, dst->shape);
+        tn_array_free(c);
+        tn_array_free(h);
+        return TN_OK;
+    }
+    /* Device destination: build the converted values on the host, then copy up. */
+    if (!tn_array_is_contiguous(dst))
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_array_assign: dst on device %d must be contiguous", dst->device);
+    if (!tn__device_ops || !tn__device_ops->copy)
+        return tn__err(TN_ERR_DEVICE, "tn_array_assign: dst lives on device %d but no device back end is loaded", dst->device);
+    tn_array *h = tn__host_view(src, "tn_array_assign");
+    if (!h) return tn_last_result();
+    tn_array *c = tn__array_alloc(dst->dtype, dst->ndim, dst->shape, TN_HOST);
+    if (!c) { tn_array_free(h); return tn_last_result(); }
+    tn__broadcast_strides(h, dst->ndim, dst->shape, bstr);
+    tn__copy_strided(dst->dtype, c->data, c->strides, h->dtype, h->data, bstr, dst->ndim, dst->shape);
+    r = tn__device_ops->copy(dst->data, dst->device, c->data, TN_HOST, tn_array_nbytes(c));
+    tn_array_free(c);
+    tn_array_free(h);
+    return r;
+}
+
+/* >>creation */
+
+TN_API tn_array *tn_array_empty(tn_dtype t, int ndim, const int64_t *shape) {
+    if (tn__check_shape("tn_array_empty", t, ndim, shape) != TN_OK) return NULL;
+    return tn__array_alloc(t, ndim, shape, TN_HOST);
+}
+
+TN_API tn_array *tn_array_zeros(tn_dtype t, int ndim, const int64_t *shape) {
+    if (tn__check_shape("tn_array_zeros", t, ndim, shape) != TN_OK) return NULL;
+    tn_array *a = tn__array_alloc(t, ndim, shape, TN_HOST);
+    if (a) memset(a->data, 0, tn_array_nbytes(a));
+    return a;
+}
+
+static void tn__fill(tn_array *a, double v) {
+    size_t es = tn_dtype_size(a->dtype);
+    int64_t n = tn_array_size(a);
+    if (n == 0) return;
+    char *p = (char *)a->data;
+    tn__store_f(a->dtype, p, v);
+    /* doubling copies: the first element is already converted */
+    int64_t done = 1;
+    while (done < n) {
+        int64_t k = done < n - done ? done : n - done;
+        memcpy(p + done * es, p, (size_t)k * es);
+        done += k;
+    }
+}
+
+static tn_array *tn__array_full(const char *who, tn_dtype t, int ndim, const int64_t *shape, double v) {
+    if (tn__check_shape(who, t, ndim, shape) != TN_OK) return NULL;
+    tn_array *a = tn__array_alloc(t, ndim, shape, TN_HOST);
+    if (a) tn__fill(a, v);
+    return a;
+}
+
+TN_API tn_array *tn_array_ones(tn_dtype t, int ndim, const int64_t *shape) { return tn__array_full("tn_array_ones", t, ndim, shape, 1.0); }
+TN_API tn_array *tn_array_full(tn_dtype t, int ndim, const int64_t *shape, double value) { return tn__array_full("tn_array_full", t, ndim, shape, value); }
+TN_API tn_array *tn_array_scalar(tn_dtype t, double value) { return tn__array_full("tn_array_scalar", t, 0, NULL, value); }
+
+TN_API tn_array *tn_array_from_data(tn_dtype t, int ndim, const int64_t *shape, const void *data) {
+    if (tn__check_shape("tn_array_from_data", t, ndim, shape) != TN_OK) return NULL;
+    tn_array *a = tn__array_alloc(t, ndim, shape, TN_HOST);
+    if (!a) return NULL;
+    size_t n = tn_array_nbytes(a);
+    if (n && !data) { tn_array_free(a); tn__err(TN_ERR_NULL, "tn_array_from_data: data is NULL"); return NULL; }
+    if (n) memcpy(a->data, data, n);
+    return a;
+}
+
+TN_API tn_array *tn_array_wrap(tn_dtype t, int ndim, const int64_t *shape, const int64_t *strides, void *data) {
+    if (tn__check_shape("tn_array_wrap", t, ndim, shape) != TN_OK) return NULL;
+    if (!data && tn__shape_size(ndim, shape) > 0) { tn__err(TN_ERR_NULL, "tn_array_wrap: data is NULL"); return NULL; }
+    tn_buffer *b = tn__buffer_borrow(data, 0, TN_HOST);
+    if (!b) { tn__err(TN_ERR_OOM, "tn_array_wrap: out of memory"); return NULL; }
+    tn_array *a = tn__array_from_buffer(b, t, ndim, shape, strides, data, TN_HOST);
+    tn__buffer_release(b);
+    return a;
+}
+
+/* Number of elements of arange(start, stop, step), as NumPy: ceil((stop-start)/step). */
+static tn_result tn__arange_len(const char *who, double start, double stop, double step, int64_t *n) {
+    if (!isfinite(start) || !isfinite(stop) || !isfinite(step))
+        return tn__err(TN_ERR_INVALID, "%s: start %g, stop %g and step %g must be finite", who, start, stop, step);
+    if (step == 0) return tn__err(TN_ERR_INVALID, "%s: step is 0", who);
+    double len = ceil((stop - start) / step);
+    if (!(len > 0)) len = 0;
+    if (len > 9.0e15) return tn__err(TN_ERR_SHAPE, "%s: %g elements is too many", who, len);
+    *n = (int64_t)len;
+    return TN_OK;
+}
+
+TN_API tn_array *tn_array_arange(tn_dtype t, double start, double stop, double step) {
+    int64_t n;
+    if (tn__arange_len("tn_array_arange", start, stop, step, &n) != TN_OK) return NULL;
+    tn_array *a = tn_array_empty(t, 1, &n);
+    if (!a) return NULL;
+    size_t es = tn_dtype_size(t);
+    for (int64_t i = 0; i < n; i++) tn__store_f(t, (char *)a->data + i * (int64_t)es, start + (double)i * step);
+    return a;
+}
+
+/* >>random: counter-based, so element i depends only on (seed, i) and the
+   same seed gives the same array on every platform and thread count.
+   Stream: splitmix64 (Steele, Lea, Flood 2014) evaluated at counter i, from
+   a state that is itself the first splitmix64 output of the seed (so the
+   streams of seeds s and s+1 are not shifted copies of each other):
+       base = mix(seed + G), u64(i) = mix(base + (i + 1) * G), G = 0x9E3779B97F4A7C15
+   uniform(i) = (u64(i) >> 11) * 2^-53 in [0, 1). Normal values come in
+   Box-Muller pairs: elements 2k and 2k+1 use uniforms 2k and 2k+1:
+       r = sqrt(-2 log(1 - u0)), z0 = r cos(2 pi u1), z1 = r sin(2 pi u1).
+   Ints take floor(lo + (hi - lo) * u); bool is u < 0.5 scaled likewise. */
+
+static inline uint64_t tn__mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t tn__splitmix_at(uint64_t seed, uint64_t i) {
+    uint64_t base = tn__mix64(seed + 0x9E3779B97F4A7C15ull);
+    return tn__mix64(base + (i + 1) * 0x9E3779B97F4A7C15ull);
+}
+
+static inline double tn__uniform_at(uint64_t seed, uint64_t i) {
+    return (double)(tn__splitmix_at(seed, i) >> 11) * 0x1.0p-53;
+}
+
+typedef struct tn__rand_job { tn_array *a; uint64_t seed; double p0, p1; bool normal; } tn__rand_job;
+
+static void tn__rand_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__rand_job *j = (const tn__rand_job *)ctx;
+    tn_dtype t = j->a->dtype;
+    size_t es = tn_dtype_size(t);
+    char *p = (char *)j->a->data;
+    bool is_int = !tn_dtype_is_float(t);
+    for (int64_t i = lo; i < hi; i++) {
+        double v;
+        if (j->normal) {
+            uint64_t k = (uint64_t)i & ~(uint64_t)1;
+            double u0 = tn__uniform_at(j->seed, k), u1 = tn__uniform_at(j->seed, k + 1);
+            double r = sqrt(-2.0 * log(1.0 - u0)), th = 6.283185307179586 * u1;
+            v = j->p0 + j->p1 * r * ((i & 1) ? sin(th) : cos(th));
+        } else {
+            v = j->p0 + (j->p1 - j->p0) * tn__uniform_at(j->seed, (uint64_t)i);
+        }
+        if (is_int) v = floor(v);
+        tn__store_f(t, p + i * (int64_t)es, v);
+    }
+}
+
+static tn_array *tn__array_rand(const char *who, tn_dtype t, int ndim, const int64_t *shape, double p0, double p1,
+                                uint64_t seed, bool normal) {
+    if (tn__check_shape(who, t, ndim, shape) != TN_OK) return NULL;
+    if (!isfinite(p0) || !isfinite(p1)) {
+        tn__err(TN_ERR_INVALID, "%s: parameters %g and %g must be finite", who, p0, p1);
+        return NULL;
+    }
+    tn_array *a = tn__array_alloc(t, ndim, shape, TN_HOST);
+    if (!a) return NULL;
+    tn__rand_job j = { a, seed, p0, p1, normal };
+    tn__parallel_for(tn_array_size(a), 1 << 15, tn__rand_range, &j);
+    return a;
+}
+
+TN_API tn_array *tn_array_rand_uniform(tn_dtype t, int ndim, const int64_t *shape, double lo, double hi, uint64_t seed) {
+    return tn__array_rand("tn_array_rand_uniform", t, ndim, shape, lo, hi, seed, false);
+}
+
+TN_API tn_array *tn_array_rand_normal(tn_dtype t, int ndim, const int64_t *shape, double mean, double std, uint64_t seed) {
+    return tn__array_rand("tn_array_rand_normal", t, ndim, shape, mean, std, seed, true);
+}
+
+/* >>views: share the buffer; never copy. */
+
+TN_API tn_array *tn_array_view(const tn_array *a) {
+    if (!a) { tn__err(TN_ERR_NULL, "tn_array_view: array is NULL"); return NULL; }
+    return tn__array_from_buffer(a->base, a->dtype, a->ndim, a->shape, a->strides, a->data, a->device);
+}
+
+TN_API tn_array *tn_array_transpose(const tn_array *a, const int *perm) {
+    if (!a) { tn__err(TN_ERR_NULL, "tn_array_transpose: array is NULL"); return NULL; }
+    int p[TN_MAX_DIMS];
+    bool seen[TN_MAX_DIMS] = {false};
+    for (int d = 0; d < a->ndim; d++) {
+        p[d] = perm ? perm[d] : a->ndim - 1 - d;
+        if (p[d] < 0) p[d] += a->ndim;
+        if (p[d] < 0 || p[d] >= a->ndim || seen[p[d]]) {
+            char sb[128];
+            tn__err(TN_ERR_AXIS, "tn_array_transpose: perm[%d] = %d is %s for an array of shape %s", d,
+                    perm[d], (p[d] >= 0 && p[d] < a->ndim) ? "repeated" : "out of range", tn__shape_str(a->ndim, a->shape, sb));
+            return NULL;
+        }
+        seen[p[d]] = true;
+    }
+    int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
+    for (int d = 0; d < a->ndim; d++) { sh[d] = a->shape[p[d]]; st[d] = a->strides[p[d]]; }
+    return tn__array_from_buffer(a->base, a->dtype, a->ndim, sh, st, a->data, a->device);
+}
+
+/* Python slice semantics: resolves start/stop (TN_NONE: omitted) against
+   length n for step, giving the first index and the element count. */
+static void tn__slice_resolve(int64_t n, int64_t start, int64_t stop, int64_t step, int64_t *first, int64_t *count) {
+    int64_t lo, hi;
+    if (step > 0) {
+        lo = start == TN_NONE ? 0 : start < 0 ? (start + n < 0 ? 0 : start + n) : (start > n ? n : start);
+        hi = stop == TN_NONE ? n : stop < 0 ? (stop + n < 0 ? 0 : stop + n) : (stop > n ? n : stop);
+        *first = lo;
+        *count = hi > lo ? (hi - lo + step - 1) / step : 0;
+    } else {
+        lo = start == TN_NONE ? n - 1 : start < 0 ? (start + n < -1 ? -1 : start + n) : (start > n - 1 ? n - 1 : start);
+        hi = stop == TN_NONE ? -1 : stop < 0 ? (stop + n < -1 ? -1 : stop + n) : (stop > n - 1 ? n - 1 : stop);
+        *first = lo;
+        *count = lo > hi ? (lo - hi + (-step) - 1) / (-step) : 0;
+    }
+    if (*count == 0) *first = 0;
+}
+
+TN_API tn_array *tn_array_slice(const tn_array *a, int axis, int64_t start, int64_t stop, int64_t step) {
+    if (!a) { tn__err(TN_ERR_NULL, "tn_array_slice: array is NULL"); return NULL; }
+    char sb[128];
+    int ax = axis < 0 ? axis + a->ndim : axis;
+    if (ax < 0 || ax >= a->ndim) {
+        tn__err(TN_ERR_AXIS, "tn_array_slice: axis %d is out of range for an array of shape %s", axis, tn__shape_str(a->ndim, a->shape, sb));
+        return NULL;
+    }
+    if (step == TN_NONE) step = 1;
+    if (step == 0) { tn__err(TN_ERR_INVALID, "tn_array_slice: slice step cannot be zero"); return NULL; }
+    int64_t first, count;
+    tn__slice_resolve(a->shape[ax], start, stop, step, &first, &count);
+    int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
+    memcpy(sh, a->shape, sizeof sh);
+    memcpy(st, a->strides, sizeof st);
+    sh[ax] = count;
+    st[ax] = a->strides[ax] * step;
+    char *data = (char *)a->data + first * a->strides[ax];
+    return tn__array_from_buffer(a->base, a->dtype, a->ndim, sh, st, data, a->device);
+}
+
+TN_API tn_array *tn_array_broadcast_to(const tn_array *a, int ndim, const int64_t *shape) {
+    if (!a) { tn__err(TN_ERR_NULL, "tn_array_broadcast_to: array is NULL"); return NULL; }
+    if (tn__check_shape("tn_array_broadcast_to", a->dtype, ndim, shape) != TN_OK) return NULL;
+    int64_t st[TN_MAX_DIMS];
+    if (!tn__broadcast_strides(a, ndim, shape, st)) {
+        char s1[128], s2[128];
+        tn__err(TN_ERR_SHAPE, "tn_array_broadcast_to: cannot broadcast an array of shape %s to %s",
+                tn__shape_str(a->ndim, a->shape, s1), tn__shape_str(ndim, shape, s2));
+        return NULL;
+    }
+    return tn__array_from_buffer(a->base, a->dtype, ndim, shape, st, a->data, a->device);
+}
+
+/* Resolves one -1 in a reshape target; errors name `who` and both shapes. */
+static tn_result tn__reshape_target(const char *who, int64_t size, int ndim_from, const int64_t *from,
+                                    int ndim, const int64_t *shape, int64_t *out) {
+    char s1[128], s2[128];
+    if (ndim < 0 || ndim > TN_MAX_DIMS) return tn__err(TN_ERR_INVALID, "%s: ndim %d is outside [0, %d]", who, ndim, TN_MAX_DIMS);
+    if (ndim > 0 && !shape) return tn__err(TN_ERR_NULL, "%s: shape is NULL", who);
+    int neg = -1;
+    int64_t known = 1;
+    for (int d = 0; d < ndim; d++) {
+        out[d] = shape[d];
+        if (shape[d] == -1) {
+            if (neg >= 0) return tn__err(TN_ERR_SHAPE, "%s: can only specify one unknown dimension in %s", who, tn__shape_str(ndim, shape, s2));
+            neg = d;
+        } else if (shape[d] < 0) {
+            return tn__err(TN_ERR_SHAPE, "%s: negative dimension %lld in target shape", who, (long long)shape[d]);
+        } else known *= shape[d];
+    }
+    if (size < 0) return TN_OK;          /* unknown source size (build time) */
+    if (neg >= 0) {
+        if (known == 0 || size % known != 0) goto bad;
+        out[neg] = size / known;
+    } else if (known != size) goto bad;
+    return TN_OK;
+bad:
+    return tn__err(TN_ERR_SHAPE, "%s: cannot reshape an array of size %lld %s into %s", who, (long long)size,
+                   tn__shape_str(ndim_from, from, s1), tn__shape_str(ndim, shape, s2));
+}
+
+/* Strides for viewing a (shape, strides) as newshape without copying, as
+   NumPy's _attempt_nocopy_reshape; false when a copy is needed. */
+static bool tn__reshape_strides(int ndim, const int64_t *shape, const int64_t *strides, int nnd,
+                                const int64_t *nshape, int64_t *nstrides, size_t es) {
+    int64_t osh[TN_MAX_DIMS], ost[TN_MAX_DIMS];
+    int ond = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] == 0) { tn__contiguous_strides(TN_BOOL, nnd, nshape, nstrides); for (int k = 0; k < nnd; k++) nstrides[k] *= (int64_t)es; return true; }
+        if (shape[d] != 1) { osh[ond] = shape[d]; ost[ond] = strides[d]; ond++; }
+    }
+    int oi = 0, oj = 1, ni = 0, nj = 1;
+    while (ni < nnd && oi < ond) {
+        int64_t np = nshape[ni], op = osh[oi];
+        while (np != op) {
+            if (np < op) np *= nshape[nj++];
+            else op *= osh[oj++];
+        }
+        for (int ok = oi; ok < oj - 1; ok++)
+            if (ost[ok] != osh[ok + 1] * ost[ok + 1]) return false;
+        nstrides[nj - 1] = ost[oj - 1];
+        for (int nk = nj - 1; nk > ni; nk--) nstrides[nk - 1] = nstrides[nk] * nshape[nk];
+        ni = nj++;
+        oi = oj++;
+    }
+    /* trailing size-1 dims of the new shape */
+    int64_t last = ni > 0 ? nstrides[ni - 1] : (int64_t)es;
+    for (int nk = ni; nk < nnd; nk++) nstrides[nk] = last;
+    return true;
+}
+
+TN_API tn_array *tn_array_reshape(const tn_array *a, int ndim, const int64_t *shape) {
+    if (!a) { tn__err(TN_ERR_NULL, "tn_array_reshape: array is NULL"); return NULL; }
+    int64_t ns[TN_MAX_DIMS], st[TN_MAX_DIMS];
+    if (tn__reshape_target("tn_array_reshape", tn_array_size(a), a->ndim, a->shape, ndim, shape, ns) != TN_OK) return NULL;
+    if (tn__reshape_strides(a->ndim, a->shape, a->strides, ndim, ns, st, tn_dtype_size(a->dtype)))
+        return tn__array_from_buffer(a->base, a->dtype, ndim, ns, st, a->data, a->device);
+    /* not expressible as a view: copy into C order (on a's device) */
+    tn_array *c = tn_array_copy(a);
+    if (!c) return NULL;
+    if (a->device != TN_HOST) {
+        tn_array *d = tn__array_alloc(a->dtype, ndim, ns, a->device);
+        if (d && tn__device_ops->copy(d->data, d->device, c->data, TN_HOST, tn_array_nbytes(c)) != TN_OK) { tn_array_free(d); d = NULL; }
+        tn_array_free(c);
+        return d;
+    }
+    c->ndim = ndim;
+    memcpy(c->shape, ns, sizeof ns);
+    tn__contiguous_strides(c->dtype, ndim, ns, c->strides);
+    return c;
+}
+
+/* >>element_access */
+
+static tn_result tn__elem_ptr(const tn_array *a, const int64_t *index, const char *who, char **p) {
+    if (!a) return tn__err(TN_ERR_NULL, "%s: array is NULL", who);
+    if (a->ndim > 0 && !index) return tn__err(TN_ERR_NULL, "%s: index is NULL", who);
+    int64_t off = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        int64_t i = index[d] < 0 ? index[d] + a->shape[d] : index[d];
+        if (i < 0 || i >= a->shape[d]) {
+            char sb[128];
+            return tn__err(TN_ERR_INVALID, "%s: index %lld is out of bounds for axis %d of an array of shape %s",
+                           who, (long long)index[d], d, tn__shape_str(a->ndim, a->shape, sb));
+        }
+        off += i * a->strides[d];
+    }
+    *p = (char *)a->data + off;
+    return TN_OK;
+}
+
+TN_API double tn_array_get(const tn_array *a, const int64_t *index) {
+    char *p;
+    if (tn__array_readable(a, "tn_array_get") != TN_OK || tn__elem_ptr(a, index, "tn_array_get", &p) != TN_OK) return NAN;
+    if (a->device == TN_HOST) return tn__load_f(a->dtype, p);
+    char tmp[8];
+    if (!tn__device_ops || !tn__device_ops->copy) {
+        tn__err(TN_ERR_DEVICE, "tn_array_get: the array lives on device %d but no device back end is loaded", a->device);
+        return NAN;
+    }
+    if (tn__device_ops->copy(tmp, TN_HOST, p, a->device, tn_dtype_size(a->dtype)) != TN_OK) return NAN;
+    return tn__load_f(a->dtype, tmp);
+}
+
+TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v) {
+    char *p;
+    tn_result r = tn__elem_ptr(a, index, "tn_array_set", &p);
+    if (r != TN_OK) return r;
+    if (a->device == TN_HOST) { tn__store_f(a->dtype, p, v); return TN_OK; }
+    char tmp[8];
+    tn__store_f(a->dtype, tmp, v);
+    if (!tn__device_ops || !tn__device_ops->copy)
+        return tn__err(TN_ERR_DEVICE, "tn_array_set: the array lives on device %d but no device back end is loaded", a->device);
+    return tn__device_ops->copy(p, a->device, tmp, TN_HOST, tn_dtype_size(a->dtype));
+}
+
+/* >>print: NumPy's str() of an array (numpy/core/arrayprint.py, default
+   options: precision 8, linewidth 75, threshold 1000, edgeitems 3).
+   Floats print the shortest digits that read back as the same value of
+   their dtype, at most 8 after the point; a column switches to scientific
+   notation when max >= 1e8, min < 1e-4 or max/min > 1e3 (nonzero |values|). */
+
+typedef struct tn__str { char *p; size_t n, cap; bool oom; } tn__str;
+
+static void tn__str_put(tn__str *s, const char *t, size_t n) {
+    if (s->oom) return;
+    if (s->n + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 256;
+        while (cap < s->n + n + 1) cap *= 2;
+        char *p = (char *)tn__realloc(s->p, cap);
+        if (!p) { s->oom = true; return; }
+        s->p = p;
+        s->cap = cap;
+    }
+    memcpy(s->p + s->n, t, n);
+    s->n += n;
+    s->p[s->n] = 0;
+}
+static void tn__str_puts(tn__str *s, const char *t) { tn__str_put(s, t, strlen(t)); }
+static void tn__str_spaces(tn__str *s, int n) { for (int i = 0; i < n; i++) tn__str_put(s, " ", 1); }
+
+typedef struct tn__fmt {
+    tn_dtype t;
+    bool sci;
+    int pad_left, pad_right, precision, exp_size;
+    int int_width;
+} tn__fmt;
+
+/* Fewest significant digits (1..17) that read back as v in dtype t. */
+static int tn__shortest_digits(double v, tn_dtype t) {
+    int maxp = t == TN_F16 ? 5 : t == TN_F32 ? 9 : 17;
+    char buf[64];
+    for (int p = 1; p < maxp; p++) {
+        snprintf(buf, sizeof buf, "%.*e", p - 1, v);
+        double r = strtod(buf, NULL);
+        bool same = t == TN_F64 ? r == v : t == TN_F32 ? (float)r == (float)v
+                                                       : tn_f32_to_f16((float)r) == tn_f32_to_f16((float)v);
+        if (same) return p;
+    }
+    return maxp;
+}
+
+/* Splits the unpadded text of a finite v into integer part (with sign),
+   fraction digits and, for scientific, exponent sign+digits. */
+static void tn__float_parts(const tn__fmt *f, double v, char *ip, char *fp, char *ep) {
+    char buf[512];
+    int p = tn__shortest_digits(v, f->t);
+    ep[0] = 0;
+    if (f->sci) {
+        int frac = p - 1 > 8 ? 8 : p - 1;
+        snprintf(buf, sizeof buf, "%.*e", frac, v);
+        char *e = strchr(buf, 'e');
+        strcpy(ep, e + 1);
+        *e = 0;
+    } else {
+        snprintf(buf, sizeof buf, "%.*e", p - 1, v);
+        int e10 = atoi(strchr(buf, 'e') + 1);
+        int frac = p - 1 - e10;
+        frac = frac < 0 ? 0 : frac > 8 ? 8 : frac;
+        snprintf(buf, sizeof buf, "%.*f", frac, v);
+    }
+    char *dot = strchr(buf, '.');
+    if (dot) {
+        *dot = 0;
+        size_t k = strlen(dot + 1);
+        while (k > 0 && dot[k] == '0') dot[k--] = 0;     /* trim='.': keep the point, drop zeros */
+        strcpy(fp, dot + 1);
+    } else fp[0] = 0;
+    strcpy(ip, buf);
+}
+
+/* Walks the elements that will be shown (edges only when summarising). */
+typedef void (*tn__visit_fn)(void *ctx, const char *p);
+static void tn__visit_shown(const tn_array *a, int d, const char *p, bool summary, tn__visit_fn fn, void *ctx) {
+    if (d == a->ndim) { fn(ctx, p); return; }
+    int64_t n = a->shape[d];
+    for (int64_t i = 0; i < n; i++) {
+        if (summary && n > 6 && i == 3) i = n - 3;
+        tn__visit_shown(a, d + 1, p + i * a->strides[d], summary, fn, ctx);
+    }
+}
+
+typedef struct tn__fmt_stats {
+    tn__fmt *f;
+    double max_abs, min_abs;
+    bool any_finite_nonzero, any_nonfinite, neg_inf;
+    int64_t imax, imin;
+    bool any;
+    int pass;
+} tn__fmt_stats;
+
+static void tn__fmt_visit(void *ctx, const char *p) {
+    tn__fmt_stats *st = (tn__fmt_stats *)ctx;
+    tn__fmt *f = st->f;
+    if (!tn_dtype_is_float(f->t)) {
+        int64_t v = tn__load_i(f->t, p);
+        if (!st->any || v > st->imax) st->imax = v;
+        if (!st->any || v < st->imin) st->imin = v;
+        st->any = true;
+        return;
+    }
+    double v = tn__load_f(f->t, p);
+    if (!isfinite(v)) {
+        st->any_nonfinite = true;
+        if (isinf(v) && v < 0) st->neg_inf = true;
+        return;
+    }
+    if (st->pass == 0) {
+        double av = fabs(v);
+        if (av != 0) {
+            if (!st->any_finite_nonzero || av > st->max_abs) st->max_abs = av;
+            if (!st->any_finite_nonzero || av < st->min_abs) st->min_abs = av;
+            st->any_finite_nonzero = true;
+        }
+        return;
+    }
+    char ip[512], fp[512], ep[16];
+    tn__float_parts(f, v, ip, fp, ep);
+    int li = (int)strlen(ip), lf = (int)strlen(fp), le = ep[0] ? (int)strlen(ep) - 1 : 0;
+    if (li > f->pad_left) f->pad_left = li;
+    if (lf > f->precision) f->precision = lf;
+    if (le > f->exp_size) f->exp_size = le;
+}
+
+static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary) {
+    memset(f, 0, sizeof *f);
+    f->t = h->dtype;
+    tn__fmt_stats st;
+    memset(&st, 0, sizeof st);
+    st.f = f;
+    tn__visit_shown(h, 0, (const char *)h->data, summary, tn__fmt_visit, &st);
+    if (f->t == TN_BOOL) { f->int_width = 5; return; }
+    if (!tn_dtype_is_float(f->t)) {
+        char b1[32], b2[32];
+        int l1 = snprintf(b1, sizeof b1, "%lld", (long long)st.imax), l2 = snprintf(b2, sizeof b2, "%lld", (long long)st.imin);
+        f->int_width = l1 > l2 ? l1 : l2;
+        return;
+    }
+    if (st.any_finite_nonzero && (st.max_abs >= 1e8 || st.min_abs < 1e-4 || st.max_abs / st.min_abs > 1e3)) f->sci = true;
+    st.pass = 1;
+    tn__visit_shown(h, 0, (const char *)h->data, summary, tn__fmt_visit, &st);
+    f->pad_right = f->sci ? f->exp_size + 2 + f->precision : f->precision;
+    if (st.any_nonfinite) {
+        int offset = f->pad_right + 1, inflen = 3 + st.neg_inf;
+        if (3 - offset > f->pad_left) f->pad_left = 3 - offset;
+        if (inflen - offset > f->pad_left) f->pad_left = inflen - offset;
+    }
+}
+
+/* One element, padded to the column width. */
+static void tn__fmt_elem(const tn__fmt *f, const char *p, tn__str *s) {
+    char buf[1200];
+    if (f->t == TN_BOOL) {
+        snprintf(buf, sizeof buf, "%*s", f->int_width, *(const uint8_t *)p ? "True" : "False");
+    } else if (!tn_dtype_is_float(f->t)) {
+        snprintf(buf, sizeof buf, "%*lld", f->int_width, (long long)tn__load_i(f->t, p));
+    } else {
+        double v = tn__load_f(f->t, p);
+        int width = f->pad_left + 1 + f->pad_right;
+        if (!isfinite(v)) {
+            snprintf(buf, sizeof buf, "%*s", width, v != v ? "nan" : v > 0 ? "inf" : "-inf");
+        } else {
+            char ip[512], fp[512], ep[16];
+            tn__float_parts(f, v, ip, fp, ep);
+            if (f->sci) {
+                int el = (int)strlen(ep + 1);
+                size_t k = 0;
+                k += (size_t)snprintf(buf + k, sizeof buf - k, "%*s.%s", f->pad_left, ip, fp);
+                for (int i = (int)strlen(fp); i < f->precision; i++) buf[k++] = '0';
+                buf[k++] = 'e';
+                buf[k++] = ep[0];
+                for (int i = el; i < f->exp_size; i++) buf[k++] = '0';
+                snprintf(buf + k, sizeof buf - k, "%s", ep + 1);
+            } else {
+                snprintf(buf, sizeof buf, "%*s.%-*s", f->pad_left, ip, f->pad_right, fp);
+            }
+        }
+    }
+    tn__str_puts(s, buf);
+}
+
+/* numpy's _extendLine: wrap before `word` when the line would pass width. */
+static void tn__extend_line(tn__str *s, tn__str *line, const char *word, int width, int indent) {
+    bool wrap = (int)(line->n + strlen(word)) > width && (int)line->n > indent;
+    if (wrap) {
+        size_t n = line->n;
+        while (n > 0 && line->p[n - 1] == ' ') n--;
+        tn__str_put(s, line->p, n);
+        tn__str_puts(s, "\n");
+        line->n = 0;
+        tn__str_spaces(line, indent);
+    }
+    tn__str_puts(line, word);
+}
+
+/* numpy's _formatArray recurser; appends the text of the sub-array at `p`
+   (axis d) to out. indent is the hanging indent's length. */
+static void tn__fmt_rec(const tn__fmt *f, const tn_array *a, int d, const char *p, bool summary, int indent,
+                        int width, tn__str *out) {
+    if (d == a->ndim) { tn__fmt_elem(f, p, out); return; }
+    int64_t n = a->shape[d];
+    bool show = summary && n > 6;
+    int64_t lead = show ? 3 : 0, trail = show ? 3 : n;
+    int axes_left = a->ndim - d;
+    tn__str s = {0};
+    tn__str_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
+    if (axes_left == 1) {
+        int ew = width - 1;
+        tn__str line = {0}, word = {0};
+        s.n = 0;
+        tn__str_spaces(&line, indent);
+        for (int64_t i = 0; i < n; i++) {
+            if (i == lead && show) {
+                tn__extend_line(&s, &line, "...", ew, indent);
+                tn__str_puts(&line, " ");
+                i = n - trail;
+            }
+            word.n = 0;
+            if (word.p) word.p[0] = 0;
+            tn__fmt_elem(f, p + i * a->strides[d], &word);
+            tn__extend_line(&s, &line, word.p ? word.p : "", ew, indent);
+            if (i + 1 < n) tn__str_puts(&line, " ");
+            if (word.oom) s.oom = true;
+        }
+        tn__str_put(&s, line.p ? line.p : "", line.n);
+        if (line.oom) s.oom = true;
+        tn__free(line.p);
+        tn__free(word.p);
+    } else {
+        s.n = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (i == lead && show) {
+                tn__str_spaces(&s, indent);
+                tn__str_puts(&s, "...");
+                for (int k = 0; k < axes_left - 1; k++) tn__str_puts(&s, "\n");
+                i = n - trail;
+            }
+            tn__str_spaces(&s, indent);
+            tn__fmt_rec(f, a, d + 1, p + i * a->strides[d], summary, indent + 1, width - 1, &s);
+            if (i + 1 < n) for (int k = 0; k < axes_left - 1; k++) tn__str_puts(&s, "\n");
+        }
+    }
+    tn__str_puts(out, "[");
+    if (s.n >= (size_t)indent) tn__str_put(out, s.p + indent, s.n - (size_t)indent);
+    tn__str_puts(out, "]");
+    if (s.oom) out->oom = true;
+    tn__free(s.p);
+}
+
+/* The 0-d case prints like a NumPy scalar's str: 1.5, 1.0, 1e-05. */
+static void tn__fmt_scalar(const tn_array *h, tn__str *out) {
+    char buf[512];
+    const char *p = (const char *)h->data;
+    if (h->dtype == TN_BOOL) snprintf(buf, sizeof buf, "%s", *(const uint8_t *)p ? "True" : "False");
+    else if (!tn_dtype_is_float(h->dtype)) snprintf(buf, sizeof buf, "%lld", (long long)tn__load_i(h->dtype, p));
+    else {
+        double v = tn__load_f(h->dtype, p);
+        if (!isfinite(v)) snprintf(buf, sizeof buf, "%s", v != v ? "nan" : v > 0 ? "inf" : "-inf");
+        else {
+            int digits = tn__shortest_digits(v, h->dtype);
+            snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+            int e10 = atoi(strchr(buf, 'e') + 1);
+            if (e10 < -4 || e10 >= 16) {
+                /* mantissa without a trailing ".": 1e-05 like Python */
+                char *e = strchr(buf, 'e');
+                if (digits == 1 && e[-1] == '.') memmove(e - 1, e, strlen(e) + 1);
+            } else {
+                int frac = digits - 1 - e10;
+                snprintf(buf, sizeof buf, "%.*f", frac < 1 ? 1 : frac, v);
+            }
+        }
+    }
+    tn__str_puts(out, buf);
+}
+
+static tn_result tn__array_format(const tn_array *a, tn__str *out, const char *who) {
+    tn_result r = tn__array_readable(a, who);
+    if (r != TN_OK) return r;
+    tn_array *h = tn__host_view(a, who);
+    if (!h) return tn_last_result();
+    int64_t n = tn_array_size(h);
+    if (h->ndim == 0) tn__fmt_scalar(h, out);
+    else if (n == 0) tn__str_puts(out, "[]");
+    else {
+        bool summary = n > 1000;
+        tn__fmt f;
+        tn__fmt_init(&f, h, summary);
+        tn__fmt_rec(&f, h, 0, (const char *)h->data, summary, 1, 75, out);
+    }
+    tn_array_free(h);
+    if (out->oom) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    return TN_OK;
+}
+
+TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
+    tn__str s = {0};
+    if (tn__array_format(a, &s, "tn_array_snprint") != TN_OK) { tn__free(s.p); if (buf && cap) buf[0] = 0; return -1; }
+    int n = (int)s.n;
+    if (buf && cap) {
+        size_t k = s.n < cap - 1 ? s.n : cap - 1;
+        memcpy(buf, s.p, k);
+        buf[k] = 0;
+    }
+    tn__free(s.p);
+    return n;
+}
+
+TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
+    if (!out) return tn__err(TN_ERR_NULL, "tn_array_print: out is NULL");
+    tn__str s = {0};
+    tn_result r = tn__array_format(a, &s, "tn_array_print");
+    if (r == TN_OK) { fwrite(s.p, 1, s.n, out); fputc('\n', out); }
+    tn__free(s.p);
+    return r;
+}
+
+/* >>graph ============================================================= */
+/* >>graph: arena-owned nodes, leaves (inputs, constants, shared variables),
+   the compiler front end (tn_function), the executor (tn_call) and debugprint. */
+#include <string.h>
+#include <stdlib.h>
+#include <math.h>
+
+/* >>graph_arena ---------------------------------------------------------- */
+
+/* Nodes, input arrays and strings live in fixed-size chunks freed all at once;
+   an allocation larger than a chunk gets a chunk of its own. */
+#define TN__CHUNK_BYTES ((size_t)64 * 1024)
+
+typedef struct tn__chunk {
+    struct tn__chunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+} tn__chunk;
+
+struct tn_graph {
+    tn__chunk *chunks;
+    tn_var **vars;          /* every var, in creation order (index == id) */
+    int nvars, cap_vars;
+    tn_array **owned;       /* values freed with the graph: constants, shared */
+    int nowned, cap_owned;
+};
+
+TN_API tn_graph *tn_graph_new(void) {
+    tn_graph *g = (tn_graph *)tn__calloc(1, sizeof *g);
+    if (!g) tn__err(TN_ERR_OOM, "tn_graph_new: out of memory");
+    return g;
+}
+
+TN_API void tn_graph_free(tn_graph *g) {
+    if (!g) return;
+    tn__scan_release_graph(g);          /* compiled inner steps of g's scans */
+    for (int i = 0; i < g->nowned; i++) tn_array_free(g->owned[i]);
+    tn__free(g->owned);
+    tn__free(g->vars);
+    for (tn__chunk *c = g->chunks, *next; c; c = next) { next = c->next; tn__free(c); }
+    tn__free(g);
+}
+
+TN_API void *tn__graph_alloc(tn_graph *g, size_t bytes) {
+    if (!g) return NULL;
+    bytes = (bytes + 15) & ~(size_t)15;
+    tn__chunk *c = g->chunks;
+    if (!c || c->cap - c->used < bytes) {
+        size_t cap = bytes > TN__CHUNK_BYTES ? bytes : TN__CHUNK_BYTES;
+        tn__chunk *n = (tn__chunk *)tn__malloc(sizeof *n + cap);
+        if (!n) { tn__err(TN_ERR_OOM, "tn_graph: out of memory (%zu bytes)", bytes); return NULL; }
+        n->used = 0; n->cap = cap;
+        if (c && bytes > TN__CHUNK_BYTES) {   /* keep filling the current chunk */
+            n->next = c->next; c->next = n;
+        } else {
+            n->next = c; g->chunks = n;
+        }
+        c = n;
+    }
+    void *p = c->data + c->used;
+    c->used += bytes;
+    memset(p, 0, bytes);
+    return p;
+}
+
+TN_API char *tn__graph_strdup(tn_graph *g, const char *s) {
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = (char *)tn__graph_alloc(g, n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+TN_API int tn__graph_nvars(const tn_graph *g) { return g ? g->nvars : 0; }
+TN_API tn_var *tn__graph_var(const tn_graph *g, int i) {
+    return g && i >= 0 && i < g->nvars ? g->vars[i] : NULL;
+}
+
+static bool tn__graph_own(tn_graph *g, tn_array *a) {
+    if (g->nowned == g->cap_owned) {
+        int cap = g->cap_owned ? 2 * g->cap_owned : 16;
+        tn_array **n = (tn_array **)tn__realloc(g->owned, (size_t)cap * sizeof *n);
+        if (!n) return false;
+        g->owned = n; g->cap_owned = cap;
+    }
+    g->owned[g->nowned++] = a;
+    return true;
+}
+
+static void tn__graph_disown(tn_graph *g, tn_array *a) {
+    for (int i = 0; i < g->nowned; i++)
+        if (g->owned[i] == a) { g->owned[i] = g->owned[--g->nowned]; return; }
+}
+
+/* A contiguous copy of a on `device` (TN_HOST or a device ordinal): device
+   values stay on their device (shared variables, device outputs). */
+static tn_array *tn__copy_on(const tn_array *a, int device) {
+    if (device == TN_HOST) return tn_array_copy(a);
+    tn_array *c = tn__array_alloc(a->dtype, a->ndim, a->shape, device);
+    if (!c) return NULL;
+    const tn_device_ops *ops = tn__get_device_ops();
+    tn_result r = a->device == device && tn_array_is_contiguous(a) && ops && ops->copy
+                ? ops->copy(c->data, device, a->data, device, tn_array_nbytes(a)) : tn_array_assign(c, a);
+    if (r != TN_OK) { tn_array_free(c); return NULL; }
+    return c;
+}
+
+/* Outputs of the function being compiled, for the back end's placement pass
+   (roots past them are update values); -1 outside tn_function. */
+static _Thread_local int tn__func_n_outputs = -1;
+
+/* A zeroed var registered in g (id = its index). */
+static tn_var *tn__var_new(tn_graph *g, int op, const char *who) {
+    if (g->nvars == g->cap_vars) {
+        int cap = g->cap_vars ? 2 * g->cap_vars : 64;
+        tn_var **n = (tn_var **)tn__realloc(g->vars, (size_t)cap * sizeof *n);
+        if (!n) { tn__err(TN_ERR_OOM, "%s: out of memory", who); return NULL; }
+        g->vars = n; g->cap_vars = cap;
+    }
+    tn_var *v = (tn_var *)tn__graph_alloc(g, sizeof *v);
+    if (!v) return NULL;
+    v->op = op;
+    v->id = g->nvars;
+    v->graph = g;
+    v->n_out = 1;
+    v->device = TN_HOST;
+    g->vars[g->nvars++] = v;
+    return v;
+}
+
+/* Unwinds the last var if it is v (a node whose type rule failed), so failed
+   constructors leave no half-made node behind. The arena bytes stay. */
+static void tn__var_drop_last(tn_graph *g, tn_var *v) {
+    if (g->nvars > 0 && g->vars[g->nvars - 1] == v) g->nvars--;
+}
+
+/* >>graph_nodes ---------------------------------------------------------- */
+
+static const char *tn__var_label_name(const tn_var *v) { return v && v->name ? v->name : ""; }
+
+/* Records a node with n_out outputs and infers its type(s); node->type is
+   output 0 (multi-output nodes are read through tn__proj). */
+static tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p,
+                              void *ext, int n_out, const char *who) {
+    if (!who) who = "tn__node";
+    if (!g) { tn__err(TN_ERR_NULL, "%s: graph is NULL", who); return NULL; }
+    const tn_op_def *def = tn__op_def(op);
+    if (!def || !def->infer) { tn__err(TN_ERR_INTERNAL, "%s: op %d has no type rule", who, op); return NULL; }
+    if (n_in < 0 || (n_in > 0 && !in)) { tn__err(TN_ERR_NULL, "%s: inputs are NULL", who); return NULL; }
+    if (def->arity >= 0 && def->arity != n_in) {
+        tn__err(TN_ERR_INVALID, "%s: %s takes %d inputs, got %d", who, def->name, def->arity, n_in);
+        return NULL;
+    }
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) { tn__err(TN_ERR_NULL, "%s: input %d is NULL (did an earlier call fail? %s)", who, i, tn_last_error()); return NULL; }
+        if (in[i]->graph != g) {
+            tn__err(TN_ERR_GRAPH, "%s: input %d ('%s') belongs to another graph", who, i, tn__var_label_name(in[i]));
+            return NULL;
+        }
+    }
+    if (n_out < 1) n_out = 1;
+    tn_type one, *outs = &one;
+    tn_type *types = NULL;
+    if (n_in + n_out > 1) {
+        types = (tn_type *)tn__malloc((size_t)(n_in + n_out) * sizeof *types);
+        if (!types) { tn__err(TN_ERR_OOM, "%s: out of memory", who); return NULL; }
+        outs = types + n_in;
+    }
+    tn_var *v = tn__var_new(g, op, who);
+    tn_var **vin = v && n_in ? (tn_var **)tn__graph_alloc(g, (size_t)n_in * sizeof *vin) : NULL;
+    if (!v || (n_in && !vin)) { if (v) tn__var_drop_last(g, v); tn__free(types); return NULL; }
+    for (int i = 0; i < n_in; i++) { vin[i] = in[i]; types[i] = in[i]->type; }
+    v->n_in = n_in;
+    v->in = vin;
+    v->n_out = n_out;
+    if (p) v->p = *p;
+    v->ext = ext;
+    memset(outs, 0, (size_t)n_out * sizeof *outs);
+    tn_result r = def->infer(v, types, outs);
+    if (r != TN_OK) {
+        /* prefix the rule's message with the constructor's name */
+        if (strncmp(tn_last_error(), who, strlen(who)) != 0) tn__err(r, "%s: %s", who, tn_last_error());
+        tn__var_drop_last(g, v);
+        tn__free(types);
+        return NULL;
+    }
+    v->type = outs[0];
+    tn__free(types);
+    return v;
+}
+
+TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who) {
+    return tn__node_multi(g, op, n_in, in, p, ext, 1, who);
+}
+
+/* Output k of a multi-output node. */
+static tn_var *tn__proj(tn_var *node, int k) {
+    if (!node) { tn__err(TN_ERR_NULL, "tn__proj: node is NULL"); return NULL; }
+    if (k < 0 || k >= node->n_out) {
+        tn__err(TN_ERR_INVALID, "tn__proj: output %d of a node with %d outputs", k, node->n_out);
+        return NULL;
+    }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = k;
+    return tn__node(node->graph, TN_OP_PROJ, 1, &node, &p, NULL, "tn__proj");
+}
+
+/* The types of every output of `node` given its inputs' types (outs[n_out]). */
+static tn_result tn__infer_outputs(const tn_var *node, const tn_type *in, tn_type *outs) {
+    const tn_op_def *def = tn__op_def(node->op);
+    if (!def || !def->infer) return tn__err(TN_ERR_INTERNAL, "tn__infer: op %d has no type rule", node->op);
+    return def->infer(node, in, outs);
+}
+
+/* "TensorType(float32, (?, 3))": unknown dims as '?' */
+static const char *tn__type_str(const tn_type *t, char buf[160]) {
+    char sb[128];
+    snprintf(buf, 160, "TensorType(%s, %s)", tn_dtype_name(t->dtype), tn__shape_str(t->ndim, t->shape, sb));
+    return buf;
+}
+
+/* >>leaves --------------------------------------------------------------- */
+
+static tn_dtype tn__floatx(tn_dtype t) {
+    if (t != TN_DTYPE_NONE) return t;
+    tn_dtype fx = tn_get_config()->floatX;
+    return fx == TN_DTYPE_NONE ? TN_F32 : fx;
+}
+
+static tn_var *tn__leaf(tn_graph *g, int op, const char *name, const tn_type *t, const char *who) {
+    tn_var *v = tn__var_new(g, op, who);
+    if (!v) return NULL;
+    v->type = *t;
+    if (name) {
+        v->name = tn__graph_strdup(g, name);
+        if (!v->name) { tn__var_drop_last(g, v); return NULL; }
+    }
+    return v;
+}
+
+static tn_type tn__type_of_array(const tn_array *a) {
+    tn_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = a->dtype;
+    t.ndim = a->ndim;
+    for (int d = 0; d < a->ndim; d++) t.shape[d] = a->shape[d];
+    return t;
+}
+
+TN_API tn_var *tn_input(tn_graph *g, const char *name, tn_dtype dt, int ndim, const int64_t *shape, const bool *bcast) {
+    if (!g) { tn__err(TN_ERR_NULL, "tn_input: graph is NULL"); return NULL; }
+    if (ndim < 0 || ndim > TN_MAX_DIMS) {
+        tn__err(TN_ERR_INVALID, "tn_input: '%s': ndim %d is out of range [0, %d]", name ? name : "", ndim, TN_MAX_DIMS);
+        return NULL;
+    }
+    if ((int)dt < 0 || dt >= TN_DTYPE_COUNT) {
+        tn__err(TN_ERR_DTYPE, "tn_input: '%s': invalid dtype %d", name ? name : "", (int)dt);
+        return NULL;
+    }
+    tn_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = tn__floatx(dt);
+    t.ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        int64_t s = shape ? shape[d] : -1;
+        if (s < -1) {
+            tn__err(TN_ERR_SHAPE, "tn_input: '%s': dim %d is %lld (use -1 for unknown)", name ? name : "", d, (long long)s);
+            return NULL;
+        }
+        bool b = bcast && bcast[d];
+        if (b && s != -1 && s != 1) {
+            tn__err(TN_ERR_SHAPE, "tn_input: '%s': dim %d is broadcastable but has size %lld", name ? name : "", d, (long long)s);
+            return NULL;
+        }
+        t.bcast[d] = b || s == 1;
+        t.shape[d] = b ? 1 : s;
+    }
+    return tn__leaf(g, TN_OP_INPUT, name, &t, "tn_input");
+}
+
+TN_API tn_var *tn_scalar(tn_graph *g, const char *name, tn_dtype t) { return tn_input(g, name, t, 0, NULL, NULL); }
+TN_API tn_var *tn_vector(tn_graph *g, const char *name, tn_dtype t) { return tn_input(g, name, t, 1, NULL, NULL); }
+TN_API tn_var *tn_matrix(tn_graph *g, const char *name, tn_dtype t) { return tn_input(g, name, t, 2, NULL, NULL); }
+TN_API tn_var *tn_tensor3(tn_graph *g, const char *name, tn_dtype t) { return tn_input(g, name, t, 3, NULL, NULL); }
+TN_API tn_var *tn_row(tn_graph *g, const char *name, tn_dtype t) {
+    return tn_input(g, name, t, 2, NULL, (const bool[]){ true, false });
+}
+TN_API tn_var *tn_col(tn_graph *g, const char *name, tn_dtype t) {
+    return tn_input(g, name, t, 2, NULL, (const bool[]){ false, true });
+}
+
+/* A contiguous host copy the graph owns. */
+static tn_array *tn__graph_copy_value(tn_graph *g, const tn_array *value, const char *who) {
+    tn_array *c = tn_array_copy(value);
+    if (!c) { tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "%s: cannot copy the value: %s", who, tn_last_error()); return NULL; }
+    if (!tn__graph_own(g, c)) { tn_array_free(c); tn__err(TN_ERR_OOM, "%s: out of memory", who); return NULL; }
+    return c;
+}
+
+static tn_result tn__check_value(const tn_array *value, const char *who) {
+    if (!value) return tn__err(TN_ERR_NULL, "%s: value is NULL", who);
+    tn_result r = tn_array_check(value);
+    if (r != TN_OK) return tn__err(r, "%s: %s", who, tn_last_error());
+    return TN_OK;
+}
+
+TN_API tn_var *tn_constant(tn_graph *g, const tn_array *value) {
+    if (!g) { tn__err(TN_ERR_NULL, "tn_constant: graph is NULL"); return NULL; }
+    if (tn__check_value(value, "tn_constant") != TN_OK) return NULL;
+    tn_array *c = tn__graph_copy_value(g, value, "tn_constant");
+    if (!c) return NULL;
+    tn_type t = tn__type_of_array(c);
+    for (int d = 0; d < t.ndim; d++) t.bcast[d] = t.shape[d] == 1;
+    tn_var *v = tn__leaf(g, TN_OP_CONSTANT, NULL, &t, "tn_constant");
+    if (!v) { tn__graph_disown(g, c); tn_array_free(c); return NULL; }
+    v->value = c;
+    return v;
+}
+
+TN_API tn_var *tn_scalar_const(tn_graph *g, double value) {
+    if (!g) { tn__err(TN_ERR_NULL, "tn_scalar_const: graph is NULL"); return NULL; }
+    tn_array *a = tn_array_scalar(TN_F64, value);
+    if (!a) { tn__err(TN_ERR_OOM, "tn_scalar_const: out of memory"); return NULL; }
+    tn_var *v = tn_constant(g, a);
+    tn_array_free(a);
+    if (v) v->flags |= TN_VAR_WEAK;
+    return v;
+}
+
+TN_API tn_var *tn_shared(tn_graph *g, const char *name, const tn_array *value) {
+    if (!g) { tn__err(TN_ERR_NULL, "tn_shared: graph is NULL"); return NULL; }
+    char who[160];
+    snprintf(who, sizeof who, "tn_shared '%s'", name ? name : "");
+    if (tn__check_value(value, who) != TN_OK) return NULL;
+    tn_array *c = tn__graph_copy_value(g, value, who);
+    if (!c) return NULL;
+    /* static type: dtype and rank fixed, sizes free to change by updates */
+    tn_type t;
+    memset(&t, 0, sizeof t);
+    t.dtype = c->dtype;
+    t.ndim = c->ndim;
+    for (int d = 0; d < t.ndim; d++) t.shape[d] = -1;
+    tn_var *v = tn__leaf(g, TN_OP_SHARED, name, &t, who);
+    if (!v) { tn__graph_disown(g, c); tn_array_free(c); return NULL; }
+    v->value = c;
+    return v;
+}
+
+TN_API const tn_array *tn_shared_get(tn_var *shared) {
+    if (!shared) { tn__err(TN_ERR_NULL, "tn_shared_get: variable is NULL"); return NULL; }
+    if (shared->op != TN_OP_SHARED) {
+        tn__err(TN_ERR_INVALID, "tn_shared_get: '%s' is not a shared variable", tn__var_label_name(shared));
+        return NULL;
+    }
+    return shared->value;
+}
+
+TN_API tn_array *tn_shared_get_value(tn_var *shared) {
+    const tn_array *a = tn_shared_get(shared);
+    if (!a) return NULL;
+    tn_array *c = a->device == TN_HOST ? tn_array_copy(a) : tn_array_to_host(a);
+    if (!c) tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_get_value '%s': %s", tn__var_label_name(shared), tn_last_error());
+    return c;
+}
+
+TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value) {
+    if (!shared) return tn__err(TN_ERR_NULL, "tn_shared_set_value: variable is NULL");
+    const char *name = tn__var_label_name(shared);
+    if (shared->op != TN_OP_SHARED)
+        return tn__err(TN_ERR_INVALID, "tn_shared_set_value: '%s' is not a shared variable", name);
+    if (!value) return tn__err(TN_ERR_NULL, "tn_shared_set_value '%s': value is NULL", name);
+    tn_result r = tn_array_check(value);
+    if (r != TN_OK) return tn__err(r, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    const tn_array *old = shared->value;
+    if (value->dtype != shared->type.dtype || value->ndim != shared->type.ndim) {
+        char a[128], b[128];
+        return tn__err(value->dtype != shared->type.dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE, "tn_shared_set_value: '%s' holds a %s array of %d dims %s; the new value is %s of %d dims %s (dtype and ndim must stay)",
+                       name, tn_dtype_name(shared->type.dtype), shared->type.ndim, tn__shape_str(old->ndim, old->shape, a),
+                       tn_dtype_name(value->dtype), value->ndim, tn__shape_str(value->ndim, value->shape, b));
+    }
+    if (value == old) return TN_OK;
+    tn_array *c = tn__copy_on(value, old->device);    /* a device-resident variable stays there */
+    if (!c) return tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    /* Replace the contents in place: pointers from tn_shared_get stay valid. */
+    tn_array tmp = *shared->value;
+    *shared->value = *c;
+    *c = tmp;
+    tn_array_free(c);
+    return TN_OK;
+}
+
+/* >>var_accessors -------------------------------------------------------- */
+
+TN_API tn_dtype tn_var_dtype(const tn_var *v) { return v ? v->type.dtype : TN_DTYPE_NONE; }
+TN_API int tn_var_ndim(const tn_var *v) { return v ? v->type.ndim : -1; }
+TN_API int64_t tn_var_dim(const tn_var *v, int axis) {
+    if (!v) return -1;
+    if (axis < 0) axis += v->type.ndim;
+    return axis >= 0 && axis < v->type.ndim ? v->type.shape[axis] : -1;
+}
+TN_API const char *tn_var_name(const tn_var *v) { return v ? v->name : NULL; }
+TN_API tn_var *tn_var_set_name(tn_var *v, const char *name) {
+    if (!v) { tn__err(TN_ERR_NULL, "tn_var_set_name: variable is NULL"); return NULL; }
+    if (!name) { v->name = NULL; return v; }
+    char *n = tn__graph_strdup(v->graph, name);
+    if (!n) return NULL;
+    v->name = n;
+    return v;
+}
+TN_API tn_graph *tn_var_graph(const tn_var *v) { return v ? v->graph : NULL; }
+
+/* >>toposort ----------------------------------------------------------- */
+
+/* Post-order of everything reachable from roots[], inputs before users,
+   iterative (graphs may be 100k nodes deep). nvars bounds the ids. When
+   root_of is given, root_of[id] is the first root that reached the var. */
+static tn_result tn__toposort(tn_var *const *roots, int n_roots, int nvars, tn_var ***order_out, int *n_order,
+                              int *root_of, const char *who) {
+    unsigned char *state = (unsigned char *)tn__calloc((size_t)nvars + 1, 1);
+    tn_var **order = (tn_var **)tn__malloc(((size_t)nvars + 1) * sizeof *order);
+    struct tn__frame { tn_var *v; int next; } *stack = (struct tn__frame *)tn__malloc(((size_t)nvars + 1) * sizeof *stack);
+    if (!state || !order || !stack) {
+        tn__free(state); tn__free(order); tn__free(stack);
+        return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    }
+    int n = 0;
+    for (int r = 0; r < n_roots; r++) {
+        tn_var *root = roots[r];
+        if (!root || root->id < 0 || root->id >= nvars || state[root->id]) continue;
+        int sp = 0;
+        stack[sp++] = (struct tn__frame){ root, 0 };
+        state[root->id] = 1;
+        if (root_of) root_of[root->id] = r;
+        while (sp > 0) {
+            struct tn__frame *fr = &stack[sp - 1];
+            if (fr->next < fr->v->n_in) {
+                tn_var *c = fr->v->in[fr->next++];
+                if (!c || c->id < 0 || c->id >= nvars) {
+                    int bad = fr->v->id;
+                    tn__free(state); tn__free(order); tn__free(stack);
+                    return tn__err(TN_ERR_GRAPH, "%s: malformed graph (node %d has a bad input)", who, bad);
+                }
+                if (state[c->id]) continue;
+                state[c->id] = 1;
+                if (root_of) root_of[c->id] = r;
+                stack[sp++] = (struct tn__frame){ c, 0 };
+            } else {
+                state[fr->v->id] = 2;
+                order[n++] = fr->v;
+                sp--;
+            }
+        }
+    }
+    tn__free(state);
+    tn__free(stack);
+    *order_out = order;
+    *n_order = n;
+    return TN_OK;
+}
+
+/* >>function ----------------------------------------------------------- */
+
+enum { TN__SLOT_INTERNAL = 0, TN__SLOT_INPUT, TN__SLOT_CONST, TN__SLOT_SHARED };
+#define TN__RING 8   /* borrowed output structs per output: a stale one stays detectable for 7 calls */
+
+typedef struct tn__slot {
+    int kind;               /* TN__SLOT_* */
+    int index;              /* input position (INPUT) */
+    tn_var *var;            /* fg var producing it */
+    tn_var *user;           /* SHARED: the user's variable (its value is the storage) */
+    int view_of;            /* view output: the slot it aliases; -1 otherwise */
+    int nreaders;           /* step inputs that read it */
+    bool pinned;            /* a function output or update value: its buffer is never reused */
+    int phys;               /* plan: buffer index, -1 for external or view of external */
+    tn_type ct;             /* plan: concrete type */
+    tn_array arr;           /* internal slots: the array given to kernels */
+} tn__slot;
+
+typedef struct tn__step {
+    tn_var *node;
+    const tn_op_def *def;
+    int n_in, n_out;
+    int *in_slot;
+    int out_slot;           /* outputs are out_slot .. out_slot + n_out - 1 */
+    bool view;
+    void *bstate;           /* back end state (device nodes) */
+} tn__step;
+
+typedef struct tn__phys {
+    tn_buffer *base;
+    void *data;
+    size_t cap;
+    int device;
+    long pending;
+    bool pinned, in_pool;
+} tn__phys;
+
+struct tn_func {
+    tn_graph *fg;
+    const char *name;                   /* desc->name or "tn_call" */
+    int n_inputs, n_outputs, n_updates;
+    int *in_slot;
+    tn_type *in_type;
+    const char **in_name;
+    int *out_slot;
+    bool *out_borrow;
+    tn_array *ring;                     /* n_outputs * TN__RING borrowed structs */
+    tn_buffer **ring_ref;               /* storage a ring entry keeps alive, or NULL */
+    tn_var **upd_user;                  /* the user's shared variables */
+    int *upd_slot;
+    bool *upd_swappable;
+    tn_array **upd_new;                 /* scratch: replacement values */
+    tn_var **roots;                     /* fg roots after optimisation */
+    int n_roots;
+    int n_slots;
+    tn__slot *slots;
+    tn_array **slotp;                   /* run time: each slot's array */
+    int n_steps;
+    tn__step *steps;
+    int max_args;
+    tn_array **args;
+    int *ext_slots;                     /* input and shared slots: their shapes are the plan's key */
+    int n_ext;
+    int64_t *cache;                     /* n_ext * (1 + TN_MAX_DIMS) */
+    bool planned;
+    tn__phys *phys;
+    int n_phys, cap_phys;
+    int *pool, n_pool;                  /* plan: free buffers */
+    tn_array **retired;                 /* replaced shared values kept alive until the next call */
+    int n_retired, cap_retired;
+    uint64_t gen;
+    const tn_backend *backend;
+    struct tn__prof *prof;              /* profiler (the >>profile section); NULL when off */
+};
+
+/* Profiler hooks (the >>profile section), called only when f->prof is set. */
+static double tn__prof_now(void);
+static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare);
+static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs);
+static void tn__prof_step(tn_func *f, int k, double t0);
+static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
+static void tn__prof_finish(tn_func *f);
+
+static void tn__plan_release(tn_func *f) {
+    for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
+    f->n_phys = 0;
+    f->n_pool = 0;
+    f->planned = false;
+}
+
+static void tn__retired_release(tn_func *f) {
+    for (int i = 0; i < f->n_retired; i++) tn_array_free(f->retired[i]);
+    f->n_retired = 0;
+}
+
+TN_API void tn_function_free(tn_func *f) {
+    if (!f) return;
+    if (f->prof) tn__prof_finish(f);
+    tn__plan_release(f);
+    tn__retired_release(f);
+    if (f->backend && f->backend->release)
+        for (int i = 0; i < f->n_steps; i++) if (f->steps[i].bstate) f->backend->release(f->steps[i].bstate);
+    tn__free(f->retired);
+    tn__free(f->phys);
+    tn__free(f->pool);
+    tn__free(f->cache);
+    tn__free(f->ext_slots);
+    tn__free(f->args);
+    tn__free(f->steps);
+    tn__free(f->slotp);
+    tn__free(f->slots);
+    tn__free(f->roots);
+    tn__free(f->upd_new);
+    tn__free(f->upd_swappable);
+    tn__free(f->upd_slot);
+    tn__free(f->upd_user);
+    if (f->ring_ref) for (int i = 0; i < f->n_outputs * TN__RING; i++) tn__buffer_release(f->ring_ref[i]);
+    tn__free(f->ring_ref);
+    tn__free(f->ring);
+    tn__free(f->out_borrow);
+    tn__free(f->out_slot);
+    tn__free(f->in_name);
+    tn__free(f->in_type);
+    tn__free(f->in_slot);
+    tn_graph_free(f->fg);
+    tn__free(f);
+}
+
+static const char *tn__root_desc(int r, int n_outputs, const tn_update *ups, char *buf, size_t cap) {
+    if (r < n_outputs) snprintf(buf, cap, "output %d", r);
+    else snprintf(buf, cap, "update %d (of '%s')", r - n_outputs, tn__var_label_name(ups[r - n_outputs].shared));
+    return buf;
+}
+
+static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
+    const char *W = "tn_function";
+    if (!g) return tn__err(TN_ERR_NULL, "%s: graph is NULL", W);
+    if (!d) return tn__err(TN_ERR_NULL, "%s: desc is NULL", W);
+    if (d->n_inputs < 0 || d->n_outputs < 0 || d->n_updates < 0)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: negative count (n_inputs %d, n_outputs %d, n_updates %d)", W, d->n_inputs, d->n_outputs, d->n_updates);
+    if (d->n_inputs > 0 && !d->inputs) return tn__err(TN_ERR_NULL, "%s: n_inputs is %d but inputs is NULL", W, d->n_inputs);
+    if (d->n_outputs > 0 && !d->outputs) return tn__err(TN_ERR_NULL, "%s: n_outputs is %d but outputs is NULL", W, d->n_outputs);
+    if (d->n_updates > 0 && !d->updates) return tn__err(TN_ERR_NULL, "%s: n_updates is %d but updates is NULL", W, d->n_updates);
+    if (d->n_outputs == 0 && d->n_updates == 0) return tn__err(TN_ERR_INVALID, "%s: no outputs and no updates", W);
+    for (int i = 0; i < d->n_inputs; i++) {
+        tn_var *v = d->inputs[i];
+        if (!v) return tn__err(TN_ERR_NULL, "%s: input %d is NULL", W, i);
+        if (v->graph != g) return tn__err(TN_ERR_GRAPH, "%s: input %d ('%s') belongs to another graph", W, i, tn__var_label_name(v));
+        if (v->op != TN_OP_INPUT) {
+            const tn_op_def *def = tn__op_def(v->op);
+            return tn__err(TN_ERR_INVALID, "%s: input %d ('%s') is a %s, not a symbolic input (tn_input, tn_vector, ...)%s", W, i,
+                           tn__var_label_name(v), def && def->name ? def->name : "node",
+                           v->op == TN_OP_SHARED ? ": shared variables are implicit inputs" : "");
+        }
+        for (int j = 0; j < i; j++)
+            if (d->inputs[j] == v) return tn__err(TN_ERR_INVALID, "%s: input '%s' is listed twice (positions %d and %d)", W, tn__var_label_name(v), j, i);
+    }
+    for (int i = 0; i < d->n_outputs; i++) {
+        tn_var *v = d->outputs[i];
+        if (!v) return tn__err(TN_ERR_NULL, "%s: output %d is NULL (did its constructor fail?)", W, i);
+        if (v->graph != g) return tn__err(TN_ERR_GRAPH, "%s: output %d ('%s') belongs to another graph", W, i, tn__var_label_name(v));
+        if (v->n_out > 1) return tn__err(TN_ERR_INVALID, "%s: output %d is a node with %d outputs; pick one", W, i, v->n_out);
+    }
+    for (int i = 0; i < d->n_updates; i++) {
+        tn_var *s = d->updates[i].shared, *v = d->updates[i].value;
+        if (!s) return tn__err(TN_ERR_NULL, "%s: update %d: shared variable is NULL", W, i);
+        if (!v) return tn__err(TN_ERR_NULL, "%s: update %d ('%s'): value is NULL (did its constructor fail?)", W, i, tn__var_label_name(s));
+        if (s->graph != g || v->graph != g)
+            return tn__err(TN_ERR_GRAPH, "%s: update %d ('%s'): variables from another graph", W, i, tn__var_label_name(s));
+        if (s->op != TN_OP_SHARED)
+            return tn__err(TN_ERR_UPDATE, "%s: update %d: target '%s' is not a shared variable", W, i, tn__var_label_name(s));
+        if (v->type.dtype != s->type.dtype || v->type.ndim != s->type.ndim) {
+            char a[160], b[160];
+            return tn__err(TN_ERR_UPDATE, "%s: update %d: shared variable '%s' has type %s but the new value has type %s (dtype and ndim must match; cast the value)",
+                           W, i, tn__var_label_name(s), tn__type_str(&s->type, a), tn__type_str(&v->type, b));
+        }
+        for (int j = 0; j < i; j++)
+            if (d->updates[j].shared == s)
+                return tn__err(TN_ERR_UPDATE, "%s: shared variable '%s' is updated twice (updates %d and %d)", W, tn__var_label_name(s), j, i);
+    }
+    return TN_OK;
+}
+
+/* Copies one user node into the function's graph, inputs mapped by id. */
+static tn_var *tn__clone_var(tn_graph *fg, const tn_var *u, tn_var *const *map) {
+    tn_var *v;
+    if (u->op == TN_OP_CONSTANT) {
+        v = tn_constant(fg, u->value);
+        if (!v) return NULL;
+    } else {
+        v = tn__var_new(fg, u->op, "tn_function");
+        if (!v) return NULL;
+    }
+    v->type = u->type;
+    v->n_out = u->n_out;
+    v->flags = u->flags;
+    v->p = u->p;
+    v->ext = u->ext;
+    v->device = u->device;
+    v->inplace = u->inplace;
+    if (u->name && !(v->name = tn__graph_strdup(fg, u->name))) return NULL;
+    if (u->op == TN_OP_INPUT || u->op == TN_OP_SHARED) v->ext = (void *)u;   /* link to the user's leaf */
+    if (u->n_in > 0) {
+        v->in = (tn_var **)tn__graph_alloc(fg, (size_t)u->n_in * sizeof *v->in);
+        if (!v->in) return NULL;
+        v->n_in = u->n_in;
+        for (int i = 0; i < u->n_in; i++) v->in[i] = map[u->in[i]->id];
+    }
+    return v;
+}
+
+/* Clones what the roots reach (and every listed input) into f->fg. */
+static tn_result tn__clone_subgraph(tn_graph *g, const tn_func_desc *d, tn_func *f, tn_var **roots, int n_roots) {
+    int nv = g->nvars;
+    int *root_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *root_of);
+    int *in_pos = (int *)tn__malloc((size_t)(nv + 1) * sizeof *in_pos);
+    tn_var **map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
+    tn_var **order = NULL;
+    int n_order = 0;
+    tn_result r = TN_OK;
+    if (!root_of || !in_pos || !map) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory"); goto done; }
+    for (int i = 0; i < nv; i++) in_pos[i] = -1;
+    for (int i = 0; i < d->n_inputs; i++) in_pos[d->inputs[i]->id] = i;
+    if ((r = tn__toposort(roots, n_roots, nv, &order, &n_order, root_of, "tn_function")) != TN_OK) goto done;
+    for (int k = 0; k < n_order; k++) {
+        tn_var *u = order[k];
+        if (u->graph != g) { r = tn__err(TN_ERR_GRAPH, "tn_function: node %d belongs to another graph", u->id); goto done; }
+        if (u->op == TN_OP_INPUT && in_pos[u->id] < 0) {
+            char rb[200];
+            r = tn__err(TN_ERR_INVALID, "tn_function: %s depends on input '%s', which is not in inputs",
+                        tn__root_desc(root_of[u->id], d->n_outputs, d->updates, rb, sizeof rb), tn__var_label_name(u));
+            goto done;
+        }
+    }
+    for (int k = 0; k < n_order; k++) {
+        tn_var *u = order[k];
+        if (!(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
+    }
+    for (int i = 0; i < d->n_inputs; i++) {      /* inputs the outputs do not use still have a slot */
+        tn_var *u = d->inputs[i];
+        if (!map[u->id] && !(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
+    }
+    for (int i = 0; i < n_roots; i++) f->roots[i] = map[roots[i]->id];
+    /* the listed inputs' clones, by position, ride after the roots */
+    for (int i = 0; i < d->n_inputs; i++) f->roots[n_roots + i] = map[d->inputs[i]->id];
+done:
+    tn__free(order);
+    tn__free(map);
+    tn__free(in_pos);
+    tn__free(root_of);
+    return r;
+}
+
+static size_t tn__type_bytes(const tn_type *t) {
+    size_t n = tn_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* Steps and slots from the optimised graph. */
+static tn_result tn__schedule(tn_func *f, int n_roots) {
+    const char *W = "tn_function";
+    tn_var **order = NULL;
+    int n_order = 0;
+    int nv = f->fg->nvars;
+    tn_result r = tn__toposort(f->roots, n_roots + f->n_inputs, nv, &order, &n_order, NULL, W);
+    if (r != TN_OK) return r;
+    int *slot_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *slot_of);
+    if (!slot_of) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", W); }
+    int n_slots = 0, n_steps = 0, n_idx = 0;
+    for (int k = 0; k < n_order; k++) {
+        tn_var *v = order[k];
+        if (v->op == TN_OP_PROJ) continue;
+        n_slots += v->n_out;
+        if (tn__op_kind(v->op) != TN_OPK_LEAF) { n_steps++; n_idx += v->n_in; }
+    }
+    f->slots = (tn__slot *)tn__calloc((size_t)n_slots + 1, sizeof *f->slots);
+    f->slotp = (tn_array **)tn__calloc((size_t)n_slots + 1, sizeof *f->slotp);
+    f->steps = (tn__step *)tn__calloc((size_t)n_steps + 1, sizeof *f->steps);
+    int *idx = (int *)tn__graph_alloc(f->fg, ((size_t)n_idx + 1) * sizeof *idx);
+    if (!f->slots || !f->slotp || !f->steps || !idx) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    f->n_slots = 0;
+    f->max_args = 1;
+    for (int k = 0; k < n_order; k++) {
+        tn_var *v = order[k];
+        if (v->op == TN_OP_PROJ) {
+            tn_var *src = v->in[0];
+            if (src->op == TN_OP_PROJ || v->p.i[0] < 0 || v->p.i[0] >= src->n_out) {
+                r = tn__err(TN_ERR_GRAPH, "%s: malformed PROJ node %d", W, v->id);
+                goto done;
+            }
+            slot_of[v->id] = slot_of[src->id] + (int)v->p.i[0];
+            continue;
+        }
+        int s0 = f->n_slots;
+        slot_of[v->id] = s0;
+        for (int k2 = 0; k2 < v->n_out; k2++) {
+            tn__slot *s = &f->slots[f->n_slots++];
+            s->var = v;
+            s->view_of = -1;
+            s->phys = -1;
+            s->index = -1;
+            f->slotp[s0 + k2] = &s->arr;
+        }
+        tn__slot *s = &f->slots[s0];
+        const tn_op_def *def = tn__op_def(v->op);
+        if (!def) { r = tn__err(TN_ERR_INTERNAL, "%s: node %d has unknown op %d", W, v->id, v->op); goto done; }
+        switch (v->op) {
+        case TN_OP_INPUT: s->kind = TN__SLOT_INPUT; continue;
+        case TN_OP_CONSTANT: s->kind = TN__SLOT_CONST; f->slotp[s0] = v->value; continue;
+        case TN_OP_SHARED: s->kind = TN__SLOT_SHARED; s->user = (tn_var *)v->ext; continue;
+        default: break;
+        }
+        if (def->kind == TN_OPK_LEAF) { r = tn__err(TN_ERR_INTERNAL, "%s: unknown leaf op %s", W, def->name); goto done; }
+        bool on_device = v->device != TN_HOST && f->backend;
+        if (!def->cpu && !on_device) {
+            r = tn__err(TN_ERR_UNSUPPORTED, "%s: op %s has no CPU kernel", W, def->name ? def->name : "?");
+            goto done;
+        }
+        tn__step *st = &f->steps[f->n_steps++];
+        st->node = v;
+        st->def = def;
+        st->n_in = v->n_in;
+        st->n_out = v->n_out;
+        st->in_slot = idx;
+        idx += v->n_in;
+        st->out_slot = s0;
+        st->view = def->kind == TN_OPK_VIEW;
+        for (int i = 0; i < v->n_in; i++) {
+            st->in_slot[i] = slot_of[v->in[i]->id];
+            f->slots[st->in_slot[i]].nreaders++;
+        }
+        if (st->view) s->view_of = st->in_slot[0];
+        if (v->n_in + v->n_out > f->max_args) f->max_args = v->n_in + v->n_out;
+        if (on_device && f->backend->prepare) {
+            r = f->backend->prepare(v, &st->bstate);
+            if (r != TN_OK) { r = tn__err(r, "%s: back end %s cannot prepare %s: %s", W, f->backend->name, def->name, tn_last_error()); goto done; }
+        }
+    }
+    for (int i = 0; i < f->n_inputs; i++) {
+        f->in_slot[i] = slot_of[f->roots[n_roots + i]->id];
+        f->slots[f->in_slot[i]].index = i;
+    }
+    for (int i = 0; i < f->n_outputs; i++) {
+        f->out_slot[i] = slot_of[f->roots[i]->id];
+        f->slots[f->out_slot[i]].pinned = true;
+    }
+    for (int i = 0; i < f->n_updates; i++) {
+        f->upd_slot[i] = slot_of[f->roots[f->n_outputs + i]->id];
+        f->slots[f->upd_slot[i]].pinned = true;
+    }
+    /* an update may swap its buffer into the shared variable when nothing else returns it */
+    for (int i = 0; i < f->n_updates; i++) {
+        int s = f->upd_slot[i];
+        bool ok = f->slots[s].kind == TN__SLOT_INTERNAL && f->slots[s].view_of < 0;
+        for (int j = 0; ok && j < f->n_outputs; j++) ok = f->out_slot[j] != s;
+        for (int j = 0; ok && j < f->n_updates; j++) ok = j == i || f->upd_slot[j] != s;
+        f->upd_swappable[i] = ok;
+    }
+    f->n_ext = 0;
+    f->ext_slots = (int *)tn__malloc(((size_t)f->n_slots + 1) * sizeof *f->ext_slots);
+    f->args = (tn_array **)tn__malloc((size_t)f->max_args * sizeof *f->args);
+    if (!f->ext_slots || !f->args) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    for (int s = 0; s < f->n_slots; s++)
+        if (f->slots[s].kind == TN__SLOT_INPUT || f->slots[s].kind == TN__SLOT_SHARED) f->ext_slots[f->n_ext++] = s;
+    f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
+    if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+done:
+    tn__free(slot_of);
+    tn__free(order);
+    return r;
+}
+
+TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
+    if (tn__check_desc(g, d) != TN_OK) return NULL;
+    tn_func *f = (tn_func *)tn__calloc(1, sizeof *f);
+    if (!f) { tn__err(TN_ERR_OOM, "tn_function: out of memory"); return NULL; }
+    int no = d->n_outputs, nu = d->n_updates, ni = d->n_inputs;
+    int n_roots = no + nu;
+    f->n_inputs = ni; f->n_outputs = no; f->n_updates = nu;
+    f->fg = tn_graph_new();
+    f->in_slot = (int *)tn__calloc((size_t)ni + 1, sizeof *f->in_slot);
+    f->in_type = (tn_type *)tn__calloc((size_t)ni + 1, sizeof *f->in_type);
+    f->in_name = (const char **)tn__calloc((size_t)ni + 1, sizeof *f->in_name);
+    f->out_slot = (int *)tn__calloc((size_t)no + 1, sizeof *f->out_slot);
+    f->out_borrow = (bool *)tn__calloc((size_t)no + 1, sizeof *f->out_borrow);
+    f->ring = (tn_array *)tn__calloc((size_t)no * TN__RING + 1, sizeof *f->ring);
+    f->ring_ref = (tn_buffer **)tn__calloc((size_t)no * TN__RING + 1, sizeof *f->ring_ref);
+    f->upd_user = (tn_var **)tn__calloc((size_t)nu + 1, sizeof *f->upd_user);
+    f->upd_slot = (int *)tn__calloc((size_t)nu + 1, sizeof *f->upd_slot);
+    f->upd_swappable = (bool *)tn__calloc((size_t)nu + 1, sizeof *f->upd_swappable);
+    f->upd_new = (tn_array **)tn__calloc((size_t)nu + 1, sizeof *f->upd_new);
+    f->roots = (tn_var **)tn__calloc((size_t)(n_roots + ni) + 1, sizeof *f->roots);
+    tn_var **uroots = (tn_var **)tn__calloc((size_t)n_roots + 1, sizeof *uroots);
+    if (!f->fg || !f->in_slot || !f->in_type || !f->in_name || !f->out_slot || !f->out_borrow || !f->ring || !f->ring_ref ||
+        !f->upd_user || !f->upd_slot || !f->upd_swappable || !f->upd_new || !f->roots || !uroots) {
+        tn__err(TN_ERR_OOM, "tn_function: out of memory");
+        goto fail;
+    }
+    f->name = d->name ? tn__graph_strdup(f->fg, d->name) : "tn_call";
+    if (!f->name) goto fail;
+    f->backend = tn__get_backend();
+    for (int i = 0; i < no; i++) {
+        uroots[i] = d->outputs[i];
+        f->out_borrow[i] = d->borrow_outputs ? d->borrow_outputs[i] : d->borrow;
+    }
+    for (int i = 0; i < nu; i++) { uroots[no + i] = d->updates[i].value; f->upd_user[i] = d->updates[i].shared; }
+    for (int i = 0; i < ni; i++) {
+        f->in_type[i] = d->inputs[i]->type;
+        f->in_name[i] = d->inputs[i]->name ? tn__graph_strdup(f->fg, d->inputs[i]->name) : "";
+        if (!f->in_name[i]) goto fail;
+    }
+    if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK) goto fail;
+    tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
+    double t_opt = tn__prof_now();
+    tn__func_n_outputs = no;
+    tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode);
+    tn__func_n_outputs = -1;
+    t_opt = tn__prof_now() - t_opt;
+    if (r != TN_OK) {
+        if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
+        goto fail;
+    }
+    for (int i = 0; i < n_roots; i++) {
+        tn_var *v = f->roots[i];
+        if (!v || v->graph != f->fg || v->type.dtype != uroots[i]->type.dtype || v->type.ndim != uroots[i]->type.ndim) {
+            tn__err(TN_ERR_INTERNAL, "tn_function: the optimizer replaced root %d with a variable of another type", i);
+            goto fail;
+        }
+        if (!v->name && uroots[i]->name && !(v->name = tn__graph_strdup(f->fg, uroots[i]->name))) goto fail;
+    }
+    f->n_roots = n_roots;
+    double t_sched = tn__prof_now();
+    if (tn__schedule(f, n_roots) != TN_OK) goto fail;
+    if (tn_get_config()->profile) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
+    tn__free(uroots);
+    return f;
+fail:
+    tn__free(uroots);
+    tn_function_free(f);
+    return NULL;
+}
+
+/* >>executor ----------------------------------------------------------- */
+
+static void tn__node_label(const tn_var *v, char *buf, size_t cap) {
+    const tn_op_def *d = tn__op_def(v->op);
+    /* ops placed on a GPU print as Theano's: GpuElemwise{exp,no_inplace} */
+    const tn_var *src = v->op == TN_OP_PROJ && v->n_in == 1 ? v->in[0] : v;
+    tn_op_kind k = d ? d->kind : TN_OPK_OTHER;
+    size_t n = 0;
+    if (src->device != TN_HOST && k != TN_OPK_LEAF && k != TN_OPK_TRANSFER && cap > 4) { memcpy(buf, "Gpu", 3); n = 3; }
+    if (d && d->label) d->label(v, buf + n, cap - n);
+    else snprintf(buf + n, cap - n, "%s", d && d->name ? d->name : "?");
+}
+
+/* The concrete type of an external array under a var's static type: sizes
+   from the array; broadcastable where static or where the size is 1. */
+static tn_type tn__concrete_type(const tn_array *a, const tn_type *st) {
+    tn_type t = tn__type_of_array(a);
+    for (int d = 0; d < t.ndim; d++) t.bcast[d] = (d < st->ndim && st->bcast[d]) || t.shape[d] == 1;
+    return t;
+}
+
+/* Free buffers wait in a pool (indices into phys); a step takes the smallest
+   one that fits, else a new buffer joins the plan. */
+static int tn__phys_get(tn_func *f, size_t bytes, int device) {
+    int best = -1;
+    for (int k = 0; k < f->n_pool; k++) {
+        const tn__phys *p = &f->phys[f->pool[k]];
+        if (p->device == device && p->cap >= bytes && (best < 0 || p->cap < f->phys[f->pool[best]].cap)) best = k;
+    }
+    if (best >= 0) {
+        int ph = f->pool[best];
+        f->pool[best] = f->pool[--f->n_pool];
+        f->phys[ph].in_pool = false;
+        return ph;
+    }
+    if (f->n_phys == f->cap_phys) {
+        int cap = f->cap_phys ? 2 * f->cap_phys : 16;
+        tn__phys *n = (tn__phys *)tn__realloc(f->phys, (size_t)cap * sizeof *n);
+        int *pool = (int *)tn__realloc(f->pool, (size_t)cap * sizeof *pool);
+        if (n) f->phys = n;
+        if (pool) f->pool = pool;
+        if (!n || !pool) return -1;
+        f->cap_phys = cap;
+    }
+    tn__phys *p = &f->phys[f->n_phys];
+    memset(p, 0, sizeof *p);
+    p->cap = bytes;
+    p->device = device;
+    return f->n_phys++;
+}
+
+static void tn__phys_to_pool(tn_func *f, int ph) {
+    tn__phys *p = &f->phys[ph];
+    if (p->in_pool || p->pinned || p->pending > 0) return;
+    p->in_pool = true;
+    f->pool[f->n_pool++] = ph;
+}
+
+static void tn__phys_drop_reader(tn_func *f, int ph, bool gc) {
+    if (ph < 0) return;
+    f->phys[ph].pending--;
+    if (gc) tn__phys_to_pool(f, ph);
+}
+
+/* May output 0 of step st overwrite the buffer of input k? Only when this
+   step is the last reader of an internal, unaliased buffer of the same type. */
+static bool tn__inplace_ok(tn_func *f, const tn__step *st, int k, const tn_type *ot) {
+    if (k < 0 || k >= st->n_in) return false;
+    int si = st->in_slot[k];
+    const tn__slot *s = &f->slots[si];
+    if (s->kind != TN__SLOT_INTERNAL || s->view_of >= 0 || s->phys < 0) return false;
+    const tn__phys *p = &f->phys[s->phys];
+    if (p->pinned || p->device != st->node->device) return false;
+    long uses = 0;
+    for (int i = 0; i < st->n_in; i++) if (f->slots[st->in_slot[i]].phys == s->phys) uses++;
+    if (p->pending != uses) return false;
+    if (s->ct.dtype != ot->dtype || s->ct.ndim != ot->ndim) return false;
+    for (int d = 0; d < ot->ndim; d++) if (s->ct.shape[d] != ot->shape[d]) return false;
+    return true;
+}
+
+/* Shapes of every intermediate from the current inputs, then buffers. */
+static tn_result tn__plan(tn_func *f) {
+    const char *W = f->name;
+    tn__plan_release(f);
+    bool gc = tn_get_config()->allow_gc;
+    tn_type stack_types[16];
+    tn_type *types = stack_types;
+    if (f->max_args > 16 && !(types = (tn_type *)tn__malloc((size_t)f->max_args * sizeof *types)))
+        return tn__err(TN_ERR_OOM, "%s: out of memory", W);
+    tn_result r = TN_OK;
+    for (int s = 0; s < f->n_slots; s++) {
+        tn__slot *sl = &f->slots[s];
+        sl->phys = -1;
+        if (sl->kind != TN__SLOT_INTERNAL) sl->ct = tn__concrete_type(f->slotp[s], &sl->var->type);
+    }
+    for (int k = 0; k < f->n_steps; k++) {
+        tn__step *st = &f->steps[k];
+        tn_var *v = st->node;
+        for (int i = 0; i < st->n_in; i++) types[i] = f->slots[st->in_slot[i]].ct;
+        tn_type *outs = types + st->n_in;
+        memset(outs, 0, (size_t)st->n_out * sizeof *outs);
+        char lb[256];
+        if ((r = tn__infer_outputs(v, types, outs)) != TN_OK) {
+            tn__node_label(v, lb, sizeof lb);
+            r = tn__err(r, "%s: %s: %s", W, lb, tn_last_error());
+            goto fail;
+        }
+        for (int o = 0; o < st->n_out; o++) {
+            tn__slot *sl = &f->slots[st->out_slot + o];
+            const tn_type *stat = o == 0 ? &v->type : NULL;
+            if (stat) {
+                bool bad = outs[o].dtype != stat->dtype || outs[o].ndim != stat->ndim;
+                for (int d = 0; !bad && d < stat->ndim; d++) bad = stat->shape[d] >= 0 && stat->shape[d] != outs[o].shape[d];
+                if (bad) {
+                    char a[160], b[160];
+                    tn__node_label(v, lb, sizeof lb);
+                    r = tn__err(TN_ERR_SHAPE, "%s: %s computes %s where the graph promised %s", W, lb,
+                                tn__type_str(&outs[o], a), tn__type_str(stat, b));
+                    goto fail;
+                }
+            }
+            for (int d = 0; d < outs[o].ndim; d++)
+                if (outs[o].shape[d] < 0) {
+                    tn__node_label(v, lb, sizeof lb);
+                    r = tn__err(TN_ERR_INTERNAL, "%s: %s left dim %d unknown at call time", W, lb, d);
+                    goto fail;
+                }
+            sl->ct = outs[o];
+        }
+        /* buffers: outputs first (an input's buffer is free only after the step ran) */
+        for (int o = 0; o < st->n_out; o++) {
+            int s = st->out_slot + o;
+            tn__slot *sl = &f->slots[s];
+            int ph;
+            if (st->view && o == 0) ph = f->slots[sl->view_of].phys;
+            else if (o == 0 && v->inplace > 0 && tn__inplace_ok(f, st, v->inplace - 1, &sl->ct))
+                ph = f->slots[st->in_slot[v->inplace - 1]].phys;
+            else if ((ph = tn__phys_get(f, tn__type_bytes(&sl->ct), v->device)) < 0) {
+                r = tn__err(TN_ERR_OOM, "%s: out of memory", W);
+                goto fail;
+            }
+            sl->phys = ph;
+            if (ph >= 0) {
+                f->phys[ph].pending += sl->nreaders;
+                if (sl->pinned) f->phys[ph].pinned = true;
+            }
+        }
+        for (int i = 0; i < st->n_in; i++) tn__phys_drop_reader(f, f->slots[st->in_slot[i]].phys, gc);
+        for (int o = 0; o < st->n_out; o++) {      /* outputs nobody reads */
+            tn__slot *sl = &f->slots[st->out_slot + o];
+            if (sl->phys >= 0 && sl->nreaders == 0 && !st->view && gc) tn__phys_to_pool(f, sl->phys);
+        }
+    }
+    for (int i = 0; i < f->n_phys; i++) {
+        tn__phys *p = &f->phys[i];
+        int64_t n = (int64_t)p->cap;
+        tn_array *a = tn__array_alloc(TN_BOOL, 1, &n, p->device);
+        if (!a) { r = tn__err(TN_ERR_OOM, "%s: out of memory for intermediate buffers: %s", W, tn_last_error()); goto fail; }
+        p->base = a->base;
+        p->data = a->data;
+        tn__buffer_retain(p->base);
+        tn_array_free(a);
+    }
+    for (int s = 0; s < f->n_slots; s++) {
+        tn__slot *sl = &f->slots[s];
+        if (sl->kind != TN__SLOT_INTERNAL) continue;
+        tn_array *a = &sl->arr;
+        memset(a, 0, sizeof *a);
+        a->dtype = sl->ct.dtype;
+        a->ndim = sl->ct.ndim;
+        for (int d = 0; d < a->ndim; d++) a->shape[d] = sl->ct.shape[d];
+        tn__contiguous_strides(a->dtype, a->ndim, a->shape, a->strides);
+        a->device = sl->var->device;
+    }
+    if (types != stack_types) tn__free(types);
+    f->planned = true;
+    return TN_OK;
+fail:
+    if (types != stack_types) tn__free(types);
+    tn__plan_release(f);
+    return r;
+}
+
+/* Checks one input against its static type; messages name the function,
+   the input and both shapes. */
+static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
+    const char *W = f->name, *nm = f->in_name[i];
+    const tn_type *t = &f->in_type[i];
+    char want[160], got[128];
+    if (!a) return tn__err(TN_ERR_NULL, "%s: input %d ('%s') is NULL", W, i, nm);
+    if (a->live_gen && a->gen != *a->live_gen)
+        return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a stale borrowed array (from call %llu; its function is now at call %llu)",
+                       W, i, nm, (unsigned long long)a->gen, (unsigned long long)*a->live_gen);
+    if (a->dtype != t->dtype || a->ndim != t->ndim) {
+        tn__shape_str(a->ndim, a->shape, got);
+        return tn__err(a->dtype != t->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE,
+                       "%s: input %d ('%s') expects %s but got a %s array of %d dims %s", W, i, nm,
+                       tn__type_str(t, want), tn_dtype_name(a->dtype), a->ndim, got);
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        if ((t->bcast[d] && a->shape[d] != 1) || (t->shape[d] >= 0 && a->shape[d] != t->shape[d])) {
+            tn__shape_str(a->ndim, a->shape, got);
+            return tn__err(TN_ERR_SHAPE, "%s: input %d ('%s') expects shape %s but got %s (dim %d is %lld, must be %lld%s)",
+                           W, i, nm, tn__shape_str(t->ndim, t->shape, want), got, d, (long long)a->shape[d],
+                           (long long)(t->bcast[d] ? 1 : t->shape[d]), t->bcast[d] ? ": broadcastable" : "");
+        }
+    }
+    if (a->ndim > 0 && !a->data && tn_array_size(a) > 0) return tn__err(TN_ERR_NULL, "%s: input %d ('%s') has no data", W, i, nm);
+    return TN_OK;
+}
+
+/* True when an external array's shape differs from the one the plan used. */
+static bool tn__shapes_changed(tn_func *f) {
+    bool changed = !f->planned;
+    for (int e = 0; e < f->n_ext; e++) {
+        const tn_array *a = f->slotp[f->ext_slots[e]];
+        int64_t *c = f->cache + (size_t)e * (1 + TN_MAX_DIMS);
+        if (c[0] != a->ndim) { changed = true; c[0] = a->ndim; }
+        for (int d = 0; d < a->ndim; d++)
+            if (c[1 + d] != a->shape[d]) { changed = true; c[1 + d] = a->shape[d]; }
+    }
+    return changed;
+}
+
+static tn_result tn__run_steps(tn_func *f) {
+    for (int k = 0; k < f->n_steps; k++) {
+        tn__step *st = &f->steps[k];
+        tn_array **in = f->args, **out = f->args + st->n_in;
+        for (int i = 0; i < st->n_in; i++) in[i] = f->slotp[st->in_slot[i]];
+        for (int o = 0; o < st->n_out; o++) {
+            tn__slot *sl = &f->slots[st->out_slot + o];
+            tn_array *a = &sl->arr;
+            if (st->view && o == 0) {
+                /* aliases the input, wherever it lives this call; the kernel sets data and strides */
+                a->base = in[0]->base;
+                a->data = in[0]->data;
+                a->device = in[0]->device;
+                tn__contiguous_strides(a->dtype, a->ndim, a->shape, a->strides);
+            } else {
+                a->base = f->phys[sl->phys].base;
+                a->data = f->phys[sl->phys].data;
+            }
+            out[o] = a;
+        }
+        tn_var *v = st->node;
+        double t0 = f->prof ? tn__prof_now() : 0;
+        tn_result r = v->device != TN_HOST && f->backend && f->backend->run
+                    ? f->backend->run(v, st->bstate, in, out)
+                    : st->def->cpu(v, in, out);
+        if (f->prof) tn__prof_step(f, k, t0);
+        if (r != TN_OK) {
+            char lb[256];
+            tn__node_label(v, lb, sizeof lb);
+            return tn__err(r, "%s: %s (step %d of %d): %s", f->name, lb, k, f->n_steps, tn_last_error());
+        }
+    }
+    /* Device work stays queued: HostFromGpu waits for the stream itself, and
+       device outputs and updates are ordered on it. The profiler waits to time. */
+    if (f->prof && f->backend && f->backend->synchronize) {
+        for (int k = 0; k < f->n_steps; k++)
+            if (f->steps[k].node->device != TN_HOST) return f->backend->synchronize();
+    }
+    return TN_OK;
+}
+
+/* The shared value can take the update's buffer, and give its own buffer
+   (big enough for the plan) to the function in exchange. */
+static bool tn__can_swap(const tn_func *f, int u) {
+    if (!f->upd_swappable[u]) return false;
+    const tn__slot *sl = &f->slots[f->upd_slot[u]];
+    const tn_array *S = f->upd_user[u]->value;
+    const tn__phys *p = &f->phys[sl->phys];
+    return S && S->base && S->base->owns && S->live_gen == NULL && S->device == p->device &&
+           S->data == S->base->data && S->base->bytes >= p->cap && tn_array_is_contiguous(S);
+}
+
+static tn_result tn__retire(tn_func *f, tn_array *a) {
+    if (f->n_retired == f->cap_retired) {
+        int cap = f->cap_retired ? 2 * f->cap_retired : 8;
+        tn_array **n = (tn_array **)tn__realloc(f->retired, (size_t)cap * sizeof *n);
+        if (!n) return TN_ERR_OOM;
+        f->retired = n; f->cap_retired = cap;
+    }
+    f->retired[f->n_retired++] = a;
+    return TN_OK;
+}
+
+/* Every new value is ready before the first shared variable changes. */
+static tn_result tn__apply_updates(tn_func *f) {
+    int nu = f->n_updates;
+    if (nu == 0) return TN_OK;
+    if (f->cap_retired < nu) {
+        tn_array **n = (tn_array **)tn__realloc(f->retired, (size_t)nu * sizeof *n);
+        if (!n) return tn__err(TN_ERR_OOM, "%s: out of memory for updates", f->name);
+        f->retired = n; f->cap_retired = nu;
+    }
+    for (int u = 0; u < nu; u++) {
+        f->upd_new[u] = NULL;
+        if (tn__can_swap(f, u)) continue;
+        const tn_array *S = f->upd_user[u]->value;        /* the copy goes where the variable lives */
+        if (!(f->upd_new[u] = tn__copy_on(f->slotp[f->upd_slot[u]], S ? S->device : TN_HOST))) {
+            for (int j = 0; j < u; j++) { tn_array_free(f->upd_new[j]); f->upd_new[j] = NULL; }
+            return tn__err(TN_ERR_OOM, "%s: out of memory for update %d ('%s')", f->name, u, tn__var_label_name(f->upd_user[u]));
+        }
+    }
+    for (int u = 0; u < nu; u++) {
+        tn_array *S = f->upd_user[u]->value;
+        if (f->upd_new[u]) {
+            /* swap contents so tn_shared_get pointers stay valid; the old value may
+               back a borrowed output of this call: keep it until the next one */
+            tn_array tmp = *S;
+            *S = *f->upd_new[u];
+            *f->upd_new[u] = tmp;
+            f->retired[f->n_retired++] = f->upd_new[u];
+            f->upd_new[u] = NULL;
+            continue;
+        }
+        tn__slot *sl = &f->slots[f->upd_slot[u]];
+        tn__phys *p = &f->phys[sl->phys];
+        tn_buffer *old_base = S->base;
+        void *old_data = S->data;
+        *S = sl->arr;
+        S->base = p->base;           /* S takes the function's reference ... */
+        S->data = p->data;
+        S->live_gen = NULL;
+        S->gen = 0;
+        p->base = old_base;          /* ... and the function takes S's */
+        p->data = old_data;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
+    for (int i = 0; i < f->n_outputs; i++) {
+        outputs[i] = NULL;
+        if (f->out_borrow[i]) continue;
+        const tn_array *o = f->slotp[f->out_slot[i]];
+        tn_array *c = tn__copy_on(o, o->device);       /* a device output (tn_gpu_from_host) stays there */
+        if (!c) {
+            for (int j = 0; j < i; j++) { tn_array_free(outputs[j]); outputs[j] = NULL; }
+            return tn__err(TN_ERR_OOM, "%s: out of memory copying output %d: %s", f->name, i, tn_last_error());
+        }
+        outputs[i] = c;
+    }
+    for (int i = 0; i < f->n_outputs; i++) {
+        if (!f->out_borrow[i]) continue;
+        size_t at = (size_t)i * TN__RING + (size_t)(f->gen % TN__RING);
+        tn_array *b = &f->ring[at];
+        *b = *f->slotp[f->out_slot[i]];
+        /* an alias of a user's input or a shared value keeps that storage alive
+           (the user may free the input or set the shared value) */
+        tn__buffer_release(f->ring_ref[at]);
+        f->ring_ref[at] = NULL;
+        if (f->slots[f->out_slot[i]].phys < 0 && b->base) { tn__buffer_retain(b->base); f->ring_ref[at] = b->base; }
+        b->live_gen = &f->gen;
+        b->gen = f->gen;
+        outputs[i] = b;
+    }
+    return TN_OK;
+}
+
+TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_call: function is NULL");
+    const char *W = f->name;
+    if (f->n_inputs > 0 && !inputs)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: expects %d input%s but inputs is NULL", W, f->n_inputs, f->n_inputs == 1 ? "" : "s");
+    if (f->n_outputs > 0 && !outputs)
+        return tn__err(TN_ERR_NULL, "%s: outputs is NULL (it needs room for %d arrays)", W, f->n_outputs);
+    for (int i = 0; i < f->n_inputs; i++) {
+        tn_result r = tn__check_input(f, i, inputs[i]);
+        if (r != TN_OK) return r;
+    }
+    double t_call = f->prof ? tn__prof_begin_call(f, inputs) : 0, t_run = 0;
+    f->gen++;                        /* borrowed outputs of earlier calls are stale from here on */
+    tn__retired_release(f);
+    for (int i = 0; i < f->n_inputs; i++) f->slotp[f->in_slot[i]] = inputs[i];
+    for (int s = 0; s < f->n_slots; s++)
+        if (f->slots[s].kind == TN__SLOT_SHARED) f->slotp[s] = f->slots[s].user->value;
+    tn_result r;
+    if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
+    if (f->prof) t_run = tn__prof_now();
+    if ((r = tn__run_steps(f)) != TN_OK) return r;
+    if (f->prof) t_run = tn__prof_now() - t_run;
+    if ((r = tn__make_outputs(f, outputs)) != TN_OK) return r;
+    if ((r = tn__apply_updates(f)) != TN_OK) {
+        for (int i = 0; i < f->n_outputs; i++) { if (!f->out_borrow[i]) tn_array_free(outputs[i]); outputs[i] = NULL; }
+        return r;
+    }
+    if (f->prof) tn__prof_end_call(f, t_call, t_run);
+    return TN_OK;
+}
+
+/* >>leaf_ops ----------------------------------------------------------- */
+
+/* Shortest text that reads back as the same double, Python-style ("2.0"). */
+static void tn__fmt_double(double v, char *buf, size_t cap) {
+    if (v != v) { snprintf(buf, cap, "nan"); return; }
+    if (isinf(v)) { snprintf(buf, cap, v < 0 ? "-inf" : "inf"); return; }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    if (!strpbrk(buf, ".eni")) {
+        size_t n = strlen(buf);
+        if (n + 2 < cap) { buf[n] = '.'; buf[n + 1] = '0'; buf[n + 2] = 0; }
+    }
+}
+
+static void tn__fmt_value(tn_dtype t, double v, char *buf, size_t cap) {
+    if (tn_dtype_is_float(t)) tn__fmt_double(v, buf, cap);
+    else if (t == TN_BOOL) snprintf(buf, cap, "%s", v != 0 ? "True" : "False");
+    else snprintf(buf, cap, "%lld", (long long)v);
+}
+
+
+static tn_result tn__infer_leaf(const tn_var *node, const tn_type *in, tn_type *out) {
+    (void)in;
+    *out = node->type;
+    return TN_OK;
+}
+
+static void tn__label_input(const tn_var *node, char *buf, size_t cap) {
+    char tb[160];
+    if (node->name) snprintf(buf, cap, "%s", node->name);
+    else snprintf(buf, cap, "<%s>", tn__type_str(&node->type, tb));
+}
+
+/* Theano's TensorConstant{2.0}, TensorConstant{(3,) of 1.0}, TensorConstant{[1. 2.]} */
+static void tn__label_constant(const tn_var *node, char *buf, size_t cap) {
+    const tn_array *a = node->value;
+    if (!a) { snprintf(buf, cap, "TensorConstant{?}"); return; }
+    int64_t n = tn_array_size(a);
+    char vb[64], sb[128];
+    int64_t idx[TN_MAX_DIMS] = { 0 };
+    double first = n > 0 ? tn_array_get(a, idx) : 0.0;
+    if (n == 1 && a->ndim == 0) {
+        tn__fmt_value(a->dtype, first, vb, sizeof vb);
+        snprintf(buf, cap, "TensorConstant{%s}", vb);
+        return;
+    }
+    bool same = n > 0;
+    for (int64_t k = 1; same && k < n; k++) {
+        int64_t r = k;
+        for (int d = a->ndim - 1; d >= 0; d--) { idx[d] = r % a->shape[d]; r /= a->shape[d]; }
+        double x = tn_array_get(a, idx);
+        same = x == first || (x != x && first != first);
+    }
+    if (same) {
+        tn__fmt_value(a->dtype, first, vb, sizeof vb);
+        snprintf(buf, cap, "TensorConstant{%s of %s}", tn__shape_str(a->ndim, a->shape, sb), vb);
+    } else if (n <= 10) {
+        int k = snprintf(buf, cap, "TensorConstant{");
+        if (k > 0 && (size_t)k < cap) {
+            int w = tn_array_snprint(a, buf + k, cap - (size_t)k);
+            size_t len = strlen(buf);
+            if (w >= 0 && len + 2 <= cap) { buf[len] = '}'; buf[len + 1] = 0; }
+        }
+    } else {
+        snprintf(buf, cap, "TensorConstant{%s of %s}", tn__shape_str(a->ndim, a->shape, sb), tn_dtype_name(a->dtype));
+    }
+}
+
+static tn_result tn__infer_proj(const tn_var *node, const tn_type *in, tn_type *out) {
+    (void)in;
+    const tn_var *src = node->in[0];
+    int k = (int)node->p.i[0];
+    if (k < 0 || k >= src->n_out) return tn__err(TN_ERR_INVALID, "PROJ: output %d of a node with %d outputs", k, src->n_out);
+    if (src->n_out == 1) { *out = src->type; return TN_OK; }
+    /* build time only: the executor never calls PROJ's rule (it reads its source's outputs) */
+    tn_type *buf = (tn_type *)tn__malloc((size_t)(src->n_in + src->n_out) * sizeof *buf);
+    if (!buf) return tn__err(TN_ERR_OOM, "PROJ: out of memory");
+    for (int i = 0; i < src->n_in; i++) buf[i] = src->in[i]->type;
+    tn_result r = tn__infer_outputs(src, buf, buf + src->n_in);
+    if (r == TN_OK) *out = buf[src->n_in + k];
+    tn__free(buf);
+    return r;
+}
+
+static void tn__label_proj(const tn_var *node, char *buf, size_t cap) {
+    char inner[256];
+    const tn_op_def *d = tn__op_def(node->in[0]->op);
+    if (d && d->label) d->label(node->in[0], inner, sizeof inner);
+    else snprintf(inner, sizeof inner, "%s", d && d->name ? d->name : "?");
+    snprintf(buf, cap, "%s.%d", inner, (int)node->p.i[0]);
+}
+
+TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, int n_outputs, tn_array **outputs) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_call: function is NULL");
+    if (n_inputs != f->n_inputs) {
+        char names[256];
+        size_t k = 0;
+        names[0] = 0;
+        for (int i = 0; i < f->n_inputs && k < sizeof names - 8; i++)
+            k += (size_t)snprintf(names + k, sizeof names - k, "%s'%s'", i ? ", " : "", f->in_name[i]);
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: expects %d input%s (%s) but got %d", f->name, f->n_inputs,
+                       f->n_inputs == 1 ? "" : "s", names, n_inputs);
+    }
+    if (n_outputs != f->n_outputs)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: returns %d output%s but the caller has room for %d", f->name, f->n_outputs,
+                       f->n_outputs == 1 ? "" : "s", n_outputs);
+    return tn_call(f, inputs, outputs);
+}
+
+/* >>debugprint --------------------------------------------------------- */
+
+/* Theano's ids: A..Z, then BA, BB, ... (base 26, A is 0). */
+static void tn__id_str(int n, char *buf) {
+    char tmp[16];
+    int k = 0;
+    do { tmp[k++] = (char)('A' + n % 26); n /= 26; } while (n > 0);
+    for (int i = 0; i < k; i++) buf[i] = tmp[k - 1 - i];
+    buf[k] = 0;
+}
+
+typedef struct tn__printer {
+    FILE *out;
+    int *ids;            /* by var id: print id, or -1 */
+    int next_id;
+    const int *topo;     /* by var id: step index, or -1 (functions only) */
+    int nvars;
+    char *prefix;
+    size_t cap;
+} tn__printer;
+
+static bool tn__is_apply(const tn_var *v) { return tn__op_kind(v->op) != TN_OPK_LEAF; }
+
+/* children as printed: a PROJ shows its source's inputs */
+static int tn__print_nchildren(const tn_var *v) {
+    if (v->op == TN_OP_PROJ && v->n_in == 1) return v->in[0]->n_in;
+    return tn__is_apply(v) ? v->n_in : 0;
+}
+static tn_var *tn__print_child(const tn_var *v, int i) {
+    return v->op == TN_OP_PROJ ? v->in[0]->in[i] : v->in[i];
+}
+
+/* Prints one line; returns whether the var's inputs should follow. */
+static bool tn__print_line(tn__printer *pr, const tn_var *v, size_t plen, bool child) {
+    char lb[512], idb[16], tb[160];
+    tn__node_label(v, lb, sizeof lb);
+    bool first = v->id >= 0 && v->id < pr->nvars && pr->ids[v->id] < 0;
+    if (first) pr->ids[v->id] = pr->next_id++;
+    tn__id_str(v->id >= 0 && v->id < pr->nvars ? pr->ids[v->id] : 0, idb);
+    fprintf(pr->out, "%.*s%s%s [id %s] <%s>", (int)plen, pr->prefix, child ? " |" : "", lb, idb, tn__type_str(&v->type, tb));
+    if (tn__is_apply(v)) {
+        fprintf(pr->out, " '%s'   ", v->name ? v->name : "");
+        if (pr->topo) {
+            const tn_var *src = v->op == TN_OP_PROJ ? v->in[0] : v;
+            if (src->id >= 0 && src->id < pr->nvars && pr->topo[src->id] >= 0) fprintf(pr->out, "%d", pr->topo[src->id]);
+        }
+    }
+    fputc('\n', pr->out);
+    return first && tn__print_nchildren(v) > 0;
+}
+
+static bool tn__prefix_reserve(tn__printer *pr, size_t n) {
+    if (n <= pr->cap) return true;
+    size_t cap = pr->cap ? pr->cap * 2 : 256;
+    while (cap < n) cap *= 2;
+    char *b = (char *)tn__realloc(pr->prefix, cap);
+    if (!b) return false;
+    pr->prefix = b; pr->cap = cap;
+    return true;
+}
+
+/* One tree, iteratively (graphs may be deep). */
+static tn_result tn__print_tree(tn__printer *pr, const tn_var *root) {
+    struct tn__pframe { const tn_var *v; int next; size_t plen; } *stack = NULL;
+    int sp = 0, cap = 0;
+    if (!tn__print_line(pr, root, 0, false)) return TN_OK;
+    cap = 64;
+    if (!(stack = (struct tn__pframe *)tn__malloc((size_t)cap * sizeof *stack))) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
+    stack[sp++] = (struct tn__pframe){ root, 0, 0 };
+    while (sp > 0) {
+        struct tn__pframe *fr = &stack[sp - 1];
+        int n = tn__print_nchildren(fr->v);
+        if (fr->next >= n) { sp--; continue; }
+        int i = fr->next++;
+        const tn_var *c = tn__print_child(fr->v, i);
+        size_t plen = fr->plen;
+        if (!c) { fprintf(pr->out, "%.*s |NULL\n", (int)plen, pr->prefix); continue; }
+        if (!tn__print_line(pr, c, plen, true)) continue;
+        if (!tn__prefix_reserve(pr, plen + 3)) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
+        memcpy(pr->prefix + plen, i == n - 1 ? "  " : " |", 2);
+        if (sp == cap) {
+            struct tn__pframe *ns = (struct tn__pframe *)tn__realloc(stack, (size_t)cap * 2 * sizeof *stack);
+            if (!ns) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
+            stack = ns; cap *= 2;
+        }
+        stack[sp++] = (struct tn__pframe){ c, 0, plen + 2 };
+    }
+    tn__free(stack);
+    return TN_OK;
+}
+
+static tn_result tn__printer_init(tn__printer *pr, FILE *out, int nvars) {
+    memset(pr, 0, sizeof *pr);
+    pr->out = out;
+    pr->nvars = nvars;
+    pr->ids = (int *)tn__malloc(((size_t)nvars + 1) * sizeof *pr->ids);
+    if (!pr->ids || !tn__prefix_reserve(pr, 256)) { tn__free(pr->ids); tn__free(pr->prefix); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
+    for (int i = 0; i < nvars; i++) pr->ids[i] = -1;
+    return TN_OK;
+}
+
+static void tn__printer_free(tn__printer *pr) { tn__free(pr->ids); tn__free(pr->prefix); }
+
+TN_API tn_result tn_debugprint(const tn_var *v, FILE *out) {
+    if (!v) return tn__err(TN_ERR_NULL, "tn_debugprint: variable is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_debugprint: out is NULL");
+    tn__printer pr;
+    tn_result r = tn__printer_init(&pr, out, v->graph ? v->graph->nvars : 0);
+    if (r != TN_OK) return r;
+    r = tn__print_tree(&pr, v);
+    tn__printer_free(&pr);
+    return r;
+}
+
+TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_debugprint_function: function is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_debugprint_function: out is NULL");
+    tn__printer pr;
+    int nv = f->fg->nvars;
+    tn_result r = tn__printer_init(&pr, out, nv);
+    if (r != TN_OK) return r;
+    int *topo = (int *)tn__malloc(((size_t)nv + 1) * sizeof *topo);
+    if (!topo) { tn__printer_free(&pr); return tn__err(TN_ERR_OOM, "tn_debugprint_function: out of memory"); }
+    for (int i = 0; i < nv; i++) topo[i] = -1;
+    for (int k = 0; k < f->n_steps; k++) topo[f->steps[k].node->id] = k;
+    pr.topo = topo;
+    for (int i = 0; i < f->n_roots && r == TN_OK; i++) {
+        if (i >= f->n_outputs) fprintf(out, "update of %s:\n", tn__var_label_name(f->upd_user[i - f->n_outputs]));
+        r = tn__print_tree(&pr, f->roots[i]);
+    }
+    tn__free(topo);
+    tn__printer_free(&pr);
+    return r;
+}
+
+/* How an input reads in an apply's text: name, constant, or producer.k */
+static void tn__apply_arg_str(const tn_var *v, char *buf, size_t cap) {
+    if (v->name) { snprintf(buf, cap, "%s", v->name); return; }
+    tn__node_label(v, buf, cap);
+    if (tn__is_apply(v) && v->op != TN_OP_PROJ) {
+        size_t n = strlen(buf);
+        if (n + 3 < cap) memcpy(buf + n, ".0", 3);
+    }
+}
+
+TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_print_toposort: function is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_print_toposort: out is NULL");
+    char lb[512], ab[512];
+    for (int k = 0; k < f->n_steps; k++) {
+        const tn_var *v = f->steps[k].node;
+        tn__node_label(v, lb, sizeof lb);
+        fprintf(out, "%s(", lb);
+        for (int i = 0; i < v->n_in; i++) {
+            tn__apply_arg_str(v->in[i], ab, sizeof ab);
+            fprintf(out, "%s%s", i ? ", " : "", ab);
+        }
+        fputs(")\n", out);
+    }
+    return TN_OK;
+}
+
+/* >>registry: fills this part's rows of the op table */
+static void tn__register_graph_ops(tn_op_def *t) {
+    t[TN_OP_INPUT] = (tn_op_def){ "Input", TN_OPK_LEAF, 0, tn__infer_leaf, NULL, tn__label_input };
+    t[TN_OP_CONSTANT] = (tn_op_def){ "Constant", TN_OPK_LEAF, 0, tn__infer_leaf, NULL, tn__label_constant };
+    t[TN_OP_SHARED] = (tn_op_def){ "Shared", TN_OPK_LEAF, 0, tn__infer_leaf, NULL, tn__label_input };
+    t[TN_OP_PROJ] = (tn_op_def){ "Proj", TN_OPK_OTHER, 1, tn__infer_proj, NULL, tn__label_proj };
+}
+
+/* >>rewrite =========================================================== */
+/* >>rewrite: the optimizer: one rewrite engine and the passes built on it.
+
+   tn__optimize(fg, roots) rewrites a function-private graph in place. Passes,
+   in this order (DESIGN.md):
+     1 canonicalize  x*1, x+0, x-x, --x, x**k, constant chains, shape-op pairs
+     2 merge         CSE by hash-consing; equal constants become one node
+     3 fold          nodes whose inputs are all constants run at compile time
+     4 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp
+     5 specialize    dot + bias -> gemm / gemv
+     6 place         the back end's placement pass (tn_backend.place), if any
+     7 fuse          elementwise groups -> Composite (several outputs allowed);
+                     a group feeding a reduction becomes its prologue
+     8 inplace       destroy map (node->inplace) where an input dies here
+   TN_MODE_FAST_COMPILE runs only merge and fold.
+
+   The engine. A rewrite (tn__rewrite) is data: a name, the ops it triggers
+   on, constraints the driver checks, and a builder that returns the
+   replacement (or NULL: no change). tn__rw_run applies a group of rewrites to
+   a fixpoint with a FIFO work list: when a node is replaced, its clients and
+   the new nodes are queued; nothing is rescanned. A clients map (who reads
+   each node, and at which input slot) is kept exact under replacement: each
+   node remembers, per input slot, its position in that input's client list,
+   so a use is added or removed in O(1). A node nobody reads (and that is no
+   root) is dead: its uses of its inputs are dropped, transitively. Every pass
+   is linear in the graph (or n log n); traversals are iterative (chains of
+   100k nodes). */
+#include <string.h>
+#include <math.h>
+
+#ifdef TENSOR_STATIC
+#define TN__GLOBAL static
+#else
+#define TN__GLOBAL
+#endif
+TN__GLOBAL int tn__fuse_max_inputs = 64;
+TN__GLOBAL bool tn__fuse_into_reductions = true;
+
+/* >>rewrite_counters: which rewrite fired how often in this thread's last optimize */
+#define TN__RW_MAX_NAMES 128
+static _Thread_local struct { const char *name; int n; } tn__rw_counts[TN__RW_MAX_NAMES];
+static _Thread_local int tn__rw_n_counts;
+
+static void tn__rw_count(const char *name) {
+    for (int i = 0; i < tn__rw_n_counts; i++)
+        if (tn__rw_counts[i].name == name || !strcmp(tn__rw_counts[i].name, name)) { tn__rw_counts[i].n++; return; }
+    if (tn__rw_n_counts < TN__RW_MAX_NAMES) {
+        tn__rw_counts[tn__rw_n_counts].name = name;
+        tn__rw_counts[tn__rw_n_counts++].n = 1;
+    }
+}
+
+TN_API int tn__rewrite_count(const char *name) {
+    int n = 0;
+    for (int i = 0; i < tn__rw_n_counts; i++)
+        if (!name || !strcmp(tn__rw_counts[i].name, name)) n += tn__rw_counts[i].n;
+    return n;
+}
+
+/* >>rewrite_engine ------------------------------------------------------- */
+
+typedef struct tn__use { tn_var *c; int k; } tn__use;   /* c->in[k] is this node */
+
+typedef struct tn__ninfo {
+    tn__use *use;
+    int n_use, cap_use;
+    int *pos;          /* pos[k]: index of (this, k) in in[k]'s use list */
+    int n_root;        /* how often it is in roots[] */
+    unsigned stamp;    /* traversal marks */
+    bool live, queued, known;
+    int grp, reach;    /* fusion scratch */
+    uint64_t rmask;
+} tn__ninfo;
+
+typedef struct tn__rw {
+    tn_graph *g;
+    tn_var **roots;
+    int n_roots;
+    tn__ninfo *ni;     /* by node id */
+    int cap_ni;
+    int synced;        /* graph vars [0, synced) are in the clients map */
+    tn_var **q;        /* FIFO work list */
+    int q_head, q_len, q_cap;
+    tn_var **stk;      /* scratch stack (kill, revive, topo) */
+    int stk_cap;
+    unsigned stamp;
+    int mk;            /* the input index a constant constraint matched */
+    bool oom;
+} tn__rw;
+
+static tn__ninfo *tn__ni(tn__rw *c, const tn_var *v) { return &c->ni[v->id]; }
+static bool tn__rw_live(tn__rw *c, const tn_var *v) { return v->id < c->synced && c->ni[v->id].live; }
+static int tn__rw_nuses(tn__rw *c, const tn_var *v) { return c->ni[v->id].n_use; }
+
+static bool tn__rw_stk_reserve(tn__rw *c, int n) {
+    if (n <= c->stk_cap) return true;
+    int cap = c->stk_cap ? c->stk_cap : 64;
+    while (cap < n) cap *= 2;
+    tn_var **s = (tn_var **)tn__realloc(c->stk, (size_t)cap * sizeof *s);
+    if (!s) { c->oom = true; return false; }
+    c->stk = s; c->stk_cap = cap;
+    return true;
+}
+
+static void tn__rw_add_use(tn__rw *c, tn_var *x, tn_var *client, int k) {
+    tn__ninfo *X = tn__ni(c, x);
+    if (X->n_use == X->cap_use) {
+        int cap = X->cap_use ? 2 * X->cap_use : 2;
+        tn__use *u = (tn__use *)tn__realloc(X->use, (size_t)cap * sizeof *u);
+        if (!u) { c->oom = true; return; }
+        X->use = u; X->cap_use = cap;
+    }
+    tn__ni(c, client)->pos[k] = X->n_use;
+    X->use[X->n_use++] = (tn__use){ client, k };
+}
+
+static void tn__rw_del_use(tn__rw *c, tn_var *x, tn_var *client, int k) {
+    tn__ninfo *X = tn__ni(c, x);
+    int p = tn__ni(c, client)->pos[k];
+    TN_ASSERT(p >= 0 && p < X->n_use && X->use[p].c == client && X->use[p].k == k);
+    tn__use last = X->use[--X->n_use];
+    X->use[p] = last;
+    tn__ni(c, last.c)->pos[last.k] = p;
+}
+
+static void tn__rw_enqueue(tn__rw *c, tn_var *v) {
+    tn__ninfo *I = tn__ni(c, v);
+    if (I->queued || !I->live) return;
+    if (c->q_len == c->q_cap) {     /* ring buffer: grow and unwrap */
+        int cap = c->q_cap ? 2 * c->q_cap : 256;
+        tn_var **q = (tn_var **)tn__malloc((size_t)cap * sizeof *q);
+        if (!q) { c->oom = true; return; }
+        for (int i = 0; i < c->q_len; i++) q[i] = c->q[(c->q_head + i) % c->q_cap];
+        tn__free(c->q);
+        c->q = q; c->q_cap = cap; c->q_head = 0;
+    }
+    c->q[(c->q_head + c->q_len++) % c->q_cap] = v;
+    I->queued = true;
+}
+
+static tn_var *tn__rw_dequeue(tn__rw *c) {
+    if (!c->q_len) return NULL;
+    tn_var *v = c->q[c->q_head];
+    c->q_head = (c->q_head + 1) % c->q_cap;
+    c->q_len--;
+    tn__ni(c, v)->queued = false;
+    return v;
+}
+
+/* Brings nodes created since the last sync into the clients map (live). */
+static void tn__rw_sync(tn__rw *c) {
+    int n = tn__graph_nvars(c->g);
+    if (n > c->cap_ni) {
+        int cap = c->cap_ni ? c->cap_ni : 256;
+        while (cap < n) cap *= 2;
+        tn__ninfo *ni = (tn__ninfo *)tn__realloc(c->ni, (size_t)cap * sizeof *ni);
+        if (!ni) { c->oom = true; return; }
+        memset(ni + c->cap_ni, 0, (size_t)(cap - c->cap_ni) * sizeof *ni);
+        c->ni = ni; c->cap_ni = cap;
+    }
+    /* Entries first, uses second: a pass outside the engine (placement) may
+       have rewired a node to read one created after it. */
+    int first = c->synced;
+    for (int i = first; i < n; i++) {
+        tn_var *v = tn__graph_var(c->g, i);
+        TN_ASSERT(v->id == i);
+        tn__ninfo *I = &c->ni[i];
+        memset(I, 0, sizeof *I);
+        I->live = true;
+        I->known = true;
+        I->grp = -1;
+        if (v->n_in && !(I->pos = (int *)tn__malloc((size_t)v->n_in * sizeof *I->pos))) { c->oom = true; return; }
+        c->synced = i + 1;
+    }
+    for (int i = first; i < n; i++) {
+        tn_var *v = tn__graph_var(c->g, i);
+        for (int k = 0; k < v->n_in; k++) tn__rw_add_use(c, v->in[k], v, k);
+    }
+}
+
+/* Kills v if nothing reads it, then whatever that leaves unread. */
+static void tn__rw_kill(tn__rw *c, tn_var *v) {
+    int sp = 0;
+    if (!tn__rw_stk_reserve(c, 1)) return;
+    c->stk[sp++] = v;
+    while (sp) {
+        tn_var *x = c->stk[--sp];
+        tn__ninfo *X = tn__ni(c, x);
+        if (!X->live || X->n_use || X->n_root) continue;
+        X->live = false;
+        if (!tn__rw_stk_reserve(c, sp + x->n_in)) return;
+        for (int k = 0; k < x->n_in; k++) {
+            tn__rw_del_use(c, x->in[k], x, k);
+            c->stk[sp++] = x->in[k];
+        }
+    }
+}
+
+/* Makes a dead node (and its dead inputs) live again, with its uses. */
+static void tn__rw_revive(tn__rw *c, tn_var *v) {
+    if (tn__ni(c, v)->live) return;
+    int sp = 0;
+    if (!tn__rw_stk_reserve(c, 1)) return;
+    c->stk[sp++] = v;
+    tn__ni(c, v)->live = true;
+    while (sp) {
+        tn_var *x = c->stk[--sp];
+        if (!tn__rw_stk_reserve(c, sp + x->n_in)) return;
+        for (int k = 0; k < x->n_in; k++) {
+            tn__rw_add_use(c, x->in[k], x, k);
+            if (!tn__ni(c, x->in[k])->live) { tn__ni(c, x->in[k])->live = true; c->stk[sp++] = x->in[k]; }
+        }
+    }
+}
+
+/* Every read of x (clients and roots) now reads y; x dies. */
+static void tn__rw_replace(tn__rw *c, tn_var *x, tn_var *y) {
+    TN_ASSERT(x != y);
+    tn__rw_revive(c, y);
+    while (tn__ni(c, x)->n_use) {
+        tn__use u = tn__ni(c, x)->use[tn__ni(c, x)->n_use - 1];
+        tn__rw_del_use(c, x, u.c, u.k);
+        u.c->in[u.k] = y;
+        tn__rw_add_use(c, y, u.c, u.k);
+        tn__rw_enqueue(c, u.c);
+    }
+    if (tn__ni(c, x)->n_root) {
+        for (int i = 0; i < c->n_roots; i++)
+            if (c->roots[i] == x) { c->roots[i] = y; tn__ni(c, y)->n_root++; }
+        tn__ni(c, x)->n_root = 0;
+    }
+    tn__rw_kill(c, x);
+}
+
+/* Live nodes in topological order (inputs first), from the roots. *out is
+   owned by the caller. Iterative DFS: graphs may be 100k nodes deep. */
+static int tn__rw_topo(tn__rw *c, tn_var ***out) {
+    int cap = c->synced + 1, n = 0, sp = 0;
+    tn_var **ord = (tn_var **)tn__malloc((size_t)cap * sizeof *ord);
+    int *next = (int *)tn__malloc((size_t)cap * sizeof *next);
+    tn_var **stk = (tn_var **)tn__malloc((size_t)cap * sizeof *stk);
+    if (!ord || !next || !stk) { tn__free(ord); tn__free(next); tn__free(stk); c->oom = true; *out = NULL; return 0; }
+    unsigned st = ++c->stamp;
+    for (int r = 0; r < c->n_roots; r++) {
+        tn_var *root = c->roots[r];
+        if (tn__ni(c, root)->stamp == st) continue;
+        tn__ni(c, root)->stamp = st;
+        stk[sp] = root; next[sp++] = 0;
+        while (sp) {
+            tn_var *v = stk[sp - 1];
+            if (next[sp - 1] < v->n_in) {
+                tn_var *u = v->in[next[sp - 1]++];
+                if (tn__ni(c, u)->stamp != st) { tn__ni(c, u)->stamp = st; stk[sp] = u; next[sp++] = 0; }
+            } else {
+                ord[n++] = v;
+                sp--;
+            }
+        }
+    }
+    tn__free(next);
+    tn__free(stk);
+    *out = ord;
+    return n;
+}
+
+static bool tn__rw_init(tn__rw *c, tn_graph *g, tn_var **roots, int n_roots) {
+    memset(c, 0, sizeof *c);
+    c->g = g; c->roots = roots; c->n_roots = n_roots;
+    tn__rw_sync(c);
+    if (c->oom) return false;
+    tn_var **ord;
+    int n = tn__rw_topo(c, &ord);
+    if (c->oom) return false;
+    unsigned st = c->stamp;
+    tn__free(ord);
+    for (int r = 0; r < n_roots; r++) tn__ni(c, roots[r])->n_root++;
+    for (int i = 0; i < c->synced; i++) {       /* nodes the roots do not reach are dead */
+        tn__ninfo *I = &c->ni[i];
+        if (I->stamp == st) continue;
+        I->live = false;
+        tn_var *v = tn__graph_var(g, i);
+        for (int k = 0; k < v->n_in; k++) tn__rw_del_use(c, v->in[k], v, k);
+    }
+    (void)n;
+    return true;
+}
+
+static void tn__rw_free(tn__rw *c) {
+    for (int i = 0; i < c->synced; i++) { tn__free(c->ni[i].use); tn__free(c->ni[i].pos); }
+    tn__free(c->ni);
+    tn__free(c->q);
+    tn__free(c->stk);
+}
+
+/* Rewrites as data. */
+enum {
+    TN__RQ_FLOAT = 1 << 0,        /* output dtype is a float */
+    TN__RQ_IN0_ONE_USE = 1 << 1,  /* in[0] has exactly one client (this node) */
+    TN__RQ_NOT_BOOL = 1 << 2,     /* output dtype is not bool */
+};
+#define TN__ANY_OP (-1)
+#define TN__ANY_IN (-1)
+
+typedef struct tn__rewrite {
+    const char *name;
+    int ops[6];              /* ops it triggers on; 0 ends the list; TN__ANY_OP: every op */
+    int cin;                 /* constraint: input cin-1 is a constant equal to cval
+                                (0: none; TN__ANY_IN: some input; its index in c->mk) */
+    double cval;
+    unsigned req;            /* TN__RQ_* */
+    tn_var *(*build)(tn__rw *c, tn_var *v);
+} tn__rewrite;
+
+/* The value of a constant whose elements are all equal (small ones only). */
+static bool tn__rw_const_value(const tn_var *v, double *out) {
+    if (!v || v->op != TN_OP_CONSTANT || !v->value || v->value->device != TN_HOST) return false;
+    int64_t n = tn_array_size(v->value);
+    if (n < 1 || n > 1024) return false;
+    double stackbuf[16], *buf = stackbuf;
+    if (n > 16 && !(buf = (double *)tn__malloc((size_t)n * sizeof *buf))) return false;
+    bool ok = tn_array_copy_to(v->value, TN_F64, buf, (size_t)n * sizeof *buf) == TN_OK && buf[0] == buf[0];
+    for (int64_t i = 1; ok && i < n; i++) ok = buf[i] == buf[0];
+    if (ok) *out = buf[0];
+    if (buf != stackbuf) tn__free(buf);
+    return ok;
+}
+
+static bool tn__rw_is_const(const tn_var *v, double val) {
+    double x;
+    return tn__rw_const_value(v, &x) && x == val;
+}
+
+static bool tn__rw_match(tn__rw *c, const tn__rewrite *r, tn_var *v) {
+    if ((r->req & TN__RQ_FLOAT) && !tn_dtype_is_float(v->type.dtype)) return false;
+    if ((r->req & TN__RQ_NOT_BOOL) && v->type.dtype == TN_BOOL) return false;
+    if ((r->req & TN__RQ_IN0_ONE_USE) && (v->n_in < 1 || tn__rw_nuses(c, v->in[0]) != 1 || tn__ni(c, v->in[0])->n_root)) return false;
+    c->mk = -1;
+    if (r->cin == TN__ANY_IN) {
+        for (int k = 0; k < v->n_in && c->mk < 0; k++) if (tn__rw_is_const(v->in[k], r->cval)) c->mk = k;
+        if (c->mk < 0) return false;
+    } else if (r->cin > 0) {
+        if (r->cin > v->n_in || !tn__rw_is_const(v->in[r->cin - 1], r->cval)) return false;
+        c->mk = r->cin - 1;
+    }
+    return true;
+}
+
+static bool tn__type_eq(const tn_type *a, const tn_type *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->bcast[d] != b->bcast[d]) return false;
+        if (a->shape[d] >= 0 && b->shape[d] >= 0 && a->shape[d] != b->shape[d]) return false;
+    }
+    return true;
+}
+
+/* y as a replacement for v: the same type exactly, a cast added where only
+   the dtype differs; NULL where the rank or broadcast pattern differs. */
+static tn_var *tn__rw_as_type(tn_var *y, const tn_var *v) {
+    if (!y) return NULL;
+    if (y->type.dtype != v->type.dtype) {
+        tn_type t = y->type;
+        t.dtype = v->type.dtype;
+        if (!tn__type_eq(&t, &v->type)) return NULL;
+        y = tn_cast(y, v->type.dtype);
+        if (!y) return NULL;
+    }
+    return tn__type_eq(&y->type, &v->type) ? y : NULL;
+}
+
+static void tn__rw_trace(const char *name, const tn_var *v, const tn_var *y) {
+    char a[256], b[256];
+    tn__node_label(v, a, sizeof a);
+    if (y->name) snprintf(b, sizeof b, "%s", y->name);
+    else tn__node_label(y, b, sizeof b);
+    fprintf(stderr, "rewrite %s: %s [id %d] -> %s [id %d]\n", name, a, v->id, b, y->id);
+}
+
+/* Records a firing and makes the replacement. */
+static void tn__rw_fire(tn__rw *c, const char *name, tn_var *v, tn_var *y) {
+    tn__rw_count(name);
+    if (tn_get_config()->trace_rewrites) tn__rw_trace(name, v, y);
+    tn__rw_replace(c, v, y);
+}
+
+/* Drops nodes made since n0 that nothing reads (a builder that gave up). */
+static void tn__rw_drop_new(tn__rw *c, int n0) {
+    for (int i = c->synced - 1; i >= n0; i--) tn__rw_kill(c, tn__graph_var(c->g, i));
+}
+
+/* Applies the group of rewrites to a fixpoint. */
+static tn_result tn__rw_run(tn__rw *c, const tn__rewrite *rw, int n_rw) {
+    enum { MAXPER = 24 };
+    static _Thread_local unsigned char idx[TN_OP_COUNT + 1][MAXPER], cnt[TN_OP_COUNT + 1];
+    memset(cnt, 0, sizeof cnt);
+    for (int r = 0; r < n_rw; r++)
+        for (int j = 0; j < 6 && rw[r].ops[j]; j++) {
+            int op = rw[r].ops[j];
+            if (op == TN__ANY_OP) { for (int o = 0; o <= TN_OP_COUNT; o++) if (cnt[o] < MAXPER) idx[o][cnt[o]++] = (unsigned char)r; }
+            else if (op > 0 && op < TN_OP_COUNT && cnt[op] < MAXPER) idx[op][cnt[op]++] = (unsigned char)r;
+        }
+    tn_var **ord;
+    int n = tn__rw_topo(c, &ord);
+    if (c->oom) return tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
+    for (int i = 0; i < n; i++) tn__rw_enqueue(c, ord[i]);
+    tn__free(ord);
+    long budget = 16L * n + 1000;     /* a guard against rewrites that undo each other */
+    tn_var *v;
+    while ((v = tn__rw_dequeue(c)) && !c->oom) {
+        if (!tn__rw_live(c, v) || v->op <= 0 || v->op >= TN_OP_COUNT) continue;
+        for (int j = 0; j < cnt[v->op]; j++) {
+            const tn__rewrite *r = &rw[idx[v->op][j]];
+            if (!tn__rw_match(c, r, v)) continue;
+            int n0 = tn__graph_nvars(c->g);
+            tn_result saved = tn_last_result();
+            tn_var *y = r->build(c, v);
+            if (y && y != v) y = tn__rw_as_type(y, v);
+            tn__rw_sync(c);
+            if (c->oom) break;
+            if (!y || y == v) {
+                tn__rw_drop_new(c, n0);
+                if (tn_last_result() != saved) tn_clear_error();   /* a rule that did not apply */
+                continue;
+            }
+            tn__rw_fire(c, r->name, v, y);
+            tn__rw_enqueue(c, y);
+            for (int i = n0; i < c->synced; i++) tn__rw_enqueue(c, tn__graph_var(c->g, i));
+            tn__rw_drop_new(c, n0);
+            break;
+        }
+        if (--budget < 0) break;
+    }
+    c->q_len = 0;
+    for (int i = 0; i < c->synced; i++) c->ni[i].queued = false;
+    if (c->oom) return tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
+    return TN_OK;
+}
+
+/* >>rewrite_helpers ------------------------------------------------------ */
+
+static bool tn__rw_is_ew(int op) { return op > TN_OP_NONE && op <= TN_OP_CAST; }
+static bool tn__rw_is_scalar_const(const tn_var *v) { double x; return v->type.ndim == 0 && tn__rw_const_value(v, &x); }
+static tn_var *tn__rw_cast(tn_var *x, tn_dtype t) { return x && x->type.dtype != t ? tn_cast(x, t) : x; }
+
+/* A 0-d constant of dtype t. */
+static tn_var *tn__rw_scalar(tn_graph *g, tn_dtype t, double v) {
+    tn_array *a = tn_array_scalar(t, v);
+    if (!a) return NULL;
+    tn_var *r = tn_constant(g, a);
+    tn_array_free(a);
+    return r;
+}
+
+/* A constant like c (dtype, weakness) holding v. */
+static tn_var *tn__rw_const_like(tn_graph *g, const tn_var *c, double v) {
+    tn_var *r = tn__rw_scalar(g, c->type.dtype, v);
+    if (r) r->flags |= c->flags & TN_VAR_WEAK;
+    return r;
+}
+
+/* Binary elementwise node of op on (a, b), typed as `like` (the node it replaces). */
+static tn_var *tn__rw_bin(int op, tn_var *a, tn_var *b) {
+    tn_var *in[2] = { a, b };
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    if (!a || !b) return NULL;
+    if (a->type.dtype != b->type.dtype) return NULL;
+    return tn__node(a->graph, op, 2, in, &p, NULL, "optimizer");
+}
+static tn_var *tn__rw_un(int op, tn_var *a) {
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    return a ? tn__node(a->graph, op, 1, &a, &p, NULL, "optimizer") : NULL;
+}
+
+/* >>canonicalize --------------------------------------------------------- */
+
+static tn_var *tn__b_other(tn__rw *c, tn_var *v) { return v->in[1 - c->mk]; }           /* x*1, x+0 */
+static tn_var *tn__b_in0(tn__rw *c, tn_var *v) { (void)c; return v->in[0]; }            /* x-0, x/1, x**1 */
+static tn_var *tn__b_sqr(tn__rw *c, tn_var *v) { (void)c; return tn_sqr(tn__rw_cast(v->in[0], v->type.dtype)); }
+static tn_var *tn__b_sqrt(tn__rw *c, tn_var *v) { (void)c; return tn_sqrt(tn__rw_cast(v->in[0], v->type.dtype)); }
+static tn_var *tn__b_neg_other(tn__rw *c, tn_var *v) {                                    /* x*-1 */
+    tn_var *x = tn__rw_cast(v->in[1 - c->mk], v->type.dtype);
+    return x && x->type.dtype != TN_BOOL ? tn_neg(x) : NULL;
+}
+
+/* x - x: zeros of x's type (exact for finite x, as in Theano). */
+static tn_var *tn__b_sub_self(tn__rw *c, tn_var *v) {
+    if (v->in[0] != v->in[1]) return NULL;
+    tn_var *z = tn__rw_scalar(c->g, v->type.dtype, 0.0);
+    return z ? tn_fill(v->in[0], z) : NULL;
+}
+
+/* x / x -> 1 only where x is a known non-zero finite constant (else 0/0, inf/inf). */
+static tn_var *tn__b_div_self(tn__rw *c, tn_var *v) {
+    double x;
+    if (v->in[0] != v->in[1] || !tn__rw_const_value(v->in[0], &x) || x == 0 || !isfinite(x)) return NULL;
+    tn_var *one = tn__rw_scalar(c->g, v->type.dtype, 1.0);
+    return one ? tn_fill(v->in[0], one) : NULL;
+}
+
+static tn_var *tn__b_neg_neg(tn__rw *c, tn_var *v) { (void)c; return v->in[0]->op == TN_OP_NEG ? v->in[0]->in[0] : NULL; }
+
+/* c + x -> x + c, c * x -> x * c: constants go right (the other rules look there). */
+static tn_var *tn__b_commute(tn__rw *c, tn_var *v) {
+    (void)c;
+    if (!tn__rw_is_scalar_const(v->in[0]) || v->in[1]->op == TN_OP_CONSTANT) return NULL;
+    return tn__rw_bin(v->op, v->in[1], v->in[0]);
+}
+
+static double tn__rw_apply(int op, double a, double b) { return op == TN_OP_ADD ? a + b : a * b; }
+
+/* (x op c1) op c2 -> x op (c1 op c2) for add and mul. */
+static tn_var *tn__b_chain_const(tn__rw *c, tn_var *v) {
+    tn_var *u = v->in[0], *c2 = v->in[1];
+    double a, b;
+    if (u->op != v->op || !tn__rw_is_scalar_const(c2) || !tn__rw_is_scalar_const(u->in[1])) return NULL;
+    if (u->in[0]->op == TN_OP_CONSTANT || u->type.dtype != v->type.dtype || u->in[1]->type.dtype != c2->type.dtype) return NULL;
+    tn__rw_const_value(u->in[1], &a);
+    tn__rw_const_value(c2, &b);
+    tn_var *k = tn__rw_const_like(c->g, c2, tn__rw_apply(v->op, a, b));
+    if (k && !(u->in[1]->flags & TN_VAR_WEAK)) k->flags &= ~(unsigned)TN_VAR_WEAK;
+    return tn__rw_bin(v->op, u->in[0], k);
+}
+
+/* (x op c) op y -> (x op y) op c: constants rise to the top of a chain, where
+   tn__b_chain_const combines them. One dtype throughout (no new rounding). */
+static tn_var *tn__b_chain_hoist(tn__rw *c, tn_var *v) {
+    for (int s = 0; s < 2; s++) {
+        tn_var *u = v->in[s], *y = v->in[1 - s];
+        if (u->op != v->op || tn__rw_nuses(c, u) != 1 || tn__ni(c, u)->n_root) continue;
+        if (!tn__rw_is_scalar_const(u->in[1]) || u->in[0]->op == TN_OP_CONSTANT || y->op == TN_OP_CONSTANT) continue;
+        tn_dtype t = v->type.dtype;
+        if (u->type.dtype != t || u->in[0]->type.dtype != t || y->type.dtype != t || u->in[1]->type.dtype != t) continue;
+        return tn__rw_bin(v->op, tn__rw_bin(v->op, u->in[0], y), u->in[1]);
+    }
+    return NULL;
+}
+
+/* x - c -> x + (-c) (exact), so add chains collect every constant. */
+static tn_var *tn__b_sub_const(tn__rw *c, tn_var *v) {
+    double k;
+    tn_var *b = v->in[1];
+    if (b->type.ndim != 0 || !tn__rw_const_value(b, &k) || v->in[0]->op == TN_OP_CONSTANT) return NULL;
+    return tn__rw_bin(TN_OP_ADD, v->in[0], tn__rw_const_like(c->g, b, -k));
+}
+
+/* Negations move up and cancel: (-a)*(-b) -> a*b, a*(-b) -> -(a*b),
+   a - (-b) -> a + b, a + (-b) -> a - b, (-a) + b -> b - a. All exact. */
+static tn_var *tn__b_mul_neg(tn__rw *c, tn_var *v) {
+    (void)c;
+    tn_var *a = v->in[0], *b = v->in[1];
+    bool na = a->op == TN_OP_NEG, nb = b->op == TN_OP_NEG;
+    if (na && nb) return tn__rw_bin(TN_OP_MUL, a->in[0], b->in[0]);
+    if (na) return tn__rw_un(TN_OP_NEG, tn__rw_bin(TN_OP_MUL, a->in[0], b));
+    if (nb) return tn__rw_un(TN_OP_NEG, tn__rw_bin(TN_OP_MUL, a, b->in[0]));
+    return NULL;
+}
+static tn_var *tn__b_sub_neg(tn__rw *c, tn_var *v) {
+    (void)c;
+    return v->in[1]->op == TN_OP_NEG ? tn__rw_bin(TN_OP_ADD, v->in[0], v->in[1]->in[0]) : NULL;
+}
+static tn_var *tn__b_add_neg(tn__rw *c, tn_var *v) {
+    (void)c;
+    if (v->in[1]->op == TN_OP_NEG) return tn__rw_bin(TN_OP_SUB, v->in[0], v->in[1]->in[0]);
+    if (v->in[0]->op == TN_OP_NEG) return tn__rw_bin(TN_OP_SUB, v->in[1], v->in[0]->in[0]);
+    return NULL;
+}
+
+/* dimshuffle(dimshuffle(x, p1), p2) -> dimshuffle(x, p1 o p2); identity -> x. */
+static tn_var *tn__b_dimshuffle(tn__rw *c, tn_var *v) {
+    (void)c;
+    tn_var *x = v->in[0];
+    int pat[TN_MAX_DIMS], n = v->type.ndim;
+    bool inner = x->op == TN_OP_DIMSHUFFLE;
+    tn_var *src = inner ? x->in[0] : x;
+    for (int k = 0; k < n; k++) {
+        int64_t a = v->p.i[k];
+        pat[k] = a < 0 ? -1 : inner ? (int)x->p.i[a] : (int)a;
+    }
+    bool ident = n == src->type.ndim;
+    for (int k = 0; ident && k < n; k++) ident = pat[k] == k;
+    if (ident) return src;
+    return inner ? tn_dimshuffle(src, n, pat) : NULL;
+}
+
+/* reshape(reshape(x, s1), s2) -> reshape(x, s2); reshape to x's own known shape -> x. */
+static tn_var *tn__b_reshape(tn__rw *c, tn_var *v) {
+    (void)c;
+    tn_var *x = v->in[0];
+    int n = v->type.ndim;
+    tn_var *src = x->op == TN_OP_RESHAPE ? x->in[0] : x;
+    bool ident = n == src->type.ndim;
+    for (int d = 0; ident && d < n; d++) ident = v->p.i[d] >= 0 && src->type.shape[d] == v->p.i[d];
+    if (ident) return src;
+    if (x->op != TN_OP_RESHAPE) return NULL;
+    int64_t shape[TN_MAX_DIMS];
+    for (int d = 0; d < n; d++) shape[d] = v->p.i[d];
+    return tn_reshape(src, n, shape);
+}
+
+/* sum(alloc(s, shape)) over some axes -> s * (count), broadcast to the rest. */
+static tn_var *tn__b_sum_alloc(tn__rw *c, tn_var *v) {
+    tn_var *a = v->in[0];
+    if (v->ext || (a->op != TN_OP_ALLOC && a->op != TN_OP_BROADCAST_TO) || a->in[0]->type.ndim != 0) return NULL;
+    if (!tn_dtype_is_float(v->type.dtype)) return NULL;
+    uint64_t mask = (uint64_t)v->p.i[0];
+    double count = 1;
+    for (int d = 0; d < a->type.ndim; d++) {
+        if (!((mask >> d) & 1)) continue;
+        if (a->type.shape[d] < 0) return NULL;
+        count *= (double)a->type.shape[d];
+    }
+    tn_var *s = tn__rw_cast(a->in[0], v->type.dtype);
+    tn_var *r = tn__rw_bin(TN_OP_MUL, s, tn__rw_scalar(c->g, v->type.dtype, count));
+    if (!r || v->type.ndim == 0) return r;
+    for (int d = 0; d < v->type.ndim; d++) if (v->type.shape[d] < 0) return NULL;
+    return tn_alloc(r, v->type.ndim, v->type.shape);
+}
+
+static const tn__rewrite tn__canon_rules[] = {
+    { "local_commute_const", { TN_OP_ADD, TN_OP_MUL }, 0, 0, 0, tn__b_commute },
+    { "local_mul_by_one", { TN_OP_MUL }, TN__ANY_IN, 1.0, 0, tn__b_other },
+    { "local_mul_by_minus_one", { TN_OP_MUL }, TN__ANY_IN, -1.0, TN__RQ_NOT_BOOL, tn__b_neg_other },
+    { "local_add_zero", { TN_OP_ADD }, TN__ANY_IN, 0.0, 0, tn__b_other },
+    { "local_sub_zero", { TN_OP_SUB }, 2, 0.0, 0, tn__b_in0 },
+    { "local_div_one", { TN_OP_TRUE_DIV }, 2, 1.0, 0, tn__b_in0 },
+    { "local_pow_one", { TN_OP_POW }, 2, 1.0, 0, tn__b_in0 },
+    { "local_pow_two", { TN_OP_POW }, 2, 2.0, 0, tn__b_sqr },
+    { "local_pow_half", { TN_OP_POW }, 2, 0.5, TN__RQ_FLOAT, tn__b_sqrt },
+    { "local_sub_self", { TN_OP_SUB }, 0, 0, 0, tn__b_sub_self },
+    { "local_div_self", { TN_OP_TRUE_DIV }, 0, 0, 0, tn__b_div_self },
+    { "local_neg_neg", { TN_OP_NEG }, 0, 0, 0, tn__b_neg_neg },
+    { "local_mul_neg", { TN_OP_MUL }, 0, 0, 0, tn__b_mul_neg },
+    { "local_sub_neg", { TN_OP_SUB }, 0, 0, 0, tn__b_sub_neg },
+    { "local_add_neg", { TN_OP_ADD }, 0, 0, 0, tn__b_add_neg },
+    { "local_sub_const", { TN_OP_SUB }, 0, 0, TN__RQ_NOT_BOOL, tn__b_sub_const },
+    { "local_chain_const", { TN_OP_ADD, TN_OP_MUL }, 0, 0, TN__RQ_NOT_BOOL | TN__RQ_IN0_ONE_USE, tn__b_chain_const },
+    { "local_chain_hoist", { TN_OP_ADD, TN_OP_MUL }, 0, 0, TN__RQ_NOT_BOOL, tn__b_chain_hoist },
+    { "local_dimshuffle", { TN_OP_DIMSHUFFLE }, 0, 0, 0, tn__b_dimshuffle },
+    { "local_reshape", { TN_OP_RESHAPE }, 0, 0, 0, tn__b_reshape },
+    { "local_sum_alloc", { TN_OP_SUM }, 0, 0, 0, tn__b_sum_alloc },
+};
+
+/* >>stabilize ------------------------------------------------------------ */
+
+/* The other input of a binary node when one input is a constant equal to val. */
+static tn_var *tn__rw_other_if_const(const tn_var *b, double val) {
+    if (b->n_in != 2) return NULL;
+    if (tn__rw_is_const(b->in[1], val)) return b->in[0];
+    if (tn__rw_is_const(b->in[0], val)) return b->in[1];
+    return NULL;
+}
+
+static tn_var *tn__b_log1p(tn__rw *c, tn_var *v) {              /* log(1 + x) */
+    (void)c;
+    tn_var *a = v->in[0], *x;
+    if (a->op != TN_OP_ADD || !(x = tn__rw_other_if_const(a, 1.0)) || x->op == TN_OP_CONSTANT) return NULL;
+    return tn_log1p(tn__rw_cast(x, a->type.dtype));
+}
+static tn_var *tn__b_log1p_exp(tn__rw *c, tn_var *v) {          /* log1p(exp(x)) */
+    (void)c;
+    return v->in[0]->op == TN_OP_EXP ? tn_softplus(v->in[0]->in[0]) : NULL;
+}
+static tn_var *tn__b_expm1(tn__rw *c, tn_var *v) {              /* exp(x) - 1, exp(x) + -1 */
+    (void)c;
+    tn_var *e = NULL;
+    if (v->op == TN_OP_SUB && tn__rw_is_const(v->in[1], 1.0)) e = v->in[0];
+    if (v->op == TN_OP_ADD) {
+        if (tn__rw_is_const(v->in[1], -1.0)) e = v->in[0];
+        else if (tn__rw_is_const(v->in[0], -1.0)) e = v->in[1];
+    }
+    return e && e->op == TN_OP_EXP ? tn_expm1(e->in[0]) : NULL;
+}
+static tn_var *tn__b_log_sigmoid(tn__rw *c, tn_var *v) {        /* log(sigmoid(x)) = -softplus(-x) */
+    (void)c;
+    tn_var *s = v->in[0];
+    if (s->op != TN_OP_SIGMOID) return NULL;
+    return tn_neg(tn_softplus(tn_neg(tn__rw_cast(s->in[0], s->type.dtype))));
+}
+static tn_var *tn__b_log_1m_sigmoid(tn__rw *c, tn_var *v) {     /* log(1 - sigmoid(x)) = -softplus(x) */
+    (void)c;
+    tn_var *a = v->in[0], *s = NULL;
+    if (v->op == TN_OP_LOG && a->op == TN_OP_SUB && tn__rw_is_const(a->in[0], 1.0)) s = a->in[1];
+    if (v->op == TN_OP_LOG1P && a->op == TN_OP_NEG) s = a->in[0];
+    if (!s || s->op != TN_OP_SIGMOID || s->type.ndim > a->type.ndim) return NULL;
+    return tn_neg(tn_softplus(tn__rw_cast(s->in[0], s->type.dtype)));
+}
+static tn_var *tn__b_log_softmax(tn__rw *c, tn_var *v) {
+    tn_var *s = v->in[0];
+    if (s->op != TN_OP_SOFTMAX || s->ext) return NULL;
+    return tn__node(c->g, TN_OP_LOG_SOFTMAX, 1, &s->in[0], &s->p, NULL, "optimizer");
+}
+static tn_var *tn__b_logsumexp(tn__rw *c, tn_var *v) {
+    tn_var *s = v->in[0];
+    if (s->op != TN_OP_SUM || s->ext || s->in[0]->op != TN_OP_EXP) return NULL;
+    return tn__node(c->g, TN_OP_LOGSUMEXP, 1, &s->in[0]->in[0], &s->p, NULL, "optimizer");
+}
+
+static const tn__rewrite tn__stab_rules[] = {
+    { "local_log1p", { TN_OP_LOG }, 0, 0, 0, tn__b_log1p },
+    { "local_log1p_exp", { TN_OP_LOG1P }, 0, 0, 0, tn__b_log1p_exp },
+    { "local_expm1", { TN_OP_SUB, TN_OP_ADD }, 0, 0, 0, tn__b_expm1 },
+    { "local_log_sigmoid", { TN_OP_LOG }, 0, 0, 0, tn__b_log_sigmoid },
+    { "local_log_1m_sigmoid", { TN_OP_LOG, TN_OP_LOG1P }, 0, 0, 0, tn__b_log_1m_sigmoid },
+    { "local_log_softmax", { TN_OP_LOG }, 0, 0, 0, tn__b_log_softmax },
+    { "local_logsumexp", { TN_OP_LOG }, 0, 0, 0, tn__b_logsumexp },
+    /* the neg rules again: they turn the softplus forms of the logistic
+       cross-entropy into y*softplus(-z) + (1-y)*softplus(z) */
+    { "local_neg_neg", { TN_OP_NEG }, 0, 0, 0, tn__b_neg_neg },
+    { "local_mul_neg", { TN_OP_MUL }, 0, 0, 0, tn__b_mul_neg },
+    { "local_sub_neg", { TN_OP_SUB }, 0, 0, 0, tn__b_sub_neg },
+    { "local_add_neg", { TN_OP_ADD }, 0, 0, 0, tn__b_add_neg },
+};
+
+/* >>specialize ----------------------------------------------------------- */
+
+/* A product term: dot, s*dot, dot*s, -dot (dot read only here). */
+static bool tn__rw_dot_term(tn__rw *c, tn_var *t, tn_var **dot, double *alpha) {
+    double s = 1;
+    if (t->op == TN_OP_NEG) { s = -1; t = t->in[0]; }
+    else if (t->op == TN_OP_MUL) {
+        double k;
+        int j = t->in[0]->op == TN_OP_DOT ? 0 : 1;
+        if (t->in[1 - j]->type.ndim != 0 || !tn__rw_const_value(t->in[1 - j], &k)) return false;
+        if (tn__rw_nuses(c, t) != 1) return false;
+        s = k; t = t->in[j];
+    }
+    if (t->op != TN_OP_DOT || tn__rw_nuses(c, t) != 1 || tn__ni(c, t)->n_root) return false;
+    if (t->in[0]->type.ndim != 2 || (t->in[1]->type.ndim != 2 && t->in[1]->type.ndim != 1)) return false;
+    *dot = t; *alpha = s;
+    return true;
+}
+
+/* The addend: C or s*C. */
+static void tn__rw_addend(tn_var *t, tn_var **cc, double *beta) {
+    double k;
+    *cc = t; *beta = 1;
+    if (t->op == TN_OP_MUL)
+        for (int j = 0; j < 2; j++)
+            if (t->in[j]->type.ndim == 0 && t->in[j]->op == TN_OP_CONSTANT && tn__rw_const_value(t->in[j], &k) &&
+                t->in[1 - j]->op != TN_OP_DOT) { *cc = t->in[1 - j]; *beta = k; return; }
+}
+
+/* alpha*dot(A, B) + beta*C (either order; sub negates) -> gemm, or gemv. */
+static tn_var *tn__b_gemm(tn__rw *c, tn_var *v) {
+    if (!tn_dtype_is_float(v->type.dtype)) return NULL;
+    for (int s = 0; s < 2; s++) {
+        tn_var *dot, *C;
+        double alpha, beta;
+        if (!tn__rw_dot_term(c, v->in[s], &dot, &alpha)) continue;
+        tn__rw_addend(v->in[1 - s], &C, &beta);
+        if (v->op == TN_OP_SUB) { if (s == 0) beta = -beta; else alpha = -alpha; }
+        if (C->type.dtype != v->type.dtype || dot->type.dtype != v->type.dtype || C->type.ndim > dot->type.ndim) continue;
+        tn_var *A = dot->in[0], *B = dot->in[1];
+        return B->type.ndim == 2 ? tn_gemm(C, alpha, A, B, beta) : tn_gemv(C, alpha, A, B, beta);
+    }
+    return NULL;
+}
+
+/* dot(matrix, vector) -> gemv with beta 0 over zeros (rows known). */
+static tn_var *tn__b_dot_gemv(tn__rw *c, tn_var *v) {
+    tn_var *A = v->in[0], *x = v->in[1];
+    if (A->type.ndim != 2 || x->type.ndim != 1 || !tn_dtype_is_float(v->type.dtype) || A->type.shape[0] < 0) return NULL;
+    tn_var *z = tn__rw_scalar(c->g, v->type.dtype, 0.0);
+    tn_var *y = z ? tn_alloc(z, 1, &A->type.shape[0]) : NULL;
+    return y ? tn_gemv(y, 1.0, A, x, 0.0) : NULL;
+}
+
+static const tn__rewrite tn__spec_rules[] = {
+    { "local_gemm", { TN_OP_ADD, TN_OP_SUB }, 0, 0, 0, tn__b_gemm },
+};
+static const tn__rewrite tn__spec2_rules[] = {
+    { "local_dot_to_gemv", { TN_OP_DOT }, 0, 0, 0, tn__b_dot_gemv },
+};
+
+/* >>constant_folding ----------------------------------------------------- */
+
+#define TN__FOLD_MAX_ELEMS ((int64_t)1 << 20)
+
+static int64_t tn__type_size(const tn_type *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+/* A node whose inputs are all constants runs now, on the CPU kernels. Not:
+   multi-output nodes, views (they would alias), user ops, and results that
+   are huge or bigger than every input (alloc of a scalar stays small). */
+static tn_var *tn__b_fold(tn__rw *c, tn_var *v) {
+    const tn_op_def *def = tn__op_def(v->op);
+    tn_op_kind k = def ? def->kind : (tn_op_kind)0;
+    if (!def || !def->cpu || v->n_in < 1 || v->n_out != 1 || v->op == TN_OP_PROJ || v->op == TN_OP_CUSTOM) return NULL;
+    if (k == TN_OPK_LEAF || k == TN_OPK_VIEW || k == TN_OPK_TRANSFER || k == TN_OPK_OTHER) return NULL;
+    enum { MAXIN = 16 };
+    if (v->n_in > MAXIN) return NULL;
+    tn_type ti[MAXIN], to;
+    tn_array *ai[MAXIN];
+    int64_t biggest = 0;
+    for (int i = 0; i < v->n_in; i++) {
+        tn_var *x = v->in[i];
+        if (x->op != TN_OP_CONSTANT || !x->value || x->value->device != TN_HOST) return NULL;
+        ai[i] = x->value;
+        ti[i] = x->type;
+        for (int d = 0; d < ti[i].ndim; d++) ti[i].shape[d] = x->value->shape[d];
+        int64_t n = tn_array_size(x->value);
+        if (n > biggest) biggest = n;
+    }
+    if (def->infer(v, ti, &to) != TN_OK) return NULL;
+    int64_t n = tn__type_size(&to);
+    if (n > TN__FOLD_MAX_ELEMS || n > (biggest > 1 ? biggest : 1)) return NULL;
+    tn_array *out = tn__array_alloc(to.dtype, to.ndim, to.shape, TN_HOST);
+    if (!out) return NULL;
+    tn_var *r = NULL;
+    if (def->cpu(v, ai, &out) == TN_OK && (r = tn_constant(c->g, out))) {
+        for (int d = 0; d < r->type.ndim; d++) r->type.bcast[d] = v->type.bcast[d];
+        r->flags |= v->flags & TN_VAR_WEAK;
+    }
+    tn_array_free(out);
+    return r;
+}
+
+static const tn__rewrite tn__fold_rules[] = {
+    { "constant_folding", { TN__ANY_OP }, 0, 0, 0, tn__b_fold },
+};
+
+/* >>merge: hash-consing, one pass in topological order ------------------- */
+
+static uint64_t tn__hmix(uint64_t h, uint64_t x) {
+    h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+static bool tn__rw_mergeable(const tn_var *v) {
+    if (v->op == TN_OP_INPUT || v->op == TN_OP_SHARED || v->op == TN_OP_CUSTOM) return false;
+    if (v->op == TN_OP_CONSTANT)
+        return v->value && v->value->device == TN_HOST && tn_array_is_contiguous(v->value) && tn_array_size(v->value) <= (1 << 16);
+    return true;
+}
+
+/* ext of an elementwise node is a cached program (derived), not a parameter. */
+static const void *tn__rw_ext_key(const tn_var *v) { return tn__rw_is_ew(v->op) ? NULL : v->ext; }
+
+static uint64_t tn__rw_hash(const tn_var *v) {
+    uint64_t h = tn__hmix((uint64_t)v->op, (uint64_t)v->n_in);
+    for (int k = 0; k < v->n_in; k++) h = tn__hmix(h, (uint64_t)v->in[k]->id);
+    const uint64_t *w = (const uint64_t *)(const void *)&v->p;
+    for (size_t i = 0; i < sizeof v->p / 8; i++) h = tn__hmix(h, w[i]);
+    h = tn__hmix(h, (uint64_t)(uintptr_t)tn__rw_ext_key(v));
+    if (v->op == TN_OP_CONSTANT) {
+        const unsigned char *b = (const unsigned char *)v->value->data;
+        size_t nb = tn_array_nbytes(v->value);
+        h = tn__hmix(h, (uint64_t)v->type.dtype * 131 + (uint64_t)v->type.ndim);
+        for (size_t i = 0; i < nb; i++) h = tn__hmix(h, b[i]);
+    }
+    return h;
+}
+
+static bool tn__rw_same(const tn_var *a, const tn_var *b) {
+    if (a->op != b->op || a->n_in != b->n_in || a->n_out != b->n_out || tn__rw_ext_key(a) != tn__rw_ext_key(b)) return false;
+    if ((a->flags & TN_VAR_WEAK) != (b->flags & TN_VAR_WEAK)) return false;
+    for (int k = 0; k < a->n_in; k++) if (a->in[k] != b->in[k]) return false;
+    if (memcmp(&a->p, &b->p, sizeof a->p)) return false;
+    if (a->type.dtype != b->type.dtype || a->type.ndim != b->type.ndim) return false;
+    for (int d = 0; d < a->type.ndim; d++)
+        if (a->type.shape[d] != b->type.shape[d] || a->type.bcast[d] != b->type.bcast[d]) return false;
+    if (a->op == TN_OP_CONSTANT)
+        return tn_array_nbytes(a->value) == tn_array_nbytes(b->value) &&
+               !memcmp(a->value->data, b->value->data, tn_array_nbytes(a->value));
+    return true;
+}
+
+static tn_result tn__rw_merge(tn__rw *c) {
+    tn_var **ord;
+    int n = tn__rw_topo(c, &ord);
+    if (c->oom) return tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
+    size_t cap = 16;
+    while (cap < 2 * (size_t)n + 2) cap *= 2;
+    tn_var **tab = (tn_var **)tn__calloc(cap, sizeof *tab);
+    if (!tab) { tn__free(ord); return tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); }
+    for (int i = 0; i < n; i++) {
+        tn_var *v = ord[i];
+        if (!tn__rw_live(c, v) || !tn__rw_mergeable(v)) continue;
+        size_t h = (size_t)tn__rw_hash(v) & (cap - 1);
+        for (;; h = (h + 1) & (cap - 1)) {
+            tn_var *u = tab[h];
+            if (!u) { tab[h] = v; break; }
+            if (u != v && tn__rw_live(c, u) && tn__rw_same(u, v)) { tn__rw_fire(c, "merge", v, u); break; }
+        }
+    }
+    tn__free(tab);
+    tn__free(ord);
+    return c->oom ? tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer") : TN_OK;
+}
+
+/* >>fuse ----------------------------------------------------------------- */
+/* Groups: a union-find over elementwise nodes of one output type, built in
+   topological order. A node joins the groups of its elementwise inputs when
+   that cannot make a cycle (a path leaving a group and coming back). The
+   test is conservative and O(1): groups get increasing ids in topological
+   order; reach(v) bounds from above the largest id of a group v depends on;
+   a group's gin bounds reach() over its external inputs. A node may join
+   groups S (smallest id m) when every external input has reach < m and
+   every group of S has gin < m: then no group of S depends on another, nor
+   an input of the node on S, through outside nodes. */
+
+typedef struct tn__fgrp { int parent, id, gin, nin, nmem, head, tail, xuse; uint64_t gmask, ginmask; tn_type key; } tn__fgrp;
+/* gmask: bits (id & 63) of the ids merged into it; ginmask: OR of its external inputs' rmask */
+/* xuse: reads of the group's members from outside it (roots count) */
+
+/* A type that broadcasts into `to` (fewer or equal dims, each 1 or the same). */
+static bool tn__type_bcasts_into(const tn_type *a, const tn_type *to) {
+    if (a->ndim > to->ndim) return false;
+    for (int d = 0; d < a->ndim; d++) {
+        int e = d + to->ndim - a->ndim;
+        if (a->bcast[d]) continue;
+        if (to->bcast[e] || a->shape[d] != to->shape[e]) return false;
+    }
+    return true;
+}
+
+static int tn__fg_find(tn__fgrp *G, int g) {
+    while (G[g].parent != g) { G[g].parent = G[G[g].parent].parent; g = G[g].parent; }
+    return g;
+}
+
+static bool tn__type_same(const tn_type *a, const tn_type *b) {
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++) if (a->bcast[d] != b->bcast[d] || a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+static bool tn__rw_fusable(const tn_var *v) { return tn__rw_is_ew(v->op) && v->n_out == 1; }
+static bool tn__rw_immediate(const tn_var *x) { double d; return x->type.ndim == 0 && tn__rw_const_value(x, &d); }
+static bool tn__rw_fuse_reduction_op(int op) {
+    return op == TN_OP_SUM || op == TN_OP_PROD || op == TN_OP_MEAN || op == TN_OP_MAX || op == TN_OP_MIN || op == TN_OP_LOGSUMEXP;
+}
+#define TN__REDUCE_MAX_INPUTS 16   /* the CPU reduction kernel's prologue limit (ops_reduce) */
+
+typedef struct tn__fctx {
+    tn__rw *c;
+    tn__fgrp *G;
+    int ng;
+    tn_var **ord;
+    int n;
+    int *next;        /* members of a group, by topological position */
+    int *reg, *regst; /* per node id: register in the program being built, valid when regst == stamp */
+    int stamp, cap;
+} tn__fctx;
+
+static int tn__fg_of(tn__fctx *F, const tn_var *x) {
+    int g = F->c->ni[x->id].grp;
+    return g < 0 ? -1 : tn__fg_find(F->G, g);
+}
+
+/* x (reach r) does not depend on group g. Invariant: every edge between
+   groups goes from a smaller id to a larger one, so the groups x depends on
+   (directly or through other groups) have ids <= reach(x). (A per-node mask
+   of group bits is kept for diagnostics only: it is not transitive over
+   groups that merge later, so it proves nothing.) */
+static bool tn__fg_indep(const tn__fgrp *g, int r, uint64_t mk) { (void)mk; return r < g->id; }
+
+/* Assigns groups to every fusable node. */
+static void tn__fuse_group(tn__fctx *F) {
+    tn__rw *c = F->c;
+    int next_id = 0;
+    for (int i = 0; i < F->n; i++) {
+        tn_var *v = F->ord[i];
+        tn__ninfo *V = tn__ni(c, v);
+        int reach = -1;
+        uint64_t rmask = 0;
+        for (int k = 0; k < v->n_in; k++) {
+            tn__ninfo *X = tn__ni(c, v->in[k]);
+            if (X->reach > reach) reach = X->reach;
+            rmask |= X->rmask;
+        }
+        V->grp = -1;
+        if (!tn__rw_fusable(v)) { V->reach = reach; V->rmask = rmask; continue; }
+        int S[3], ns = 0;
+        for (int k = 0; k < v->n_in; k++) {
+            int g = tn__fg_of(F, v->in[k]);
+            /* a group runs on one device: members share node->device (placement) */
+            bool ok = g >= 0 && v->in[k]->device == v->device && tn__type_same(&F->G[g].key, &v->type);
+            if (g >= 0 && !ok && tn__type_bcasts_into(&F->G[g].key, &v->type)) {
+                int edges = 0;      /* a smaller group read only by v is computed inside v's group */
+                for (int j = 0; j < v->n_in; j++) edges += tn__fg_of(F, v->in[j]) == g;
+                ok = F->G[g].xuse == edges;
+            }
+            for (int j = 0; j < ns; j++) ok = ok && S[j] != g;
+            if (ok) S[ns++] = g;
+        }
+        /* try all candidate groups together, then each alone */
+        int join = -1, need = 0;
+        for (int attempt = 0; attempt <= ns && join < 0 && ns; attempt++) {
+            int T[3], nt = 0;
+            if (attempt == 0) { for (int j = 0; j < ns; j++) T[nt++] = S[j]; }
+            else T[nt++] = S[attempt - 1];
+            if (attempt == 1 && ns == 1) break;      /* same as attempt 0 */
+            bool ok = true;
+            int nin = 0;
+            need = 0;
+            for (int j = 0; j < nt; j++) nin += F->G[T[j]].nin;
+            for (int k = 0; k < v->n_in && ok; k++) {
+                tn_var *x = v->in[k];
+                int g = tn__fg_of(F, x);
+                bool in_t = false;
+                for (int j = 0; j < nt; j++) in_t |= T[j] == g;
+                if (in_t || tn__rw_immediate(x)) continue;
+                need++;
+                for (int j = 0; j < nt && ok; j++) ok = tn__fg_indep(&F->G[T[j]], tn__ni(c, x)->reach, tn__ni(c, x)->rmask);
+            }
+            for (int j = 0; j < nt && ok; j++)
+                for (int l = 0; l < nt && ok; l++)
+                    if (j != l) ok = tn__fg_indep(&F->G[T[l]], F->G[T[j]].gin, F->G[T[j]].ginmask);
+            if (!ok || nin + need > tn__fuse_max_inputs) continue;
+            join = T[0];
+            for (int j = 1; j < nt; j++) if (F->G[T[j]].id < F->G[join].id) join = T[j];
+            tn__fgrp *J = &F->G[join];
+            for (int j = 0; j < nt; j++) {
+                tn__fgrp *H = &F->G[T[j]];
+                if (H == J) continue;
+                H->parent = join;
+                J->nmem += H->nmem; J->xuse += H->xuse; J->gmask |= H->gmask;
+                if (H->gin > J->gin) J->gin = H->gin;
+                J->ginmask |= H->ginmask;
+            }
+            J->nin = nin + need;
+        }
+        if (join < 0) {
+            join = F->ng++;
+            int id = next_id++;
+            F->G[join] = (tn__fgrp){ join, id, -1, 0, 0, -1, -1, 0, (uint64_t)1 << (id & 63), 0, v->type };
+        }
+        tn__fgrp *J = &F->G[join];
+        for (int k = 0; k < v->n_in; k++) {        /* external inputs bound what the group depends on */
+            tn_var *x = v->in[k];
+            if (tn__fg_of(F, x) == join || tn__rw_immediate(x)) continue;
+            if (tn__ni(c, x)->reach > J->gin) J->gin = tn__ni(c, x)->reach;
+            J->ginmask |= tn__ni(c, x)->rmask;
+            if (J->nmem == 0) J->nin++;
+        }
+        J->nmem++;
+        J->key = v->type;
+        J->xuse += V->n_use + (V->n_root ? 1 : 0);
+        for (int k = 0; k < v->n_in; k++) J->xuse -= tn__fg_of(F, v->in[k]) == join;
+        V->grp = join;
+        V->reach = reach > J->id ? reach : J->id;
+        V->rmask = rmask | J->gmask;
+    }
+}
+
+/* The program of a group's members (in topological order). Outputs: the
+   members read outside the group (or roots), or only `only` when given. */
+static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n_ins, tn_var ***outs, tn_var *only) {
+    tn__rw *c = F->c;
+    int stamp = ++F->stamp;
+    int nin = 0, ninstr = 0, nout = 0, nmem = 0;
+    /* pass 1: inputs, outputs, room */
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
+        tn_var *m = F->ord[p];
+        nmem++;
+        F->reg[m->id] = -2; F->regst[m->id] = stamp;     /* member */
+        for (int k = 0; k < m->n_in; k++) {
+            tn_var *x = m->in[k];
+            if (F->regst[x->id] == stamp) continue;
+            if (tn__rw_immediate(x)) { ninstr++; continue; }
+            F->regst[x->id] = stamp; F->reg[x->id] = nin++;
+        }
+        ninstr += 4;
+    }
+    tn_var **in = (tn_var **)tn__graph_alloc(c->g, (size_t)(nin + 1) * sizeof *in);
+    tn_var **out = (tn_var **)tn__graph_alloc(c->g, (size_t)(nmem + 1) * sizeof *out);
+    tn_ew_program *P = (tn_ew_program *)tn__graph_alloc(c->g, sizeof *P);
+    tn_dtype *in_dt = (tn_dtype *)tn__graph_alloc(c->g, (size_t)(nin + 1) * sizeof *in_dt);
+    tn_ew_instr *ins_ = (tn_ew_instr *)tn__graph_alloc(c->g, (size_t)(ninstr + 1) * sizeof *ins_);
+    int32_t *oreg = (int32_t *)tn__graph_alloc(c->g, (size_t)(nmem + 1) * sizeof *oreg);
+    tn_dtype *odt = (tn_dtype *)tn__graph_alloc(c->g, (size_t)(nmem + 1) * sizeof *odt);
+    if (!in || !out || !P || !in_dt || !ins_ || !oreg || !odt) { c->oom = true; return NULL; }
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
+        tn_var *m = F->ord[p];
+        for (int k = 0; k < m->n_in; k++) {
+            tn_var *x = m->in[k];
+            if (F->regst[x->id] == stamp && F->reg[x->id] >= 0 && F->reg[x->id] < nin && !in[F->reg[x->id]]) {
+                in[F->reg[x->id]] = x; in_dt[F->reg[x->id]] = x->type.dtype;
+            }
+        }
+    }
+    /* pass 2: instructions; each member's one-node program, registers renamed */
+    int ni = 0;
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
+        tn_var *m = F->ord[p];
+        tn_ew_program *q = tn__ew_program_of(m);
+        if (!q || q->n_in != m->n_in) return NULL;
+        int map[8 + 8];
+        for (int k = 0; k < m->n_in; k++) {
+            tn_var *x = m->in[k];
+            if (F->regst[x->id] == stamp) { map[k] = F->reg[x->id]; continue; }
+            double d;
+            tn__rw_const_value(x, &d);
+            ins_[ni] = (tn_ew_instr){ .op = TN_OP_CONSTANT, .dtype = (int8_t)x->type.dtype, .in_dtype = (int8_t)x->type.dtype,
+                                      .a = -1, .b = -1, .c = -1, .imm = d };
+            map[k] = nin + ni++;
+        }
+        if (q->n_instr > 8) return NULL;
+        for (int j = 0; j < q->n_instr; j++) {
+            tn_ew_instr t = q->instr[j];
+            int32_t *r[3] = { &t.a, &t.b, &t.c };
+            for (int o = 0; o < 3; o++)
+                if (*r[o] >= 0) *r[o] = *r[o] < q->n_in ? map[*r[o]] : map[8 + *r[o] - q->n_in];
+            map[8 + j] = nin + ni;
+            ins_[ni++] = t;
+        }
+        int orr = q->out_reg[0];
+        F->reg[m->id] = orr < q->n_in ? map[orr] : map[8 + orr - q->n_in];
+        if (m->type.dtype != q->out_dtype[0]) return NULL;
+        bool is_out;
+        if (only) is_out = m == only;
+        else {
+            is_out = tn__ni(c, m)->n_root > 0;
+            for (int u = 0; !is_out && u < tn__ni(c, m)->n_use; u++) is_out = tn__fg_of(F, tn__ni(c, m)->use[u].c) != g;
+        }
+        if (is_out) { out[nout] = m; oreg[nout] = F->reg[m->id]; odt[nout] = m->type.dtype; nout++; }
+    }
+    *P = (tn_ew_program){ nin, in_dt, ni, ins_, nout, oreg, odt };
+    *ins = in; *n_ins = nin; *outs = out;
+    return P;
+}
+
+static void tn__fuse_trace(const char *name, tn_var *y, int nmem) {
+    if (!tn_get_config()->trace_rewrites) return;
+    char b[512];
+    tn__node_label(y, b, sizeof b);
+    fprintf(stderr, "rewrite %s: %d elementwise nodes -> %s [id %d]\n", name, nmem, b, y->id);
+}
+
+/* Builds one group's fused node(s) and makes the replacements. */
+static void tn__fuse_build(tn__fctx *F, int g) {
+    tn__rw *c = F->c;
+    tn__fgrp *G = &F->G[g];
+    tn_var *tail = F->ord[G->tail];
+    int n0 = tn__graph_nvars(c->g);
+    if (n0 + 1 > F->cap) {             /* nodes fused so far are new: room for their ids */
+        int cap = 2 * (n0 + 1);
+        int *reg = (int *)tn__realloc(F->reg, (size_t)cap * sizeof *reg);
+        if (reg) F->reg = reg;
+        int *st = reg ? (int *)tn__realloc(F->regst, (size_t)cap * sizeof *st) : NULL;
+        if (!st) { c->oom = true; return; }
+        F->regst = st;
+        memset(st + F->cap, 0, (size_t)(cap - F->cap) * sizeof *st);
+        F->cap = cap;
+    }
+    tn_var **in, **out;
+    int nin;
+    /* an elementwise group read by one reduction only: the reduction's prologue */
+    tn__ninfo *T = tn__ni(c, tail);
+    if (tn__fuse_into_reductions && T->n_use == 1 && !T->n_root && tn__rw_fuse_reduction_op(T->use[0].c->op) &&
+        T->use[0].c->n_in == 1 && !T->use[0].c->ext && G->nin <= TN__REDUCE_MAX_INPUTS && T->use[0].c->device == tail->device) {
+        tn_var *R = T->use[0].c;
+        bool single = true;    /* every other member is read inside the group only */
+        for (int p = G->head; p >= 0 && single; p = F->next[p]) {
+            tn_var *m = F->ord[p];
+            if (m == tail) continue;
+            if (tn__ni(c, m)->n_root) single = false;
+            for (int u = 0; single && u < tn__ni(c, m)->n_use; u++) single = tn__fg_of(F, tn__ni(c, m)->use[u].c) == g;
+        }
+        tn_ew_program *P = single ? tn__fuse_program(F, g, &in, &nin, &out, tail) : NULL;
+        tn_var *y = P && nin > 0 ? tn__node(c->g, R->op, nin, in, &R->p, P, "fuse") : NULL;
+        tn__rw_sync(c);
+        if (y) y->device = R->device;
+        const tn_backend *be = tn__get_backend();    /* a device reduction must take the prologue */
+        if (y && y->device != TN_HOST && (!be || !be->supports || !be->supports(y))) y = NULL;
+        if (y && tn__type_eq(&y->type, &R->type)) {
+            tn__rw_count("fusion_reduce");
+            tn__fuse_trace("fusion_reduce", y, G->nmem);
+            tn__rw_replace(c, R, y);
+            return;
+        }
+        tn__rw_drop_new(c, n0);
+        tn_clear_error();
+    }
+    if (G->nmem < 2) return;
+    tn_ew_program *P = tn__fuse_program(F, g, &in, &nin, &out, NULL);
+    if (!P || nin == 0 || P->n_out == 0) return;
+    tn_params p0;
+    memset(&p0, 0, sizeof p0);
+    tn_var *y = tn__node_multi(c->g, TN_OP_COMPOSITE, nin, in, &p0, P, P->n_out, "fuse");
+    tn_var *rep[TN_MAX_IPARAMS + 64];
+    int nout = P->n_out;
+    bool ok = y != NULL && nout <= (int)(sizeof rep / sizeof rep[0]);
+    if (ok) y->device = tail->device;                /* the group's device */
+    const tn_backend *be = tn__get_backend();        /* too many operands for one kernel: stay unfused */
+    if (ok && y->device != TN_HOST && (!be || !be->supports || !be->supports(y))) ok = false;
+    for (int k = 0; ok && k < nout; k++) {
+        rep[k] = nout == 1 ? y : tn__proj(y, k);
+        if (rep[k]) rep[k]->device = y->device;
+        ok = rep[k] && tn__type_eq(&rep[k]->type, &out[k]->type);
+    }
+    tn__rw_sync(c);
+    if (!ok) { tn__rw_drop_new(c, n0); tn_clear_error(); return; }
+    tn__rw_count("fusion");
+    tn__fuse_trace("fusion", y, G->nmem);
+    for (int k = 0; k < nout; k++) tn__rw_replace(c, out[k], rep[k]);
+}
+
+static tn_result tn__rw_fuse(tn__rw *c) {
+    tn__fctx F;
+    memset(&F, 0, sizeof F);
+    F.c = c;
+    F.n = tn__rw_topo(c, &F.ord);
+    int cap = c->synced + 1;
+    F.G = (tn__fgrp *)tn__malloc((size_t)(F.n + 1) * sizeof *F.G);
+    F.next = (int *)tn__malloc((size_t)(F.n + 1) * sizeof *F.next);
+    F.reg = (int *)tn__malloc((size_t)cap * sizeof *F.reg);
+    F.regst = (int *)tn__calloc((size_t)cap, sizeof *F.regst);
+    F.cap = cap;
+    tn_result r = TN_OK;
+    if (c->oom || !F.G || !F.next || !F.reg || !F.regst) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); goto done; }
+    for (int i = 0; i < c->synced; i++) { c->ni[i].reach = -1; c->ni[i].rmask = 0; }
+    tn__fuse_group(&F);
+    for (int i = 0; i < F.n; i++) {        /* member lists, topological */
+        F.next[i] = -1;
+        int g = tn__fg_of(&F, F.ord[i]);
+        if (g < 0) continue;
+        if (F.G[g].tail < 0) F.G[g].head = i; else F.next[F.G[g].tail] = i;
+        F.G[g].tail = i;
+    }
+    /* the fused nodes are new (ids past F.regst's size): finish the groups first */
+    int ng = 0;
+    int *roots = (int *)tn__malloc((size_t)(F.ng + 1) * sizeof *roots);
+    if (!roots) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); goto done; }
+    for (int g = 0; g < F.ng; g++) if (F.G[g].parent == g && F.G[g].head >= 0) roots[ng++] = g;
+    for (int j = 0; j < ng && !c->oom; j++) tn__fuse_build(&F, roots[j]);
+    tn__free(roots);
+    if (c->oom) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
+done:
+    tn__free(F.ord); tn__free(F.G); tn__free(F.next); tn__free(F.reg); tn__free(F.regst);
+    return r;
+}
+
+/* >>inplace -------------------------------------------------------------- */
+/* node->inplace = k+1 where the output may take in[k]'s buffer: same type,
+   an intermediate (no leaf, no view, no root) read by this node only. The
+   executor checks the concrete shapes again at call time. */
+static void tn__rw_inplace(tn__rw *c) {
+    tn_var **ord;
+    int n = tn__rw_topo(c, &ord);
+    if (c->oom) return;
+    for (int i = 0; i < n; i++) {
+        tn_var *v = ord[i];
+        tn_op_kind kind = tn__op_kind(v->op);
+        bool ew = kind == TN_OPK_ELEMWISE || kind == TN_OPK_COMPOSITE;
+        bool la = v->op == TN_OP_GEMM || v->op == TN_OP_GEMV;
+        if ((!ew && !la) || v->n_out != 1 || v->inplace) continue;
+        for (int k = 0; k < (la ? 1 : v->n_in); k++) {
+            tn_var *x = v->in[k];
+            tn__ninfo *X = tn__ni(c, x);
+            tn_op_kind xk = tn__op_kind(x->op);
+            if (xk == TN_OPK_LEAF || xk == TN_OPK_VIEW || xk == TN_OPK_TRANSFER || X->n_root || x->n_out != 1) continue;
+            if (x->op == TN_OP_PROJ || !tn__type_same(&x->type, &v->type)) continue;
+            bool only = la ? X->n_use == 1 : true;
+            for (int u = 0; only && u < X->n_use; u++) only = X->use[u].c == v;
+            if (!only) continue;
+            v->inplace = k + 1;
+            tn__rw_count("inplace");
+            break;
+        }
+    }
+    tn__free(ord);
+}
+
+/* >>optimize ------------------------------------------------------------- */
+
+TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode) {
+    tn__rw_n_counts = 0;
+    if (!fg || (n_roots > 0 && !roots)) return tn__err(TN_ERR_NULL, "tn_function: optimizer: graph or roots is NULL");
+    for (int i = 0; i < n_roots; i++)
+        if (!roots[i] || roots[i]->graph != fg) return tn__err(TN_ERR_GRAPH, "tn_function: optimizer: root %d is not in the function's graph", i);
+    if (mode == TN_MODE_DEFAULT) mode = tn_get_config()->mode;
+    bool full = mode != TN_MODE_FAST_COMPILE;
+    tn__rw c;
+    tn_result r = TN_OK;
+    if (!tn__rw_init(&c, fg, roots, n_roots)) { tn__rw_free(&c); return tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); }
+#define TN__RUN(rules) if (r == TN_OK) r = tn__rw_run(&c, rules, (int)(sizeof rules / sizeof rules[0]))
+    if (full) TN__RUN(tn__canon_rules);
+    if (r == TN_OK) r = tn__rw_merge(&c);
+    TN__RUN(tn__fold_rules);
+    if (full) {
+        TN__RUN(tn__stab_rules);
+        TN__RUN(tn__canon_rules);      /* stabilize leaves a few x+(-c) forms */
+        TN__RUN(tn__spec_rules);
+        TN__RUN(tn__spec2_rules);
+        if (r == TN_OK) r = tn__rw_merge(&c);
+        const tn_backend *b = tn__get_backend();
+        if (r == TN_OK && b && b->place) {
+            r = b->place(fg, roots, n_roots);
+            /* the back end may have added nodes and rewired inputs: rebuild the map */
+            tn__rw_free(&c);
+            memset(&c, 0, sizeof c);
+            if (r == TN_OK && !tn__rw_init(&c, fg, roots, n_roots)) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
+        }
+        if (r == TN_OK) r = tn__rw_fuse(&c);
+        if (r == TN_OK) tn__rw_inplace(&c);
+        if (r == TN_OK && c.oom) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
+    }
+#undef TN__RUN
+    tn__rw_free(&c);
+    return r;
+}
+
+/* >>ops: the op catalogue's bodies live in tensor_ops.h */
+#define TENSOR_OPS_IMPLEMENTATION_HERE
+#include "tensor_ops.h"
+/* >>transfer ========================================================== */
+/* >>transfer: host <-> device copy ops.
+
+   GPU_FROM_HOST and HOST_FROM_GPU are ordinary nodes, so placement can insert
+   and cancel them, the profiler times them and debugprint shows them as
+   Theano does. Device placement (node->device) decides where the output
+   lives: the executor allocates it there. GPU_FROM_HOST on the device runs
+   through the back end (tn_backend.run); HOST_FROM_GPU is a host node whose
+   kernel asks the back end for a staged, stream-ordered copy (tn__d2h_hook),
+   or falls back to the device ops' blocking copy. Without a back end both
+   are host copies, so a graph that asks for a device result still runs. */
+
+/* Set by tensor_cuda.h: device-to-host copy of in into the host array out
+   (contiguous, same shape and dtype), waiting for the stream. */
+static tn_result (*tn__d2h_hook)(const tn_var *node, const tn_array *in, tn_array *out);
+
+static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_type *out) {
+    (void)node;
+    *out = in[0];
+    return TN_OK;
+}
+
+/* Host kernel of both ops: a copy into out[0] (converting nothing: same type). */
+static tn_result tn__cpu_transfer(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && tn__d2h_hook)
+        return tn__d2h_hook(node, in[0], out[0]);
+    return tn_array_assign(out[0], in[0]);
+}
+
+static void tn__label_gpu_from_host(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "GpuFromHost<None>"); }
+static void tn__label_host_from_gpu(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "HostFromGpu(gpuarray)"); }
+
+static tn_var *tn__transfer_node(tn_var *x, int op, const char *who) {
+    if (!x) {
+        if (tn_last_result() == TN_OK) tn__err(TN_ERR_NULL, "%s: x is NULL", who);
+        return NULL;
+    }
+    return tn__node(x->graph, op, 1, &x, NULL, NULL, who);
+}
+
+TN_API tn_var *tn_gpu_from_host(tn_var *x) { return tn__transfer_node(x, TN_OP_GPU_FROM_HOST, "tn_gpu_from_host"); }
+TN_API tn_var *tn_host_from_gpu(tn_var *x) { return tn__transfer_node(x, TN_OP_HOST_FROM_GPU, "tn_host_from_gpu"); }
+
+/* >>registry: fills this part's rows of the op table */
+static void tn__register_transfer_ops(tn_op_def *t) {
+    t[TN_OP_GPU_FROM_HOST] = (tn_op_def){ "GpuFromHost", TN_OPK_TRANSFER, 1, tn__infer_transfer, tn__cpu_transfer, tn__label_gpu_from_host };
+    t[TN_OP_HOST_FROM_GPU] = (tn_op_def){ "HostFromGpu", TN_OPK_TRANSFER, 1, tn__infer_transfer, tn__cpu_transfer, tn__label_host_from_gpu };
+}
+
+/* >>scan ============================================================== */
+/* >>scan: loops inside the graph (Theano's scan), with taps, updates and
+   back-propagation through time.
+
+   tn_scan calls the user's step callback once, on placeholders (INPUT nodes
+   of the user's own graph, created after everything the step may read), and
+   compiles the step's outputs with tn_function, so the step goes through the
+   same optimizer and back end as any function. One SCAN node then stands for
+   the whole loop; its CPU kernel runs the compiled step once per step:
+
+   - sequences are read as row views (no copies), go_backwards maps row r to
+     L-1-r; a sequence with taps {a_j} gives L - (max(0,max a) - min(0,min a))
+     steps, and at step t tap a reads row t + a - min(0, min a) (Theano's rule);
+   - an output with taps keeps its history in its stacked result: the node's
+     output k is the buffer of init_len + T rows (the initial rows first), a
+     tap -j at step t reads row init_len + t - j, and step t writes row
+     init_len + t; tn_scan returns the rows after the initial ones as a view;
+   - an update (a non_sequence that is a shared variable, given a new value by
+     the step) is a state carried between steps in two scratch buffers; the
+     node's output is its last value, returned as a tn_update.
+   Nothing is allocated per step in a steady loop: the step's inputs are
+   preallocated view structs whose data pointers move, its outputs are
+   borrowed and copied into the stacked buffers.
+
+   Free variables: anything of the user's graph the step reads that is not
+   one of its placeholders (a shared weight, an outer input, an outer
+   expression) is captured as an implicit non_sequence. Hoisting: a step
+   expression that depends only on non_sequences (and constants) is computed
+   once outside the loop and fed in as a non_sequence. Both are done by
+   rebuilding the loop-variant part of the step after new placeholders.
+
+   The gradient is a second SCAN node (ext->bwd) that runs backwards over the
+   stored outputs with an inner function built by tn_grad on the step (known
+   gradients of the step's outputs), accumulating d(sequences), d(init rows)
+   and d(non_sequences); truncate_gradient bounds how many steps it runs.
+
+   Lifetime: a scan's compiled step lives in a registry (not in the graph
+   arena, which has no destructors); tn__scan_release_graph(g) frees the
+   scans of g and should be called from tn_graph_free (see the report). */
+
+#include <string.h>
+#include <pthread.h>
+
+typedef struct tn__scan tn__scan;
+struct tn__scan {
+    tn__scan *next;              /* registry */
+    tn_graph *g;
+    char name[64];
+    bool bwd;                    /* the gradient op of fwd */
+    tn__scan *fwd;               /* bwd: its forward scan */
+    tn__scan *grad;              /* fwd: its gradient scan, built at the first tn_grad */
+    int n_seq, n_out, n_ns, n_upd, n_init;
+    int *seq_nt, *seq_off, *seq_lo, *seq_hi;   /* taps of sequence i: tap[seq_off[i] + j] */
+    int *out_nt, *out_off, *out_len0;          /* taps of output k: tap[out_off[k] + j] */
+    bool *out_stacked;           /* the init has a leading time dim (else it is the state) */
+    int *init_in;                /* output k -> node input of its init, or -1 */
+    int *tap;
+    int *ns_upd;                 /* non_sequence i -> update index, or -1 */
+    int *upd_ns;                 /* update u -> non_sequence index */
+    int64_t n_steps;             /* -1: from the sequences */
+    bool backwards;
+    int64_t truncate;            /* 0: every step */
+    int n_ph;                    /* placeholders: sequence taps, output taps, non_sequences (bwd: + gradients of outputs) */
+    tn_var **ph;
+    int n_res;                   /* results: outputs, then update values (bwd: gradients of fwd's float placeholders) */
+    tn_var **res;
+    int *res_ph;                 /* bwd: result r is the gradient of fwd placeholder res_ph[r] */
+    int *g_of_out;               /* bwd: output k -> its gradient placeholder, or -1 (not float) */
+    int n_inner;                 /* step nodes in topological order, for concrete type inference */
+    tn_var **inner;
+    int *inner_in;               /* per inner node, per input: -1-ph, an inner index, or INT32_MAX (a leaf: its own type) */
+    int *inner_in_off;
+    int *inner_t_off;            /* first type of inner node i in the type table (n_out of them) */
+    int n_types;
+    tn_func *fn;
+    tn_array *args;              /* n_ph view structs fed to fn */
+    tn_array **argp;
+    tn_array **resp;
+    tn_var **gpend;              /* fwd, during tn_grad: gradients reaching each output through PROJ */
+};
+
+static pthread_mutex_t tn__scan_lock = PTHREAD_MUTEX_INITIALIZER;
+static tn__scan *tn__scan_list;
+
+static void tn__scan_free_one(tn__scan *s) {
+    if (!s) return;
+    tn_function_free(s->fn);
+    void *arrs[] = { s->seq_nt, s->seq_off, s->seq_lo, s->seq_hi, s->out_nt, s->out_off, s->out_len0, s->out_stacked,
+                     s->init_in, s->tap, s->ns_upd, s->upd_ns, s->ph, s->res, s->res_ph, s->g_of_out, s->inner,
+                     s->inner_in, s->inner_in_off, s->inner_t_off, s->args, s->argp, s->resp, s->gpend };
+    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) tn__free(arrs[i]);
+    tn__free(s);
+}
+
+static void tn__scan_register(tn__scan *s) {
+    pthread_mutex_lock(&tn__scan_lock);
+    s->next = tn__scan_list;
+    tn__scan_list = s;
+    pthread_mutex_unlock(&tn__scan_lock);
+}
+
+static void tn__scan_unregister_free(tn__scan *s) {
+    if (!s) return;
+    pthread_mutex_lock(&tn__scan_lock);
+    for (tn__scan **p = &tn__scan_list; *p; p = &(*p)->next)
+        if (*p == s) { *p = s->next; break; }
+    pthread_mutex_unlock(&tn__scan_lock);
+    tn__scan_free_one(s);
+}
+
+TN_API void tn__scan_release_graph(tn_graph *g) {
+    pthread_mutex_lock(&tn__scan_lock);
+    tn__scan *keep = NULL, *drop = NULL;
+    for (tn__scan *s = tn__scan_list, *n; s; s = n) {
+        n = s->next;
+        if (s->g == g) { s->next = drop; drop = s; } else { s->next = keep; keep = s; }
+    }
+    tn__scan_list = keep;
+    pthread_mutex_unlock(&tn__scan_lock);
+    for (tn__scan *s = drop, *n; s; s = n) { n = s->next; tn__scan_free_one(s); }
+}
+
+static const char *tn__scan_vname(const tn_var *v) { return v && v->name ? v->name : "?"; }
+
+/* >>scan_types ----------------------------------------------------------- */
+
+static tn_type tn__type_drop0(const tn_type *t) {
+    tn_type r = *t;
+    r.ndim = t->ndim - 1;
+    for (int d = 0; d < r.ndim; d++) { r.shape[d] = t->shape[d + 1]; r.bcast[d] = t->bcast[d + 1]; }
+    r.shape[r.ndim] = 0; r.bcast[r.ndim] = false;
+    return r;
+}
+
+static tn_type tn__type_add0(const tn_type *t, int64_t n) {
+    tn_type r = *t;
+    r.ndim = t->ndim + 1;
+    r.shape[0] = n; r.bcast[0] = n == 1;
+    for (int d = 0; d < t->ndim; d++) { r.shape[d + 1] = t->shape[d]; r.bcast[d + 1] = t->bcast[d]; }
+    return r;
+}
+
+/* The number of steps from the sequences' types (in[0..n_seq)); -1 when a
+   length is unknown at build time. Mismatched lengths are errors. */
+static tn_result tn__scan_steps(const tn__scan *s, const tn_var *node, const tn_type *in, int64_t *T) {
+    int64_t t = s->n_steps;
+    int first = -1;
+    int64_t first_n = -1;
+    for (int i = 0; i < s->n_seq; i++) {
+        int64_t L = in[i].shape[0];
+        if (L < 0) continue;
+        int64_t span = s->seq_hi[i] - s->seq_lo[i];
+        int64_t avail = L - span;
+        const char *nm = tn__scan_vname(node ? node->in[i] : NULL);
+        if (avail < 0) avail = 0;
+        if (s->n_steps >= 0) {
+            if (avail < s->n_steps)
+                return tn__err(TN_ERR_SHAPE, "tn_scan '%s': n_steps is %lld but sequence %d ('%s') has %lld rows, "
+                               "enough for %lld steps with taps %d..%d", s->name, (long long)s->n_steps, i, nm,
+                               (long long)L, (long long)avail, s->seq_lo[i], s->seq_hi[i]);
+            continue;
+        }
+        if (first >= 0 && avail != first_n)
+            return tn__err(TN_ERR_SHAPE, "tn_scan '%s': sequences have different lengths: sequence %d ('%s') has %lld rows "
+                           "(taps %d..%d: %lld steps) but sequence %d ('%s') gives %lld steps; slice them to one length "
+                           "or give n_steps", s->name, i, nm, (long long)L, s->seq_lo[i], s->seq_hi[i], (long long)avail,
+                           first, tn__scan_vname(node ? node->in[first] : NULL), (long long)first_n);
+        if (first < 0) { first = i; first_n = avail; }
+    }
+    if (s->n_steps < 0) {
+        t = first_n;
+        for (int i = 0; i < s->n_seq; i++) if (in[i].shape[0] < 0) t = -1;
+    }
+    *T = t;
+    return TN_OK;
+}
+
+/* Types of the placeholders from the node's input types (fwd layout). */
+static tn_result tn__scan_ph_types(const tn__scan *s, const tn_var *node, const tn_type *in, tn_type *pt) {
+    int p = 0;
+    char a[128];
+    for (int i = 0; i < s->n_seq; i++) {
+        tn_type row = tn__type_drop0(&in[i]);
+        for (int j = 0; j < s->seq_nt[i]; j++) pt[p++] = row;
+    }
+    for (int k = 0; k < s->n_out; k++) {
+        if (s->init_in[k] < 0) continue;
+        const tn_type *it = &in[s->init_in[k]];
+        if (s->out_stacked[k] && it->shape[0] >= 0 && it->shape[0] < s->out_len0[k])
+            return tn__err(TN_ERR_SHAPE, "tn_scan '%s': output %d reads back %d steps (taps down to %d) but its initial "
+                           "value '%s' has %lld rows %s", s->name, k, s->out_len0[k], -s->out_len0[k],
+                           tn__scan_vname(node ? node->in[s->init_in[k]] : NULL), (long long)it->shape[0],
+                           tn__shape_str(it->ndim, it->shape, a));
+        tn_type st = s->out_stacked[k] ? tn__type_drop0(it) : *it;
+        for (int j = 0; j < s->out_nt[k]; j++) pt[p++] = st;
+    }
+    for (int i = 0; i < s->n_ns; i++) pt[p++] = in[s->n_seq + s->n_init + i];
+    TN_ASSERT(p == (s->bwd ? s->fwd->n_ph : s->n_ph));
+    return TN_OK;
+}
+
+/* The step's result types for placeholder types pt (walks the step's nodes
+   with their own type rules; at call time every dim is known). */
+static tn_result tn__scan_res_types(const tn__scan *s, const tn_type *pt, tn_type *rt) {
+    tn_type *tt = (tn_type *)tn__malloc(((size_t)s->n_types + 16) * sizeof *tt);
+    tn_type ins[64], *inb = ins;
+    int max_in = 0;
+    for (int i = 0; i < s->n_inner; i++) if (s->inner[i]->n_in > max_in) max_in = s->inner[i]->n_in;
+    if (max_in > 64 && tt) inb = (tn_type *)tn__malloc((size_t)max_in * sizeof *inb);
+    if (!tt || !inb) { tn__free(tt); return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
+    tn_result r = TN_OK;
+    for (int i = 0; i < s->n_inner && r == TN_OK; i++) {
+        tn_var *v = s->inner[i];
+        const int *ix = s->inner_in + s->inner_in_off[i];
+        for (int k = 0; k < v->n_in; k++)
+            inb[k] = ix[k] == INT32_MAX ? v->in[k]->type : ix[k] < 0 ? pt[-1 - ix[k]] : tt[s->inner_t_off[ix[k]]];
+        tn_type *o = tt + s->inner_t_off[i];
+        if (v->op == TN_OP_PROJ) {
+            int src = ix[0];
+            *o = src >= 0 && src != INT32_MAX ? tt[s->inner_t_off[src] + v->p.i[0]] : v->type;
+            continue;
+        }
+        memset(o, 0, (size_t)v->n_out * sizeof *o);
+        r = tn__infer_outputs(v, inb, o);
+    }
+    for (int k = 0; k < s->n_res && r == TN_OK; k++) {
+        tn_var *x = s->res[k];
+        rt[k] = x->type;
+        for (int p = 0; p < s->n_ph; p++) if (s->ph[p] == x) rt[k] = pt[p];
+        for (int i = 0; i < s->n_inner; i++) if (s->inner[i] == x) rt[k] = tt[s->inner_t_off[i]];
+    }
+    if (inb != ins) tn__free(inb);
+    tn__free(tt);
+    if (r != TN_OK) return tn__err(r, "tn_scan '%s': the step: %s", s->name, tn_last_error());
+    return TN_OK;
+}
+
+static tn_result tn__scan_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const tn__scan *s = (const tn__scan *)node->ext;
+    if (!s) return tn__err(TN_ERR_INTERNAL, "Scan: node without its loop");
+    if (s->bwd) {   /* one gradient per forward input */
+        int nfin = node->n_in - 2 * s->fwd->n_out;
+        for (int j = 0; j < nfin; j++) out[j] = in[j];
+        return TN_OK;
+    }
+    int64_t T = -1;
+    tn_result r = tn__scan_steps(s, node, in, &T);
+    if (r != TN_OK) return r;
+    tn_type pt_s[32], rt_s[32];
+    tn_type *pt = s->n_ph <= 32 ? pt_s : (tn_type *)tn__malloc((size_t)s->n_ph * sizeof *pt);
+    tn_type *rt = s->n_res <= 32 ? rt_s : (tn_type *)tn__malloc((size_t)s->n_res * sizeof *rt);
+    if (!pt || !rt) { r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); goto done; }
+    if ((r = tn__scan_ph_types(s, node, in, pt)) != TN_OK) goto done;
+    if ((r = tn__scan_res_types(s, pt, rt)) != TN_OK) goto done;
+    int p = 0;
+    for (int i = 0; i < s->n_seq; i++) p += s->seq_nt[i];
+    for (int k = 0; k < s->n_out; k++) {
+        tn_type st = rt[k];
+        if (s->init_in[k] >= 0) {
+            const tn_type *pk = &pt[p];
+            p += s->out_nt[k];
+            for (int d = 0; d < st.ndim && d < pk->ndim; d++) {
+                if (st.shape[d] >= 0 && pk->shape[d] >= 0 && st.shape[d] != pk->shape[d]) {
+                    char a[128], b[128];
+                    r = tn__err(TN_ERR_SHAPE, "tn_scan '%s': step output %d has shape %s but its state (initial value) has "
+                                "shape %s", s->name, k, tn__shape_str(st.ndim, st.shape, a), tn__shape_str(pk->ndim, pk->shape, b));
+                    goto done;
+                }
+            }
+            st = *pk;   /* the state's shape is the initial value's */
+        }
+        int64_t n = T < 0 ? -1 : T + s->out_len0[k];
+        out[k] = tn__type_add0(&st, n);
+    }
+    for (int u = 0; u < s->n_upd; u++) {
+        out[s->n_out + u] = in[s->n_seq + s->n_init + s->upd_ns[u]];
+    }
+done:
+    if (pt != pt_s) tn__free(pt);
+    if (rt != rt_s) tn__free(rt);
+    return r;
+}
+
+static void tn__scan_label(const tn_var *node, char *buf, size_t cap) {
+    const tn__scan *s = (const tn__scan *)node->ext;
+    if (!s) { snprintf(buf, cap, "Scan"); return; }
+    const tn__scan *f = s->bwd ? s->fwd : s;
+    char steps[32] = "";
+    if (f->n_steps >= 0) snprintf(steps, sizeof steps, ", n_steps=%lld", (long long)f->n_steps);
+    char tr[40] = "";
+    if (s->bwd && f->truncate > 0) snprintf(tr, sizeof tr, ", truncate=%lld", (long long)f->truncate);
+    snprintf(buf, cap, "%s{%s%s%s%s}", s->bwd ? "ScanGrad" : "Scan", f->name, steps, f->backwards ? ", go_backwards" : "", tr);
+}
+
+/* >>scan_kernel ---------------------------------------------------------- */
+
+/* *v = row r of a (a view without dim 0). */
+static void tn__scan_row(tn_array *v, const tn_array *a, int64_t r) {
+    memset(v, 0, sizeof *v);
+    v->dtype = a->dtype;
+    v->ndim = a->ndim - 1;
+    for (int d = 0; d < v->ndim; d++) { v->shape[d] = a->shape[d + 1]; v->strides[d] = a->strides[d + 1]; }
+    v->data = (char *)a->data + r * a->strides[0];
+    v->base = a->base;
+    v->device = a->device;
+}
+
+static bool tn__scan_same_shape(const tn_array *a, const tn_array *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++) if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+static tn_result tn__scan_copy(const tn__scan *s, tn_array *dst, const tn_array *src, const char *what, int k) {
+    char a[128], b[128];
+    if (!tn__scan_same_shape(dst, src))
+        return tn__err(TN_ERR_SHAPE, "tn_scan '%s': %s %d has shape %s at this step but %s is expected (states and "
+                       "outputs keep one shape)", s->name, what, k, tn__shape_str(src->ndim, src->shape, a),
+                       tn__shape_str(dst->ndim, dst->shape, b));
+    if (tn_array_size(dst) == 0) return TN_OK;
+    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src))
+        memcpy(dst->data, src->data, tn_array_nbytes(dst));
+    else
+        tn__copy_strided(dst->dtype, dst->data, dst->strides, src->dtype, src->data, src->strides, dst->ndim, dst->shape);
+    return TN_OK;
+}
+
+/* dst += src (same shape). */
+static tn_result tn__scan_acc(tn_array *dst, const tn_array *src) {
+    if (tn_array_size(dst) == 0) return TN_OK;
+    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src)) {
+        int64_t n = tn_array_size(dst);
+        if (dst->dtype == TN_F64) {
+            double *d = (double *)dst->data; const double *x = (const double *)src->data;
+            for (int64_t i = 0; i < n; i++) d[i] += x[i];
+            return TN_OK;
+        }
+        if (dst->dtype == TN_F32) {
+            float *d = (float *)dst->data; const float *x = (const float *)src->data;
+            for (int64_t i = 0; i < n; i++) d[i] += x[i];
+            return TN_OK;
+        }
+    }
+    tn_dtype idt[2] = { dst->dtype, src->dtype };
+    tn_ew_instr ins;
+    memset(&ins, 0, sizeof ins);
+    ins.op = TN_OP_ADD; ins.dtype = (int8_t)dst->dtype; ins.in_dtype = (int8_t)dst->dtype; ins.a = 0; ins.b = 1; ins.c = -1;
+    int32_t oreg = 2;
+    tn_dtype odt = dst->dtype;
+    tn_ew_program p = { 2, idt, 1, &ins, 1, &oreg, &odt };
+    tn_array *in[2] = { dst, (tn_array *)src };
+    return tn__cpu_ew_run(&p, in, &dst);
+}
+
+static int64_t tn__scan_seq_row(const tn__scan *s, int i, int j, int64_t t, int64_t L) {
+    int64_t r = t + s->tap[s->seq_off[i] + j] - s->seq_lo[i];
+    return s->backwards ? L - 1 - r : r;
+}
+
+/* Points the step's inputs (fwd placeholders) at step t's rows. states[u]:
+   the current value of update u. */
+static void tn__scan_fill_args(const tn__scan *s, tn_array *args, tn_array *const *in, tn_array *const *bufs,
+                               tn_array *const *states, int64_t t) {
+    int p = 0;
+    for (int i = 0; i < s->n_seq; i++)
+        for (int j = 0; j < s->seq_nt[i]; j++) tn__scan_row(&args[p++], in[i], tn__scan_seq_row(s, i, j, t, in[i]->shape[0]));
+    for (int k = 0; k < s->n_out; k++)
+        for (int j = 0; j < s->out_nt[k]; j++)
+            tn__scan_row(&args[p++], bufs[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]);
+    for (int i = 0; i < s->n_ns; i++) {
+        const tn_array *a = s->ns_upd[i] >= 0 ? states[s->ns_upd[i]] : in[s->n_seq + s->n_init + i];
+        args[p] = *a;
+        args[p].live_gen = NULL;
+        p++;
+    }
+}
+
+static int64_t tn__scan_T(const tn__scan *s, tn_array *const *in) {
+    if (s->n_steps >= 0 || s->n_seq == 0) return s->n_steps < 0 ? 0 : s->n_steps;
+    int64_t L = in[0]->shape[0] - (s->seq_hi[0] - s->seq_lo[0]);
+    return L < 0 ? 0 : L;
+}
+
+/* The initial rows of output k's buffer from its init. */
+static tn_result tn__scan_put_init(const tn__scan *s, int k, const tn_array *init, tn_array *buf) {
+    tn_array d, src;
+    int len0 = s->out_len0[k];
+    for (int r = 0; r < len0; r++) {
+        tn__scan_row(&d, buf, r);
+        if (s->out_stacked[k]) tn__scan_row(&src, init, init->shape[0] - len0 + r);
+        else src = *init;
+        tn_result e = tn__scan_copy(s, &d, &src, "initial value of output", k);
+        if (e != TN_OK) return e;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__scan_cpu_fwd(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__scan *s = (tn__scan *)node->ext;
+    int64_t T = tn__scan_T(s, in);
+    tn_result r = TN_OK;
+    for (int k = 0; k < s->n_out; k++)
+        if (s->init_in[k] >= 0 && (r = tn__scan_put_init(s, k, in[s->init_in[k]], out[k])) != TN_OK) return r;
+    /* update states: two buffers each, swapped every step */
+    tn_array *st_s[8], **st = s->n_upd <= 4 ? st_s : (tn_array **)tn__calloc((size_t)s->n_upd * 2, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    for (int u = 0; u < 2 * s->n_upd; u++) st[u] = NULL;
+    for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
+        const tn_array *init = in[s->n_seq + s->n_init + s->upd_ns[u]];
+        for (int h = 0; h < 2; h++)
+            if (!(st[2 * u + h] = tn__array_alloc(init->dtype, init->ndim, init->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        if (r == TN_OK) r = tn__scan_copy(s, st[2 * u], init, "update", u);
+    }
+    tn_array *cur_s[4], **cur = s->n_upd <= 4 ? cur_s : (tn_array **)tn__calloc((size_t)s->n_upd + 1, sizeof *cur);
+    if (!cur && r == TN_OK) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    for (int u = 0; u < s->n_upd && r == TN_OK; u++) cur[u] = st[2 * u];
+    for (int64_t t = 0; t < T && r == TN_OK; t++) {
+        tn__scan_fill_args(s, s->args, in, out, cur, t);
+        if ((r = tn_call(s->fn, s->argp, s->resp)) != TN_OK) {
+            r = tn__err(r, "tn_scan '%s': step %lld of %lld: %s", s->name, (long long)t, (long long)T, tn_last_error());
+            break;
+        }
+        for (int k = 0; k < s->n_out && r == TN_OK; k++) {
+            tn_array d;
+            tn__scan_row(&d, out[k], s->out_len0[k] + t);
+            r = tn__scan_copy(s, &d, s->resp[k], "output", k);
+        }
+        for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
+            tn_array *nx = cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u];
+            if ((r = tn__scan_copy(s, nx, s->resp[s->n_out + u], "update", u)) == TN_OK) cur[u] = nx;
+        }
+    }
+    for (int u = 0; u < s->n_upd && r == TN_OK; u++) r = tn__scan_copy(s, out[s->n_out + u], cur[u], "update", u);
+    for (int u = 0; u < 2 * s->n_upd; u++) tn_array_free(st[u]);
+    if (st != st_s) tn__free(st);
+    if (cur != cur_s) tn__free(cur);
+    return r;
+}
+
+static void tn__scan_zero(tn_array *a) {
+    if (tn_array_size(a) > 0) memset(a->data, 0, tn_array_nbytes(a));   /* executor outputs are contiguous */
+}
+
+/* Backward: inputs are fwd's inputs, fwd's stacked outputs and their
+   gradients; outputs the gradients of fwd's inputs. */
+static tn_result tn__scan_cpu_bwd(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__scan *b = (tn__scan *)node->ext;
+    const tn__scan *s = b->fwd;
+    int nfin = node->n_in - 2 * s->n_out;
+    tn_array *const *bufs = in + nfin, *const *gbufs = in + nfin + s->n_out;
+    int64_t T = tn__scan_T(s, in);
+    tn_result r = TN_OK;
+    for (int j = 0; j < nfin; j++) tn__scan_zero(out[j]);
+    tn_array *dB_s[8], **dB = s->n_out <= 8 ? dB_s : (tn_array **)tn__calloc((size_t)s->n_out, sizeof *dB);
+    if (!dB) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    for (int k = 0; k < s->n_out; k++) dB[k] = NULL;
+    for (int k = 0; k < s->n_out && r == TN_OK; k++) {
+        if (b->g_of_out[k] < 0) continue;
+        if (!(dB[k] = tn__array_alloc(bufs[k]->dtype, bufs[k]->ndim, bufs[k]->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        else r = tn__scan_copy(s, dB[k], gbufs[k], "output gradient", k);
+    }
+    int64_t stop = s->truncate > 0 && s->truncate < T ? T - s->truncate : 0;
+    int nfph = s->n_ph;
+    for (int64_t t = T - 1; t >= stop && r == TN_OK; t--) {
+        tn__scan_fill_args(s, b->args, in, bufs, NULL, t);
+        for (int k = 0; k < s->n_out; k++)
+            if (b->g_of_out[k] >= 0) tn__scan_row(&b->args[b->g_of_out[k]], dB[k], s->out_len0[k] + t);
+        if ((r = tn_call(b->fn, b->argp, b->resp)) != TN_OK) {
+            r = tn__err(r, "tn_scan '%s' gradient: step %lld: %s", s->name, (long long)t, tn_last_error());
+            break;
+        }
+        for (int q = 0; q < b->n_res && r == TN_OK; q++) {
+            int p = b->res_ph[q];
+            tn_array d;
+            int pp = 0;
+            bool done = false;
+            for (int i = 0; i < s->n_seq && !done; i++)
+                for (int j = 0; j < s->seq_nt[i] && !done; j++, pp++)
+                    if (pp == p) { tn__scan_row(&d, out[i], tn__scan_seq_row(s, i, j, t, in[i]->shape[0])); done = true; }
+            for (int k = 0; k < s->n_out && !done; k++)
+                for (int j = 0; j < s->out_nt[k] && !done; j++, pp++)
+                    if (pp == p) { tn__scan_row(&d, dB[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]); done = true; }
+            if (!done) { d = *out[s->n_seq + s->n_init + (p - pp)]; }
+            TN_ASSERT(p < nfph);
+            r = tn__scan_acc(&d, b->resp[q]);
+        }
+    }
+    /* gradients of the initial values: the first rows of each dB */
+    for (int k = 0; k < s->n_out && r == TN_OK; k++) {
+        if (s->init_in[k] < 0 || !dB[k]) continue;
+        tn_array *gi = out[s->init_in[k]];
+        for (int q = 0; q < s->out_len0[k] && r == TN_OK; q++) {
+            tn_array src, d;
+            tn__scan_row(&src, dB[k], q);
+            if (s->out_stacked[k]) tn__scan_row(&d, gi, gi->shape[0] - s->out_len0[k] + q);
+            else d = *gi;
+            r = tn__scan_copy(s, &d, &src, "initial gradient", k);
+        }
+    }
+    for (int k = 0; k < s->n_out; k++) tn_array_free(dB[k]);
+    if (dB != dB_s) tn__free(dB);
+    return r;
+}
+
+static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn__scan *s = (const tn__scan *)node->ext;
+    if (!s || !s->fn) return tn__err(TN_ERR_INTERNAL, "Scan: node without a compiled step");
+    return s->bwd ? tn__scan_cpu_bwd(node, in, out) : tn__scan_cpu_fwd(node, in, out);
+}
+
+static void tn__register_scan_ops(tn_op_def *t) {
+    t[TN_OP_SCAN] = (tn_op_def){ "Scan", TN_OPK_OTHER, -1, tn__scan_infer, tn__scan_cpu, tn__scan_label };
+}
+
+/* >>scan_build ----------------------------------------------------------- */
+
+typedef struct tn__scan_b {      /* build-time state of tn_scan */
+    tn__scan *s;
+    tn_graph *g;
+    tn_var **ns;                 /* outer non_sequences (user's, then captured and hoisted) */
+    int cap_ns;
+    int *phidx;                  /* by var id: placeholder index or -1 */
+    int n_idx;
+} tn__scan_b;
+
+static tn_result tn__scan_oom(const tn__scan *s) { return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
+
+static tn_result tn__scan_phidx(tn__scan_b *b) {
+    tn__scan *s = b->s;
+    int nv = tn__graph_nvars(b->g);
+    tn__free(b->phidx);
+    if (!(b->phidx = (int *)tn__malloc(((size_t)nv + 1) * sizeof *b->phidx))) return tn__scan_oom(s);
+    b->n_idx = nv;
+    for (int i = 0; i < nv; i++) b->phidx[i] = -1;
+    for (int p = 0; p < s->n_ph; p++) b->phidx[s->ph[p]->id] = p;
+    return TN_OK;
+}
+
+static bool tn__scan_is_ph(const tn__scan_b *b, const tn_var *v) { return v->id < b->n_idx && b->phidx[v->id] >= 0; }
+
+/* The step's nodes reachable from the results (ascending ids: topological),
+   stopping at placeholders, constants and variables older than the step
+   (first_id): those are free (*freev, constants excluded). */
+static tn_result tn__scan_collect(tn__scan_b *b, int first_id, tn_var ***inner, int *n_inner, tn_var ***freev, int *n_free) {
+    tn__scan *s = b->s;
+    int nv = tn__graph_nvars(b->g);
+    uint8_t *seen = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
+    tn_var **stack = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *stack);
+    tn_var **in = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *in);
+    tn_var **fr = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *fr);
+    if (!seen || !stack || !in || !fr) { tn__free(seen); tn__free(stack); tn__free(in); tn__free(fr); return tn__scan_oom(s); }
+    int sp = 0, ni = 0, nf = 0;
+    for (int k = 0; k < s->n_res; k++) if (!seen[s->res[k]->id]) { seen[s->res[k]->id] = 1; stack[sp++] = s->res[k]; }
+    while (sp) {
+        tn_var *v = stack[--sp];
+        if (tn__scan_is_ph(b, v) || v->op == TN_OP_CONSTANT) continue;
+        if (v->id < first_id) { fr[nf++] = v; continue; }
+        in[ni++] = v;
+        for (int k = 0; k < v->n_in; k++)
+            if (!seen[v->in[k]->id]) { seen[v->in[k]->id] = 1; stack[sp++] = v->in[k]; }
+    }
+    /* ascending ids (counting sort through seen[]) */
+    memset(seen, 0, (size_t)nv + 1);
+    for (int i = 0; i < ni; i++) seen[in[i]->id] = 1;
+    ni = 0;
+    for (int id = 0; id < nv; id++) if (seen[id] == 1) in[ni++] = tn__graph_var(b->g, id);
+    memset(seen, 0, (size_t)nv + 1);
+    for (int i = 0; i < nf; i++) seen[fr[i]->id] = 1;
+    nf = 0;
+    for (int id = 0; id < nv; id++) if (seen[id] == 1) fr[nf++] = tn__graph_var(b->g, id);
+    tn__free(seen); tn__free(stack);
+    *inner = in; *n_inner = ni; *freev = fr; *n_free = nf;
+    return TN_OK;
+}
+
+/* A copy of v (same op, params, ext) on inputs map[in[k]->id] (or in[k]). */
+static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
+    tn_var *ins_s[16], **ins = v->n_in <= 16 ? ins_s : (tn_var **)tn__malloc((size_t)v->n_in * sizeof *ins);
+    if (!ins) { tn__err(TN_ERR_OOM, "tn_scan: out of memory"); return NULL; }
+    for (int k = 0; k < v->n_in; k++) ins[k] = map[v->in[k]->id] ? map[v->in[k]->id] : v->in[k];
+    tn_var *c = v->op == TN_OP_PROJ ? tn__proj(ins[0], (int)v->p.i[0])
+                                    : tn__node_multi(v->graph, v->op, v->n_in, ins, &v->p, v->ext, v->n_out, "tn_scan");
+    if (ins != ins_s) tn__free(ins);
+    if (c) { c->flags = v->flags; c->name = v->name; }
+    return c;
+}
+
+static tn_result tn__scan_add_ns(tn__scan_b *b, tn_var *outer, tn_var *ph) {
+    tn__scan *s = b->s;
+    if (s->n_ns == b->cap_ns) {
+        int cap = b->cap_ns ? 2 * b->cap_ns : 8;
+        tn_var **n = (tn_var **)tn__realloc(b->ns, (size_t)cap * sizeof *n);
+        int *u = (int *)tn__realloc(s->ns_upd, (size_t)cap * sizeof *u);
+        if (n) b->ns = n;
+        if (u) s->ns_upd = u;
+        if (!n || !u) return tn__scan_oom(s);
+        b->cap_ns = cap;
+    }
+    tn_var **p = (tn_var **)tn__realloc(s->ph, ((size_t)s->n_ph + 1) * sizeof *p);
+    if (!p) return tn__scan_oom(s);
+    s->ph = p;
+    s->ph[s->n_ph++] = ph;
+    b->ns[s->n_ns] = outer;
+    s->ns_upd[s->n_ns++] = -1;
+    return TN_OK;
+}
+
+/* Captures free variables and hoists loop-invariant step expressions:
+   both become non_sequences, and the loop-variant part of the step is
+   rebuilt after their placeholders (so ids stay topological). */
+static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
+    tn__scan *s = b->s;
+    tn_var **inner = NULL, **freev = NULL, **map = NULL, **lift = NULL;
+    int ni = 0, nf = 0, nl = 0;
+    uint8_t *inv = NULL;
+    tn_result r = tn__scan_collect(b, first_id, &inner, &ni, &freev, &nf);
+    if (r != TN_OK) return r;
+    int nv = tn__graph_nvars(b->g);
+    inv = (uint8_t *)tn__calloc((size_t)nv + 1, 1);       /* 1 invariant, 2 variant (by id) */
+    lift = (tn_var **)tn__malloc(((size_t)ni + nf + 1) * sizeof *lift);
+    map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
+    if (!inv || !lift || !map) { r = tn__scan_oom(s); goto done; }
+    int nvar_ph = s->n_ph - s->n_ns;
+    for (int p = 0; p < s->n_ph; p++)
+        inv[s->ph[p]->id] = p >= nvar_ph && s->ns_upd[p - nvar_ph] < 0 ? 1 : 2;
+    for (int i = 0; i < nf; i++) inv[freev[i]->id] = 1;
+    for (int i = 0; i < ni; i++) {
+        tn_var *v = inner[i];
+        uint8_t st = 1;
+        for (int k = 0; k < v->n_in; k++) if (inv[v->in[k]->id] == 2) st = 2;
+        inv[v->id] = st;
+    }
+    /* lifted: invariant non-constant values read by a variant node or returned */
+    uint8_t *want = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
+    if (!want) { r = tn__scan_oom(s); goto done; }
+    for (int i = 0; i < ni; i++) {
+        if (inv[inner[i]->id] != 2) continue;
+        for (int k = 0; k < inner[i]->n_in; k++) want[inner[i]->in[k]->id] = 1;
+    }
+    for (int k = 0; k < s->n_res; k++) want[s->res[k]->id] = 1;
+    for (int id = 0; id < nv; id++) {
+        tn_var *v = tn__graph_var(b->g, id);
+        if (want[id] && inv[id] == 1 && v->op != TN_OP_CONSTANT && !tn__scan_is_ph(b, v)) lift[nl++] = v;
+    }
+    tn__free(want);
+    if (nl == 0) goto done;
+    /* invariant nodes, outside: non_sequence placeholders read their outer variables */
+    for (int p = nvar_ph; p < s->n_ph; p++) map[s->ph[p]->id] = b->ns[p - nvar_ph];
+    for (int i = 0; i < ni; i++) {
+        if (inv[inner[i]->id] != 1) continue;
+        if (!(map[inner[i]->id] = tn__scan_clone(inner[i], map))) { r = tn_last_result(); goto done; }
+    }
+    tn_var **map2 = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map2);
+    if (!map2) { r = tn__scan_oom(s); goto done; }
+    for (int i = 0; i < nl && r == TN_OK; i++) {
+        tn_var *x = lift[i], *outer = map[x->id] ? map[x->id] : x;
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s", x->name ? x->name : "hoisted");
+        tn_var *ph = tn_input(b->g, nm, x->type.dtype, x->type.ndim, x->type.shape, x->type.bcast);
+        if (!ph) r = tn_last_result();
+        else if ((r = tn__scan_add_ns(b, outer, ph)) == TN_OK) map2[x->id] = ph;
+    }
+    for (int i = 0; i < ni && r == TN_OK; i++) {
+        if (inv[inner[i]->id] != 2) continue;
+        if (!(map2[inner[i]->id] = tn__scan_clone(inner[i], map2))) r = tn_last_result();
+    }
+    for (int k = 0; k < s->n_res && r == TN_OK; k++) if (map2[s->res[k]->id]) s->res[k] = map2[s->res[k]->id];
+    tn__free(map2);
+    if (r == TN_OK) r = tn__scan_phidx(b);
+done:
+    tn__free(inner); tn__free(freev); tn__free(map); tn__free(lift); tn__free(inv);
+    return r;
+}
+
+/* The tables tn__scan_res_types walks. */
+static tn_result tn__scan_tables(tn__scan_b *b) {
+    tn__scan *s = b->s;
+    tn_var **fr = NULL;
+    int nf = 0;
+    tn_result r = tn__scan_collect(b, 0, &s->inner, &s->n_inner, &fr, &nf);
+    tn__free(fr);
+    if (r != TN_OK) return r;
+    int nin = 0;
+    for (int i = 0; i < s->n_inner; i++) nin += s->inner[i]->n_in;
+    s->inner_in = (int *)tn__malloc(((size_t)nin + 1) * sizeof(int));
+    s->inner_in_off = (int *)tn__malloc(((size_t)s->n_inner + 1) * sizeof(int));
+    s->inner_t_off = (int *)tn__malloc(((size_t)s->n_inner + 1) * sizeof(int));
+    if (!s->inner_in || !s->inner_in_off || !s->inner_t_off) return tn__scan_oom(s);
+    int nv = tn__graph_nvars(b->g);
+    int *idx = (int *)tn__malloc(((size_t)nv + 1) * sizeof *idx);
+    if (!idx) return tn__scan_oom(s);
+    for (int i = 0; i < nv; i++) idx[i] = -1;
+    int o = 0, t = 0;
+    for (int i = 0; i < s->n_inner; i++) {
+        tn_var *v = s->inner[i];
+        idx[v->id] = i;
+        s->inner_in_off[i] = o;
+        s->inner_t_off[i] = t;
+        t += v->n_out;
+        for (int k = 0; k < v->n_in; k++) {
+            tn_var *x = v->in[k];
+            s->inner_in[o++] = tn__scan_is_ph(b, x) ? -1 - b->phidx[x->id] : idx[x->id] >= 0 ? idx[x->id] : INT32_MAX;
+        }
+    }
+    s->n_types = t;
+    tn__free(idx);
+    return TN_OK;
+}
+
+static tn_result tn__scan_compile(tn__scan *s, tn_graph *g) {
+    s->fn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
+                                            .outputs = s->res, .borrow = true, .name = s->name });
+    if (!s->fn) return tn__err(tn_last_result(), "tn_scan '%s': compiling the step: %s", s->name, tn_last_error());
+    s->args = (tn_array *)tn__calloc((size_t)s->n_ph + 1, sizeof *s->args);
+    s->argp = (tn_array **)tn__calloc((size_t)s->n_ph + 1, sizeof *s->argp);
+    s->resp = (tn_array **)tn__calloc((size_t)s->n_res + 1, sizeof *s->resp);
+    if (!s->args || !s->argp || !s->resp) return tn__scan_oom(s);
+    for (int p = 0; p < s->n_ph; p++) s->argp[p] = &s->args[p];
+    return TN_OK;
+}
+
+/* The seed's warning case: scan(lambda x: dot(W, x), sequences=X) is one
+   product, dot(X, W^T) (dot(x, W): dot(X, W)). NULL when not that case. */
+static tn_var *tn__scan_as_dot(const tn__scan_b *b, tn_var *seq) {
+    const tn__scan *s = b->s;
+    if (s->n_seq != 1 || s->seq_nt[0] != 1 || s->tap[0] != 0 || s->n_out != 1 || s->init_in[0] >= 0 || s->n_upd)
+        return NULL;
+    tn_var *y = s->res[0], *x = s->ph[0];
+    if (y->op != TN_OP_DOT || x->type.ndim != 1) return NULL;
+    int xi = y->in[0] == x ? 0 : y->in[1] == x ? 1 : -1;
+    if (xi < 0) return NULL;
+    tn_var *w = y->in[1 - xi];
+    if (!tn__scan_is_ph(b, w) || b->phidx[w->id] < s->n_ph - s->n_ns || w->type.ndim != 2) return NULL;
+    tn_var *W = b->ns[b->phidx[w->id] - (s->n_ph - s->n_ns)];
+    tn_var *X = seq;
+    if (s->backwards) X = tn_slice(X, 0, TN_NONE, TN_NONE, -1);
+    if (s->n_steps >= 0) X = tn_slice(X, 0, TN_NONE, s->n_steps, 1);
+    return xi == 1 ? tn_dot(X, tn_transpose(W, NULL)) : tn_dot(X, W);
+}
+
+static tn_result tn__scan_check_desc(const tn_scan_desc *d, tn_var **outputs, tn_graph **gp) {
+    const char *W = "tn_scan";
+    if (!d) return tn__err(TN_ERR_NULL, "%s: desc is NULL", W);
+    const char *nm = d->name ? d->name : "scan";
+    if (!d->step) return tn__err(TN_ERR_NULL, "%s '%s': step is NULL", W, nm);
+    if (d->n_sequences < 0 || d->n_outputs < 0 || d->n_non_sequences < 0)
+        return tn__err(TN_ERR_INVALID, "%s '%s': negative count (n_sequences %d, n_outputs %d, n_non_sequences %d)", W, nm,
+                       d->n_sequences, d->n_outputs, d->n_non_sequences);
+    if ((d->n_sequences && !d->sequences) || (d->n_outputs && !d->outputs) || (d->n_non_sequences && !d->non_sequences))
+        return tn__err(TN_ERR_NULL, "%s '%s': sequences, outputs or non_sequences is NULL for a nonzero count", W, nm);
+    if (d->n_outputs && !outputs) return tn__err(TN_ERR_NULL, "%s '%s': outputs is NULL (room for %d variables needed)", W, nm, d->n_outputs);
+    if (d->has_n_steps && d->n_steps < 0) return tn__err(TN_ERR_INVALID, "%s '%s': n_steps is %lld", W, nm, (long long)d->n_steps);
+    if (!d->has_n_steps && d->n_sequences == 0)
+        return tn__err(TN_ERR_INVALID, "%s '%s': no sequences to take the number of steps from: set has_n_steps and n_steps", W, nm);
+    if (d->truncate_gradient < 0) return tn__err(TN_ERR_INVALID, "%s '%s': truncate_gradient is %lld (0: no truncation)", W, nm, (long long)d->truncate_gradient);
+    tn_graph *g = d->graph;
+    char sb[128];
+    for (int i = 0; i < d->n_sequences; i++) {
+        const tn_scan_seq *q = &d->sequences[i];
+        if (!q->var) return tn__err(TN_ERR_NULL, "%s '%s': sequence %d is NULL (did its constructor fail?)", W, nm, i);
+        if (q->var->type.ndim < 1)
+            return tn__err(TN_ERR_SHAPE, "%s '%s': sequence %d ('%s') has shape %s: a sequence needs a leading time dim", W, nm, i,
+                           tn__scan_vname(q->var), tn__shape_str(q->var->type.ndim, q->var->type.shape, sb));
+        if (q->n_taps < 0 || (q->n_taps && !q->taps)) return tn__err(TN_ERR_INVALID, "%s '%s': sequence %d: bad taps", W, nm, i);
+        if (!g) g = q->var->graph;
+    }
+    for (int k = 0; k < d->n_outputs; k++) {
+        const tn_scan_out *o = &d->outputs[k];
+        if (o->n_taps < 0 || (o->n_taps && !o->taps)) return tn__err(TN_ERR_INVALID, "%s '%s': output %d: bad taps", W, nm, k);
+        if (o->n_taps && !o->init) return tn__err(TN_ERR_INVALID, "%s '%s': output %d has taps but no init", W, nm, k);
+        for (int j = 0; j < o->n_taps; j++)
+            if (o->taps[j] >= 0)
+                return tn__err(TN_ERR_INVALID, "%s '%s': output %d: tap %d is not negative (x(t-1) is tap -1; a step "
+                               "cannot read its own output)", W, nm, k, o->taps[j]);
+        bool single = o->n_taps == 0 || (o->n_taps == 1 && o->taps[0] == -1);
+        if (o->init && !single && o->init->type.ndim < 1)
+            return tn__err(TN_ERR_SHAPE, "%s '%s': output %d has taps other than {-1}, so its init ('%s') needs a leading "
+                           "time dim", W, nm, k, tn__scan_vname(o->init));
+        if (o->init && !g) g = o->init->graph;
+    }
+    for (int i = 0; i < d->n_non_sequences; i++) {
+        if (!d->non_sequences[i]) return tn__err(TN_ERR_NULL, "%s '%s': non_sequence %d is NULL", W, nm, i);
+        if (!g) g = d->non_sequences[i]->graph;
+    }
+    if (!g) return tn__err(TN_ERR_NULL, "%s '%s': no variable names the graph: set desc->graph", W, nm);
+    for (int i = 0; i < d->n_sequences; i++)
+        if (d->sequences[i].var->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': sequence %d belongs to another graph", W, nm, i);
+    for (int k = 0; k < d->n_outputs; k++)
+        if (d->outputs[k].init && d->outputs[k].init->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': the init of output %d belongs to another graph", W, nm, k);
+    for (int i = 0; i < d->n_non_sequences; i++)
+        if (d->non_sequences[i]->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': non_sequence %d belongs to another graph", W, nm, i);
+    *gp = g;
+    return TN_OK;
+}
+
+/* Tap tables and placeholders (sequence taps, output taps, non_sequences). */
+static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
+    tn__scan *s = b->s;
+    int nt = 0, nseq = d->n_sequences, nout = d->n_outputs;
+    for (int i = 0; i < nseq; i++) nt += d->sequences[i].n_taps ? d->sequences[i].n_taps : 1;
+    for (int k = 0; k < nout; k++) nt += d->outputs[k].init ? (d->outputs[k].n_taps ? d->outputs[k].n_taps : 1) : 0;
+    s->n_seq = nseq; s->n_out = nout;
+    s->seq_nt = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->seq_off = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->seq_lo = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->seq_hi = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->out_nt = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->out_off = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->out_len0 = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->out_stacked = (bool *)tn__calloc((size_t)nout + 1, sizeof(bool));
+    s->init_in = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->tap = (int *)tn__calloc((size_t)nt + 1, sizeof(int));
+    s->ph = (tn_var **)tn__calloc((size_t)nt + 1, sizeof(tn_var *));
+    if (!s->seq_nt || !s->seq_off || !s->seq_lo || !s->seq_hi || !s->out_nt || !s->out_off || !s->out_len0 ||
+        !s->out_stacked || !s->init_in || !s->tap || !s->ph)
+        return tn__scan_oom(s);
+    int t = 0;
+    char nm[160];
+    for (int i = 0; i < nseq; i++) {
+        const tn_scan_seq *q = &d->sequences[i];
+        s->seq_off[i] = t;
+        s->seq_nt[i] = q->n_taps ? q->n_taps : 1;
+        for (int j = 0; j < s->seq_nt[i]; j++) {
+            int a = q->n_taps ? q->taps[j] : 0;
+            s->tap[t++] = a;
+            if (a < s->seq_lo[i]) s->seq_lo[i] = a;
+            if (a > s->seq_hi[i]) s->seq_hi[i] = a;
+        }
+        tn_type row = tn__type_drop0(&q->var->type);
+        for (int j = 0; j < s->seq_nt[i]; j++) {
+            int a = s->tap[s->seq_off[i] + j];
+            if (a) snprintf(nm, sizeof nm, "%s[t%+d]", tn__scan_vname(q->var), a);
+            else snprintf(nm, sizeof nm, "%s[t]", tn__scan_vname(q->var));
+            tn_var *p = tn_input(b->g, nm, row.dtype, row.ndim, row.shape, row.bcast);
+            if (!p) return tn_last_result();
+            s->ph[s->n_ph++] = p;
+        }
+    }
+    int n_init = 0;
+    for (int k = 0; k < nout; k++) {
+        const tn_scan_out *o = &d->outputs[k];
+        s->out_off[k] = t;
+        s->init_in[k] = -1;
+        if (!o->init) continue;
+        s->out_nt[k] = o->n_taps ? o->n_taps : 1;
+        s->out_stacked[k] = !(s->out_nt[k] == 1 && (o->n_taps == 0 || o->taps[0] == -1));
+        s->init_in[k] = nseq + n_init++;
+        for (int j = 0; j < s->out_nt[k]; j++) {
+            int a = o->n_taps ? o->taps[j] : -1;
+            s->tap[t++] = a;
+            if (-a > s->out_len0[k]) s->out_len0[k] = -a;
+        }
+        tn_type st = s->out_stacked[k] ? tn__type_drop0(&o->init->type) : o->init->type;
+        for (int j = 0; j < s->out_nt[k]; j++) {
+            snprintf(nm, sizeof nm, "%s[t%+d]", o->init->name ? o->init->name : "out", s->tap[s->out_off[k] + j]);
+            tn_var *p = tn_input(b->g, nm, st.dtype, st.ndim, st.shape, st.bcast);
+            if (!p) return tn_last_result();
+            s->ph[s->n_ph++] = p;
+        }
+    }
+    s->n_init = n_init;
+    for (int i = 0; i < d->n_non_sequences; i++) {
+        tn_var *v = d->non_sequences[i];
+        tn_var *p = tn_input(b->g, v->name ? v->name : "non_seq", v->type.dtype, v->type.ndim, v->type.shape, v->type.bcast);
+        if (!p) return tn_last_result();
+        tn_result r = tn__scan_add_ns(b, v, p);
+        if (r != TN_OK) return r;
+    }
+    return tn__scan_phidx(b);
+}
+
+/* Calls the step and checks what it returned. */
+static tn_result tn__scan_run_step(tn__scan_b *b, const tn_scan_desc *d) {
+    tn__scan *s = b->s;
+    int nseq = d->n_sequences, nout = d->n_outputs, nns = d->n_non_sequences;
+    tn_var ***seqrows = (tn_var ***)tn__calloc((size_t)nseq + 1, sizeof *seqrows);
+    tn_var ***outrows = (tn_var ***)tn__calloc((size_t)nout + 1, sizeof *outrows);
+    tn_var **outs = (tn_var **)tn__calloc((size_t)nout + 1, sizeof *outs);
+    tn_var **ups = (tn_var **)tn__calloc((size_t)nns + 1, sizeof *ups);
+    tn_result r = TN_OK;
+    if (!seqrows || !outrows || !outs || !ups) { r = tn__scan_oom(s); goto done; }
+    int p = 0;
+    for (int i = 0; i < nseq; i++) { seqrows[i] = &s->ph[p]; p += s->seq_nt[i]; }
+    for (int k = 0; k < nout; k++) { outrows[k] = s->out_nt[k] ? &s->ph[p] : NULL; p += s->out_nt[k]; }
+    tn_scan_step st = { b->g, (tn_var *const *const *)seqrows, (tn_var *const *const *)outrows, s->ph + p, s->n_ph,
+                        s->ph, outs, ups };
+    if ((r = d->step(&st, d->user)) != TN_OK) {
+        r = tn__err(r, "tn_scan '%s': the step callback failed: %s", s->name, tn_last_error());
+        goto done;
+    }
+    int nu = 0;
+    for (int i = 0; i < nns; i++) if (ups[i]) nu++;
+    s->n_upd = nu;
+    s->n_res = nout + nu;
+    s->res = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *s->res);
+    s->upd_ns = (int *)tn__calloc((size_t)nu + 1, sizeof *s->upd_ns);
+    if (!s->res || !s->upd_ns) { r = tn__scan_oom(s); goto done; }
+    char a[160], c[160];
+    for (int k = 0; k < nout && r == TN_OK; k++) {
+        tn_var *y = outs[k];
+        if (!y) { r = tn__err(TN_ERR_NULL, "tn_scan '%s': the step left output %d NULL (%s)", s->name, k, tn_last_error()); break; }
+        if (y->graph != b->g) { r = tn__err(TN_ERR_GRAPH, "tn_scan '%s': step output %d belongs to another graph", s->name, k); break; }
+        if (y->n_out > 1) { r = tn__err(TN_ERR_INVALID, "tn_scan '%s': step output %d is a node with %d outputs; pick one", s->name, k, y->n_out); break; }
+        if (s->out_nt[k]) {
+            const tn_type *pt = &outrows[k][0]->type;
+            if (y->type.dtype != pt->dtype || y->type.ndim != pt->ndim)
+                r = tn__err(y->type.dtype != pt->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE, "tn_scan '%s': step output %d is %s "
+                            "but its state (from its init '%s') is %s: they must match (cast the output or the init)",
+                            s->name, k, tn__type_str(&y->type, a), tn__scan_vname(d->outputs[k].init), tn__type_str(pt, c));
+        }
+        s->res[k] = y;
+    }
+    int u = 0;
+    for (int i = 0; i < nns && r == TN_OK; i++) {
+        if (!ups[i]) continue;
+        tn_var *sv = d->non_sequences[i], *y = ups[i];
+        if (sv->op != TN_OP_SHARED)
+            r = tn__err(TN_ERR_UPDATE, "tn_scan '%s': the step updates non_sequence %d ('%s'), which is not a shared variable",
+                        s->name, i, tn__scan_vname(sv));
+        else if (y->graph != b->g) r = tn__err(TN_ERR_GRAPH, "tn_scan '%s': the update of '%s' belongs to another graph", s->name, tn__scan_vname(sv));
+        else if (y->type.dtype != sv->type.dtype || y->type.ndim != sv->type.ndim)
+            r = tn__err(TN_ERR_UPDATE, "tn_scan '%s': shared variable '%s' is %s but the step's new value is %s", s->name,
+                        tn__scan_vname(sv), tn__type_str(&sv->type, a), tn__type_str(&y->type, c));
+        if (r != TN_OK) break;
+        s->res[nout + u] = y;
+        s->upd_ns[u] = i;
+        s->ns_upd[i] = u++;
+    }
+    if (r == TN_OK && s->n_res == 0) r = tn__err(TN_ERR_INVALID, "tn_scan '%s': no outputs and no updates", s->name);
+done:
+    tn__free(seqrows); tn__free(outrows); tn__free(outs); tn__free(ups);
+    return r;
+}
+
+TN_API tn_result tn_scan(const tn_scan_desc *d, tn_var **outputs, tn_update *updates, int *n_updates) {
+    tn_graph *g = NULL;
+    for (int k = 0; outputs && d && k < d->n_outputs; k++) outputs[k] = NULL;
+    if (n_updates) *n_updates = 0;
+    tn_result r = tn__scan_check_desc(d, outputs, &g);
+    if (r != TN_OK) return r;
+    tn__scan *s = (tn__scan *)tn__calloc(1, sizeof *s);
+    if (!s) return tn__err(TN_ERR_OOM, "tn_scan: out of memory");
+    s->g = g;
+    snprintf(s->name, sizeof s->name, "%s", d->name ? d->name : "scan");
+    s->n_steps = d->has_n_steps ? d->n_steps : -1;
+    s->backwards = d->go_backwards;
+    s->truncate = d->truncate_gradient;
+    tn__scan_b b = { s, g, NULL, 0, NULL, 0 };
+    int first_id = tn__graph_nvars(g);
+    tn_var **ins = NULL, *node = NULL;
+    if ((r = tn__scan_setup(&b, d)) != TN_OK) goto fail;
+    if ((r = tn__scan_run_step(&b, d)) != TN_OK) goto fail;
+    if (s->n_upd && !updates) { r = tn__err(TN_ERR_NULL, "tn_scan '%s': the step makes %d updates but updates is NULL", s->name, s->n_upd); goto fail; }
+    if ((r = tn__scan_hoist(&b, first_id)) != TN_OK) goto fail;
+    tn_var *y = tn__scan_as_dot(&b, s->n_seq ? d->sequences[0].var : NULL);
+    if (y) {   /* no loop at all */
+        outputs[0] = y;
+        tn__free(b.ns); tn__free(b.phidx);
+        tn__scan_free_one(s);
+        return TN_OK;
+    }
+    if ((r = tn__scan_tables(&b)) != TN_OK) goto fail;
+    if ((r = tn__scan_compile(s, g)) != TN_OK) goto fail;
+    int nin = s->n_seq + s->n_init + s->n_ns;
+    if (!(ins = (tn_var **)tn__malloc(((size_t)nin + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto fail; }
+    for (int i = 0; i < s->n_seq; i++) ins[i] = d->sequences[i].var;
+    for (int k = 0; k < s->n_out; k++) if (s->init_in[k] >= 0) ins[s->init_in[k]] = d->outputs[k].init;
+    for (int i = 0; i < s->n_ns; i++) ins[s->n_seq + s->n_init + i] = b.ns[i];
+    tn__scan_register(s);
+    node = tn__node_multi(g, TN_OP_SCAN, nin, ins, NULL, s, s->n_res, "tn_scan");
+    tn__free(ins);
+    tn__free(b.ns); tn__free(b.phidx);
+    if (!node) { tn__scan_unregister_free(s); return tn_last_result(); }
+    if (d->name) node->name = tn__graph_strdup(g, d->name);
+    for (int k = 0; k < s->n_res; k++) {
+        tn_var *o = s->n_res == 1 ? node : tn__proj(node, k);
+        if (o && k < s->n_out && s->out_len0[k] > 0) o = tn_slice(o, 0, s->out_len0[k], TN_NONE, 1);
+        if (!o) return tn__err(tn_last_result(), "tn_scan '%s': %s", s->name, tn_last_error());
+        if (k < s->n_out) outputs[k] = o;
+        else updates[k - s->n_out] = (tn_update){ d->non_sequences[s->upd_ns[k - s->n_out]], o };
+    }
+    if (n_updates) *n_updates = s->n_upd;
+    return TN_OK;
+fail:
+    tn__free(b.ns); tn__free(b.phidx);
+    tn__scan_free_one(s);
+    return r;
+}
+
+/* >>scan_grad ------------------------------------------------------------ */
+
+static tn_var *tn__scan_zeros_like(tn_var *x) {
+    tn_var *z = tn_lit(x, 0.0);
+    if (z && z->type.dtype != x->type.dtype) z = tn_cast(z, x->type.dtype);
+    return tn_fill(x, z);
+}
+
+/* Gradients reaching output k of a multi-output node through its PROJ wait
+   in the scan (gpend) until the grad driver reaches the scan node itself;
+   the node's own accumulator gets a zero of output 0's type so it is visited. */
+static tn_result tn__scan_proj_vjp(tn_var *node, tn_var *g, tn_var **gin) {
+    tn_var *src = node->in[0];
+    int k = (int)node->p.i[0];
+    tn__scan *s = src->op == TN_OP_SCAN ? (tn__scan *)src->ext : NULL;
+    if (!s || s->bwd) {
+        const tn_op_def *def = tn__op_def(src->op);
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: output %d of %s (node '%s') has no gradient rule", k,
+                       def && def->name ? def->name : "?", tn__scan_vname(src));
+    }
+    if (!s->gpend && !(s->gpend = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *s->gpend))) return tn__scan_oom(s);
+    s->gpend[k] = s->gpend[k] ? tn_add(s->gpend[k], g) : g;
+    gin[0] = k == 0 ? g : tn__scan_zeros_like(tn__proj(src, 0));
+    if (!s->gpend[k] || !gin[0]) return tn__err(tn_last_result(), "tn_grad: scan '%s': %s", s->name, tn_last_error());
+    return TN_OK;
+}
+
+/* The gradient scan of s, built once: its step is tn_grad of s's step with
+   known gradients of the step's outputs (new placeholders). */
+static tn_result tn__scan_build_grad(tn__scan *s) {
+    if (s->grad) return TN_OK;
+    tn__scan *b = (tn__scan *)tn__calloc(1, sizeof *b);
+    if (!b) return tn__scan_oom(s);
+    b->g = s->g;
+    b->bwd = true;
+    b->fwd = s;
+    memcpy(b->name, s->name, sizeof b->name);
+    int nf = 0;
+    for (int k = 0; k < s->n_out; k++) if (tn_dtype_is_float(s->res[k]->type.dtype)) nf++;
+    b->ph = (tn_var **)tn__calloc((size_t)(s->n_ph + nf) + 1, sizeof *b->ph);
+    b->g_of_out = (int *)tn__calloc((size_t)s->n_out + 1, sizeof(int));
+    b->res = (tn_var **)tn__calloc((size_t)s->n_ph + 1, sizeof *b->res);
+    b->res_ph = (int *)tn__calloc((size_t)s->n_ph + 1, sizeof(int));
+    tn_var **wrt = (tn_var **)tn__calloc((size_t)s->n_ph + 1, sizeof *wrt);
+    tn_var **kv = (tn_var **)tn__calloc((size_t)nf + 1, sizeof *kv);
+    tn_result r = TN_OK;
+    if (!b->ph || !b->g_of_out || !b->res || !b->res_ph || !wrt || !kv) { r = tn__scan_oom(s); goto done; }
+    memcpy(b->ph, s->ph, (size_t)s->n_ph * sizeof *b->ph);
+    b->n_ph = s->n_ph;
+    int nk = 0;
+    for (int k = 0; k < s->n_out; k++) {
+        b->g_of_out[k] = -1;
+        tn_var *y = s->res[k];
+        if (!tn_dtype_is_float(y->type.dtype)) continue;
+        char nm[96];
+        snprintf(nm, sizeof nm, "d_out%d", k);
+        tn_var *gp = tn_input(s->g, nm, y->type.dtype, y->type.ndim, NULL, y->type.bcast);
+        if (!gp) { r = tn_last_result(); goto done; }
+        b->g_of_out[k] = b->n_ph;
+        b->ph[b->n_ph++] = gp;
+        kv[nk++] = y;
+    }
+    int nw = 0;
+    for (int p = 0; p < s->n_ph; p++)
+        if (tn_dtype_is_float(s->ph[p]->type.dtype)) { b->res_ph[nw] = p; wrt[nw++] = s->ph[p]; }
+    b->n_res = nw;
+    if (nk > 0 && nw > 0) {
+        tn_grad_options opt;
+        memset(&opt, 0, sizeof opt);
+        opt.disconnected_inputs = TN_DISCONNECTED_IGNORE;
+        opt.n_known_grads = nk;
+        opt.known_vars = kv;
+        opt.known_grads = b->ph + s->n_ph;
+        if ((r = tn_grad(NULL, nw, wrt, b->res, &opt)) != TN_OK) {
+            r = tn__err(r, "tn_grad: through scan '%s': the step's gradient: %s", s->name, tn_last_error());
+            goto done;
+        }
+        if ((r = tn__scan_compile(b, s->g)) != TN_OK) goto done;
+    } else {
+        b->n_res = 0;
+    }
+done:
+    tn__free(wrt); tn__free(kv);
+    if (r != TN_OK) { tn__scan_free_one(b); return r; }
+    tn__scan_register(b);
+    s->grad = b;
+    return TN_OK;
+}
+
+static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    tn__scan *s = (tn__scan *)node->ext;
+    if (s->bwd)
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of scan '%s' is not differentiable again (second "
+                       "derivatives through scan)", s->name);
+    tn_var **gk = s->gpend;
+    s->gpend = NULL;
+    tn_var *one[1] = { g };
+    if (node->n_out == 1) gk = one;
+    tn_result r = TN_OK;
+    tn_var **ins = NULL;
+    if (s->n_upd > 0) {
+        r = tn__err(TN_ERR_UNSUPPORTED, "tn_grad: through scan '%s' with updates of shared variables (%d): the gradient "
+                    "needs every step's state, which a scan keeps only for its outputs", s->name, s->n_upd);
+        goto done;
+    }
+    if (!gk) goto done;    /* no gradient reached an output */
+    if ((r = tn__scan_build_grad(s)) != TN_OK) goto done;
+    tn__scan *b = s->grad;
+    if (!b->fn) goto done;   /* nothing float: no gradient */
+    int nfin = node->n_in;
+    if (!(ins = (tn_var **)tn__malloc(((size_t)nfin + 2 * s->n_out + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto done; }
+    for (int j = 0; j < nfin; j++) ins[j] = node->in[j];
+    for (int k = 0; k < s->n_out; k++) {
+        tn_var *P = node->n_out == 1 ? node : tn__proj(node, k);
+        tn_var *G = b->g_of_out[k] < 0 ? P : gk[k] ? gk[k] : tn__scan_zeros_like(P);
+        if (!P || !G) { r = tn__err(tn_last_result(), "tn_grad: scan '%s': %s", s->name, tn_last_error()); goto done; }
+        ins[nfin + k] = P;
+        ins[nfin + s->n_out + k] = G;
+    }
+    tn_var *gn = tn__node_multi(s->g, TN_OP_SCAN, nfin + 2 * s->n_out, ins, NULL, b, nfin, "tn_grad");
+    if (!gn) { r = tn_last_result(); goto done; }
+    for (int j = 0; j < nfin; j++) {
+        if (!need[j]) continue;
+        if (!(gin[j] = nfin == 1 ? gn : tn__proj(gn, j))) { r = tn_last_result(); goto done; }
+    }
+done:
+    tn__free(ins);
+    if (gk != one) tn__free(gk);
+    return r;
+}
+
+/* >>scan_debugprint ------------------------------------------------------ */
+/* tn_debugprint has no hook for inner graphs: this prints v's tree, then,
+   for each scan v reaches, its step's results indented under a header. */
+
+static tn_result tn__scan_print_inner(const tn__scan *s, const tn_var *node, FILE *out, int depth) {
+    char lb[256];
+    tn__scan_label(node, lb, sizeof lb);
+    fprintf(out, "%*sInner graph of %s:\n", 2 * depth, "", lb);
+    FILE *tmp = tmpfile();
+    if (!tmp) return tn__err(TN_ERR_INVALID, "tn_scan_debugprint: no temporary file for the inner graph");
+    tn__printer pr;     /* one printer: a node shared by two results keeps one id */
+    tn_result r = tn__printer_init(&pr, tmp, tn__graph_nvars(s->g));
+    if (r == TN_OK) {
+        for (int k = 0; k < s->n_res && r == TN_OK; k++) r = tn__print_tree(&pr, s->res[k]);
+        tn__printer_free(&pr);
+    }
+    rewind(tmp);
+    char line[1024];
+    bool bol = true;
+    while (fgets(line, sizeof line, tmp)) {
+        if (bol) fprintf(out, "%*s    > ", 2 * depth, "");
+        fputs(line, out);
+        bol = strchr(line, '\n') != NULL;
+    }
+    fclose(tmp);
+    return r;
+}
+
+TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
+    if (!v || !out) return tn__err(TN_ERR_NULL, "tn_scan_debugprint: %s is NULL", v ? "out" : "variable");
+    tn_result r = tn_debugprint(v, out);
+    if (r != TN_OK) return r;
+    tn_var **order = NULL;
+    int n = 0;
+    tn_var *root = (tn_var *)v;
+    if ((r = tn__toposort(&root, 1, tn__graph_nvars(v->graph), &order, &n, NULL, "tn_scan_debugprint")) != TN_OK) return r;
+    for (int i = 0; i < n && r == TN_OK; i++) {
+        if (order[i]->op != TN_OP_SCAN || !order[i]->ext) continue;
+        const tn__scan *s = (const tn__scan *)order[i]->ext;
+        r = tn__scan_print_inner(s, order[i], out, 0);
+    }
+    tn__free(order);
+    return r;
+}
+
+/* >>grad ============================================================== */
+/* >>grad: symbolic differentiation (tn_grad, tn_rop, tn_stop_gradient,
+   tn_verify_grad).
+
+   Reverse accumulation runs over the user's graph as built: a node's id is its
+   creation index and every input is created before the node that uses it, so
+   descending ids are a reverse topological order and no recursion is needed.
+   Gradients are ordinary nodes recorded in the same graph with the public
+   constructors, so they differentiate again (Hessian-vector products) and go
+   through the optimizer like any other expression.
+
+   Rules, stated:
+   - Gradients flow through float values only. An integer or boolean value
+     (comparisons, argmax, casts to int, floor/round/sign) passes a zero
+     gradient; a float wrt reached only that way gets zeros, not an error.
+   - max/min reductions and maximum/minimum: every position equal to the
+     result gets the whole gradient (ties are not split, as in Theano).
+   - prod: exact with zeros (one zero: the product of the others at the zero,
+     zero elsewhere; two or more zeros: all zero).
+   - Broadcasting follows the static types: a dim broadcasts when it is known
+     to be 1 (bcast pattern or shape), as in Theano.
+   - Shape adjoints that need sizes (reshape, flatten, slices with a step
+     other than 1, concatenate) need them known at build time where the
+     message says so (TN_ERR_UNSUPPORTED otherwise).                         */
+
+#include <math.h>
+#include <string.h>
+
+/* >>grad_helpers */
+
+static const char *tn__gname(const tn_var *v, char buf[64]) {
+    if (v && v->name) return v->name;
+    snprintf(buf, 64, "<unnamed var %d>", v ? v->id : -1);
+    return buf;
+}
+
+/* A 0-d constant of dtype t (a weak literal cast once; folded at compile). */
+static tn_var *tn__glit(tn_var *like, tn_dtype t, double v) {
+    tn_var *c = tn_lit(like, v);
+    return c && c->type.dtype != t ? tn_cast(c, t) : c;
+}
+static tn_var *tn__gzeros_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 0.0)) : NULL; }
+static tn_var *tn__gones_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 1.0)) : NULL; }
+static tn_var *tn__gmask(tn_var *cond, tn_var *g) { return tn_where(cond, g, tn_lit(g, 0.0)); }
+
+static bool tn__gtype_same_bcast(const tn_type *a, const tn_type *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if ((a->shape[d] == 1) != (b->shape[d] == 1)) return false;
+    return true;
+}
+
+/* g, of a shape that broadcasts to x's, broadcast to x's full shape. */
+static tn_var *tn__gbcast_like(tn_var *g, tn_var *x) {
+    if (!g || !x) return NULL;
+    if (tn__gtype_same_bcast(&g->type, &x->type)) return g;
+    return tn_fill(x, g);
+}
+
+/* Sums g (the gradient of a value that t broadcast into) back to type t: over
+   the leading dims t lacks, and with keepdims over the dims where t is 1 and
+   g is not; then casts to t's dtype. */
+static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
+    if (!g) return NULL;
+    int lead = g->type.ndim - t->ndim, ax[TN_MAX_DIMS], na = 0;
+    if (lead < 0) {   /* a smaller gradient: give it t's rank ('x' dims in front) */
+        int pat[TN_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++) pat[d] = d < -lead ? -1 : d + lead;
+        g = tn_dimshuffle(g, t->ndim, pat);
+        if (!g) return NULL;
+        lead = 0;
+    }
+    for (int d = 0; d < t->ndim; d++)
+        if ((t->bcast[d] || t->shape[d] == 1) && g->type.shape[lead + d] != 1) ax[na++] = lead + d;
+    if (na) g = tn_sum(g, ax, na, true);
+    if (g && lead) {
+        for (int d = 0; d < lead; d++) ax[d] = d;
+        g = tn_sum(g, ax, lead, false);
+    }
+    if (g && g->type.dtype != t->dtype) g = tn_cast(g, t->dtype);
+    return g;
+}
+
+/* Reduced axes of a reduction node (bit mask i[0]); returns their count. */
+static int tn__gred_axes(const tn_var *node, int *axes) {
+    int n = 0, nd = node->in[0]->type.ndim;
+    for (int d = 0; d < nd; d++)
+        if (((uint64_t)node->p.i[0] >> d) & 1) axes[n++] = d;
+    return n;
+}
+
+/* v (a reduction's output or its gradient) with the reduced axes put back as
+   broadcastable 1s, so it broadcasts against the reduction's input. */
+static tn_var *tn__gkeep(tn_var *v, const tn_var *node) {
+    if (!v || node->p.i[1]) return v;
+    int nd = node->in[0]->type.ndim, pat[TN_MAX_DIMS], k = 0;
+    for (int d = 0; d < nd; d++) pat[d] = (((uint64_t)node->p.i[0] >> d) & 1) ? -1 : k++;
+    if (k == nd) return v;
+    return tn_dimshuffle(v, nd, pat);
+}
+
+/* Swaps the last two axes. */
+static tn_var *tn__gmT(tn_var *x) {
+    if (!x) return NULL;
+    int nd = x->type.ndim, pat[TN_MAX_DIMS];
+    for (int d = 0; d < nd; d++) pat[d] = d;
+    pat[nd - 1] = nd - 2; pat[nd - 2] = nd - 1;
+    return tn_dimshuffle(x, nd, pat);
+}
+
+/* Sums away (keepdims off) one axis known to be 1. */
+static tn_var *tn__gdrop(tn_var *x, int axis) { return x ? tn_sum(x, &axis, 1, false) : NULL; }
+
+/* >>grad_ew: one chain rule per elementwise op. d(z, i, g) returns
+   g * dz/d(in[i]), with g of any shape that broadcasts against z: the reverse
+   mode passes z's gradient, the forward mode in[i]'s tangent. A NULL row is a
+   zero derivative (discrete ops). */
+typedef tn_var *(*tn__ew_chain_fn)(tn_var *z, int i, tn_var *g);
+
+#define TN__A (z->in[0])
+#define TN__B (z->in[1])
+#define TN__C (z->in[2])
+#define TN__L(v) tn_lit(g, (v))
+static tn_var *tn__d_identity(tn_var *z, int i, tn_var *g) { (void)z; (void)i; return g; }
+static tn_var *tn__d_sub(tn_var *z, int i, tn_var *g) { (void)z; return i == 0 ? g : tn_neg(g); }
+static tn_var *tn__d_mul(tn_var *z, int i, tn_var *g) { return tn_mul(g, z->in[1 - i]); }
+static tn_var *tn__d_true_div(tn_var *z, int i, tn_var *g) {
+    return i == 0 ? tn_div(g, TN__B) : tn_neg(tn_div(tn_mul(g, z), TN__B));
+}
+static tn_var *tn__d_mod(tn_var *z, int i, tn_var *g) {
+    return i == 0 ? g : tn_neg(tn_mul(g, tn_floor(tn_div(TN__A, TN__B))));
+}
+static tn_var *tn__d_pow(tn_var *z, int i, tn_var *g) {
+    if (i == 0) return tn_mul(g, tn_mul(TN__B, tn_pow(TN__A, tn_sub(TN__B, TN__L(1.0)))));
+    return tn_mul(g, tn_mul(z, tn_log(TN__A)));
+}
+static tn_var *tn__d_neg(tn_var *z, int i, tn_var *g) { (void)z; (void)i; return tn_neg(g); }
+static tn_var *tn__d_abs(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_sign(TN__A)); }
+static tn_var *tn__d_exp(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, z); }
+static tn_var *tn__d_exp2(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(z, TN__L(0.69314718055994530942))); }
+static tn_var *tn__d_expm1(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_add(z, TN__L(1.0))); }
+static tn_var *tn__d_log(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(g, TN__A); }
+static tn_var *tn__d_log2(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(g, tn_mul(TN__A, TN__L(0.69314718055994530942))); }
+static tn_var *tn__d_log1p(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(g, tn_add(TN__A, TN__L(1.0))); }
+static tn_var *tn__d_sqrt(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(tn_mul(g, TN__L(0.5)), z); }
+static tn_var *tn__d_rsqrt(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(TN__L(-0.5), tn_div(z, TN__A))); }
+static tn_var *tn__d_sqr(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(TN__A, TN__L(2.0))); }
+static tn_var *tn__d_reciprocal(tn_var *z, int i, tn_var *g) { (void)i; return tn_neg(tn_mul(g, tn_sqr(z))); }
+static tn_var *tn__d_sin(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_cos(TN__A)); }
+static tn_var *tn__d_cos(tn_var *z, int i, tn_var *g) { (void)i; return tn_neg(tn_mul(g, tn_sin(TN__A))); }
+static tn_var *tn__d_tan(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_add(TN__L(1.0), tn_sqr(z))); }
+static tn_var *tn__d_tanh(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_sub(TN__L(1.0), tn_sqr(z))); }
+static tn_var *tn__d_sigmoid(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(z, tn_sub(TN__L(1.0), z))); }
+static tn_var *tn__d_softplus(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_sigmoid(TN__A)); }
+static tn_var *tn__d_erf(tn_var *z, int i, tn_var *g) {
+    (void)i;   /* 2/sqrt(pi) */
+    return tn_mul(g, tn_mul(TN__L(1.12837916709551257390), tn_exp(tn_neg(tn_sqr(TN__A)))));
+}
+/* maximum/minimum: the input equal to the result takes it (both on a tie) */
+static tn_var *tn__d_minmax(tn_var *z, int i, tn_var *g) { return tn__gmask(tn_eq(z, z->in[i]), g); }
+static tn_var *tn__d_clip(tn_var *z, int i, tn_var *g) {
+    if (i == 0) return tn__gmask(tn_and(tn_ge(TN__A, TN__B), tn_le(TN__A, TN__C)), g);
+    if (i == 1) return tn__gmask(tn_lt(TN__A, TN__B), g);
+    return tn__gmask(tn_gt(TN__A, TN__C), g);
+}
+static tn_var *tn__d_where(tn_var *z, int i, tn_var *g) {
+    if (i == 1) return tn__gmask(TN__A, g);
+    return tn_where(TN__A, tn_lit(g, 0.0), g);   /* i == 2; the condition never asks */
+}
+#undef TN__A
+#undef TN__B
+#undef TN__C
+#undef TN__L
+
+static tn__ew_chain_fn tn__ew_chain(int op) {
+    static const tn__ew_chain_fn t[TN_OP_CAST + 1] = {
+        [TN_OP_IDENTITY] = tn__d_identity, [TN_OP_ADD] = tn__d_identity, [TN_OP_SUB] = tn__d_sub,
+        [TN_OP_MUL] = tn__d_mul, [TN_OP_TRUE_DIV] = tn__d_true_div, [TN_OP_MOD] = tn__d_mod,
+        [TN_OP_POW] = tn__d_pow, [TN_OP_NEG] = tn__d_neg, [TN_OP_ABS] = tn__d_abs,
+        [TN_OP_EXP] = tn__d_exp, [TN_OP_EXP2] = tn__d_exp2, [TN_OP_EXPM1] = tn__d_expm1,
+        [TN_OP_LOG] = tn__d_log, [TN_OP_LOG2] = tn__d_log2, [TN_OP_LOG1P] = tn__d_log1p,
+        [TN_OP_SQRT] = tn__d_sqrt, [TN_OP_RSQRT] = tn__d_rsqrt, [TN_OP_SQR] = tn__d_sqr,
+        [TN_OP_RECIPROCAL] = tn__d_reciprocal, [TN_OP_SIN] = tn__d_sin, [TN_OP_COS] = tn__d_cos,
+        [TN_OP_TAN] = tn__d_tan, [TN_OP_TANH] = tn__d_tanh, [TN_OP_SIGMOID] = tn__d_sigmoid,
+        [TN_OP_SOFTPLUS] = tn__d_softplus, [TN_OP_ERF] = tn__d_erf,
+        [TN_OP_MINIMUM] = tn__d_minmax, [TN_OP_MAXIMUM] = tn__d_minmax, [TN_OP_CLIP] = tn__d_clip,
+        [TN_OP_WHERE] = tn__d_where, [TN_OP_CAST] = tn__d_identity,
+        /* zero: INT_DIV, SIGN, FLOOR, CEIL, ROUND, comparisons, logic */
+    };
+    return op > TN_OP_NONE && op <= TN_OP_CAST ? t[op] : NULL;
+}
+
+/* >>grad_rules: reverse-mode rules of the other ops. Each fills gin[i] for
+   every i with need[i] with a gradient of in[i]'s rank (sum_to fixes dtype
+   and broadcast dims afterwards); NULL where needed means a constructor
+   failed (its error is set). */
+
+static tn_result tn__gfail(const char *what, const tn_var *node) {
+    char nb[64];
+    tn_result r = tn_last_result();
+    if (r != TN_OK) return r;
+    return tn__err(TN_ERR_INTERNAL, "tn_grad: building the gradient of %s node '%s' failed", what, tn__gname(node, nb));
+}
+
+/* d prod / d x, elementwise, of x's shape, exact with zeros. */
+static tn_var *tn__gprod_partial(tn_var *node) {
+    tn_var *x = node->in[0];
+    int ax[TN_MAX_DIMS], na = tn__gred_axes(node, ax);
+    tn_var *zero = tn_lit(x, 0.0), *one = tn_lit(x, 1.0);
+    tn_var *isz = tn_eq(x, zero);
+    tn_var *nz = tn_where(isz, one, x);                    /* zeros replaced by 1 */
+    tn_var *p = tn_prod(nz, ax, na, true);                 /* product of the non-zeros */
+    tn_var *cnt = tn_sum(tn_cast(isz, x->type.dtype), ax, na, true);
+    tn_var *none = tn_div(p, nz);                          /* no zero: prod / x */
+    tn_var *one_zero = tn_where(isz, p, zero);             /* one zero: the others' product there */
+    return tn_where(tn_eq(cnt, zero), none, tn_where(tn_eq(cnt, one), one_zero, zero));
+}
+
+static tn_result tn__vjp_reduce(tn_var *node, tn_var *g, tn_var **gin) {
+    tn_var *x = node->in[0];
+    tn_var *gk = tn__gkeep(g, node);
+    int ax[TN_MAX_DIMS], na = tn__gred_axes(node, ax);
+    switch (node->op) {
+    case TN_OP_SUM: gin[0] = tn__gbcast_like(gk, x); break;
+    case TN_OP_MEAN: {
+        double cnt = 1;
+        for (int k = 0; k < na; k++) cnt = x->type.shape[ax[k]] < 0 ? -1 : cnt * (double)x->type.shape[ax[k]];
+        tn_var *n = cnt >= 0 ? tn_lit(x, cnt) : tn_sum(tn__gones_like(x), ax, na, true);
+        gin[0] = tn__gbcast_like(tn_div(gk, n), x);
+        break;
+    }
+    case TN_OP_PROD: gin[0] = tn_mul(gk, tn__gprod_partial(node)); break;
+    case TN_OP_MAX: case TN_OP_MIN:
+        gin[0] = tn__gmask(tn_eq(x, tn__gkeep(node, node)), gk);   /* where() broadcasts gk */
+        break;
+    case TN_OP_LOGSUMEXP: gin[0] = tn_mul(gk, tn_exp(tn_sub(x, tn__gkeep(node, node)))); break;
+    default: return tn__err(TN_ERR_INTERNAL, "tn_grad: no reduction rule for op %d", node->op);
+    }
+    return gin[0] ? TN_OK : tn__gfail(tn__op_def(node->op)->name, node);
+}
+
+static tn_result tn__vjp_softmax(tn_var *node, tn_var *g, tn_var **gin) {
+    int axis = (int)node->p.i[0];
+    if (node->op == TN_OP_SOFTMAX)
+        gin[0] = tn_mul(node, tn_sub(g, tn_sum(tn_mul(g, node), &axis, 1, true)));
+    else
+        gin[0] = tn_sub(g, tn_mul(tn_exp(node), tn_sum(g, &axis, 1, true)));
+    return gin[0] ? TN_OK : tn__gfail("softmax", node);
+}
+
+/* Gradients of a @ b (NumPy matmul rules) given g = d cost / d(a @ b). */
+static tn_result tn__dot_vjp(tn_var *a, tn_var *b, tn_var *g, const bool *need, tn_var **ga, tn_var **gb) {
+    int na = a->type.ndim, nb = b->type.ndim;
+    *ga = *gb = NULL;
+    if (na == 1 && nb == 1) {
+        if (need[0]) *ga = tn_mul(g, b);
+        if (need[1]) *gb = tn_mul(g, a);
+    } else if (na == 2 && nb == 1) {
+        if (need[0]) *ga = tn_outer(g, b);
+        if (need[1]) *gb = tn_dot(tn_transpose(a, NULL), g);
+    } else if (na == 1 && nb == 2) {
+        if (need[0]) *ga = tn_dot(b, g);
+        if (need[1]) *gb = tn_outer(a, g);
+    } else {   /* batched: vectors become (1, k) and (k, 1) matrices */
+        tn_var *A = na == 1 ? tn_dimshuffle(a, 2, (int[]){ -1, 0 }) : a;
+        tn_var *B = nb == 1 ? tn_dimshuffle(b, 2, (int[]){ 0, -1 }) : b;
+        tn_var *G = g;
+        if (na == 1 && G) {   /* the m dim matmul dropped: before the last */
+            int gn = G->type.ndim, pat[TN_MAX_DIMS];
+            for (int d = 0; d < gn - 1; d++) pat[d] = d;
+            pat[gn - 1] = -1; pat[gn] = gn - 1;
+            G = tn_dimshuffle(G, gn + 1, pat);
+        }
+        if (nb == 1 && G) {   /* the n dim: last */
+            int gn = G->type.ndim, pat[TN_MAX_DIMS];
+            for (int d = 0; d < gn; d++) pat[d] = d;
+            pat[gn] = -1;
+            G = tn_dimshuffle(G, gn + 1, pat);
+        }
+        if (!A || !B || !G) return tn__gfail("Dot", g);
+        if (need[0]) {
+            *ga = tn__sum_to(tn_dot(G, tn__gmT(B)), &A->type);
+            if (na == 1) *ga = tn__gdrop(*ga, 0);
+        }
+        if (need[1]) {
+            *gb = tn__sum_to(tn_dot(tn__gmT(A), G), &B->type);
+            if (nb == 1) *gb = tn__gdrop(*gb, 1);
+        }
+    }
+    if ((need[0] && !*ga) || (need[1] && !*gb)) return tn__gfail("Dot", g);
+    return TN_OK;
+}
+
+static tn_var *tn__gscale(tn_var *g, double s) { return !g || s == 1.0 ? g : tn_mul(g, tn_lit(g, s)); }
+
+static tn_result tn__vjp_linalg(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    tn_result r;
+    switch (node->op) {
+    case TN_OP_DOT: return tn__dot_vjp(node->in[0], node->in[1], g, need, &gin[0], &gin[1]);
+    case TN_OP_GEMM: case TN_OP_GEMV: {   /* in: C, A, B: alpha*A@B + beta*C */
+        double alpha = node->p.f[0], beta = node->p.f[1];
+        if ((r = tn__dot_vjp(node->in[1], node->in[2], g, need + 1, &gin[1], &gin[2])) != TN_OK) return r;
+        gin[1] = tn__gscale(gin[1], alpha);
+        gin[2] = tn__gscale(gin[2], alpha);
+        if (need[0]) gin[0] = tn__gscale(g, beta);
+        break;
+    }
+    case TN_OP_OUTER:
+        if (need[0]) gin[0] = tn_dot(g, node->in[1]);
+        if (need[1]) gin[1] = tn_dot(tn_transpose(g, NULL), node->in[0]);
+        break;
+    default: return tn__err(TN_ERR_INTERNAL, "tn_grad: no linalg rule for op %d", node->op);
+    }
+    for (int i = 0; i < node->n_in; i++)
+        if (need[i] && !gin[i]) return tn__gfail(tn__op_def(node->op)->name, node);
+    return TN_OK;
+}
+
+/* Reshape g to x's static shape (at most one unknown dim: it becomes -1). */
+static tn_var *tn__greshape_like(tn_var *g, tn_var *x, const char *what) {
+    int64_t shape[TN_MAX_DIMS];
+    int unknown = 0;
+    char nb[64];
+    for (int d = 0; d < x->type.ndim; d++) {
+        shape[d] = x->type.shape[d];
+        if (shape[d] < 0) unknown++;
+    }
+    if (unknown > 1) {
+        char sb[128];
+        tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of %s needs the shape of its input '%s', "
+                "known only as %s (at most one unknown dim): give the input a static shape",
+                what, tn__gname(x, nb), tn__shape_str(x->type.ndim, x->type.shape, sb));
+        return NULL;
+    }
+    return tn_reshape(g, x->type.ndim, shape);
+}
+
+static tn_result tn__vjp_dimshuffle(tn_var *node, tn_var *g, tn_var **gin) {
+    tn_var *x = node->in[0];
+    int on = node->type.ndim, xn = x->type.ndim, ax[TN_MAX_DIMS], na = 0, pos[TN_MAX_DIMS], pat[TN_MAX_DIMS];
+    for (int d = 0; d < xn; d++) pos[d] = -1;
+    for (int k = 0, kept = 0; k < on; k++) {   /* new 'x' dims are summed away */
+        if (node->p.i[k] < 0) ax[na++] = k;
+        else pos[node->p.i[k]] = kept++;
+    }
+    if (na) g = tn_sum(g, ax, na, false);
+    for (int d = 0; d < xn; d++) pat[d] = pos[d];   /* dims the shuffle dropped come back as 'x' */
+    bool ident = g && g->type.ndim == xn;
+    for (int d = 0; ident && d < xn; d++) ident = pat[d] == d;
+    gin[0] = ident ? g : tn_dimshuffle(g, xn, pat);
+    return gin[0] ? TN_OK : tn__gfail("DimShuffle", node);
+}
+
+/* Python's slice.indices for a known length n. */
+static int64_t tn__gslice_indices(int64_t n, int64_t *start, int64_t *stop, int64_t *step) {
+    int64_t st = *step == TN_NONE ? 1 : *step, lo, hi;
+    if (st > 0) { lo = 0; hi = n; } else { lo = -1; hi = n - 1; }
+    int64_t a = *start, b = *stop;
+    if (a == TN_NONE) a = st > 0 ? lo : hi;
+    else { if (a < 0) a += n; a = a < lo ? lo : a > hi ? hi : a; }
+    if (b == TN_NONE) b = st > 0 ? hi : lo;
+    else { if (b < 0) b += n; b = b < lo ? lo : b > hi ? hi : b; }
+    *start = a; *stop = b; *step = st;
+    if (st > 0) return b > a ? (b - a + st - 1) / st : 0;
+    return a > b ? (a - b - st - 1) / (-st) : 0;
+}
+
+static tn_var *tn__gcat(int n, tn_var **xs, int axis) {
+    tn_var *v[3];
+    int k = 0;
+    for (int i = 0; i < n; i++) if (xs[i]) v[k++] = xs[i];
+    return k == 1 ? v[0] : tn_concatenate(k, v, axis);
+}
+
+/* The adjoint of slicing dim d: g (x sliced in dims <= d) padded with zeros
+   along d back to the size of z (x sliced in dims < d only). */
+static tn_var *tn__gunslice_dim(tn_var *g, tn_var *z, int d, int64_t start, int64_t stop, int64_t step) {
+    int64_t n = z->type.shape[d];
+    bool steps1 = step == TN_NONE || step == 1;
+    if (n < 0 && steps1) {   /* size unknown: the pads are slices of zeros_like */
+        tn_var *zz = tn__gzeros_like(z);
+        tn_var *parts[3] = { start == TN_NONE ? NULL : tn_slice(zz, d, TN_NONE, start, 1), g,
+                             stop == TN_NONE ? NULL : tn_slice(zz, d, stop, TN_NONE, 1) };
+        return tn__gcat(3, parts, d);
+    }
+    if (n < 0) {
+        char nb[64];
+        tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld along dim %d needs the size "
+                "of that dim of '%s' known at build time", (long long)step, d, tn__gname(z, nb));
+        return NULL;
+    }
+    int64_t m = tn__gslice_indices(n, &start, &stop, &step);
+    tn_var *zz = tn__gzeros_like(z);
+    if (m == 0) return zz;
+    int64_t first = start, s = step;
+    if (step < 0) {   /* reversed: the same positions in ascending order */
+        g = tn_slice(g, d, TN_NONE, TN_NONE, -1);
+        first = start + (m - 1) * step;
+        s = -step;
+    }
+    if (s > 1 && m > 1) {   /* interleave s-1 zero blocks after each element */
+        tn_var *zs[64], *zg = tn__gzeros_like(g);
+        if (s > 64) {
+            tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld (> 64) is not supported", (long long)step);
+            return NULL;
+        }
+        zs[0] = g;
+        for (int64_t k = 1; k < s; k++) zs[k] = zg;
+        tn_var *st = tn_stack((int)s, zs, d + 1);
+        if (!st || !g) return NULL;
+        int64_t shape[TN_MAX_DIMS];
+        int unknown = 0, nd = g->type.ndim;
+        for (int k = 0; k < nd; k++) {
+            shape[k] = k == d ? m * s : g->type.shape[k];
+            if (shape[k] < 0) { shape[k] = -1; unknown++; }
+        }
+        if (unknown > 1) {
+            char nb[64];
+            tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld of '%s' needs its other dims "
+                    "known at build time (at most one unknown)", (long long)step, tn__gname(z, nb));
+            return NULL;
+        }
+        g = tn_slice(tn_reshape(st, nd, shape), d, 0, (m - 1) * s + 1, 1);
+    }
+    int64_t after = n - (first + (m - 1) * s + 1);
+    tn_var *parts[3] = { first > 0 ? tn_slice(zz, d, 0, first, 1) : NULL, g,
+                         after > 0 ? tn_slice(zz, d, 0, after, 1) : NULL };
+    return tn__gcat(3, parts, d);
+}
+
+static tn_result tn__vjp_slice(tn_var *node, tn_var *g, tn_var **gin) {
+    tn_var *x = node->in[0];
+    int nd = x->type.ndim;
+    for (int d = nd - 1; d >= 0 && g; d--) {
+        int64_t a = node->p.i[3 * d], b = node->p.i[3 * d + 1], s = node->p.i[3 * d + 2];
+        if (a == TN_NONE && b == TN_NONE && (s == TN_NONE || s == 1)) continue;
+        /* z: x sliced as the node does in dims < d, whole in dims >= d */
+        tn_params p = node->p;
+        for (int k = d; k < nd; k++) { p.i[3 * k] = TN_NONE; p.i[3 * k + 1] = TN_NONE; p.i[3 * k + 2] = TN_NONE; }
+        bool whole = true;
+        for (int k = 0; k < d; k++)
+            whole = whole && p.i[3 * k] == TN_NONE && p.i[3 * k + 1] == TN_NONE && (p.i[3 * k + 2] == TN_NONE || p.i[3 * k + 2] == 1);
+        tn_var *z = whole ? x : tn__node(x->graph, TN_OP_SLICE, 1, &x, &p, NULL, "tn_grad");
+        if (!z) return tn__gfail("Slice", node);
+        g = tn__gunslice_dim(g, z, d, a, b, s);
+    }
+    gin[0] = g;
+    return g ? TN_OK : tn__gfail("Slice", node);
+}
+
+static tn_result tn__vjp_concat(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    int axis = (int)node->p.i[0], n = node->n_in;
+    for (int j = 0; j < n; j++) {
+        if (!need[j]) continue;
+        int64_t pre = 0, post = 0, len = node->in[j]->type.shape[axis];
+        bool pre_known = true, post_known = true;
+        for (int k = 0; k < j; k++) { int64_t s = node->in[k]->type.shape[axis]; if (s < 0) pre_known = false; else pre += s; }
+        for (int k = j + 1; k < n; k++) { int64_t s = node->in[k]->type.shape[axis]; if (s < 0) post_known = false; else post += s; }
+        int64_t start = pre_known ? pre : (post_known && len >= 0) ? -(post + len) : INT64_MAX;
+        int64_t stop = (pre_known && len >= 0) ? pre + len : post_known ? (post ? -post : TN_NONE) : INT64_MAX;
+        if (start == INT64_MAX || stop == INT64_MAX) {
+            char nb[64];
+            return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of concatenate input %d ('%s') needs the sizes "
+                           "along axis %d known at build time", j, tn__gname(node->in[j], nb), axis);
+        }
+        gin[j] = tn_slice(g, axis, start == 0 ? TN_NONE : start, stop, 1);
+        if (!gin[j]) return tn__gfail("Concatenate", node);
+    }
+    return TN_OK;
+}
+
+/* Fills gin[] for node given its gradient g. */
+static tn_result tn__vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    char nb[64];
+    if (node->op > TN_OP_NONE && node->op <= TN_OP_CAST) {
+        tn__ew_chain_fn d = tn__ew_chain(node->op);
+        if (!d) return TN_OK;   /* discrete: zero */
+        for (int i = 0; i < node->n_in; i++) {
+            if (!need[i]) continue;
+            if (node->op == TN_OP_WHERE && i == 0) continue;
+            if (!(gin[i] = tn__sum_to(d(node, i, g), &node->in[i]->type))) return tn__gfail(tn__op_def(node->op)->name, node);
+        }
+        return TN_OK;
+    }
+    switch (node->op) {
+    case TN_OP_SUM: case TN_OP_MEAN: case TN_OP_PROD: case TN_OP_MAX: case TN_OP_MIN: case TN_OP_LOGSUMEXP:
+        return tn__vjp_reduce(node, g, gin);
+    case TN_OP_SOFTMAX: case TN_OP_LOG_SOFTMAX: return tn__vjp_softmax(node, g, gin);
+    case TN_OP_DOT: case TN_OP_GEMM: case TN_OP_GEMV: case TN_OP_OUTER: return tn__vjp_linalg(node, g, need, gin);
+    case TN_OP_RESHAPE: gin[0] = tn__greshape_like(g, node->in[0], "Reshape"); break;
+    case TN_OP_FLATTEN: gin[0] = tn__greshape_like(g, node->in[0], "Flatten"); break;
+    case TN_OP_DIMSHUFFLE: return tn__vjp_dimshuffle(node, g, gin);
+    case TN_OP_SLICE: return tn__vjp_slice(node, g, gin);
+    case TN_OP_CONCATENATE: return tn__vjp_concat(node, g, need, gin);
+    case TN_OP_BROADCAST_TO: case TN_OP_ALLOC: gin[0] = tn__sum_to(g, &node->in[0]->type); break;
+    case TN_OP_ARGMAX: case TN_OP_ARGMIN: case TN_OP_ALL: case TN_OP_ANY: case TN_OP_EYE: case TN_OP_ARANGE:
+        return TN_OK;   /* discrete or no inputs */
+    case TN_OP_PROJ: return tn__scan_proj_vjp(node, g, gin);        /* the >>scan section: outputs of a scan */
+    case TN_OP_SCAN: return tn__scan_vjp(node, g, need, gin);       /* the >>scan section: BPTT */
+    default: {
+        const tn_op_def *def = tn__op_def(node->op);
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: op %s (node '%s') has no gradient rule",
+                       def && def->name ? def->name : "?", tn__gname(node, nb));
+    }
+    }
+    if (need[0] && !gin[0]) return tn__gfail(tn__op_def(node->op)->name, node);
+    return TN_OK;
+}
+
+/* >>grad_driver */
+
+/* REACH: an ancestor of the cost; DEP: depends on a wrt through unblocked
+   nodes; CONN: on an unblocked path from a wrt to the cost (float or not). */
+enum { TN__G_REACH = 1, TN__G_DEP = 2, TN__G_BLOCK = 4, TN__G_WRT = 8, TN__G_CONN = 16 };
+
+typedef struct tn__gstate {
+    tn_graph *g;
+    int nv;
+    uint8_t *st;
+    tn_var **acc;      /* gradient (reverse) or tangent (forward) by id */
+} tn__gstate;
+
+static void tn__gstate_free(tn__gstate *s) { tn__free(s->st); tn__free(s->acc); }
+
+static tn_result tn__gstate_init(tn__gstate *s, tn_graph *g, const char *who) {
+    s->g = g;
+    s->nv = tn__graph_nvars(g);
+    s->st = (uint8_t *)tn__calloc((size_t)s->nv + 1, 1);
+    s->acc = (tn_var **)tn__calloc((size_t)s->nv + 1, sizeof(tn_var *));
+    if (!s->st || !s->acc) { tn__gstate_free(s); return tn__err(TN_ERR_OOM, "%s: out of memory", who); }
+    return TN_OK;
+}
+
+/* Marks everything reachable from roots (iterative DFS over inputs). */
+static tn_result tn__greach(tn__gstate *s, int n, tn_var *const *roots, const char *who) {
+    tn_var **stack = (tn_var **)tn__malloc(sizeof(tn_var *) * ((size_t)s->nv + 1));
+    int sp = 0;
+    if (!stack) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    for (int i = 0; i < n; i++) {
+        if (!roots[i] || (s->st[roots[i]->id] & TN__G_REACH)) continue;
+        s->st[roots[i]->id] |= TN__G_REACH;
+        stack[sp++] = roots[i];
+        while (sp) {
+            tn_var *v = stack[--sp];
+            for (int k = 0; k < v->n_in; k++) {
+                tn_var *c = v->in[k];
+                if (!c || c->id < 0 || c->id >= s->nv) { tn__free(stack); return tn__err(TN_ERR_GRAPH, "%s: malformed graph at node %d", who, v->id); }
+                if (s->st[c->id] & TN__G_REACH) continue;
+                s->st[c->id] |= TN__G_REACH;
+                stack[sp++] = c;
+            }
+        }
+    }
+    tn__free(stack);
+    return TN_OK;
+}
+
+/* DEP: a reached node that depends on a wrt through unblocked nodes. */
+static void tn__gdeps(tn__gstate *s, const tn_grad_options *opt) {
+    for (int i = 0; opt && i < opt->n_consider_constant; i++) {
+        tn_var *c = opt->consider_constant[i];
+        if (c && c->graph == s->g && c->id < s->nv) s->st[c->id] |= TN__G_BLOCK;
+    }
+    for (int id = 0; id < s->nv; id++) {
+        tn_var *v = tn__graph_var(s->g, id);
+        if (!(s->st[id] & TN__G_REACH)) continue;
+        if (v->flags & TN_VAR_NO_GRAD) s->st[id] |= TN__G_BLOCK;
+        if (s->st[id] & TN__G_WRT) { s->st[id] |= TN__G_DEP; continue; }
+        if (s->st[id] & TN__G_BLOCK) continue;
+        for (int k = 0; k < v->n_in; k++)
+            if (s->st[v->in[k]->id] & TN__G_DEP) { s->st[id] |= TN__G_DEP; break; }
+    }
+}
+
+static tn_result tn__gaccum(tn__gstate *s, tn_var *v, tn_var *c) {
+    char nb[64];
+    if (c->type.ndim != v->type.ndim)
+        return tn__err(TN_ERR_INTERNAL, "tn_grad: a gradient of '%s' has rank %d, not %d", tn__gname(v, nb), c->type.ndim, v->type.ndim);
+    if (c->type.dtype != v->type.dtype && !(c = tn_cast(c, v->type.dtype))) return tn__gfail("a cast", v);
+    tn_var *a = s->acc[v->id];
+    s->acc[v->id] = a ? tn_add(a, c) : c;
+    return s->acc[v->id] ? TN_OK : tn__gfail("a sum", v);
+}
+
+static tn_result tn__gcheck_args(tn_var *cost, int n, tn_var *const *wrt, tn_var **grads,
+                                 const tn_grad_options *opt, tn_graph **gp) {
+    char nb[64], sb[128];
+    tn_graph *g = cost ? cost->graph : NULL;
+    int nk = opt ? opt->n_known_grads : 0;
+    if (n < 0 || nk < 0) return tn__err(TN_ERR_INVALID, "tn_grad: n is %d and n_known_grads %d", n, nk);
+    if (n > 0 && (!wrt || !grads)) return tn__err(TN_ERR_NULL, "tn_grad: wrt or grads is NULL for n = %d", n);
+    if (nk > 0 && (!opt->known_vars || !opt->known_grads))
+        return tn__err(TN_ERR_NULL, "tn_grad: known_vars or known_grads is NULL for n_known_grads = %d", nk);
+    if (!cost && nk == 0) return tn__err(TN_ERR_NULL, "tn_grad: cost is NULL (did an earlier constructor fail?) and no known_grads are given");
+    if (cost) {
+        if (cost->type.ndim != 0)
+            return tn__err(TN_ERR_SHAPE, "tn_grad: the cost '%s' must be a scalar (0-d), not of shape %s: reduce it first (tn_sum, tn_mean)",
+                           tn__gname(cost, nb), tn__shape_str(cost->type.ndim, cost->type.shape, sb));
+        if (!tn_dtype_is_float(cost->type.dtype))
+            return tn__err(TN_ERR_DTYPE, "tn_grad: the cost '%s' is %s: gradients need a float cost",
+                           tn__gname(cost, nb), tn_dtype_name(cost->type.dtype));
+    }
+    for (int i = 0; i < nk; i++) {
+        tn_var *v = opt->known_vars[i], *kg = opt->known_grads[i];
+        if (!v || !kg) return tn__err(TN_ERR_NULL, "tn_grad: known_vars[%d] or known_grads[%d] is NULL", i, i);
+        if (!g) g = v->graph;
+        if (v->graph != g || kg->graph != g) return tn__err(TN_ERR_GRAPH, "tn_grad: known_vars[%d] '%s' or its gradient belongs to another graph", i, tn__gname(v, nb));
+        if (kg->type.ndim != v->type.ndim)
+            return tn__err(TN_ERR_SHAPE, "tn_grad: known_grads[%d] has ndim %d but '%s' has ndim %d", i, kg->type.ndim, tn__gname(v, nb), v->type.ndim);
+        if (!tn_dtype_is_float(v->type.dtype) || !tn_dtype_is_float(kg->type.dtype))
+            return tn__err(TN_ERR_DTYPE, "tn_grad: known_vars[%d] '%s' (%s) and its gradient (%s) must be float", i,
+                           tn__gname(v, nb), tn_dtype_name(v->type.dtype), tn_dtype_name(kg->type.dtype));
+    }
+    for (int i = 0; i < n; i++) {
+        tn_var *w = wrt[i];
+        if (!w) return tn__err(TN_ERR_NULL, "tn_grad: wrt[%d] is NULL (did an earlier constructor fail?)", i);
+        if (w->graph != g) return tn__err(TN_ERR_GRAPH, "tn_grad: wrt[%d] '%s' belongs to another graph than the cost", i, tn__gname(w, nb));
+        if (!tn_dtype_is_float(w->type.dtype))
+            return tn__err(TN_ERR_DTYPE, "tn_grad: wrt[%d] '%s' is %s: gradients are defined for float variables only "
+                           "(an integer or boolean input has no gradient; cast it to float first)", i, tn__gname(w, nb), tn_dtype_name(w->type.dtype));
+    }
+    *gp = g;
+    return TN_OK;
+}
+
+/* The gradient of a wrt the cost does not reach, per disconnected_inputs. */
+static tn_result tn__gdisconnected(tn_var *w, int i, tn_disconnected mode, tn_var **out) {
+    char nb[64];
+    static const char *why = "is not part of the computational graph of the cost (or reaches it only through "
+                             "consider_constant or tn_stop_gradient)";
+    if (mode == TN_DISCONNECTED_RAISE)
+        return tn__err(TN_ERR_DISCONNECTED, "tn_grad: wrt[%d] '%s' %s; pass disconnected_inputs = "
+                       "TN_DISCONNECTED_WARN or TN_DISCONNECTED_IGNORE to get zeros", i, tn__gname(w, nb), why);
+    if (mode == TN_DISCONNECTED_WARN) tn__warn("tn_grad: wrt[%d] '%s' %s; its gradient is zero", i, tn__gname(w, nb), why);
+    *out = tn__gzeros_like(w);
+    return *out ? TN_OK : tn__gfail("zeros", w);
+}
+
+TN_API tn_result tn_grad(tn_var *cost, int n, tn_var *const *wrt, tn_var **grads, const tn_grad_options *opt) {
+    tn_graph *g = NULL;
+    tn__gstate s;
+    tn_result r;
+    for (int i = 0; grads && i < n; i++) grads[i] = NULL;
+    if ((r = tn__gcheck_args(cost, n, wrt, grads, opt, &g)) != TN_OK) return r;
+    if ((r = tn__gstate_init(&s, g, "tn_grad")) != TN_OK) return r;
+    int nk = opt ? opt->n_known_grads : 0;
+    /* roots: the cost and the known variables */
+    tn_var **roots = (tn_var **)tn__malloc(sizeof(tn_var *) * (size_t)(nk + 1));
+    int max_in = 1;   /* a variadic node may repeat an input: size by arity, not by nodes */
+    for (int id = 0; id < s.nv; id++) { int k = tn__graph_var(g, id)->n_in; if (k > max_in) max_in = k; }
+    bool *need = (bool *)tn__malloc(sizeof(bool) * (size_t)max_in);
+    tn_var **gin = (tn_var **)tn__malloc(sizeof(tn_var *) * (size_t)max_in);
+    if (!roots || !need || !gin) { r = tn__err(TN_ERR_OOM, "tn_grad: out of memory"); goto done; }
+    roots[0] = cost;
+    for (int i = 0; i < nk; i++) roots[i + 1] = opt->known_vars[i];
+    if ((r = tn__greach(&s, nk + 1, roots, "tn_grad")) != TN_OK) goto done;
+    for (int i = 0; i < n; i++) s.st[wrt[i]->id] |= TN__G_WRT;
+    tn__gdeps(&s, opt);
+
+    if (cost && (s.st[cost->id] & TN__G_DEP)) {
+        s.st[cost->id] |= TN__G_CONN;
+        if (!(s.acc[cost->id] = tn__glit(cost, cost->type.dtype, 1.0))) { r = tn__gfail("the seed", cost); goto done; }
+    }
+    for (int i = 0; i < nk; i++) {
+        tn_var *v = opt->known_vars[i];
+        if (!(s.st[v->id] & TN__G_DEP)) continue;
+        s.st[v->id] |= TN__G_CONN;
+        if ((r = tn__gaccum(&s, v, opt->known_grads[i])) != TN_OK) goto done;
+    }
+    for (int id = s.nv - 1; id >= 0; id--) {
+        tn_var *v = tn__graph_var(g, id), *gv = s.acc[id];
+        if ((s.st[id] & TN__G_CONN) && !(s.st[id] & TN__G_BLOCK))
+            for (int k = 0; k < v->n_in; k++)
+                if (s.st[v->in[k]->id] & TN__G_DEP) s.st[v->in[k]->id] |= TN__G_CONN;
+        if (!gv || v->n_in == 0 || (s.st[id] & TN__G_BLOCK) || !tn_dtype_is_float(v->type.dtype)) continue;
+        bool any = false;
+        for (int k = 0; k < v->n_in; k++) {
+            tn_var *c = v->in[k];
+            need[k] = (s.st[c->id] & TN__G_DEP) && tn_dtype_is_float(c->type.dtype);
+            any = any || need[k];
+            gin[k] = NULL;
+        }
+        if (!any) continue;
+        if ((r = tn__vjp(v, gv, need, gin)) != TN_OK) goto done;
+        for (int k = 0; k < v->n_in; k++)
+            if (need[k] && gin[k] && (r = tn__gaccum(&s, v->in[k], gin[k])) != TN_OK) goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        tn_var *w = wrt[i];
+        if (!(s.st[w->id] & TN__G_CONN)) {
+            if ((r = tn__gdisconnected(w, i, opt ? opt->disconnected_inputs : TN_DISCONNECTED_RAISE, &grads[i])) != TN_OK) goto done;
+            continue;
+        }
+        /* connected only through discrete values: zero */
+        grads[i] = s.acc[w->id] ? tn__gbcast_like(s.acc[w->id], w) : tn__gzeros_like(w);
+        if (!grads[i]) { r = tn__gfail("the result", w); goto done; }
+    }
+    r = TN_OK;
+done:
+    if (r != TN_OK) for (int i = 0; grads && i < n; i++) grads[i] = NULL;
+    tn__free(roots); tn__free(need); tn__free(gin);
+    tn__gstate_free(&s);
+    return r;
+}
+
+TN_API tn_var *tn_grad1(tn_var *cost, tn_var *wrt) {
+    tn_var *gr = NULL;
+    return tn_grad(cost, 1, &wrt, &gr, NULL) == TN_OK ? gr : NULL;
+}
+
+TN_API tn_var *tn_stop_gradient(tn_var *x) {
+    if (!x) { tn__err(TN_ERR_NULL, "tn_stop_gradient: x is NULL (did an earlier constructor fail?)"); return NULL; }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    /* a node of its own (never x itself) so the flag marks only this use */
+    tn_var *v = tn__node(x->graph, TN_OP_IDENTITY, 1, &x, &p, NULL, "tn_stop_gradient");
+    if (v) v->flags |= TN_VAR_NO_GRAD;
+    return v;
+}
+
+/* >>rop: forward mode. t[i] is in[i]'s tangent (NULL: zero); *out the node's. */
+
+/* The same op and params applied to new inputs (linear ops: their own JVP). */
+static tn_var *tn__gclone(tn_var *node, tn_var *const *ins) {
+    return tn__node(node->graph, node->op, node->n_in, ins, &node->p, NULL, "tn_rop");
+}
+
+/* The node applied to in[0]'s tangent t, its other inputs kept (a fill's 'like'). */
+static tn_var *tn__gclone0(tn_var *node, tn_var *t) {
+    tn_var *ins[TN_MAX_IPARAMS];
+    if (node->n_in > TN_MAX_IPARAMS) { tn__err(TN_ERR_UNSUPPORTED, "tn_rop: too many inputs"); return NULL; }
+    ins[0] = t;
+    for (int i = 1; i < node->n_in; i++) ins[i] = node->in[i];
+    return tn__gclone(node, ins);
+}
+
+static tn_var *tn__gadd(tn_var *a, tn_var *b) { return !a ? b : !b ? a : tn_add(a, b); }
+
+static tn_result tn__jvp(tn_var *node, tn_var **t, tn_var **out) {
+    char nb[64];
+    tn_var *x = node->in[0], *r = NULL, *tx = t[0];
+    int ax[TN_MAX_DIMS], na;
+    *out = NULL;
+    if (node->op > TN_OP_NONE && node->op <= TN_OP_CAST) {
+        tn__ew_chain_fn d = tn__ew_chain(node->op);
+        if (!d) return TN_OK;
+        for (int i = 0; i < node->n_in; i++) {
+            if (!t[i] || (node->op == TN_OP_WHERE && i == 0)) continue;
+            tn_var *c = d(node, i, t[i]);
+            if (!c || !(r = tn__gadd(r, c))) return tn__gfail("a tangent", node);
+        }
+        if (r && r->type.dtype != node->type.dtype) r = tn_cast(r, node->type.dtype);
+        /* tangents broadcast like values, but the consumer may be a reduction */
+        *out = r ? tn__gbcast_like(r, node) : NULL;
+        return !r || *out ? TN_OK : tn__gfail("a tangent", node);
+    }
+    switch (node->op) {
+    case TN_OP_SUM: case TN_OP_MEAN: case TN_OP_RESHAPE: case TN_OP_DIMSHUFFLE: case TN_OP_SLICE:
+    case TN_OP_FLATTEN: case TN_OP_BROADCAST_TO: case TN_OP_ALLOC:
+        if (!tx) return TN_OK;   /* only a fill's shape source has a tangent: zero */
+        r = tn__gclone0(node, tx);
+        break;
+    case TN_OP_CONCATENATE: {
+        tn_var **ins = (tn_var **)tn__graph_alloc(node->graph, sizeof(tn_var *) * (size_t)node->n_in);
+        if (!ins) return tn__err(TN_ERR_OOM, "tn_rop: out of memory");
+        for (int i = 0; i < node->n_in; i++) ins[i] = t[i] ? t[i] : tn__gzeros_like(node->in[i]);
+        r = tn__gclone(node, ins);
+        break;
+    }
+    case TN_OP_PROD: case TN_OP_MAX: case TN_OP_MIN: case TN_OP_LOGSUMEXP: {
+        na = tn__gred_axes(node, ax);
+        tn_var *w;   /* d out / d x, elementwise */
+        if (node->op == TN_OP_PROD) w = tn__gprod_partial(node);
+        else if (node->op == TN_OP_LOGSUMEXP) w = tn_exp(tn_sub(x, tn__gkeep(node, node)));
+        else {   /* ties: the mean of the tied tangents (the one-sided derivative's average) */
+            tn_var *m = tn_cast(tn_eq(x, tn__gkeep(node, node)), x->type.dtype);
+            w = tn_div(m, tn_sum(m, ax, na, true));
+        }
+        r = tn_sum(tn_mul(tx, w), ax, na, node->p.i[1] != 0);
+        break;
+    }
+    case TN_OP_SOFTMAX: {
+        int axis = (int)node->p.i[0];
+        r = tn_mul(node, tn_sub(tx, tn_sum(tn_mul(tx, node), &axis, 1, true)));
+        break;
+    }
+    case TN_OP_LOG_SOFTMAX: {
+        int axis = (int)node->p.i[0];
+        r = tn_sub(tx, tn_sum(tn_mul(tx, tn_exp(node)), &axis, 1, true));
+        break;
+    }
+    case TN_OP_DOT: case TN_OP_OUTER: {
+        tn_var *(*f)(tn_var *, tn_var *) = node->op == TN_OP_DOT ? tn_dot : tn_outer;
+        r = tn__gadd(t[0] ? f(t[0], node->in[1]) : NULL, t[1] ? f(node->in[0], t[1]) : NULL);
+        break;
+    }
+    case TN_OP_GEMM: case TN_OP_GEMV: {
+        tn_var *p = tn__gadd(t[1] ? tn_dot(t[1], node->in[2]) : NULL, t[2] ? tn_dot(node->in[1], t[2]) : NULL);
+        r = tn__gadd(tn__gscale(p, node->p.f[0]), t[0] ? tn__gscale(t[0], node->p.f[1]) : NULL);
+        if (r) r = tn__gbcast_like(r, node);
+        break;
+    }
+    default: {
+        const tn_op_def *def = tn__op_def(node->op);
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_rop: op %s (node '%s') has no forward-mode rule",
+                       def && def->name ? def->name : "?", tn__gname(node, nb));
+    }
+    }
+    if (r && r->type.dtype != node->type.dtype) r = tn_cast(r, node->type.dtype);
+    *out = r;
+    return r ? TN_OK : tn__gfail("a tangent", node);
+}
+
+TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_points) {
+    char nb[64], sb[128], sb2[128];
+    tn__gstate s;
+    tn_var *res = NULL;
+    if (!f) { tn__err(TN_ERR_NULL, "tn_rop: f is NULL (did an earlier constructor fail?)"); return NULL; }
+    if (n < 1 || !wrt || !eval_points) { tn__err(TN_ERR_NULL, "tn_rop: needs n >= 1 (got %d), wrt and eval_points", n); return NULL; }
+    for (int i = 0; i < n; i++) {
+        tn_var *w = wrt[i], *e = eval_points[i];
+        if (!w || !e) { tn__err(TN_ERR_NULL, "tn_rop: wrt[%d] or eval_points[%d] is NULL", i, i); return NULL; }
+        if (w->graph != f->graph || e->graph != f->graph) { tn__err(TN_ERR_GRAPH, "tn_rop: wrt[%d] '%s' or its eval point belongs to another graph", i, tn__gname(w, nb)); return NULL; }
+        if (!tn_dtype_is_float(w->type.dtype)) { tn__err(TN_ERR_DTYPE, "tn_rop: wrt[%d] '%s' is %s: float variables only", i, tn__gname(w, nb), tn_dtype_name(w->type.dtype)); return NULL; }
+        if (e->type.ndim != w->type.ndim) {
+            tn__err(TN_ERR_SHAPE, "tn_rop: eval_points[%d] of shape %s does not match wrt[%d] '%s' of shape %s", i,
+                    tn__shape_str(e->type.ndim, e->type.shape, sb), i, tn__gname(w, nb), tn__shape_str(w->type.ndim, w->type.shape, sb2));
+            return NULL;
+        }
+    }
+    if (tn__gstate_init(&s, f->graph, "tn_rop") != TN_OK) return NULL;
+    if (tn__greach(&s, 1, &f, "tn_rop") != TN_OK) goto done;
+    for (int i = 0; i < n; i++) s.st[wrt[i]->id] |= TN__G_WRT;
+    tn__gdeps(&s, NULL);
+    if (!(s.st[f->id] & TN__G_DEP)) {
+        tn__err(TN_ERR_DISCONNECTED, "tn_rop: f '%s' does not depend on any of the %d wrt variables", tn__gname(f, nb), n);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        tn_var *e = eval_points[i];
+        if (e->type.dtype != wrt[i]->type.dtype && !(e = tn_cast(e, wrt[i]->type.dtype))) goto done;
+        s.acc[wrt[i]->id] = tn__gadd(s.acc[wrt[i]->id], e);
+    }
+    tn_var *tin[TN_MAX_IPARAMS];
+    for (int id = 0; id <= f->id; id++) {
+        tn_var *v = tn__graph_var(f->graph, id);
+        if (!(s.st[id] & TN__G_DEP) || (s.st[id] & (TN__G_WRT | TN__G_BLOCK)) || v->n_in == 0) continue;
+        if (!tn_dtype_is_float(v->type.dtype)) continue;
+        tn_var **t = v->n_in <= TN_MAX_IPARAMS ? tin : (tn_var **)tn__graph_alloc(f->graph, sizeof(tn_var *) * (size_t)v->n_in);
+        if (!t) { tn__err(TN_ERR_OOM, "tn_rop: out of memory"); goto done; }
+        bool any = false;
+        for (int k = 0; k < v->n_in; k++) {
+            t[k] = tn_dtype_is_float(v->in[k]->type.dtype) ? s.acc[v->in[k]->id] : NULL;
+            any = any || t[k];
+        }
+        if (any && tn__jvp(v, t, &s.acc[id]) != TN_OK) goto done;
+    }
+    res = s.acc[f->id] ? s.acc[f->id] : tn__gzeros_like(f);
+done:
+    tn__gstate_free(&s);
+    return res;
+}
+
+/* >>verify_grad */
+
+typedef struct tn__vg {
+    const tn_verify_grad_desc *d;
+    tn_graph *g;
+    tn_var **in;
+    tn_array **x;          /* contiguous float64 copies of the points, perturbed in place */
+    tn_func *fcost, *fgrad, *fout;
+} tn__vg;
+
+static void tn__vg_free(tn__vg *v) {
+    tn_function_free(v->fcost); tn_function_free(v->fgrad); tn_function_free(v->fout);
+    for (int i = 0; v->x && i < v->d->n_inputs; i++) tn_array_free(v->x[i]);
+    tn__free(v->x); tn__free(v->in);
+    tn_graph_free(v->g);
+}
+
+static tn_result tn__vg_setup(tn__vg *v) {
+    const tn_verify_grad_desc *d = v->d;
+    int n = d->n_inputs;
+    if (!(v->g = tn_graph_new())) return tn_last_result() ? tn_last_result() : TN_ERR_OOM;
+    v->x = (tn_array **)tn__calloc((size_t)n, sizeof(tn_array *));
+    v->in = (tn_var **)tn__calloc((size_t)n, sizeof(tn_var *));
+    if (!v->x || !v->in) return tn__err(TN_ERR_OOM, "tn_verify_grad: out of memory");
+    for (int i = 0; i < n; i++) {
+        const tn_array *p = d->points[i];
+        if (!p) return tn__err(TN_ERR_NULL, "tn_verify_grad: points[%d] is NULL", i);
+        if (!(v->x[i] = tn_array_astype(p, TN_F64))) return tn_last_result() ? tn_last_result() : TN_ERR_OOM;
+        int64_t shape[TN_MAX_DIMS];
+        bool bc[TN_MAX_DIMS];
+        for (int k = 0; k < p->ndim; k++) {
+            bc[k] = p->shape[k] == 1;
+            shape[k] = d->static_shapes || bc[k] ? p->shape[k] : -1;
+        }
+        char name[32];
+        snprintf(name, sizeof name, "x%d", i);
+        if (!(v->in[i] = tn_input(v->g, name, TN_F64, p->ndim, shape, bc))) return tn_last_result();
+    }
+    return TN_OK;
+}
+
+static tn_result tn__vg_cost(tn__vg *v, double *c) {
+    tn_array *out = NULL;
+    tn_result r = tn_call(v->fcost, v->x, &out);
+    if (r == TN_OK) *c = tn_array_get(out, NULL);
+    tn_array_free(out);
+    return r;
+}
+
+/* Builds cost = sum(out * R), R a seeded random array of out's shape. */
+static tn_result tn__vg_build(tn__vg *v, tn_var **cost) {
+    const tn_verify_grad_desc *d = v->d;
+    tn_var *out = d->build(v->g, v->in, d->user);
+    if (!out) return tn_last_result() ? tn_last_result() : tn__err(TN_ERR_NULL, "tn_verify_grad: the builder returned NULL");
+    if (!tn_dtype_is_float(out->type.dtype))
+        return tn__err(TN_ERR_DTYPE, "tn_verify_grad: the builder's output is %s, not float", tn_dtype_name(out->type.dtype));
+    if (out->type.ndim == 0) { *cost = tn_cast(out, TN_F64); return *cost ? TN_OK : tn_last_result(); }
+    tn_array *o = NULL;
+    if (!(v->fout = tn_function(v->g, &(tn_func_desc){ .n_inputs = d->n_inputs, .inputs = v->in, .n_outputs = 1,
+                                                        .outputs = &out, .mode = d->mode, .name = "verify_grad_out" })))
+        return tn_last_result();
+    tn_result r = tn_call(v->fout, v->x, &o);
+    if (r != TN_OK) return r;
+    tn_array *R = tn_array_rand_uniform(TN_F64, o->ndim, o->shape, 0.5, 1.5, d->seed ? d->seed : 1234);
+    tn_array_free(o);
+    if (!R) return tn_last_result() ? tn_last_result() : TN_ERR_OOM;
+    *cost = tn_sum(tn_mul(tn_cast(out, TN_F64), tn_constant(v->g, R)), NULL, 0, false);
+    tn_array_free(R);
+    return *cost ? TN_OK : tn_last_result();
+}
+
+static void tn__vg_unravel(const tn_array *a, int64_t k, int64_t *idx) {
+    for (int d = a->ndim - 1; d >= 0; d--) { idx[d] = a->shape[d] ? k % a->shape[d] : 0; k = a->shape[d] ? k / a->shape[d] : 0; }
+}
+
+TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *d, tn_verify_grad_report *report) {
+    tn__vg v;
+    memset(&v, 0, sizeof v);
+    if (report) memset(report, 0, sizeof *report);
+    if (!d || !d->build) return tn__err(TN_ERR_NULL, "tn_verify_grad: desc or desc->build is NULL");
+    if (d->n_inputs < 1 || !d->points) return tn__err(TN_ERR_INVALID, "tn_verify_grad: needs n_inputs >= 1 (got %d) and points", d->n_inputs);
+    v.d = d;
+    double eps = d->eps > 0 ? d->eps : 1e-6, atol = d->abs_tol > 0 ? d->abs_tol : 1e-5, rtol = d->rel_tol > 0 ? d->rel_tol : 1e-4;
+    int n = d->n_inputs;
+    tn_var *cost = NULL, **gv = NULL;
+    tn_array **ga = NULL;
+    tn_verify_grad_report worst;
+    double worst_score = -1;
+    memset(&worst, 0, sizeof worst);
+    tn_result r = tn__vg_setup(&v);
+    if (r == TN_OK) r = tn__vg_build(&v, &cost);
+    if (r != TN_OK) goto done;
+    gv = (tn_var **)tn__calloc((size_t)n, sizeof(tn_var *));
+    ga = (tn_array **)tn__calloc((size_t)n, sizeof(tn_array *));
+    if (!gv || !ga) { r = tn__err(TN_ERR_OOM, "tn_verify_grad: out of memory"); goto done; }
+    if ((r = tn_grad(cost, n, v.in, gv, &(tn_grad_options){ .disconnected_inputs = TN_DISCONNECTED_IGNORE })) != TN_OK) goto done;
+    v.fcost = tn_function(v.g, &(tn_func_desc){ .n_inputs = n, .inputs = v.in, .n_outputs = 1, .outputs = &cost,
+                                                .mode = d->mode, .name = "verify_grad_cost" });
+    v.fgrad = tn_function(v.g, &(tn_func_desc){ .n_inputs = n, .inputs = v.in, .n_outputs = n, .outputs = gv,
+                                                .mode = d->mode, .name = "verify_grad_grads" });
+    if (!v.fcost || !v.fgrad) { r = tn_last_result(); goto done; }
+    if ((r = tn_call(v.fgrad, v.x, ga)) != TN_OK) goto done;
+    for (int i = 0; i < n; i++) {
+        tn_array *gi = tn_array_astype(ga[i], TN_F64);
+        if (!gi) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
+        tn_array_free(ga[i]);
+        ga[i] = gi;
+        int64_t sz = tn_array_size(v.x[i]);
+        if (tn_array_size(gi) != sz) {
+            char s1[128], s2[128];
+            r = tn__err(TN_ERR_INTERNAL, "tn_verify_grad: the gradient of input %d has shape %s, the input %s", i,
+                        tn__shape_str(gi->ndim, gi->shape, s1), tn__shape_str(v.x[i]->ndim, v.x[i]->shape, s2));
+            goto done;
+        }
+        double *xp = (double *)v.x[i]->data, *gp = (double *)gi->data;
+        for (int64_t k = 0; k < sz; k++) {
+            double x0 = xp[k], cp, cm;
+            xp[k] = x0 + eps;
+            r = tn__vg_cost(&v, &cp);
+            xp[k] = x0 - eps;
+            if (r == TN_OK) r = tn__vg_cost(&v, &cm);
+            xp[k] = x0;
+            if (r != TN_OK) goto done;
+            double num = (cp - cm) / (2 * eps), sym = gp[k], ae = fabs(sym - num);
+            double re = ae == 0 ? 0 : ae / (fabs(sym) + fabs(num));
+            double score = fmin(ae / atol, re / rtol);
+            if (isnan(sym) != isnan(num)) score = INFINITY;
+            if (score > worst_score) {
+                worst_score = score;
+                worst.input = i; worst.ndim = v.x[i]->ndim;
+                tn__vg_unravel(v.x[i], k, worst.index);
+                worst.symbolic = sym; worst.numeric = num; worst.abs_err = ae; worst.rel_err = re;
+            }
+        }
+    }
+    if (report) *report = worst;
+    if (worst_score > 1) {
+        char ib[128];
+        tn__shape_str(worst.ndim, worst.index, ib);
+        r = tn__err(TN_ERR_INVALID, "tn_verify_grad: the gradient of input %d at index %s is %.10g symbolically but %.10g "
+                    "by finite differences (abs err %.3g > %.3g, rel err %.3g > %.3g, eps %g)", worst.input, ib,
+                    worst.symbolic, worst.numeric, worst.abs_err, atol, worst.rel_err, rtol, eps);
+    }
+done:
+    for (int i = 0; ga && i < n; i++) tn_array_free(ga[i]);
+    tn__free(ga); tn__free(gv);
+    tn__vg_free(&v);
+    return r;
+}
+
+/* >>profile =========================================================== */
+/* >>profile: per-function timing, as Theano's ProfileStats printed it.
+
+   Turned on for every function by the flag profile=1 (the report goes to
+   stderr when the function is freed), or for one function by
+   tn_profile_enable (print it with tn_profile_print). The executor calls the
+   hooks below only when f->prof is set, so a function without a profile pays
+   one predictable branch per step.
+
+   What is measured: wall time from a C11 clock (timespec_get). A CPU op's
+   time is its kernel's. A GPU op's time is the host time of its launch: the
+   kernel runs asynchronously, and its run time shows up where the host next
+   waits (the executor's final synchronize, counted in "executor" but in no
+   op, or a transfer back to the host). launch_blocking=1 makes every launch
+   wait for its kernel, so each GPU op's line is then its full time. */
+#include <time.h>
+#include <string.h>
+
+typedef struct tn__prof {
+    bool compiled_with;        /* attached at compile time: the compile times are known */
+    double t_rewrite, t_prepare;
+    uint64_t calls;
+    double t_call, t_run, t_first;
+    double *t_step;            /* per step: seconds and calls */
+    uint64_t *n_step;
+    int n_steps;
+    /* per input: was it copied to a device, and did its data change between calls */
+    bool *in_to_device;
+    const void **in_ptr;
+    uint64_t *in_sum;
+    size_t *in_bytes;
+    uint64_t *in_same;         /* calls whose data equalled the previous call's */
+} tn__prof;
+
+static double tn__prof_now(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* 64-bit checksum of a host array's bytes (FNV-1a over 8-byte words); 0 for
+   arrays it cannot read (device memory, non-contiguous). */
+static uint64_t tn__prof_checksum(const tn_array *a, size_t *bytes) {
+    *bytes = 0;
+    if (!a || a->device != TN_HOST || !a->data || !tn_array_is_contiguous(a)) return 0;
+    size_t n = tn_array_nbytes(a), i = 0;
+    const unsigned char *p = (const unsigned char *)a->data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    *bytes = n;
+    return h ^ n;
+}
+
+typedef enum { TN__PROF_CPU = 0, TN__PROF_GPU, TN__PROF_XFER } tn__prof_where;
+
+static tn__prof_where tn__prof_where_of(const tn_func *f, const tn__step *st) {
+    if (st->def->kind == TN_OPK_TRANSFER) return TN__PROF_XFER;
+    return st->node->device != TN_HOST && f->backend ? TN__PROF_GPU : TN__PROF_CPU;
+}
+
+static void tn__prof_free_data(tn__prof *p) {
+    if (!p) return;
+    tn__free(p->t_step); tn__free(p->n_step);
+    tn__free(p->in_to_device); tn__free(p->in_ptr); tn__free(p->in_sum); tn__free(p->in_bytes); tn__free(p->in_same);
+    tn__free(p);
+}
+
+static tn__prof *tn__prof_new(const tn_func *f) {
+    tn__prof *p = (tn__prof *)tn__calloc(1, sizeof *p);
+    if (!p) return NULL;
+    size_t ns = (size_t)f->n_steps + 1, ni = (size_t)f->n_inputs + 1;
+    p->n_steps = f->n_steps;
+    p->t_step = (double *)tn__calloc(ns, sizeof *p->t_step);
+    p->n_step = (uint64_t *)tn__calloc(ns, sizeof *p->n_step);
+    p->in_to_device = (bool *)tn__calloc(ni, sizeof *p->in_to_device);
+    p->in_ptr = (const void **)tn__calloc(ni, sizeof *p->in_ptr);
+    p->in_sum = (uint64_t *)tn__calloc(ni, sizeof *p->in_sum);
+    p->in_bytes = (size_t *)tn__calloc(ni, sizeof *p->in_bytes);
+    p->in_same = (uint64_t *)tn__calloc(ni, sizeof *p->in_same);
+    if (!p->t_step || !p->n_step || !p->in_to_device || !p->in_ptr || !p->in_sum || !p->in_bytes || !p->in_same) {
+        tn__prof_free_data(p);
+        return NULL;
+    }
+    /* an input read by a transfer or a device op is copied to the device each call */
+    for (int k = 0; k < f->n_steps; k++) {
+        const tn__step *st = &f->steps[k];
+        if (tn__prof_where_of(f, st) == TN__PROF_CPU) continue;
+        if (st->def->kind == TN_OPK_TRANSFER && st->node->device == TN_HOST) continue;   /* to the host */
+        for (int i = 0; i < st->n_in; i++) {
+            const tn__slot *sl = &f->slots[st->in_slot[i]];
+            if (sl->kind == TN__SLOT_INPUT && sl->index >= 0) p->in_to_device[sl->index] = true;
+        }
+    }
+    return p;
+}
+
+static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare) {
+    if (f->prof) return;
+    tn__prof *p = tn__prof_new(f);
+    if (!p) { tn__warn("%s: out of memory for the profiler; not profiling", f->name); return; }
+    p->compiled_with = true;
+    p->t_rewrite = t_rewrite;
+    p->t_prepare = t_prepare;
+    f->prof = p;
+}
+
+static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
+    tn__prof *p = f->prof;
+    for (int i = 0; i < f->n_inputs; i++) {
+        size_t bytes;
+        uint64_t h = tn__prof_checksum(inputs[i], &bytes);
+        if (p->calls > 0 && bytes > 0 && inputs[i]->data == p->in_ptr[i] && bytes == p->in_bytes[i] && h == p->in_sum[i])
+            p->in_same[i]++;
+        p->in_ptr[i] = inputs[i]->data;
+        p->in_sum[i] = h;
+        p->in_bytes[i] = bytes;
+    }
+    return tn__prof_now();   /* after the checksums: they are not the function's time */
+}
+
+static void tn__prof_step(tn_func *f, int k, double t0) {
+    tn__prof *p = f->prof;
+    if (k >= p->n_steps) return;
+    p->t_step[k] += tn__prof_now() - t0;
+    p->n_step[k]++;
+}
+
+static void tn__prof_end_call(tn_func *f, double t_call, double t_run) {
+    tn__prof *p = f->prof;
+    double t = tn__prof_now() - t_call;
+    if (p->calls == 0) p->t_first = t;
+    p->calls++;
+    p->t_call += t;
+    p->t_run += t_run;
+}
+
+static void tn__prof_finish(tn_func *f) {
+    if (tn_get_config()->profile && f->prof->calls > 0) tn_profile_print(f, stderr);
+    tn__prof_free_data(f->prof);
+    f->prof = NULL;
+}
+
+/* >>profile: public ----------------------------------------------------- */
+
+TN_API tn_result tn_profile_enable(tn_func *f, bool on) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_profile_enable: function is NULL");
+    if (!on) {
+        tn__prof_free_data(f->prof);
+        f->prof = NULL;
+        return TN_OK;
+    }
+    if (f->prof) return TN_OK;
+    if (!(f->prof = tn__prof_new(f))) return tn__err(TN_ERR_OOM, "tn_profile_enable: out of memory for %s's profile", f->name);
+    return TN_OK;
+}
+
+TN_API void tn_profile_reset(tn_func *f) {
+    if (!f || !f->prof) return;
+    tn__prof *p = f->prof;
+    p->calls = 0;
+    p->t_call = p->t_run = p->t_first = 0;
+    for (int k = 0; k < p->n_steps; k++) { p->t_step[k] = 0; p->n_step[k] = 0; }
+    for (int i = 0; i < f->n_inputs; i++) { p->in_same[i] = 0; p->in_ptr[i] = NULL; }
+}
+
+TN_API bool tn_profile_input_unchanged(const tn_func *f, int i) {
+    if (!f || !f->prof || i < 0 || i >= f->n_inputs) return false;
+    const tn__prof *p = f->prof;
+    return p->calls >= 2 && p->in_same[i] == p->calls - 1;
+}
+
+TN_API int tn_function_device_steps(const tn_func *f) {
+    if (!f) return 0;
+    int n = 0;
+    for (int k = 0; k < f->n_steps; k++) n += f->steps[k].node->device != TN_HOST && f->backend;
+    return n;
+}
+
+/* One row of a table: a key (class, op or apply), its time and counts. */
+typedef struct tn__prof_row {
+    char name[512];
+    double t;
+    uint64_t calls;
+    int napply;
+    int where;                 /* tn__prof_where, or -1 when mixed */
+} tn__prof_row;
+
+static int tn__prof_row_cmp(const void *a, const void *b) {
+    const tn__prof_row *x = (const tn__prof_row *)a, *y = (const tn__prof_row *)b;
+    if (x->t != y->t) return x->t < y->t ? 1 : -1;
+    return strcmp(x->name, y->name);
+}
+
+static const char *tn__prof_where_name(int w) {
+    return w == TN__PROF_CPU ? "cpu" : w == TN__PROF_GPU ? "gpu" : w == TN__PROF_XFER ? "xfer" : "mixed";
+}
+
+/* Class of an op, Theano-style: the op family, Gpu-prefixed when on a device. */
+static void tn__prof_class(const tn_func *f, const tn__step *st, char *buf, size_t cap) {
+    tn_op_kind k = st->def->kind;
+    const char *base = k == TN_OPK_ELEMWISE || k == TN_OPK_COMPOSITE ? "Elemwise" : st->def->name ? st->def->name : "?";
+    bool gpu = tn__prof_where_of(f, st) == TN__PROF_GPU && strncmp(base, "Gpu", 3) != 0;
+    snprintf(buf, cap, "%s%s", gpu ? "Gpu" : "", base);
+}
+
+static int tn__prof_add(tn__prof_row *rows, int n, const char *name, double t, uint64_t calls, int where) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, name)) {
+            rows[i].t += t;
+            rows[i].calls += calls;
+            rows[i].napply++;
+            if (rows[i].where != where) rows[i].where = -1;
+            return n;
+        }
+    snprintf(rows[n].name, sizeof rows[n].name, "%s", name);
+    rows[n].t = t;
+    rows[n].calls = calls;
+    rows[n].napply = 1;
+    rows[n].where = where;
+    return n + 1;
+}
+
+static void tn__prof_table(FILE *out, const char *title, const char *what, tn__prof_row *rows, int n, double total, bool apply) {
+    qsort(rows, (size_t)n, sizeof *rows, tn__prof_row_cmp);
+    fprintf(out, "\n%s\n", title);
+    for (const char *c = title; *c; c++) fputc('-', out);
+    if (apply) fprintf(out, "\n  <%% time> <sum %%> <apply time> <time per call> <type> <#call> <id> <%s>\n", what);
+    else fprintf(out, "\n  <%% time> <sum %%> <apply time> <time per call> <type> <#call> <#apply> <%s>\n", what);
+    double cum = 0;
+    for (int i = 0; i < n; i++) {
+        const tn__prof_row *r = &rows[i];
+        cum += r->t;
+        double pc = total > 0 ? 100.0 * r->t / total : 0, cc = total > 0 ? 100.0 * cum / total : 0;
+        fprintf(out, "  %6.1f%%   %6.1f%%   %10.3es   %10.3es   %5s  %7llu %6d   %s\n", pc, cc, r->t,
+                r->calls ? r->t / (double)r->calls : 0.0, tn__prof_where_name(r->where), (unsigned long long)r->calls,
+                r->napply, r->name);
+    }
+}
+
+/* Advice: inputs copied to the device every call with unchanged data, and
+   host round trips between GPU ops. Returns how many lines it printed. */
+static int tn__prof_advice(const tn_func *f, FILE *out) {
+    const tn__prof *p = f->prof;
+    int n = 0;
+    for (int i = 0; i < f->n_inputs; i++)
+        if (p->in_to_device[i] && tn_profile_input_unchanged(f, i)) {
+            fprintf(out, "  - input '%s' is copied to the device on every call and did not change in %llu calls: "
+                         "make it a shared variable (tn_shared) so it stays on the device\n",
+                    f->in_name[i], (unsigned long long)p->calls);
+            n++;
+        }
+    char la[256], lb[256], lc[256];
+    for (int a = 0; a < f->n_steps; a++) {
+        const tn__step *A = &f->steps[a];
+        if (A->def->kind != TN_OPK_TRANSFER || A->node->device != TN_HOST) continue;   /* HostFromGpu */
+        for (int b = a + 1; b < f->n_steps; b++) {
+            const tn__step *B = &f->steps[b];
+            if (tn__prof_where_of(f, B) != TN__PROF_CPU) continue;
+            bool reads = false;
+            for (int i = 0; i < B->n_in && !reads; i++) reads = B->in_slot[i] >= A->out_slot && B->in_slot[i] < A->out_slot + A->n_out;
+            if (!reads) continue;
+            for (int c = b + 1; c < f->n_steps; c++) {
+                const tn__step *C = &f->steps[c];
+                if (C->def->kind != TN_OPK_TRANSFER || C->node->device == TN_HOST) continue;  /* GpuFromHost */
+                bool fed = false;
+                for (int i = 0; i < C->n_in && !fed; i++) fed = C->in_slot[i] >= B->out_slot && C->in_slot[i] < B->out_slot + B->n_out;
+                if (!fed) continue;
+                tn__node_label(A->node, la, sizeof la);
+                tn__node_label(B->node, lb, sizeof lb);
+                tn__node_label(C->node, lc, sizeof lc);
+                fprintf(out, "  - host round trip between GPU ops: %s (step %d) -> %s on the cpu (step %d) -> %s (step %d): "
+                             "this op has no GPU implementation here; the data leaves and re-enters the device\n",
+                        la, a, lb, b, lc, c);
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_profile_print: function is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_profile_print: out is NULL");
+    const tn__prof *p = f->prof;
+    if (!p) return tn__err(TN_ERR_INVALID, "tn_profile_print: %s is not profiled (set the flag profile=1 or call tn_profile_enable)", f->name);
+    double t_ops = 0, t_where[3] = {0, 0, 0};
+    bool any_gpu = false;
+    for (int k = 0; k < p->n_steps; k++) {
+        int w = tn__prof_where_of(f, &f->steps[k]);
+        t_ops += p->t_step[k];
+        t_where[w] += p->t_step[k];
+        if (w != TN__PROF_CPU) any_gpu = true;
+    }
+    double T = p->t_call;
+    fprintf(out, "Function profiling\n==================\n");
+    fprintf(out, "  Message: %s\n", f->name);
+    fprintf(out, "  Time in %llu calls to tn_call: %.6es\n", (unsigned long long)p->calls, T);
+    if (p->calls) fprintf(out, "  Time per call: %.6es (first call %.6es)\n", T / (double)p->calls, p->t_first);
+    fprintf(out, "  Time in the executor (running the steps): %.6es (%.1f%%)\n", p->t_run, T > 0 ? 100 * p->t_run / T : 0);
+    fprintf(out, "  Time in ops: %.6es (%.1f%%)\n", t_ops, T > 0 ? 100 * t_ops / T : 0);
+    fprintf(out, "  Time outside the executor (input checks, outputs, updates): %.6es\n", T - p->t_run > 0 ? T - p->t_run : 0);
+    fprintf(out, "  %d steps; back end: %s\n", p->n_steps, f->backend ? f->backend->name : "cpu only");
+    if (p->compiled_with) {
+        fprintf(out, "  Total compile time: %.6es\n", p->t_rewrite + p->t_prepare);
+        fprintf(out, "    Rewrites (tn__optimize): %.6es\n", p->t_rewrite);
+        fprintf(out, "    Scheduling and kernel preparation (back end prepare): %.6es\n", p->t_prepare);
+        fprintf(out, "    (kernels a back end compiles lazily are counted in the first call)\n");
+    } else {
+        fprintf(out, "  Compile time: not measured (profiling was enabled after tn_function)\n");
+    }
+
+    tn__prof_row *rows = (tn__prof_row *)tn__calloc((size_t)p->n_steps + 1, sizeof *rows);
+    if (!rows) return tn__err(TN_ERR_OOM, "tn_profile_print: out of memory");
+    char nm[256];
+    int n = 0;
+    for (int k = 0; k < p->n_steps; k++) {
+        tn__prof_class(f, &f->steps[k], nm, sizeof nm);
+        n = tn__prof_add(rows, n, nm, p->t_step[k], p->n_step[k], tn__prof_where_of(f, &f->steps[k]));
+    }
+    tn__prof_table(out, "Class", "Class name", rows, n, t_ops, false);
+    n = 0;
+    for (int k = 0; k < p->n_steps; k++) {
+        tn__node_label(f->steps[k].node, nm, sizeof nm);
+        n = tn__prof_add(rows, n, nm, p->t_step[k], p->n_step[k], tn__prof_where_of(f, &f->steps[k]));
+    }
+    tn__prof_table(out, "Ops", "Op name", rows, n, t_ops, false);
+    /* applies: "id" is the step index, the name the op with its output type */
+    for (int k = 0; k < p->n_steps; k++) {
+        const tn_var *v = f->steps[k].node;
+        char lb[160], tb[160];
+        tn__node_label(v, lb, sizeof lb);
+        tn__prof_row *r = &rows[k];
+        snprintf(r->name, sizeof r->name, "%4d   %.200s <%.150s>%s%.100s%s", k, lb, tn__type_str(&v->type, tb),
+                 v->name ? " '" : "", v->name ? v->name : "", v->name ? "'" : "");
+        r->t = p->t_step[k];
+        r->calls = p->n_step[k];
+        r->napply = k;
+        r->where = tn__prof_where_of(f, &f->steps[k]);
+    }
+    qsort(rows, (size_t)p->n_steps, sizeof *rows, tn__prof_row_cmp);
+    fprintf(out, "\nApply\n------\n  <%% time> <sum %%> <apply time> <time per call> <type> <#call> <id> <Apply name>\n");
+    double cum = 0;
+    for (int k = 0; k < p->n_steps; k++) {
+        const tn__prof_row *r = &rows[k];
+        cum += r->t;
+        fprintf(out, "  %6.1f%%   %6.1f%%   %10.3es   %10.3es   %5s  %7llu %s\n", t_ops > 0 ? 100 * r->t / t_ops : 0.0,
+                t_ops > 0 ? 100 * cum / t_ops : 0.0, r->t, r->calls ? r->t / (double)r->calls : 0.0,
+                tn__prof_where_name(r->where), (unsigned long long)r->calls, r->name);
+    }
+    tn__free(rows);
+
+    fprintf(out, "\nSpent %.3es (%.1f%%) in cpu ops, %.3es (%.1f%%) in gpu ops and %.3es (%.1f%%) in transfer ops\n",
+            t_where[0], t_ops > 0 ? 100 * t_where[0] / t_ops : 0.0, t_where[1], t_ops > 0 ? 100 * t_where[1] / t_ops : 0.0,
+            t_where[2], t_ops > 0 ? 100 * t_where[2] / t_ops : 0.0);
+    if (any_gpu && !tn_get_config()->launch_blocking)
+        fprintf(out, "  (gpu ops: host time of the asynchronous launch; the kernels' run time is spent where the host waits. "
+                     "launch_blocking=1 times each kernel to completion)\n");
+    fprintf(out, "\nAdvice\n------\n");
+    if (tn__prof_advice(f, out) == 0) fprintf(out, "  none\n");
+    return TN_OK;
+}
+
+/* >>printers ========================================================== */
+/* >>dot: Graphviz pictures of graphs, as Theano's pydotprint.
+   Variables are ellipses (inputs blue, shared variables green, constants
+   grey, function outputs white; after a call, with the shapes of that call); ops are boxes (white on the CPU, green on a
+   GPU, red for host <-> device transfers); a fused Composite, or a reduction
+   with a fused prologue, is a box that lists its scalar program. Edges carry the dtype and shape of the value
+   they hold: the call-time shape once the function has run, else the static
+   one ("?" where unknown). Render with: dot -Tpng f.dot -o f.png */
+
+/* Writes s as the inside of a DOT quoted string. */
+static void tn__dot_str(FILE *out, const char *s) {
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', out);
+        if (*s == '\n') { fputs("\\n", out); continue; }
+        fputc(*s, out);
+    }
+}
+
+/* "float32 (400, 784)" with ? for unknown dims. */
+static void tn__dot_type(const tn_type *t, char *buf, size_t cap) {
+    size_t k = (size_t)snprintf(buf, cap, "%s (", tn_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim && k < cap; d++) {
+        if (t->shape[d] >= 0) k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        else k += (size_t)snprintf(buf + k, cap - k, "%s?", d ? ", " : "");
+    }
+    if (k < cap) snprintf(buf + k, cap - k, "%s)", t->ndim == 1 ? "," : "");
+}
+
+typedef enum { TN__DOT_CPU = 0, TN__DOT_GPU, TN__DOT_XFER } tn__dot_where;
+
+static tn__dot_where tn__dot_where_of(const tn_var *v, bool has_backend) {
+    if (tn__op_kind(v->op) == TN_OPK_TRANSFER) return TN__DOT_XFER;
+    return v->device != TN_HOST && has_backend ? TN__DOT_GPU : TN__DOT_CPU;
+}
+
+/* A Composite's scalar program, one instruction a line: "r2 = exp(r0)". */
+static void tn__dot_program(FILE *out, const tn_ew_program *p) {
+    for (int k = 0; k < p->n_instr; k++) {
+        const tn_ew_instr *in = &p->instr[k];
+        char line[160];
+        if (in->op == TN_OP_CONSTANT) snprintf(line, sizeof line, "r%d = %g", p->n_in + k, in->imm);
+        else {
+            const tn_ew_info *e = tn__ew_info(in->op);
+            int n = snprintf(line, sizeof line, "r%d = %s(r%d", p->n_in + k, e ? e->name : "?", in->a);
+            if (in->b >= 0 && n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", r%d", in->b);
+            if (in->c >= 0 && n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", r%d", in->c);
+            if (n > 0 && (size_t)n < sizeof line) snprintf(line + n, sizeof line - (size_t)n, ")");
+        }
+        tn__dot_str(out, line);
+        fputs("\\l", out);
+    }
+    for (int o = 0; o < p->n_out; o++) fprintf(out, "out%d = r%d (%s)\\l", o, p->out_reg[o], tn_dtype_name(p->out_dtype[o]));
+}
+
+static void tn__dot_apply(FILE *out, const tn_var *v, bool has_backend, int step) {
+    static const char *fill[] = { "white", "palegreen", "salmon" };
+    char lb[512];
+    tn__dot_where w = tn__dot_where_of(v, has_backend);
+    tn__node_label(v, lb, sizeof lb);
+    fprintf(out, "  n%d [shape=box, style=filled, fillcolor=%s, label=\"", v->id, fill[w]);
+    if (step >= 0) fprintf(out, "%d: ", step);
+    tn__dot_str(out, lb);
+    if (w == TN__DOT_GPU) fputs("\\n(gpu)", out);
+    if (v->op == TN_OP_COMPOSITE && v->ext) {
+        fputs("\\n", out);
+        tn__dot_program(out, (const tn_ew_program *)v->ext);
+    } else if (tn__op_kind(v->op) == TN_OPK_REDUCE && v->ext) {   /* fused elementwise prologue */
+        fputs("\\nprologue:\\l", out);
+        tn__dot_program(out, (const tn_ew_program *)v->ext);
+    }
+    fputs("\"];\n", out);
+}
+
+static void tn__dot_leaf(FILE *out, const tn_var *v, const tn_type *t) {
+    char lb[512], tb[160];
+    const char *fill = v->op == TN_OP_INPUT ? "lightblue" : v->op == TN_OP_SHARED ? "darkseagreen1" : "lightgrey";
+    if (v->op == TN_OP_CONSTANT) tn__node_label(v, lb, sizeof lb);
+    else snprintf(lb, sizeof lb, "%s", v->name ? v->name : "?");
+    tn__dot_type(t, tb, sizeof tb);
+    fprintf(out, "  n%d [shape=ellipse, style=filled, fillcolor=%s, label=\"", v->id, fill);
+    tn__dot_str(out, lb);
+    fputs("\\n", out);
+    tn__dot_str(out, tb);
+    fputs("\"];\n", out);
+}
+
+/* The node an edge starts from: a PROJ's source (labelled with the output index). */
+static void tn__dot_edge(FILE *out, const tn_var *from, int to_id, const tn_type *t, int arg) {
+    char tb[160];
+    tn__dot_type(t, tb, sizeof tb);
+    const tn_var *src = from->op == TN_OP_PROJ && from->n_in == 1 ? from->in[0] : from;
+    fprintf(out, "  n%d -> n%d [label=\"", src->id, to_id);
+    if (src != from) fprintf(out, "out %lld: ", (long long)from->p.i[0]);
+    tn__dot_str(out, tb);
+    fprintf(out, "\", headlabel=\"%d\", fontsize=10];\n", arg);
+}
+
+static void tn__dot_header(FILE *out, const char *name) {
+    fputs("digraph \"", out);
+    tn__dot_str(out, name);
+    fputs("\" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=11];\n  edge [fontname=\"Helvetica\", fontsize=9];\n", out);
+}
+
+TN_API tn_result tn_write_dot(const tn_func *f, FILE *out) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_write_dot: function is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_write_dot: out is NULL");
+    int nv = f->fg->nvars;
+    bool *seen = (bool *)tn__calloc((size_t)nv + 1, sizeof *seen);
+    if (!seen) return tn__err(TN_ERR_OOM, "tn_write_dot: out of memory");
+    bool be = f->backend != NULL;
+    tn__dot_header(out, f->name);
+    for (int k = 0; k < f->n_steps; k++) {
+        const tn__step *st = &f->steps[k];
+        const tn_var *v = st->node;
+        tn__dot_apply(out, v, be, k);
+        for (int i = 0; i < v->n_in; i++) {
+            const tn_var *u = v->in[i];
+            const tn_type *t = f->planned ? &f->slots[st->in_slot[i]].ct : &u->type;
+            if (tn__op_kind(u->op) == TN_OPK_LEAF && u->id < nv && !seen[u->id]) { seen[u->id] = true; tn__dot_leaf(out, u, t); }
+            tn__dot_edge(out, u, v->id, t, i);
+        }
+    }
+    /* outputs and updates: a sink ellipse each */
+    for (int r = 0; r < f->n_roots; r++) {
+        const tn_var *v = f->roots[r];
+        bool is_out = r < f->n_outputs;
+        int slot = is_out ? f->out_slot[r] : f->upd_slot[r - f->n_outputs];
+        const tn_type *t = f->planned ? &f->slots[slot].ct : &v->type;
+        if (tn__op_kind(v->op) == TN_OPK_LEAF && v->id < nv && !seen[v->id]) { seen[v->id] = true; tn__dot_leaf(out, v, t); }
+        fprintf(out, "  r%d [shape=ellipse, label=\"", r);
+        if (is_out) fprintf(out, "output %d", r);
+        else {
+            fputs("update of ", out);
+            tn__dot_str(out, tn__var_label_name(f->upd_user[r - f->n_outputs]));
+        }
+        fputs("\"];\n", out);
+        char tb[160];
+        tn__dot_type(t, tb, sizeof tb);
+        const tn_var *src = v->op == TN_OP_PROJ && v->n_in == 1 ? v->in[0] : v;
+        fprintf(out, "  n%d -> r%d [label=\"", src->id, r);
+        tn__dot_str(out, tb);
+        fputs("\", style=dashed];\n", out);
+    }
+    fputs("}\n", out);
+    tn__free(seen);
+    return TN_OK;
+}
+
+TN_API tn_result tn_write_dot_var(const tn_var *root, FILE *out) {
+    if (!root) return tn__err(TN_ERR_NULL, "tn_write_dot_var: variable is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_write_dot_var: out is NULL");
+    int nv = root->graph ? root->graph->nvars : root->id + 1;
+    bool *seen = (bool *)tn__calloc((size_t)nv + 1, sizeof *seen);
+    const tn_var **stack = (const tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *stack);
+    if (!seen || !stack) { tn__free(seen); tn__free((void *)stack); return tn__err(TN_ERR_OOM, "tn_write_dot_var: out of memory"); }
+    tn__dot_header(out, root->name ? root->name : "graph");
+    int sp = 0;
+    stack[sp++] = root;
+    seen[root->id] = true;
+    while (sp > 0) {
+        const tn_var *v = stack[--sp];
+        if (v->op == TN_OP_PROJ) {                 /* drawn as its source's labelled edge */
+            if (v->n_in == 1 && !seen[v->in[0]->id]) { seen[v->in[0]->id] = true; stack[sp++] = v->in[0]; }
+            continue;
+        }
+        if (tn__op_kind(v->op) == TN_OPK_LEAF) { tn__dot_leaf(out, v, &v->type); continue; }
+        tn__dot_apply(out, v, false, -1);
+        for (int i = 0; i < v->n_in; i++) {
+            const tn_var *u = v->in[i];
+            tn__dot_edge(out, u, v->id, &u->type, i);
+            if (u->id >= 0 && u->id < nv && !seen[u->id]) { seen[u->id] = true; stack[sp++] = u; }
+        }
+    }
+    if (tn__op_kind(root->op) != TN_OPK_LEAF) {
+        char tb[160];
+        tn__dot_type(&root->type, tb, sizeof tb);
+        fputs("  out [shape=ellipse, label=\"", out);
+        tn__dot_str(out, root->name ? root->name : "output");
+        fprintf(out, "\"];\n  n%d -> out [label=\"", root->op == TN_OP_PROJ && root->n_in == 1 ? root->in[0]->id : root->id);
+        tn__dot_str(out, tb);
+        fputs("\", style=dashed];\n", out);
+    }
+    fputs("}\n", out);
+    tn__free(seen);
+    tn__free((void *)stack);
+    return TN_OK;
+}
+
+/* >>custom ============================================================ */
+/* >>custom: user ops, CPU side. A CUSTOM node's ext is an arena copy of the
+   user's tn_custom_op (strings copied too), so the user's description may be
+   a stack temporary. The GPU side (NVRTC compile and launch of cuda_source)
+   is the >>cuda_custom section, included by tensor_cuda.h. */
+
+#define TN__CUSTOM_WHY 512
+
+static const tn_custom_op *tn__custom_op(const tn_var *node) {
+    return node && node->op == TN_OP_CUSTOM ? (const tn_custom_op *)node->ext : NULL;
+}
+
+TN_API const tn_custom_op *tn_custom_of(const tn_var *node) { return tn__custom_op(node); }
+
+static int tn__custom_nout(const tn_custom_op *op) { return op->n_outputs > 0 ? op->n_outputs : 1; }
+
+static tn_result tn__custom_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const tn_custom_op *op = tn__custom_op(node);
+    if (!op) return tn__err(TN_ERR_INTERNAL, "tn_custom: node %d carries no op description", node->id);
+    char why[TN__CUSTOM_WHY] = "";
+    int nout = tn__custom_nout(op);
+    for (int k = 0; k < nout; k++) out[k] = (tn_type){ TN_DTYPE_NONE, 0, {0}, {0} };
+    tn_result r = op->infer(op, in, out, why, sizeof why);
+    if (r != TN_OK)
+        return tn__err(r, "tn_custom: op '%s': type rule failed: %s", op->name, why[0] ? why : tn_result_string(r));
+    for (int k = 0; k < nout; k++) {
+        const tn_type *t = &out[k];
+        if (t->dtype <= TN_DTYPE_NONE || t->dtype >= TN_DTYPE_COUNT || t->ndim < 0 || t->ndim > TN_MAX_DIMS)
+            return tn__err(TN_ERR_INVALID, "tn_custom: op '%s': type rule gave output %d an invalid type (dtype %d, ndim %d)",
+                           op->name, k, (int)t->dtype, t->ndim);
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] < -1)
+                return tn__err(TN_ERR_INVALID, "tn_custom: op '%s': type rule gave output %d dim %d the size %lld",
+                               op->name, k, d, (long long)t->shape[d]);
+    }
+    return TN_OK;
+}
+
+/* Inputs a user function reads are contiguous host arrays: strided views are
+   copied first (only then does a call allocate). */
+static tn_result tn__custom_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_custom_op *op = tn__custom_op(node);
+    if (!op) return tn__err(TN_ERR_INTERNAL, "tn_custom: node %d carries no op description", node->id);
+    if (!op->cpu)
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_custom: op '%s' has no CPU function (cpu is NULL) and no GPU is in use", op->name);
+    tn_array *stack_in[8], **cin = stack_in, *copies[8] = {0}, **cp = copies;
+    int n = node->n_in;
+    if (n > 8) {
+        cin = (tn_array **)tn__calloc((size_t)n, sizeof *cin);
+        cp = (tn_array **)tn__calloc((size_t)n, sizeof *cp);
+        if (!cin || !cp) { tn__free(cin); tn__free(cp); return tn__err(TN_ERR_OOM, "tn_custom: op '%s': out of memory", op->name); }
+    }
+    tn_result r = TN_OK;
+    for (int i = 0; i < n && r == TN_OK; i++) {
+        cin[i] = in[i];
+        if (in[i]->device != TN_HOST || !tn_array_is_contiguous(in[i])) {
+            if (!(cp[i] = tn_array_copy(in[i]))) r = tn__err(TN_ERR_OOM, "tn_custom: op '%s': copying input %d: %s", op->name, i, tn_last_error());
+            cin[i] = cp[i];
+        }
+    }
+    if (r == TN_OK) {
+        char why[TN__CUSTOM_WHY] = "";
+        r = op->cpu(op, cin, out, why, sizeof why);
+        if (r != TN_OK) r = tn__err(r, "tn_custom: op '%s': CPU function failed: %s", op->name, why[0] ? why : tn_result_string(r));
+    }
+    for (int i = 0; i < n; i++) tn_array_free(cp[i]);
+    if (cin != stack_in) { tn__free(cin); tn__free(cp); }
+    return r;
+}
+
+static void tn__custom_label(const tn_var *node, char *buf, size_t cap) {
+    const tn_custom_op *op = tn__custom_op(node);
+    snprintf(buf, cap, "Custom{%s}", op && op->name ? op->name : "?");
+}
+
+/* Arena copy of the description: the user's may be a temporary. */
+static tn_custom_op *tn__custom_copy(tn_graph *g, const tn_custom_op *op) {
+    tn_custom_op *c = (tn_custom_op *)tn__graph_alloc(g, sizeof *c);
+    if (!c) return NULL;
+    *c = *op;
+    if (!(c->name = tn__graph_strdup(g, op->name))) return NULL;
+    if (op->cuda_source && !(c->cuda_source = tn__graph_strdup(g, op->cuda_source))) return NULL;
+    if (op->cuda_kernel && !(c->cuda_kernel = tn__graph_strdup(g, op->cuda_kernel))) return NULL;
+    return c;
+}
+
+TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in, tn_var **outs) {
+    const char *W = "tn_custom";
+    if (!op) return tn__err(TN_ERR_NULL, "%s: op is NULL", W);
+    if (!outs) return tn__err(TN_ERR_NULL, "%s: op '%s': outs is NULL", W, op->name ? op->name : "?");
+    if (!op->name || !op->name[0]) return tn__err(TN_ERR_INVALID, "%s: op has no name", W);
+    if (!op->infer) return tn__err(TN_ERR_NULL, "%s: op '%s' has no type rule (infer is NULL)", W, op->name);
+    if (!op->cpu && !(op->cuda_source && op->cuda_kernel))
+        return tn__err(TN_ERR_INVALID, "%s: op '%s' has neither a CPU function nor CUDA source and kernel name", W, op->name);
+    if ((op->cuda_source == NULL) != (op->cuda_kernel == NULL))
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': cuda_source and cuda_kernel go together", W, op->name);
+    if (n < 0 || (n > 0 && !in)) return tn__err(TN_ERR_NULL, "%s: op '%s': inputs are NULL", W, op->name);
+    if (op->n_inputs >= 0 && n != op->n_inputs)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: op '%s' takes %d input%s, got %d", W, op->name, op->n_inputs, op->n_inputs == 1 ? "" : "s", n);
+    if (op->n_outputs < 0) return tn__err(TN_ERR_INVALID, "%s: op '%s': n_outputs is %d", W, op->name, op->n_outputs);
+    for (int i = 0; i < n; i++)
+        if (!in[i]) return tn__err(TN_ERR_NULL, "%s: op '%s': input %d is NULL (did an earlier call fail? %s)", W, op->name, i, tn_last_error());
+    if (!g) g = n > 0 ? in[0]->graph : NULL;
+    if (!g) return tn__err(TN_ERR_NULL, "%s: op '%s' has no inputs: pass its graph", W, op->name);
+    tn_custom_op *c = tn__custom_copy(g, op);
+    if (!c) return tn__err(TN_ERR_OOM, "%s: op '%s': out of memory", W, op->name);
+    int nout = tn__custom_nout(op);
+    tn_var *v = tn__node_multi(g, TN_OP_CUSTOM, n, in, NULL, c, nout, W);
+    if (!v) return tn_last_result();
+    if (nout == 1) { outs[0] = v; return TN_OK; }
+    for (int k = 0; k < nout; k++)
+        if (!(outs[k] = tn__proj(v, k))) return tn_last_result();
+    return TN_OK;
+}
+
+TN_API tn_var *tn_custom(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in) {
+    if (op && op->n_outputs > 1) {
+        tn__err(TN_ERR_INVALID, "tn_custom: op '%s' has %d outputs: use tn_custom_multi", op->name ? op->name : "?", op->n_outputs);
+        return NULL;
+    }
+    tn_var *out = NULL;
+    return tn_custom_multi(g, op, n, in, &out) == TN_OK ? out : NULL;
+}
+
+/* >>registry: fills this part's rows of the op table */
+static void tn__register_custom_ops(tn_op_def *t) {
+    t[TN_OP_CUSTOM] = (tn_op_def){ "Custom", TN_OPK_OTHER, -1, tn__custom_infer, tn__custom_cpu, tn__custom_label };
+}
+
+/* >>ops_table ========================================================= */
+/* >>op_table: the registry of every op. Each part of the catalogue fills the
+   rows of its ops; tn__op_def checks once that no row is left empty. */
+#include <pthread.h>
+
+static tn_op_def tn__op_defs[TN_OP_COUNT];
+static pthread_once_t tn__op_defs_once = PTHREAD_ONCE_INIT;
+
+static void tn__op_defs_fill(void) {
+    tn__register_graph_ops(tn__op_defs);    /* the >>graph section: leaves, PROJ */
+    tn__register_ew_ops(tn__op_defs);       /* the >>ops_ew section */
+    tn__register_reduce_ops(tn__op_defs);   /* the >>ops_reduce section */
+    tn__register_linalg_ops(tn__op_defs);   /* the >>ops_linalg section */
+    tn__register_shape_ops(tn__op_defs);    /* the >>ops_shape section */
+    tn__register_transfer_ops(tn__op_defs); /* the >>transfer section */
+    tn__register_scan_ops(tn__op_defs);     /* the >>scan section */
+    tn__register_custom_ops(tn__op_defs);   /* the >>custom section */
+}
+
+TN_API const tn_op_def *tn__op_def(int op) {
+    pthread_once(&tn__op_defs_once, tn__op_defs_fill);
+    if (op <= TN_OP_NONE || op >= TN_OP_COUNT) return NULL;
+    return &tn__op_defs[op];
+}
+
+TN_API tn_op_kind tn__op_kind(int op) {
+    const tn_op_def *d = tn__op_def(op);
+    return d ? d->kind : (tn_op_kind)0;
+}
+
 #endif /* TENSOR_IMPLEMENTATION */
 
 /*

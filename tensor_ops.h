@@ -127,7 +127,7 @@ extern "C" {
     X(GEMM)           /* in: C, A, B: f[0]*A@B + f[1]*C; C broadcasts to the product */ \
     X(GEMV)           /* in: y, A, x: f[0]*A@x + f[1]*y */ \
     X(OUTER)          /* in: a, b vectors */ \
-    X(RESHAPE)        /* i[0..ndim) target shape, at most one -1; ndim in i[27] (TN_MAX_IPARAMS-1); copies for now (see src/ops_shape.c.h) */ \
+    X(RESHAPE)        /* i[0..ndim) target shape, at most one -1; ndim in i[27] (TN_MAX_IPARAMS-1); copies for now (see the >>ops_shape section) */ \
     X(DIMSHUFFLE)     /* i[k] source axis of output dim k, or -1 for a new broadcastable dim ('x'); ndim in i[27]; view */ \
     X(SLICE)          /* i[3d], i[3d+1], i[3d+2]: start, stop, step of dim d; TN_NONE where omitted; view */ \
     X(BROADCAST_TO)   /* i[0..ndim) target shape; ndim in i[27]; view */ \
@@ -139,7 +139,7 @@ extern "C" {
     X(CUSTOM)         /* user op: ext = tn_custom_op */ \
     X(GPU_FROM_HOST)  /* in[0] copied to the device (node->device); no params; Theano's GpuFromHost */ \
     X(HOST_FROM_GPU)  /* in[0] copied to the host; waits for the stream; Theano's HostFromGpu */ \
-    X(SCAN)           /* a loop (src/scan.c.h): ext = the loop (step function, taps); no params. in: sequences, \
+    X(SCAN)           /* a loop (the >>scan section): ext = the loop (step function, taps); no params. in: sequences, \
                          initial values, non_sequences; out: each output's stacked buffer (initial rows first), \
                          then each update's last value. ScanGrad (ext->bwd): in: the forward's inputs, stacked \
                          outputs and their gradients; out: the gradient of each forward input */
@@ -282,7 +282,7 @@ TN_API tn_var *tn_fill(tn_var *like, tn_var *value);                    /* value
 TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k);
 TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step);
 
-/* Transfers (src/transfer.c.h). A function output that is tn_gpu_from_host(x)
+/* Transfers (the >>transfer section). A function output that is tn_gpu_from_host(x)
    is returned as a device array (device >= 0) when the CUDA back end runs the
    function; on the CPU both are plain copies. The placement pass inserts and
    cancels these itself: users need them only to ask for a device result. */
@@ -290,7 +290,7 @@ TN_API tn_var *tn_gpu_from_host(tn_var *x);
 TN_API tn_var *tn_host_from_gpu(tn_var *x);
 
 /* >>grad ----------------------------------------------------------------- */
-/* Symbolic differentiation (src/grad.c.h). Gradients are ordinary nodes of
+/* Symbolic differentiation (the >>grad section). Gradients are ordinary nodes of
    the cost's graph (arena-owned): compile them with tn_function like any
    other output, or differentiate them again. Gradients flow through float
    values only: integer and boolean values (comparisons, argmax, casts to int,
@@ -348,7 +348,7 @@ typedef struct tn_verify_grad_report {
 TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *desc, tn_verify_grad_report *report);
 
 /* >>custom --------------------------------------------------------------- */
-/* A user op (src/custom.c.h): a type rule, a CPU function and optionally CUDA
+/* A user op (the >>custom section): a type rule, a CPU function and optionally CUDA
    C source, used in a graph like any op (Theano's custom Op, the seed's
    multiply_them and GpuEye). tn_custom copies the description and its strings
    into the graph; `user` must outlive the graph and its functions. Callbacks
@@ -437,10 +437,3754 @@ typedef struct tn_scan_desc {
 TN_API tn_result tn_scan(const tn_scan_desc *desc, tn_var **outputs, tn_update *updates, int *n_updates);
 /* Prints v like tn_debugprint, then the inner graph of every scan it reaches, indented. */
 TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out);
-/* Frees the compiled steps of g's scans (tn_graph_free should call it; see src/scan.c.h). */
+/* Frees the compiled steps of g's scans (tn_graph_free should call it; see the >>scan section). */
 TN_API void tn__scan_release_graph(tn_graph *g);
 
 #ifdef __cplusplus
 }
 #endif
 #endif /* TENSOR_OPS_H */
+
+/* >>implementation ======================================================= */
+/* Pulled in by tensor.h's implementation, after the core it builds on. */
+#if defined(TENSOR_OPS_IMPLEMENTATION_HERE) && !defined(TENSOR_OPS_IMPLEMENTATION_DONE)
+#define TENSOR_OPS_IMPLEMENTATION_DONE
+/* >>ops_ew ============================================================ */
+/* >>elementwise: the TN_EW_OPS table as data (names, kinds, expression text),
+   the CPU elementwise engine (tn__cpu_ew_run), the type rules, labels and CPU
+   entry points of every elementwise op and of COMPOSITE, and the public
+   constructors (tn_add, tn_exp, ..., tn_cast). */
+#include <string.h>
+#include <stdarg.h>
+#include <math.h>
+
+/* >>ew_info -------------------------------------------------------------- */
+
+/* Expression text is taken with TN_T, TN_F and TN_I undefined, so a code
+   generator sees them as written and defines them itself. */
+static const tn_ew_info tn__ew_infos[] = {
+#define TN__X_INFO(E, n, ar, k, fe, ie) [TN_OP_##E] = { #n, ar, k, TN__XSTRINGIFY(fe), TN__XSTRINGIFY(ie) },
+    TN_EW_OPS(TN__X_INFO)
+#undef TN__X_INFO
+};
+
+TN_API const tn_ew_info *tn__ew_info(int op) {
+    if (op <= TN_OP_NONE || op > TN_OP_CAST) return NULL;
+    return &tn__ew_infos[op];
+}
+
+/* The helpers as text; their qualifier is spelled TN__QUAL, which the
+   generated source defines (e.g. `#define TN__QUAL __device__ inline`). */
+TN_API const char *tn__scalar_helpers_source(void) {
+    return TN__XSTRINGIFY(TN__SCALAR_HELPERS(TN__QUAL));
+}
+
+TN__SCALAR_HELPERS(static inline)
+
+static bool tn__ew_is_ew(int op) { return op > TN_OP_NONE && op <= TN_OP_CAST; }
+
+/* >>ew_convert: scalar conversions with storage semantics ---------------- */
+
+/* Compute types: the register type of each dtype. */
+enum { TN__CT_F = 0, TN__CT_D = 1, TN__CT_I = 2 };
+static int tn__ew_ct(tn_dtype t) {
+    return t == TN_F16 || t == TN_F32 ? TN__CT_F : t == TN_F64 ? TN__CT_D : TN__CT_I;
+}
+
+/* float <-> half, round to nearest even (F. Giesen's float_to_half_fast3_rtne
+   and half_to_float), written as selects between the paths so loops vectorise. */
+static inline uint16_t tn__ew_f2h(float f) {
+    uint32_t u, sign, sub, big;
+    memcpy(&u, &f, 4);
+    sign = u & 0x80000000u;
+    u ^= sign;
+    uint32_t norm = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;   /* rebias exponent, round half even */
+    float g;
+    memcpy(&g, &u, 4);
+    g += 0.5f;                                    /* subnormal: aligns the 10 mantissa bits; FPU rounds */
+    memcpy(&sub, &g, 4);
+    sub -= 0x3f000000u;
+    big = u > 0x7f800000u ? 0x7e00u : 0x7c00u;    /* NaN, or inf and >= 65520 */
+    uint32_t o = u >= 0x47800000u ? big : u < 0x38800000u ? sub : norm;
+    return (uint16_t)(o | (sign >> 16));
+}
+
+static inline float tn__ew_h2f(uint16_t h) {
+    uint32_t o = (uint32_t)(h & 0x7fffu) << 13, sub;
+    uint32_t e = o & 0x0f800000u;
+    o += 0x38000000u;                             /* (127 - 15) << 23 */
+    uint32_t t = o + 0x00800000u;
+    float f;
+    memcpy(&f, &t, 4);
+    f -= 6.103515625e-05f;                        /* zero, subnormal: renormalise through the FPU */
+    memcpy(&sub, &f, 4);
+    o = e == 0x0f800000u ? o + 0x38000000u : e == 0 ? sub : o;
+    o |= (uint32_t)(h & 0x8000u) << 16;
+    memcpy(&f, &o, 4);
+    return f;
+}
+
+/* double -> half without double rounding: round to odd into float first. */
+static inline uint16_t tn__ew_d2h(double d) {
+    double ad = fabs(d);
+    if (!(ad < 65520.0)) return tn__ew_f2h((float)d);  /* inf, NaN, overflow */
+    float f = (float)d;
+    if ((double)f != d) {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        if (fabs((double)f) > ad) u -= 1;                /* toward zero */
+        u |= 1u;                                         /* sticky */
+        memcpy(&f, &u, 4);
+    }
+    return tn__ew_f2h(f);
+}
+
+/* float -> int: truncate; NaN and out of range give the type's minimum (as
+   x86 and NumPy do) without C's undefined behaviour. */
+static inline int64_t tn__ew_d2i64(double x) {
+    return x >= -9223372036854775808.0 && x < 9223372036854775808.0 ? (int64_t)x : INT64_MIN;
+}
+static inline int64_t tn__ew_d2i32(double x) {
+    return x > -2147483649.0 && x < 2147483648.0 ? (int64_t)(int32_t)x : (int64_t)INT32_MIN;
+}
+static inline int64_t tn__ew_wrap32(int64_t x) { return (int64_t)(int32_t)(uint32_t)(uint64_t)x; }
+
+/* Storage value of a register value (cv_<ct>_<dtype>), and register value of
+   a storage value (ld_<dtype>_<ct>). */
+#define tn__cv_f_F16(x) tn__ew_f2h(x)
+#define tn__cv_d_F16(x) tn__ew_d2h(x)
+#define tn__cv_i_F16(x) tn__ew_d2h((double)(x))
+#define tn__cv_f_F32(x) (x)
+#define tn__cv_d_F32(x) ((float)(x))
+#define tn__cv_i_F32(x) ((float)(x))
+#define tn__cv_f_F64(x) ((double)(x))
+#define tn__cv_d_F64(x) (x)
+#define tn__cv_i_F64(x) ((double)(x))
+#define tn__cv_f_I32(x) ((int32_t)tn__ew_d2i32((double)(x)))
+#define tn__cv_d_I32(x) ((int32_t)tn__ew_d2i32(x))
+#define tn__cv_i_I32(x) ((int32_t)tn__ew_wrap32(x))
+#define tn__cv_f_I64(x) tn__ew_d2i64((double)(x))
+#define tn__cv_d_I64(x) tn__ew_d2i64(x)
+#define tn__cv_i_I64(x) (x)
+#define tn__cv_f_BOOL(x) ((uint8_t)((x) != 0))
+#define tn__cv_d_BOOL(x) ((uint8_t)((x) != 0))
+#define tn__cv_i_BOOL(x) ((uint8_t)((x) != 0))
+
+#define tn__ld_F16_f(x) tn__ew_h2f(x)
+#define tn__ld_F16_d(x) ((double)tn__ew_h2f(x))
+#define tn__ld_F16_i(x) tn__ew_d2i64((double)tn__ew_h2f(x))
+#define tn__ld_F32_f(x) (x)
+#define tn__ld_F32_d(x) ((double)(x))
+#define tn__ld_F32_i(x) tn__ew_d2i64((double)(x))
+#define tn__ld_F64_f(x) ((float)(x))
+#define tn__ld_F64_d(x) (x)
+#define tn__ld_F64_i(x) tn__ew_d2i64(x)
+#define tn__ld_I32_f(x) ((float)(x))
+#define tn__ld_I32_d(x) ((double)(x))
+#define tn__ld_I32_i(x) ((int64_t)(x))
+#define tn__ld_I64_f(x) ((float)(x))
+#define tn__ld_I64_d(x) ((double)(x))
+#define tn__ld_I64_i(x) (x)
+#define tn__ld_BOOL_f(x) ((float)((x) != 0))
+#define tn__ld_BOOL_d(x) ((double)((x) != 0))
+#define tn__ld_BOOL_i(x) ((int64_t)((x) != 0))
+
+typedef uint16_t tn__st_F16;
+typedef float tn__st_F32;
+typedef double tn__st_F64;
+typedef int32_t tn__st_I32;
+typedef int64_t tn__st_I64;
+typedef uint8_t tn__st_BOOL;
+typedef float tn__ct_f;
+typedef double tn__ct_d;
+typedef int64_t tn__ct_i;
+
+/* Block loads and stores: contiguous, broadcast (stride 0) and strided. */
+typedef void (*tn__ew_io_fn)(void *reg, char *mem, int64_t stride, int64_t n);
+
+#define TN__DEF_LOAD(DT, CT) \
+    static void tn__load_##DT##_##CT(void *reg, char *mem, int64_t s, int64_t n) { \
+        tn__ct_##CT *restrict d = (tn__ct_##CT *)reg; \
+        if (s == (int64_t)sizeof(tn__st_##DT)) { \
+            const tn__st_##DT *restrict p = (const tn__st_##DT *)mem; \
+            for (int64_t i = 0; i < n; i++) d[i] = tn__ld_##DT##_##CT(p[i]); \
+        } else if (s == 0) { \
+            tn__ct_##CT v = tn__ld_##DT##_##CT(*(const tn__st_##DT *)mem); \
+            for (int64_t i = 0; i < n; i++) d[i] = v; \
+        } else { \
+            for (int64_t i = 0; i < n; i++) d[i] = tn__ld_##DT##_##CT(*(const tn__st_##DT *)(mem + i * s)); \
+        } }
+#define TN__DEF_STORE(DT, CT) \
+    static void tn__store_##CT##_##DT(void *reg, char *mem, int64_t s, int64_t n) { \
+        const tn__ct_##CT *restrict d = (const tn__ct_##CT *)reg; \
+        if (s == (int64_t)sizeof(tn__st_##DT)) { \
+            tn__st_##DT *restrict p = (tn__st_##DT *)mem; \
+            for (int64_t i = 0; i < n; i++) p[i] = tn__cv_##CT##_##DT(d[i]); \
+        } else { \
+            for (int64_t i = 0; i < n; i++) *(tn__st_##DT *)(mem + i * s) = tn__cv_##CT##_##DT(d[i]); \
+        } }
+/* Register to register with storage semantics: the value `x` would read back
+   as after being stored as DT. */
+#define TN__DEF_CAST(DT, CT, CT2) \
+    static void tn__cast_##CT##_##DT(int64_t n, void *restrict o, const void *restrict a, \
+                                     const void *restrict b, const void *restrict c) { \
+        (void)b; (void)c; \
+        const tn__ct_##CT *restrict x = (const tn__ct_##CT *)a; \
+        tn__ct_##CT2 *restrict y = (tn__ct_##CT2 *)o; \
+        for (int64_t i = 0; i < n; i++) y[i] = tn__ld_##DT##_##CT2(tn__cv_##CT##_##DT(x[i])); }
+
+#define TN__DEF_IO3(DT, CT2) \
+    TN__DEF_LOAD(DT, f) TN__DEF_LOAD(DT, d) TN__DEF_LOAD(DT, i) \
+    TN__DEF_STORE(DT, f) TN__DEF_STORE(DT, d) TN__DEF_STORE(DT, i) \
+    TN__DEF_CAST(DT, f, CT2) TN__DEF_CAST(DT, d, CT2) TN__DEF_CAST(DT, i, CT2)
+TN__DEF_IO3(F16, f)
+TN__DEF_IO3(F32, f)
+TN__DEF_IO3(F64, d)
+TN__DEF_IO3(I32, i)
+TN__DEF_IO3(I64, i)
+TN__DEF_IO3(BOOL, i)
+
+typedef void (*tn__ew_kfn)(int64_t n, void *restrict o, const void *restrict a,
+                           const void *restrict b, const void *restrict c);
+
+#define TN__IO_ROW(DT) { tn__load_##DT##_f, tn__load_##DT##_d, tn__load_##DT##_i }
+static const tn__ew_io_fn tn__ew_loads[TN_DTYPE_COUNT][3] = {
+    [TN_BOOL] = TN__IO_ROW(BOOL), [TN_I32] = TN__IO_ROW(I32), [TN_I64] = TN__IO_ROW(I64),
+    [TN_F16] = TN__IO_ROW(F16), [TN_F32] = TN__IO_ROW(F32), [TN_F64] = TN__IO_ROW(F64),
+};
+#undef TN__IO_ROW
+#define TN__IO_ROW(DT) { tn__store_f_##DT, tn__store_d_##DT, tn__store_i_##DT }
+static const tn__ew_io_fn tn__ew_stores[TN_DTYPE_COUNT][3] = {
+    [TN_BOOL] = TN__IO_ROW(BOOL), [TN_I32] = TN__IO_ROW(I32), [TN_I64] = TN__IO_ROW(I64),
+    [TN_F16] = TN__IO_ROW(F16), [TN_F32] = TN__IO_ROW(F32), [TN_F64] = TN__IO_ROW(F64),
+};
+#undef TN__IO_ROW
+#define TN__IO_ROW(DT) { tn__cast_f_##DT, tn__cast_d_##DT, tn__cast_i_##DT }
+/* [target dtype][source compute type] */
+static const tn__ew_kfn tn__ew_casts[TN_DTYPE_COUNT][3] = {
+    [TN_BOOL] = TN__IO_ROW(BOOL), [TN_I32] = TN__IO_ROW(I32), [TN_I64] = TN__IO_ROW(I64),
+    [TN_F16] = TN__IO_ROW(F16), [TN_F32] = TN__IO_ROW(F32), [TN_F64] = TN__IO_ROW(F64),
+};
+#undef TN__IO_ROW
+
+/* A register value of `v` converted to dtype t and back (immediates). */
+static void tn__ew_imm(double v, tn_dtype t, void *out) {
+    tn__ew_casts[t][TN__CT_D](1, out, &v, NULL, NULL);
+}
+
+/* >>ew_kernels: the table expanded once per compute type ----------------- */
+/* Each kernel runs one op over a block: o[i] = expr(a[i], b[i], c[i]).
+   Output type: TN_I for comparisons and logic; the condition of WHERE is TN_I. */
+#define TN__KOUT_TN_EWK_ARITH TN_T
+#define TN__KOUT_TN_EWK_FLOAT TN_T
+#define TN__KOUT_TN_EWK_CMP   TN_I
+#define TN__KOUT_TN_EWK_LOGIC TN_I
+#define TN__KOUT_TN_EWK_WHERE TN_T
+#define TN__KOUT_TN_EWK_CAST  TN_T
+#define TN__KA_TN_EWK_ARITH TN_T
+#define TN__KA_TN_EWK_FLOAT TN_T
+#define TN__KA_TN_EWK_CMP   TN_T
+#define TN__KA_TN_EWK_LOGIC TN_T
+#define TN__KA_TN_EWK_WHERE TN_I
+#define TN__KA_TN_EWK_CAST  TN_T
+#define TN__CAT3_(a, b, c) a##b##c
+#define TN__CAT3(a, b, c) TN__CAT3_(a, b, c)
+#define TN__KDEF(E, n, ar, k, fe, ie) \
+    TN__KDEF_##ar(TN__CAT3(tn__k_, n, TN__KSFX), TN__KOUT_##k, TN__KA_##k, TN__KEXPR(fe, ie))
+#define TN__KHEAD(NAME, OT, AT) \
+    static void NAME(int64_t cnt, void *restrict o_, const void *restrict a_, \
+                     const void *restrict b_, const void *restrict c_) { \
+        OT *restrict o = (OT *)o_; \
+        const AT *restrict pa = (const AT *)a_;
+#define TN__KDEF_1(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
+        (void)b_; (void)c_; \
+        for (int64_t i = 0; i < cnt; i++) { const AT a = pa[i]; (void)a; o[i] = (OT)(EXPR); } }
+#define TN__KDEF_2(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
+        const TN_T *restrict pb = (const TN_T *)b_; (void)c_; \
+        for (int64_t i = 0; i < cnt; i++) { \
+            const AT a = pa[i]; const TN_T b = pb[i]; (void)a; (void)b; o[i] = (OT)(EXPR); } }
+#define TN__KDEF_3(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
+        const TN_T *restrict pb = (const TN_T *)b_; const TN_T *restrict pc = (const TN_T *)c_; \
+        for (int64_t i = 0; i < cnt; i++) { \
+            const AT a = pa[i]; const TN_T b = pb[i]; const TN_T c = pc[i]; \
+            (void)a; (void)b; (void)c; o[i] = (OT)(EXPR); } }
+
+#define TN_I int64_t
+#define TN__KEXPR(fe, ie) fe
+#define TN_T float
+#define TN_F(fn) fn##f
+#define TN__KSFX _f
+TN_EW_OPS(TN__KDEF)
+#undef TN_T
+#undef TN_F
+#undef TN__KSFX
+#define TN_T double
+#define TN_F(fn) fn
+#define TN__KSFX _d
+TN_EW_OPS(TN__KDEF)
+#undef TN__KEXPR
+#undef TN__KSFX
+#undef TN_T
+#define TN__KEXPR(fe, ie) ie
+#define TN_T int64_t
+#define TN__KSFX _i
+TN_EW_OPS(TN__KDEF)
+#undef TN__KEXPR
+#undef TN__KSFX
+#undef TN_T
+#undef TN_F
+#undef TN_I
+
+/* [op][compute type of the operands] */
+static const tn__ew_kfn tn__ew_kern[TN_OP_CAST + 1][3] = {
+#define TN__X_KROW(E, n, ar, k, fe, ie) [TN_OP_##E] = { tn__k_##n##_f, tn__k_##n##_d, tn__k_##n##_i },
+    TN_EW_OPS(TN__X_KROW)
+#undef TN__X_KROW
+};
+
+#undef TN__KDEF
+#undef TN__KDEF_1
+#undef TN__KDEF_2
+#undef TN__KDEF_3
+#undef TN__KHEAD
+#undef TN__CAT3
+#undef TN__CAT3_
+#undef TN__DEF_LOAD
+#undef TN__DEF_STORE
+#undef TN__DEF_CAST
+#undef TN__DEF_IO3
+
+/* After an instruction: make the register hold what its dtype can store, so
+   a fused program computes what the unfused ops would (int32 wraps, bool is
+   0/1, float16 rounds). */
+static void tn__norm_f16(int64_t n, void *restrict o, const void *restrict a, const void *restrict b, const void *restrict c) {
+    (void)a; (void)b; (void)c;
+    float *x = (float *)o;
+    for (int64_t i = 0; i < n; i++) x[i] = tn__ew_h2f(tn__ew_f2h(x[i]));
+}
+static void tn__norm_i32(int64_t n, void *restrict o, const void *restrict a, const void *restrict b, const void *restrict c) {
+    (void)a; (void)b; (void)c;
+    int64_t *x = (int64_t *)o;
+    for (int64_t i = 0; i < n; i++) x[i] = tn__ew_wrap32(x[i]);
+}
+static void tn__norm_bool(int64_t n, void *restrict o, const void *restrict a, const void *restrict b, const void *restrict c) {
+    (void)a; (void)b; (void)c;
+    int64_t *x = (int64_t *)o;
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] != 0;
+}
+
+/* >>ew_engine: tn__cpu_ew_run ---------------------------------------------- */
+/* The broadcast iteration space is coalesced (adjacent dims merge when every
+   operand's strides allow), then walked row by row; a row is processed in
+   blocks: inputs are loaded into register blocks of their compute type, each
+   instruction is one tight loop over the block, outputs are stored converted.
+   An input whose storage is its compute type and whose row is contiguous is
+   read in place; an output likewise is written in place by its instruction. */
+#define TN__EW_MAX_OPERANDS 64
+#define TN__EW_MAX_REGS 512
+#define TN__EW_SCRATCH 4096          /* 8-byte slots of register blocks per thread */
+#define TN__EW_BLOCK 256
+#define TN__EW_GRAIN 32768
+
+enum { TN__IN_LOAD = 0, TN__IN_INPLACE, TN__IN_ONCE };
+
+typedef struct tn__ew_plan {
+    const tn_ew_program *prog;
+    int n_in, n_out, nreg, ndim, blk;
+    int64_t shape[TN_MAX_DIMS];                      /* coalesced; the last is the row */
+    int64_t st[TN__EW_MAX_OPERANDS][TN_MAX_DIMS];    /* byte strides: inputs, then outputs */
+    char *base[TN__EW_MAX_OPERANDS];
+    tn__ew_io_fn io[TN__EW_MAX_OPERANDS];            /* load (inputs) or store (outputs) */
+    uint8_t in_mode[TN__EW_MAX_OPERANDS];
+    bool out_direct[TN__EW_MAX_OPERANDS];
+    int8_t regct[TN__EW_MAX_REGS];
+    tn__ew_kfn fn[TN__EW_MAX_REGS];                  /* per instruction; NULL: immediate */
+    tn__ew_kfn norm[TN__EW_MAX_REGS];
+} tn__ew_plan;
+
+static void tn__ew_fill_imm(void *reg, int ct, double imm, tn_dtype t, int64_t n) {
+    union { float f; double d; int64_t i; } v;
+    tn__ew_imm(imm, t, &v);
+    for (int64_t i = 0; i < n; i++) {
+        if (ct == TN__CT_F) ((float *)reg)[i] = v.f;
+        else if (ct == TN__CT_D) ((double *)reg)[i] = v.d;
+        else ((int64_t *)reg)[i] = v.i;
+    }
+}
+
+static void tn__ew_segment(const tn__ew_plan *P, void **rp, char **p, int64_t m) {
+    const tn_ew_program *prog = P->prog;
+    const int n_in = P->n_in, nd = P->ndim;
+    for (int64_t off = 0; off < m; off += P->blk) {
+        int64_t n = m - off < P->blk ? m - off : P->blk;
+        for (int i = 0; i < n_in; i++) {
+            int64_t s = P->st[i][nd - 1];
+            if (P->in_mode[i] == TN__IN_LOAD) P->io[i](rp[i], p[i] + off * s, s, n);
+            else if (P->in_mode[i] == TN__IN_INPLACE) rp[i] = p[i] + off * s;
+        }
+        for (int j = 0; j < P->n_out; j++)
+            if (P->out_direct[j]) rp[prog->out_reg[j]] = p[n_in + j] + off * P->st[n_in + j][nd - 1];
+        for (int k = 0; k < prog->n_instr; k++) {
+            const tn_ew_instr *in = &prog->instr[k];
+            void *o = rp[n_in + k];
+            if (P->fn[k])
+                P->fn[k](n, o, rp[in->a], in->b >= 0 ? rp[in->b] : NULL, in->c >= 0 ? rp[in->c] : NULL);
+            if (P->norm[k]) P->norm[k](n, o, NULL, NULL, NULL);
+        }
+        for (int j = 0; j < P->n_out; j++) {
+            if (P->out_direct[j]) continue;
+            int64_t s = P->st[n_in + j][nd - 1];
+            P->io[n_in + j](rp[prog->out_reg[j]], p[n_in + j] + off * s, s, n);
+        }
+    }
+}
+
+/* Per thread: register blocks in `scratch`, loop-invariant inputs and
+   immediates loaded once. */
+static void tn__ew_thread_init(const tn__ew_plan *P, double *scratch, void **rp) {
+    const tn_ew_program *prog = P->prog;
+    for (int r = 0; r < P->nreg; r++) rp[r] = scratch + (size_t)r * (size_t)P->blk;
+    for (int i = 0; i < P->n_in; i++)
+        if (P->in_mode[i] == TN__IN_ONCE) P->io[i](rp[i], P->base[i], 0, P->blk);
+    for (int k = 0; k < prog->n_instr; k++)
+        if (!P->fn[k]) tn__ew_fill_imm(rp[P->n_in + k], P->regct[P->n_in + k], prog->instr[k].imm, (tn_dtype)prog->instr[k].dtype, P->blk);
+}
+
+/* Tiled walk, for operands that are contiguous along the second-to-last dim
+   but not the last (a transposed input): items are TN__EW_TILE rows of one
+   plane, walked a column block at a time so every cache line read is used. */
+#define TN__EW_TILE 16
+static void tn__ew_range_tiled(void *ctx, int64_t lo, int64_t hi) {
+    const tn__ew_plan *P = (const tn__ew_plan *)ctx;
+    const int nops = P->n_in + P->n_out, nd = P->ndim;
+    _Alignas(64) double scratch[TN__EW_SCRATCH];
+    void *rp[TN__EW_MAX_REGS];
+    char *p[TN__EW_MAX_OPERANDS];
+    tn__ew_thread_init(P, scratch, rp);
+    int64_t R = P->shape[nd - 2], C = P->shape[nd - 1], tiles = (R + TN__EW_TILE - 1) / TN__EW_TILE;
+    for (int64_t item = lo; item < hi; item++) {
+        int64_t plane = item / tiles, r0 = item % tiles * TN__EW_TILE, r1 = r0 + TN__EW_TILE < R ? r0 + TN__EW_TILE : R;
+        int64_t off[TN__EW_MAX_OPERANDS] = { 0 };
+        for (int d = nd - 3; d >= 0; d--) {
+            int64_t i = plane % P->shape[d];
+            plane /= P->shape[d];
+            for (int o = 0; o < nops; o++) off[o] += i * P->st[o][d];
+        }
+        int64_t cb = P->blk < 32 ? P->blk : 32;    /* the lines (and pages) of each strided operand stay cached */
+        for (int64_t c0 = 0; c0 < C; c0 += cb) {
+            int64_t m = C - c0 < cb ? C - c0 : cb;
+            for (int64_t r = r0; r < r1; r++) {
+                for (int o = 0; o < nops; o++) p[o] = P->base[o] + off[o] + r * P->st[o][nd - 2] + c0 * P->st[o][nd - 1];
+                tn__ew_segment(P, rp, p, m);
+            }
+        }
+    }
+}
+
+static void tn__ew_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__ew_plan *P = (const tn__ew_plan *)ctx;
+    const int nops = P->n_in + P->n_out, nd = P->ndim;
+    _Alignas(64) double scratch[TN__EW_SCRATCH];
+    void *rp[TN__EW_MAX_REGS];
+    char *p[TN__EW_MAX_OPERANDS];
+    tn__ew_thread_init(P, scratch, rp);
+
+    int64_t inner = P->shape[nd - 1], idx[TN_MAX_DIMS] = { 0 };
+    int64_t q = lo / inner, j0 = lo % inner;
+    for (int d = nd - 2; d >= 0; d--) { idx[d] = q % P->shape[d]; q /= P->shape[d]; }
+    for (int64_t left = hi - lo; left > 0;) {
+        int64_t m = inner - j0 < left ? inner - j0 : left;
+        for (int o = 0; o < nops; o++) {
+            int64_t off = j0 * P->st[o][nd - 1];
+            for (int d = 0; d < nd - 1; d++) off += idx[d] * P->st[o][d];
+            p[o] = P->base[o] + off;
+        }
+        tn__ew_segment(P, rp, p, m);
+        left -= m;
+        j0 = 0;
+        for (int d = nd - 2; d >= 0; d--) {
+            if (++idx[d] < P->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+/* [lo, hi) bytes an array's elements span. */
+static void tn__ew_extent(const tn_array *a, uintptr_t *lo, uintptr_t *hi) {
+    intptr_t l = 0, h = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->shape[d] == 0) { *lo = *hi = (uintptr_t)a->data; return; }
+        intptr_t span = (intptr_t)((a->shape[d] - 1) * a->strides[d]);
+        if (span < 0) l += span; else h += span;
+    }
+    *lo = (uintptr_t)a->data + (uintptr_t)l;
+    *hi = (uintptr_t)a->data + (uintptr_t)h + tn_dtype_size(a->dtype);
+}
+
+static bool tn__ew_repr_is_ct(tn_dtype t, int ct) {
+    return (t == TN_F32 && ct == TN__CT_F) || (t == TN_F64 && ct == TN__CT_D) || (t == TN_I64 && ct == TN__CT_I);
+}
+
+static const char *tn__ew_opname(int op) {
+    if (op == TN_OP_CONSTANT) return "constant";
+    const tn_ew_info *e = tn__ew_info(op);
+    return e ? e->name : "?";
+}
+
+/* Checks the program and picks each instruction's kernel. */
+static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, tn_array *const *out) {
+    static const char *who = "tn__cpu_ew_run";
+    static const char *ctname[3] = { "float", "double", "int64" };
+    int n_in = prog->n_in, nreg = prog->n_in + prog->n_instr;
+    if (n_in < 0 || prog->n_instr < 0 || prog->n_out < 1 || (n_in && !prog->in_dtype) || (prog->n_instr && !prog->instr) ||
+        !prog->out_reg)
+        return tn__err(TN_ERR_INTERNAL, "%s: malformed program (%d inputs, %d instructions, %d outputs)", who, n_in, prog->n_instr, prog->n_out);
+    if (n_in + prog->n_out > TN__EW_MAX_OPERANDS || nreg > TN__EW_MAX_REGS)
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: program too large (%d inputs + %d outputs, %d registers; at most %d operands and %d registers)",
+                       who, n_in, prog->n_out, nreg, TN__EW_MAX_OPERANDS, TN__EW_MAX_REGS);
+    bool read_later[TN__EW_MAX_REGS];
+    memset(read_later, 0, sizeof read_later);
+    for (int i = 0; i < n_in; i++) {
+        if ((unsigned)prog->in_dtype[i] - 1u >= (unsigned)TN_DTYPE_COUNT - 1u)
+            return tn__err(TN_ERR_INTERNAL, "%s: input %d has invalid dtype %d", who, i, (int)prog->in_dtype[i]);
+        P->regct[i] = (int8_t)tn__ew_ct(prog->in_dtype[i]);
+    }
+    for (int k = 0; k < prog->n_instr; k++) {
+        const tn_ew_instr *in = &prog->instr[k];
+        int r = n_in + k;
+        tn_dtype dt = (tn_dtype)in->dtype, idt = (tn_dtype)in->in_dtype;
+        if ((unsigned)dt - 1u >= (unsigned)TN_DTYPE_COUNT - 1u)
+            return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) has invalid dtype %d", who, k, tn__ew_opname(in->op), (int)dt);
+        P->regct[r] = (int8_t)tn__ew_ct(dt);
+        P->fn[k] = NULL;
+        P->norm[k] = NULL;
+        if (in->op == TN_OP_CONSTANT) continue;
+        const tn_ew_info *e = tn__ew_info(in->op);
+        if (!e) return tn__err(TN_ERR_INTERNAL, "%s: instruction %d has op %d, not an elementwise op", who, k, (int)in->op);
+        int opr[3] = { in->a, in->b, in->c };
+        for (int x = 0; x < 3; x++) {
+            if (x < e->arity ? (opr[x] < 0 || opr[x] >= r) : opr[x] >= r)
+                return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) operand %d is register %d (valid: 0..%d)", who, k, e->name, x, opr[x], r - 1);
+            if (x < e->arity) read_later[opr[x]] = true;
+        }
+        if (e->kind == TN_EWK_CAST) {
+            P->fn[k] = tn__ew_casts[dt][P->regct[in->a]];
+            continue;
+        }
+        if ((unsigned)idt - 1u >= (unsigned)TN_DTYPE_COUNT - 1u)
+            return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) has invalid operand dtype %d", who, k, e->name, (int)idt);
+        int ict = tn__ew_ct(idt);
+        int want_out = (e->kind == TN_EWK_CMP || e->kind == TN_EWK_LOGIC) ? TN__CT_I : ict;
+        if (P->regct[r] != want_out)
+            return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) computes %s but its dtype is %s", who, k, e->name, ctname[want_out], tn_dtype_name(dt));
+        for (int x = 0; x < e->arity; x++) {
+            int want = (e->kind == TN_EWK_WHERE && x == 0) ? TN__CT_I : ict;
+            if (P->regct[opr[x]] != want)
+                return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) reads register %d as %s but it holds %s", who, k, e->name, opr[x],
+                               ctname[want], ctname[(int)P->regct[opr[x]]]);
+        }
+        P->fn[k] = tn__ew_kern[in->op][ict];
+    }
+    for (int j = 0; j < prog->n_out; j++) {
+        int r = prog->out_reg[j];
+        if (r < 0 || r >= nreg) return tn__err(TN_ERR_INTERNAL, "%s: output %d reads register %d (valid: 0..%d)", who, j, r, nreg - 1);
+        tn_dtype rdt = r < n_in ? prog->in_dtype[r] : (tn_dtype)prog->instr[r - n_in].dtype;
+        if (out[j]->dtype != rdt) read_later[r] = true;     /* stored as another dtype: normalise first */
+    }
+    /* Normalise only registers that something reads again. */
+    for (int k = 0; k < prog->n_instr; k++) {
+        const tn_ew_instr *in = &prog->instr[k];
+        if (!P->fn[k] || !read_later[n_in + k]) continue;
+        int kind = tn__ew_info(in->op)->kind;
+        if (kind == TN_EWK_CAST) continue;
+        if (in->dtype == TN_F16) P->norm[k] = tn__norm_f16;
+        else if (in->dtype == TN_I32 && kind != TN_EWK_CMP && kind != TN_EWK_LOGIC) P->norm[k] = tn__norm_i32;
+        else if (in->dtype == TN_BOOL && kind != TN_EWK_CMP && kind != TN_EWK_LOGIC) P->norm[k] = tn__norm_bool;
+    }
+    P->prog = prog;
+    P->n_in = n_in;
+    P->n_out = prog->n_out;
+    P->nreg = nreg;
+    int blk = TN__EW_SCRATCH / (nreg > 0 ? nreg : 1);
+    blk = blk > TN__EW_BLOCK ? TN__EW_BLOCK : blk & ~7;
+    P->blk = blk;
+    return TN_OK;
+}
+
+TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, tn_array *const *out) {
+    static const char *who = "tn__cpu_ew_run";
+    if (!prog || !out || (prog->n_in > 0 && !in)) return tn__err(TN_ERR_NULL, "%s: program, inputs or outputs are NULL", who);
+    tn__ew_plan P;
+    for (int j = 0; j < prog->n_out && j < TN__EW_MAX_OPERANDS; j++)
+        if (!out[j]) return tn__err(TN_ERR_NULL, "%s: output %d is NULL", who, j);
+    tn_result r = tn__ew_plan_program(&P, prog, out);
+    if (r != TN_OK) return r;
+    const int n_in = prog->n_in, n_out = prog->n_out, nops = n_in + n_out;
+    const tn_array *arr[TN__EW_MAX_OPERANDS];
+    for (int o = 0; o < nops; o++) {
+        arr[o] = o < n_in ? in[o] : out[o - n_in];
+        const tn_array *a = arr[o];
+        if (!a) return tn__err(TN_ERR_NULL, "%s: input %d is NULL", who, o);
+        if (a->device != TN_HOST)
+            return tn__err(TN_ERR_DEVICE, "%s: %s %d lives on device %d; the CPU engine needs host arrays", who,
+                           o < n_in ? "input" : "output", o < n_in ? o : o - n_in, a->device);
+        if ((unsigned)a->dtype - 1u >= (unsigned)TN_DTYPE_COUNT - 1u || a->ndim < 0 || a->ndim > TN_MAX_DIMS)
+            return tn__err(TN_ERR_INVALID, "%s: %s %d has dtype %d and ndim %d", who, o < n_in ? "input" : "output",
+                           o < n_in ? o : o - n_in, (int)a->dtype, a->ndim);
+    }
+    /* The iteration space is the outputs' shape; inputs must broadcast to it. */
+    const tn_array *o0 = out[0];
+    int nd = o0->ndim;
+    char b1[128], b2[128];
+    for (int o = 0; o < nops; o++) {
+        const tn_array *a = arr[o];
+        bool ok = a->ndim <= nd && (o < n_in || a->ndim == nd);
+        for (int d = 0; ok && d < a->ndim; d++) {
+            int64_t s = a->shape[d], t = o0->shape[nd - a->ndim + d];
+            ok = s == t || (o < n_in && s == 1);
+        }
+        if (!ok)
+            return tn__err(TN_ERR_SHAPE, "%s: %s %d of shape %s does not broadcast to the output shape %s", who,
+                           o < n_in ? "input" : "output", o < n_in ? o : o - n_in,
+                           tn__shape_str(a->ndim, a->shape, b1), tn__shape_str(nd, o0->shape, b2));
+    }
+    int64_t total = 1;
+    for (int d = 0; d < nd; d++) total *= o0->shape[d];
+    if (total == 0) return TN_OK;
+
+    /* Align, then coalesce: drop size-1 dims, merge dims whose strides chain. */
+    int cd = 0;
+    for (int d = 0; d < nd; d++) {
+        int64_t n = o0->shape[d];
+        if (n == 1) continue;
+        bool merge = cd > 0;
+        int64_t s[TN__EW_MAX_OPERANDS];
+        for (int o = 0; o < nops; o++) {
+            const tn_array *a = arr[o];
+            int ad = d - (nd - a->ndim);
+            s[o] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad];
+            if (merge && P.st[o][cd - 1] != s[o] * n) merge = false;
+        }
+        if (merge) P.shape[cd - 1] *= n;
+        else P.shape[cd++] = n;
+        for (int o = 0; o < nops; o++) P.st[o][cd - 1] = s[o];
+    }
+    if (cd == 0) {
+        cd = 1;
+        P.shape[0] = 1;
+        for (int o = 0; o < nops; o++) P.st[o][0] = 0;
+    }
+    P.ndim = cd;
+
+    uintptr_t lo[TN__EW_MAX_OPERANDS], hi[TN__EW_MAX_OPERANDS];
+    for (int o = 0; o < nops; o++) {
+        const tn_array *a = arr[o];
+        P.base[o] = (char *)a->data;
+        tn__ew_extent(a, &lo[o], &hi[o]);
+    }
+    for (int i = 0; i < n_in; i++) {
+        const tn_array *a = arr[i];
+        int ct = P.regct[i];
+        size_t es = tn_dtype_size(a->dtype);
+        bool invariant = true;
+        for (int d = 0; d < cd; d++) invariant = invariant && P.st[i][d] == 0;
+        P.io[i] = tn__ew_loads[a->dtype][ct];
+        P.in_mode[i] = TN__IN_LOAD;
+        if (invariant) P.in_mode[i] = TN__IN_ONCE;
+        else if (tn__ew_repr_is_ct(a->dtype, ct) && P.st[i][cd - 1] == (int64_t)es && (uintptr_t)a->data % es == 0)
+            P.in_mode[i] = TN__IN_INPLACE;
+    }
+    bool reg_direct[TN__EW_MAX_REGS];
+    memset(reg_direct, 0, (size_t)P.nreg * sizeof reg_direct[0]);
+    for (int j = 0; j < n_out; j++) {
+        const tn_array *a = out[j];
+        int o = n_in + j, reg = prog->out_reg[j];
+        int ct = P.regct[reg];
+        size_t es = tn_dtype_size(a->dtype);
+        P.io[o] = tn__ew_stores[a->dtype][ct];
+        bool direct = reg >= n_in && prog->instr[reg - n_in].op != TN_OP_CONSTANT && !reg_direct[reg] &&
+                      tn__ew_repr_is_ct(a->dtype, ct) && P.st[o][cd - 1] == (int64_t)es && (uintptr_t)a->data % es == 0;
+        for (int i = 0; direct && i < n_in; i++) direct = hi[i] <= lo[o] || hi[o] <= lo[i];
+        P.out_direct[j] = direct;
+        if (direct) reg_direct[reg] = true;
+    }
+    bool tiled = false;
+    for (int o = 0; cd >= 2 && o < nops; o++) {
+        int64_t s1 = P.st[o][cd - 1] < 0 ? -P.st[o][cd - 1] : P.st[o][cd - 1], s2 = P.st[o][cd - 2] < 0 ? -P.st[o][cd - 2] : P.st[o][cd - 2];
+        tiled = tiled || (s1 > 64 && s2 > 0 && s2 <= 16 && P.shape[cd - 1] > P.blk);
+    }
+    if (tiled) {
+        int64_t rows = P.shape[cd - 2], items = total / (rows * P.shape[cd - 1]) * ((rows + TN__EW_TILE - 1) / TN__EW_TILE);
+        int64_t grain = TN__EW_GRAIN / (TN__EW_TILE * P.shape[cd - 1]);
+        tn__parallel_for(items, grain > 1 ? grain : 1, tn__ew_range_tiled, &P);
+    } else if (total >= 2 * TN__EW_GRAIN) {
+        tn__parallel_for(total, TN__EW_GRAIN, tn__ew_range, &P);
+    } else {
+        tn__ew_range(&P, 0, total);
+    }
+    return TN_OK;
+}
+
+/* >>ew_types: type rules ----------------------------------------------------- */
+
+/* Names of the operands in messages: tn_where(cond, a, b), the others a, b, c. */
+static const char *tn__ew_argname(int op, int i) {
+    static const char *abc[3] = { "a", "b", "c" }, *where[3] = { "cond", "a", "b" };
+    return i < 0 || i > 2 ? "?" : op == TN_OP_WHERE ? where[i] : abc[i];
+}
+
+/* "a 'x' (3, 4)" or "input 1 (3, 4)" */
+static const char *tn__ew_operand_str(const tn_var *node, int i, const tn_type *t, char buf[200]) {
+    char sb[128];
+    const char *vn = node && node->in && i < node->n_in && node->in[i] ? node->in[i]->name : NULL;
+    if (node && node->op == TN_OP_COMPOSITE) snprintf(buf, 200, "input %d", i);
+    else snprintf(buf, 200, "%s", tn__ew_argname(node ? node->op : 0, i));
+    size_t n = strlen(buf);
+    if (vn) snprintf(buf + n, 200 - n, " '%s'", vn);
+    n = strlen(buf);
+    snprintf(buf + n, 200 - n, " %s", tn__shape_str(t->ndim, t->shape, sb));
+    return buf;
+}
+
+/* "b 'y' (3, 4)": a constructor's argument, by name when it has one. */
+static const char *tn__ew_var_str(int op, int i, const tn_var *v, char buf[200]) {
+    char sb[128];
+    snprintf(buf, 200, "%s%s%s%s %s", tn__ew_argname(op, i), v->name ? " '" : "", v->name ? v->name : "",
+             v->name ? "'" : "", tn__shape_str(v->type.ndim, v->type.shape, sb));
+    return buf;
+}
+
+/* NumPy broadcasting of the inputs' static types (dims -1 unknown, bcast[d]
+   known to be 1). The result is broadcastable where every input is. */
+static tn_result tn__ew_broadcast(const tn_var *node, const char *who, int n, const tn_type *in, tn_type *out) {
+    int nd = 0;
+    for (int i = 0; i < n; i++) nd = in[i].ndim > nd ? in[i].ndim : nd;
+    out->ndim = nd;
+    for (int d = 0; d < nd; d++) {
+        int64_t size = 1;          /* 1 until an input says otherwise */
+        bool all_b = true;
+        int from = -1;             /* the input that fixed a non-1 size */
+        for (int i = 0; i < n; i++) {
+            int id = d - (nd - in[i].ndim);
+            if (id < 0) continue;
+            int64_t s = in[i].shape[id];
+            bool b = in[i].bcast[id] || s == 1;
+            if (b) continue;
+            all_b = false;
+            if (s < 0) { if (size == 1) size = -1; continue; }
+            if (size > 1 && s != size) {
+                char x[200], y[200];
+                return tn__err(TN_ERR_SHAPE, "%s: cannot broadcast %s with %s", who,
+                               tn__ew_operand_str(node, from, &in[from], x), tn__ew_operand_str(node, i, &in[i], y));
+            }
+            size = s;
+            from = i;
+        }
+        out->shape[d] = all_b ? 1 : size;
+        out->bcast[d] = all_b;
+    }
+    return TN_OK;
+}
+
+/* The dtype the operands of an elementwise op are computed in (before the
+   kind's own rule: FLOAT makes ints float64). WHERE: of its a and b. */
+static tn_dtype tn__ew_operand_dtype(int op, int n, const tn_type *in) {
+    int kind = tn__ew_info(op)->kind;
+    if (kind == TN_EWK_LOGIC) return TN_BOOL;
+    if (kind == TN_EWK_CAST) return in[0].dtype;
+    tn_dtype t = TN_DTYPE_NONE;
+    for (int i = kind == TN_EWK_WHERE ? 1 : 0; i < n; i++) t = tn_dtype_promote(t, in[i].dtype);
+    if (kind == TN_EWK_FLOAT && !tn_dtype_is_float(t)) t = TN_F64;
+    return t;
+}
+
+static tn_dtype tn__ew_result_dtype(const tn_var *node, int n, const tn_type *in) {
+    int kind = tn__ew_info(node->op)->kind;
+    if (kind == TN_EWK_CMP || kind == TN_EWK_LOGIC) return TN_BOOL;
+    if (kind == TN_EWK_CAST) return (tn_dtype)node->p.i[0];
+    return tn__ew_operand_dtype(node->op, n, in);
+}
+
+static tn_result tn__ew_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const tn_ew_info *e = tn__ew_info(node->op);
+    char who[48];
+    snprintf(who, sizeof who, "tn_%s", e ? e->name : "?");
+    if (!e || node->n_in != e->arity)
+        return tn__err(TN_ERR_INTERNAL, "%s: node has %d inputs, the op takes %d", who, node->n_in, e ? e->arity : -1);
+    memset(out, 0, sizeof *out);
+    if (e->kind == TN_EWK_CAST && (node->p.i[0] <= TN_DTYPE_NONE || node->p.i[0] >= TN_DTYPE_COUNT))
+        return tn__err(TN_ERR_DTYPE, "tn_cast: invalid target dtype %lld", (long long)node->p.i[0]);
+    tn_result r = tn__ew_broadcast(node, who, node->n_in, in, out);
+    if (r != TN_OK) return r;
+    out->dtype = tn__ew_result_dtype(node, node->n_in, in);
+    return TN_OK;
+}
+
+static tn_result tn__composite_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const tn_ew_program *prog = (const tn_ew_program *)node->ext;
+    if (!prog) return tn__err(TN_ERR_INTERNAL, "Composite: node has no program");
+    if (prog->n_in != node->n_in || prog->n_out != node->n_out)
+        return tn__err(TN_ERR_INTERNAL, "Composite: node has %d inputs and %d outputs, its program %d and %d",
+                       node->n_in, node->n_out, prog->n_in, prog->n_out);
+    tn_type t;
+    memset(&t, 0, sizeof t);
+    tn_result r = tn__ew_broadcast(node, "Composite", node->n_in, in, &t);
+    if (r != TN_OK) return r;
+    for (int j = 0; j < prog->n_out; j++) {
+        out[j] = t;
+        out[j].dtype = prog->out_dtype[j];
+    }
+    return TN_OK;
+}
+
+/* >>ew_program: programs of single nodes ------------------------------------- */
+
+/* Room for the program of one elementwise node: up to 3 inputs, a cast per
+   input whose dtype is not the operand dtype, and the op itself. */
+typedef struct tn__ew_prog1 {
+    const tn_var *owner;               /* the node it was built for (cache check) */
+    tn_ew_program p;
+    tn_dtype in_dtype[3];
+    tn_ew_instr instr[4];
+    int32_t out_reg[1];
+    tn_dtype out_dtype[1];
+} tn__ew_prog1;
+
+static void tn__ew_prog1_build(const tn_var *node, const tn_dtype *in_dt, tn_dtype out_dt, tn__ew_prog1 *s) {
+    memset(s, 0, sizeof *s);
+    s->owner = node;
+    int n = node->n_in, op = node->op, kind = tn__ew_info(op)->kind;
+    tn_type tys[3];
+    memset(tys, 0, sizeof tys);
+    for (int i = 0; i < n; i++) tys[i].dtype = in_dt[i];
+    tn_dtype opd = tn__ew_operand_dtype(op, n, tys);
+    int reg[3] = { 0, 0, 0 }, ni = 0;
+    for (int i = 0; i < n; i++) {
+        s->in_dtype[i] = in_dt[i];
+        tn_dtype want = (kind == TN_EWK_WHERE && i == 0) ? TN_BOOL : opd;
+        reg[i] = i;
+        if (in_dt[i] != want && kind != TN_EWK_CAST) {
+            s->instr[ni] = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)want, .in_dtype = (int8_t)in_dt[i], .a = i, .b = -1, .c = -1 };
+            reg[i] = n + ni++;
+        }
+    }
+    s->instr[ni] = (tn_ew_instr){ .op = (int16_t)op, .dtype = (int8_t)out_dt, .in_dtype = (int8_t)opd,
+                                  .a = reg[0], .b = n > 1 ? reg[1] : -1, .c = n > 2 ? reg[2] : -1 };
+    ni++;
+    s->out_reg[0] = n + ni - 1;
+    s->out_dtype[0] = out_dt;
+    s->p = (tn_ew_program){ n, s->in_dtype, ni, s->instr, 1, s->out_reg, s->out_dtype };
+}
+
+TN_API tn_ew_program *tn__ew_program_of(tn_var *node) {
+    if (!node) { tn__err(TN_ERR_NULL, "tn__ew_program_of: node is NULL"); return NULL; }
+    if (node->op == TN_OP_COMPOSITE) return (tn_ew_program *)node->ext;
+    if (!tn__ew_is_ew(node->op)) {
+        tn__err(TN_ERR_INVALID, "tn__ew_program_of: op %d is not elementwise", node->op);
+        return NULL;
+    }
+    /* ext is trusted only if it was built for this very node (a clone may copy ext). */
+    if (node->ext) {
+        tn__ew_prog1 *c = (tn__ew_prog1 *)((char *)node->ext - offsetof(tn__ew_prog1, p));
+        if (c->owner == node) return &c->p;
+    }
+    tn__ew_prog1 *s = (tn__ew_prog1 *)tn__graph_alloc(node->graph, sizeof *s);
+    if (!s) return NULL;
+    tn_dtype dts[3] = { TN_DTYPE_NONE, TN_DTYPE_NONE, TN_DTYPE_NONE };
+    for (int i = 0; i < node->n_in && i < 3; i++) dts[i] = node->in[i]->type.dtype;
+    tn__ew_prog1_build(node, dts, node->type.dtype, s);
+    node->ext = &s->p;
+    return &s->p;
+}
+
+/* >>ew_cpu ------------------------------------------------------------------- */
+
+/* The program is built on the stack for the arrays' dtypes: nothing is cached
+   or allocated, so concurrent calls are safe. */
+static tn_result tn__ew_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__ew_prog1 s;
+    tn_dtype dts[3] = { TN_DTYPE_NONE, TN_DTYPE_NONE, TN_DTYPE_NONE };
+    for (int i = 0; i < node->n_in && i < 3; i++) {
+        if (!in[i]) return tn__err(TN_ERR_NULL, "tn_%s: input %d is NULL", tn__ew_info(node->op)->name, i);
+        dts[i] = in[i]->dtype;
+    }
+    if (!out[0]) return tn__err(TN_ERR_NULL, "tn_%s: output is NULL", tn__ew_info(node->op)->name);
+    tn__ew_prog1_build(node, dts, out[0]->dtype, &s);
+    return tn__cpu_ew_run(&s.p, in, out);
+}
+
+static tn_result tn__composite_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    if (!node->ext) return tn__err(TN_ERR_INTERNAL, "Composite: node has no program");
+    return tn__cpu_ew_run((const tn_ew_program *)node->ext, in, out);
+}
+
+/* >>ew_labels ---------------------------------------------------------------- */
+
+typedef struct tn__sbuf { char *buf; size_t cap, len; } tn__sbuf;
+
+static void tn__sb_put(tn__sbuf *b, const char *fmt, ...) {
+    if (b->len + 1 >= b->cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
+static const char *tn__ew_infix(int op) {
+    switch (op) {
+    case TN_OP_ADD: return "+";      case TN_OP_SUB: return "-";     case TN_OP_MUL: return "*";
+    case TN_OP_TRUE_DIV: return "/"; case TN_OP_INT_DIV: return "//"; case TN_OP_MOD: return "%";
+    case TN_OP_POW: return "**";     case TN_OP_LT: return "<";      case TN_OP_LE: return "<=";
+    case TN_OP_GT: return ">";       case TN_OP_GE: return ">=";     case TN_OP_EQ: return "==";
+    case TN_OP_NEQ: return "!=";     case TN_OP_AND: return "&";     case TN_OP_OR: return "|";
+    case TN_OP_XOR: return "^";      default: return NULL;
+    }
+}
+
+/* Register r of prog as an expression, Theano style: (i0 * i1), exp(i0). */
+static void tn__ew_expr(const tn_ew_program *prog, int r, tn__sbuf *b) {
+    if (b->len + 1 >= b->cap) return;                /* full: stop expanding shared subtrees */
+    if (r < prog->n_in) { tn__sb_put(b, "i%d", r); return; }
+    if (r - prog->n_in >= prog->n_instr) { tn__sb_put(b, "?"); return; }
+    const tn_ew_instr *in = &prog->instr[r - prog->n_in];
+    if (in->op == TN_OP_CONSTANT) {
+        char v[40];
+        tn__fmt_value((tn_dtype)in->dtype, in->imm, v, sizeof v);
+        tn__sb_put(b, "%s", v);
+        return;
+    }
+    const tn_ew_info *e = tn__ew_info(in->op);
+    if (!e) { tn__sb_put(b, "?"); return; }
+    const char *inf = tn__ew_infix(in->op);
+    if (inf) {
+        tn__sb_put(b, "(");
+        tn__ew_expr(prog, in->a, b);
+        tn__sb_put(b, " %s ", inf);
+        tn__ew_expr(prog, in->b, b);
+        tn__sb_put(b, ")");
+        return;
+    }
+    if (in->op == TN_OP_NEG || in->op == TN_OP_NOT) {
+        tn__sb_put(b, in->op == TN_OP_NEG ? "(-" : "(~");
+        tn__ew_expr(prog, in->a, b);
+        tn__sb_put(b, ")");
+        return;
+    }
+    if (in->op == TN_OP_CAST) tn__sb_put(b, "Cast{%s}(", tn_dtype_name((tn_dtype)in->dtype));
+    else tn__sb_put(b, "%s(", e->name);
+    int opr[3] = { in->a, in->b, in->c };
+    for (int x = 0; x < e->arity; x++) {
+        if (x) tn__sb_put(b, ", ");
+        tn__ew_expr(prog, opr[x], b);
+    }
+    tn__sb_put(b, ")");
+}
+
+/* "Composite{exp((i0 * i1))}"; several outputs are separated by commas. */
+static void tn__ew_program_label(const tn_ew_program *prog, tn__sbuf *b) {
+    tn__sb_put(b, "Composite{");
+    for (int j = 0; j < prog->n_out; j++) {
+        if (j) tn__sb_put(b, ", ");
+        tn__ew_expr(prog, prog->out_reg[j], b);
+    }
+    tn__sb_put(b, "}");
+}
+
+static void tn__ew_label(const tn_var *node, char *buf, size_t cap) {
+    if (!cap) return;
+    const tn_ew_info *e = tn__ew_info(node->op);
+    if (node->op == TN_OP_CAST) snprintf(buf, cap, "Elemwise{Cast{%s}}", tn_dtype_name((tn_dtype)node->p.i[0]));
+    else snprintf(buf, cap, "Elemwise{%s,%s}", e ? e->name : "?", node->inplace ? "inplace" : "no_inplace");
+}
+
+static void tn__composite_label(const tn_var *node, char *buf, size_t cap) {
+    if (!cap) return;
+    tn__sbuf b = { buf, cap, 0 };
+    buf[0] = 0;
+    tn__sb_put(&b, "Elemwise{");
+    if (node->ext) tn__ew_program_label((const tn_ew_program *)node->ext, &b);
+    else tn__sb_put(&b, "Composite{?}");
+    tn__sb_put(&b, "}");
+    if (node->inplace) tn__sb_put(&b, "[(0, %d)]", node->inplace - 1);
+}
+
+/* >>ew_constructors ----------------------------------------------------------- */
+
+static bool tn__ew_is_weak(const tn_var *v) {
+    return (v->flags & TN_VAR_WEAK) && v->op == TN_OP_CONSTANT && v->value && v->value->ndim == 0 &&
+           v->value->device == TN_HOST && (unsigned)v->value->dtype - 1u < (unsigned)TN_DTYPE_COUNT - 1u;
+}
+
+static double tn__ew_scalar_value(const tn_array *a) {
+    double d;
+    tn__ew_loads[a->dtype][TN__CT_D](&d, (char *)a->data, 0, 1);
+    return d;
+}
+
+static tn_var *tn__ew_null_arg(const char *fn, int op, int i) {
+    const char *name = tn__ew_argname(op, i);
+    if (tn_last_result() != TN_OK && tn_last_error()[0])
+        tn__err(TN_ERR_NULL, "%s: argument %s is NULL (earlier error: %s)", fn, name, tn_last_error());
+    else
+        tn__err(TN_ERR_NULL, "%s: argument %s is NULL", fn, name);
+    return NULL;
+}
+
+/* A 0-d constant of dtype t holding v (a weak literal made concrete). */
+static tn_var *tn__ew_typed_const(tn_graph *g, tn_dtype t, double v, const char *fn) {
+    tn_array *a = tn_array_scalar(t, v);
+    if (!a) { tn__err(TN_ERR_OOM, "%s: out of memory", fn); return NULL; }
+    tn_var *c = tn_constant(g, a);
+    tn_array_free(a);
+    return c;
+}
+
+/* The operand dtype of an elementwise op on `in`, after NumPy's promotion; a
+   weak literal (tn_scalar_const) takes part only by its kind: a non-integral
+   one makes int operands float64, an integral one makes bool operands int64
+   and widens int32 when it does not fit. */
+static tn_result tn__ew_promote(int op, const char *fn, int n, tn_var *const *in, tn_dtype *out) {
+    int kind = tn__ew_info(op)->kind;
+    char b[200];
+    if (kind == TN_EWK_LOGIC) {
+        for (int i = 0; i < n; i++) {
+            tn_dtype t = in[i]->type.dtype;
+            bool weak = tn__ew_is_weak(in[i]);
+            double v = weak ? tn__ew_scalar_value(in[i]->value) : 0;
+            if (weak ? v != floor(v) : tn_dtype_is_float(t))
+                return tn__err(TN_ERR_DTYPE, "%s: logical ops take bool or int inputs; %s is %s (compare it, e.g. tn_neq(x, tn_lit(x, 0)), or cast it)",
+                               fn, tn__ew_var_str(op, i, in[i], b), weak ? "a float literal" : tn_dtype_name(t));
+        }
+        *out = TN_BOOL;
+        return TN_OK;
+    }
+    int first = kind == TN_EWK_WHERE ? 1 : 0;
+    tn_dtype t = TN_DTYPE_NONE;
+    for (int i = first; i < n; i++)
+        if (!tn__ew_is_weak(in[i])) t = tn_dtype_promote(t, in[i]->type.dtype);
+    if (t == TN_DTYPE_NONE) {                         /* only literals: their own dtypes */
+        for (int i = first; i < n; i++) t = tn_dtype_promote(t, in[i]->type.dtype);
+    } else if (!tn_dtype_is_float(t)) {
+        for (int i = first; i < n; i++) {
+            if (!tn__ew_is_weak(in[i])) continue;
+            double v = tn__ew_scalar_value(in[i]->value);
+            if (v != floor(v) || !(fabs(v) < 9223372036854775808.0)) t = TN_F64;
+            else if (t == TN_BOOL) t = TN_I64;
+            else if (t == TN_I32 && !(v >= -2147483648.0 && v <= 2147483647.0)) t = TN_I64;
+            if (tn_dtype_is_float(t)) break;
+        }
+    }
+    if (kind == TN_EWK_FLOAT && !tn_dtype_is_float(t)) t = TN_F64;
+    if (t == TN_BOOL && (op == TN_OP_SUB || op == TN_OP_NEG))
+        return tn__err(TN_ERR_DTYPE, "%s: %s of bool is not supported (as in NumPy); use %s", fn,
+                       op == TN_OP_SUB ? "subtraction" : "negation", op == TN_OP_SUB ? "tn_xor" : "tn_not");
+    *out = t;
+    return TN_OK;
+}
+
+/* Checks the arguments, promotes, inserts casts (and concrete constants for
+   weak literals), then records the node. */
+static tn_var *tn__ew_make(int op, const char *fn, int n, tn_var *const *in) {
+    for (int i = 0; i < n; i++)
+        if (!in[i]) return tn__ew_null_arg(fn, op, i);
+    tn_graph *g = in[0]->graph;
+    for (int i = 1; i < n; i++) {
+        if (in[i]->graph != g) {
+            char x[200], y[200];
+            tn__err(TN_ERR_GRAPH, "%s: %s and %s belong to different graphs", fn,
+                    tn__ew_var_str(op, 0, in[0], x), tn__ew_var_str(op, i, in[i], y));
+            return NULL;
+        }
+    }
+    tn_dtype t;
+    if (tn__ew_promote(op, fn, n, in, &t) != TN_OK) return NULL;
+    int kind = tn__ew_info(op)->kind;
+    tn_var *ops[3];
+    for (int i = 0; i < n; i++) {
+        tn_dtype want = (kind == TN_EWK_WHERE && i == 0) || kind == TN_EWK_LOGIC ? TN_BOOL : t;
+        ops[i] = in[i];
+        if (in[i]->type.dtype == want) continue;
+        if (tn__ew_is_weak(in[i])) ops[i] = tn__ew_typed_const(g, want, tn__ew_scalar_value(in[i]->value), fn);
+        else ops[i] = tn_cast(in[i], want);
+        if (!ops[i]) return NULL;
+    }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    return tn__node(g, op, n, ops, &p, NULL, fn);
+}
+
+TN_API tn_var *tn_cast(tn_var *a, tn_dtype t) {
+    if (!a) return tn__ew_null_arg("tn_cast", TN_OP_CAST, 0);
+    if (t == TN_DTYPE_NONE) t = tn_get_config()->floatX != TN_DTYPE_NONE ? tn_get_config()->floatX : TN_F32;
+    if (t <= TN_DTYPE_NONE || t >= TN_DTYPE_COUNT) {
+        tn__err(TN_ERR_DTYPE, "tn_cast: invalid dtype %d for %s%s%s", (int)t, a->name ? "'" : "a variable", a->name ? a->name : "", a->name ? "'" : "");
+        return NULL;
+    }
+    if (a->type.dtype == t) return a;
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = t;
+    return tn__node(a->graph, TN_OP_CAST, 1, &a, &p, NULL, "tn_cast");
+}
+
+#define TN__CTOR_1(E, n) TN_API tn_var *tn_##n(tn_var *a) { \
+        tn_var *in[1] = { a }; return tn__ew_make(TN_OP_##E, "tn_" #n, 1, in); }
+#define TN__CTOR_2(E, n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b) { \
+        tn_var *in[2] = { a, b }; return tn__ew_make(TN_OP_##E, "tn_" #n, 2, in); }
+#define TN__CTOR_3(E, n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b, tn_var *c) { \
+        tn_var *in[3] = { a, b, c }; return tn__ew_make(TN_OP_##E, "tn_" #n, 3, in); }
+#define TN__X_CTOR(E, n, ar, k, fe, ie) TN__CTOR_IF_##k(E, n, ar)
+#define TN__CTOR_IF_TN_EWK_ARITH(E, n, ar) TN__CTOR_##ar(E, n)
+#define TN__CTOR_IF_TN_EWK_FLOAT(E, n, ar) TN__CTOR_##ar(E, n)
+#define TN__CTOR_IF_TN_EWK_CMP(E, n, ar)   TN__CTOR_##ar(E, n)
+#define TN__CTOR_IF_TN_EWK_LOGIC(E, n, ar) TN__CTOR_##ar(E, n)
+#define TN__CTOR_IF_TN_EWK_WHERE(E, n, ar) TN__CTOR_##ar(E, n)
+#define TN__CTOR_IF_TN_EWK_CAST(E, n, ar)
+TN_EW_OPS(TN__X_CTOR)
+
+#undef TN__CTOR_1
+#undef TN__CTOR_2
+#undef TN__CTOR_3
+#undef TN__X_CTOR
+
+TN_API tn_var *tn_div(tn_var *a, tn_var *b) {
+    tn_var *in[2] = { a, b };
+    return tn__ew_make(TN_OP_TRUE_DIV, "tn_div", 2, in);
+}
+TN_API tn_var *tn_switch(tn_var *cond, tn_var *a, tn_var *b) {
+    tn_var *in[3] = { cond, a, b };
+    return tn__ew_make(TN_OP_WHERE, "tn_switch", 3, in);
+}
+TN_API tn_var *tn_lit(tn_var *like, double value) {
+    if (!like) return tn__ew_null_arg("tn_lit", TN_OP_NONE, 0);
+    return tn_scalar_const(like->graph, value);
+}
+
+/* >>registry: fills this part's rows of the op table */
+static void tn__register_ew_ops(tn_op_def *t) {
+#define TN__X_REG(E, n, ar, k, fe, ie) \
+    t[TN_OP_##E] = (tn_op_def){ #n, TN_OPK_ELEMWISE, ar, tn__ew_infer, tn__ew_cpu, tn__ew_label };
+    TN_EW_OPS(TN__X_REG)
+#undef TN__X_REG
+    t[TN_OP_CAST].name = "Cast";
+    t[TN_OP_COMPOSITE] = (tn_op_def){ "Composite", TN_OPK_COMPOSITE, -1, tn__composite_infer, tn__composite_cpu, tn__composite_label };
+}
+
+/* >>ops_reduce ======================================================== */
+/* >>reductions: sum, prod, mean, max, min, argmax, argmin, all, any,
+   logsumexp (params: i[0] bit mask of reduced axes, i[1] keepdims) and
+   softmax, log_softmax (i[0] axis). Type rules, CPU kernels, labels,
+   constructors.
+
+   Kernel plan. The reduced axes are moved innermost logically (no copy):
+   every output element folds one "box" of the input. Size-1 dims are dropped
+   and adjacent dims merged where the strides allow, so a contiguous reduction
+   becomes one run. Three shapes of loop:
+     box     per output element, fold the box run by run (innermost reduced dim);
+     lanes   when a kept dim is the one with the smallest stride (sum over
+             axis 0 of a row-major matrix): fold whole rows into a block of
+             accumulators, walking memory in order;
+     split   one output, a large box: per-thread partial results, combined.
+   Accumulators: double for floats (and for mean/logsumexp of ints), so a
+   float32 sum of 2^24 elements is exact to float32 rounding; wrapping int64
+   for int sums and products (NumPy); max/min/arg* compare exactly (int64 for
+   ints). NaN propagates through max/min; argmax/argmin give the first NaN, or
+   else the first extremum.
+   logsumexp subtracts the max m: m + log(sum exp(x - m)); when m is not finite
+   (every element -inf, a +inf, or a NaN) the result is m itself, so an all
+   -inf row gives -inf without computing -inf - -inf. softmax uses the same
+   max; a row with no finite maximum gives NaN (0/0) as SciPy and PyTorch do.
+
+   Prologue (node->ext, set by the fusion pass): a tn_ew_program whose output 0
+   is the reduction's input, computed from the node's inputs (broadcast). The
+   box loop evaluates it run by run into a stack scratch buffer with
+   tn__cpu_ew_run, so the fused input is never materialised. Limits: up to
+   TN__RED_MAX_SRC inputs, output 0 only, the box loop only (no lanes/split
+   shortcuts yet), none for softmax (its kind is TN_OPK_OTHER: i[0] is an axis).
+   softmax may run in place (y aliasing x, same dtype and layout): each
+   element is read before it is written. */
+#include <math.h>
+#include <string.h>
+
+/* >>reduce_kinds: fold kinds of the kernel */
+enum {
+    TN__RK_SUM, TN__RK_PROD, TN__RK_MEAN, TN__RK_MAX, TN__RK_MIN,
+    TN__RK_ARGMAX, TN__RK_ARGMIN, TN__RK_ALL, TN__RK_ANY,
+    TN__RK_LSE1,      /* logsumexp pass 1: the max, in double */
+    TN__RK_LSE2,      /* logsumexp pass 2: sum of exp(x - m) */
+    TN__RK_COUNT
+};
+
+/* One accumulator: d for float folds, i for int folds and all/any, g the
+   argmax index, m the max subtracted by logsumexp's second pass. */
+typedef struct tn__racc { double d, m; int64_t i, g; } tn__racc;
+
+/* Folds n elements at p (byte stride s) into one accumulator; k0 is the flat
+   index of the first within the reduced box (for argmax). */
+typedef void (*tn__rfold1_fn)(tn__racc *a, const char *p, int64_t n, int64_t s, int64_t k0);
+#define TN__RED_LANES 256      /* accumulators per block in the lanes loop */
+/* A block of accumulators, one array per field so the lanes loop streams. */
+typedef struct tn__rlanes { double d[TN__RED_LANES], m[TN__RED_LANES]; int64_t i[TN__RED_LANES], g[TN__RED_LANES]; } tn__rlanes;
+/* Folds element j of n (byte stride s) into lane j; k is their index. */
+typedef void (*tn__rfoldl_fn)(tn__rlanes *a, const char *p, int64_t n, int64_t s, int64_t k);
+
+/* Steps: D, I, G, MV are the accumulator's fields, v the element, K its index. */
+#define TN__RSTEP_F_sum     D += v
+#define TN__RSTEP_I_sum     I = (int64_t)((uint64_t)I + (uint64_t)v)
+#define TN__RSTEP_F_prod    D *= v
+#define TN__RSTEP_I_prod    I = (int64_t)((uint64_t)I * (uint64_t)v)
+#define TN__RSTEP_F_mean    D += v
+#define TN__RSTEP_I_mean    (void)v
+#define TN__RSTEP_F_max     if (v > D || v != v) D = v
+#define TN__RSTEP_I_max     if (v > I) I = v
+#define TN__RSTEP_F_min     if (v < D || v != v) D = v
+#define TN__RSTEP_I_min     if (v < I) I = v
+#define TN__RSTEP_F_argmax  if (v > D || (v != v && D == D)) { D = v; G = K; }
+#define TN__RSTEP_I_argmax  if (v > I) { I = v; G = K; }
+#define TN__RSTEP_F_argmin  if (v < D || (v != v && D == D)) { D = v; G = K; }
+#define TN__RSTEP_I_argmin  if (v < I) { I = v; G = K; }
+#define TN__RSTEP_F_all     I &= (v != 0)
+#define TN__RSTEP_I_all     I &= (v != 0)
+#define TN__RSTEP_F_any     I |= (v != 0)
+#define TN__RSTEP_I_any     I |= (v != 0)
+#define TN__RSTEP_F_lse1    if (v > D || v != v) D = v
+#define TN__RSTEP_I_lse1    (void)v
+#define TN__RSTEP_F_lse2    D += EXPFN(v - MV)
+#define TN__RSTEP_I_lse2    (void)v
+
+/* FORCEF: the fold reads ints as double (mean, logsumexp). */
+#define TN__RFORCEF_sum 0
+#define TN__RFORCEF_prod 0
+#define TN__RFORCEF_mean 1
+#define TN__RFORCEF_max 0
+#define TN__RFORCEF_min 0
+#define TN__RFORCEF_argmax 0
+#define TN__RFORCEF_argmin 0
+#define TN__RFORCEF_all 0
+#define TN__RFORCEF_any 0
+#define TN__RFORCEF_lse1 1
+#define TN__RFORCEF_lse2 1
+
+/* KIND: 0 value in D or I by class, 1 boolean in I (all/any), 2 also an index in G. */
+#define TN__RKIND_sum 0
+#define TN__RKIND_prod 0
+#define TN__RKIND_mean 0
+#define TN__RKIND_max 0
+#define TN__RKIND_min 0
+#define TN__RKIND_argmax 2
+#define TN__RKIND_argmin 2
+#define TN__RKIND_all 1
+#define TN__RKIND_any 1
+#define TN__RKIND_lse1 0
+#define TN__RKIND_lse2 0
+/* MAXLIKE: the contiguous float loop may use partial extrema (1 max, 2 min). */
+#define TN__RMAXLIKE_sum 0
+#define TN__RMAXLIKE_prod 0
+#define TN__RMAXLIKE_mean 0
+#define TN__RMAXLIKE_max 1
+#define TN__RMAXLIKE_min 2
+#define TN__RMAXLIKE_argmax 0
+#define TN__RMAXLIKE_argmin 0
+#define TN__RMAXLIKE_all 0
+#define TN__RMAXLIKE_any 0
+#define TN__RMAXLIKE_lse1 1
+#define TN__RMAXLIKE_lse2 0
+
+/* exp for logsumexp's terms: float precision is enough for float16/float32 data. */
+static double tn__rexp_d(double z) { return exp(z); }
+static double tn__rexp_f(double z) { return (double)expf((float)z); }
+
+/* SUMLIKE: the contiguous float loop may use partial sums. */
+#define TN__RSUMLIKE_sum 1
+#define TN__RSUMLIKE_mean 1
+#define TN__RSUMLIKE_prod 0
+#define TN__RSUMLIKE_max 0
+#define TN__RSUMLIKE_min 0
+#define TN__RSUMLIKE_argmax 0
+#define TN__RSUMLIKE_argmin 0
+#define TN__RSUMLIKE_all 0
+#define TN__RSUMLIKE_any 0
+#define TN__RSUMLIKE_lse1 0
+#define TN__RSUMLIKE_lse2 0
+
+#define TN__RELEM(OP, ISF, LF, LI) \
+    if (ISF || TN__RFORCEF_##OP) { double v = (LF); TN__RSTEP_F_##OP; } \
+    else { int64_t v = (LI); TN__RSTEP_I_##OP; }
+
+#define TN__RFL(OP, ISF) (ISF || TN__RFORCEF_##OP)
+#define TN__RFOLD_T(OP, SUF, T, ISF, LF, LI, EXPF) \
+static void tn__rf1_##OP##_##SUF(tn__racc *a, const char *p, int64_t n, int64_t s, int64_t k0) { \
+    double (*const EXPFN)(double) = EXPF; \
+    double D = a->d; int64_t I = a->i, G = a->g; const double MV = a->m; \
+    (void)MV; (void)k0; (void)EXPFN; \
+    if (s == (int64_t)sizeof(T)) { \
+        const T *q = (const T *)(const void *)p; \
+        int64_t j = 0; \
+        if (TN__RFL(OP, ISF) && TN__RSUMLIKE_##OP) { \
+            /* four partial sums: independent chains the CPU can overlap */ \
+            double s0 = 0, s1 = 0, s2 = 0, s3 = 0; \
+            for (; j + 4 <= n; j += 4) { \
+                T x = q[j]; s0 += (LF); x = q[j + 1]; s1 += (LF); \
+                x = q[j + 2]; s2 += (LF); x = q[j + 3]; s3 += (LF); \
+            } \
+            D += (s0 + s1) + (s2 + s3); \
+        } \
+        if (TN__RFL(OP, ISF) && TN__RMAXLIKE_##OP && n >= 8) { \
+            /* four partial extrema; NaN wins in any of them */ \
+            double m0 = D, m1 = D, m2 = D, m3 = D; \
+            for (; j + 4 <= n; j += 4) { \
+                double v0, v1, v2, v3; T x = q[j]; v0 = (LF); x = q[j + 1]; v1 = (LF); \
+                x = q[j + 2]; v2 = (LF); x = q[j + 3]; v3 = (LF); \
+                if (TN__RMAXLIKE_##OP == 1) { \
+                    m0 = (v0 > m0 || v0 != v0) ? v0 : m0; m1 = (v1 > m1 || v1 != v1) ? v1 : m1; \
+                    m2 = (v2 > m2 || v2 != v2) ? v2 : m2; m3 = (v3 > m3 || v3 != v3) ? v3 : m3; \
+                } else { \
+                    m0 = (v0 < m0 || v0 != v0) ? v0 : m0; m1 = (v1 < m1 || v1 != v1) ? v1 : m1; \
+                    m2 = (v2 < m2 || v2 != v2) ? v2 : m2; m3 = (v3 < m3 || v3 != v3) ? v3 : m3; \
+                } \
+            } \
+            const int64_t K = 0; (void)K;   /* unused: extrema carry no index */ \
+            { double v = m0; TN__RSTEP_F_##OP; } { double v = m1; TN__RSTEP_F_##OP; } \
+            { double v = m2; TN__RSTEP_F_##OP; } { double v = m3; TN__RSTEP_F_##OP; } \
+        } \
+        for (; j < n; j++) { T x = q[j]; const int64_t K = k0 + j; (void)K; TN__RELEM(OP, ISF, LF, LI) } \
+    } else { \
+        for (int64_t j = 0; j < n; j++) { \
+            T x = *(const T *)(const void *)(p + j * s); const int64_t K = k0 + j; (void)K; \
+            TN__RELEM(OP, ISF, LF, LI) \
+        } \
+    } \
+    a->d = D; a->i = I; a->g = G; \
+} \
+static void tn__rfl_##OP##_##SUF(tn__rlanes *a, const char *p, int64_t n, int64_t s, int64_t K) { \
+    double (*const EXPFN)(double) = EXPF; \
+    double *restrict Da = a->d; const double *restrict Ma = a->m; \
+    int64_t *restrict Ia = a->i, *restrict Ga = a->g; \
+    (void)K; (void)EXPFN; \
+    if (s == (int64_t)sizeof(T)) { \
+        const T *restrict q = (const T *)(const void *)p; \
+        int64_t j = 0; \
+        for (; j + 4 <= n; j += 4) { /* four independent lanes per step */ \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j++; \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j++; \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j++; \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j -= 3; \
+        } \
+        for (; j < n; j++) { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } \
+    } else { \
+        for (int64_t j = 0; j < n; j++) { T x = *(const T *)(const void *)(p + j * s); TN__RLANE_BODY(OP, ISF, LF, LI) } \
+    } \
+}
+/* Loads and stores only the fields the fold uses, so the loop can stream. */
+#define TN__RLANE_BODY(OP, ISF, LF, LI) { \
+    double D = Da[j]; int64_t I = Ia[j], G = TN__RKIND_##OP == 2 ? Ga[j] : 0; \
+    const double MV = TN__RK_##OP##_USES_M ? Ma[j] : 0; (void)MV; (void)G; \
+    TN__RELEM(OP, ISF, LF, LI) \
+    if (TN__RFL(OP, ISF) && TN__RKIND_##OP != 1) Da[j] = D; \
+    if (!TN__RFL(OP, ISF) || TN__RKIND_##OP != 0) Ia[j] = I; \
+    if (TN__RKIND_##OP == 2) Ga[j] = G; }
+#define TN__RK_sum_USES_M 0
+#define TN__RK_prod_USES_M 0
+#define TN__RK_mean_USES_M 0
+#define TN__RK_max_USES_M 0
+#define TN__RK_min_USES_M 0
+#define TN__RK_argmax_USES_M 0
+#define TN__RK_argmin_USES_M 0
+#define TN__RK_all_USES_M 0
+#define TN__RK_any_USES_M 0
+#define TN__RK_lse1_USES_M 0
+#define TN__RK_lse2_USES_M 1
+
+#define TN__RFOLD_OP(OP) \
+    TN__RFOLD_T(OP, b8,  uint8_t,  0, (double)x, (int64_t)x, tn__rexp_d) \
+    TN__RFOLD_T(OP, i32, int32_t,  0, (double)x, (int64_t)x, tn__rexp_d) \
+    TN__RFOLD_T(OP, i64, int64_t,  0, (double)x, (int64_t)x, tn__rexp_d) \
+    TN__RFOLD_T(OP, f16, uint16_t, 1, (double)tn_f16_to_f32(x), 0, tn__rexp_f) \
+    TN__RFOLD_T(OP, f32, float,    1, (double)x, 0, tn__rexp_f) \
+    TN__RFOLD_T(OP, f64, double,   1, (double)x, 0, tn__rexp_d)
+
+#define TN__RFOLD_OPS(X) X(sum) X(prod) X(mean) X(max) X(min) X(argmax) X(argmin) X(all) X(any) X(lse1) X(lse2)
+TN__RFOLD_OPS(TN__RFOLD_OP)
+
+#define TN__RTAB_ROW1(OP) { NULL, tn__rf1_##OP##_b8, tn__rf1_##OP##_i32, tn__rf1_##OP##_i64, tn__rf1_##OP##_f16, tn__rf1_##OP##_f32, tn__rf1_##OP##_f64 },
+#define TN__RTAB_ROWL(OP) { NULL, tn__rfl_##OP##_b8, tn__rfl_##OP##_i32, tn__rfl_##OP##_i64, tn__rfl_##OP##_f16, tn__rfl_##OP##_f32, tn__rfl_##OP##_f64 },
+static const tn__rfold1_fn tn__rfold1[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLD_OPS(TN__RTAB_ROW1) };
+static const tn__rfoldl_fn tn__rfoldl[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLD_OPS(TN__RTAB_ROWL) };
+_Static_assert(TN_DTYPE_COUNT == 7, "reduction fold tables list one column per dtype");
+
+/* Folds in double: floats, and ints where the fold converts them. */
+static bool tn__rk_float(int rk, tn_dtype t) {
+    return tn_dtype_is_float(t) || rk == TN__RK_MEAN || rk == TN__RK_LSE1 || rk == TN__RK_LSE2;
+}
+
+static void tn__racc_init(tn__racc *a, int rk) {
+    a->m = 0; a->g = 0; a->d = 0; a->i = 0;
+    switch (rk) {
+    case TN__RK_PROD: a->d = 1; a->i = 1; break;
+    case TN__RK_MAX: case TN__RK_ARGMAX: case TN__RK_LSE1: a->d = -INFINITY; a->i = INT64_MIN; break;
+    case TN__RK_MIN: case TN__RK_ARGMIN: a->d = INFINITY; a->i = INT64_MAX; break;
+    case TN__RK_ALL: a->i = 1; break;
+    default: break;
+    }
+}
+
+/* Combines partial b (a later part of the box) into a. */
+static void tn__racc_combine(tn__racc *a, const tn__racc *b, int rk, bool fl) {
+    switch (rk) {
+    case TN__RK_SUM: case TN__RK_MEAN: case TN__RK_LSE2:
+        a->d += b->d; a->i = (int64_t)((uint64_t)a->i + (uint64_t)b->i); break;
+    case TN__RK_PROD: a->d *= b->d; a->i = (int64_t)((uint64_t)a->i * (uint64_t)b->i); break;
+    case TN__RK_MAX: case TN__RK_LSE1:
+        if (fl) { if (b->d > a->d || b->d != b->d) a->d = b->d; } else if (b->i > a->i) a->i = b->i;
+        break;
+    case TN__RK_MIN:
+        if (fl) { if (b->d < a->d || b->d != b->d) a->d = b->d; } else if (b->i < a->i) a->i = b->i;
+        break;
+    case TN__RK_ARGMAX:
+        if (fl ? (b->d > a->d || (b->d != b->d && a->d == a->d)) : b->i > a->i) *a = *b;
+        break;
+    case TN__RK_ARGMIN:
+        if (fl ? (b->d < a->d || (b->d != b->d && a->d == a->d)) : b->i < a->i) *a = *b;
+        break;
+    case TN__RK_ALL: a->i &= b->i; break;
+    case TN__RK_ANY: a->i |= b->i; break;
+    default: break;
+    }
+}
+
+/* >>reduce_store: one output element from its accumulator */
+static void tn__rstore(char *y, tn_dtype t, double d, int64_t i, bool use_int) {
+    switch (t) {
+    case TN_BOOL: *(uint8_t *)y = (uint8_t)(use_int ? i != 0 : d != 0); break;
+    case TN_I32: *(int32_t *)(void *)y = (int32_t)i; break;
+    case TN_I64: *(int64_t *)(void *)y = i; break;
+    case TN_F16: *(uint16_t *)(void *)y = tn_f32_to_f16((float)(use_int ? (double)i : d)); break;
+    case TN_F32: *(float *)(void *)y = (float)(use_int ? (double)i : d); break;
+    case TN_F64: *(double *)(void *)y = use_int ? (double)i : d; break;
+    default: break;
+    }
+}
+
+/* >>reduce_plan */
+#define TN__RED_MAX_SRC 16     /* prologue inputs the kernel accepts */
+#define TN__RED_SCRATCH 1024   /* prologue elements evaluated per block */
+
+typedef struct tn__rplan {
+    int op, rk;                 /* TN_OP_*, TN__RK_* (pass 1 for logsumexp) */
+    tn_dtype xt, yt;            /* dtype of the reduction's input, of its output */
+    bool fl;                    /* accumulate in double */
+    int nsrc;                   /* 1, or the prologue's inputs */
+    const tn_ew_program *prog;  /* NULL: no prologue */
+    tn_array *const *in;
+    const char *x[TN__RED_MAX_SRC];
+    char *y;
+    int nk, nr;                 /* kept and reduced dims after merging */
+    int64_t kn[TN_MAX_DIMS], ky[TN_MAX_DIMS], kx[TN__RED_MAX_SRC][TN_MAX_DIMS];
+    int64_t rn[TN_MAX_DIMS], rx[TN__RED_MAX_SRC][TN_MAX_DIMS];
+    int64_t M, N;               /* output elements, reduced elements */
+    int64_t split_lo[65];       /* split loop: part boundaries on reduced dim 0 */
+    tn__racc part[64];          /* split loop: partial results */
+    int split_rk;               /* split loop: the pass being run */
+    double split_m;             /* split loop: logsumexp's max in pass 2 */
+} tn__rplan;
+
+/* Broadcast strides of a (right-aligned) against a shape of ndim dims. */
+static void tn__rbcast_strides(const tn_array *a, int ndim, const int64_t *shape, int64_t *st) {
+    int off = ndim - a->ndim;
+    for (int d = 0; d < ndim; d++) {
+        int ad = d - off;
+        st[d] = (ad < 0 || (a->shape[ad] == 1 && shape[d] != 1)) ? 0 : a->strides[ad];
+    }
+}
+
+static bool tn__rmergeable(const int64_t *n, const int64_t (*st)[TN_MAX_DIMS], int nsrc,
+                           const int64_t *extra, int a, int b) {
+    for (int s = 0; s < nsrc; s++) if (st[s][a] != n[b] * st[s][b]) return false;
+    return !extra || extra[a] == n[b] * extra[b];
+}
+
+/* Builds the plan: logical input shape, per-source strides, kept/reduced dims. */
+static tn_result tn__rplan_build(tn__rplan *P, const tn_var *node, tn_array *const *in,
+                                 const tn_array *y, uint64_t mask, bool keepdims) {
+    int ndim;
+    int64_t shape[TN_MAX_DIMS], st[TN__RED_MAX_SRC][TN_MAX_DIMS];
+    P->prog = (const tn_ew_program *)node->ext;
+    P->in = in;
+    P->yt = y->dtype;
+    P->y = (char *)y->data;
+    if (P->prog) {
+        P->nsrc = P->prog->n_in;
+        if (P->nsrc > TN__RED_MAX_SRC || P->prog->n_out < 1)
+            return tn__err(TN_ERR_UNSUPPORTED, "%s: a fused prologue with %d inputs and %d outputs (the CPU kernel takes up to %d inputs)",
+                           tn__op_def(node->op)->name, P->nsrc, P->prog->n_out, TN__RED_MAX_SRC);
+        P->xt = P->prog->out_dtype[0];
+        ndim = 0;
+        for (int s = 0; s < P->nsrc; s++) if (in[s]->ndim > ndim) ndim = in[s]->ndim;
+        for (int d = 0; d < ndim; d++) {
+            shape[d] = 1;
+            for (int s = 0; s < P->nsrc; s++) {
+                int ad = d - (ndim - in[s]->ndim);
+                if (ad >= 0 && in[s]->shape[ad] != 1) shape[d] = in[s]->shape[ad];
+            }
+        }
+        for (int s = 0; s < P->nsrc; s++) {
+            tn__rbcast_strides(in[s], ndim, shape, st[s]);
+            P->x[s] = (const char *)in[s]->data;
+        }
+    } else {
+        P->nsrc = 1;
+        P->xt = in[0]->dtype;
+        ndim = in[0]->ndim;
+        memcpy(shape, in[0]->shape, sizeof(int64_t) * (size_t)ndim);
+        memcpy(st[0], in[0]->strides, sizeof(int64_t) * (size_t)ndim);
+        P->x[0] = (const char *)in[0]->data;
+    }
+    P->nk = P->nr = 0;
+    P->M = P->N = 1;
+    int od = 0;
+    for (int d = 0; d < ndim; d++) {
+        bool red = (mask >> d) & 1;
+        if (red) P->N *= shape[d]; else P->M *= shape[d];
+        int64_t ys = 0;
+        if (!red || keepdims) { ys = y->strides[od]; od++; }
+        if (shape[d] == 1) continue;
+        if (red) {
+            int r = P->nr++;
+            P->rn[r] = shape[d];
+            for (int s = 0; s < P->nsrc; s++) P->rx[s][r] = st[s][d];
+            if (r > 0 && tn__rmergeable(P->rn, (const int64_t (*)[TN_MAX_DIMS])P->rx, P->nsrc, NULL, r - 1, r)) {
+                P->rn[r - 1] *= P->rn[r];
+                for (int s = 0; s < P->nsrc; s++) P->rx[s][r - 1] = P->rx[s][r];
+                P->nr--;
+            }
+        } else {
+            int k = P->nk++;
+            P->kn[k] = shape[d]; P->ky[k] = ys;
+            for (int s = 0; s < P->nsrc; s++) P->kx[s][k] = st[s][d];
+            if (k > 0 && tn__rmergeable(P->kn, (const int64_t (*)[TN_MAX_DIMS])P->kx, P->nsrc, P->ky, k - 1, k)) {
+                P->kn[k - 1] *= P->kn[k];
+                P->ky[k - 1] = P->ky[k];
+                for (int s = 0; s < P->nsrc; s++) P->kx[s][k - 1] = P->kx[s][k];
+                P->nk--;
+            }
+        }
+    }
+    TN_ASSERT(od == y->ndim);
+    if (P->nr == 0) {   /* nothing left to reduce: one run of one element */
+        P->nr = 1; P->rn[0] = 1;
+        for (int s = 0; s < P->nsrc; s++) P->rx[s][0] = 0;
+    }
+    P->fl = tn__rk_float(P->rk, P->xt);
+    return TN_OK;
+}
+
+/* Offsets of output element o: per source into the input, and into y. */
+static void tn__rplan_outer(const tn__rplan *P, int64_t o, int64_t *xoff, int64_t *yoff) {
+    for (int s = 0; s < P->nsrc; s++) xoff[s] = 0;
+    *yoff = 0;
+    for (int k = P->nk - 1; k >= 0; k--) {
+        int64_t i = o % P->kn[k];
+        o /= P->kn[k];
+        *yoff += i * P->ky[k];
+        for (int s = 0; s < P->nsrc; s++) xoff[s] += i * P->kx[s][k];
+    }
+}
+
+/* One run of the prologue, n elements from offsets xoff along reduced dim
+   rd, evaluated in blocks into scratch and folded. */
+static tn_result tn__rprologue_run(const tn__rplan *P, tn__rfold1_fn f, tn__racc *a,
+                                   const int64_t *xoff, int rd, int64_t n, int64_t k0) {
+    double scratch[TN__RED_SCRATCH];
+    tn_array views[TN__RED_MAX_SRC], outv;
+    tn_array *vp[TN__RED_MAX_SRC], *op = &outv;
+    size_t es = tn_dtype_size(P->xt);
+    for (int64_t j = 0; j < n; j += TN__RED_SCRATCH) {
+        int64_t m = n - j < TN__RED_SCRATCH ? n - j : TN__RED_SCRATCH;
+        for (int s = 0; s < P->nsrc; s++) {
+            memset(&views[s], 0, sizeof views[s]);
+            views[s].dtype = P->in[s]->dtype;
+            views[s].ndim = 1;
+            views[s].shape[0] = m;
+            views[s].strides[0] = P->rx[s][rd];
+            views[s].data = (void *)(P->x[s] + xoff[s] + j * P->rx[s][rd]);
+            views[s].device = TN_HOST;
+            vp[s] = &views[s];
+        }
+        memset(&outv, 0, sizeof outv);
+        outv.dtype = P->xt; outv.ndim = 1; outv.shape[0] = m;
+        outv.strides[0] = (int64_t)es; outv.data = scratch; outv.device = TN_HOST;
+        tn_result r = tn__cpu_ew_run(P->prog, vp, &op);
+        if (r != TN_OK) return r;
+        f(a, (const char *)scratch, m, (int64_t)es, k0 + j);
+    }
+    return TN_OK;
+}
+
+/* Folds the box at xoff (reduced dim 0 restricted to [lo, hi)) into a. */
+static tn_result tn__rbox(const tn__rplan *P, int rk, tn__racc *a, const int64_t *xoff0, int64_t lo, int64_t hi) {
+    tn__rfold1_fn f = tn__rfold1[rk][P->xt];
+    int nr = P->nr, last = nr - 1;
+    if (P->N == 0) return TN_OK;
+    int64_t idx[TN_MAX_DIMS] = {0}, inner[TN_MAX_DIMS];
+    inner[last] = 1;
+    for (int d = last - 1; d >= 0; d--) inner[d] = inner[d + 1] * P->rn[d + 1];
+    if (nr == 1) {   /* the box is one run */
+        int64_t xoff[TN__RED_MAX_SRC];
+        for (int s = 0; s < P->nsrc; s++) xoff[s] = xoff0[s] + lo * P->rx[s][0];
+        if (P->prog) return tn__rprologue_run(P, f, a, xoff, 0, hi - lo, lo);
+        f(a, P->x[0] + xoff[0], hi - lo, P->rx[0][0], lo);
+        return TN_OK;
+    }
+    idx[0] = lo;
+    if (lo >= hi) return TN_OK;
+    for (;;) {
+        int64_t xoff[TN__RED_MAX_SRC], k0 = 0;
+        for (int d = 0; d < last; d++) k0 += idx[d] * inner[d];
+        for (int s = 0; s < P->nsrc; s++) {
+            xoff[s] = xoff0[s];
+            for (int d = 0; d < last; d++) xoff[s] += idx[d] * P->rx[s][d];
+        }
+        if (P->prog) {
+            tn_result r = tn__rprologue_run(P, f, a, xoff, last, P->rn[last], k0);
+            if (r != TN_OK) return r;
+        } else {
+            f(a, P->x[0] + xoff[0], P->rn[last], P->rx[0][last], k0);
+        }
+        int d = last - 1;
+        for (; d >= 0; d--) {
+            if (++idx[d] < (d == 0 ? hi : P->rn[d])) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return TN_OK;
+    }
+}
+
+/* Writes the final value of accumulator a at y. */
+static void tn__rfinish(const tn__rplan *P, const tn__racc *a, char *y) {
+    switch (P->op) {
+    case TN_OP_MEAN: tn__rstore(y, P->yt, a->d / (double)P->N, 0, false); break;
+    case TN_OP_ARGMAX: case TN_OP_ARGMIN: tn__rstore(y, P->yt, 0, a->g, true); break;
+    case TN_OP_ALL: case TN_OP_ANY: tn__rstore(y, P->yt, 0, a->i, true); break;
+    case TN_OP_LOGSUMEXP: tn__rstore(y, P->yt, isfinite(a->m) ? a->m + log(a->d) : a->m, 0, false); break;
+    default: tn__rstore(y, P->yt, a->d, a->i, !P->fl); break;
+    }
+}
+
+/* Between logsumexp's passes: m takes the max, the sum restarts. A
+   non-finite max is the answer (see the top of the file): no second pass. */
+static void tn__rlse_mid(tn__racc *a) {
+    a->m = a->d;
+    a->d = 0;
+}
+
+/* The whole box of one output element, both passes for logsumexp. */
+static tn_result tn__rbox_full(const tn__rplan *P, tn__racc *a, const int64_t *xoff, int64_t lo, int64_t hi) {
+    tn__racc_init(a, P->rk);
+    tn_result r = tn__rbox(P, P->rk, a, xoff, lo, hi);
+    if (r != TN_OK || P->op != TN_OP_LOGSUMEXP) return r;
+    tn__rlse_mid(a);
+    if (!isfinite(a->m)) return TN_OK;
+    return tn__rbox(P, TN__RK_LSE2, a, xoff, lo, hi);
+}
+
+typedef struct tn__rjob { tn__rplan *P; tn_result r; } tn__rjob;
+
+static void tn__rbox_range(void *ctx, int64_t lo, int64_t hi) {
+    tn__rjob *J = (tn__rjob *)ctx;
+    const tn__rplan *P = J->P;
+    for (int64_t o = lo; o < hi; o++) {
+        int64_t xoff[TN__RED_MAX_SRC], yoff;
+        tn__racc a;
+        tn__rplan_outer(P, o, xoff, &yoff);
+        tn_result r = tn__rbox_full(P, &a, xoff, 0, P->rn[0]);
+        if (r != TN_OK) { J->r = r; return; }
+        tn__rfinish(P, &a, P->y + yoff);
+    }
+}
+
+/* Lanes loop: units are (outer output index, block of the innermost kept dim). */
+static void tn__rlanes_pass(const tn__rplan *P, int rk, tn__rlanes *acc, int64_t nl, const char *x0) {
+    tn__rfoldl_fn f = tn__rfoldl[rk][P->xt];
+    int nr = P->nr;
+    int64_t idx[TN_MAX_DIMS] = {0}, ls = P->kx[0][P->nk - 1];
+    for (int64_t k = 0;; k++) {
+        int64_t off = 0;
+        for (int d = 0; d < nr; d++) off += idx[d] * P->rx[0][d];
+        f(acc, x0 + off, nl, ls, k);
+        int d = nr - 1;
+        for (; d >= 0; d--) {
+            if (++idx[d] < P->rn[d]) break;
+            idx[d] = 0;
+        }
+        if (d < 0) return;
+    }
+}
+
+static void tn__rlanes_range(void *ctx, int64_t lo, int64_t hi) {
+    tn__rjob *J = (tn__rjob *)ctx;
+    const tn__rplan *P = J->P;
+    tn__rlanes acc;
+    tn__racc a;
+    int64_t n0 = P->kn[P->nk - 1], nb = (n0 + TN__RED_LANES - 1) / TN__RED_LANES;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t outer = u / nb, b = u % nb, j0 = b * TN__RED_LANES;
+        int64_t nl = n0 - j0 < TN__RED_LANES ? n0 - j0 : TN__RED_LANES;
+        int64_t xoff[1], yoff;
+        tn__rplan_outer(P, outer * n0 + j0, xoff, &yoff);
+        const char *x0 = P->x[0] + xoff[0];
+        tn__racc_init(&a, P->rk);
+        for (int64_t j = 0; j < nl; j++) { acc.d[j] = a.d; acc.m[j] = a.m; acc.i[j] = a.i; acc.g[j] = a.g; }
+        tn__rlanes_pass(P, P->rk, &acc, nl, x0);
+        if (P->op == TN_OP_LOGSUMEXP) {
+            /* lanes with a non-finite max are done (their sum runs with 0
+               and is ignored); the others sum exp(x - max) */
+            double keep[TN__RED_LANES];
+            for (int64_t j = 0; j < nl; j++) {
+                keep[j] = acc.d[j];
+                acc.m[j] = isfinite(acc.d[j]) ? acc.d[j] : 0;
+                acc.d[j] = 0;
+            }
+            tn__rlanes_pass(P, TN__RK_LSE2, &acc, nl, x0);
+            for (int64_t j = 0; j < nl; j++) acc.m[j] = keep[j];
+        }
+        int64_t ys = P->ky[P->nk - 1];
+        for (int64_t j = 0; j < nl; j++) {
+            a.d = acc.d[j]; a.m = acc.m[j]; a.i = acc.i[j]; a.g = acc.g[j];
+            tn__rfinish(P, &a, P->y + yoff + j * ys);
+        }
+    }
+}
+
+/* Split loop (one output): part p folds reduced dim 0 over [split_lo[p], split_lo[p+1]). */
+static void tn__rsplit_range(void *ctx, int64_t lo, int64_t hi) {
+    tn__rjob *J = (tn__rjob *)ctx;
+    tn__rplan *P = J->P;
+    int64_t xoff[TN__RED_MAX_SRC] = {0};
+    for (int64_t p = lo; p < hi; p++) {
+        tn__racc_init(&P->part[p], P->split_rk);
+        P->part[p].m = P->split_m;
+        tn_result r = tn__rbox(P, P->split_rk, &P->part[p], xoff, P->split_lo[p], P->split_lo[p + 1]);
+        if (r != TN_OK) J->r = r;
+    }
+}
+
+static tn_result tn__rsplit_pass(tn__rplan *P, int rk, int nparts, tn__racc *a) {
+    tn__rjob J = { P, TN_OK };
+    P->split_rk = rk;
+    tn__parallel_for(nparts, 1, tn__rsplit_range, &J);
+    if (J.r != TN_OK) return J.r;
+    *a = P->part[0];
+    for (int p = 1; p < nparts; p++) tn__racc_combine(a, &P->part[p], rk, P->fl);
+    return TN_OK;
+}
+
+static tn_result tn__rsplit(tn__rplan *P, int nparts) {
+    tn__racc a;
+    for (int p = 0; p <= nparts; p++) P->split_lo[p] = P->rn[0] * p / nparts;
+    P->split_m = 0;
+    tn_result r = tn__rsplit_pass(P, P->rk, nparts, &a);
+    if (r != TN_OK) return r;
+    if (P->op == TN_OP_LOGSUMEXP) {
+        tn__rlse_mid(&a);
+        if (isfinite(a.m)) {
+            double m = a.m;
+            P->split_m = m;
+            r = tn__rsplit_pass(P, TN__RK_LSE2, nparts, &a);
+            if (r != TN_OK) return r;
+            a.m = m;
+        }
+    }
+    tn__rfinish(P, &a, P->y);
+    return TN_OK;
+}
+
+#define TN__RED_GRAIN 32768    /* input elements per thread before splitting pays */
+
+static int tn__rk_of(int op) {
+    switch (op) {
+    case TN_OP_SUM: return TN__RK_SUM;
+    case TN_OP_PROD: return TN__RK_PROD;
+    case TN_OP_MEAN: return TN__RK_MEAN;
+    case TN_OP_MAX: return TN__RK_MAX;
+    case TN_OP_MIN: return TN__RK_MIN;
+    case TN_OP_ARGMAX: return TN__RK_ARGMAX;
+    case TN_OP_ARGMIN: return TN__RK_ARGMIN;
+    case TN_OP_ALL: return TN__RK_ALL;
+    case TN_OP_ANY: return TN__RK_ANY;
+    default: return TN__RK_LSE1;
+    }
+}
+
+static bool tn__rop_needs_nonempty(int op) {
+    return op == TN_OP_MAX || op == TN_OP_MIN || op == TN_OP_ARGMAX || op == TN_OP_ARGMIN;
+}
+
+static void tn__reduce_label(const tn_var *node, char *buf, size_t cap);
+
+static tn_result tn__reduce_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__rplan *P, plan;
+    P = &plan;
+    P->op = node->op;
+    P->rk = tn__rk_of(node->op);
+    uint64_t mask = (uint64_t)node->p.i[0];
+    tn_result r = tn__rplan_build(P, node, in, out[0], mask, node->p.i[1] != 0);
+    if (r != TN_OK) return r;
+    if (P->M == 0) return TN_OK;
+    if (P->N == 0 && tn__rop_needs_nonempty(node->op)) {
+        char lab[96], sb[128];
+        tn__reduce_label(node, lab, sizeof lab);
+        const tn_array *x = in[0];
+        return tn__err(TN_ERR_SHAPE, "%s: zero-size reduction of an input of shape %s: %s has no identity",
+                       lab, tn__shape_str(x->ndim, x->shape, sb), tn__op_def(node->op)->name);
+    }
+    tn__rjob J = { P, TN_OK };
+    int nt = tn__num_threads();
+    int64_t total = P->M * (P->N ? P->N : 1);
+    bool lanes = !P->prog && P->nk > 0 && P->N > 1;
+    if (lanes) {
+        int64_t ls = P->kx[0][P->nk - 1];
+        ls = ls < 0 ? -ls : ls;
+        for (int d = 0; d < P->nr; d++) {
+            int64_t rs = P->rx[0][d] < 0 ? -P->rx[0][d] : P->rx[0][d];
+            if (rs <= ls) lanes = false;
+        }
+    }
+    if (lanes) {
+        int64_t n0 = P->kn[P->nk - 1], nb = (n0 + TN__RED_LANES - 1) / TN__RED_LANES;
+        int64_t units = P->M / n0 * nb, per = P->N * (n0 < TN__RED_LANES ? n0 : TN__RED_LANES);
+        tn__parallel_for(units, TN__RED_GRAIN / per + 1, tn__rlanes_range, &J);
+    } else if (P->M == 1 && nt > 1 && total >= 2 * TN__RED_GRAIN && P->rn[0] >= 2) {
+        int64_t parts = total / TN__RED_GRAIN;
+        if (parts > nt * 4) parts = nt * 4;
+        if (parts > 63) parts = 63;
+        if (parts > P->rn[0]) parts = P->rn[0];
+        return tn__rsplit(P, (int)parts);
+    } else {
+        tn__parallel_for(P->M, TN__RED_GRAIN / (P->N ? P->N : 1) + 1, tn__rbox_range, &J);
+    }
+    return J.r;
+}
+
+/* >>softmax: rows along the axis, three passes (max, sum of exp, write). */
+typedef struct tn__smplan {
+    tn__rplan r;                /* kept dims and the axis run, as a reduction */
+    bool logsm;
+    int64_t ys;                 /* output stride along the axis */
+} tn__smplan;
+
+/* SE: the output holds exp(x - m) exactly enough to be scaled in place
+   (float32, float64): one exp per element; float16 output recomputes it. */
+#define TN__SMAX_T(SUF, T, LF, OT, STORE, LOADY, SE, EXPF) \
+static void tn__smrow_##SUF(const char *xp, int64_t n, int64_t xs, char *yp, int64_t ys, bool logsm) { \
+    double m = -INFINITY, s = 0; \
+    for (int64_t j = 0; j < n; j++) { T x = *(const T *)(const void *)(xp + j * xs); double v = (LF); if (v > m || v != v) m = v; } \
+    for (int64_t j = 0; j < n; j++) { \
+        T x = *(const T *)(const void *)(xp + j * xs); double e = EXPF((LF) - m); s += e; \
+        if (SE && !logsm) { double r = e; OT *q = (OT *)(void *)(yp + j * ys); STORE; } \
+    } \
+    double ls = log(s), inv = 1.0 / s; \
+    for (int64_t j = 0; j < n; j++) { \
+        T x = *(const T *)(const void *)(xp + j * xs); \
+        OT *q = (OT *)(void *)(yp + j * ys); \
+        double r = logsm ? (LF) - m - ls : SE ? (double)(LOADY) * inv : EXPF((LF) - m) * inv; \
+        (void)x; STORE; \
+    } \
+} \
+static void tn__smlanes_##SUF(const char *xp, int64_t n, int64_t xs, int64_t nl, int64_t ls_, \
+                              char *yp, int64_t ys, int64_t yls, bool logsm) { \
+    double m[TN__RED_LANES], s[TN__RED_LANES]; \
+    for (int64_t l = 0; l < nl; l++) { m[l] = -INFINITY; s[l] = 0; } \
+    for (int64_t j = 0; j < n; j++) for (int64_t l = 0; l < nl; l++) { \
+        T x = *(const T *)(const void *)(xp + j * xs + l * ls_); double v = (LF); \
+        if (v > m[l] || v != v) m[l] = v; } \
+    for (int64_t j = 0; j < n; j++) for (int64_t l = 0; l < nl; l++) { \
+        T x = *(const T *)(const void *)(xp + j * xs + l * ls_); double e = EXPF((LF) - m[l]); s[l] += e; \
+        if (SE && !logsm) { double r = e; OT *q = (OT *)(void *)(yp + j * ys + l * yls); STORE; } } \
+    for (int64_t l = 0; l < nl; l++) s[l] = logsm ? log(s[l]) : 1.0 / s[l]; \
+    for (int64_t j = 0; j < n; j++) for (int64_t l = 0; l < nl; l++) { \
+        T x = *(const T *)(const void *)(xp + j * xs + l * ls_); \
+        OT *q = (OT *)(void *)(yp + j * ys + l * yls); \
+        double r = logsm ? (LF) - m[l] - s[l] : SE ? (double)(LOADY) * s[l] : EXPF((LF) - m[l]) * s[l]; \
+        (void)x; STORE; \
+    } \
+}
+TN__SMAX_T(b8,  uint8_t,  (double)x, double, *q = r, *q, 1, tn__rexp_d)
+TN__SMAX_T(i32, int32_t,  (double)x, double, *q = r, *q, 1, tn__rexp_d)
+TN__SMAX_T(i64, int64_t,  (double)x, double, *q = r, *q, 1, tn__rexp_d)
+TN__SMAX_T(f16, uint16_t, (double)tn_f16_to_f32(x), uint16_t, *q = tn_f32_to_f16((float)r), 0, 0, tn__rexp_f)
+TN__SMAX_T(f32, float,    (double)x, float, *q = (float)r, *q, 1, tn__rexp_f)
+TN__SMAX_T(f64, double,   (double)x, double, *q = r, *q, 1, tn__rexp_d)
+
+typedef void (*tn__smrow_fn)(const char *, int64_t, int64_t, char *, int64_t, bool);
+typedef void (*tn__smlanes_fn)(const char *, int64_t, int64_t, int64_t, int64_t, char *, int64_t, int64_t, bool);
+static const tn__smrow_fn tn__smrow[TN_DTYPE_COUNT] = { NULL, tn__smrow_b8, tn__smrow_i32, tn__smrow_i64, tn__smrow_f16, tn__smrow_f32, tn__smrow_f64 };
+static const tn__smlanes_fn tn__smlanes[TN_DTYPE_COUNT] = { NULL, tn__smlanes_b8, tn__smlanes_i32, tn__smlanes_i64, tn__smlanes_f16, tn__smlanes_f32, tn__smlanes_f64 };
+
+static void tn__smrow_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__smplan *S = (const tn__smplan *)ctx;
+    const tn__rplan *P = &S->r;
+    for (int64_t o = lo; o < hi; o++) {
+        int64_t xoff[1], yoff;
+        tn__rplan_outer(P, o, xoff, &yoff);
+        tn__smrow[P->xt](P->x[0] + xoff[0], P->rn[0], P->rx[0][0], P->y + yoff, S->ys, S->logsm);
+    }
+}
+
+static void tn__smlanes_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__smplan *S = (const tn__smplan *)ctx;
+    const tn__rplan *P = &S->r;
+    int64_t n0 = P->kn[P->nk - 1], nb = (n0 + TN__RED_LANES - 1) / TN__RED_LANES;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t outer = u / nb, j0 = (u % nb) * TN__RED_LANES;
+        int64_t nl = n0 - j0 < TN__RED_LANES ? n0 - j0 : TN__RED_LANES;
+        int64_t xoff[1], yoff;
+        tn__rplan_outer(P, outer * n0 + j0, xoff, &yoff);
+        tn__smlanes[P->xt](P->x[0] + xoff[0], P->rn[0], P->rx[0][0], nl, P->kx[0][P->nk - 1],
+                           P->y + yoff, S->ys, P->ky[P->nk - 1], S->logsm);
+    }
+}
+
+static tn_result tn__softmax_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__smplan S;
+    int axis = (int)node->p.i[0];
+    if (node->ext)
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: a fused prologue is not supported", tn__op_def(node->op)->name);
+    S.r.op = node->op;
+    S.r.rk = TN__RK_MAX;
+    tn_result r = tn__rplan_build(&S.r, node, in, out[0], (uint64_t)1 << axis, true);
+    if (r != TN_OK) return r;
+    S.logsm = node->op == TN_OP_LOG_SOFTMAX;
+    S.ys = out[0]->strides[axis];
+    tn__rplan *P = &S.r;
+    if (P->M == 0 || P->N == 0) return TN_OK;
+    if (P->N == 1) S.ys = 0;   /* the axis was dropped; its one element sits at offset 0 */
+    bool lanes = P->nk > 0 && P->N > 1;
+    if (lanes) {
+        int64_t ls = P->kx[0][P->nk - 1], rs = P->rx[0][0];
+        lanes = (ls < 0 ? -ls : ls) < (rs < 0 ? -rs : rs);
+    }
+    if (lanes) {
+        int64_t n0 = P->kn[P->nk - 1], nb = (n0 + TN__RED_LANES - 1) / TN__RED_LANES;
+        int64_t per = P->N * (n0 < TN__RED_LANES ? n0 : TN__RED_LANES);
+        tn__parallel_for(P->M / n0 * nb, TN__RED_GRAIN / per + 1, tn__smlanes_range, &S);
+    } else {
+        tn__parallel_for(P->M, TN__RED_GRAIN / P->N + 1, tn__smrow_range, &S);
+    }
+    return TN_OK;
+}
+
+/* >>reduce_infer: NumPy's dtype rules */
+static tn_dtype tn__reduce_dtype(int op, tn_dtype t) {
+    switch (op) {
+    case TN_OP_SUM: case TN_OP_PROD: return tn_dtype_is_float(t) ? t : TN_I64;
+    case TN_OP_MEAN: case TN_OP_LOGSUMEXP: case TN_OP_SOFTMAX: case TN_OP_LOG_SOFTMAX:
+        return tn_dtype_is_float(t) ? t : TN_F64;
+    case TN_OP_ARGMAX: case TN_OP_ARGMIN: return TN_I64;
+    case TN_OP_ALL: case TN_OP_ANY: return TN_BOOL;
+    default: return t;   /* max, min */
+    }
+}
+
+/* The type of the reduction's input: in[0], or the prologue's output 0 over
+   the broadcast of the node's inputs. */
+static tn_result tn__reduce_src_type(const tn_var *node, const tn_type *in, tn_type *src, const char *lab) {
+    const tn_ew_program *prog = (const tn_ew_program *)node->ext;
+    if (!prog) {
+        if (node->n_in != 1) return tn__err(TN_ERR_INVALID, "%s takes 1 input, got %d", lab, node->n_in);
+        *src = in[0];
+        return TN_OK;
+    }
+    if (prog->n_in != node->n_in || prog->n_out < 1)
+        return tn__err(TN_ERR_INTERNAL, "%s: prologue takes %d inputs, node has %d", lab, prog->n_in, node->n_in);
+    memset(src, 0, sizeof *src);
+    src->dtype = prog->out_dtype[0];
+    for (int s = 0; s < node->n_in; s++) if (in[s].ndim > src->ndim) src->ndim = in[s].ndim;
+    for (int d = 0; d < src->ndim; d++) {
+        int64_t n = 1;
+        bool bc = true;
+        for (int s = 0; s < node->n_in; s++) {
+            int ad = d - (src->ndim - in[s].ndim);
+            if (ad < 0 || in[s].bcast[ad] || in[s].shape[ad] == 1) continue;
+            bc = false;
+            int64_t m = in[s].shape[ad];
+            if (m < 0) continue;
+            if (n != 1 && n != -1 && n != m) {
+                char sb[128];
+                return tn__err(TN_ERR_SHAPE, "%s: prologue input %d of shape %s does not broadcast (dim %d: %lld vs %lld)",
+                               lab, s, tn__shape_str(in[s].ndim, in[s].shape, sb), d, (long long)n, (long long)m);
+            }
+            n = m;
+        }
+        if (!bc && n == 1) {   /* only unknown dims besides 1s */
+            for (int s = 0; s < node->n_in; s++) {
+                int ad = d - (src->ndim - in[s].ndim);
+                if (ad >= 0 && in[s].shape[ad] < 0 && !in[s].bcast[ad]) n = -1;
+            }
+        }
+        src->shape[d] = n;
+        src->bcast[d] = bc;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__reduce_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    char lab[96], sb[128];
+    tn_type x;
+    tn__reduce_label(node, lab, sizeof lab);
+    tn_result r = tn__reduce_src_type(node, in, &x, lab);
+    if (r != TN_OK) return r;
+    uint64_t mask = (uint64_t)node->p.i[0];
+    bool keep = node->p.i[1] != 0;
+    if (x.ndim < 64 && (mask >> x.ndim) != 0)
+        return tn__err(TN_ERR_AXIS, "%s: axis out of range for an input of ndim %d", lab, x.ndim);
+    bool empty_red = false, empty_out = false, unknown = false;
+    memset(out, 0, sizeof *out);
+    out->dtype = tn__reduce_dtype(node->op, x.dtype);
+    for (int d = 0; d < x.ndim; d++) {
+        bool red = (mask >> d) & 1;
+        if (x.shape[d] < 0) unknown = true;
+        if (red) {
+            if (x.shape[d] == 0) empty_red = true;
+            if (keep) { out->shape[out->ndim] = 1; out->bcast[out->ndim] = true; out->ndim++; }
+        } else {
+            if (x.shape[d] == 0) empty_out = true;
+            out->shape[out->ndim] = x.shape[d];
+            out->bcast[out->ndim] = x.bcast[d];
+            out->ndim++;
+        }
+    }
+    if (empty_red && !empty_out && !unknown && tn__rop_needs_nonempty(node->op))
+        return tn__err(TN_ERR_SHAPE, "%s: zero-size reduction of an input of shape %s: %s has no identity",
+                       lab, tn__shape_str(x.ndim, x.shape, sb), tn__op_def(node->op)->name);
+    return TN_OK;
+}
+
+static tn_result tn__softmax_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    char lab[96];
+    tn__reduce_label(node, lab, sizeof lab);
+    if (node->ext) return tn__err(TN_ERR_UNSUPPORTED, "%s: a fused prologue is not supported", lab);
+    int64_t axis = node->p.i[0];
+    if (axis < 0 || axis >= in[0].ndim)
+        return tn__err(TN_ERR_AXIS, "%s: axis %lld out of range for an input of ndim %d", lab, (long long)axis, in[0].ndim);
+    *out = in[0];
+    out->dtype = tn__reduce_dtype(node->op, in[0].dtype);
+    return TN_OK;
+}
+
+/* >>reduce_label: Sum{axis=[0,2]}, Softmax{axis=1} */
+static void tn__reduce_label(const tn_var *node, char *buf, size_t cap) {
+    static const char *names[] = { "Sum", "Prod", "Mean", "Max", "Min", "Argmax", "Argmin", "All", "Any", "LogSumExp" };
+    size_t n;
+    if (node->op == TN_OP_SOFTMAX || node->op == TN_OP_LOG_SOFTMAX) {
+        snprintf(buf, cap, "%s{axis=%lld}", node->op == TN_OP_SOFTMAX ? "Softmax" : "LogSoftmax", (long long)node->p.i[0]);
+        return;
+    }
+    int k = node->op - TN_OP_SUM;
+    n = (size_t)snprintf(buf, cap, "%s{axis=[", (k >= 0 && k < 10) ? names[k] : "Reduce");
+    uint64_t mask = (uint64_t)node->p.i[0];
+    bool first = true;
+    for (int d = 0; d < 64 && n < cap; d++) {
+        if (!((mask >> d) & 1)) continue;
+        n += (size_t)snprintf(buf + n, cap - n, first ? "%d" : ",%d", d);
+        first = false;
+    }
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]%s%s}", node->p.i[1] ? ",keepdims=True" : "",
+                                       node->ext ? ",prologue" : "");
+}
+
+/* >>reduce_constructors */
+static const char *tn__rvar_name(const tn_var *x) { return x->name ? x->name : "x"; }
+
+/* Axis bit mask from a user's list (NULL: all axes); 0 with the error set on failure. */
+static bool tn__reduce_mask(const char *who, tn_var *x, const int *axes, int naxes, uint64_t *mask) {
+    int nd = x->type.ndim;
+    *mask = 0;
+    if (!axes) { *mask = nd ? (((uint64_t)1 << nd) - 1) : 0; return true; }
+    if (naxes < 0) { tn__err(TN_ERR_INVALID, "%s: naxes is %d", who, naxes); return false; }
+    for (int k = 0; k < naxes; k++) {
+        int a = axes[k];
+        if (a < -nd || a >= nd) {
+            tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of ndim %d", who, a, tn__rvar_name(x), nd);
+            return false;
+        }
+        if (a < 0) a += nd;
+        if ((*mask >> a) & 1) {
+            tn__err(TN_ERR_AXIS, "%s: axis %d is repeated (axes of '%s' of ndim %d)", who, axes[k], tn__rvar_name(x), nd);
+            return false;
+        }
+        *mask |= (uint64_t)1 << a;
+    }
+    return true;
+}
+
+static tn_var *tn__reduce_make(const char *who, int op, tn_var *x, const int *axes, int naxes, bool keepdims) {
+    uint64_t mask;
+    if (!x) { tn__err(TN_ERR_NULL, "%s: x is NULL (did an earlier constructor fail?)", who); return NULL; }
+    if (!tn__reduce_mask(who, x, axes, naxes, &mask)) return NULL;
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = (int64_t)mask;
+    p.i[1] = keepdims;
+    return tn__node(x->graph, op, 1, &x, &p, NULL, who);
+}
+
+TN_API tn_var *tn_sum(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_sum", TN_OP_SUM, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_prod(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_prod", TN_OP_PROD, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_mean(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_mean", TN_OP_MEAN, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_max(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_max", TN_OP_MAX, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_min(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_min", TN_OP_MIN, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_all(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_all", TN_OP_ALL, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_any(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_any", TN_OP_ANY, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_logsumexp(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_logsumexp", TN_OP_LOGSUMEXP, x, axes, naxes, keepdims); }
+TN_API tn_var *tn_argmax(tn_var *x, int axis, bool keepdims) { return tn__reduce_make("tn_argmax", TN_OP_ARGMAX, x, &axis, 1, keepdims); }
+TN_API tn_var *tn_argmin(tn_var *x, int axis, bool keepdims) { return tn__reduce_make("tn_argmin", TN_OP_ARGMIN, x, &axis, 1, keepdims); }
+
+static tn_var *tn__softmax_make(const char *who, int op, tn_var *x, int axis) {
+    if (!x) { tn__err(TN_ERR_NULL, "%s: x is NULL (did an earlier constructor fail?)", who); return NULL; }
+    int nd = x->type.ndim;
+    if (axis < -nd || axis >= nd) {
+        tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of ndim %d", who, axis, tn__rvar_name(x), nd);
+        return NULL;
+    }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = axis < 0 ? axis + nd : axis;
+    return tn__node(x->graph, op, 1, &x, &p, NULL, who);
+}
+TN_API tn_var *tn_softmax(tn_var *x, int axis) { return tn__softmax_make("tn_softmax", TN_OP_SOFTMAX, x, axis); }
+TN_API tn_var *tn_log_softmax(tn_var *x, int axis) { return tn__softmax_make("tn_log_softmax", TN_OP_LOG_SOFTMAX, x, axis); }
+
+/* >>registry: fills this part's rows of the op table */
+static void tn__register_reduce_ops(tn_op_def *t) {
+    static const char *names[] = { "Sum", "Prod", "Mean", "Max", "Min", "Argmax", "Argmin", "All", "Any", "LogSumExp" };
+    /* arity -1: a fused prologue brings its own inputs (the type rule checks) */
+    for (int k = 0; k < 10; k++)
+        t[TN_OP_SUM + k] = (tn_op_def){ names[k], TN_OPK_REDUCE, -1, tn__reduce_infer, tn__reduce_cpu, tn__reduce_label };
+    /* softmax is not a reduction to the fusion pass: i[0] is an axis, not a mask */
+    t[TN_OP_SOFTMAX] = (tn_op_def){ "Softmax", TN_OPK_OTHER, 1, tn__softmax_infer, tn__softmax_cpu, tn__reduce_label };
+    t[TN_OP_LOG_SOFTMAX] = (tn_op_def){ "LogSoftmax", TN_OPK_OTHER, 1, tn__softmax_infer, tn__softmax_cpu, tn__reduce_label };
+}
+
+/* >>ops_linalg ======================================================== */
+/* >>linalg: dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.
+
+   Every product, whatever the op, becomes one "plan": a batch of 2-d products
+   out[b] = alpha * A[b] @ B[b] (+ beta * Cin[b]) given by byte strides, so 1-d
+   operands, transposed and sliced views and broadcast batch dims need no copy.
+   A plan runs on CBLAS when a library was found and the operands are row- or
+   column-contiguous (float32/float64), else on the built-in kernels:
+     float32/float64/float16  packed, cache-blocked, register-blocked (below)
+     int32/int64              a blocked i-k-j loop, wrapping like NumPy
+*/
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdatomic.h>
+
+/* >>blas_loader --------------------------------------------------------- */
+/* The few CBLAS entry points we use, declared here (no cblas.h): enums are
+   passed as int, sizes as 32-bit int (LP64 builds of OpenBLAS and netlib). */
+enum { TN__CBLAS_ROW_MAJOR = 101, TN__CBLAS_NO_TRANS = 111, TN__CBLAS_TRANS = 112 };
+typedef void (*tn__cblas_sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                                   const float *, int, float, float *, int);
+typedef void (*tn__cblas_dgemm_fn)(int, int, int, int, int, int, double, const double *, int,
+                                   const double *, int, double, double *, int);
+typedef void (*tn__cblas_sgemv_fn)(int, int, int, int, float, const float *, int,
+                                   const float *, int, float, float *, int);
+typedef void (*tn__cblas_dgemv_fn)(int, int, int, int, double, const double *, int,
+                                   const double *, int, double, double *, int);
+
+static struct {
+    const char *name;            /* the library loaded, NULL if none */
+    tn__cblas_sgemm_fn sgemm;
+    tn__cblas_dgemm_fn dgemm;
+    tn__cblas_sgemv_fn sgemv;
+    tn__cblas_dgemv_fn dgemv;
+} tn__blas;
+static pthread_once_t tn__blas_once = PTHREAD_ONCE_INIT;
+static atomic_bool tn__blas_on = true;
+
+/* Tries the optimised library first. A library lacking any of the four
+   symbols (a Fortran-only libblas) is closed and the next one tried. The
+   environment variable TN_NO_BLAS=1 skips loading altogether. */
+static void tn__blas_load(void) {
+    static const char *const names[] = { "libopenblas.so.0", "libcblas.so.3", "libblas.so.3" };
+    const char *off = getenv("TN_NO_BLAS");
+    if (off && off[0] && strcmp(off, "0") != 0) return;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) continue;
+        tn__cblas_sgemm_fn sg = (tn__cblas_sgemm_fn)dlsym(h, "cblas_sgemm");
+        tn__cblas_dgemm_fn dg = (tn__cblas_dgemm_fn)dlsym(h, "cblas_dgemm");
+        tn__cblas_sgemv_fn sv = (tn__cblas_sgemv_fn)dlsym(h, "cblas_sgemv");
+        tn__cblas_dgemv_fn dv = (tn__cblas_dgemv_fn)dlsym(h, "cblas_dgemv");
+        if (sg && dg && sv && dv) {
+            tn__blas.sgemm = sg; tn__blas.dgemm = dg; tn__blas.sgemv = sv; tn__blas.dgemv = dv;
+            tn__blas.name = names[i];
+            return;                  /* kept open for the life of the process */
+        }
+        dlclose(h);
+    }
+}
+
+/* Name of the CBLAS library in use, or NULL (none found, or disabled). */
+TN_API const char *tn__blas_name(void) {
+    pthread_once(&tn__blas_once, tn__blas_load);
+    return atomic_load(&tn__blas_on) ? tn__blas.name : NULL;
+}
+
+/* Tests switch BLAS off to compare it with the built-in kernels. */
+TN_API void tn__blas_enable(bool on) { atomic_store(&tn__blas_on, on); }
+
+/* >>matmul_plan --------------------------------------------------------- */
+
+typedef struct tn__mm_plan {
+    tn_dtype dt;                 /* dtype of A, B, Cin and out (one dtype) */
+    int64_t m, n, k;
+    double alpha, beta;          /* out = alpha*A@B + beta*Cin; Cin unread if NULL or beta == 0 */
+    int nb;                      /* batch dims */
+    int64_t nbatch;
+    int64_t bshape[TN_MAX_DIMS];
+    int64_t a_bs[TN_MAX_DIMS], b_bs[TN_MAX_DIMS], c_bs[TN_MAX_DIMS], ci_bs[TN_MAX_DIMS];
+    const char *a, *b, *ci;
+    char *c;
+    int64_t a_rs, a_cs, b_rs, b_cs, c_rs, c_cs, ci_rs, ci_cs;  /* byte strides of the 2-d operands */
+} tn__mm_plan;
+
+/* Byte offsets of batch item `bi` in each operand. */
+static void tn__mm_batch_offsets(const tn__mm_plan *p, int64_t bi, int64_t off[4]) {
+    off[0] = off[1] = off[2] = off[3] = 0;
+    for (int d = p->nb - 1; d >= 0; d--) {
+        int64_t i = bi % p->bshape[d];
+        bi /= p->bshape[d];
+        off[0] += i * p->a_bs[d];
+        off[1] += i * p->b_bs[d];
+        off[2] += i * p->c_bs[d];
+        off[3] += i * p->ci_bs[d];
+    }
+}
+
+/* Fills a plan for out = A @ B under matmul rules (out already has the
+   inferred shape); cin, when given, broadcasts to out. */
+static void tn__mm_plan_init(tn__mm_plan *p, const tn_array *A, const tn_array *B, tn_array *out,
+                             const tn_array *cin, double alpha, double beta) {
+    memset(p, 0, sizeof *p);
+    p->dt = out->dtype;
+    p->alpha = alpha;
+    p->beta = beta;
+    bool a1 = A->ndim == 1, b1 = B->ndim == 1;
+    size_t es = tn_dtype_size(out->dtype);
+    p->a = (const char *)A->data;
+    p->b = (const char *)B->data;
+    p->c = (char *)out->data;
+    if (a1) { p->m = 1; p->k = A->shape[0]; p->a_rs = 0; p->a_cs = A->strides[0]; }
+    else {
+        p->m = A->shape[A->ndim - 2]; p->k = A->shape[A->ndim - 1];
+        p->a_rs = A->strides[A->ndim - 2]; p->a_cs = A->strides[A->ndim - 1];
+    }
+    if (b1) { p->n = 1; p->b_rs = B->strides[0]; p->b_cs = (int64_t)es; }
+    else {
+        p->n = B->shape[B->ndim - 1];
+        p->b_rs = B->strides[B->ndim - 2]; p->b_cs = B->strides[B->ndim - 1];
+    }
+    int tail = (a1 ? 0 : 1) + (b1 ? 0 : 1);
+    p->nb = out->ndim - tail;
+    TN_ASSERT(p->nb >= 0);
+    /* out's trailing dims: (m, n), (m), (n) or none */
+    int od = out->ndim;
+    p->c_rs = a1 ? 0 : out->strides[b1 ? od - 1 : od - 2];
+    p->c_cs = b1 ? (int64_t)es : out->strides[od - 1];
+    /* Cin's strides broadcast to out's shape, then split the same way. */
+    int64_t cis[TN_MAX_DIMS] = {0};
+    if (cin) {
+        p->ci = (const char *)cin->data;
+        for (int d = 0; d < cin->ndim; d++) {
+            int od2 = od - cin->ndim + d;
+            cis[od2] = cin->shape[d] == 1 ? 0 : cin->strides[d];
+        }
+        p->ci_rs = a1 ? 0 : cis[b1 ? od - 1 : od - 2];
+        p->ci_cs = b1 ? 0 : cis[od - 1];
+    }
+    p->nbatch = 1;
+    int an = a1 ? 0 : A->ndim - 2, bn = b1 ? 0 : B->ndim - 2;
+    for (int d = 0; d < p->nb; d++) {
+        p->bshape[d] = out->shape[d];
+        p->nbatch *= out->shape[d];
+        int da = d - (p->nb - an), db = d - (p->nb - bn);
+        p->a_bs[d] = (da >= 0 && A->shape[da] != 1) ? A->strides[da] : 0;
+        p->b_bs[d] = (db >= 0 && B->shape[db] != 1) ? B->strides[db] : 0;
+        p->c_bs[d] = out->strides[d];
+        p->ci_bs[d] = cis[d];
+    }
+}
+
+/* >>blas_path ----------------------------------------------------------- */
+
+/* A 2-d operand as CBLAS sees it: row-major with leading dimension ld,
+   possibly transposed. Unit dims have meaningless strides: normalised. */
+static bool tn__blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, size_t es,
+                            int *trans, int *ld) {
+    if (rs % (int64_t)es || cs % (int64_t)es) return false;
+    rs /= (int64_t)es; cs /= (int64_t)es;
+    if (cols == 1) cs = 1;
+    if (rows == 1) rs = cols;
+    int64_t mc = cols > 1 ? cols : 1, mr = rows > 1 ? rows : 1;
+    if (cs == 1 && rs >= mc && rs <= INT_MAX) { *trans = TN__CBLAS_NO_TRANS; *ld = (int)rs; return true; }
+    if (rs == 1 && cs >= mr && cs <= INT_MAX) { *trans = TN__CBLAS_TRANS; *ld = (int)cs; return true; }
+    return false;
+}
+
+/* A vector's increment in elements, for gemv: positive and a whole number. */
+static bool tn__blas_inc(int64_t len, int64_t stride, size_t es, int *inc) {
+    if (len == 1) { *inc = 1; return true; }
+    if (stride <= 0 || stride % (int64_t)es || stride / (int64_t)es > INT_MAX) return false;
+    *inc = (int)(stride / (int64_t)es);
+    return true;
+}
+
+/* One 2-d product on CBLAS: c = alpha*a@b + beta*c. False: not expressible
+   (layout, sizes), and nothing was written. probe: only say whether it is. */
+static bool tn__blas_mm2d(bool probe, tn_dtype dt, int64_t m, int64_t n, int64_t k, double alpha,
+                          const char *a, int64_t a_rs, int64_t a_cs,
+                          const char *b, int64_t b_rs, int64_t b_cs,
+                          double beta, char *c, int64_t c_rs, int64_t c_cs) {
+    size_t es = tn_dtype_size(dt);
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX || m == 0 || n == 0 || k == 0) return false;
+    int tc, ldc;
+    if (!tn__blas_layout(m, n, c_rs, c_cs, es, &tc, &ldc)) return false;
+    if (tc == TN__CBLAS_TRANS) {
+        /* column-major out: compute out^T = B^T @ A^T instead */
+        const char *t = a; a = b; b = t;
+        int64_t t0 = m; m = n; n = t0;
+        int64_t ars = b_cs, acs = b_rs, brs = a_cs, bcs = a_rs;
+        a_rs = ars; a_cs = acs; b_rs = brs; b_cs = bcs;
+        t0 = c_rs; c_rs = c_cs; c_cs = t0;
+        if (!tn__blas_layout(m, n, c_rs, c_cs, es, &tc, &ldc) || tc != TN__CBLAS_NO_TRANS) return false;
+    }
+    int ta, lda, tb, ldb, incx, incy;
+    if (n == 1) {                /* c[:,0] = A @ b[:,0] */
+        if (!tn__blas_layout(m, k, a_rs, a_cs, es, &ta, &lda)) return false;
+        if (!tn__blas_inc(k, b_rs, es, &incx) || !tn__blas_inc(m, c_rs, es, &incy)) return false;
+        int M = ta == TN__CBLAS_NO_TRANS ? (int)m : (int)k, N = ta == TN__CBLAS_NO_TRANS ? (int)k : (int)m;
+        if (probe) return true;
+        if (dt == TN_F32) tn__blas.sgemv(TN__CBLAS_ROW_MAJOR, ta, M, N, (float)alpha, (const float *)a, lda,
+                                         (const float *)b, incx, (float)beta, (float *)c, incy);
+        else tn__blas.dgemv(TN__CBLAS_ROW_MAJOR, ta, M, N, alpha, (const double *)a, lda,
+                            (const double *)b, incx, beta, (double *)c, incy);
+        return true;
+    }
+    if (m == 1) {                /* c[0,:] = B^T @ a[0,:] */
+        if (!tn__blas_layout(k, n, b_rs, b_cs, es, &tb, &ldb)) return false;
+        if (!tn__blas_inc(k, a_cs, es, &incx) || !tn__blas_inc(n, c_cs, es, &incy)) return false;
+        int tr = tb == TN__CBLAS_NO_TRANS ? TN__CBLAS_TRANS : TN__CBLAS_NO_TRANS;
+        int M = tb == TN__CBLAS_NO_TRANS ? (int)k : (int)n, N = tb == TN__CBLAS_NO_TRANS ? (int)n : (int)k;
+        if (probe) return true;
+        if (dt == TN_F32) tn__blas.sgemv(TN__CBLAS_ROW_MAJOR, tr, M, N, (float)alpha, (const float *)b, ldb,
+                                         (const float *)a, incx, (float)beta, (float *)c, incy);
+        else tn__blas.dgemv(TN__CBLAS_ROW_MAJOR, tr, M, N, alpha, (const double *)b, ldb,
+                            (const double *)a, incx, beta, (double *)c, incy);
+        return true;
+    }
+    if (!tn__blas_layout(m, k, a_rs, a_cs, es, &ta, &lda) || !tn__blas_layout(k, n, b_rs, b_cs, es, &tb, &ldb))
+        return false;
+    if (probe) return true;
+    if (dt == TN_F32) tn__blas.sgemm(TN__CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, (float)alpha,
+                                     (const float *)a, lda, (const float *)b, ldb, (float)beta, (float *)c, ldc);
+    else tn__blas.dgemm(TN__CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, alpha,
+                        (const double *)a, lda, (const double *)b, ldb, beta, (double *)c, ldc);
+    return true;
+}
+
+/* >>fill ---------------------------------------------------------------- */
+/* Loads and stores of one element as double (float16 through float32). */
+static inline double tn__mm_ld(tn_dtype dt, const char *p) {
+    switch (dt) {
+    case TN_F16: { uint16_t h; memcpy(&h, p, 2); return tn_f16_to_f32(h); }
+    case TN_F32: return *(const float *)p;
+    case TN_F64: return *(const double *)p;
+    case TN_I32: return *(const int32_t *)p;
+    case TN_I64: return (double)*(const int64_t *)p;
+    default: return 0;
+    }
+}
+
+/* out = beta*Cin (or 0) over the plan: the product of an empty k, the
+   initial value for the BLAS and integer paths. Integers wrap. */
+static void tn__mm_fill(const tn__mm_plan *p, bool scale) {
+    int64_t off[4];
+    for (int64_t bi = 0; bi < p->nbatch; bi++) {
+        tn__mm_batch_offsets(p, bi, off);
+        for (int64_t i = 0; i < p->m; i++)
+            for (int64_t j = 0; j < p->n; j++) {
+                char *o = p->c + off[2] + i * p->c_rs + j * p->c_cs;
+                const char *ci = p->ci ? p->ci + off[3] + i * p->ci_rs + j * p->ci_cs : NULL;
+                bool use = ci && p->beta != 0;
+                switch (p->dt) {
+                case TN_I32: {
+                    uint32_t v = use ? (uint32_t)*(const int32_t *)ci : 0;
+                    if (scale) v *= (uint32_t)(int64_t)p->beta;
+                    *(int32_t *)o = (int32_t)v;
+                    break;
+                }
+                case TN_I64: {
+                    uint64_t v = use ? (uint64_t)*(const int64_t *)ci : 0;
+                    if (scale) v *= (uint64_t)(int64_t)p->beta;
+                    *(int64_t *)o = (int64_t)v;
+                    break;
+                }
+                case TN_F16: {
+                    float v = use ? (float)tn__mm_ld(TN_F16, ci) : 0.0f;
+                    uint16_t h = tn_f32_to_f16(scale ? (float)p->beta * v : v);
+                    memcpy(o, &h, 2);
+                    break;
+                }
+                case TN_F32: {
+                    float v = use ? *(const float *)ci : 0.0f;
+                    *(float *)o = scale ? (float)p->beta * v : v;
+                    break;
+                }
+                case TN_F64: {
+                    double v = use ? *(const double *)ci : 0.0;
+                    *(double *)o = scale ? p->beta * v : v;
+                    break;
+                }
+                default: break;
+                }
+            }
+    }
+}
+
+/* >>gemm_kernel ---------------------------------------------------------- */
+/* The built-in float product, after Goto and van de Geijn: C is cut into
+   tiles of TN__MC x TN__NC; for each slab of TN__KC along k, a tile's rows
+   of A are packed into MR-row panels and its columns of B into NR-column
+   panels (contiguous, zero-padded, float16 widened to float32, any strides),
+   then an MR x NR micro-kernel runs over the panels with its accumulators in
+   registers. Sizes (in elements):
+     TN__KC 256  a B micro-panel (KC x NR) stays in L1 (8-16 KiB)
+     TN__MC 96   the packed A block (MC x KC) stays in L2 (96 KiB f32, 192 KiB f64)
+     TN__NC 256  the packed B panel (KC x NC) in L2/L3; also the thread task width
+   MR x NR is 6 x 8 (float) or 6 x 4 (double) for SSE2: 12 vector accumulators
+   of 16; and 6 x 16 / 6 x 8 with AVX2+FMA (chosen at run time on x86-64 when
+   the CPU has it): 12 of 16 ymm registers. MC and NC are multiples of every
+   MR and NR. Threads take whole tiles (batch, MC rows, NC cols), so they
+   share nothing but the read-only inputs. */
+#define TN__KC 256
+#define TN__MC 96
+#define TN__NC 256
+#define TN__MR_MAX 6
+#define TN__NR_MAX 16
+
+/* Micro-kernels: acc[MR*NR] = Ap (kc x MR, packed) @ Bp (kc x NR, packed).
+   The portable one uses GCC/clang vector extensions (16-byte vectors: SSE2
+   on x86-64, NEON on arm64), so it is vectorised at -O2 whatever the cost
+   model; rows are unrolled by hand so the 12 accumulators stay in registers.
+   (Plain scalar loops were tried: gcc 12 -O2 vectorises them poorly, ~10x
+   slower.) The AVX2+FMA one uses intrinsics in a target("avx2,fma")
+   function, so the build needs no -mavx2; -std=c11 turns off FP
+   contraction, so FMA must be explicit. Other compilers get scalar loops. */
+#if defined(__GNUC__) || defined(__clang__)
+typedef float tn__v4f __attribute__((vector_size(16)));
+typedef double tn__v2d __attribute__((vector_size(16)));
+#define TN__UKR_VEC(NAME, T, V, W) \
+    static void NAME(int64_t kc, const T *restrict ap, const T *restrict bp, T *restrict acc) { \
+        V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, \
+          c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0}; \
+        for (int64_t p = 0; p < kc; p++, ap += 6, bp += 2 * W) { \
+            V b0, b1; \
+            memcpy(&b0, bp, sizeof b0); \
+            memcpy(&b1, bp + W, sizeof b1); \
+            T a; \
+            a = ap[0]; c00 += a * b0; c01 += a * b1; \
+            a = ap[1]; c10 += a * b0; c11 += a * b1; \
+            a = ap[2]; c20 += a * b0; c21 += a * b1; \
+            a = ap[3]; c30 += a * b0; c31 += a * b1; \
+            a = ap[4]; c40 += a * b0; c41 += a * b1; \
+            a = ap[5]; c50 += a * b0; c51 += a * b1; \
+        } \
+        V *o = (V *)(void *)acc; /* acc is aligned for V */ \
+        o[0] = c00; o[1] = c01; o[2] = c10; o[3] = c11; o[4] = c20; o[5] = c21; \
+        o[6] = c30; o[7] = c31; o[8] = c40; o[9] = c41; o[10] = c50; o[11] = c51; \
+    }
+TN__UKR_VEC(tn__ukr_f32_vec, float, tn__v4f, 4)
+TN__UKR_VEC(tn__ukr_f64_vec, double, tn__v2d, 2)
+#define TN__UKR_F32_PORTABLE tn__ukr_f32_vec
+#define TN__UKR_F64_PORTABLE tn__ukr_f64_vec
+#else
+#define TN__UKR_SCALAR(NAME, T, NR) \
+    static void NAME(int64_t kc, const T *ap, const T *bp, T *acc) { \
+        T c[6 * NR] = {0}; \
+        for (int64_t p = 0; p < kc; p++) \
+            for (int i = 0; i < 6; i++) \
+                for (int j = 0; j < NR; j++) c[i * NR + j] += ap[p * 6 + i] * bp[p * NR + j]; \
+        memcpy(acc, c, sizeof c); \
+    }
+TN__UKR_SCALAR(tn__ukr_f32_scalar, float, 8)
+TN__UKR_SCALAR(tn__ukr_f64_scalar, double, 4)
+#define TN__UKR_F32_PORTABLE tn__ukr_f32_scalar
+#define TN__UKR_F64_PORTABLE tn__ukr_f64_scalar
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#  define TN__HAVE_AVX2_KERNELS 1
+#  include <immintrin.h>
+#define TN__UKR_AVX2(NAME, T, VT, W, LOAD, BCAST, FMA, STORE) \
+    __attribute__((target("avx2,fma"))) \
+    static void NAME(int64_t kc, const T *restrict ap, const T *restrict bp, T *restrict acc) { \
+        VT c00 = _mm256_setzero_##W(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, \
+           c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00; \
+        const int L = (int)(32 / sizeof(T)); \
+        for (int64_t p = 0; p < kc; p++, ap += 6, bp += 2 * L) { \
+            VT b0 = LOAD(bp), b1 = LOAD(bp + L), a; \
+            a = BCAST(ap + 0); c00 = FMA(a, b0, c00); c01 = FMA(a, b1, c01); \
+            a = BCAST(ap + 1); c10 = FMA(a, b0, c10); c11 = FMA(a, b1, c11); \
+            a = BCAST(ap + 2); c20 = FMA(a, b0, c20); c21 = FMA(a, b1, c21); \
+            a = BCAST(ap + 3); c30 = FMA(a, b0, c30); c31 = FMA(a, b1, c31); \
+            a = BCAST(ap + 4); c40 = FMA(a, b0, c40); c41 = FMA(a, b1, c41); \
+            a = BCAST(ap + 5); c50 = FMA(a, b0, c50); c51 = FMA(a, b1, c51); \
+        } \
+        STORE(acc + 0 * L, c00); STORE(acc + 1 * L, c01); STORE(acc + 2 * L, c10); \
+        STORE(acc + 3 * L, c11); STORE(acc + 4 * L, c20); STORE(acc + 5 * L, c21); \
+        STORE(acc + 6 * L, c30); STORE(acc + 7 * L, c31); STORE(acc + 8 * L, c40); \
+        STORE(acc + 9 * L, c41); STORE(acc + 10 * L, c50); STORE(acc + 11 * L, c51); \
+    }
+TN__UKR_AVX2(tn__ukr_f32_avx2, float, __m256, ps, _mm256_loadu_ps, _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_storeu_ps)
+TN__UKR_AVX2(tn__ukr_f64_avx2, double, __m256d, pd, _mm256_loadu_pd, _mm256_broadcast_sd, _mm256_fmadd_pd, _mm256_storeu_pd)
+#endif
+
+typedef void (*tn__ukr_f32_fn)(int64_t, const float *, const float *, float *);
+typedef void (*tn__ukr_f64_fn)(int64_t, const double *, const double *, double *);
+typedef struct tn__ukr_set {
+    int mr32, nr32, mr64, nr64;
+    tn__ukr_f32_fn f32;
+    tn__ukr_f64_fn f64;
+} tn__ukr_set;
+static tn__ukr_set tn__ukr;
+static pthread_once_t tn__ukr_once = PTHREAD_ONCE_INIT;
+
+static void tn__ukr_pick(void) {
+    tn__ukr = (tn__ukr_set){ 6, 8, 6, 4, TN__UKR_F32_PORTABLE, TN__UKR_F64_PORTABLE };
+#ifdef TN__HAVE_AVX2_KERNELS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        tn__ukr = (tn__ukr_set){ 6, 16, 6, 8, tn__ukr_f32_avx2, tn__ukr_f64_avx2 };
+#endif
+}
+
+/* Per-thread packing scratch: one block, sized for the largest case at a
+   thread's first product and kept for its life (freed by the key's
+   destructor when the thread exits), so steady-state calls never allocate. */
+#define TN__SCRATCH_BYTES ((size_t)(TN__MC * TN__KC + TN__KC * TN__NC) * sizeof(double) \
+                           + (size_t)TN__MC * TN__NC * sizeof(float) + 3 * 64)
+static pthread_key_t tn__scratch_key;
+static pthread_once_t tn__scratch_once = PTHREAD_ONCE_INIT;
+static void tn__scratch_free(void *p) { tn__free(p); }
+static void tn__scratch_key_make(void) { (void)pthread_key_create(&tn__scratch_key, tn__scratch_free); }
+static char *tn__scratch(void) {
+    pthread_once(&tn__scratch_once, tn__scratch_key_make);
+    char *s = (char *)pthread_getspecific(tn__scratch_key);
+    if (!s) {
+        s = (char *)tn__malloc(TN__SCRATCH_BYTES);
+        if (s && pthread_setspecific(tn__scratch_key, s) != 0) { tn__free(s); s = NULL; }
+    }
+    return s;
+}
+static inline char *tn__align64(char *p) { return (char *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+static inline float tn__ld_f16(const char *p) { uint16_t h; memcpy(&h, p, 2); return tn_f16_to_f32(h); }
+static inline float tn__ld_f32(const char *p) { return *(const float *)p; }
+static inline double tn__ld_f64(const char *p) { return *(const double *)p; }
+
+/* One tile of C (mc x nc at i0, j0 of batch item `off`), for element type T
+   computed from storage read by LOAD. F16OUT: accumulate the whole k range
+   in a float32 tile and round to float16 once at the end. */
+#define TN__TILE(NAME, T, LOAD, F16OUT, UKR, MRF, NRF) \
+static void NAME(const tn__mm_plan *P, const int64_t off[4], int64_t i0, int64_t mc, \
+                 int64_t j0, int64_t nc, char *scratch) { \
+    const int MR = tn__ukr.MRF, NR = tn__ukr.NRF; \
+    T *ap = (T *)tn__align64(scratch); \
+    T *bp = (T *)tn__align64((char *)(ap + TN__MC * TN__KC)); \
+    float *ct = (float *)tn__align64((char *)(bp + TN__KC * TN__NC)); \
+    const char *A = P->a + off[0] + i0 * P->a_rs, *B = P->b + off[1] + j0 * P->b_cs; \
+    char *C = P->c + off[2] + i0 * P->c_rs + j0 * P->c_cs; \
+    const char *CI = (P->ci && P->beta != 0) ? P->ci + off[3] + i0 * P->ci_rs + j0 * P->ci_cs : NULL; \
+    _Alignas(64) T acc[TN__MR_MAX * TN__NR_MAX]; \
+    const T alpha = (T)P->alpha, beta = (T)P->beta; \
+    for (int64_t pc = 0; pc < P->k; pc += TN__KC) { \
+        int64_t kc = P->k - pc < TN__KC ? P->k - pc : TN__KC; \
+        for (int64_t jp = 0; jp < nc; jp += NR) \
+            for (int64_t p = 0; p < kc; p++) { \
+                const char *src = B + (pc + p) * P->b_rs + jp * P->b_cs; \
+                T *dst = bp + jp * kc + p * NR; \
+                int64_t w = nc - jp < NR ? nc - jp : NR; \
+                for (int64_t j = 0; j < w; j++) dst[j] = (T)LOAD(src + j * P->b_cs); \
+                for (int64_t j = w; j < NR; j++) dst[j] = 0; \
+            } \
+        for (int64_t ip = 0; ip < mc; ip += MR) { \
+            int64_t h = mc - ip < MR ? mc - ip : MR; \
+            for (int64_t p = 0; p < kc; p++) { \
+                const char *src = A + ip * P->a_rs + (pc + p) * P->a_cs; \
+                T *dst = ap + ip * kc + p * MR; \
+                for (int64_t i = 0; i < h; i++) dst[i] = (T)LOAD(src + i * P->a_rs); \
+                for (int64_t i = h; i < MR; i++) dst[i] = 0; \
+            } \
+        } \
+        for (int64_t jr = 0; jr < nc; jr += NR) { \
+            int64_t nr = nc - jr < NR ? nc - jr : NR; \
+            for (int64_t ir = 0; ir < mc; ir += MR) { \
+                int64_t mr = mc - ir < MR ? mc - ir : MR; \
+                UKR(kc, ap + ir * kc, bp + jr * kc, acc); \
+                for (int64_t i = 0; i < mr; i++) { \
+                    const T *ar = acc + i * NR; \
+                    if (F16OUT) { \
+                        float *cr = ct + (ir + i) * TN__NC + jr; \
+                        if (pc == 0) for (int64_t j = 0; j < nr; j++) cr[j] = (float)ar[j]; \
+                        else for (int64_t j = 0; j < nr; j++) cr[j] += (float)ar[j]; \
+                        continue; \
+                    } \
+                    char *cr = C + (ir + i) * P->c_rs + jr * P->c_cs; \
+                    if (pc != 0) \
+                        for (int64_t j = 0; j < nr; j++) *(T *)(cr + j * P->c_cs) += alpha * ar[j]; \
+                    else if (CI) { \
+                        const char *cir = CI + (ir + i) * P->ci_rs + jr * P->ci_cs; \
+                        for (int64_t j = 0; j < nr; j++) \
+                            *(T *)(cr + j * P->c_cs) = alpha * ar[j] + beta * (T)LOAD(cir + j * P->ci_cs); \
+                    } else \
+                        for (int64_t j = 0; j < nr; j++) *(T *)(cr + j * P->c_cs) = alpha * ar[j]; \
+                } \
+            } \
+        } \
+    } \
+    if (F16OUT) \
+        for (int64_t i = 0; i < mc; i++) \
+            for (int64_t j = 0; j < nc; j++) { \
+                float v = (float)alpha * ct[i * TN__NC + j]; \
+                if (CI) v += (float)beta * tn__ld_f16(CI + i * P->ci_rs + j * P->ci_cs); \
+                uint16_t hv = tn_f32_to_f16(v); \
+                memcpy(C + i * P->c_rs + j * P->c_cs, &hv, 2); \
+            } \
+}
+TN__TILE(tn__mm_tile_f32, float, tn__ld_f32, 0, tn__ukr.f32, mr32, nr32)
+TN__TILE(tn__mm_tile_f16, float, tn__ld_f16, 1, tn__ukr.f32, mr32, nr32)
+TN__TILE(tn__mm_tile_f64, double, tn__ld_f64, 0, tn__ukr.f64, mr64, nr64)
+
+typedef struct tn__mm_job {
+    const tn__mm_plan *p;
+    int64_t mt, nt;              /* tiles along m and n */
+    atomic_int oom;
+} tn__mm_job;
+
+static void tn__mm_float_range(void *ctx, int64_t lo, int64_t hi) {
+    tn__mm_job *J = (tn__mm_job *)ctx;
+    const tn__mm_plan *P = J->p;
+    char *scratch = tn__scratch();
+    if (!scratch) { atomic_store(&J->oom, 1); return; }
+    int64_t off[4], last_bi = -1;
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t bi = t / (J->mt * J->nt), r = t % (J->mt * J->nt);
+        int64_t i0 = (r / J->nt) * TN__MC, j0 = (r % J->nt) * TN__NC;
+        int64_t mc = P->m - i0 < TN__MC ? P->m - i0 : TN__MC, nc = P->n - j0 < TN__NC ? P->n - j0 : TN__NC;
+        if (bi != last_bi) { tn__mm_batch_offsets(P, bi, off); last_bi = bi; }
+        switch (P->dt) {
+        case TN_F32: tn__mm_tile_f32(P, off, i0, mc, j0, nc, scratch); break;
+        case TN_F16: tn__mm_tile_f16(P, off, i0, mc, j0, nc, scratch); break;
+        case TN_F64: tn__mm_tile_f64(P, off, i0, mc, j0, nc, scratch); break;
+        default: TN_ASSERT(0); break;
+        }
+    }
+}
+
+/* Below this many multiply-adds a product runs on the calling thread. */
+#define TN__MM_PARALLEL_MIN ((int64_t)1 << 18)
+
+static tn_result tn__mm_float(const tn__mm_plan *P, const char *who) {
+    pthread_once(&tn__ukr_once, tn__ukr_pick);
+    tn__mm_job J = { P, (P->m + TN__MC - 1) / TN__MC, (P->n + TN__NC - 1) / TN__NC, 0 };
+    int64_t ntask = P->nbatch * J.mt * J.nt;
+    double work = (double)P->nbatch * (double)P->m * (double)P->n * (double)P->k;
+    tn__parallel_for(ntask, work >= (double)TN__MM_PARALLEL_MIN ? 1 : ntask + 1, tn__mm_float_range, &J);
+    if (atomic_load(&J.oom))
+        return tn__err(TN_ERR_OOM, "%s: out of memory for %zu bytes of packing scratch", who, (size_t)TN__SCRATCH_BYTES);
+    return TN_OK;
+}
+
+/* >>gemv_kernel ---------------------------------------------------------- */
+/* Matrix-vector products (m == 1 or n == 1) on the built-in path: packing
+   for the micro-kernel would waste NR-fold work on one column. The product
+   is seen as y[i] = sum_p M[i, p] x[p] over the `rows` outputs. "Dot form"
+   walks each row of M (contiguous along k: vectorised with 8 partial sums);
+   "axpy form" is used when M is contiguous along the outputs instead, and
+   adds x[p] * M[:, p] into a block of accumulators held in the thread's
+   scratch. Tasks are blocks of outputs of one batch item. */
+#define TN__MV_BLK 2048
+typedef struct tn__mv {
+    const tn__mm_plan *P;
+    bool axpy;
+    int64_t rows, k, nblk;
+    int64_t m_rs, m_cs, x_s, y_s, ci_s;   /* byte strides: M (output, k), x, y, Cin */
+    int sel;                              /* 0: plan's (A, B) as (M, x); 1: (B^T, A) */
+    atomic_int oom;
+} tn__mv;
+
+#define TN__MV_KERNEL(NAME, T, LOAD, STORE_T) \
+static void NAME(const tn__mv *V, const char *M, const char *x, char *y, const char *ci, \
+                 int64_t i0, int64_t i1, T *acc) { \
+    const T alpha = (T)V->P->alpha, beta = (T)V->P->beta; \
+    const int64_t k = V->k; \
+    if (!V->axpy) { \
+        for (int64_t i = i0; i < i1; i++) { \
+            const char *row = M + i * V->m_rs; \
+            T s8[8] = {0}; \
+            int64_t p = 0; \
+            if (STORE_T && V->m_cs == (int64_t)sizeof(T) && V->x_s == (int64_t)sizeof(T)) { \
+                const T *a = (const T *)row, *b = (const T *)x; \
+                for (; p + 8 <= k; p += 8) \
+                    for (int j = 0; j < 8; j++) s8[j] += a[p + j] * b[p + j]; \
+            } \
+            for (; p < k; p++) s8[p & 7] += (T)LOAD(row + p * V->m_cs) * (T)LOAD(x + p * V->x_s); \
+            acc[i - i0] = ((s8[0] + s8[4]) + (s8[1] + s8[5])) + ((s8[2] + s8[6]) + (s8[3] + s8[7])); \
+        } \
+    } else { \
+        for (int64_t i = i0; i < i1; i++) acc[i - i0] = 0; \
+        for (int64_t p = 0; p < k; p++) { \
+            const T xp = (T)LOAD(x + p * V->x_s); \
+            const char *col = M + p * V->m_cs; \
+            if (STORE_T && V->m_rs == (int64_t)sizeof(T)) { \
+                const T *a = (const T *)col; \
+                for (int64_t i = i0; i < i1; i++) acc[i - i0] += xp * a[i]; \
+            } else \
+                for (int64_t i = i0; i < i1; i++) acc[i - i0] += xp * (T)LOAD(col + i * V->m_rs); \
+        } \
+    } \
+    for (int64_t i = i0; i < i1; i++) { \
+        T v = alpha * acc[i - i0]; \
+        if (ci) v += beta * (T)LOAD(ci + i * V->ci_s); \
+        char *o = y + i * V->y_s; \
+        if (STORE_T) *(T *)o = v; \
+        else { uint16_t h = tn_f32_to_f16((float)v); memcpy(o, &h, 2); } \
+    } \
+}
+TN__MV_KERNEL(tn__mv_f32, float, tn__ld_f32, 1)
+TN__MV_KERNEL(tn__mv_f64, double, tn__ld_f64, 1)
+TN__MV_KERNEL(tn__mv_f16, float, tn__ld_f16, 0)
+
+static void tn__mv_range(void *ctx, int64_t lo, int64_t hi) {
+    tn__mv *V = (tn__mv *)ctx;
+    const tn__mm_plan *P = V->P;
+    char *scratch = tn__scratch();
+    if (!scratch) { atomic_store(&V->oom, 1); return; }
+    void *acc = tn__align64(scratch);
+    int64_t off[4];
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t bi = t / V->nblk, i0 = (t % V->nblk) * TN__MV_BLK;
+        int64_t i1 = i0 + TN__MV_BLK < V->rows ? i0 + TN__MV_BLK : V->rows;
+        tn__mm_batch_offsets(P, bi, off);
+        const char *M = V->sel ? P->b + off[1] : P->a + off[0];
+        const char *x = V->sel ? P->a + off[0] : P->b + off[1];
+        const char *ci = (P->ci && P->beta != 0) ? P->ci + off[3] : NULL;
+        char *y = P->c + off[2];
+        switch (P->dt) {
+        case TN_F32: tn__mv_f32(V, M, x, y, ci, i0, i1, (float *)acc); break;
+        case TN_F64: tn__mv_f64(V, M, x, y, ci, i0, i1, (double *)acc); break;
+        default: tn__mv_f16(V, M, x, y, ci, i0, i1, (float *)acc); break;
+        }
+    }
+}
+
+static tn_result tn__mv_float(const tn__mm_plan *P, const char *who) {
+    tn__mv V;
+    memset(&V, 0, sizeof V);
+    V.P = P;
+    V.k = P->k;
+    if (P->n == 1) {             /* y = A @ b[:, 0] */
+        V.rows = P->m; V.m_rs = P->a_rs; V.m_cs = P->a_cs; V.x_s = P->b_rs; V.y_s = P->c_rs; V.ci_s = P->ci_rs;
+    } else {                     /* y = B^T @ a[0, :] */
+        V.sel = 1;
+        V.rows = P->n; V.m_rs = P->b_cs; V.m_cs = P->b_rs; V.x_s = P->a_cs; V.y_s = P->c_cs; V.ci_s = P->ci_cs;
+    }
+    int64_t es = (int64_t)tn_dtype_size(P->dt);
+    V.axpy = V.rows > 1 && V.m_cs != es && V.m_rs == es;
+    V.nblk = (V.rows + TN__MV_BLK - 1) / TN__MV_BLK;
+    int64_t ntask = P->nbatch * V.nblk;
+    double work = (double)P->nbatch * (double)V.rows * (double)P->k;
+    tn__parallel_for(ntask, work >= (double)TN__MM_PARALLEL_MIN * 4 ? 1 : ntask + 1, tn__mv_range, &V);
+    if (atomic_load(&V.oom))
+        return tn__err(TN_ERR_OOM, "%s: out of memory for %zu bytes of scratch", who, (size_t)TN__SCRATCH_BYTES);
+    return TN_OK;
+}
+
+/* >>int_kernel ----------------------------------------------------------- */
+/* Integers: out (already beta*Cin) += alpha*A@B, in unsigned arithmetic so
+   overflow wraps as in NumPy instead of being undefined. Blocked so a slab
+   of B (TN__IKB x TN__INB) is reused across every row of A; the inner loop
+   runs along a row of B and C. Threads take blocks of TN__IMB rows. */
+#define TN__IKB 128
+#define TN__INB 512
+#define TN__IMB 32
+#define TN__INT_KERNEL(NAME, ST, UT) \
+static void NAME(const tn__mm_plan *P, const int64_t off[4], int64_t i0, int64_t i1) { \
+    const UT alpha = (UT)(int64_t)P->alpha; \
+    const char *A = P->a + off[0], *B = P->b + off[1]; \
+    char *C = P->c + off[2]; \
+    for (int64_t j0 = 0; j0 < P->n; j0 += TN__INB) { \
+        int64_t j1 = P->n - j0 < TN__INB ? P->n : j0 + TN__INB; \
+        for (int64_t p0 = 0; p0 < P->k; p0 += TN__IKB) { \
+            int64_t p1 = P->k - p0 < TN__IKB ? P->k : p0 + TN__IKB; \
+            for (int64_t i = i0; i < i1; i++) { \
+                char *cr = C + i * P->c_rs; \
+                for (int64_t p = p0; p < p1; p++) { \
+                    UT a = alpha * (UT)*(const ST *)(A + i * P->a_rs + p * P->a_cs); \
+                    if (!a) continue; \
+                    const char *br = B + p * P->b_rs; \
+                    if (P->b_cs == (int64_t)sizeof(ST) && P->c_cs == (int64_t)sizeof(ST)) { \
+                        ST *restrict c = (ST *)cr; \
+                        const ST *restrict b = (const ST *)br; \
+                        for (int64_t j = j0; j < j1; j++) c[j] = (ST)((UT)c[j] + a * (UT)b[j]); \
+                    } else \
+                        for (int64_t j = j0; j < j1; j++) { \
+                            ST *c = (ST *)(cr + j * P->c_cs); \
+                            *c = (ST)((UT)*c + a * (UT)*(const ST *)(br + j * P->b_cs)); \
+                        } \
+                } \
+            } \
+        } \
+    } \
+}
+TN__INT_KERNEL(tn__mm_int32, int32_t, uint32_t)
+TN__INT_KERNEL(tn__mm_int64, int64_t, uint64_t)
+
+static void tn__mm_int_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__mm_plan *P = (const tn__mm_plan *)ctx;
+    int64_t mt = (P->m + TN__IMB - 1) / TN__IMB, off[4];
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t bi = t / mt, i0 = (t % mt) * TN__IMB, i1 = i0 + TN__IMB < P->m ? i0 + TN__IMB : P->m;
+        tn__mm_batch_offsets(P, bi, off);
+        if (P->dt == TN_I32) tn__mm_int32(P, off, i0, i1);
+        else tn__mm_int64(P, off, i0, i1);
+    }
+}
+
+/* >>mm_run --------------------------------------------------------------- */
+/* Runs a plan: CBLAS when it can, else the built-in kernels. */
+static tn_result tn__mm_run(const tn__mm_plan *P, const char *who) {
+    if (P->m == 0 || P->n == 0 || P->nbatch == 0) return TN_OK;
+    bool have_c = P->ci && P->beta != 0;
+    if (P->k == 0) { tn__mm_fill(P, true); return TN_OK; }
+    if (P->dt == TN_I32 || P->dt == TN_I64) {
+        tn__mm_fill(P, true);
+        int64_t ntask = P->nbatch * ((P->m + TN__IMB - 1) / TN__IMB);
+        double work = (double)P->nbatch * (double)P->m * (double)P->n * (double)P->k;
+        tn__parallel_for(ntask, work >= (double)TN__MM_PARALLEL_MIN ? 1 : ntask + 1, tn__mm_int_range, (void *)P);
+        return TN_OK;
+    }
+    if ((P->dt == TN_F32 || P->dt == TN_F64) && tn__blas_name() &&
+        tn__blas_mm2d(true, P->dt, P->m, P->n, P->k, P->alpha, P->a, P->a_rs, P->a_cs,
+                      P->b, P->b_rs, P->b_cs, 0.0, P->c, P->c_rs, P->c_cs)) {
+        /* Every batch item has the same strides, so the probe holds for all.
+           out starts as Cin (broadcast) and BLAS applies beta, unless out
+           already is Cin (an in-place gemm). */
+        bool same = have_c && P->ci == P->c && P->ci_rs == P->c_rs && P->ci_cs == P->c_cs &&
+                    !memcmp(P->ci_bs, P->c_bs, sizeof P->c_bs);
+        if (have_c && !same) tn__mm_fill(P, false);
+        int64_t off[4];
+        for (int64_t bi = 0; bi < P->nbatch; bi++) {
+            tn__mm_batch_offsets(P, bi, off);
+            bool ok = tn__blas_mm2d(false, P->dt, P->m, P->n, P->k, P->alpha, P->a + off[0], P->a_rs, P->a_cs,
+                                    P->b + off[1], P->b_rs, P->b_cs, have_c ? P->beta : 0.0,
+                                    P->c + off[2], P->c_rs, P->c_cs);
+            TN_ASSERT(ok);
+            (void)ok;
+        }
+        return TN_OK;
+    }
+    if (P->m == 1 || P->n == 1) return tn__mv_float(P, who);
+    return tn__mm_float(P, who);
+}
+
+/* >>linalg_infer --------------------------------------------------------- */
+
+static const char *tn__la_fn(int op) {
+    switch (op) {
+    case TN_OP_DOT: return "tn_dot";
+    case TN_OP_GEMM: return "tn_gemm";
+    case TN_OP_GEMV: return "tn_gemv";
+    default: return "tn_outer";
+    }
+}
+
+/* "a (3, 4)" or, when the variable (or what a promotion cast reads) has a
+   name, "a 'W' (3, 4)". */
+static const char *tn__la_desc(tn_var *const *vars, int k, const char *role, const tn_type *t, char buf[200]) {
+    const tn_var *v = vars ? vars[k] : NULL;
+    while (v && !v->name && v->op == TN_OP_CAST && v->n_in == 1) v = v->in[0];
+    char sh[128];
+    tn__shape_str(t->ndim, t->shape, sh);
+    if (v && v->name) snprintf(buf, 200, "%s '%s' %s", role, v->name, sh);
+    else snprintf(buf, 200, "%s %s", role, sh);
+    return buf;
+}
+
+/* The operands' dtypes: one numeric dtype (constructors insert casts). */
+static tn_result tn__la_dtypes(const char *fn, tn_var *const *vars, const tn_type *in, int n, const char *const *roles) {
+    char d[200];
+    for (int i = 0; i < n; i++)
+        if (in[i].dtype == TN_BOOL || in[i].dtype == TN_DTYPE_NONE || in[i].dtype >= TN_DTYPE_COUNT)
+            return tn__err(TN_ERR_DTYPE, "%s: %s has dtype %s; products need int or float operands", fn,
+                           tn__la_desc(vars, i, roles[i], &in[i], d), tn_dtype_name(in[i].dtype));
+    for (int i = 1; i < n; i++)
+        if (in[i].dtype != in[0].dtype) {
+            char d0[200];
+            return tn__err(TN_ERR_DTYPE, "%s: operands differ in dtype: %s is %s, %s is %s", fn,
+                           tn__la_desc(vars, 0, roles[0], &in[0], d0), tn_dtype_name(in[0].dtype),
+                           tn__la_desc(vars, i, roles[i], &in[i], d), tn_dtype_name(in[i].dtype));
+        }
+    return TN_OK;
+}
+
+/* Matmul rule for operands ia, ib of the node (roles ra, rb). */
+static tn_result tn__matmul_type(const char *fn, tn_var *const *vars, int ia, int ib, const char *ra, const char *rb,
+                                 const tn_type *a, const tn_type *b, tn_type *out) {
+    char da[200], db[200];
+    if (a->ndim == 0 || b->ndim == 0)
+        return tn__err(TN_ERR_SHAPE, "%s: %s is 0-d: a matrix product needs at least 1-d operands (use tn_mul for scalars)",
+                       fn, a->ndim == 0 ? tn__la_desc(vars, ia, ra, a, da) : tn__la_desc(vars, ib, rb, b, db));
+    int64_t ka = a->shape[a->ndim - 1], kb = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2];
+    if (ka >= 0 && kb >= 0 && ka != kb)
+        return tn__err(TN_ERR_SHAPE, "%s: inner dimensions differ: %s and %s", fn,
+                       tn__la_desc(vars, ia, ra, a, da), tn__la_desc(vars, ib, rb, b, db));
+    int na = a->ndim >= 2 ? a->ndim - 2 : 0, nb = b->ndim >= 2 ? b->ndim - 2 : 0;
+    int nbt = na > nb ? na : nb;
+    int tail = (a->ndim >= 2) + (b->ndim >= 2);
+    if (nbt + tail > TN_MAX_DIMS)
+        return tn__err(TN_ERR_SHAPE, "%s: the product of %s and %s has more than %d dims", fn,
+                       tn__la_desc(vars, ia, ra, a, da), tn__la_desc(vars, ib, rb, b, db), TN_MAX_DIMS);
+    memset(out, 0, sizeof *out);
+    out->dtype = a->dtype;
+    out->ndim = nbt + tail;
+    for (int d = 0; d < nbt; d++) {
+        int xa = d - (nbt - na), xb = d - (nbt - nb);
+        int64_t sa = xa >= 0 ? a->shape[xa] : 1, sb = xb >= 0 ? b->shape[xb] : 1;
+        bool ba = xa < 0 || a->bcast[xa] || sa == 1, bb = xb < 0 || b->bcast[xb] || sb == 1;
+        int64_t r;
+        if (sa == sb) r = sa;
+        else if (ba) r = sb;
+        else if (bb) r = sa;
+        else if (sa < 0) r = sb;          /* unknown: checked again at call time */
+        else if (sb < 0) r = sa;
+        else
+            return tn__err(TN_ERR_SHAPE, "%s: batch dimensions do not broadcast: %s and %s", fn,
+                           tn__la_desc(vars, ia, ra, a, da), tn__la_desc(vars, ib, rb, b, db));
+        out->shape[d] = r;
+        out->bcast[d] = ba && bb;
+    }
+    int d = nbt;
+    if (a->ndim >= 2) { out->shape[d] = a->shape[a->ndim - 2]; out->bcast[d] = a->bcast[a->ndim - 2]; d++; }
+    if (b->ndim >= 2) { out->shape[d] = b->shape[b->ndim - 1]; out->bcast[d] = b->bcast[b->ndim - 1]; }
+    return TN_OK;
+}
+
+/* The added term (C of gemm, y of gemv) must broadcast to the product
+   without changing its shape. */
+static tn_result tn__la_addend(const char *fn, tn_var *const *vars, const char *const *roles, const tn_type *in,
+                               const tn_type *prod) {
+    const tn_type *c = &in[0];
+    bool ok = c->ndim <= prod->ndim;
+    for (int d = 0; ok && d < c->ndim; d++) {
+        int64_t s = c->shape[d], t = prod->shape[prod->ndim - c->ndim + d];
+        ok = s == t || s == 1 || s < 0 || t < 0;
+    }
+    if (ok) return TN_OK;
+    char dc[200], da[200], db[200], dp[128];
+    return tn__err(TN_ERR_SHAPE, "%s: %s does not broadcast to the product's shape %s of %s and %s", fn,
+                   tn__la_desc(vars, 0, roles[0], c, dc), tn__shape_str(prod->ndim, prod->shape, dp),
+                   tn__la_desc(vars, 1, roles[1], &in[1], da), tn__la_desc(vars, 2, roles[2], &in[2], db));
+}
+
+/* Integer products take integer scales. */
+static tn_result tn__la_scales(const char *fn, const tn_params *p, tn_dtype t) {
+    if (!p || tn_dtype_is_float(t)) return TN_OK;
+    for (int i = 0; i < 2; i++)
+        if (p->f[i] != floor(p->f[i]) || fabs(p->f[i]) > 9.2e18)
+            return tn__err(TN_ERR_INVALID, "%s: %s %g is not an integer, but the operands are %s", fn,
+                           i ? "beta" : "alpha", p->f[i], tn_dtype_name(t));
+    return TN_OK;
+}
+
+/* Type rule of each linalg op; vars (may be NULL) give names for messages. */
+static tn_result tn__la_type(int op, tn_var *const *vars, const tn_params *p, const tn_type *in, tn_type *out) {
+    static const char *const r_dot[] = { "a", "b" }, *const r_gemm[] = { "c", "a", "b" },
+                             *const r_gemv[] = { "y", "a", "x" };
+    const char *fn = tn__la_fn(op);
+    char d0[200], d1[200];
+    tn_result r;
+    switch (op) {
+    case TN_OP_DOT:
+        if ((r = tn__la_dtypes(fn, vars, in, 2, r_dot)) != TN_OK) return r;
+        return tn__matmul_type(fn, vars, 0, 1, "a", "b", &in[0], &in[1], out);
+    case TN_OP_OUTER:
+        if ((r = tn__la_dtypes(fn, vars, in, 2, r_dot)) != TN_OK) return r;
+        if (in[0].ndim != 1 || in[1].ndim != 1)
+            return tn__err(TN_ERR_SHAPE, "%s: operands must be vectors (1-d), got %s and %s", fn,
+                           tn__la_desc(vars, 0, "a", &in[0], d0), tn__la_desc(vars, 1, "b", &in[1], d1));
+        memset(out, 0, sizeof *out);
+        out->dtype = in[0].dtype;
+        out->ndim = 2;
+        out->shape[0] = in[0].shape[0]; out->bcast[0] = in[0].bcast[0];
+        out->shape[1] = in[1].shape[0]; out->bcast[1] = in[1].bcast[0];
+        return TN_OK;
+    case TN_OP_GEMM:
+        if ((r = tn__la_dtypes(fn, vars, in, 3, r_gemm)) != TN_OK) return r;
+        if ((r = tn__la_scales(fn, p, in[0].dtype)) != TN_OK) return r;
+        if ((r = tn__matmul_type(fn, vars, 1, 2, "a", "b", &in[1], &in[2], out)) != TN_OK) return r;
+        return tn__la_addend(fn, vars, r_gemm, in, out);
+    case TN_OP_GEMV:
+        if ((r = tn__la_dtypes(fn, vars, in, 3, r_gemv)) != TN_OK) return r;
+        if ((r = tn__la_scales(fn, p, in[0].dtype)) != TN_OK) return r;
+        if (in[1].ndim != 2 || in[2].ndim != 1)
+            return tn__err(TN_ERR_SHAPE, "%s: needs a matrix (2-d) and a vector (1-d), got %s and %s", fn,
+                           tn__la_desc(vars, 1, "a", &in[1], d0), tn__la_desc(vars, 2, "x", &in[2], d1));
+        if ((r = tn__matmul_type(fn, vars, 1, 2, "a", "x", &in[1], &in[2], out)) != TN_OK) return r;
+        return tn__la_addend(fn, vars, r_gemv, in, out);
+    default:
+        return tn__err(TN_ERR_INTERNAL, "tn__la_type: op %d is not a linalg op", op);
+    }
+}
+
+static tn_result tn__la_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    return tn__la_type(node->op, node->in, &node->p, in, out);
+}
+
+/* >>linalg_cpu ------------------------------------------------------------ */
+
+static tn_result tn__la_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__mm_plan P;
+    const char *fn = tn__la_fn(node->op);
+    switch (node->op) {
+    case TN_OP_DOT:
+        tn__mm_plan_init(&P, in[0], in[1], out[0], NULL, 1.0, 0.0);
+        break;
+    case TN_OP_GEMM:
+    case TN_OP_GEMV:
+        tn__mm_plan_init(&P, in[1], in[2], out[0], in[0], node->p.f[0], node->p.f[1]);
+        break;
+    case TN_OP_OUTER: {
+        /* a (m) as an (m, 1) matrix, b (n) as (1, n): a product with k = 1 */
+        tn_array a = *in[0], b = *in[1];
+        int64_t es = (int64_t)tn_dtype_size(a.dtype);
+        a.ndim = 2; a.shape[1] = 1; a.strides[1] = es;
+        b.ndim = 2; b.shape[1] = b.shape[0]; b.strides[1] = b.strides[0]; b.shape[0] = 1; b.strides[0] = b.shape[1] * es;
+        tn__mm_plan_init(&P, &a, &b, out[0], NULL, 1.0, 0.0);
+        break;
+    }
+    default:
+        return tn__err(TN_ERR_INTERNAL, "tn__la_cpu: op %d is not a linalg op", node->op);
+    }
+    return tn__mm_run(&P, fn);
+}
+
+static void tn__la_label(const tn_var *node, char *buf, size_t cap) {
+    switch (node->op) {
+    case TN_OP_DOT: snprintf(buf, cap, "Dot"); break;
+    case TN_OP_GEMM: snprintf(buf, cap, "Gemm{%s}", node->inplace ? "inplace" : "no_inplace"); break;
+    case TN_OP_GEMV: snprintf(buf, cap, "Gemv{%s}", node->inplace ? "inplace" : "no_inplace"); break;
+    default: snprintf(buf, cap, "Outer"); break;
+    }
+}
+
+/* >>linalg_constructors --------------------------------------------------- */
+
+/* Promotes the operands to one dtype (a weak scalar addend, at index 0 when
+   `weak0`, adopts the product's), checks the type rule before recording
+   anything, then records the casts and the node. */
+static tn_var *tn__la_build(int op, int n, tn_var **in, const tn_params *p) {
+    const char *fn = tn__la_fn(op);
+    for (int i = 0; i < n; i++)
+        if (!in[i]) {
+            if (tn_last_result() == TN_OK) tn__err(TN_ERR_NULL, "%s: operand %d is NULL", fn, i);
+            return NULL;
+        }
+    for (int i = 1; i < n; i++)
+        if (in[i]->graph != in[0]->graph) {
+            tn__err(TN_ERR_GRAPH, "%s: operands belong to different graphs", fn);
+            return NULL;
+        }
+    tn_type t[3];
+    memset(t, 0, sizeof t);
+    for (int i = 0; i < n; i++) t[i] = in[i]->type;
+    bool has_addend = op == TN_OP_GEMM || op == TN_OP_GEMV;
+    int first = has_addend ? 1 : 0;
+    tn_dtype dt = TN_DTYPE_NONE;
+    for (int i = 0; i < n; i++) {
+        if (t[i].dtype == TN_BOOL) {
+            tn_type out;
+            tn__la_type(op, in, p, t, &out);     /* the rule names the bool operand */
+            return NULL;
+        }
+        if (i >= first || !(in[i]->flags & TN_VAR_WEAK)) dt = tn_dtype_promote(dt, t[i].dtype);
+    }
+    for (int i = 0; i < n; i++) t[i].dtype = dt;
+    tn_type out;
+    if (tn__la_type(op, in, p, t, &out) != TN_OK) return NULL;
+    tn_var *cin[3];
+    for (int i = 0; i < n; i++) {
+        cin[i] = in[i]->type.dtype == dt ? in[i] : tn_cast(in[i], dt);
+        if (!cin[i]) return NULL;
+    }
+    return tn__node(in[0]->graph, op, n, cin, p, NULL, fn);
+}
+
+TN_API tn_var *tn_dot(tn_var *a, tn_var *b) {
+    tn_var *in[2] = { a, b };
+    return tn__la_build(TN_OP_DOT, 2, in, NULL);
+}
+
+TN_API tn_var *tn_outer(tn_var *a, tn_var *b) {
+    tn_var *in[2] = { a, b };
+    return tn__la_build(TN_OP_OUTER, 2, in, NULL);
+}
+
+TN_API tn_var *tn_gemm(tn_var *c, double alpha, tn_var *a, tn_var *b, double beta) {
+    tn_var *in[3] = { c, a, b };
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    p.f[0] = alpha;
+    p.f[1] = beta;
+    return tn__la_build(TN_OP_GEMM, 3, in, &p);
+}
+
+TN_API tn_var *tn_gemv(tn_var *y, double alpha, tn_var *a, tn_var *x, double beta) {
+    tn_var *in[3] = { y, a, x };
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    p.f[0] = alpha;
+    p.f[1] = beta;
+    return tn__la_build(TN_OP_GEMV, 3, in, &p);
+}
+
+/* >>registry: fills this part's rows of the op table */
+static void tn__register_linalg_ops(tn_op_def *t) {
+    t[TN_OP_DOT] = (tn_op_def){ "Dot", TN_OPK_LINALG, 2, tn__la_infer, tn__la_cpu, tn__la_label };
+    t[TN_OP_GEMM] = (tn_op_def){ "Gemm", TN_OPK_LINALG, 3, tn__la_infer, tn__la_cpu, tn__la_label };
+    t[TN_OP_GEMV] = (tn_op_def){ "Gemv", TN_OPK_LINALG, 3, tn__la_infer, tn__la_cpu, tn__la_label };
+    t[TN_OP_OUTER] = (tn_op_def){ "Outer", TN_OPK_LINALG, 2, tn__la_infer, tn__la_cpu, tn__la_label };
+}
+
+/* >>ops_shape ========================================================= */
+/* >>shape ops: reshape, dimshuffle, slice, flatten, broadcast_to,
+   concatenate, stack, alloc/fill, eye, arange.
+
+   View ops (TN_OPK_VIEW: DIMSHUFFLE, SLICE, BROADCAST_TO) never copy: the
+   executor hands the kernel out[0] with base, data and device of in[0]; the
+   kernel sets data (first element) and strides. RESHAPE and FLATTEN are
+   TN_OPK_SHAPE for now: a reshape of a non-contiguous input cannot be a view
+   and a view slot has no buffer of its own to fall back on. Their kernel
+   aliases when called with out[0]->data == in[0]->data and the layout
+   allows, else copies, so they can become views once the executor offers a
+   fallback buffer.
+
+   Params (see tensor_ops.h): ops whose rank is not implied by their inputs
+   keep it in i[TN__P_NDIM] (RESHAPE, DIMSHUFFLE, BROADCAST_TO, ALLOC). */
+
+#define TN__P_NDIM (TN_MAX_IPARAMS - 1)
+#define TN__P_DTYPE (TN_MAX_IPARAMS - 2)     /* EYE, ARANGE: output dtype */
+
+static tn_params tn__params_zero(void) {
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+/* >>shape_infer ---------------------------------------------------------- */
+
+static tn_result tn__infer_reshape(const tn_var *node, const tn_type *in, tn_type *out) {
+    int nd = (int)node->p.i[TN__P_NDIM];
+    int64_t size = 1;
+    for (int d = 0; d < in[0].ndim; d++) size = in[0].shape[d] < 0 || size < 0 ? -1 : size * in[0].shape[d];
+    out->dtype = in[0].dtype;
+    out->ndim = nd;
+    tn_result r = tn__reshape_target("Reshape", size, in[0].ndim, in[0].shape, nd, node->p.i, out->shape);
+    if (r != TN_OK) return r;
+    for (int d = 0; d < nd; d++) out->bcast[d] = out->shape[d] == 1;
+    return TN_OK;
+}
+
+static tn_result tn__infer_dimshuffle(const tn_var *node, const tn_type *in, tn_type *out) {
+    int nd = (int)node->p.i[TN__P_NDIM];
+    bool used[TN_MAX_DIMS] = {false};
+    char sb[128];
+    out->dtype = in[0].dtype;
+    out->ndim = nd;
+    for (int k = 0; k < nd; k++) {
+        int64_t ax = node->p.i[k];
+        if (ax == -1) { out->shape[k] = 1; out->bcast[k] = true; continue; }
+        if (ax < 0 || ax >= in[0].ndim)
+            return tn__err(TN_ERR_AXIS, "DimShuffle: pattern entry %d is axis %lld, out of range for an input of %d dims %s",
+                           k, (long long)ax, in[0].ndim, tn__shape_str(in[0].ndim, in[0].shape, sb));
+        if (used[ax]) return tn__err(TN_ERR_AXIS, "DimShuffle: axis %lld appears twice in the pattern", (long long)ax);
+        used[ax] = true;
+        out->shape[k] = in[0].shape[ax];
+        out->bcast[k] = in[0].bcast[ax];
+    }
+    for (int d = 0; d < in[0].ndim; d++)
+        if (!used[d] && !in[0].bcast[d] && in[0].shape[d] != 1)
+            return tn__err(TN_ERR_SHAPE, "DimShuffle: cannot drop axis %d of an input of shape %s: only broadcastable "
+                           "(size 1) dimensions can be dropped", d, tn__shape_str(in[0].ndim, in[0].shape, sb));
+    return TN_OK;
+}
+
+static tn_result tn__infer_slice(const tn_var *node, const tn_type *in, tn_type *out) {
+    *out = in[0];
+    for (int d = 0; d < in[0].ndim; d++) {
+        int64_t start = node->p.i[3 * d], stop = node->p.i[3 * d + 1], step = node->p.i[3 * d + 2];
+        if (step == TN_NONE) step = 1;
+        if (step == 0) return tn__err(TN_ERR_INVALID, "Subtensor: slice step of axis %d cannot be zero", d);
+        if (start == TN_NONE && stop == TN_NONE && step == 1) continue;
+        if (in[0].shape[d] < 0) { out->shape[d] = -1; out->bcast[d] = false; continue; }
+        int64_t first, count;
+        tn__slice_resolve(in[0].shape[d], start, stop, step, &first, &count);
+        out->shape[d] = count;
+        out->bcast[d] = in[0].bcast[d] && count == 1;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__infer_flatten(const tn_var *node, const tn_type *in, tn_type *out) {
+    int outdim = (int)node->p.i[0];
+    char sb[128];
+    if (outdim < 1 || (in[0].ndim > 0 && outdim > in[0].ndim))
+        return tn__err(TN_ERR_INVALID, "Flatten: outdim %d must be in [1, %d] for an input of shape %s", outdim,
+                       in[0].ndim > 0 ? in[0].ndim : 1, tn__shape_str(in[0].ndim, in[0].shape, sb));
+    out->dtype = in[0].dtype;
+    out->ndim = outdim;
+    for (int d = 0; d < outdim - 1; d++) { out->shape[d] = in[0].shape[d]; out->bcast[d] = in[0].bcast[d]; }
+    int64_t n = 1;
+    bool bc = true;
+    for (int d = outdim - 1; d < in[0].ndim; d++) {
+        n = in[0].shape[d] < 0 || n < 0 ? -1 : n * in[0].shape[d];
+        bc = bc && in[0].bcast[d];
+    }
+    out->shape[outdim - 1] = n;
+    out->bcast[outdim - 1] = bc;
+    return TN_OK;
+}
+
+/* NumPy broadcasting of `from` to a target shape; unknown dims (-1) on
+   either side pass, known mismatches are errors naming `who`. */
+static tn_result tn__infer_bcast_to(const char *who, const tn_type *from, int nd, const int64_t *shape, tn_type *out) {
+    char s1[128], s2[128];
+    if (from->ndim > nd)
+        return tn__err(TN_ERR_SHAPE, "%s: cannot broadcast %s to %s: the target has fewer dims", who,
+                       tn__shape_str(from->ndim, from->shape, s1), tn__shape_str(nd, shape, s2));
+    int off = nd - from->ndim;
+    out->ndim = nd;
+    for (int d = 0; d < nd; d++) {
+        out->shape[d] = shape[d];
+        out->bcast[d] = shape[d] == 1;
+        if (d < off) continue;
+        int64_t s = from->shape[d - off];
+        if (s >= 0 && s != 1 && shape[d] >= 0 && s != shape[d])
+            return tn__err(TN_ERR_SHAPE, "%s: cannot broadcast %s to %s (dim %d: %lld vs %lld)", who,
+                           tn__shape_str(from->ndim, from->shape, s1), tn__shape_str(nd, shape, s2), d,
+                           (long long)s, (long long)shape[d]);
+        if (shape[d] < 0 && s >= 0 && s != 1) out->shape[d] = s;   /* the known side tells */
+    }
+    return TN_OK;
+}
+
+static tn_result tn__infer_broadcast_to(const tn_var *node, const tn_type *in, tn_type *out) {
+    out->dtype = in[0].dtype;
+    return tn__infer_bcast_to("BroadcastTo", &in[0], (int)node->p.i[TN__P_NDIM], node->p.i, out);
+}
+
+static tn_result tn__infer_concatenate(const tn_var *node, const tn_type *in, tn_type *out) {
+    int n = node->n_in, ax = (int)node->p.i[0];
+    char s1[128], s2[128];
+    if (n < 1) return tn__err(TN_ERR_INVALID, "Join: needs at least one input");
+    int nd = in[0].ndim;
+    if (ax < 0 || ax >= nd)
+        return tn__err(TN_ERR_AXIS, "Join: axis %d is out of range for inputs of %d dims", ax, nd);
+    *out = in[0];
+    out->bcast[ax] = false;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (in[i].ndim != nd)
+            return tn__err(TN_ERR_SHAPE, "Join: input %d has %d dims %s but input 0 has %d %s", i, in[i].ndim,
+                           tn__shape_str(in[i].ndim, in[i].shape, s1), nd, tn__shape_str(nd, in[0].shape, s2));
+        if (i > 0) out->dtype = tn_dtype_promote(out->dtype, in[i].dtype);
+        for (int d = 0; d < nd; d++) {
+            if (d == ax) continue;
+            if (in[i].shape[d] >= 0 && out->shape[d] >= 0 && in[i].shape[d] != out->shape[d])
+                return tn__err(TN_ERR_SHAPE, "Join: input %d has shape %s, which differs from %s off axis %d (dim %d)", i,
+                               tn__shape_str(nd, in[i].shape, s1), tn__shape_str(nd, in[0].shape, s2), ax, d);
+            if (out->shape[d] < 0) out->shape[d] = in[i].shape[d];
+            out->bcast[d] = out->bcast[d] || in[i].bcast[d];
+        }
+        total = in[i].shape[ax] < 0 || total < 0 ? -1 : total + in[i].shape[ax];
+    }
+    out->shape[ax] = total;
+    return TN_OK;
+}
+
+/* ALLOC: in[0] the value, broadcast to i[0..ndim) or, with a second input
+   `like`, to like's shape (known only at call time when like's is). */
+static tn_result tn__infer_alloc(const tn_var *node, const tn_type *in, tn_type *out) {
+    const tn_var *value = node->in ? node->in[0] : NULL;
+    bool weak = value && (value->flags & TN_VAR_WEAK);
+    tn_result r;
+    if (node->n_in < 1 || node->n_in > 2)
+        return tn__err(TN_ERR_INVALID, "Alloc: takes a value and optionally a `like` input, got %d inputs", node->n_in);
+    if (node->n_in == 2) {
+        r = tn__infer_bcast_to("Alloc", &in[0], in[1].ndim, in[1].shape, out);
+        for (int d = 0; d < in[1].ndim; d++) out->bcast[d] = in[1].bcast[d];
+        out->dtype = weak ? in[1].dtype : in[0].dtype;
+    } else {
+        r = tn__infer_bcast_to("Alloc", &in[0], (int)node->p.i[TN__P_NDIM], node->p.i, out);
+        out->dtype = weak && tn_dtype_is_float(in[0].dtype) ? tn_get_config()->floatX : in[0].dtype;
+    }
+    return r;
+}
+
+static tn_result tn__infer_eye(const tn_var *node, const tn_type *in, tn_type *out) {
+    (void)in;
+    memset(out, 0, sizeof *out);
+    out->dtype = (tn_dtype)node->p.i[TN__P_DTYPE];
+    out->ndim = 2;
+    out->shape[0] = node->p.i[0];
+    out->shape[1] = node->p.i[1];
+    for (int d = 0; d < 2; d++) out->bcast[d] = out->shape[d] == 1;
+    return TN_OK;
+}
+
+static tn_result tn__infer_arange(const tn_var *node, const tn_type *in, tn_type *out) {
+    (void)in;
+    memset(out, 0, sizeof *out);
+    int64_t n;
+    tn_result r = tn__arange_len("ARange", node->p.f[0], node->p.f[1], node->p.f[2], &n);
+    if (r != TN_OK) return r;
+    out->dtype = (tn_dtype)node->p.i[TN__P_DTYPE];
+    out->ndim = 1;
+    out->shape[0] = n;
+    out->bcast[0] = n == 1;
+    return TN_OK;
+}
+
+/* >>shape_kernels -------------------------------------------------------- */
+
+/* A view kernel's output: in[0]'s storage, with shape and strides given. */
+static void tn__set_view(tn_array *o, const tn_array *src, int nd, const int64_t *shape, const int64_t *strides, const char *data) {
+    o->dtype = src->dtype;
+    o->ndim = nd;
+    for (int d = 0; d < nd; d++) { o->shape[d] = shape[d]; o->strides[d] = strides[d]; }
+    o->data = (void *)data;
+    o->base = src->base;
+    o->device = src->device;
+}
+
+static tn_result tn__cpu_dimshuffle(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    int nd = (int)node->p.i[TN__P_NDIM];
+    int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
+    for (int k = 0; k < nd; k++) {
+        int64_t ax = node->p.i[k];
+        if (ax < 0) { sh[k] = 1; st[k] = 0; }
+        else { sh[k] = x->shape[ax]; st[k] = x->strides[ax]; }
+    }
+    tn__set_view(out[0], x, nd, sh, st, (const char *)x->data);
+    return TN_OK;
+}
+
+static tn_result tn__cpu_slice(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
+    const char *data = (const char *)x->data;
+    for (int d = 0; d < x->ndim; d++) {
+        int64_t start = node->p.i[3 * d], stop = node->p.i[3 * d + 1], step = node->p.i[3 * d + 2];
+        if (step == TN_NONE) step = 1;
+        int64_t first, count;
+        tn__slice_resolve(x->shape[d], start, stop, step, &first, &count);
+        sh[d] = count;
+        st[d] = x->strides[d] * step;
+        data += first * x->strides[d];
+    }
+    tn__set_view(out[0], x, x->ndim, sh, st, data);
+    return TN_OK;
+}
+
+static tn_result tn__cpu_broadcast_to(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    int nd = (int)node->p.i[TN__P_NDIM];
+    int64_t st[TN_MAX_DIMS];
+    if (!tn__broadcast_strides(x, nd, node->p.i, st)) {
+        char s1[128], s2[128];
+        return tn__err(TN_ERR_SHAPE, "BroadcastTo: cannot broadcast %s to %s", tn__shape_str(x->ndim, x->shape, s1),
+                       tn__shape_str(nd, node->p.i, s2));
+    }
+    tn__set_view(out[0], x, nd, node->p.i, st, (const char *)x->data);
+    return TN_OK;
+}
+
+/* RESHAPE and FLATTEN: out[0]'s shape is the inferred one. A view when the
+   executor aliased out[0] to in[0] and the layout allows; else a copy into
+   out[0]'s own contiguous buffer. */
+static tn_result tn__reshape_into(const char *who, const tn_array *x, tn_array *o) {
+    if (o->data == x->data && o->base == x->base) {
+        int64_t st[TN_MAX_DIMS];
+        if (tn__reshape_strides(x->ndim, x->shape, x->strides, o->ndim, o->shape, st, tn_dtype_size(x->dtype))) {
+            for (int d = 0; d < o->ndim; d++) o->strides[d] = st[d];
+            return TN_OK;
+        }
+        char s1[128];
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: an input of shape %s with these strides cannot be reshaped without a copy", who,
+                       tn__shape_str(x->ndim, x->shape, s1));
+    }
+    /* out[0] is a fresh contiguous buffer: write x's elements in C order */
+    if (!tn_array_is_contiguous(o)) return tn__err(TN_ERR_INTERNAL, "%s: output buffer is not contiguous", who);
+    int64_t cs[TN_MAX_DIMS];
+    tn__contiguous_strides(o->dtype, x->ndim, x->shape, cs);
+    tn__copy_strided(o->dtype, o->data, cs, x->dtype, x->data, x->strides, x->ndim, x->shape);
+    return TN_OK;
+}
+
+static tn_result tn__cpu_reshape(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    (void)node;
+    return tn__reshape_into("Reshape", in[0], out[0]);
+}
+
+static tn_result tn__cpu_flatten(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    (void)node;
+    return tn__reshape_into("Flatten", in[0], out[0]);
+}
+
+/* Copies (and converts) the whole of src into dst, both of dst's shape. */
+static void tn__copy_array(tn_array *dst, const tn_array *src) {
+    tn__copy_strided(dst->dtype, dst->data, dst->strides, src->dtype, src->data, src->strides, dst->ndim, dst->shape);
+}
+
+static tn_result tn__cpu_concatenate(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn_array *o = out[0];
+    int ax = (int)node->p.i[0];
+    int64_t off = 0;
+    for (int i = 0; i < node->n_in; i++) {
+        const tn_array *x = in[i];
+        if (x->ndim != o->ndim) return tn__err(TN_ERR_SHAPE, "Join: input %d has %d dims, output %d", i, x->ndim, o->ndim);
+        tn_array part = *o;                       /* the output's slab for input i */
+        part.shape[ax] = x->shape[ax];
+        part.data = (char *)o->data + off * o->strides[ax];
+        for (int d = 0; d < o->ndim; d++)
+            if (d != ax && x->shape[d] != o->shape[d]) {
+                char s1[128], s2[128];
+                return tn__err(TN_ERR_SHAPE, "Join: input %d has shape %s, which does not fit %s off axis %d", i,
+                               tn__shape_str(x->ndim, x->shape, s1), tn__shape_str(o->ndim, o->shape, s2), ax);
+            }
+        tn__copy_array(&part, x);
+        off += x->shape[ax];
+    }
+    return TN_OK;
+}
+
+static tn_result tn__cpu_alloc(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    (void)node;
+    tn_array *o = out[0];
+    const tn_array *v = in[0];
+    int64_t st[TN_MAX_DIMS];
+    if (!tn__broadcast_strides(v, o->ndim, o->shape, st)) {
+        char s1[128], s2[128];
+        return tn__err(TN_ERR_SHAPE, "Alloc: cannot broadcast a value of shape %s to %s", tn__shape_str(v->ndim, v->shape, s1),
+                       tn__shape_str(o->ndim, o->shape, s2));
+    }
+    if (tn_array_size(v) == 1 && tn_array_is_contiguous(o)) {
+        /* one value: convert once, then fill by doubling copies */
+        size_t es = tn_dtype_size(o->dtype);
+        int64_t n = tn_array_size(o);
+        if (n == 0) return TN_OK;
+        char *p = (char *)o->data;
+        tn__convert_row(o->dtype, p, (int64_t)es, v->dtype, (const char *)v->data, 0, 1);
+        for (int64_t done = 1; done < n;) {
+            int64_t k = done < n - done ? done : n - done;
+            memcpy(p + done * (int64_t)es, p, (size_t)(k * (int64_t)es));
+            done += k;
+        }
+        return TN_OK;
+    }
+    tn__copy_strided(o->dtype, o->data, o->strides, v->dtype, v->data, st, o->ndim, o->shape);
+    return TN_OK;
+}
+
+static tn_result tn__cpu_eye(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    (void)in;
+    tn_array *o = out[0];
+    int64_t n = o->shape[0], m = o->shape[1], k = node->p.i[2];
+    for (int64_t i = 0; i < n; i++) {
+        char *row = (char *)o->data + i * o->strides[0];
+        if (o->strides[1] == (int64_t)tn_dtype_size(o->dtype)) memset(row, 0, (size_t)(m * o->strides[1]));
+        else for (int64_t j = 0; j < m; j++) tn__store_f(o->dtype, row + j * o->strides[1], 0);
+        int64_t j = i + k;
+        if (j >= 0 && j < m) tn__store_f(o->dtype, row + j * o->strides[1], 1);
+    }
+    return TN_OK;
+}
+
+static tn_result tn__cpu_arange(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    (void)in;
+    tn_array *o = out[0];
+    double start = node->p.f[0], step = node->p.f[2];
+    for (int64_t i = 0; i < o->shape[0]; i++) tn__store_f(o->dtype, (char *)o->data + i * o->strides[0], start + (double)i * step);
+    return TN_OK;
+}
+
+/* >>shape_labels: Theano's names ---------------------------------------- */
+
+static void tn__label_reshape(const tn_var *node, char *buf, size_t cap) {
+    snprintf(buf, cap, "Reshape{%d}", (int)node->p.i[TN__P_NDIM]);
+}
+
+static void tn__label_dimshuffle(const tn_var *node, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "%sDimShuffle{", node->inplace ? "Inplace" : "");
+    int nd = (int)node->p.i[TN__P_NDIM];
+    for (int k = 0; k < nd && n < cap; k++) {
+        if (node->p.i[k] < 0) n += (size_t)snprintf(buf + n, cap - n, "%sx", k ? "," : "");
+        else n += (size_t)snprintf(buf + n, cap - n, "%s%lld", k ? "," : "", (long long)node->p.i[k]);
+    }
+    if (n < cap) snprintf(buf + n, cap - n, "}");
+}
+
+/* Subtensor{::, 1:3:} - one "start:stop:step" per dim up to the last sliced one. */
+static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
+    int nd = node->in && node->in[0] ? node->in[0]->type.ndim : TN_MAX_DIMS, last = -1;
+    for (int d = 0; d < nd; d++) {
+        const int64_t *s = &node->p.i[3 * d];
+        if (s[0] != TN_NONE || s[1] != TN_NONE || (s[2] != TN_NONE && s[2] != 1)) last = d;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "Subtensor{");
+    if (last < 0 && n < cap) n += (size_t)snprintf(buf + n, cap - n, "::");
+    for (int d = 0; d <= last && n < cap; d++) {
+        const int64_t *s = &node->p.i[3 * d];
+        if (d) n += (size_t)snprintf(buf + n, cap - n, ", ");
+        for (int j = 0; j < 3 && n < cap; j++) {
+            bool omit = s[j] == TN_NONE || (j == 2 && s[j] == 1);
+            if (!omit) n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)s[j]);
+            if (j < 2 && n < cap) n += (size_t)snprintf(buf + n, cap - n, ":");
+        }
+    }
+    if (n < cap) snprintf(buf + n, cap - n, "}");
+}
+
+static void tn__label_flatten(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Flatten{%d}", (int)node->p.i[0]); }
+
+static void tn__label_broadcast_to(const tn_var *node, char *buf, size_t cap) {
+    char sb[128];
+    snprintf(buf, cap, "BroadcastTo{%s}", tn__shape_str((int)node->p.i[TN__P_NDIM], node->p.i, sb));
+}
+
+static void tn__label_concatenate(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Join{axis=%d}", (int)node->p.i[0]); }
+static void tn__label_alloc(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "Alloc"); }
+static void tn__label_eye(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "Eye"); }
+static void tn__label_arange(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "ARange"); }
+
+/* >>shape_constructors --------------------------------------------------- */
+
+static tn_var *tn__null_arg(const char *who, const char *what) {
+    tn__err(TN_ERR_NULL, "%s: %s is NULL (did an earlier call fail? %s)", who, what, tn_last_error());
+    return NULL;
+}
+
+/* "'name' " or "" for messages */
+static const char *tn__var_nm(const tn_var *v) { return v && v->name ? v->name : "?"; }
+
+TN_API tn_var *tn_reshape(tn_var *x, int ndim, const int64_t *shape) {
+    if (!x) return tn__null_arg("tn_reshape", "x");
+    if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "tn_reshape: ndim %d is outside [0, %d]", ndim, TN_MAX_DIMS); return NULL; }
+    if (ndim > 0 && !shape) return tn__null_arg("tn_reshape", "shape");
+    tn_params p = tn__params_zero();
+    for (int d = 0; d < ndim; d++) p.i[d] = shape[d];
+    p.i[TN__P_NDIM] = ndim;
+    return tn__node(x->graph, TN_OP_RESHAPE, 1, &x, &p, NULL, "tn_reshape");
+}
+
+TN_API tn_var *tn_dimshuffle(tn_var *x, int ndim, const int *pattern) {
+    if (!x) return tn__null_arg("tn_dimshuffle", "x");
+    if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "tn_dimshuffle: ndim %d is outside [0, %d]", ndim, TN_MAX_DIMS); return NULL; }
+    if (ndim > 0 && !pattern) return tn__null_arg("tn_dimshuffle", "pattern");
+    tn_params p = tn__params_zero();
+    for (int k = 0; k < ndim; k++) {
+        if (pattern[k] < -1) {
+            tn__err(TN_ERR_AXIS, "tn_dimshuffle: pattern[%d] = %d: use an axis of '%s' (0..%d) or -1 for a new broadcastable dim",
+                    k, pattern[k], tn__var_nm(x), x->type.ndim - 1);
+            return NULL;
+        }
+        p.i[k] = pattern[k];
+    }
+    p.i[TN__P_NDIM] = ndim;
+    return tn__node(x->graph, TN_OP_DIMSHUFFLE, 1, &x, &p, NULL, "tn_dimshuffle");
+}
+
+TN_API tn_var *tn_transpose(tn_var *x, const int *perm) {
+    if (!x) return tn__null_arg("tn_transpose", "x");
+    int nd = x->type.ndim, pat[TN_MAX_DIMS];
+    bool seen[TN_MAX_DIMS] = {false};
+    for (int k = 0; k < nd; k++) {
+        int a = perm ? perm[k] : nd - 1 - k;
+        if (a < 0) a += nd;
+        if (a < 0 || a >= nd || seen[a]) {
+            tn__err(TN_ERR_AXIS, "tn_transpose: perm[%d] = %d is %s for '%s' with %d dims", k, perm[k],
+                    a >= 0 && a < nd ? "repeated" : "out of range", tn__var_nm(x), nd);
+            return NULL;
+        }
+        seen[a] = true;
+        pat[k] = a;
+    }
+    return tn_dimshuffle(x, nd, pat);
+}
+
+TN_API tn_var *tn_slice(tn_var *x, int axis, int64_t start, int64_t stop, int64_t step) {
+    if (!x) return tn__null_arg("tn_slice", "x");
+    int nd = x->type.ndim, ax = axis < 0 ? axis + nd : axis;
+    if (ax < 0 || ax >= nd) {
+        char sb[128];
+        tn__err(TN_ERR_AXIS, "tn_slice: axis %d is out of range for '%s' of shape %s", axis, tn__var_nm(x),
+                tn__shape_str(nd, x->type.shape, sb));
+        return NULL;
+    }
+    if (step == 0) { tn__err(TN_ERR_INVALID, "tn_slice: slice step cannot be zero"); return NULL; }
+    tn_params p = tn__params_zero();
+    for (int d = 0; d < TN_MAX_DIMS; d++) p.i[3 * d] = p.i[3 * d + 1] = p.i[3 * d + 2] = TN_NONE;
+    p.i[3 * ax] = start;
+    p.i[3 * ax + 1] = stop;
+    p.i[3 * ax + 2] = step == 1 ? TN_NONE : step;    /* one spelling per slice, so merge sees equal nodes */
+    return tn__node(x->graph, TN_OP_SLICE, 1, &x, &p, NULL, "tn_slice");
+}
+
+TN_API tn_var *tn_flatten(tn_var *x, int outdim) {
+    if (!x) return tn__null_arg("tn_flatten", "x");
+    tn_params p = tn__params_zero();
+    p.i[0] = outdim;
+    return tn__node(x->graph, TN_OP_FLATTEN, 1, &x, &p, NULL, "tn_flatten");
+}
+
+TN_API tn_var *tn_broadcast_to(tn_var *x, int ndim, const int64_t *shape) {
+    if (!x) return tn__null_arg("tn_broadcast_to", "x");
+    if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "tn_broadcast_to: ndim %d is outside [0, %d]", ndim, TN_MAX_DIMS); return NULL; }
+    if (ndim > 0 && !shape) return tn__null_arg("tn_broadcast_to", "shape");
+    tn_params p = tn__params_zero();
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            char sb[128];
+            tn__err(TN_ERR_SHAPE, "tn_broadcast_to: negative dimension in target shape %s", tn__shape_str(ndim, shape, sb));
+            return NULL;
+        }
+        p.i[d] = shape[d];
+    }
+    p.i[TN__P_NDIM] = ndim;
+    return tn__node(x->graph, TN_OP_BROADCAST_TO, 1, &x, &p, NULL, "tn_broadcast_to");
+}
+
+TN_API tn_var *tn_concatenate(int n, tn_var *const *xs, int axis) {
+    if (n < 1 || !xs) { tn__err(TN_ERR_INVALID, "tn_concatenate: needs at least one input (n = %d)", n); return NULL; }
+    for (int i = 0; i < n; i++)
+        if (!xs[i]) { tn__err(TN_ERR_NULL, "tn_concatenate: input %d is NULL (did an earlier call fail? %s)", i, tn_last_error()); return NULL; }
+    int nd = xs[0]->type.ndim, ax = axis < 0 ? axis + nd : axis;
+    if (ax < 0 || ax >= nd) {
+        tn__err(TN_ERR_AXIS, "tn_concatenate: axis %d is out of range for inputs of %d dims", axis, nd);
+        return NULL;
+    }
+    tn_params p = tn__params_zero();
+    p.i[0] = ax;
+    return tn__node(xs[0]->graph, TN_OP_CONCATENATE, n, xs, &p, NULL, "tn_concatenate");
+}
+
+TN_API tn_var *tn_stack(int n, tn_var *const *xs, int axis) {
+    if (n < 1 || !xs) { tn__err(TN_ERR_INVALID, "tn_stack: needs at least one input (n = %d)", n); return NULL; }
+    for (int i = 0; i < n; i++)
+        if (!xs[i]) { tn__err(TN_ERR_NULL, "tn_stack: input %d is NULL (did an earlier call fail? %s)", i, tn_last_error()); return NULL; }
+    int nd = xs[0]->type.ndim, ax = axis < 0 ? axis + nd + 1 : axis;
+    if (ax < 0 || ax > nd || nd + 1 > TN_MAX_DIMS) {
+        tn__err(TN_ERR_AXIS, "tn_stack: axis %d is out of range for inputs of %d dims", axis, nd);
+        return NULL;
+    }
+    tn_var *stack_in[64], **ex = n <= 64 ? stack_in : (tn_var **)tn__malloc((size_t)n * sizeof *ex);
+    if (!ex) { tn__err(TN_ERR_OOM, "tn_stack: out of memory"); return NULL; }
+    tn_var *r = NULL;
+    for (int i = 0; i < n; i++) {
+        if (xs[i]->type.ndim != nd) {
+            char s1[128], s2[128];
+            tn__err(TN_ERR_SHAPE, "tn_stack: input %d has shape %s but input 0 has %s; all inputs need the same shape", i,
+                    tn__shape_str(xs[i]->type.ndim, xs[i]->type.shape, s1), tn__shape_str(nd, xs[0]->type.shape, s2));
+            goto done;
+        }
+        int pat[TN_MAX_DIMS];
+        for (int k = 0, d = 0; k <= nd; k++) pat[k] = k == ax ? -1 : d++;
+        if (!(ex[i] = tn_dimshuffle(xs[i], nd + 1, pat))) goto done;
+    }
+    r = tn_concatenate(n, ex, ax);
+    if (!r && strncmp(tn_last_error(), "tn_stack", 8) != 0) tn__err(tn_last_result(), "tn_stack: %s", tn_last_error());
+done:
+    if (ex != stack_in) tn__free(ex);
+    return r;
+}
+
+TN_API tn_var *tn_alloc(tn_var *value, int ndim, const int64_t *shape) {
+    if (!value) return tn__null_arg("tn_alloc", "value");
+    if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "tn_alloc: ndim %d is outside [0, %d]", ndim, TN_MAX_DIMS); return NULL; }
+    if (ndim > 0 && !shape) return tn__null_arg("tn_alloc", "shape");
+    tn_params p = tn__params_zero();
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            char sb[128];
+            tn__err(TN_ERR_SHAPE, "tn_alloc: negative dimension in shape %s", tn__shape_str(ndim, shape, sb));
+            return NULL;
+        }
+        p.i[d] = shape[d];
+    }
+    p.i[TN__P_NDIM] = ndim;
+    return tn__node(value->graph, TN_OP_ALLOC, 1, &value, &p, NULL, "tn_alloc");
+}
+
+TN_API tn_var *tn_fill(tn_var *like, tn_var *value) {
+    if (!like) return tn__null_arg("tn_fill", "like");
+    if (!value) return tn__null_arg("tn_fill", "value");
+    tn_params p = tn__params_zero();
+    p.i[TN__P_NDIM] = like->type.ndim;
+    tn_var *in[2] = { value, like };
+    return tn__node(like->graph, TN_OP_ALLOC, 2, in, &p, NULL, "tn_fill");
+}
+
+static tn_dtype tn__float_or_x(tn_dtype t) { return t == TN_DTYPE_NONE ? tn_get_config()->floatX : t; }
+
+TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k) {
+    if (!g) return tn__null_arg("tn_eye", "graph");
+    t = tn__float_or_x(t);
+    if (t < TN_BOOL || t >= TN_DTYPE_COUNT) { tn__err(TN_ERR_DTYPE, "tn_eye: invalid dtype %d", (int)t); return NULL; }
+    if (m < 0) m = n;                                 /* NumPy's M=None */
+    if (n < 0) { tn__err(TN_ERR_SHAPE, "tn_eye: n = %lld is negative", (long long)n); return NULL; }
+    tn_params p = tn__params_zero();
+    p.i[0] = n; p.i[1] = m; p.i[2] = k;
+    p.i[TN__P_DTYPE] = t;
+    return tn__node(g, TN_OP_EYE, 0, NULL, &p, NULL, "tn_eye");
+}
+
+TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step) {
+    if (!g) return tn__null_arg("tn_arange", "graph");
+    t = tn__float_or_x(t);
+    if (t < TN_BOOL || t >= TN_DTYPE_COUNT) { tn__err(TN_ERR_DTYPE, "tn_arange: invalid dtype %d", (int)t); return NULL; }
+    int64_t n;
+    if (tn__arange_len("tn_arange", start, stop, step, &n) != TN_OK) return NULL;
+    tn_params p = tn__params_zero();
+    p.f[0] = start; p.f[1] = stop; p.f[2] = step;
+    p.i[TN__P_DTYPE] = t;
+    return tn__node(g, TN_OP_ARANGE, 0, NULL, &p, NULL, "tn_arange");
+}
+
+/* >>registry: fills this part's rows of the op table */
+static void tn__register_shape_ops(tn_op_def *t) {
+    t[TN_OP_RESHAPE] = (tn_op_def){ "Reshape", TN_OPK_SHAPE, 1, tn__infer_reshape, tn__cpu_reshape, tn__label_reshape };
+    t[TN_OP_DIMSHUFFLE] = (tn_op_def){ "DimShuffle", TN_OPK_VIEW, 1, tn__infer_dimshuffle, tn__cpu_dimshuffle, tn__label_dimshuffle };
+    t[TN_OP_SLICE] = (tn_op_def){ "Subtensor", TN_OPK_VIEW, 1, tn__infer_slice, tn__cpu_slice, tn__label_slice };
+    t[TN_OP_BROADCAST_TO] = (tn_op_def){ "BroadcastTo", TN_OPK_VIEW, 1, tn__infer_broadcast_to, tn__cpu_broadcast_to, tn__label_broadcast_to };
+    t[TN_OP_FLATTEN] = (tn_op_def){ "Flatten", TN_OPK_SHAPE, 1, tn__infer_flatten, tn__cpu_flatten, tn__label_flatten };
+    t[TN_OP_CONCATENATE] = (tn_op_def){ "Join", TN_OPK_SHAPE, -1, tn__infer_concatenate, tn__cpu_concatenate, tn__label_concatenate };
+    t[TN_OP_ALLOC] = (tn_op_def){ "Alloc", TN_OPK_SHAPE, -1, tn__infer_alloc, tn__cpu_alloc, tn__label_alloc };
+    t[TN_OP_EYE] = (tn_op_def){ "Eye", TN_OPK_SHAPE, 0, tn__infer_eye, tn__cpu_eye, tn__label_eye };
+    t[TN_OP_ARANGE] = (tn_op_def){ "ARange", TN_OPK_SHAPE, 0, tn__infer_arange, tn__cpu_arange, tn__label_arange };
+}
+
+#endif /* TENSOR_OPS_IMPLEMENTATION_HERE */

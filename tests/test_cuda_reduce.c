@@ -1,5 +1,5 @@
-/* On a GPU: the generated reduction and softmax kernels (src/cuda_reduce.c.h)
-   against the CPU kernels (src/ops_reduce.c.h) on the same random inputs:
+/* On a GPU: the generated reduction and softmax kernels (the >>cuda_reduce section)
+   against the CPU kernels (the >>ops_reduce section) on the same random inputs:
    every op x dtype x axis subset of 3-d shapes x keepdims; transposed and
    step-sliced inputs; fused prologues (with inputs broadcast along and
    across the reduced axes); special values (NaN, +-inf, an all -inf row);
@@ -16,7 +16,6 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
-#include "src/cuda_reduce.c.h"     /* no-op once tensor_cuda.h includes it */
 #include "harness.h"
 #include "gpu/ew_programs.h"
 

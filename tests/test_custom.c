@@ -1,4 +1,4 @@
-/* Custom ops (src/custom.c.h): a user type rule and CPU function used inside
+/* Custom ops (the >>custom section): a user type rule and CPU function used inside
    a graph, compared with a float64 reference on random inputs (contiguous,
    transposed and sliced views); errors from the callbacks name the op; ops
    with no inputs (eye) and with two outputs. */

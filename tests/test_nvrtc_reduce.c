@@ -1,5 +1,5 @@
 /* NVRTC on a machine without a GPU: every reduction and softmax kernel the
-   generator (src/cuda_reduce.c.h) can write compiles to a cubin for sm_90:
+   generator (the >>cuda_reduce section) can write compiles to a cubin for sm_90:
    each op x each dtype x each layout class (contiguous rows with vector
    loads, a strided N-d box, leading-axis columns, a full reduction)
    x without and with a fused elementwise prologue (also one with a
@@ -14,7 +14,6 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
-#include "src/cuda_reduce.c.h"     /* no-op once tensor_cuda.h includes it */
 #include "harness.h"
 
 static char th_dir[256];
