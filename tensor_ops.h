@@ -4061,20 +4061,28 @@ TN_API tn_var *tn_flatten(tn_var *x, int outdim) {
     return tn__node(x->graph, TN_OP_FLATTEN, 1, &x, &p, NULL, "tn_flatten");
 }
 
-TN_API tn_var *tn_broadcast_to(tn_var *x, int ndim, const int64_t *shape) {
-    if (!x) return tn__null_arg("tn_broadcast_to", "x");
-    if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "tn_broadcast_to: ndim %d is outside [0, %d]", ndim, TN_MAX_DIMS); return NULL; }
-    if (ndim > 0 && !shape) return tn__null_arg("tn_broadcast_to", "shape");
-    tn_params p = tn__params_zero();
+/* A target shape as params (i[0..ndim), ndim in i[TN__P_NDIM]); false with
+   the error set when ndim is out of range, shape is NULL or a dim negative. */
+static bool tn__shape_params(const char *who, int ndim, const int64_t *shape, tn_params *p) {
+    if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "%s: ndim %d is outside [0, %d]", who, ndim, TN_MAX_DIMS); return false; }
+    if (ndim > 0 && !shape) { tn__null_arg(who, "shape"); return false; }
+    *p = tn__params_zero();
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0) {
             char sb[128];
-            tn__err(TN_ERR_SHAPE, "tn_broadcast_to: negative dimension in target shape %s", tn__shape_str(ndim, shape, sb));
-            return NULL;
+            tn__err(TN_ERR_SHAPE, "%s: negative dimension in shape %s", who, tn__shape_str(ndim, shape, sb));
+            return false;
         }
-        p.i[d] = shape[d];
+        p->i[d] = shape[d];
     }
-    p.i[TN__P_NDIM] = ndim;
+    p->i[TN__P_NDIM] = ndim;
+    return true;
+}
+
+TN_API tn_var *tn_broadcast_to(tn_var *x, int ndim, const int64_t *shape) {
+    if (!x) return tn__null_arg("tn_broadcast_to", "x");
+    tn_params p;
+    if (!tn__shape_params("tn_broadcast_to", ndim, shape, &p)) return NULL;
     return tn__node(x->graph, TN_OP_BROADCAST_TO, 1, &x, &p, NULL, "tn_broadcast_to");
 }
 
@@ -4124,18 +4132,8 @@ done:
 
 TN_API tn_var *tn_alloc(tn_var *value, int ndim, const int64_t *shape) {
     if (!value) return tn__null_arg("tn_alloc", "value");
-    if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "tn_alloc: ndim %d is outside [0, %d]", ndim, TN_MAX_DIMS); return NULL; }
-    if (ndim > 0 && !shape) return tn__null_arg("tn_alloc", "shape");
-    tn_params p = tn__params_zero();
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] < 0) {
-            char sb[128];
-            tn__err(TN_ERR_SHAPE, "tn_alloc: negative dimension in shape %s", tn__shape_str(ndim, shape, sb));
-            return NULL;
-        }
-        p.i[d] = shape[d];
-    }
-    p.i[TN__P_NDIM] = ndim;
+    tn_params p;
+    if (!tn__shape_params("tn_alloc", ndim, shape, &p)) return NULL;
     return tn__node(value->graph, TN_OP_ALLOC, 1, &value, &p, NULL, "tn_alloc");
 }
 
