@@ -1057,18 +1057,41 @@ TN_API void tn_cuda_get_cache_stats(tn_cuda_cache_stats *out) {
     pthread_mutex_unlock(&tn__kcache.mu);
 }
 
-/* Two independent 64-bit hashes (FNV-1a, and a multiply-rotate one). */
-static void tn__hash128(const void *data, size_t n, uint64_t *h1, uint64_t *h2) {
+/* Two independent 64-bit hashes, fed 8 bytes at a time (a cache hit hashes
+   the whole kernel source, so this is the hit's cost). Streaming: the key's
+   parts are hashed where they lie, without building the key. */
+typedef struct tn__h128 { uint64_t a, b; } tn__h128;
+
+static uint64_t tn__rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+static void tn__hash_feed(tn__h128 *h, const void *data, size_t n) {
     const unsigned char *p = (const unsigned char *)data;
-    uint64_t a = 0xcbf29ce484222325ull, b = 0x9e3779b97f4a7c15ull ^ n;
-    for (size_t i = 0; i < n; i++) {
-        a = (a ^ p[i]) * 0x100000001b3ull;
-        b = (b ^ p[i]) * 0xff51afd7ed558ccdull;
-        b = (b << 29) | (b >> 35);
+    uint64_t a = h->a ^ n, b = h->b + n, w;
+    for (; n >= 8; n -= 8, p += 8) {
+        memcpy(&w, p, 8);
+        a = tn__rotl64((a ^ w) * 0x9e3779b97f4a7c15ull, 31);
+        b = tn__rotl64((b + w) * 0xff51afd7ed558ccdull, 29) ^ w;
     }
-    b ^= b >> 33; b *= 0xc4ceb9fe1a85ec53ull; b ^= b >> 33;
+    w = 0;
+    memcpy(&w, p, n);                 /* the tail, zero-padded (its length went in above) */
+    a = tn__rotl64((a ^ w) * 0x9e3779b97f4a7c15ull, 31);
+    b = tn__rotl64((b + w) * 0xff51afd7ed558ccdull, 29) ^ w;
+    h->a = a;
+    h->b = b;
+}
+
+static void tn__hash_final(const tn__h128 *h, uint64_t *h1, uint64_t *h2) {
+    uint64_t a = h->a, b = h->b;
+    a ^= a >> 33; a *= 0xc4ceb9fe1a85ec53ull; a ^= a >> 33;
+    b ^= b >> 31; b *= 0xd6e8feb86659fd93ull; b ^= b >> 32;
     *h1 = a;
     *h2 = b;
+}
+
+static void tn__hash128(const void *data, size_t n, uint64_t *h1, uint64_t *h2) {
+    tn__h128 h = { 0xcbf29ce484222325ull, 0x9e3779b97f4a7c15ull };
+    tn__hash_feed(&h, data, n);
+    tn__hash_final(&h, h1, h2);
 }
 
 /* cache_dir, $XDG_CACHE_HOME/tensor or $HOME/.cache/tensor; "" when none. */
@@ -1179,23 +1202,26 @@ static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fas
     tn__nvrtc_options(arch, fast_math, opts, sizeof opts);
     int hl = snprintf(head, sizeof head, "%s\n%s\nnvrtc %d.%d\n", arch, opts, tn__nvrtc.major, tn__nvrtc.minor);
     size_t sl = strlen(src), key_len = (size_t)hl + sl;
-    char *key = (char *)tn__malloc(key_len + 1);
-    if (!key) return tn__err(TN_ERR_OOM, "tn_cuda: no memory for a kernel cache key");
-    memcpy(key, head, (size_t)hl);
-    memcpy(key + hl, src, sl + 1);
+    tn__h128 hs = { 0xcbf29ce484222325ull, 0x9e3779b97f4a7c15ull };
+    tn__hash_feed(&hs, head, (size_t)hl);
+    tn__hash_feed(&hs, src, sl);
     uint64_t h1, h2;
-    tn__hash128(key, key_len, &h1, &h2);
+    tn__hash_final(&hs, &h1, &h2);
 
     pthread_mutex_lock(&tn__kcache.mu);
     tn__kentry **slot = &tn__kcache.bucket[h1 % TN__KCACHE_BUCKETS];
     for (tn__kentry *e = *slot; e; e = e->next)
-        if (e->h1 == h1 && e->h2 == h2 && e->key_len == key_len && !memcmp(e->key, key, key_len)) {
+        if (e->h1 == h1 && e->h2 == h2 && e->key_len == key_len && !memcmp(e->key, head, (size_t)hl) &&
+            !memcmp(e->key + hl, src, sl)) {
             tn__kcache.stats.mem_hits++;
             pthread_mutex_unlock(&tn__kcache.mu);
-            tn__free(key);
             *out = e;
             return TN_OK;
         }
+    char *key = (char *)tn__malloc(key_len + 1);
+    if (!key) { pthread_mutex_unlock(&tn__kcache.mu); return tn__err(TN_ERR_OOM, "tn_cuda: no memory for a kernel cache key"); }
+    memcpy(key, head, (size_t)hl);
+    memcpy(key + hl, src, sl + 1);
     /* Miss: the lock is held through disk and compile so one thread compiles
        a kernel once; compiles are rare. */
     char dir[1024], path[1100];
@@ -2489,6 +2515,56 @@ static tn_result tn__cuda_sync_if_blocking(const char *who) {
     return TN_OK;
 }
 
+/* >>cuda_alloc: Alloc (tn_alloc, tn_fill) on the device ---------------------------- */
+/* The value broadcast to the output's shape by the copy kernels, cast on the
+   way when a weak literal met another dtype: one launch, no host round trip
+   (the zeros and ones of gradient graphs). */
+typedef struct tn__cuda_alloc_state {
+    tn__cuda_ew_state ew;        /* tag TN__CST_EW: released as an elementwise state */
+    tn_ew_program prog;
+    tn_dtype dt[2];
+    tn_ew_instr cast;
+    int32_t reg;
+} tn__cuda_alloc_state;
+
+static bool tn__cuda_alloc_supports(const tn_var *node) {
+    return node->op == TN_OP_ALLOC && node->n_in >= 1 && tn__cuda_stype(node->in[0]->type.dtype) &&
+           tn__cuda_stype(node->type.dtype);
+}
+
+static tn_result tn__cuda_alloc_prepare(const tn_var *node, void **state) {
+    tn__cuda_alloc_state *st = (tn__cuda_alloc_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing Alloc (node %d)", node->id);
+    tn_dtype from = node->in[0]->type.dtype, to = node->type.dtype;
+    st->dt[0] = from;
+    st->dt[1] = to;
+    bool cast = from != to;
+    st->cast = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)to, .in_dtype = (int8_t)from, .a = 0, .b = -1, .c = -1 };
+    st->reg = cast ? 1 : 0;
+    st->prog = (tn_ew_program){ 1, &st->dt[0], cast ? 1 : 0, cast ? &st->cast : NULL, 1, &st->reg, &st->dt[1] };
+    st->ew.tag = TN__CST_EW;
+    st->ew.prog = &st->prog;
+    tn_result r = tn__cuda_check_program(&st->prog);
+    if (r != TN_OK) { tn__free(st); return r; }
+    *state = st;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_alloc_run(tn__cuda_alloc_state *st, tn_array *const *in, tn_array *const *out, const char *who) {
+    tn_array v = *in[0];
+    const tn_array *o = out[0];
+    if (!tn__broadcast_strides(in[0], o->ndim, o->shape, v.strides)) {
+        char s1[128], s2[128];
+        return tn__err(TN_ERR_SHAPE, "%s: cannot broadcast a value of shape %s to %s", who,
+                       tn__shape_str(in[0]->ndim, in[0]->shape, s1), tn__shape_str(o->ndim, o->shape, s2));
+    }
+    v.ndim = o->ndim;
+    memcpy(v.shape, o->shape, sizeof v.shape);
+    tn_array *vin[1] = { tn_array_size(in[0]) == 1 ? in[0] : &v };   /* one value: the kernels' scalar path */
+    tn_result r = tn__cuda_ew_run(&st->ew, vin, out, who);
+    return r == TN_OK ? tn__cuda_sync_if_blocking(who) : r;
+}
+
 /* >>cuda_blas: cuBLAS products -------------------------------------------------- */
 /* Row-major products on a column-major library without transpose copies: a
    row-major C = A B is the column-major C^T = B^T A^T, so the operands are
@@ -2803,6 +2879,7 @@ static bool tn__cuda_supports(const tn_var *node) {
     case TN_OPK_LINALG: return tn__cuda_la_supports(node);
     case TN_OPK_VIEW: return true;                           /* only strides: runs wherever its input lives */
     case TN_OPK_TRANSFER: return node->op == TN_OP_GPU_FROM_HOST;
+    case TN_OPK_SHAPE: return tn__cuda_alloc_supports(node);
     default: return tn__cuda_is_reduce(node) && tn__cuda_reduce_supports(node);
     }
 }
@@ -2834,6 +2911,7 @@ static tn_result tn__cuda_prepare(const tn_var *node, void **state) {
         *state = st;
         return TN_OK;
     }
+    if (node->op == TN_OP_ALLOC) return tn__cuda_alloc_prepare(node, state);
     if (kind == TN_OPK_LINALG) return tn__cublas_load();       /* no state: cuBLAS is loaded now, not mid-call */
     if (node->op == TN_OP_GPU_FROM_HOST) {
         tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)tn__calloc(1, sizeof *st);
@@ -2873,6 +2951,9 @@ static tn_result tn__cuda_run(const tn_var *node, void *state, tn_array *const *
         return tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, who);
     case TN_OPK_LINALG: return tn__cuda_la_run(node, in, out, who);
     case TN_OPK_VIEW: return d->cpu(node, in, out);
+    case TN_OPK_SHAPE:
+        if (node->op == TN_OP_ALLOC && state) return tn__cuda_alloc_run((tn__cuda_alloc_state *)state, in, out, who);
+        break;
     case TN_OPK_TRANSFER:
         if (node->op == TN_OP_GPU_FROM_HOST && state) return tn__cuda_h2d_run((tn__cuda_h2d_state *)state, in[0], out[0], who);
         break;

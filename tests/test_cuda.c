@@ -214,6 +214,48 @@ TEST(test_out_of_memory_is_an_error) {
     tn_array_free(a);
 }
 
+/* Alloc runs on the device (the zeros and ones of gradient graphs): a value
+   broadcast to a fixed shape, and a weak literal filled like a device array
+   (cast from float64 to float32 on the way), both kept on the device. */
+TEST(test_alloc_on_gpu) {
+    int64_t shape[2] = { 37, 1029 }, n = shape[0] * shape[1];
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F32), *s = tn_vector(g, "s", TN_F32);
+    tn_var *outs[2] = { tn_gpu_from_host(tn_alloc(s, 2, shape)), tn_gpu_from_host(tn_fill(tn_exp(x), tn_scalar_const(g, 1.5))) };
+    tn_var *ins[2] = { x, s };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 2, .outputs = outs });
+    CHECK(f, "%s", tn_last_error());
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 2, shape, -2, 2, 7), *sv = tn_array_rand_uniform(TN_F32, 1, &shape[1], -2, 2, 8);
+    if (f) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        tn_debugprint_function(f, m);
+        fclose(m);
+        const char *p1 = strstr(buf, "GpuAlloc"), *p2 = p1 ? strstr(p1 + 1, "GpuAlloc") : NULL;
+        CHECK(p1 && p2 && !strstr(buf, "HostFromGpu"), "both Allocs on the GPU, nothing copied back:\n%s", buf);
+        free(buf);
+        tn_array *vals[2] = { xv, sv }, *r[2] = { 0 };
+        for (int call = 0; call < 2; call++) {
+            CHECK(tn_call(f, vals, r) == TN_OK, "%s", tn_last_error());
+            if (!r[0] || !r[1]) break;
+            CHECK(r[0]->device == DEV && r[1]->device == DEV, "outputs stay on the device");
+            tn_array *h0 = tn_array_astype(r[0], TN_F64), *h1 = tn_array_astype(r[1], TN_F64);
+            double e = h0 && h1 ? 0 : INFINITY;
+            for (int64_t i = 0; h0 && h1 && i < n; i++) {
+                double want0 = ((const float *)sv->data)[i % shape[1]];
+                e = fmax(e, fabs(((const double *)h0->data)[i] - want0) + fabs(((const double *)h1->data)[i] - 1.5));
+            }
+            CHECK(e == 0, "call %d: Alloc values differ by %g", call, e);
+            tn_array_free(h0); tn_array_free(h1);
+            tn_array_free(r[0]); tn_array_free(r[1]);
+        }
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_array_free(xv); tn_array_free(sv);
+}
+
 int main(void) {
     tn_config cfg = { .device = TN_DEVICE_CUDA };
     tn_init(&cfg);
@@ -228,6 +270,7 @@ int main(void) {
     TH_RUN(test_fused_and_f16_on_gpu);
     TH_RUN(test_steady_loop_allocates_nothing_and_compiles_nothing);
     TH_RUN(test_out_of_memory_is_an_error);
+    TH_RUN(test_alloc_on_gpu);
     tn_shutdown();
     TH_END();
 }
