@@ -4478,6 +4478,8 @@ typedef struct tn__fctx {
     int *next;        /* members of a group, by topological position */
     int *reg, *regst; /* per node id: register in the program being built, valid when regst == stamp */
     int stamp, cap;
+    int cls_n;        /* output classes of the group being built (tn__fuse_classes) */
+    uint64_t cls[64];
 } tn__fctx;
 
 static int tn__fg_of(tn__fctx *F, const tn_var *x) {
@@ -4582,14 +4584,18 @@ static void tn__fuse_group(tn__fctx *F) {
 }
 
 /* The program of a group's members (in topological order). Outputs: the
-   members read outside the group (or roots), or only `only` when given. */
-static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n_ins, tn_var ***outs, tn_var *only) {
+   members read outside the group (or roots), or only `only` when given.
+   With `role` (per node id: 0 left out, 1 member, 2 output) only part of
+   the group is built. */
+static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n_ins, tn_var ***outs, tn_var *only,
+                                       const unsigned char *role) {
     tn__rw *c = F->c;
     int stamp = ++F->stamp;
     int nin = 0, ninstr = 0, nout = 0, nmem = 0;
     /* pass 1: inputs, outputs, room */
     for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
         tn_var *m = F->ord[p];
+        if (role && !role[m->id]) continue;
         nmem++;
         F->reg[m->id] = -2; F->regst[m->id] = stamp;     /* member */
         for (int k = 0; k < m->n_in; k++) {
@@ -4610,6 +4616,7 @@ static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n
     if (!in || !out || !P || !in_dt || !ins_ || !oreg || !odt) { c->oom = true; return NULL; }
     for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
         tn_var *m = F->ord[p];
+        if (role && !role[m->id]) continue;
         for (int k = 0; k < m->n_in; k++) {
             tn_var *x = m->in[k];
             if (F->regst[x->id] == stamp && F->reg[x->id] >= 0 && F->reg[x->id] < nin && !in[F->reg[x->id]]) {
@@ -4621,6 +4628,7 @@ static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n
     int ni = 0;
     for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
         tn_var *m = F->ord[p];
+        if (role && !role[m->id]) continue;
         tn_ew_program *q = tn__ew_program_of(m);
         if (!q || q->n_in != m->n_in) return NULL;
         int map[8 + 8];
@@ -4647,6 +4655,7 @@ static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n
         if (m->type.dtype != q->out_dtype[0]) return NULL;
         bool is_out;
         if (only) is_out = m == only;
+        else if (role) is_out = role[m->id] == 2;
         else {
             is_out = tn__ni(c, m)->n_root > 0;
             for (int u = 0; !is_out && u < tn__ni(c, m)->n_use; u++) is_out = tn__fg_of(F, tn__ni(c, m)->use[u].c) != g;
@@ -4664,6 +4673,12 @@ static void tn__fuse_trace(const char *name, tn_var *y, int nmem) {
     tn__node_label(y, b, sizeof b);
     fprintf(stderr, "rewrite %s: %d elementwise nodes -> %s [id %d]\n", name, nmem, b, y->id);
 }
+
+static int tn__fuse_classes(tn__fctx *F, int g, int n0, unsigned char **role, uint64_t **sig);
+static void tn__fuse_mark_class(tn__fctx *F, int g, unsigned char *role, const uint64_t *sig, int k);
+typedef struct tn__fuse_part { tn_var **out, **rep; int nout, nmem; tn_var *y; } tn__fuse_part;
+static bool tn__fuse_make(tn__fctx *F, int g, const unsigned char *role, tn__fuse_part *fp);
+static void tn__fuse_commit(tn__fctx *F, const tn__fuse_part *fp);
 
 /* Builds one group's fused node(s) and makes the replacements. */
 static void tn__fuse_build(tn__fctx *F, int g) {
@@ -4695,7 +4710,7 @@ static void tn__fuse_build(tn__fctx *F, int g) {
             if (tn__ni(c, m)->n_root) single = false;
             for (int u = 0; single && u < tn__ni(c, m)->n_use; u++) single = tn__fg_of(F, tn__ni(c, m)->use[u].c) == g;
         }
-        tn_ew_program *P = single ? tn__fuse_program(F, g, &in, &nin, &out, tail) : NULL;
+        tn_ew_program *P = single ? tn__fuse_program(F, g, &in, &nin, &out, tail, NULL) : NULL;
         tn_var *y = P && nin > 0 ? tn__node(c->g, R->op, nin, in, &R->p, P, "fuse") : NULL;
         tn__rw_sync(c);
         if (y) y->device = R->device;
@@ -4711,27 +4726,136 @@ static void tn__fuse_build(tn__fctx *F, int g) {
         tn_clear_error();
     }
     if (G->nmem < 2) return;
-    tn_ew_program *P = tn__fuse_program(F, g, &in, &nin, &out, NULL);
-    if (!P || nin == 0 || P->n_out == 0) return;
+    unsigned char *role = NULL;
+    uint64_t *sig = NULL;
+    int n_cls = tn__fuse_classes(F, g, n0, &role, &sig);
+    if (n_cls < 0) return;
+    tn__fuse_part parts[64];
+    int n_parts = 0;
+    if (n_cls <= 1) n_parts += tn__fuse_make(F, g, NULL, &parts[0]);
+    for (int k = 0; n_cls > 1 && k < n_cls && !c->oom; k++) {
+        tn__fuse_mark_class(F, g, role, sig, k);
+        n_parts += tn__fuse_make(F, g, role, &parts[n_parts]);
+    }
+    for (int k = 0; k < n_parts && !c->oom; k++) tn__fuse_commit(F, &parts[k]);
+    tn__free(role);
+    tn__free(sig);
+}
+
+static bool tn__fuse_is_out(tn__fctx *F, int g, const tn_var *m) {
+    tn__ninfo *M = tn__ni(F->c, m);
+    if (M->n_root) return true;
+    for (int u = 0; u < M->n_use; u++) if (tn__fg_of(F, M->use[u].c) != g) return true;
+    return false;
+}
+
+/* A fused kernel runs over the broadcast shape of all its inputs, and every
+   output gets that shape. At call time a dim that is not statically
+   broadcastable may still be 1 (NumPy's rule), so two outputs of one group
+   can differ in shape: exp(y) and x + exp(y) with y (3, 1) and x (3, 4).
+   Each member's signature is the set of inputs that can set its shape (any
+   input not broadcastable in every dim); outputs with different signatures
+   go to different kernels, each built from the members its outputs need.
+   Returns the number of output classes (0 or 1: one kernel as before), -1
+   when out of memory; sig[id] holds each member's signature and role[] is
+   scratch for tn__fuse_mark_class. */
+static int tn__fuse_classes(tn__fctx *F, int g, int n0, unsigned char **role, uint64_t **sig) {
+    uint64_t *S = (uint64_t *)tn__calloc((size_t)n0 + 1, sizeof *S);
+    unsigned char *R = (unsigned char *)tn__calloc((size_t)n0 + 1, 1);
+    int *bit = (int *)tn__malloc(((size_t)n0 + 1) * sizeof *bit);
+    if (!S || !R || !bit) { tn__free(S); tn__free(R); tn__free(bit); F->c->oom = true; return -1; }
+    int nbits = 0, n_cls = 0;
+    uint64_t cls[64];
+    bool overflow = false;
+    const tn_type *key = &F->G[g].key;
+    bool fixed = true;             /* every dim known: each member's shape is the key's */
+    for (int d = 0; d < key->ndim; d++) fixed &= key->shape[d] >= 0;
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
+        tn_var *m = F->ord[p];
+        for (int k = 0; k < m->n_in; k++) {
+            tn_var *x = m->in[k];
+            if (x->id < n0 && tn__fg_of(F, x) == g) { S[m->id] |= S[x->id]; continue; }
+            bool shapes = false;
+            for (int d = 0; d < x->type.ndim; d++) shapes |= !x->type.bcast[d];
+            if (!shapes || x->id >= n0) continue;
+            if (!R[x->id]) { R[x->id] = 1; bit[x->id] = nbits++; }
+            if (bit[x->id] >= 64) overflow = true;
+            else S[m->id] |= (uint64_t)1 << bit[x->id];
+        }
+        if (!tn__fuse_is_out(F, g, m)) continue;
+        int j = 0;
+        while (j < n_cls && cls[j] != S[m->id]) j++;
+        if (j == n_cls && n_cls < 64) cls[n_cls++] = S[m->id];
+    }
+    tn__free(bit);
+    if (overflow || fixed) n_cls = n_cls ? 1 : 0;   /* one kernel (too many inputs to tell apart: as before) */
+    *role = R;                     /* R's marks of inputs are harmless: inputs are not members */
+    *sig = S;
+    F->cls_n = n_cls;
+    memcpy(F->cls, cls, (size_t)n_cls * sizeof *cls);
+    return n_cls;
+}
+
+/* role[]: the outputs of class k (2) and every member they read (1). */
+static void tn__fuse_mark_class(tn__fctx *F, int g, unsigned char *role, const uint64_t *sig, int k) {
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) role[F->ord[p]->id] = 0;
+    /* outputs first, then members backwards (topological order reversed) */
+    int n = 0;
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) n++;
+    int *pos = (int *)tn__malloc((size_t)(n + 1) * sizeof *pos);
+    if (!pos) { F->c->oom = true; return; }
+    n = 0;
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) pos[n++] = p;
+    for (int i = n - 1; i >= 0; i--) {
+        tn_var *m = F->ord[pos[i]];
+        if (tn__fuse_is_out(F, g, m) && sig[m->id] == F->cls[k]) role[m->id] = 2;
+        if (!role[m->id]) continue;
+        for (int j = 0; j < m->n_in; j++)
+            if (tn__fg_of(F, m->in[j]) == g && !role[m->in[j]->id]) role[m->in[j]->id] = 1;
+    }
+    tn__free(pos);
+}
+
+/* One fused node from the group (or the part of it role marks); its outputs
+   are replaced later (tn__fuse_commit), after every part of the group was
+   built from the group's original edges. False: left unfused. */
+
+static bool tn__fuse_make(tn__fctx *F, int g, const unsigned char *role, tn__fuse_part *fp) {
+    tn__rw *c = F->c;
+    tn_var *tail = F->ord[F->G[g].tail];
+    int n0 = tn__graph_nvars(c->g);
+    tn_var **in;
+    int nin;
+    memset(fp, 0, sizeof *fp);
+    tn_ew_program *P = tn__fuse_program(F, g, &in, &nin, &fp->out, NULL, role);
+    if (!P || nin == 0 || P->n_out == 0) return false;
     tn_params p0;
     memset(&p0, 0, sizeof p0);
     tn_var *y = tn__node_multi(c->g, TN_OP_COMPOSITE, nin, in, &p0, P, P->n_out, "fuse");
-    tn_var *rep[TN_MAX_IPARAMS + 64];
     int nout = P->n_out;
-    bool ok = y != NULL && nout <= (int)(sizeof rep / sizeof rep[0]);
+    fp->rep = (tn_var **)tn__graph_alloc(c->g, (size_t)nout * sizeof *fp->rep);
+    bool ok = y != NULL && fp->rep != NULL;
     if (ok) y->device = tail->device;                /* the group's device */
     const tn_backend *be = tn__get_backend();        /* too many operands for one kernel: stay unfused */
     if (ok && y->device != TN_HOST && (!be || !be->supports || !be->supports(y))) ok = false;
     for (int k = 0; ok && k < nout; k++) {
-        rep[k] = nout == 1 ? y : tn__proj(y, k);
-        if (rep[k]) rep[k]->device = y->device;
-        ok = rep[k] && tn__type_eq(&rep[k]->type, &out[k]->type);
+        fp->rep[k] = nout == 1 ? y : tn__proj(y, k);
+        if (fp->rep[k]) fp->rep[k]->device = y->device;
+        ok = fp->rep[k] && tn__type_eq(&fp->rep[k]->type, &fp->out[k]->type);
     }
     tn__rw_sync(c);
-    if (!ok) { tn__rw_drop_new(c, n0); tn_clear_error(); return; }
+    if (!ok) { tn__rw_drop_new(c, n0); tn_clear_error(); return false; }
+    fp->y = y;
+    fp->nout = nout;
+    fp->nmem = 0;
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) fp->nmem += !role || role[F->ord[p]->id];
+    return true;
+}
+
+static void tn__fuse_commit(tn__fctx *F, const tn__fuse_part *fp) {
     tn__rw_count("fusion");
-    tn__fuse_trace("fusion", y, G->nmem);
-    for (int k = 0; k < nout; k++) tn__rw_replace(c, out[k], rep[k]);
+    tn__fuse_trace("fusion", fp->y, fp->nmem);
+    for (int k = 0; k < fp->nout; k++) tn__rw_replace(F->c, fp->out[k], fp->rep[k]);
 }
 
 static tn_result tn__rw_fuse(tn__rw *c) {

@@ -380,6 +380,28 @@ TEST(test_fusion) {
     CHECK(f && dp_count(f, "Composite") >= 1 && all_fused(f), "multi-output group not fused");
     CHECK(agree(f, 3, in, 2, o2, vals, 1e-12), "numbers");
     tn_function_free(f);
+    /* outputs whose shapes differ at call time: y (3, 1) is not declared
+       broadcastable but broadcasts against x (3, 4) (NumPy's rule), so
+       exp(y)*2 is (3, 1) and x + exp(y) is (3, 4): two kernels, not one */
+    tn_var *ey = tn_exp(y);
+    tn_var *o3[2] = { tn_mul(ey, tn_lit(y, 2)), tn_add(x, ey) };
+    f = compile(3, in, 2, o3, TN_MODE_FAST_RUN);
+    CHECK(N("fusion") == 2 && f && dp_count(f, "Composite") == 2 && !dp_has(f, "}}.1 [") && all_fused(f),
+          "fusion fired %d", N("fusion"));
+    int64_t s31[2] = { 3, 1 };
+    tn_array *narrow[3] = { vals[0], rnd(2, s31, -1, 1, 4), vals[2] };
+    CHECK(agree(f, 3, in, 2, o3, narrow, 1e-12), "numbers with y (3, 1)");
+    CHECK(agree(f, 3, in, 2, o3, vals, 1e-12), "numbers with y (3, 4)");
+    tn_array_free(narrow[1]);
+    tn_function_free(f);
+    /* the same outputs with every dim known: one kernel */
+    tn_var *xs = tn_input(g, "xs", TN_F64, 2, S34, NULL), *ys = tn_input(g, "ys", TN_F64, 2, S34, NULL);
+    tn_var *eys = tn_exp(ys), *ins2[2] = { xs, ys };
+    tn_var *ost[2] = { tn_mul(eys, tn_lit(ys, 2)), tn_add(xs, eys) };
+    f = compile(2, ins2, 2, ost, TN_MODE_FAST_RUN);
+    CHECK(N("fusion") == 1 && f && dp_has(f, "}}.1 ["), "static shapes: fusion fired %d", N("fusion"));
+    CHECK(agree(f, 2, ins2, 2, ost, vals, 1e-12), "numbers, static shapes");
+    tn_function_free(f);
     /* into a reduction */
     tn_var *s = tn_sum(tn_mul(tn_exp(x), y), (int[]){ 1 }, 1, false);
     f = compile(3, in, 1, &s, TN_MODE_FAST_RUN);
