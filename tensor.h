@@ -3544,7 +3544,8 @@ static void tn__register_graph_ops(tn_op_def *t) {
      7 fuse          elementwise groups -> Composite (several outputs allowed);
                      a group feeding a reduction becomes its prologue
      8 inplace       destroy map (node->inplace) where an input dies here
-   TN_MODE_FAST_COMPILE runs only merge and fold.
+   TN_MODE_FAST_COMPILE runs merge, fold and place (data already on a device
+   must stay readable).
 
    The engine. A rewrite (tn__rewrite) is data: a name, the ops it triggers
    on, constraints the driver checks, and a builder that returns the
@@ -4946,14 +4947,19 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
         TN__RUN(tn__spec_rules);
         TN__RUN(tn__spec2_rules);
         if (r == TN_OK) r = tn__rw_merge(&c);
-        const tn_backend *b = tn__get_backend();
-        if (r == TN_OK && b && b->place) {
-            r = b->place(fg, roots, n_roots);
-            /* the back end may have added nodes and rewired inputs: rebuild the map */
-            tn__rw_free(&c);
-            memset(&c, 0, sizeof c);
-            if (r == TN_OK && !tn__rw_init(&c, fg, roots, n_roots)) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
-        }
+    }
+    /* Placement runs in every mode: a shared variable may already live on the
+       device (another function moved it), and a host kernel must never be
+       handed device memory. */
+    const tn_backend *b = tn__get_backend();
+    if (r == TN_OK && b && b->place) {
+        r = b->place(fg, roots, n_roots);
+        /* the back end may have added nodes and rewired inputs: rebuild the map */
+        tn__rw_free(&c);
+        memset(&c, 0, sizeof c);
+        if (r == TN_OK && !tn__rw_init(&c, fg, roots, n_roots)) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
+    }
+    if (full) {
         if (r == TN_OK) r = tn__rw_fuse(&c);
         if (r == TN_OK) tn__rw_inplace(&c);
         if (r == TN_OK && c.oom) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");

@@ -256,6 +256,38 @@ TEST(test_alloc_on_gpu) {
     tn_array_free(xv); tn_array_free(sv);
 }
 
+/* A shared variable moved to the device by one function stays readable by a
+   function compiled with FAST_COMPILE (placement runs in every mode). */
+TEST(test_fast_compile_reads_device_shared) {
+    int64_t shape[2] = { 19, 33 }, n = shape[0] * shape[1];
+    tn_array *wv = tn_array_rand_uniform(TN_F32, 2, shape, -2, 2, 11);
+    tn_graph *g = tn_graph_new();
+    tn_var *w = tn_shared(g, "w", wv);
+    tn_var *y1 = tn_exp(w), *y2 = tn_mul(tn_sin(w), tn_scalar_const(g, 3.0));
+    tn_func *f1 = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y1 });
+    tn_func *f2 = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y2, .mode = TN_MODE_FAST_COMPILE });
+    CHECK(f1 && f2, "%s", tn_last_error());
+    const tn_array *sv = tn_shared_get(w);
+    CHECK(sv && sv->device == DEV, "the first function moved w to the device");
+    tn_array *r1 = NULL, *r2 = NULL;
+    CHECK(f1 && tn_call(f1, NULL, &r1) == TN_OK, "%s", tn_last_error());
+    CHECK(f2 && tn_call(f2, NULL, &r2) == TN_OK, "%s", tn_last_error());
+    if (r1 && r2) {
+        CHECK(r1->device == TN_HOST && r2->device == TN_HOST, "host results");
+        double e = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double x = ((const float *)wv->data)[i];
+            e = fmax(e, fabs(((const float *)r1->data)[i] - exp(x)) / fmax(1, exp(x)));
+            e = fmax(e, fabs(((const float *)r2->data)[i] - 3 * sin(x)));
+        }
+        CHECK(e < 1e-5, "max error %g", e);
+    }
+    tn_array_free(r1); tn_array_free(r2);
+    tn_function_free(f1); tn_function_free(f2);
+    tn_graph_free(g);
+    tn_array_free(wv);
+}
+
 int main(void) {
     tn_config cfg = { .device = TN_DEVICE_CUDA };
     tn_init(&cfg);
@@ -271,6 +303,7 @@ int main(void) {
     TH_RUN(test_steady_loop_allocates_nothing_and_compiles_nothing);
     TH_RUN(test_out_of_memory_is_an_error);
     TH_RUN(test_alloc_on_gpu);
+    TH_RUN(test_fast_compile_reads_device_shared);
     tn_shutdown();
     TH_END();
 }
