@@ -3379,7 +3379,13 @@ typedef struct tn__printer {
     int nvars;
     char *prefix;
     size_t cap;
+    const char *lead;    /* printed before every line: " >" for an inner graph */
 } tn__printer;
+
+/* A scan's inner graph prints after the main one, as Theano's "Inner graphs
+   of the scan ops:" (the >>scan_debugprint section). compiled: the roots
+   belong to a compiled function, whose scans print their compiled steps. */
+static tn_result tn__scan_print_inners(tn__printer *pr, tn_var *const *roots, int n_roots, bool compiled);
 
 static bool tn__is_apply(const tn_var *v) { return tn__op_kind(v->op) != TN_OPK_LEAF; }
 
@@ -3399,7 +3405,8 @@ static bool tn__print_line(tn__printer *pr, const tn_var *v, size_t plen, bool c
     bool first = v->id >= 0 && v->id < pr->nvars && pr->ids[v->id] < 0;
     if (first) pr->ids[v->id] = pr->next_id++;
     tn__id_str(v->id >= 0 && v->id < pr->nvars ? pr->ids[v->id] : 0, idb);
-    fprintf(pr->out, "%.*s%s%s [id %s] <%s>", (int)plen, pr->prefix, child ? " |" : "", lb, idb, tn__type_str(&v->type, tb));
+    fprintf(pr->out, "%s%.*s%s%s [id %s] <%s>", pr->lead ? pr->lead : "", (int)plen, pr->prefix, child ? " |" : "", lb, idb,
+            tn__type_str(&v->type, tb));
     if (tn__is_apply(v)) {
         fprintf(pr->out, " '%s'   ", v->name ? v->name : "");
         if (pr->topo) {
@@ -3436,7 +3443,7 @@ static tn_result tn__print_tree(tn__printer *pr, const tn_var *root) {
         int i = fr->next++;
         const tn_var *c = tn__print_child(fr->v, i);
         size_t plen = fr->plen;
-        if (!c) { fprintf(pr->out, "%.*s |NULL\n", (int)plen, pr->prefix); continue; }
+        if (!c) { fprintf(pr->out, "%s%.*s |NULL\n", pr->lead ? pr->lead : "", (int)plen, pr->prefix); continue; }
         if (!tn__print_line(pr, c, plen, true)) continue;
         if (!tn__prefix_reserve(pr, plen + 3)) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
         memcpy(pr->prefix + plen, i == n - 1 ? "  " : " |", 2);
@@ -3470,6 +3477,8 @@ TN_API tn_result tn_debugprint(const tn_var *v, FILE *out) {
     tn_result r = tn__printer_init(&pr, out, v->graph ? v->graph->nvars : 0);
     if (r != TN_OK) return r;
     r = tn__print_tree(&pr, v);
+    tn_var *root = (tn_var *)v;
+    if (r == TN_OK) r = tn__scan_print_inners(&pr, &root, 1, false);
     tn__printer_free(&pr);
     return r;
 }
@@ -3490,6 +3499,7 @@ TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out) {
         if (i >= f->n_outputs) fprintf(out, "update of %s:\n", tn__var_label_name(f->upd_user[i - f->n_outputs]));
         r = tn__print_tree(&pr, f->roots[i]);
     }
+    if (r == TN_OK) r = tn__scan_print_inners(&pr, f->roots, f->n_roots, true);
     tn__free(topo);
     tn__printer_free(&pr);
     return r;
@@ -4307,6 +4317,12 @@ static const tn__rewrite tn__spec2_rules[] = {
     { "local_dot_to_gemv", { TN_OP_DOT }, 0, 0, 0, tn__b_dot_gemv },
 };
 
+/* Scan rewrites (the >>scan_rewrite section): rules on SCAN nodes. */
+static tn_var *tn__b_scan_dot(tn__rw *c, tn_var *v);
+static const tn__rewrite tn__scan_rules[] = {
+    { "scan_dot_to_gemm", { TN_OP_SCAN }, 0, 0, 0, tn__b_scan_dot },
+};
+
 /* >>constant_folding ----------------------------------------------------- */
 
 #define TN__FOLD_MAX_ELEMS ((int64_t)1 << 20)
@@ -4939,6 +4955,7 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
     if (!tn__rw_init(&c, fg, roots, n_roots)) { tn__rw_free(&c); return tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); }
 #define TN__RUN(rules) if (r == TN_OK) r = tn__rw_run(&c, rules, (int)(sizeof rules / sizeof rules[0]))
     if (full) TN__RUN(tn__canon_rules);
+    if (full) TN__RUN(tn__scan_rules);
     if (r == TN_OK) r = tn__rw_merge(&c);
     TN__RUN(tn__fold_rules);
     if (full) {
@@ -5096,6 +5113,7 @@ struct tn__scan {
     int *inner_t_off;            /* first type of inner node i in the type table (n_out of them) */
     int n_types;
     tn_func *fn;
+    tn_func *dfn;                /* the step for a device loop: device placeholders and results (NULL: none) */
     tn_array *args;              /* n_ph view structs fed to fn */
     tn_array **argp;
     tn_array **resp;
@@ -5108,6 +5126,7 @@ static tn__scan *tn__scan_list;
 static void tn__scan_free_one(tn__scan *s) {
     if (!s) return;
     tn_function_free(s->fn);
+    tn_function_free(s->dfn);
     void *arrs[] = { s->seq_nt, s->seq_off, s->seq_lo, s->seq_hi, s->out_nt, s->out_off, s->out_len0, s->out_stacked,
                      s->init_in, s->tap, s->ns_upd, s->upd_ns, s->ph, s->res, s->res_ph, s->g_of_out, s->inner,
                      s->inner_in, s->inner_in_off, s->inner_t_off, s->args, s->argp, s->resp, s->gpend };
@@ -5334,18 +5353,34 @@ static bool tn__scan_same_shape(const tn_array *a, const tn_array *b) {
     return true;
 }
 
-static tn_result tn__scan_copy(const tn__scan *s, tn_array *dst, const tn_array *src, const char *what, int k) {
+/* Where a loop's memory lives and how data moves there: the host's memcpy and
+   CPU kernels, or a back end's copies and kernels queued on its stream
+   (tensor_cuda.h), so a device loop never waits for the host. dst is
+   contiguous in every call (executor outputs, their rows, scratch buffers). */
+typedef struct tn__scan_mem {
+    int device;                                              /* scratch buffers: TN_HOST or an ordinal */
+    bool device_step;                                        /* run the step compiled for device arrays (dfn) */
+    tn_result (*copy)(tn_array *dst, const tn_array *src);   /* same shape */
+    tn_result (*acc)(tn_array *dst, const tn_array *src);    /* dst += src, same shape */
+    tn_result (*zero)(tn_array *dst);
+} tn__scan_mem;
+
+static tn_result tn__scan_host_copy(tn_array *dst, const tn_array *src) {
+    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src))
+        memcpy(dst->data, src->data, tn_array_nbytes(dst));
+    else
+        tn__copy_strided(dst->dtype, dst->data, dst->strides, src->dtype, src->data, src->strides, dst->ndim, dst->shape);
+    return TN_OK;
+}
+
+static tn_result tn__scan_copy(const tn__scan *s, const tn__scan_mem *m, tn_array *dst, const tn_array *src, const char *what, int k) {
     char a[128], b[128];
     if (!tn__scan_same_shape(dst, src))
         return tn__err(TN_ERR_SHAPE, "tn_scan '%s': %s %d has shape %s at this step but %s is expected (states and "
                        "outputs keep one shape)", s->name, what, k, tn__shape_str(src->ndim, src->shape, a),
                        tn__shape_str(dst->ndim, dst->shape, b));
     if (tn_array_size(dst) == 0) return TN_OK;
-    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src))
-        memcpy(dst->data, src->data, tn_array_nbytes(dst));
-    else
-        tn__copy_strided(dst->dtype, dst->data, dst->strides, src->dtype, src->data, src->strides, dst->ndim, dst->shape);
-    return TN_OK;
+    return m->copy(dst, src);
 }
 
 /* dst += src (same shape). */
@@ -5405,25 +5440,26 @@ static int64_t tn__scan_T(const tn__scan *s, tn_array *const *in) {
 }
 
 /* The initial rows of output k's buffer from its init. */
-static tn_result tn__scan_put_init(const tn__scan *s, int k, const tn_array *init, tn_array *buf) {
+static tn_result tn__scan_put_init(const tn__scan *s, const tn__scan_mem *m, int k, const tn_array *init, tn_array *buf) {
     tn_array d, src;
     int len0 = s->out_len0[k];
     for (int r = 0; r < len0; r++) {
         tn__scan_row(&d, buf, r);
         if (s->out_stacked[k]) tn__scan_row(&src, init, init->shape[0] - len0 + r);
         else src = *init;
-        tn_result e = tn__scan_copy(s, &d, &src, "initial value of output", k);
+        tn_result e = tn__scan_copy(s, m, &d, &src, "initial value of output", k);
         if (e != TN_OK) return e;
     }
     return TN_OK;
 }
 
-static tn_result tn__scan_cpu_fwd(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
     tn__scan *s = (tn__scan *)node->ext;
+    tn_func *fn = m->device_step ? s->dfn : s->fn;
     int64_t T = tn__scan_T(s, in);
     tn_result r = TN_OK;
     for (int k = 0; k < s->n_out; k++)
-        if (s->init_in[k] >= 0 && (r = tn__scan_put_init(s, k, in[s->init_in[k]], out[k])) != TN_OK) return r;
+        if (s->init_in[k] >= 0 && (r = tn__scan_put_init(s, m, k, in[s->init_in[k]], out[k])) != TN_OK) return r;
     /* update states: two buffers each, swapped every step */
     tn_array *st_s[8], **st = s->n_upd <= 4 ? st_s : (tn_array **)tn__calloc((size_t)s->n_upd * 2, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
@@ -5431,56 +5467,61 @@ static tn_result tn__scan_cpu_fwd(const tn_var *node, tn_array *const *in, tn_ar
     for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
         const tn_array *init = in[s->n_seq + s->n_init + s->upd_ns[u]];
         for (int h = 0; h < 2; h++)
-            if (!(st[2 * u + h] = tn__array_alloc(init->dtype, init->ndim, init->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-        if (r == TN_OK) r = tn__scan_copy(s, st[2 * u], init, "update", u);
+            if (!(st[2 * u + h] = tn__array_alloc(init->dtype, init->ndim, init->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        if (r == TN_OK) r = tn__scan_copy(s, m, st[2 * u], init, "update", u);
     }
     tn_array *cur_s[4], **cur = s->n_upd <= 4 ? cur_s : (tn_array **)tn__calloc((size_t)s->n_upd + 1, sizeof *cur);
     if (!cur && r == TN_OK) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
     for (int u = 0; u < s->n_upd && r == TN_OK; u++) cur[u] = st[2 * u];
     for (int64_t t = 0; t < T && r == TN_OK; t++) {
         tn__scan_fill_args(s, s->args, in, out, cur, t);
-        if ((r = tn_call(s->fn, s->argp, s->resp)) != TN_OK) {
+        if ((r = tn_call(fn, s->argp, s->resp)) != TN_OK) {
             r = tn__err(r, "tn_scan '%s': step %lld of %lld: %s", s->name, (long long)t, (long long)T, tn_last_error());
             break;
         }
         for (int k = 0; k < s->n_out && r == TN_OK; k++) {
             tn_array d;
             tn__scan_row(&d, out[k], s->out_len0[k] + t);
-            r = tn__scan_copy(s, &d, s->resp[k], "output", k);
+            r = tn__scan_copy(s, m, &d, s->resp[k], "output", k);
         }
         for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
             tn_array *nx = cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u];
-            if ((r = tn__scan_copy(s, nx, s->resp[s->n_out + u], "update", u)) == TN_OK) cur[u] = nx;
+            if ((r = tn__scan_copy(s, m, nx, s->resp[s->n_out + u], "update", u)) == TN_OK) cur[u] = nx;
         }
     }
-    for (int u = 0; u < s->n_upd && r == TN_OK; u++) r = tn__scan_copy(s, out[s->n_out + u], cur[u], "update", u);
+    for (int u = 0; u < s->n_upd && r == TN_OK; u++) r = tn__scan_copy(s, m, out[s->n_out + u], cur[u], "update", u);
     for (int u = 0; u < 2 * s->n_upd; u++) tn_array_free(st[u]);
     if (st != st_s) tn__free(st);
     if (cur != cur_s) tn__free(cur);
     return r;
 }
 
-static void tn__scan_zero(tn_array *a) {
+static tn_result tn__scan_zero(tn_array *a) {
     if (tn_array_size(a) > 0) memset(a->data, 0, tn_array_nbytes(a));   /* executor outputs are contiguous */
+    return TN_OK;
 }
+
+static const tn__scan_mem tn__scan_host_mem = { TN_HOST, false, tn__scan_host_copy, tn__scan_acc, tn__scan_zero };
 
 /* Backward: inputs are fwd's inputs, fwd's stacked outputs and their
    gradients; outputs the gradients of fwd's inputs. */
-static tn_result tn__scan_cpu_bwd(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+static tn_result tn__scan_bwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
     tn__scan *b = (tn__scan *)node->ext;
     const tn__scan *s = b->fwd;
+    tn_func *fn = m->device_step ? b->dfn : b->fn;
     int nfin = node->n_in - 2 * s->n_out;
     tn_array *const *bufs = in + nfin, *const *gbufs = in + nfin + s->n_out;
     int64_t T = tn__scan_T(s, in);
     tn_result r = TN_OK;
-    for (int j = 0; j < nfin; j++) tn__scan_zero(out[j]);
+    for (int j = 0; j < nfin && r == TN_OK; j++) r = m->zero(out[j]);
+    if (r != TN_OK) return r;
     tn_array *dB_s[8], **dB = s->n_out <= 8 ? dB_s : (tn_array **)tn__calloc((size_t)s->n_out, sizeof *dB);
     if (!dB) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
     for (int k = 0; k < s->n_out; k++) dB[k] = NULL;
     for (int k = 0; k < s->n_out && r == TN_OK; k++) {
         if (b->g_of_out[k] < 0) continue;
-        if (!(dB[k] = tn__array_alloc(bufs[k]->dtype, bufs[k]->ndim, bufs[k]->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-        else r = tn__scan_copy(s, dB[k], gbufs[k], "output gradient", k);
+        if (!(dB[k] = tn__array_alloc(bufs[k]->dtype, bufs[k]->ndim, bufs[k]->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        else r = tn__scan_copy(s, m, dB[k], gbufs[k], "output gradient", k);
     }
     int64_t stop = s->truncate > 0 && s->truncate < T ? T - s->truncate : 0;
     int nfph = s->n_ph;
@@ -5488,7 +5529,7 @@ static tn_result tn__scan_cpu_bwd(const tn_var *node, tn_array *const *in, tn_ar
         tn__scan_fill_args(s, b->args, in, bufs, NULL, t);
         for (int k = 0; k < s->n_out; k++)
             if (b->g_of_out[k] >= 0) tn__scan_row(&b->args[b->g_of_out[k]], dB[k], s->out_len0[k] + t);
-        if ((r = tn_call(b->fn, b->argp, b->resp)) != TN_OK) {
+        if ((r = tn_call(fn, b->argp, b->resp)) != TN_OK) {
             r = tn__err(r, "tn_scan '%s' gradient: step %lld: %s", s->name, (long long)t, tn_last_error());
             break;
         }
@@ -5505,7 +5546,7 @@ static tn_result tn__scan_cpu_bwd(const tn_var *node, tn_array *const *in, tn_ar
                     if (pp == p) { tn__scan_row(&d, dB[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]); done = true; }
             if (!done) { d = *out[s->n_seq + s->n_init + (p - pp)]; }
             TN_ASSERT(p < nfph);
-            r = tn__scan_acc(&d, b->resp[q]);
+            r = m->acc(&d, b->resp[q]);
         }
     }
     /* gradients of the initial values: the first rows of each dB */
@@ -5517,7 +5558,7 @@ static tn_result tn__scan_cpu_bwd(const tn_var *node, tn_array *const *in, tn_ar
             tn__scan_row(&src, dB[k], q);
             if (s->out_stacked[k]) tn__scan_row(&d, gi, gi->shape[0] - s->out_len0[k] + q);
             else d = *gi;
-            r = tn__scan_copy(s, &d, &src, "initial gradient", k);
+            r = tn__scan_copy(s, m, &d, &src, "initial gradient", k);
         }
     }
     for (int k = 0; k < s->n_out; k++) tn_array_free(dB[k]);
@@ -5525,10 +5566,24 @@ static tn_result tn__scan_cpu_bwd(const tn_var *node, tn_array *const *in, tn_ar
     return r;
 }
 
-static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+/* The loop with its memory where m says (tensor_cuda.h runs a device loop
+   through this with its stream-ordered copies). */
+static tn_result tn__scan_run(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
     const tn__scan *s = (const tn__scan *)node->ext;
     if (!s || !s->fn) return tn__err(TN_ERR_INTERNAL, "Scan: node without a compiled step");
-    return s->bwd ? tn__scan_cpu_bwd(node, in, out) : tn__scan_cpu_fwd(node, in, out);
+    if (m->device_step && !s->dfn) return tn__err(TN_ERR_INTERNAL, "Scan '%s': placed on a device without a device step", s->name);
+    return s->bwd ? tn__scan_bwd(node, in, out, m) : tn__scan_fwd(node, in, out, m);
+}
+
+static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    return tn__scan_run(node, in, out, &tn__scan_host_mem);
+}
+
+/* Placement (tensor_cuda.h): a scan whose step was compiled for device
+   arrays runs on the device, its loop queued on the back end's stream. */
+static bool tn__scan_device_ok(const tn_var *node) {
+    const tn__scan *s = node->op == TN_OP_SCAN ? (const tn__scan *)node->ext : NULL;
+    return s && s->dfn;
 }
 
 static void tn__register_scan_ops(tn_op_def *t) {
@@ -5730,35 +5785,60 @@ static tn_result tn__scan_tables(tn__scan_b *b) {
     return TN_OK;
 }
 
+/* Steps of f that compute on a device (transfers and views aside). */
+static int tn__scan_device_work(const tn_func *f) {
+    int n = 0;
+    for (int k = 0; f && k < f->n_steps; k++) {
+        const tn_var *v = f->steps[k].node;
+        tn_op_kind kd = tn__op_kind(v->op);
+        n += v->device != TN_HOST && f->backend && kd != TN_OPK_TRANSFER && kd != TN_OPK_VIEW;
+    }
+    return n;
+}
+
+/* Steps of f that are transfers (GpuFromHost, HostFromGpu): what a device
+   loop must not run per step. */
+static int tn__func_transfers(const tn_func *f) {
+    int n = 0;
+    for (int k = 0; f && k < f->n_steps; k++) n += tn__op_kind(f->steps[k].node->op) == TN_OPK_TRANSFER;
+    return n;
+}
+
+/* With a device back end, the step a second time for a loop on the device:
+   its placeholders marked as device arrays (placement keeps an input leaf's
+   device) and its results wrapped as device outputs (the user's own
+   tn_gpu_from_host, which placement cancels against device data), so a step
+   runs with no transfer. Without device work the loop stays on the host;
+   a failure here only leaves it there. */
+static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
+    const tn_backend *be = tn__get_backend();
+    if (!be || !be->place || tn__scan_device_work(s->fn) == 0) return;
+    tn_var **res = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *res);
+    if (!res) { tn_clear_error(); return; }
+    bool ok = true;
+    for (int k = 0; k < s->n_res && ok; k++) ok = (res[k] = tn_gpu_from_host(s->res[k])) != NULL;
+    if (ok) {
+        for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = 0;   /* any ordinal: placement takes its own */
+        s->dfn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
+                                                 .outputs = res, .borrow = true, .name = s->name });
+        for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = TN_HOST;
+    }
+    tn__free(res);
+    if (s->dfn && tn__scan_device_work(s->dfn) == 0) { tn_function_free(s->dfn); s->dfn = NULL; }
+    if (!s->dfn) tn_clear_error();
+}
+
 static tn_result tn__scan_compile(tn__scan *s, tn_graph *g) {
     s->fn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
                                             .outputs = s->res, .borrow = true, .name = s->name });
     if (!s->fn) return tn__err(tn_last_result(), "tn_scan '%s': compiling the step: %s", s->name, tn_last_error());
+    tn__scan_compile_device(s, g);
     s->args = (tn_array *)tn__calloc((size_t)s->n_ph + 1, sizeof *s->args);
     s->argp = (tn_array **)tn__calloc((size_t)s->n_ph + 1, sizeof *s->argp);
     s->resp = (tn_array **)tn__calloc((size_t)s->n_res + 1, sizeof *s->resp);
     if (!s->args || !s->argp || !s->resp) return tn__scan_oom(s);
     for (int p = 0; p < s->n_ph; p++) s->argp[p] = &s->args[p];
     return TN_OK;
-}
-
-/* The seed's warning case: scan(lambda x: dot(W, x), sequences=X) is one
-   product, dot(X, W^T) (dot(x, W): dot(X, W)). NULL when not that case. */
-static tn_var *tn__scan_as_dot(const tn__scan_b *b, tn_var *seq) {
-    const tn__scan *s = b->s;
-    if (s->n_seq != 1 || s->seq_nt[0] != 1 || s->tap[0] != 0 || s->n_out != 1 || s->init_in[0] >= 0 || s->n_upd)
-        return NULL;
-    tn_var *y = s->res[0], *x = s->ph[0];
-    if (y->op != TN_OP_DOT || x->type.ndim != 1) return NULL;
-    int xi = y->in[0] == x ? 0 : y->in[1] == x ? 1 : -1;
-    if (xi < 0) return NULL;
-    tn_var *w = y->in[1 - xi];
-    if (!tn__scan_is_ph(b, w) || b->phidx[w->id] < s->n_ph - s->n_ns || w->type.ndim != 2) return NULL;
-    tn_var *W = b->ns[b->phidx[w->id] - (s->n_ph - s->n_ns)];
-    tn_var *X = seq;
-    if (s->backwards) X = tn_slice(X, 0, TN_NONE, TN_NONE, -1);
-    if (s->n_steps >= 0) X = tn_slice(X, 0, TN_NONE, s->n_steps, 1);
-    return xi == 1 ? tn_dot(X, tn_transpose(W, NULL)) : tn_dot(X, W);
 }
 
 static tn_result tn__scan_check_desc(const tn_scan_desc *d, tn_var **outputs, tn_graph **gp) {
@@ -5975,13 +6055,6 @@ TN_API tn_result tn_scan(const tn_scan_desc *d, tn_var **outputs, tn_update *upd
     if ((r = tn__scan_run_step(&b, d)) != TN_OK) goto fail;
     if (s->n_upd && !updates) { r = tn__err(TN_ERR_NULL, "tn_scan '%s': the step makes %d updates but updates is NULL", s->name, s->n_upd); goto fail; }
     if ((r = tn__scan_hoist(&b, first_id)) != TN_OK) goto fail;
-    tn_var *y = tn__scan_as_dot(&b, s->n_seq ? d->sequences[0].var : NULL);
-    if (y) {   /* no loop at all */
-        outputs[0] = y;
-        tn__free(b.ns); tn__free(b.phidx);
-        tn__scan_free_one(s);
-        return TN_OK;
-    }
     if ((r = tn__scan_tables(&b)) != TN_OK) goto fail;
     if ((r = tn__scan_compile(s, g)) != TN_OK) goto fail;
     int nin = s->n_seq + s->n_init + s->n_ns;
@@ -6111,8 +6184,16 @@ static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var 
     tn_result r = TN_OK;
     tn_var **ins = NULL;
     if (s->n_upd > 0) {
-        r = tn__err(TN_ERR_UNSUPPORTED, "tn_grad: through scan '%s' with updates of shared variables (%d): the gradient "
-                    "needs every step's state, which a scan keeps only for its outputs", s->name, s->n_upd);
+        char names[256];
+        size_t n = 0;
+        names[0] = 0;
+        for (int u = 0; u < s->n_upd && n < sizeof names - 8; u++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", u ? ", " : "",
+                                  tn__scan_vname(node->in[s->n_seq + s->n_init + s->upd_ns[u]]));
+        r = tn__err(TN_ERR_UNSUPPORTED, "tn_grad: through scan '%s', whose step updates shared variable%s %s: not supported "
+                    "(the gradient needs every step's value of the state, which a scan keeps only for its outputs); "
+                    "carry the state as an output with an init (outputs_info) instead of an update", s->name,
+                    s->n_upd == 1 ? "" : "s", names);
         goto done;
     }
     if (!gk) goto done;    /* no gradient reached an output */
@@ -6141,49 +6222,132 @@ done:
     return r;
 }
 
-/* >>scan_debugprint ------------------------------------------------------ */
-/* tn_debugprint has no hook for inner graphs: this prints v's tree, then,
-   for each scan v reaches, its step's results indented under a header. */
+/* >>scan_rewrite --------------------------------------------------------- */
+/* Rules the optimizer runs on SCAN nodes of a function's private graph (the
+   node's ext is the loop; its inputs are the function's own variables). */
 
-static tn_result tn__scan_print_inner(const tn__scan *s, const tn_var *node, FILE *out, int depth) {
-    char lb[256];
-    tn__scan_label(node, lb, sizeof lb);
-    fprintf(out, "%*sInner graph of %s:\n", 2 * depth, "", lb);
-    FILE *tmp = tmpfile();
-    if (!tmp) return tn__err(TN_ERR_INVALID, "tn_scan_debugprint: no temporary file for the inner graph");
-    tn__printer pr;     /* one printer: a node shared by two results keeps one id */
-    tn_result r = tn__printer_init(&pr, tmp, tn__graph_nvars(s->g));
-    if (r == TN_OK) {
-        for (int k = 0; k < s->n_res && r == TN_OK; k++) r = tn__print_tree(&pr, s->res[k]);
-        tn__printer_free(&pr);
+/* The placeholder index of x among s's, or -1. */
+static int tn__scan_ph_index(const tn__scan *s, const tn_var *x) {
+    for (int p = 0; p < s->n_ph; p++) if (s->ph[p] == x) return p;
+    return -1;
+}
+
+/* The seed's warning case: scan(lambda x: dot(W, x), sequences=X), a step
+   that is only a product of a non_sequence with the current row, is one
+   product over the whole sequence: dot(X, W^T) (for dot(x, W): dot(X, W)),
+   which specialize makes a gemm. No SCAN node is left. */
+static tn_var *tn__b_scan_dot(tn__rw *c, tn_var *v) {
+    (void)c;
+    const tn__scan *s = (const tn__scan *)v->ext;
+    if (!s || s->bwd || v->n_out != 1 || s->n_seq != 1 || s->seq_nt[0] != 1 || s->tap[0] != 0 || s->n_out != 1 ||
+        s->init_in[0] >= 0 || s->n_upd || s->n_res != 1)
+        return NULL;
+    tn_var *y = s->res[0], *x = s->ph[0];
+    if (y->op != TN_OP_DOT || x->type.ndim != 1) return NULL;
+    int xi = y->in[0] == x ? 0 : y->in[1] == x ? 1 : -1;
+    if (xi < 0 || y->in[0] == y->in[1]) return NULL;
+    int p = tn__scan_ph_index(s, y->in[1 - xi]), ns0 = s->n_ph - s->n_ns;
+    if (p < ns0 || s->ph[p]->type.ndim != 2) return NULL;
+    tn_var *W = v->in[s->n_seq + s->n_init + (p - ns0)], *X = v->in[0];
+    if (s->backwards) X = tn_slice(X, 0, TN_NONE, TN_NONE, -1);
+    if (X && s->n_steps >= 0) X = tn_slice(X, 0, TN_NONE, s->n_steps, 1);
+    if (!X) return NULL;
+    return xi == 1 ? tn_dot(X, tn_transpose(W, NULL)) : tn_dot(X, W);
+}
+
+/* >>scan_debugprint ------------------------------------------------------ */
+/* tn_debugprint and tn_debugprint_function call this after the main graph:
+   every scan the roots reach prints its line again (same id), then its
+   inner graph with each line led by " >", as Theano's debugprint does. A
+   symbolic graph shows the step as built; a compiled function the step as
+   compiled (the device step of a scan placed on the device), with its own
+   ids and step numbers. Scans inside a step follow in the same list. */
+
+typedef struct tn__scan_pq { const tn_var **v; bool *compiled; int n, cap; } tn__scan_pq;
+
+static tn_result tn__scan_pq_push(tn__scan_pq *q, const tn_var *v, bool compiled) {
+    if (q->n == q->cap) {
+        int cap = q->cap ? 2 * q->cap : 8;
+        const tn_var **nv = (const tn_var **)tn__realloc(q->v, (size_t)cap * sizeof *nv);
+        if (nv) q->v = nv;
+        bool *c = nv ? (bool *)tn__realloc(q->compiled, (size_t)cap * sizeof *c) : NULL;
+        if (c) q->compiled = c;
+        if (!nv || !c) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
+        q->cap = cap;
     }
-    rewind(tmp);
-    char line[1024];
-    bool bol = true;
-    while (fgets(line, sizeof line, tmp)) {
-        if (bol) fprintf(out, "%*s    > ", 2 * depth, "");
-        fputs(line, out);
-        bol = strchr(line, '\n') != NULL;
+    q->v[q->n] = v;
+    q->compiled[q->n++] = compiled;
+    return TN_OK;
+}
+
+/* The scans the roots reach, in topological order. */
+static tn_result tn__scan_pq_add(tn__scan_pq *q, tn_var *const *roots, int n_roots, int nvars, bool compiled) {
+    tn_var **order = NULL;
+    int n = 0;
+    tn_result r = tn__toposort((tn_var **)roots, n_roots, nvars, &order, &n, NULL, "tn_debugprint");
+    for (int i = 0; i < n && r == TN_OK; i++)
+        if (order[i]->op == TN_OP_SCAN && order[i]->ext) r = tn__scan_pq_push(q, order[i], compiled);
+    tn__free(order);
+    return r;
+}
+
+static tn_result tn__scan_print_inners(tn__printer *pr, tn_var *const *roots, int n_roots, bool compiled) {
+    tn__scan_pq q = { NULL, NULL, 0, 0 };
+    tn_result r = tn__scan_pq_add(&q, roots, n_roots, pr->nvars, compiled);
+    int n_main = q.n;          /* nodes of the printer's graph; later ones may sit in compiled steps */
+    if (r == TN_OK && q.n) fprintf(pr->out, "\nInner graphs of the scan ops:\n");
+    for (int i = 0; i < q.n && r == TN_OK; i++) {
+        const tn_var *node = q.v[i];
+        const tn__scan *s = (const tn__scan *)node->ext;
+        fputc('\n', pr->out);
+        if (i < n_main || !q.compiled[i]) {   /* a node of the printer's graph: its id from there */
+            const char *lead = pr->lead;
+            pr->lead = NULL;
+            tn__print_line(pr, node, 0, false);
+            pr->lead = lead;
+        } else {
+            char lb[256];
+            tn__node_label(node, lb, sizeof lb);
+            fprintf(pr->out, "%s\n", lb);
+        }
+        if (!q.compiled[i]) {      /* the step as built: the user's graph, the printer's ids */
+            const char *lead = pr->lead;
+            pr->lead = " >";
+            for (int k = 0; k < s->n_res && r == TN_OK; k++) r = tn__print_tree(pr, s->res[k]);
+            pr->lead = lead;
+            if (r == TN_OK) r = tn__scan_pq_add(&q, s->res, s->n_res, pr->nvars, false);
+            continue;
+        }
+        const tn_func *fn = node->device != TN_HOST && s->dfn ? s->dfn : s->fn;
+        if (!fn) continue;
+        tn__printer ip;       /* the compiled step: its own graph, ids and step numbers */
+        int nv = fn->fg->nvars;
+        if ((r = tn__printer_init(&ip, pr->out, nv)) != TN_OK) break;
+        int *topo = (int *)tn__malloc(((size_t)nv + 1) * sizeof *topo);
+        if (!topo) { tn__printer_free(&ip); r = tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); break; }
+        for (int j = 0; j < nv; j++) topo[j] = -1;
+        for (int k = 0; k < fn->n_steps; k++) topo[fn->steps[k].node->id] = k;
+        ip.topo = topo;
+        ip.lead = " >";
+        ip.next_id = pr->next_id;      /* ids go on from the main graph's: no two lines share one */
+        for (int k = 0; k < fn->n_roots && r == TN_OK; k++) r = tn__print_tree(&ip, fn->roots[k]);
+        pr->next_id = ip.next_id;
+        tn__free(topo);
+        tn__printer_free(&ip);
+        /* scans inside the compiled step: listed after, labelled without ids */
+        for (int k = 0; k < fn->n_steps && r == TN_OK; k++) {
+            tn_var *sv = fn->steps[k].node;
+            if (sv->op == TN_OP_SCAN && sv->ext) r = tn__scan_pq_push(&q, sv, true);
+        }
     }
-    fclose(tmp);
+    tn__free(q.v);
+    tn__free(q.compiled);
     return r;
 }
 
 TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
     if (!v || !out) return tn__err(TN_ERR_NULL, "tn_scan_debugprint: %s is NULL", v ? "out" : "variable");
-    tn_result r = tn_debugprint(v, out);
-    if (r != TN_OK) return r;
-    tn_var **order = NULL;
-    int n = 0;
-    tn_var *root = (tn_var *)v;
-    if ((r = tn__toposort(&root, 1, tn__graph_nvars(v->graph), &order, &n, NULL, "tn_scan_debugprint")) != TN_OK) return r;
-    for (int i = 0; i < n && r == TN_OK; i++) {
-        if (order[i]->op != TN_OP_SCAN || !order[i]->ext) continue;
-        const tn__scan *s = (const tn__scan *)order[i]->ext;
-        r = tn__scan_print_inner(s, order[i], out, 0);
-    }
-    tn__free(order);
-    return r;
+    return tn_debugprint(v, out);     /* which prints the inner graphs */
 }
 
 /* >>grad ============================================================== */

@@ -2565,6 +2565,51 @@ static tn_result tn__cuda_alloc_run(tn__cuda_alloc_state *st, tn_array *const *i
     return r == TN_OK ? tn__cuda_sync_if_blocking(who) : r;
 }
 
+/* >>cuda_scan: a scan loop on the device (the >>scan section's tn__scan_run) --- */
+/* The loop's copies (step results into stacked outputs and carried states),
+   its gradient sums and zeroing are queued on the stream like every kernel:
+   the host only walks the steps, it never waits. Accumulation is one
+   generated add kernel per dtype, in place (dst is input 0 and the output). */
+static tn_dtype tn__cuda_add_dt[TN_DTYPE_COUNT][2];
+static tn_ew_instr tn__cuda_add_ins[TN_DTYPE_COUNT];
+static int32_t tn__cuda_add_reg[1] = { 2 };
+static tn_ew_program tn__cuda_add_prog[TN_DTYPE_COUNT];
+static tn__cuda_ew_state tn__cuda_add_state[TN_DTYPE_COUNT];
+
+static tn_result tn__cuda_scan_copy(tn_array *dst, const tn_array *src) {
+    tn_result r = tn__cuda_copy_into(dst, src, "GpuScan: copying a step's result");
+    return r == TN_OK ? tn__cuda_sync_if_blocking("GpuScan") : r;
+}
+
+static tn_result tn__cuda_scan_acc(tn_array *dst, const tn_array *src) {
+    tn_dtype t = dst->dtype;
+    if (src->dtype != t || (unsigned)t >= TN_DTYPE_COUNT)
+        return tn__err(TN_ERR_INTERNAL, "GpuScan: gradient sum of %s into %s", tn_dtype_name(src->dtype), tn_dtype_name(t));
+    if (!tn__cuda_add_prog[t].n_out) {
+        tn__cuda_add_dt[t][0] = tn__cuda_add_dt[t][1] = t;
+        tn__cuda_add_ins[t] = (tn_ew_instr){ TN_OP_ADD, (int8_t)t, (int8_t)t, 0, 1, -1, 0 };
+        tn_ew_program p = { 2, tn__cuda_add_dt[t], 1, &tn__cuda_add_ins[t], 1, tn__cuda_add_reg, &tn__cuda_add_dt[t][0] };
+        tn_result r = tn__cuda_check_program(&p);
+        if (r != TN_OK) return r;
+        tn__cuda_add_prog[t] = p;
+        tn__cuda_add_state[t].prog = &tn__cuda_add_prog[t];
+    }
+    tn_array *in[2] = { dst, (tn_array *)src }, *out[1] = { dst };
+    tn_result r = tn__cuda_ew_run(&tn__cuda_add_state[t], in, out, "GpuScan: summing a step's gradient");
+    return r == TN_OK ? tn__cuda_sync_if_blocking("GpuScan") : r;
+}
+
+static tn_result tn__cuda_scan_zero(tn_array *a) {
+    size_t n = tn_array_nbytes(a);
+    if (n) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)a->data, 0, n, tn__cuda.stream), "GpuScan: zeroing a gradient");
+    return TN_OK;
+}
+
+static tn_result tn__cuda_scan_run(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__scan_mem m = { tn__cuda.ordinal, true, tn__cuda_scan_copy, tn__cuda_scan_acc, tn__cuda_scan_zero };
+    return tn__scan_run(node, in, out, &m);
+}
+
 /* >>cuda_blas: cuBLAS products -------------------------------------------------- */
 /* Row-major products on a column-major library without transpose copies: a
    row-major C = A B is the column-major C^T = B^T A^T, so the operands are
@@ -2874,6 +2919,7 @@ static bool tn__cuda_is_reduce(const tn_var *node) {
 
 static bool tn__cuda_supports(const tn_var *node) {
     if (node->op == TN_OP_CUSTOM) return tn__cuda_custom_supports(node);
+    if (node->op == TN_OP_SCAN) return tn__scan_device_ok(node);     /* its step was compiled for the device */
     switch (tn__op_kind(node->op)) {
     case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE: return tn__cuda_ew_supports(node);
     case TN_OPK_LINALG: return tn__cuda_la_supports(node);
@@ -2946,6 +2992,7 @@ static tn_result tn__cuda_run(const tn_var *node, void *state, tn_array *const *
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
     if (node->op == TN_OP_CUSTOM && state) return tn__cuda_custom_run(node, ((tn__cuda_reduce_box *)state)->inner, in, out);
+    if (node->op == TN_OP_SCAN) return tn__cuda_scan_run(node, in, out);
     switch (tn__op_kind(node->op)) {
     case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE:
         return tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, who);
@@ -3058,6 +3105,15 @@ static tn_result tn__place_move_shared(tn_var *user, int dev) {
     return TN_OK;
 }
 
+/* Where a leaf's data lives: a shared variable where its value is; an input
+   marked as device-resident (a scan's step compiled for device arrays) on
+   this device; anything else on the host. */
+static int tn__place_leaf_device(const tn_var *v, int dev) {
+    const tn_array *sv = v->op == TN_OP_SHARED && v->ext ? ((const tn_var *)v->ext)->value : NULL;
+    if (sv) return sv->device >= 0 ? sv->device : TN_HOST;
+    return v->op == TN_OP_INPUT && v->device != TN_HOST ? dev : TN_HOST;
+}
+
 static bool tn__place_wants_device(const tn_var *v) {
     tn_op_kind k = tn__op_kind(v->op);
     if (k == TN_OPK_LEAF || v->op == TN_OP_PROJ || v->op == TN_OP_HOST_FROM_GPU) return false;
@@ -3089,8 +3145,7 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
         tn_var *v = order[i];
         tn_op_kind k = tn__op_kind(v->op);
         if (k == TN_OPK_LEAF) {   /* a shared variable lives where its value is (the user's leaf holds it) */
-            const tn_array *sv = v->op == TN_OP_SHARED && v->ext ? ((const tn_var *)v->ext)->value : NULL;
-            v->device = sv && sv->device >= 0 ? sv->device : TN_HOST;
+            v->device = tn__place_leaf_device(v, P.dev);
             continue;
         }
         if (v->op == TN_OP_PROJ) continue;
@@ -3228,6 +3283,7 @@ static void tn__cuda_shutdown(void) {
     }
     tn__cuda_kcache_clear();     /* unloads modules (the stream is idle now) */
     for (int t = 0; t < TN_DTYPE_COUNT; t++) tn__cuda_id_state[t].n = 0;   /* their functions were unloaded */
+    for (int t = 0; t < TN_DTYPE_COUNT; t++) tn__cuda_add_state[t].n = 0;
     if (tn__cuda.h_cublas) { dlclose(tn__cuda.h_cublas); tn__cuda.h_cublas = NULL; }
     tn__cuda.cublas_state = 0;
 }

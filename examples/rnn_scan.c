@@ -4,12 +4,14 @@
    built with tn_scan (sequence taps -4 and 0, output taps -3 and -1), run,
    printed, and checked against a plain C loop in float64. Then the gradient
    of sum(y^2) with respect to W through time (BPTT), checked against finite
-   differences.
+   differences. With a GPU (TENSOR_FLAGS=device=cuda) both loops run on it:
+   the compiled function's debugprint shows GpuScan and its step's graph.
 
    Build: cc -std=c11 -O2 -I. examples/rnn_scan.c -o rnn_scan -lm -lpthread -ldl
 */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
+#include "tensor_cuda.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -77,7 +79,9 @@ int main(void) {
     tn_func *f = gW ? tn_function(g, &(tn_func_desc){ .n_inputs = 8, .inputs = in, .n_outputs = 4, .outputs = outs, .name = "rnn" }) : NULL;
     if (!f) { fprintf(stderr, "%s\n", tn_last_error()); return 1; }
     puts("y = scan(...)[1]:");
-    tn_scan_debugprint(xy[1], stdout);
+    tn_debugprint(xy[1], stdout);
+    puts("\nthe compiled function:");
+    tn_debugprint_function(f, stdout);
 
     tn_array *a[8];
     double *P[8];
@@ -112,6 +116,7 @@ int main(void) {
     }
     printf("gradient through time: max |dcost/dW - finite differences| = %.3g\n", eg);
     bool ok = ex < 1e-12 && ey < 1e-12 && fabs(gc[0] - c_ref) < 1e-10 && eg < 1e-6;
+    printf("%s\n", tn_function_device_steps(f) > 0 ? "Used the gpu" : "Used the cpu");
     puts(ok ? "OK" : "MISMATCH");
 
     free(gx); free(gy); free(gc); free(gw);

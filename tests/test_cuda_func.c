@@ -11,6 +11,7 @@
 #include "tensor.h"
 #include "tensor_cuda.h"
 #include "harness.h"
+#include "scan_seed.h"
 #include <time.h>
 
 static tn_config base_cfg;   /* device=cuda plus TENSOR_FLAGS (launch_blocking=1 in one run) */
@@ -338,6 +339,77 @@ TEST(test_cuda_and_cpu_agree) {
     tn_array_free(rg); tn_array_free(rc); tn_array_free(in);
 }
 
+/* The seed's recurrence (tests/test_scan.c) with the scan on the GPU: its
+   sequences, states and stacked outputs stay in device memory, the step runs
+   no transfer, and the results equal the float64 C loop. */
+TEST(test_scan_seed_on_gpu) {
+    int64_t L = 64, T = L - 4;
+    tn_graph *g = tn_graph_new();
+    tn_var *ins[8], *outs[2];
+    CHECK(seed_scan(g, ins, outs, false, L) == TN_OK, "tn_scan: %s", tn_last_error());
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 8, .inputs = ins, .n_outputs = 2, .outputs = outs });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    if (!f) { tn_graph_free(g); return; }
+    int n, on_dev, xfers;
+    scan_steps(f, &n, &on_dev, &xfers);
+    CHECK(n == 1 && on_dev == 1 && xfers == 0, "scans %d, on the GPU %d, transfers per step %d", n, on_dev, xfers);
+    char *s = dprint(f);
+    const char *inner = strstr(s, "Inner graphs of the scan ops:");
+    CHECK(strstr(s, "GpuScan{seed}") && inner && strstr(inner, "GpuGemv") && !strstr(inner, "FromHost") && !strstr(inner, "FromGpu"),
+          "debugprint:\n%s", s);
+    free(s);
+    int64_t sh[8][2] = { {NX, NX}, {NX, NU}, {NX, NU}, {NX, NY}, {NY, NX}, {L, NU}, {3, NX}, {NY, 0} };
+    tn_array *a[8];
+    double *P[8], *xs = (double *)calloc((size_t)(T * NX), sizeof(double)), *ys = (double *)calloc((size_t)(T * NY), sizeof(double));
+    for (int i = 0; i < 8; i++) { a[i] = tn_array_rand_uniform(TN_F64, i == 7 ? 1 : 2, sh[i], -0.8, 0.8, 300 + (uint64_t)i); P[i] = as_f64(a[i]); }
+    seed_ref(P, L, xs, ys);
+    double t0 = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        if (rep == 1) t0 = now_us();
+        tn_array *res[2] = { NULL, NULL };
+        CHECK(tn_call(f, a, res) == TN_OK, "call: %s", tn_last_error());
+        if (!res[0]) break;
+        CHECK(max_err(res[0], xs, T * NX) <= 1e-12 && max_err(res[1], ys, T * NY) <= 1e-12, "x err %g, y err %g",
+              max_err(res[0], xs, T * NX), max_err(res[1], ys, T * NY));
+        tn_array_free(res[0]); tn_array_free(res[1]);
+    }
+    printf("  GpuScan seed: %lld steps, %.1f us per call\n", (long long)T, (now_us() - t0) / 2);
+    for (int i = 0; i < 8; i++) { tn_array_free(a[i]); free(P[i]); }
+    free(xs); free(ys);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* BPTT with both scans on the GPU against the same graph run on the CPU. */
+TEST(test_scan_grad_on_gpu) {
+    tn_graph *gd = tn_graph_new(), *gh = tn_graph_new();
+    tn_var *ind[4], *inh[4];
+    tn_func *fd = rnn_grad_fn(gd, true, ind), *fh = rnn_grad_fn(gh, false, inh);
+    CHECK(fd && fh, "compile: %s", tn_last_error());
+    if (fd && fh) {
+        int n, on_dev, xfers;
+        scan_steps(fd, &n, &on_dev, &xfers);
+        CHECK(n == 2 && on_dev == 2 && xfers == 0, "scans %d, on the GPU %d, transfers per step %d", n, on_dev, xfers);
+        int64_t m = 16, T = 30;
+        tn_array *a[4] = { tn_array_rand_uniform(TN_F64, 2, (int64_t[]){m, m}, -0.4, 0.4, 11),
+                           tn_array_rand_uniform(TN_F64, 2, (int64_t[]){T, m}, -1, 1, 12),
+                           tn_array_rand_uniform(TN_F64, 1, &m, -1, 1, 13),
+                           tn_array_rand_uniform(TN_F64, 2, (int64_t[]){T, m}, -1, 1, 14) };
+        tn_array *rd[3] = { NULL, NULL, NULL }, *rh[3] = { NULL, NULL, NULL };
+        CHECK(tn_call(fd, a, rd) == TN_OK, "GPU call: %s", tn_last_error());
+        CHECK(tn_call(fh, a, rh) == TN_OK, "CPU call: %s", tn_last_error());
+        for (int i = 0; i < 3 && rd[i] && rh[i]; i++) {
+            double *ref = as_f64(rh[i]);
+            CHECK(max_err(rd[i], ref, tn_array_size(rh[i])) <= 1e-12, "gradient %d: error %g", i, max_err(rd[i], ref, tn_array_size(rh[i])));
+            free(ref);
+        }
+        for (int i = 0; i < 3; i++) { tn_array_free(rd[i]); tn_array_free(rh[i]); }
+        for (int i = 0; i < 4; i++) tn_array_free(a[i]);
+    }
+    tn_function_free(fd); tn_function_free(fh);
+    tn_graph_free(gd); tn_graph_free(gh);
+}
+
 int main(void) {
     base_cfg.device = TN_DEVICE_CUDA;
     base_cfg.floatX = TN_F32;
@@ -357,6 +429,8 @@ int main(void) {
     TH_RUN(test_products);
     TH_RUN(test_fused_chain_and_reduction);
     TH_RUN(test_cuda_and_cpu_agree);
+    TH_RUN(test_scan_seed_on_gpu);
+    TH_RUN(test_scan_grad_on_gpu);
     tn_shutdown();
     TH_END();
 }

@@ -29,62 +29,7 @@ static double max_abs_diff(const double *a, const double *b, size_t n) {
     return m;
 }
 
-/* y = A x for A (m, n) row-major */
-static void matvec(const double *A, const double *x, double *y, int m, int n) {
-    for (int i = 0; i < m; i++) { double s = 0; for (int j = 0; j < n; j++) s += A[i * n + j] * x[j]; y[i] = s; }
-}
-
-/* >>seed recurrence: x(n) = tanh(W x(n-1) + W1 u(n) + W2 u(n-4) + Wf y(n-1)), y(n) = Wout x(n-3) */
-
-enum { NX = 5, NU = 3, NY = 2 };
-
-static tn_result seed_step(tn_scan_step *s, void *user) {
-    (void)user;
-    tn_var *u_tm4 = s->seq[0][0], *u_t = s->seq[0][1];
-    tn_var *x_tm3 = s->out[0][0], *x_tm1 = s->out[0][1], *y_tm1 = s->out[1][0];
-    tn_var *W = s->non_seq[0], *W1 = s->non_seq[1], *W2 = s->non_seq[2], *Wf = s->non_seq[3], *Wout = s->non_seq[4];
-    tn_var *pre = tn_add(tn_add(tn_dot(W, x_tm1), tn_dot(W1, u_t)), tn_add(tn_dot(W2, u_tm4), tn_dot(Wf, y_tm1)));
-    s->outputs[0] = tn_tanh(pre);
-    s->outputs[1] = tn_dot(Wout, x_tm3);
-    return TN_OK;
-}
-
-/* builds the seed's scan over inputs ins[0..8): W W1 W2 Wf Wout u x0 y0 */
-static tn_result seed_scan(tn_graph *g, tn_var **ins, tn_var **outs, bool static_len, int64_t L) {
-    tn_dtype t = TN_F64;
-    ins[0] = tn_input(g, "W", t, 2, (int64_t[]){NX, NX}, NULL);
-    ins[1] = tn_input(g, "W1", t, 2, (int64_t[]){NX, NU}, NULL);
-    ins[2] = tn_input(g, "W2", t, 2, (int64_t[]){NX, NU}, NULL);
-    ins[3] = tn_input(g, "Wf", t, 2, (int64_t[]){NX, NY}, NULL);
-    ins[4] = tn_input(g, "Wout", t, 2, (int64_t[]){NY, NX}, NULL);
-    ins[5] = tn_input(g, "u", t, 2, (int64_t[]){static_len ? L : -1, NU}, NULL);
-    ins[6] = tn_input(g, "x0", t, 2, (int64_t[]){3, NX}, NULL);
-    ins[7] = tn_input(g, "y0", t, 1, (int64_t[]){NY}, NULL);
-    static const int utaps[2] = { -4, 0 }, xtaps[2] = { -3, -1 };
-    tn_scan_seq seq = { ins[5], 2, utaps };
-    tn_scan_out outs_info[2] = { { ins[6], 2, xtaps }, { ins[7], 0, NULL } };
-    return tn_scan(&(tn_scan_desc){ .step = seed_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 2,
-                                    .outputs = outs_info, .n_non_sequences = 5, .non_sequences = ins, .name = "seed" },
-                   outs, NULL, NULL);
-}
-
-/* the plain C loop: xs (T, NX), ys (T, NY) */
-static void seed_ref(double *const *P, int64_t L, double *xs, double *ys) {
-    const double *W = P[0], *W1 = P[1], *W2 = P[2], *Wf = P[3], *Wout = P[4], *u = P[5], *x0 = P[6], *y0 = P[7];
-    int64_t T = L - 4;
-    for (int64_t n = 0; n < T; n++) {
-        const double *xm1 = n >= 1 ? xs + (n - 1) * NX : x0 + 2 * NX;
-        const double *xm3 = n >= 3 ? xs + (n - 3) * NX : x0 + (n) * NX;      /* x(-3) is x0[0] */
-        const double *ym1 = n >= 1 ? ys + (n - 1) * NY : y0;
-        double a[NX], b[NX], c[NX], d[NX];
-        matvec(W, xm1, a, NX, NX);
-        matvec(W1, u + (n + 4) * NU, b, NX, NU);
-        matvec(W2, u + n * NU, c, NX, NU);
-        matvec(Wf, ym1, d, NX, NY);
-        for (int i = 0; i < NX; i++) xs[n * NX + i] = tanh(a[i] + b[i] + c[i] + d[i]);
-        matvec(Wout, xm3, ys + n * NY, NY, NX);
-    }
-}
+#include "scan_seed.h"
 
 static void check_seed(int64_t L, bool static_len) {
     tn_graph *g = tn_graph_new();
@@ -389,7 +334,9 @@ TEST(updates_and_capture) {
     /* the gradient needs every state: updates are refused by name */
     tn_var *gk = tn_grad1(tn_sum(Y, NULL, 0, false), k);
     CHECK(!gk, "gradient through updates");
-    CHECK_ERR(TN_ERR_UNSUPPORTED, "updates");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "updates shared variable 'acc'");
+    CHECK(strstr(tn_last_error(), "scan 'scan'") && strstr(tn_last_error(), "outputs_info"), "names the scan and a way out: %s",
+          tn_last_error());
     free(uv); free(a); free(kv);
     tn_array_free(u); tn_array_free(acc0); tn_array_free(k0);
     tn_function_free(f);
@@ -464,23 +411,53 @@ static tn_result dot_step(tn_scan_step *s, void *user) {
     return TN_OK;
 }
 
-TEST(dot_becomes_one_product) {
+static tn_result dot_step_right(tn_scan_step *s, void *user) {   /* dot(x, W) */
+    (void)user;
+    s->outputs[0] = tn_dot(s->seq[0][0], s->non_seq[0]);
+    return TN_OK;
+}
+
+/* One case: the scan is built as a SCAN node; compiling rewrites it into one
+   product (rule scan_dot_to_gemm), equal to the loop computed here. */
+static void check_dot_scan(bool right, bool backwards, int64_t n_steps) {
     tn_graph *g = tn_graph_new();
+    int64_t L = 7, m = 4, k = 3, T = n_steps >= 0 ? n_steps : L;
     tn_var *W = tn_matrix(g, "W", TN_F64), *X = tn_matrix(g, "X", TN_F64);
     tn_scan_seq seq = { X, 0, NULL };
     tn_var *Y = NULL;
     tn_scan_out out = { NULL, 0, NULL };
-    CHECK(tn_scan(&(tn_scan_desc){ .step = dot_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
-                                   .n_non_sequences = 1, .non_sequences = &W }, &Y, NULL, NULL) == TN_OK, "%s", tn_last_error());
-    CHECK(Y && Y->op == TN_OP_DOT, "not one Dot: op %d", Y ? Y->op : -1);
+    CHECK(tn_scan(&(tn_scan_desc){ .step = right ? dot_step_right : dot_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1,
+                                   .outputs = &out, .n_non_sequences = 1, .non_sequences = &W, .go_backwards = backwards,
+                                   .has_n_steps = n_steps >= 0, .n_steps = n_steps }, &Y, NULL, NULL) == TN_OK, "%s", tn_last_error());
+    CHECK(Y && Y->op == TN_OP_SCAN, "built as a scan: op %d", Y ? Y->op : -1);
     tn_var *ins[2] = { W, X };
     tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 1, .outputs = &Y });
-    tn_array *a[2] = { rnd(2, (int64_t[]){4, 3}, -1, 1), rnd(2, (int64_t[]){5, 3}, -1, 1) }, *res = NULL;
+    CHECK(f != NULL, "%s", tn_last_error());
+    CHECK(tn__rewrite_count("scan_dot_to_gemm") == 1, "rule fired %d times", tn__rewrite_count("scan_dot_to_gemm"));
+    FILE *tmp = tmpfile();
+    if (f && tmp) {
+        tn_debugprint_function(f, tmp);
+        rewind(tmp);
+        char buf[4096];
+        size_t n = fread(buf, 1, sizeof buf - 1, tmp);
+        buf[n] = 0;
+        CHECK(!strstr(buf, "Scan") && (strstr(buf, "Dot") || strstr(buf, "Gemm")), "one product, no scan:\n%s", buf);
+    }
+    if (tmp) fclose(tmp);
+    tn_array *a[2] = { rnd(2, right ? (int64_t[]){k, m} : (int64_t[]){m, k}, -1, 1), rnd(2, (int64_t[]){L, k}, -1, 1) }, *res = NULL;
     CHECK(f && tn_call(f, a, &res) == TN_OK, "%s", tn_last_error());
     if (res) {
-        double *w = vals(a[0]), *x = vals(a[1]), *got = vals(res), ref[20];
-        for (int t = 0; t < 5; t++) matvec(w, x + t * 3, ref + t * 4, 4, 3);
-        CHECK(res->shape[0] == 5 && res->shape[1] == 4 && max_abs_diff(got, ref, 20) < 1e-14, "dot form differs");
+        double *w = vals(a[0]), *x = vals(a[1]), *got = vals(res), ref[64];
+        for (int64_t t = 0; t < T; t++) {
+            const double *row = x + (backwards ? L - 1 - t : t) * k;
+            for (int64_t i = 0; i < m; i++) {
+                double acc = 0;
+                for (int64_t j = 0; j < k; j++) acc += (right ? w[j * m + i] : w[i * k + j]) * row[j];
+                ref[t * m + i] = acc;
+            }
+        }
+        CHECK(res->shape[0] == T && res->shape[1] == m && max_abs_diff(got, ref, (size_t)(T * m)) < 1e-14,
+              "product differs from the loop (right %d, backwards %d, n_steps %lld)", right, backwards, (long long)n_steps);
         free(w); free(x); free(got);
     }
     tn_array_free(res); tn_array_free(a[0]); tn_array_free(a[1]);
@@ -488,24 +465,74 @@ TEST(dot_becomes_one_product) {
     graph_free(g);
 }
 
+TEST(dot_becomes_one_product) {
+    check_dot_scan(false, false, -1);
+    check_dot_scan(true, false, -1);
+    check_dot_scan(false, true, -1);
+    check_dot_scan(false, false, 5);
+    check_dot_scan(true, true, 3);
+    /* not the case: the step adds a bias, so the loop stays */
+    tn_graph *g = tn_graph_new();
+    tn_var *W = tn_matrix(g, "W", TN_F64), *X = tn_matrix(g, "X", TN_F64), *h0 = tn_vector(g, "h0", TN_F64);
+    tn_var *H = rnn(W, X, h0, NULL), *ins[3] = { W, X, h0 };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &H });
+    CHECK(f && tn__rewrite_count("scan_dot_to_gemm") == 0, "the rule fired on a real loop");
+    tn_function_free(f);
+    graph_free(g);
+}
+
 /* >>debugprint */
+
+static char *read_all(FILE *f) {
+    static char buf[16384];
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    return buf;
+}
+
+static int count_str(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) != NULL; p++) n++;
+    return n;
+}
 
 TEST(debugprint_inner) {
     tn_graph *g = tn_graph_new();
     tn_var *W = tn_matrix(g, "W", TN_F64), *X = tn_matrix(g, "X", TN_F64), *h0 = tn_vector(g, "h0", TN_F64);
     tn_var *H = rnn(W, X, h0, NULL);
+    /* the graph as built: tn_debugprint itself shows the step under the main graph */
     FILE *tmp = tmpfile();
-    CHECK(tmp && tn_scan_debugprint(H, tmp) == TN_OK, "%s", tn_last_error());
+    CHECK(tmp && tn_debugprint(H, tmp) == TN_OK, "%s", tn_last_error());
     if (tmp) {
-        char buf[8192];
-        rewind(tmp);
-        size_t n = fread(buf, 1, sizeof buf - 1, tmp);
-        buf[n] = 0;
-        CHECK(strstr(buf, "Scan{rnn}"), "no Scan line:\n%s", buf);
-        CHECK(strstr(buf, "Inner graph of Scan{rnn}"), "no inner graph:\n%s", buf);
-        CHECK(strstr(buf, "    ") && strstr(buf, "tanh"), "inner graph not indented or lacks tanh:\n%s", buf);
+        const char *buf = read_all(tmp);
+        const char *inner = strstr(buf, "\nInner graphs of the scan ops:\n");
+        CHECK(inner != NULL, "no inner-graph section:\n%s", buf);
+        CHECK(count_str(buf, "Scan{rnn} [id B]") == 2, "the scan's line twice, same id:\n%s", buf);
+        CHECK(inner && strstr(inner, "\n >Elemwise{tanh") && strstr(inner, "\n >   |Dot [id") &&
+              strstr(inner, "\n >   | |h0[t-1]") && strstr(inner, "\n >   |X[t]"), "inner graph indented under ' >':\n%s", buf);
+        CHECK(!strstr(buf, "tanh") || strstr(buf, "tanh") > inner, "the step's ops only in the inner section:\n%s", buf);
         fclose(tmp);
     }
+    /* tn_scan_debugprint is the same print */
+    tmp = tmpfile();
+    CHECK(tmp && tn_scan_debugprint(H, tmp) == TN_OK, "%s", tn_last_error());
+    if (tmp) { CHECK(strstr(read_all(tmp), "Inner graphs of the scan ops:") != NULL, "tn_scan_debugprint"); fclose(tmp); }
+    /* a compiled function shows the compiled step, with its own step numbers */
+    tn_var *ins[3] = { W, X, h0 };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &H });
+    CHECK(f != NULL, "%s", tn_last_error());
+    tmp = tmpfile();
+    if (f && tmp) {
+        CHECK(tn_debugprint_function(f, tmp) == TN_OK, "%s", tn_last_error());
+        const char *buf = read_all(tmp);
+        const char *inner = strstr(buf, "\nInner graphs of the scan ops:\n");
+        CHECK(inner && strstr(inner, "Scan{rnn} [id B]"), "scan line in the section:\n%s", buf);
+        CHECK(inner && strstr(inner, "\n >Elemwise{") && strstr(inner, "tanh") && strstr(inner, "Gemv") &&
+              strstr(inner, "   0\n"), "compiled step (Gemv, fused tanh, step numbers):\n%s", buf);
+    }
+    if (tmp) fclose(tmp);
+    tn_function_free(f);
     graph_free(g);
 }
 
