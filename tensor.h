@@ -372,6 +372,16 @@ typedef struct tn_backend {
     /* a rewrite pass run between specialize and fuse: places nodes, inserts
        and cancels transfers (NULL: everything stays on the host) */
     tn_result (*place)(tn_graph *fg, tn_var **roots, int n_roots);
+    /* Profiler GPU times (the >>profile section; NULL: host times): a pool of
+       events for n_steps steps, made once per profiled function. prof_mark
+       records mark 2k (before step k) or 2k+1 (after) on the stream, without
+       waiting. prof_collect waits for marks recorded two calls ago (all:
+       every mark) and adds each step's device seconds to t[k]; t NULL drops
+       them unwaited. */
+    void *(*prof_new)(int n_steps);
+    tn_result (*prof_mark)(void *pstate, int mark);
+    tn_result (*prof_collect)(void *pstate, double *t, bool all);
+    void (*prof_free)(void *pstate);
 } tn_backend;
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
@@ -2492,6 +2502,7 @@ struct tn_func {
 static double tn__prof_now(void);
 static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare);
 static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs);
+static double tn__prof_step_begin(tn_func *f, int k);
 static void tn__prof_step(tn_func *f, int k, double t0);
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
 static void tn__prof_finish(tn_func *f);
@@ -3102,7 +3113,7 @@ static tn_result tn__run_steps(tn_func *f) {
             out[o] = a;
         }
         tn_var *v = st->node;
-        double t0 = f->prof ? tn__prof_now() : 0;
+        double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
         tn_result r = v->device != TN_HOST && f->backend && f->backend->run
                     ? f->backend->run(v, st->bstate, in, out)
                     : st->def->cpu(v, in, out);
@@ -3114,11 +3125,8 @@ static tn_result tn__run_steps(tn_func *f) {
         }
     }
     /* Device work stays queued: HostFromGpu waits for the stream itself, and
-       device outputs and updates are ordered on it. The profiler waits to time. */
-    if (f->prof && f->backend && f->backend->synchronize) {
-        for (int k = 0; k < f->n_steps; k++)
-            if (f->steps[k].node->device != TN_HOST) return f->backend->synchronize();
-    }
+       device outputs and updates are ordered on it. The profiler times device
+       steps with events, so it does not wait either. */
     return TN_OK;
 }
 
@@ -7373,11 +7381,15 @@ done:
    one predictable branch per step.
 
    What is measured: wall time from a C11 clock (timespec_get). A CPU op's
-   time is its kernel's. A GPU op's time is the host time of its launch: the
-   kernel runs asynchronously, and its run time shows up where the host next
-   waits (the executor's final synchronize, counted in "executor" but in no
-   op, or a transfer back to the host). launch_blocking=1 makes every launch
-   wait for its kernel, so each GPU op's line is then its full time. */
+   time is its kernel's. A GPU op's or a transfer's is its time on the device:
+   the back end records an event on its stream before and after the step
+   (tn_backend.prof_mark) and nothing waits during the call. Two sets of
+   events alternate between calls, and a call collects the set of two calls
+   before (tn_backend.prof_collect), so the host stays up to a call ahead of
+   the GPU as it would unprofiled; printing the report collects the rest. A
+   back end without events, or launch_blocking=1 (every launch waits for its
+   kernel), gives host times instead: with launch_blocking each GPU op's line
+   is then its full time, without it only its launch. */
 #include <time.h>
 #include <string.h>
 
@@ -7389,6 +7401,9 @@ typedef struct tn__prof {
     double *t_step;            /* per step: seconds and calls */
     uint64_t *n_step;
     int n_steps;
+    const tn_backend *be;      /* events: its pool (NULL: host times everywhere) */
+    void *ev;
+    double *t_host;            /* per step timed with events: the host's time launching it */
     /* per input: was it copied to a device, and did its data change between calls */
     bool *in_to_device;
     const void **in_ptr;
@@ -7428,9 +7443,35 @@ static tn__prof_where tn__prof_where_of(const tn_func *f, const tn__step *st) {
     return st->node->device != TN_HOST && f->backend ? TN__PROF_GPU : TN__PROF_CPU;
 }
 
+/* The device steps are timed with events when the back end has them, unless
+   launch_blocking asks for host times of kernels run to completion. */
+static void tn__prof_events_new(const tn_func *f, tn__prof *p) {
+    const tn_backend *be = f->backend;
+    if (!be || !be->prof_new || !be->prof_mark || !be->prof_collect || !be->prof_free || tn_get_config()->launch_blocking) return;
+    bool device = false;
+    for (int k = 0; k < f->n_steps && !device; k++) device = tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU;
+    if (!device) return;
+    p->be = be;
+    p->ev = be->prof_new(f->n_steps);    /* NULL: host times, as without events */
+}
+
+/* An event failed (a failed kernel, or a stream being captured): host times
+   from here on; what the events measured so far is kept. */
+static void tn__prof_events_off(const tn_func *f, tn__prof *p) {
+    tn__warn("%s: profiler events failed (%s); GPU ops are timed on the host from here on", f->name, tn_last_error());
+    p->be->prof_free(p->ev);
+    p->ev = NULL;
+    for (int k = 0; k < p->n_steps; k++) { p->t_step[k] += p->t_host[k]; p->t_host[k] = 0; }
+}
+
+static bool tn__prof_evented(const tn_func *f, const tn__prof *p, int k) {
+    return p->ev && k < p->n_steps && tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU;
+}
+
 static void tn__prof_free_data(tn__prof *p) {
     if (!p) return;
-    tn__free(p->t_step); tn__free(p->n_step);
+    if (p->ev) p->be->prof_free(p->ev);
+    tn__free(p->t_step); tn__free(p->n_step); tn__free(p->t_host);
     tn__free(p->in_to_device); tn__free(p->in_ptr); tn__free(p->in_sum); tn__free(p->in_bytes); tn__free(p->in_same);
     tn__free(p);
 }
@@ -7442,12 +7483,13 @@ static tn__prof *tn__prof_new(const tn_func *f) {
     p->n_steps = f->n_steps;
     p->t_step = (double *)tn__calloc(ns, sizeof *p->t_step);
     p->n_step = (uint64_t *)tn__calloc(ns, sizeof *p->n_step);
+    p->t_host = (double *)tn__calloc(ns, sizeof *p->t_host);
     p->in_to_device = (bool *)tn__calloc(ni, sizeof *p->in_to_device);
     p->in_ptr = (const void **)tn__calloc(ni, sizeof *p->in_ptr);
     p->in_sum = (uint64_t *)tn__calloc(ni, sizeof *p->in_sum);
     p->in_bytes = (size_t *)tn__calloc(ni, sizeof *p->in_bytes);
     p->in_same = (uint64_t *)tn__calloc(ni, sizeof *p->in_same);
-    if (!p->t_step || !p->n_step || !p->in_to_device || !p->in_ptr || !p->in_sum || !p->in_bytes || !p->in_same) {
+    if (!p->t_step || !p->n_step || !p->t_host || !p->in_to_device || !p->in_ptr || !p->in_sum || !p->in_bytes || !p->in_same) {
         tn__prof_free_data(p);
         return NULL;
     }
@@ -7461,6 +7503,7 @@ static tn__prof *tn__prof_new(const tn_func *f) {
             if (sl->kind == TN__SLOT_INPUT && sl->index >= 0) p->in_to_device[sl->index] = true;
         }
     }
+    tn__prof_events_new(f, p);
     return p;
 }
 
@@ -7485,14 +7528,25 @@ static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
         p->in_sum[i] = h;
         p->in_bytes[i] = bytes;
     }
+    /* frees the event set this call reuses: the GPU has almost always passed it */
+    if (p->ev && p->be->prof_collect(p->ev, p->t_step, false) != TN_OK) tn__prof_events_off(f, p);
     return tn__prof_now();   /* after the checksums: they are not the function's time */
+}
+
+static double tn__prof_step_begin(tn_func *f, int k) {
+    tn__prof *p = f->prof;
+    if (tn__prof_evented(f, p, k) && p->be->prof_mark(p->ev, 2 * k) != TN_OK) tn__prof_events_off(f, p);
+    return tn__prof_now();
 }
 
 static void tn__prof_step(tn_func *f, int k, double t0) {
     tn__prof *p = f->prof;
+    double t = tn__prof_now() - t0;
     if (k >= p->n_steps) return;
-    p->t_step[k] += tn__prof_now() - t0;
     p->n_step[k]++;
+    if (!tn__prof_evented(f, p, k)) { p->t_step[k] += t; return; }
+    p->t_host[k] += t;
+    if (p->be->prof_mark(p->ev, 2 * k + 1) != TN_OK) tn__prof_events_off(f, p);
 }
 
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run) {
@@ -7527,9 +7581,10 @@ TN_API tn_result tn_profile_enable(tn_func *f, bool on) {
 TN_API void tn_profile_reset(tn_func *f) {
     if (!f || !f->prof) return;
     tn__prof *p = f->prof;
+    if (p->ev) p->be->prof_collect(p->ev, NULL, true);   /* drops the marks of calls not collected yet */
     p->calls = 0;
     p->t_call = p->t_run = p->t_first = 0;
-    for (int k = 0; k < p->n_steps; k++) { p->t_step[k] = 0; p->n_step[k] = 0; }
+    for (int k = 0; k < p->n_steps; k++) { p->t_step[k] = 0; p->n_step[k] = 0; p->t_host[k] = 0; }
     for (int i = 0; i < f->n_inputs; i++) { p->in_same[i] = 0; p->in_ptr[i] = NULL; }
 }
 
@@ -7651,14 +7706,17 @@ static int tn__prof_advice(const tn_func *f, FILE *out) {
 TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
     if (!f) return tn__err(TN_ERR_NULL, "tn_profile_print: function is NULL");
     if (!out) return tn__err(TN_ERR_NULL, "tn_profile_print: out is NULL");
-    const tn__prof *p = f->prof;
+    tn__prof *p = f->prof;
     if (!p) return tn__err(TN_ERR_INVALID, "tn_profile_print: %s is not profiled (set the flag profile=1 or call tn_profile_enable)", f->name);
-    double t_ops = 0, t_where[3] = {0, 0, 0};
+    /* waits for the device steps queued since the last collection */
+    if (p->ev && p->be->prof_collect(p->ev, p->t_step, true) != TN_OK) tn__prof_events_off(f, p);
+    double t_ops = 0, t_where[3] = {0, 0, 0}, t_launch = 0;
     bool any_gpu = false;
     for (int k = 0; k < p->n_steps; k++) {
         int w = tn__prof_where_of(f, &f->steps[k]);
         t_ops += p->t_step[k];
         t_where[w] += p->t_step[k];
+        t_launch += p->t_host[k];
         if (w != TN__PROF_CPU) any_gpu = true;
     }
     double T = p->t_call;
@@ -7722,7 +7780,12 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
     fprintf(out, "\nSpent %.3es (%.1f%%) in cpu ops, %.3es (%.1f%%) in gpu ops and %.3es (%.1f%%) in transfer ops\n",
             t_where[0], t_ops > 0 ? 100 * t_where[0] / t_ops : 0.0, t_where[1], t_ops > 0 ? 100 * t_where[1] / t_ops : 0.0,
             t_where[2], t_ops > 0 ? 100 * t_where[2] / t_ops : 0.0);
-    if (any_gpu && !tn_get_config()->launch_blocking)
+    if (any_gpu && p->ev)
+        fprintf(out, "  (gpu and transfer ops: time on the device, from events recorded around each step without waiting "
+                     "for the stream; the host spent %.3es launching them)\n", t_launch);
+    else if (any_gpu && tn_get_config()->launch_blocking)
+        fprintf(out, "  (gpu ops: launch_blocking=1: host time of each launch waiting for its kernel to complete)\n");
+    else if (any_gpu)
         fprintf(out, "  (gpu ops: host time of the asynchronous launch; the kernels' run time is spent where the host waits. "
                      "launch_blocking=1 times each kernel to completion)\n");
     fprintf(out, "\nAdvice\n------\n");

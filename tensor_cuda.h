@@ -3038,6 +3038,90 @@ static tn_result tn__cuda_synchronize(void) {
     return TN_OK;
 }
 
+/* >>cuda_events: the profiler's GPU times (tn_backend.prof_*) ------------------ */
+/* Two events bracket each device step of a profiled function, recorded on the
+   stream without waiting. The marks of a call go to one of two sets, and the
+   sets alternate: a call first collects the set it reuses, from two calls
+   before, which the GPU has almost always passed, so profiling keeps the host
+   up to a call ahead of the stream. An event is created at its first use and
+   reused for the function's life (a step that never runs on the device never
+   makes one). */
+typedef struct tn__cuda_prof {
+    int n_marks;                /* per set: 2 per step */
+    int cur;                    /* the set this call records into */
+    tn__CUevent *ev[2];
+    unsigned char *rec[2];      /* recorded since the set was last collected */
+    int last[2];                /* the latest mark recorded in each set, -1 none */
+} tn__cuda_prof;
+
+static void tn__cuda_prof_free(void *ps) {
+    tn__cuda_prof *P = (tn__cuda_prof *)ps;
+    if (!P) return;
+    bool live = tn__cuda.state > 0 && tn__cuda_bind() == TN_OK;
+    for (int s = 0; s < 2; s++) {
+        for (int m = 0; live && P->ev[s] && m < P->n_marks; m++)
+            if (P->ev[s][m]) tn__cuda.cu.cuEventDestroy_v2(P->ev[s][m]);   /* a pending one is freed once reached */
+        tn__free(P->ev[s]);
+        tn__free(P->rec[s]);
+    }
+    tn__free(P);
+}
+
+static void *tn__cuda_prof_new(int n_steps) {
+    tn__cuda_prof *P = (tn__cuda_prof *)tn__calloc(1, sizeof *P);
+    if (!P) return NULL;
+    P->n_marks = 2 * (n_steps > 0 ? n_steps : 1);
+    for (int s = 0; s < 2; s++) {
+        P->ev[s] = (tn__CUevent *)tn__calloc((size_t)P->n_marks, sizeof *P->ev[s]);
+        P->rec[s] = (unsigned char *)tn__calloc((size_t)P->n_marks, 1);
+        P->last[s] = -1;
+        if (!P->ev[s] || !P->rec[s]) { tn__cuda_prof_free(P); return NULL; }
+    }
+    return P;
+}
+
+static tn_result tn__cuda_prof_mark(void *ps, int m) {
+    tn__cuda_prof *P = (tn__cuda_prof *)ps;
+    if (m < 0 || m >= P->n_marks) return tn__err(TN_ERR_INTERNAL, "profiler mark %d out of range (%d marks)", m, P->n_marks);
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    tn__CUevent *e = &P->ev[P->cur][m];
+    if (!*e) TN__CU_CHECK(tn__cuda.cu.cuEventCreate(e, TN__CU_EVENT_DEFAULT), "creating a profiler event");
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(*e, tn__cuda.stream), "recording a profiler event");
+    P->rec[P->cur][m] = 1;
+    P->last[P->cur] = m;
+    return TN_OK;
+}
+
+/* Waits for set s's latest mark, then adds each step's (mark 2k to 2k+1)
+   elapsed seconds to t[k]; t NULL forgets the set without waiting. */
+static tn_result tn__cuda_prof_collect_set(tn__cuda_prof *P, int s, double *t) {
+    int last = P->last[s];
+    P->last[s] = -1;
+    if (last < 0) return TN_OK;
+    if (t) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(P->ev[s][last]), "waiting for a profiler event");
+    for (int k = 0; 2 * k + 1 <= last; k++) {
+        unsigned char *rc = P->rec[s] + 2 * k;
+        if (t && rc[0] && rc[1]) {
+            float ms = 0;
+            TN__CU_CHECK(tn__cuda.cu.cuEventElapsedTime(&ms, P->ev[s][2 * k], P->ev[s][2 * k + 1]), "reading a profiler event");
+            t[k] += 1e-3 * (double)ms;
+        }
+        rc[0] = rc[1] = 0;
+    }
+    P->rec[s][last] = 0;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_prof_collect(void *ps, double *t, bool all) {
+    tn__cuda_prof *P = (tn__cuda_prof *)ps;
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    if (all && (r = tn__cuda_prof_collect_set(P, P->cur, t)) != TN_OK) return r;
+    P->cur ^= 1;   /* the next call records into the set collected now */
+    return tn__cuda_prof_collect_set(P, P->cur, t);
+}
+
 /* >>cuda_place: the placement pass (tn_backend.place) -------------------------- */
 /* Runs between specialize and fuse on the function's private graph:
    1. every op the back end can run goes to the device; a view follows its
@@ -3236,7 +3320,8 @@ done:
 }
 
 static const tn_backend tn__cuda_backend = {
-    "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, tn__cuda_place
+    "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, tn__cuda_place,
+    tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free
 };
 
 static void tn__cuda_register_backend(void) {

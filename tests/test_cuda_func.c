@@ -410,6 +410,85 @@ TEST(test_scan_grad_on_gpu) {
     tn_graph_free(gd); tn_graph_free(gh);
 }
 
+/* The profiler's GPU times come from events: a big fused kernel's reported
+   time matches the same kernel timed with our own events around unprofiled
+   calls, its call count is exact, and profiled calls do not wait for the
+   stream. (Under launch_blocking=1 the host times are checked instead.) */
+static double event_ms(tn_func *f, int calls) {
+    tn__CUevent a = NULL, b = NULL;
+    float ms = -1;
+    tn_array *o = NULL;
+    if (tn__cuda.cu.cuEventCreate(&a, TN__CU_EVENT_DEFAULT) || tn__cuda.cu.cuEventCreate(&b, TN__CU_EVENT_DEFAULT)) return -1;
+    double sum = 0;
+    for (int i = 0; i < calls && ms != -2; i++) {
+        tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        tn__cuda.cu.cuEventRecord(a, tn__cuda.stream);
+        if (tn_call(f, NULL, &o) != TN_OK) ms = -2;
+        tn__cuda.cu.cuEventRecord(b, tn__cuda.stream);
+        tn__cuda.cu.cuEventSynchronize(b);
+        if (ms != -2 && tn__cuda.cu.cuEventElapsedTime(&ms, a, b) == TN__CUDA_SUCCESS) sum += ms;
+    }
+    tn__cuda.cu.cuEventDestroy_v2(a);
+    tn__cuda.cu.cuEventDestroy_v2(b);
+    return ms == -2 ? -1 : sum / calls;
+}
+
+TEST(test_profile_event_times) {
+    int64_t n = (int64_t)1 << 25;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -2, 2, 51);
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_shared(g, "x", xv);
+    tn_var *y = tn_gpu_from_host(tn_add(tn_tanh(tn_mul(tn_exp(tn_sin(x)), tn_cos(x))), tn_log1p(tn_mul(x, x))));
+    tn_func *ref = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y, .borrow = true, .name = "big_ref" });
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y, .borrow = true, .name = "big_prof" });
+    CHECK(ref && f, "compile: %s", tn_last_error());
+    if (!ref || !f) goto out;
+    char *s = dprint(f);
+    CHECK(strstr(s, "GpuElemwise{Composite{") && !strstr(s, "HostFromGpu"), "one fused kernel, output on the device:\n%s", s);
+    free(s);
+    tn_array *o = NULL;
+    CHECK(tn_call(ref, NULL, &o) == TN_OK && tn_call(f, NULL, &o) == TN_OK, "warm-up: %s", tn_last_error());   /* compiles */
+    double want = event_ms(ref, 10);
+    CHECK(want > 0, "reference timing: %s", tn_last_error());
+    CHECK(tn_profile_enable(f, true) == TN_OK, "enable");
+    enum { CALLS = 12 };
+    tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+    double t0 = now_us(), t_two = 0;
+    for (int i = 0; i < CALLS; i++) {
+        CHECK(tn_call(f, NULL, &o) == TN_OK, "call: %s", tn_last_error());
+        if (i == 1) t_two = now_us() - t0;
+    }
+    FILE *m;
+    char *rep = NULL;
+    size_t len = 0;
+    m = open_memstream(&rep, &len);
+    tn_profile_print(f, m);
+    fclose(m);
+    const char *line = strstr(rep, "\nApply\n");
+    line = line ? strstr(line, "GpuElemwise{Composite{") : NULL;
+    while (line && line > rep && line[-1] != '\n') line--;
+    double pc, cum, t = -1, tpc = -1;
+    char type[16] = "";
+    unsigned long long nc = 0;
+    int id = -1;
+    CHECK(line && sscanf(line, " %lf%% %lf%% %les %les %15s %llu %d", &pc, &cum, &t, &tpc, type, &nc, &id) == 7,
+          "the kernel's Apply line:\n%s", rep);
+    bool lb = tn_get_config()->launch_blocking;
+    CHECK(nc == CALLS && !strcmp(type, "gpu"), "%llu calls of type %s, want %d gpu", nc, type, CALLS);
+    CHECK(strstr(rep, lb ? "launch_blocking=1: host time" : "from events recorded around each step"), "the note:\n%s", rep);
+    double got = 1e3 * tpc;
+    printf("  profiled kernel %.3f ms a call (%s), separately timed %.3f ms; two profiled calls returned in %.3f ms\n",
+           got, lb ? "host, launch_blocking" : "events", want, 1e-3 * t_two);
+    CHECK(fabs(got - want) <= 0.2 * want + 0.02, "profiled %.4f ms vs separately timed %.4f ms:\n%s", got, want, rep);
+    if (!lb) CHECK(1e-3 * t_two < want, "two profiled calls waited for the GPU: %.3f ms (one kernel: %.3f ms)", 1e-3 * t_two, want);
+    free(rep);
+out:
+    tn_function_free(f);
+    tn_function_free(ref);
+    tn_graph_free(g);
+    tn_array_free(xv);
+}
+
 int main(void) {
     base_cfg.device = TN_DEVICE_CUDA;
     base_cfg.floatX = TN_F32;
@@ -431,6 +510,7 @@ int main(void) {
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
+    TH_RUN(test_profile_event_times);
     tn_shutdown();
     TH_END();
 }

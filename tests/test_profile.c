@@ -2,6 +2,7 @@
    unchanged-input detection behind the advice, reset and errors. */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
+#include "tensor_cuda.h"     /* only for the stand-in device of test_profile_events */
 #include "harness.h"
 
 static char *report(const tn_func *f, tn_result *r) {
@@ -136,9 +137,153 @@ TEST(test_profile_flag) {
     tn_graph_free(g);
 }
 
+/* GPU times from events, without a GPU: a stand-in device (host memory
+   tagged as device 0, every kernel the CPU's) whose event hooks log the
+   marks and give step k (k + 1) ms a call. The profiler must bracket exactly
+   the device steps (GPU ops and transfers), collect at each call and at
+   print, report those times and counts, and leave host steps on host time. */
+enum { FAKE_MAX = 64 };
+static struct { int n, news, frees, collects, marks[2 * FAKE_MAX], open[FAKE_MAX], pend[FAKE_MAX], bad; } fk;
+static void *fake_prof_new(int n) { fk.news++; fk.n = n; return n <= FAKE_MAX ? &fk : NULL; }
+static tn_result fake_prof_mark(void *ps, int m) {
+    (void)ps;
+    int k = m / 2;
+    fk.marks[m]++;
+    if (m % 2 == 0) { fk.bad += fk.open[k]; fk.open[k] = 1; }         /* a begin while one is open */
+    else { fk.bad += !fk.open[k]; fk.open[k] = 0; fk.pend[k]++; }     /* an end without its begin */
+    return TN_OK;
+}
+static tn_result fake_prof_collect(void *ps, double *t, bool all) {
+    (void)ps; (void)all;
+    fk.collects++;
+    for (int k = 0; k < fk.n; k++) { if (t) t[k] += 1e-3 * (k + 1) * fk.pend[k]; fk.pend[k] = 0; }
+    return TN_OK;
+}
+static void fake_prof_free(void *ps) { (void)ps; fk.frees++; }
+static tn_result fake_prepare(const tn_var *n, void **s) { (void)n; *s = NULL; return TN_OK; }
+/* The CPU kernel on the stand-in's arrays, retagged as host ones for the call. */
+static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
+    (void)s;
+    tn_array ca[8], co[8], *pa[8], *po[8];
+    if (n->n_in > 8 || n->n_out > 8) return TN_ERR_INTERNAL;
+    for (int i = 0; i < n->n_in; i++) { ca[i] = *in[i]; ca[i].device = TN_HOST; pa[i] = &ca[i]; }
+    for (int o = 0; o < n->n_out; o++) { co[o] = *out[o]; co[o].device = TN_HOST; po[o] = &co[o]; }
+    tn_result r = tn__op_def(n->op)->cpu(n, pa, po);
+    for (int o = 0; o < n->n_out; o++) { int d = out[o]->device; *out[o] = co[o]; out[o]->device = d; }
+    return r;
+}
+static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
+static void fake_free(int d, void *p) { (void)d; free(p); }
+static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t b) { (void)dd; (void)sd; memcpy(dst, src, b); return TN_OK; }
+
+static tn_func *events_fn(tn_graph *g, tn_var **x) {
+    /* exp(x)*2 on the device, concatenate on the host (no GPU kernel), tanh back on the device */
+    *x = tn_vector(g, "x", TN_F32);
+    tn_var *y = tn_mul(tn_exp(*x), tn_scalar_const(g, 2.0));
+    tn_var *z = tn_tanh(tn_concatenate(2, (tn_var *[]){ y, y }, 0));
+    return tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = x, .n_outputs = 1, .outputs = &z, .name = "evented" });
+}
+
+TEST(test_profile_events) {
+    static tn_backend be;
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy };
+    const tn_backend *saved_be = tn__get_backend();
+    const tn_device_ops *saved_ops = tn__get_device_ops();
+    tn__cuda.state = 1;
+    tn__cuda.ordinal = 0;
+    be = tn__cuda_backend;
+    be.prepare = fake_prepare;
+    be.run = fake_run;
+    be.release = NULL;
+    be.prof_new = fake_prof_new; be.prof_mark = fake_prof_mark; be.prof_collect = fake_prof_collect; be.prof_free = fake_prof_free;
+    tn__set_backend(&be);
+    tn__set_device_ops(&ops);
+    memset(&fk, 0, sizeof fk);
+
+    tn_graph *g = tn_graph_new();
+    tn_var *x;
+    tn_func *f = events_fn(g, &x);
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    if (!f) goto out;
+    int n = f->n_steps, ndev = 0;
+    CHECK(n <= FAKE_MAX && tn_function_device_steps(f) > 0, "%d steps, %d on the device", n, tn_function_device_steps(f));
+    CHECK(tn_profile_enable(f, true) == TN_OK && fk.news == 1, "one event pool per profiled function (%d)", fk.news);
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 1000 }, -1, 1, 5), *out = NULL;
+    enum { CALLS = 5 };
+    for (int i = 0; i < CALLS; i++) {
+        CHECK(tn_call(f, &xv, &out) == TN_OK, "call: %s", tn_last_error());
+        tn_array_free(out);
+        out = NULL;
+    }
+    CHECK(fk.collects == CALLS && fk.bad == 0, "a collection at each call (%d), marks paired (%d bad)", fk.collects, fk.bad);
+    for (int k = 0; k < n; k++) {
+        bool dev = f->steps[k].def->kind == TN_OPK_TRANSFER || f->steps[k].node->device != TN_HOST;
+        ndev += dev;
+        CHECK(fk.marks[2 * k] == (dev ? CALLS : 0) && fk.marks[2 * k + 1] == fk.marks[2 * k], "step %d (%s): %d/%d marks",
+              k, dev ? "device" : "host", fk.marks[2 * k], fk.marks[2 * k + 1]);
+    }
+    CHECK(ndev >= 3 && ndev < n, "device and host steps both present (%d of %d on the device)", ndev, n);
+    tn_result r;
+    char *s = report(f, &r);
+    CHECK(r == TN_OK && s && fk.collects == CALLS + 1, "print collects the rest: %s", tn_last_error());
+    if (s && getenv("TN_SHOW_REPORT")) fputs(s, stdout);
+    if (s) {
+        CHECK(strstr(s, "time on the device, from events") != NULL, "the note says the times are from events:\n%s", s);
+        /* each Apply line: a device step shows exactly CALLS * (k + 1) ms, a host step its own (small) host time */
+        const char *p = strstr(s, "<Apply name>");
+        int seen = 0;
+        for (p = p ? strchr(p, '\n') : NULL; p && p[1] && p[1] != '\n'; p = strchr(p, '\n')) {
+            double pc, cum, t, tpc;
+            char type[16];
+            unsigned long long nc;
+            int id;
+            p++;
+            if (sscanf(p, " %lf%% %lf%% %les %les %15s %llu %d", &pc, &cum, &t, &tpc, type, &nc, &id) != 7 || id < 0 || id >= n) continue;
+            seen++;
+            bool dev = strcmp(type, "cpu") != 0;
+            CHECK(nc == CALLS, "step %d: %llu calls", id, nc);
+            if (dev) CHECK(fabs(t - 1e-3 * (id + 1) * CALLS) < 1e-6, "device step %d: %g s, want %g", id, t, 1e-3 * (id + 1) * CALLS);
+            else CHECK(t < 1e-3 * (id + 1) * CALLS, "host step %d: host time %g s", id, t);
+        }
+        CHECK(seen == n, "%d Apply lines of %d", seen, n);
+        CHECK(strstr(s, "host round trip between GPU ops") != NULL, "advice names the round trip:\n%s", s);
+    }
+    free(s);
+    tn_profile_reset(f);
+    CHECK(fk.collects == CALLS + 2, "reset drops pending marks");
+    tn_function_free(f);
+    f = NULL;
+    CHECK(fk.frees == 1, "the pool is freed with the profile (%d)", fk.frees);
+
+    /* launch_blocking=1: host times of kernels run to completion, no events */
+    tn_config c = *tn_get_config();
+    c.launch_blocking = true;
+    tn_init(&c);
+    tn__set_backend(&be);
+    tn__set_device_ops(&ops);
+    f = events_fn(g, &x);
+    CHECK(f && tn_profile_enable(f, true) == TN_OK && fk.news == 1, "no events under launch_blocking");
+    if (f && tn_call(f, &xv, &out) == TN_OK) {
+        tn_array_free(out);
+        s = report(f, &r);
+        CHECK(s && strstr(s, "launch_blocking=1: host time") && !strstr(s, "from events"), "launch_blocking note:\n%s", s ? s : "");
+        free(s);
+    }
+    c.launch_blocking = false;
+    tn_init(&c);
+    tn_array_free(xv);
+out:
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn__set_backend(saved_be);
+    tn__set_device_ops(saved_ops);
+    tn__cuda.state = 0;
+}
+
 int main(void) {
-    tn_init(NULL);
+    tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     TH_RUN(test_profile_report);
     TH_RUN(test_profile_flag);
+    TH_RUN(test_profile_events);
     TH_END();
 }
