@@ -69,6 +69,7 @@ typedef enum tn_result {
     TN_ERR_DEVICE,        /* CUDA driver, NVRTC or cuBLAS failure, or no usable device */
     TN_ERR_UNSUPPORTED,   /* the operation exists but not for these arguments or on this device */
     TN_ERR_INTERNAL,      /* a bug in the library: please report it */
+    TN_ERR_CHECK,         /* mode=check: a device op's result differs from its CPU reference */
     TN_RESULT_COUNT
 } tn_result;
 
@@ -382,9 +383,23 @@ typedef struct tn_backend {
     tn_result (*prof_mark)(void *pstate, int mark);
     tn_result (*prof_collect)(void *pstate, double *t, bool all);
     void (*prof_free)(void *pstate);
+    /* CUDA graphs (the >>cuda_graph section; all NULL: no capture). begin
+       starts capturing the back end's stream; end stops it and instantiates
+       the graph into *exec (exec NULL: discard an aborted capture); an error
+       from either means this function cannot be captured. */
+    tn_result (*graph_begin)(void);
+    tn_result (*graph_end)(void **exec);
+    tn_result (*graph_launch)(void *exec);
+    void (*graph_release)(void *exec);
 } tn_backend;
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
+
+/* CUDA graph replay of f (the >>graph_replay section): calls replayed from a
+   captured graph, graphs captured, and why f runs without graphs ("" while
+   it may use them). A call that captures a graph is not counted as a replay.
+   For tests and benchmarks. */
+TN_API void tn__graph_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why);
 
 /* Threads: fn(ctx, lo, hi) over [0, n) in chunks of at least `grain`; runs
    inline when n < grain or threads are off. */
@@ -474,7 +489,7 @@ TN_API const char *tn_result_string(tn_result r) {
     static const char *const names[] = {
         "TN_OK", "TN_ERR_NULL", "TN_ERR_INVALID", "TN_ERR_SHAPE", "TN_ERR_DTYPE", "TN_ERR_AXIS",
         "TN_ERR_NUM_INPUTS", "TN_ERR_UPDATE", "TN_ERR_GRAPH", "TN_ERR_DISCONNECTED", "TN_ERR_STALE",
-        "TN_ERR_OOM", "TN_ERR_DEVICE", "TN_ERR_UNSUPPORTED", "TN_ERR_INTERNAL",
+        "TN_ERR_OOM", "TN_ERR_DEVICE", "TN_ERR_UNSUPPORTED", "TN_ERR_INTERNAL", "TN_ERR_CHECK",
     };
     _Static_assert(sizeof names / sizeof names[0] == TN_RESULT_COUNT, "tn_result_string: one name per result");
     return (unsigned)r < TN_RESULT_COUNT ? names[r] : "TN_ERR_UNKNOWN";
@@ -2496,6 +2511,8 @@ struct tn_func {
     uint64_t gen;
     const tn_backend *backend;
     struct tn__prof *prof;              /* profiler (the >>profile section); NULL when off */
+    tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
+    struct tn__gcache *gcache;          /* captured CUDA graphs (the >>graph_replay section); NULL until used */
 };
 
 /* Profiler hooks (the >>profile section), called only when f->prof is set. */
@@ -2506,8 +2523,15 @@ static double tn__prof_step_begin(tn_func *f, int k);
 static void tn__prof_step(tn_func *f, int k, double t0);
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
 static void tn__prof_finish(tn_func *f);
+/* The >>graph_replay and >>check_mode sections. */
+static void tn__graph_drop(tn_func *f);
+static void tn__graph_free(tn_func *f);
+static tn_result tn__graph_run(tn_func *f);
+static bool tn__check_wanted(const tn_func *f, const tn__step *st);
+static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
 
 static void tn__plan_release(tn_func *f) {
+    tn__graph_drop(f);                  /* its graphs baked in the buffers freed here */
     for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
     f->n_phys = 0;
     f->n_pool = 0;
@@ -2523,6 +2547,7 @@ TN_API void tn_function_free(tn_func *f) {
     if (!f) return;
     if (f->prof) tn__prof_finish(f);
     tn__plan_release(f);
+    tn__graph_free(f);
     tn__retired_release(f);
     if (f->backend && f->backend->release)
         for (int i = 0; i < f->n_steps; i++) if (f->steps[i].bstate) f->backend->release(f->steps[i].bstate);
@@ -2838,6 +2863,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     }
     if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK) goto fail;
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
+    f->mode = mode;
     double t_opt = tn__prof_now();
     tn__func_n_outputs = no;
     tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode);
@@ -3092,7 +3118,12 @@ static bool tn__shapes_changed(tn_func *f) {
     return changed;
 }
 
-static tn_result tn__run_steps(tn_func *f) {
+/* How tn__steps runs: every step, or (the >>graph_replay section's probe)
+   only the views, noting each kernel's operands instead of launching it. */
+enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
+static void tn__graph_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
+
+static tn_result tn__steps(tn_func *f, int how) {
     for (int k = 0; k < f->n_steps; k++) {
         tn__step *st = &f->steps[k];
         tn_array **in = f->args, **out = f->args + st->n_in;
@@ -3113,8 +3144,10 @@ static tn_result tn__run_steps(tn_func *f) {
             out[o] = a;
         }
         tn_var *v = st->node;
+        if (how == TN__STEPS_PROBE) { tn__graph_note(f, st, in, out); if (!st->view) continue; }
         double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
-        tn_result r = v->device != TN_HOST && f->backend && f->backend->run
+        tn_result r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
+                    : v->device != TN_HOST && f->backend && f->backend->run
                     ? f->backend->run(v, st->bstate, in, out)
                     : st->def->cpu(v, in, out);
         if (f->prof) tn__prof_step(f, k, t0);
@@ -3129,6 +3162,10 @@ static tn_result tn__run_steps(tn_func *f) {
        steps with events, so it does not wait either. */
     return TN_OK;
 }
+
+/* Every step, once; through a captured CUDA graph where f has one (the
+   >>graph_replay section). */
+static tn_result tn__run_steps(tn_func *f) { return tn__graph_run(f); }
 
 /* The shared value can take the update's buffer, and give its own buffer
    (big enough for the plan) to the function in exchange. */
@@ -3255,6 +3292,327 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
     }
     if (f->prof) tn__prof_end_call(f, t_call, t_run);
     return TN_OK;
+}
+
+/* >>graph_replay --------------------------------------------------------- */
+/* When a function's shapes repeat, its whole sequence of device kernels is
+   captured once as a CUDA graph (tn_backend.graph_*) and then replayed: one
+   launch per call instead of one per kernel. A graph bakes in every pointer
+   and stride its kernels saw, so each call first probes: tn__steps assembles
+   every step's arrays as a run would (running the views, which only compute
+   strides) and notes each kernel operand's data pointer and strides in a
+   signature. A graph is replayed only when its signature is this call's
+   exactly. Updates swap buffers with their shared variables, so a training
+   step alternates between two signatures: a few are kept, least recently
+   used first out. A signature is captured the second time it is seen (its
+   first run compiled the kernels and sized their scratch, so nothing is
+   allocated under capture; the back end refuses allocations there).
+   Eligible: every step but the views runs on the device, no transfers (they
+   stage through host memory and wait), at least two kernels, every output
+   produced by a step borrowed (a copied output is a new buffer each call),
+   and none of cuda_graph=0, launch_blocking=1, profiling, mode=check. A
+   capture that fails (an op that synchronises or allocates) turns graphs off
+   for that function for good, silently (tn__graph_stats says why); that
+   call runs its kernels plainly. */
+
+#define TN__GRAPH_SLOTS 4          /* signatures remembered per function */
+#define TN__GRAPH_MISS_LIMIT 16    /* calls in a row with an unseen signature: off until the next plan */
+
+typedef struct tn__gentry {
+    uint64_t *sig;                 /* NULL: a free slot */
+    void *exec;                    /* NULL: seen once, not captured yet */
+    uint64_t used;                 /* LRU tick */
+} tn__gentry;
+
+enum { TN__G_UNKNOWN = 0, TN__G_ON, TN__G_PLAN_OFF, TN__G_OFF };
+
+typedef struct tn__gcache {
+    tn__gentry e[TN__GRAPH_SLOTS];
+    uint64_t *sig;                 /* this call's signature (the probe's) */
+    size_t n_sig, cap_sig;
+    uint64_t tick;
+    int state;                     /* TN__G_*: eligibility, decided at the first call after a plan */
+    int misses;
+    bool sig_overflow;
+    int64_t replays, captures;
+    char why[256];
+} tn__gcache;
+
+static void tn__graph_drop(tn_func *f) {
+    tn__gcache *gc = f->gcache;
+    if (!gc) return;
+    for (int i = 0; i < TN__GRAPH_SLOTS; i++) {
+        tn__gentry *e = &gc->e[i];
+        if (e->exec && f->backend && f->backend->graph_release) f->backend->graph_release(e->exec);
+        tn__free(e->sig);
+        memset(e, 0, sizeof *e);
+    }
+    gc->misses = 0;
+    if (gc->state != TN__G_OFF) { gc->state = TN__G_UNKNOWN; gc->why[0] = 0; }
+}
+
+static void tn__graph_free(tn_func *f) {
+    if (!f->gcache) return;
+    tn__graph_drop(f);
+    tn__free(f->gcache->sig);
+    tn__free(f->gcache);
+    f->gcache = NULL;
+}
+
+/* What keeps this call from using graphs whatever the function (NULL: nothing). */
+static const char *tn__graph_blocker(const tn_func *f) {
+    const tn_backend *b = f->backend;
+    const tn_config *c = tn_get_config();
+    if (!b || !b->graph_begin || !b->graph_end || !b->graph_launch || !b->graph_release) return "no device back end with CUDA graphs";
+    if (c->no_cuda_graph) return "cuda_graph=0";
+    if (c->launch_blocking) return "launch_blocking=1";
+    if (f->prof) return "profiled";
+    if (f->mode == TN_MODE_CHECK) return "mode=check";
+    return NULL;
+}
+
+/* Whether f's steps can be captured; else why not, in why. */
+static bool tn__graph_eligible(const tn_func *f, char *why, size_t cap) {
+    int kernels = 0;
+    char lb[160];
+    for (int k = 0; k < f->n_steps; k++) {
+        const tn__step *st = &f->steps[k];
+        if (st->view) continue;
+        const tn_var *v = st->node;
+        if (tn__op_kind(v->op) == TN_OPK_TRANSFER || v->device == TN_HOST) {
+            tn__node_label(v, lb, sizeof lb);
+            snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
+                     tn__op_kind(v->op) == TN_OPK_TRANSFER ? "copies through host memory" : "runs on the host");
+            return false;
+        }
+        kernels++;
+    }
+    if (kernels < 2) { snprintf(why, cap, "%d device kernel%s: a graph saves nothing", kernels, kernels == 1 ? "" : "s"); return false; }
+    for (int i = 0; i < f->n_outputs; i++)
+        if (!f->out_borrow[i] && f->slots[f->out_slot[i]].kind == TN__SLOT_INTERNAL) {
+            snprintf(why, cap, "output %d is copied for the caller each call (borrow it to replay graphs)", i);
+            return false;
+        }
+    return true;
+}
+
+static tn__gcache *tn__graph_cache(tn_func *f) {
+    if (f->gcache) return f->gcache;
+    size_t cap = 1;
+    for (int k = 0; k < f->n_steps; k++) cap += (size_t)(f->steps[k].n_in + f->steps[k].n_out) * (1 + TN_MAX_DIMS);
+    tn__gcache *gc = (tn__gcache *)tn__calloc(1, sizeof *gc);
+    uint64_t *sig = (uint64_t *)tn__malloc(cap * sizeof *sig);
+    if (!gc || !sig) { tn__free(gc); tn__free(sig); return NULL; }
+    gc->sig = sig;
+    gc->cap_sig = cap;
+    return f->gcache = gc;
+}
+
+/* The probe: one kernel's operands into the signature. */
+static void tn__graph_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    tn__gcache *gc = f->gcache;
+    if (st->view) return;
+    for (int i = 0; i < st->n_in + st->n_out; i++) {
+        const tn_array *a = i < st->n_in ? in[i] : out[i - st->n_in];
+        if (gc->n_sig + 1 + (size_t)a->ndim > gc->cap_sig) { gc->sig_overflow = true; return; }
+        gc->sig[gc->n_sig++] = (uint64_t)(uintptr_t)a->data;
+        for (int d = 0; d < a->ndim; d++) gc->sig[gc->n_sig++] = (uint64_t)a->strides[d];
+    }
+}
+
+static tn__gentry *tn__graph_find(tn__gcache *gc) {
+    for (int i = 0; i < TN__GRAPH_SLOTS; i++)
+        if (gc->e[i].sig && !memcmp(gc->e[i].sig, gc->sig, gc->n_sig * sizeof *gc->sig)) return &gc->e[i];
+    return NULL;
+}
+
+/* Remembers this call's signature as seen (not captured), evicting the least recently used. */
+static void tn__graph_remember(tn_func *f, tn__gcache *gc) {
+    tn__gentry *e = &gc->e[0];
+    for (int i = 0; i < TN__GRAPH_SLOTS; i++) {
+        if (!gc->e[i].sig) { e = &gc->e[i]; break; }
+        if (gc->e[i].used < e->used) e = &gc->e[i];
+    }
+    uint64_t *sig = e->sig ? e->sig : (uint64_t *)tn__malloc(gc->cap_sig * sizeof *sig);
+    if (!sig) return;                                 /* out of memory: simply not remembered */
+    if (e->exec) f->backend->graph_release(e->exec);
+    memcpy(sig, gc->sig, gc->n_sig * sizeof *sig);
+    e->sig = sig;
+    e->exec = NULL;
+    e->used = ++gc->tick;
+}
+
+static tn_result tn__graph_launch(tn_func *f, tn__gcache *gc, tn__gentry *e) {
+    e->used = ++gc->tick;
+    gc->misses = 0;
+    tn_result r = f->backend->graph_launch(e->exec);
+    return r == TN_OK ? TN_OK : tn__err(r, "%s: launching its CUDA graph: %s", f->name, tn_last_error());
+}
+
+/* Runs the steps under capture into e, then launches the graph. A step or
+   the capture failing turns graphs off for f; nothing ran on the device
+   then, so the steps run again plainly. */
+static tn_result tn__graph_capture(tn_func *f, tn__gcache *gc, tn__gentry *e) {
+    const tn_backend *b = f->backend;
+    tn_result r = b->graph_begin();
+    if (r == TN_OK) {
+        r = tn__steps(f, TN__STEPS_RUN);
+        void *exec = NULL;
+        tn_result re = b->graph_end(r == TN_OK ? &exec : NULL);
+        if (r == TN_OK && re == TN_OK && exec) {
+            e->exec = exec;
+            gc->captures++;
+            return tn__graph_launch(f, gc, e);
+        }
+        if (r == TN_OK) r = re != TN_OK ? re : TN_ERR_INTERNAL;
+    }
+    tn__graph_drop(f);
+    gc->state = TN__G_OFF;
+    snprintf(gc->why, sizeof gc->why, "its capture failed (%.20s): %.200s", tn_result_string(r), tn_last_error());
+    tn_clear_error();
+    return tn__steps(f, TN__STEPS_RUN);
+}
+
+static tn_result tn__graph_run(tn_func *f) {
+    tn__gcache *gc = f->gcache;
+    if ((gc && gc->state >= TN__G_PLAN_OFF) || f->n_steps == 0 || tn__graph_blocker(f) || (!gc && !(gc = tn__graph_cache(f))))
+        return tn__steps(f, TN__STEPS_RUN);
+    if (gc->state == TN__G_UNKNOWN) {
+        gc->state = tn__graph_eligible(f, gc->why, sizeof gc->why) ? TN__G_ON : TN__G_PLAN_OFF;
+        if (gc->state != TN__G_ON) return tn__steps(f, TN__STEPS_RUN);
+    }
+    gc->n_sig = 0;
+    gc->sig_overflow = false;
+    tn_result r = tn__steps(f, TN__STEPS_PROBE);
+    if (r != TN_OK) return r;
+    TN_ASSERT(!gc->sig_overflow);
+    tn__gentry *e = gc->sig_overflow ? NULL : tn__graph_find(gc);
+    if (e && e->exec) { gc->replays++; return tn__graph_launch(f, gc, e); }
+    if (e) return tn__graph_capture(f, gc, e);
+    tn__graph_remember(f, gc);
+    if (++gc->misses >= TN__GRAPH_MISS_LIMIT) {
+        gc->state = TN__G_PLAN_OFF;
+        snprintf(gc->why, sizeof gc->why, "its kernels' pointers changed on %d calls in a row", gc->misses);
+    }
+    return tn__steps(f, TN__STEPS_RUN);
+}
+
+TN_API void tn__graph_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why) {
+    const tn__gcache *gc = f ? f->gcache : NULL;
+    const char *b = f ? tn__graph_blocker(f) : "no function";
+    if (replays) *replays = gc ? gc->replays : 0;
+    if (captures) *captures = gc ? gc->captures : 0;
+    if (why) *why = gc && gc->state >= TN__G_PLAN_OFF ? gc->why : b ? b : "";
+}
+
+/* >>check_mode ----------------------------------------------------------- */
+/* mode=check (Theano's DebugMode, for the device): each op that runs on the
+   device is run again through its CPU kernel on host copies of the same
+   inputs, and the outputs are compared. The first difference beyond the
+   output dtype's tolerance fails the call with TN_ERR_CHECK, naming the op,
+   its node, its inputs' types, the error and where. The inputs are copied
+   before the device kernel runs, since an inplace op overwrites one. The
+   error of an element is |device - cpu| / max(|cpu|, rms(cpu), floor): the
+   relative error, or for elements small next to the output's typical size
+   (sums that cancel) the error relative to that size. Slow by design: each
+   step waits for the device. Graph replay is off in this mode. */
+
+static bool tn__check_wanted(const tn_func *f, const tn__step *st) {
+    if (f->mode != TN_MODE_CHECK || st->view || st->node->device == TN_HOST || !st->def->cpu) return false;
+    return f->backend && f->backend->run && tn__op_kind(st->node->op) != TN_OPK_TRANSFER;
+}
+
+/* Tolerance of an output dtype (0: exact) and the smallest scale an error is measured against. */
+static double tn__check_tol(tn_dtype t, double *floor) {
+    switch (t) {
+    case TN_F16: *floor = 1e-3; return 1e-2;
+    case TN_F32: *floor = 1e-6; return 1e-4;
+    case TN_F64: *floor = 1e-12; return 1e-10;
+    default: *floor = 0; return 0;
+    }
+}
+
+typedef struct tn__check_diff { double err, dev, cpu; int64_t at; } tn__check_diff;
+
+/* The worst element of dev against ref (same shape): float dtypes through
+   float64, the others exactly through int64. */
+static tn_result tn__check_compare(const tn_array *dev, const tn_array *ref, tn__check_diff *w) {
+    bool fl = tn_dtype_is_float(ref->dtype);
+    tn_array *a = tn_array_astype(dev, fl ? TN_F64 : TN_I64), *c = a ? tn_array_astype(ref, fl ? TN_F64 : TN_I64) : NULL;
+    if (!a || !c) { tn_array_free(a); return tn_last_result() ? tn_last_result() : TN_ERR_OOM; }
+    int64_t n = tn_array_size(c);
+    memset(w, 0, sizeof *w);
+    w->at = -1;
+    if (fl) {
+        const double *d = (const double *)a->data, *x = (const double *)c->data;
+        double floor, ss = 0;
+        tn__check_tol(ref->dtype, &floor);
+        int64_t finite = 0;
+        for (int64_t i = 0; i < n; i++) if (isfinite(x[i])) { ss += x[i] * x[i]; finite++; }
+        double rms = finite ? sqrt(ss / (double)finite) : 0;
+        for (int64_t i = 0; i < n; i++) {
+            double e;
+            if (isnan(x[i]) || isnan(d[i])) e = isnan(x[i]) && isnan(d[i]) ? 0 : INFINITY;
+            else if (isinf(x[i]) || isinf(d[i])) e = x[i] == d[i] ? 0 : INFINITY;
+            else e = fabs(d[i] - x[i]) / fmax(fmax(fabs(x[i]), rms), floor);
+            if (e > w->err || (w->at < 0 && e > 0)) { w->err = e; w->dev = d[i]; w->cpu = x[i]; w->at = i; }
+        }
+    } else {
+        const int64_t *d = (const int64_t *)a->data, *x = (const int64_t *)c->data;
+        for (int64_t i = 0; i < n; i++)
+            if (d[i] != x[i]) {
+                double e = fabs((double)d[i] - (double)x[i]);
+                if (e > w->err || w->at < 0) { w->err = e ? e : 1; w->dev = (double)d[i]; w->cpu = (double)x[i]; w->at = i; }
+            }
+    }
+    tn_array_free(a);
+    tn_array_free(c);
+    return TN_OK;
+}
+
+static tn_result tn__check_report(const tn__step *st, tn_array *const *in, const tn_array *o, int k, const tn__check_diff *w, double tol) {
+    char ins[480], where[128], sb[128];
+    int64_t idx[TN_MAX_DIMS], rest = w->at;
+    for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = o->shape[d] ? rest % o->shape[d] : 0; rest = o->shape[d] ? rest / o->shape[d] : 0; }
+    tn__shape_str(o->ndim, idx, where);
+    size_t n = 0;
+    ins[0] = 0;
+    for (int i = 0; i < st->n_in && n < sizeof ins - 1; i++)
+        n += (size_t)snprintf(ins + n, sizeof ins - n, "%s%s %s", i ? ", " : "", tn_dtype_name(in[i]->dtype),
+                              tn__shape_str(in[i]->ndim, in[i]->shape, sb));
+    /* tn__steps prefixes the function and the op's label */
+    return tn__err(TN_ERR_CHECK, "mode=check: node %d differs from its CPU reference: output %d (%s %s) at %s: "
+                   "device %.9g, CPU %.9g (error %.3g, tolerance %.3g); inputs: %s",
+                   st->node->id, k, tn_dtype_name(o->dtype), tn__shape_str(o->ndim, o->shape, sb), where, w->dev, w->cpu,
+                   w->err, tol, st->n_in ? ins : "none");
+}
+
+/* Runs one device step, then its CPU kernel on host copies, and compares. */
+static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    tn_var *v = st->node;
+    int ni = st->n_in, no = st->n_out;
+    tn_array **h = (tn_array **)tn__calloc((size_t)(ni + no) + 1, sizeof *h), **hout = h ? h + ni : NULL;
+    if (!h) return tn__err(TN_ERR_OOM, "mode=check: out of memory");
+    tn_result r = TN_OK;
+    char lb[256];
+    for (int i = 0; i < ni && r == TN_OK; i++)
+        if (!(h[i] = tn_array_to_host(in[i]))) r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "mode=check: copying input %d to the host: %s", i, tn_last_error());
+    if (r == TN_OK) r = f->backend->run(v, st->bstate, in, out);
+    for (int o = 0; o < no && r == TN_OK; o++)
+        if (!(hout[o] = tn__array_alloc(out[o]->dtype, out[o]->ndim, out[o]->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "mode=check: out of memory");
+    if (r == TN_OK && (r = st->def->cpu(v, h, hout)) != TN_OK) {
+        tn__node_label(v, lb, sizeof lb);
+        r = tn__err(r, "mode=check: the CPU reference of %s (node %d) failed: %s", lb, v->id, tn_last_error());
+    }
+    for (int o = 0; o < no && r == TN_OK; o++) {
+        tn__check_diff w;
+        double floor, tol = tn__check_tol(out[o]->dtype, &floor);
+        if ((r = tn__check_compare(out[o], hout[o], &w)) != TN_OK) r = tn__err(r, "mode=check: comparing output %d: %s", o, tn_last_error());
+        else if (w.at >= 0 && !(w.err <= tol)) r = tn__check_report(st, in, out[o], o, &w, tol);
+    }
+    for (int i = 0; i < ni + no; i++) tn_array_free(h[i]);
+    tn__free(h);
+    return r;
 }
 
 /* >>leaf_ops ----------------------------------------------------------- */

@@ -42,11 +42,19 @@
    All work is queued on the back end's one stream (not one per function);
    a call waits only where a host result is copied back.
 
+   CUDA graphs: a function whose steps all run on the GPU (no transfers; its
+   outputs borrowed) is captured as a CUDA graph the second time its
+   kernels see the same pointers, and replayed from then on (tensor.h's
+   >>graph_replay section says exactly when). cuda_graph=0 turns this off;
+   launch_blocking=1, profiling and mode=check do too.
+   mode=check runs each GPU op's CPU kernel on host copies of its inputs and
+   fails the call with TN_ERR_CHECK at the first op whose outputs differ
+   beyond the dtype's tolerance (tensor.h's >>check_mode section).
+
    What it does not do: multiple GPUs in one function, peer copies, MIG
-   selection, Windows (no LoadLibrary path yet), CUDA graph capture and
-   mode=check (not yet), a function compiled with FAST_COMPILE (no
-   placement) reading a shared variable that another function moved to the
-   device.
+   selection, Windows (no LoadLibrary path yet), a function compiled with
+   FAST_COMPILE (no placement) reading a shared variable that another
+   function moved to the device.
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H
@@ -219,6 +227,7 @@ enum {
     X(cublasSetStream_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__CUstream stream), 1) \
     X(cublasSetMathMode, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasMath_t mode), 1) \
     X(cublasGetStatusString, const char *, (tn__cublasStatus_t status), 0) \
+    X(cublasSetWorkspace_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, void *workspace, size_t bytes), 0) \
     X(cublasSgemm_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t ta, tn__cublasOperation_t tb, \
         int m, int n, int k, const float *alpha, const float *A, int lda, const float *B, int ldb, \
         const float *beta, float *C, int ldc), 1) \
@@ -1323,7 +1332,16 @@ static void tn__dmem_release_cache(void) {   /* with tn__dmem.mu held */
     tn__dmem.cached_bytes = 0;
 }
 
+/* Set while this thread captures a CUDA graph (the >>cuda_graph section): an
+   allocation then fails, since the graph would keep its pointer after the
+   block went back to the cache. */
+static _Thread_local bool tn__cuda_capturing;
+
 static void *tn__cuda_alloc(int device, size_t bytes) {
+    if (tn__cuda_capturing) {
+        tn__err(TN_ERR_UNSUPPORTED, "tn_cuda: %zu bytes of device memory asked for while capturing a CUDA graph", bytes);
+        return NULL;
+    }
     if (device != tn__cuda.ordinal || tn__cuda_bind() != TN_OK) {
         tn__err(TN_ERR_DEVICE, "tn_cuda: cannot allocate on device %d (%s)", device, tn__cuda.status);
         return NULL;
@@ -2903,6 +2921,94 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
     return r;
 }
 
+/* >>cuda_graph: capture and replay (tn_backend.graph_*) ------------------------ */
+/* The executor (the >>graph_replay section of tensor.h) decides what to
+   capture and when; this is the driver side. Capture runs in thread-local
+   mode on the back end's stream: work queued there is recorded, not run, and
+   a call that would synchronise fails (the executor then runs the function
+   plainly for good). Allocations are refused while capturing
+   (tn__cuda_capturing): a graph keeps its pointers. cuBLAS gets a workspace
+   of its own before the first capture, as its documentation asks for
+   captured products (else it may allocate one inside the capture). */
+
+static void *tn__cuda_blas_ws;           /* cuBLAS workspace, set on the handle before capturing */
+
+static tn_result tn__cuda_graph_ws(void) {
+    tn__cuda_state *c = &tn__cuda;
+    if (c->cublas_state <= 0 || tn__cuda_blas_ws || !c->blas.cublasSetWorkspace_v2) return TN_OK;
+    size_t bytes = (size_t)(c->cc_major >= 9 ? 32 : 4) << 20;     /* cuBLAS's advice: 32 MiB on Hopper, else 4 */
+    void *ws = tn__cuda_alloc(c->ordinal, bytes);
+    if (!ws) return tn__err(tn_last_result(), "tn_cuda: a workspace for cuBLAS under graph capture: %s", tn_last_error());
+    tn__cublasStatus_t st = c->blas.cublasSetWorkspace_v2(c->blas_handle, ws, bytes);
+    if (st != TN__CUBLAS_STATUS_SUCCESS) {
+        tn__cuda_free(c->ordinal, ws);
+        return tn__err(TN_ERR_DEVICE, "tn_cuda: cublasSetWorkspace failed (status %u)", st);
+    }
+    tn__cuda_blas_ws = ws;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_graph_begin(void) {
+    tn_result r = tn__cuda_bind();
+    if (r == TN_OK) r = tn__cuda_graph_ws();
+    if (r != TN_OK) return r;
+    TN__CU_CHECK(tn__cuda.cu.cuStreamBeginCapture_v2(tn__cuda.stream, TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                 "beginning a CUDA graph capture");
+    tn__cuda_capturing = true;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_graph_end(void **exec) {
+    tn__cuda_capturing = false;
+    tn__CUgraph g = NULL;
+    tn__CUresult cr = tn__cuda.cu.cuStreamEndCapture(tn__cuda.stream, &g);
+    if (!exec) {                          /* an aborted capture: nothing to keep */
+        if (g) tn__cuda.cu.cuGraphDestroy(g);
+        return TN_OK;
+    }
+    *exec = NULL;
+    char eb[160];
+    if (cr != TN__CUDA_SUCCESS || !g) {
+        if (g) tn__cuda.cu.cuGraphDestroy(g);
+        return tn__err(TN_ERR_DEVICE, "cuStreamEndCapture failed (%s:%d): %s", __FILE__, __LINE__,
+                       cr ? tn__cu_errstr(cr, eb, sizeof eb) : "no graph");
+    }
+    tn__CUgraphExec x = NULL;
+    cr = tn__cuda.cu.cuGraphInstantiateWithFlags(&x, g, 0);
+    tn__CUresult cd = tn__cuda.cu.cuGraphDestroy(g);     /* the exec keeps what it needs */
+    if (cr != TN__CUDA_SUCCESS) {
+        return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "cuGraphInstantiateWithFlags failed (%s:%d): %s",
+                       __FILE__, __LINE__, tn__cu_errstr(cr, eb, sizeof eb));
+    }
+    if (cd != TN__CUDA_SUCCESS) {
+        tn__cuda.cu.cuGraphExecDestroy(x);
+        return tn__err(TN_ERR_DEVICE, "cuGraphDestroy failed (%s:%d): %s", __FILE__, __LINE__, tn__cu_errstr(cd, eb, sizeof eb));
+    }
+    *exec = x;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_graph_launch(void *exec) {
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)exec, tn__cuda.stream), "replaying a captured CUDA graph");
+    return TN_OK;
+}
+
+/* A graph still running is freed by the driver when it completes. */
+static void tn__cuda_graph_release(void *exec) {
+    if (exec && tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) tn__cuda.cu.cuGraphExecDestroy((tn__CUgraphExec)exec);
+}
+
+/* At shutdown (the stream is idle): the workspace goes back with the cache. */
+static void tn__cuda_graph_shutdown(void) {
+    if (!tn__cuda_blas_ws) return;
+    if (tn__cuda.blas_handle && tn__cuda.blas.cublasSetWorkspace_v2)
+        tn__cuda.blas.cublasSetWorkspace_v2(tn__cuda.blas_handle, NULL, 0);
+    tn__cuda_free(tn__cuda.ordinal, tn__cuda_blas_ws);
+    tn__cuda_blas_ws = NULL;
+}
+
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
 
 static bool tn__cuda_ew_supports(const tn_var *node) {
@@ -3321,7 +3427,8 @@ done:
 
 static const tn_backend tn__cuda_backend = {
     "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, tn__cuda_place,
-    tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free
+    tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
+    tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release
 };
 
 static void tn__cuda_register_backend(void) {
@@ -3356,6 +3463,7 @@ static void tn__cuda_hook_ctor(void) { tn__device_init_hook = tn__cuda_device_in
 static void tn__cuda_shutdown(void) {
     if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
         tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        tn__cuda_graph_shutdown();
         if (tn__cuda.blas_handle) { tn__cuda.blas.cublasDestroy_v2(tn__cuda.blas_handle); tn__cuda.blas_handle = NULL; }
         pthread_mutex_lock(&tn__cuda_stage.mu);
         if (tn__cuda_stage.pin) tn__cuda.cu.cuMemFreeHost(tn__cuda_stage.pin);

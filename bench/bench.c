@@ -205,6 +205,8 @@ static gfh_fn gpu_from_host(void) {
     return f;
 }
 
+static void nograph(tn_config *c);   /* cuda_graph=0 (the logistic regression cases) */
+
 /* Sets one config field for what follows (tn_init with a modified copy). */
 static tn_config saved_cfg;
 static void cfg_push(void (*edit)(tn_config *)) {
@@ -401,7 +403,11 @@ static void logreg_cases(void) {
             run_func(r, f, NULL, iters);
             if (!r->na[0]) {
                 if (GPU) { set_limit(r, "issue 7 (JAX jit 79 us on H200)", 0, T_ABS, 40e-6); }
+                int64_t rep = 0;
+                const char *gwhy = "";
+                tn__graph_stats(f, &rep, NULL, &gwhy);
                 if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
+                else if (GPU) snprintf(r->note, sizeof r->note, "%d ops, %lld replays%s%.60s", f->n_steps, (long long)rep, *gwhy ? ": " : "", gwhy);
                 else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
             }
         }
@@ -752,6 +758,110 @@ static void gpu_exp_cases(void) {
     if (pin) tn__cuda.cu.cuMemFreeHost(pin);
 }
 
+/* >>cases: CUDA graph replay ------------------------------------------------ */
+
+/* Two functions of small kernels, all data shared, per call with graph
+   replay and with cuda_graph=0, both compared to a bare cuGraphLaunch loop
+   of the function's own captured graph (the floor: what is left is the
+   executor's work per call). chain: elementwise ops between reductions
+   (nothing fuses across them), x (64, 256) float32, the result borrowed on
+   the device; the GPU is the bottleneck there, so replay gains little.
+   step: a training step, h = tanh(X.w + b) returned borrowed, w and b
+   updated (X.h, sum(h^2)), X (300, 77): cuBLAS's host work per product
+   dominates without a graph. */
+static tn_func *graph_chain(tn_graph *g, gfh_fn gfh) {
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 64, 256 }, -1, 1, 91);
+    tn_var *x = tn_shared(g, "x", xv);
+    tn_array_free(xv);
+    tn_var *a = tn_exp(x);
+    tn_var *a2 = tn_div(a, tn_sum(a, (int[]){ 1 }, 1, true));
+    tn_var *c = tn_tanh(tn_sub(a2, tn_max(a2, (int[]){ 0 }, 1, true)));
+    tn_var *d = tn_div(c, tn_sqrt(tn_add(tn_sum(tn_mul(c, c), (int[]){ 1 }, 1, true), tn_lit(c, 1.0))));
+    tn_var *e = tn_sub(d, tn_mean(d, (int[]){ 0 }, 1, true));
+    tn_var *out = gfh(tn_sum(tn_mul(e, x), (int[]){ 1 }, 1, false));
+    return tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &out, .borrow = true, .name = "graph chain" });
+}
+static tn_func *graph_step(tn_graph *g, gfh_fn gfh) {
+    tn_array *Xv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 300, 77 }, -1, 1, 92);
+    tn_array *wv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 77 }, -0.1, 0.1, 93), *bv = tn_array_scalar(TN_F32, 0.1);
+    tn_var *X = tn_shared(g, "X", Xv), *w = tn_shared(g, "w", wv), *b = tn_shared(g, "b", bv);
+    tn_array_free(Xv); tn_array_free(wv); tn_array_free(bv);
+    tn_var *h = tn_tanh(tn_add(tn_dot(X, w), b));
+    tn_var *nw = tn_add(tn_mul(w, tn_lit(w, 0.99)), tn_mul(tn_lit(w, 0.001), tn_dot(h, X)));
+    tn_var *nb = tn_sub(b, tn_mul(tn_lit(b, 0.01 / 300), tn_sum(tn_mul(h, h), NULL, 0, false)));
+    tn_var *o = gfh(h);
+    tn_update up[2] = { { w, nw }, { b, nb } };
+    return tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &o, .n_updates = 2, .updates = up, .borrow = true,
+                                           .name = "graph step" });
+}
+
+/* The function's captured graphs launched in turn (an update swap makes it
+   alternate between two), as it launches them. */
+typedef struct gloop { void *exec[TN__GRAPH_SLOTS]; int n; } gloop;
+static tn_result graph_loop(void *p, int iters) {
+    gloop *g = (gloop *)p;
+    for (int i = 0; i < iters; i++)
+        TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)g->exec[i % g->n], tn__cuda.stream), "bare graph launch");
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "bare sync");
+    return TN_OK;
+}
+
+static void gpu_graph_cases(void) {
+    const char *S = "graph";
+    int iters = Q ? 500 : 5000;
+    gfh_fn gfh = gpu_from_host();
+    const char *names[2][3] = { { "bare cuGraphLaunch, chain's graph", "9-kernel chain, graph replay", "9-kernel chain, cuda_graph=0" },
+                                { "bare cuGraphLaunch, step's graph", "train step, graph replay", "train step, cuda_graph=0" } };
+    tn_func *(*build[2])(tn_graph *, gfh_fn) = { graph_chain, graph_step };
+    for (int c = 0; c < 2; c++) {
+        row *L = R(S, names[c][0]), *A = R(S, names[c][1]), *B = R(S, names[c][2]);
+        if (!gfh) { na(L, "tn_gpu_from_host not found"); na(A, "tn_gpu_from_host not found"); na(B, "tn_gpu_from_host not found"); continue; }
+        tn_graph *g = tn_graph_new(), *g0 = tn_graph_new();
+        tn_func *f = build[c](g, gfh);
+        cfg_push(nograph);
+        tn_func *f0 = build[c](g0, gfh);
+        cfg_pop();
+        int nk = steps_on(f, true, -1, NULL);
+        char why[160];
+        if (!f || !f0) { err(L, "in tn_function"); err(A, "in tn_function"); err(B, "in tn_function"); }
+        else if (*all_on_device(f, why, sizeof why)) { na(L, "%s", why); na(A, "%s", why); na(B, "%s", why); }
+        else {
+            run_func(A, f, NULL, iters);
+            int64_t rep = 0, cap = 0;
+            const char *gwhy = "";
+            tn__graph_stats(f, &rep, &cap, &gwhy);
+            gloop gl = { { NULL }, 0 };
+            for (int i = 0; f->gcache && i < TN__GRAPH_SLOTS; i++) if (f->gcache->e[i].exec) gl.exec[gl.n++] = f->gcache->e[i].exec;
+            if (!gl.n) na(L, "no graph captured: %.100s", gwhy);
+            else if (measure(graph_loop, &gl, iters, L) != TN_OK) err(L, "in the bare graph loop");
+            else {
+                set_limit(L, "", 0, T_LIMIT, 0);
+                snprintf(L->note, sizeof L->note, "the function's %d captured graph%s in turn, %d kernels", gl.n, gl.n > 1 ? "s" : "", nk);
+                if (gl.n > 1) {          /* for contrast: one of them alone */
+                    row *L1 = R(S, "bare cuGraphLaunch, one graph only");
+                    gl.n = 1;
+                    if (measure(graph_loop, &gl, iters, L1) != TN_OK) err(L1, "in the bare graph loop");
+                    else set_limit(L1, "", 0, T_LIMIT, 0);
+                }
+            }
+            if (!A->na[0]) {
+                if (!L->na[0]) set_limit(A, "bare cuGraphLaunch, same graph", L->med, T_RATIO, 1.2);
+                snprintf(A->note, sizeof A->note, "%d kernels, %lld replays, %lld captures%s%.40s", nk, (long long)rep,
+                         (long long)cap, *gwhy ? "; " : "", gwhy);
+            }
+            run_func(B, f0, NULL, iters);
+            if (!B->na[0]) {
+                if (!L->na[0]) set_limit(B, "bare cuGraphLaunch, same graph", L->med, T_INFO, 0);
+                if (!A->na[0]) snprintf(B->note, sizeof B->note, "%d launches a call; graph replay is %.2fx faster", nk, B->med / A->med);
+            }
+        }
+        tn_function_free(f);
+        tn_function_free(f0);
+        tn_graph_free(g);
+        tn_graph_free(g0);
+    }
+}
+
 /* transfers: y = m.x + b, 1000x1000 float32 (the blog's lesson). */
 static void gpu_gemm_cases(void) {
     const char *S = "gemm";
@@ -873,6 +983,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
             gpu_exp_cases();
             gpu_gemm_cases();
+            gpu_graph_cases();
             fusion_cases();
             logreg_cases();
         } else {

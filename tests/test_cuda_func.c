@@ -3,8 +3,10 @@
    variables living on the device, outputs copied, borrowed and kept on the
    device (tn_gpu_from_host), updates, cuBLAS products (gemv, gemm with a row
    bias, transposed operands, batched), a fused chain, a reduction, device=cpu
-   against device=cuda, and no driver allocation in a steady loop. Every
-   result is compared with a float64 reference computed here.
+   against device=cuda, and no driver allocation in a steady loop; CUDA
+   graph replay of a training step (against cuda_graph=0 and float64);
+   mode=check over a fused chain, a gemm and a reduction. Every result is
+   compared with a float64 reference computed here.
    Without a usable GPU it prints one SKIP line and counts nothing. */
 #define _GNU_SOURCE
 #define TENSOR_IMPLEMENTATION
@@ -489,6 +491,157 @@ out:
     tn_array_free(xv);
 }
 
+/* mode=check: every GPU op also runs on the CPU and is compared; a correct
+   fused chain, row-bias gemm and reduction pass, in float32 and float64. */
+TEST(test_check_mode) {
+    const int M = 37, K = 1001, N = 19;
+    for (int di = 0; di < 2; di++) {
+        tn_dtype t = di ? TN_F64 : TN_F32;
+        tn_array *xv = tn_array_rand_uniform(t, 2, (int64_t[]){ M, K }, -2, 2, 71), *yv = tn_array_rand_uniform(t, 2, (int64_t[]){ M, K }, -2, 2, 72);
+        tn_array *Wv = tn_array_rand_uniform(t, 2, (int64_t[]){ K, N }, -1, 1, 73), *cv = tn_array_rand_uniform(t, 1, (int64_t[]){ N }, -1, 1, 74);
+        double *x = as_f64(xv), *y = as_f64(yv), *W = as_f64(Wv), *c = as_f64(cv);
+        double *z = (double *)malloc((size_t)M * K * sizeof *z), s[37], p[37 * 19];
+        for (int64_t i = 0; i < (int64_t)M * K; i++) z[i] = tanh(x[i] * y[i] + exp(-x[i])) * 0.5 + y[i];
+        for (int i = 0; i < M; i++) {
+            s[i] = 0;
+            for (int j = 0; j < K; j++) s[i] += z[(size_t)i * K + j];
+            for (int k = 0; k < N; k++) {
+                double acc = c[k];
+                for (int j = 0; j < K; j++) acc += z[(size_t)i * K + j] * W[(size_t)j * N + k];
+                p[i * N + k] = acc;
+            }
+        }
+        tn_graph *g = tn_graph_new();
+        tn_var *a = tn_matrix(g, "x", t), *b = tn_matrix(g, "y", t), *w = tn_shared(g, "W", Wv), *cc = tn_shared(g, "c", cv);
+        tn_var *zz = tn_add(tn_mul(tn_tanh(tn_add(tn_mul(a, b), tn_exp(tn_neg(a)))), tn_scalar_const(g, 0.5)), b);
+        tn_var *outs[3] = { zz, tn_sum(zz, (int[]){ 1 }, 1, false), tn_add(tn_dot(zz, w), cc) };
+        tn_var *ins[2] = { a, b };
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 3, .outputs = outs,
+                                                     .mode = TN_MODE_CHECK, .name = "checked" });
+        CHECK(f, "%s: %s", tn_dtype_name(t), tn_last_error());
+        if (f) {
+            char *d = dprint(f);
+            CHECK(strstr(d, "GpuElemwise{Composite{") && strstr(d, "GpuSum") && (strstr(d, "GpuGemm") || strstr(d, "GpuDot")),
+                  "chain, reduction and product on the GPU:\n%s", d);
+            free(d);
+            for (int call = 0; call < 2; call++) {
+                tn_array *vals[2] = { xv, yv }, *r[3] = { 0 };
+                tn_result res = tn_call(f, vals, r);
+                CHECK(res == TN_OK, "%s, call %d, mode=check: %s: %s", tn_dtype_name(t), call, tn_result_string(res), tn_last_error());
+                double tol = di ? 1e-12 : 1e-5;
+                if (r[0]) CHECK(max_err(r[0], z, (int64_t)M * K) <= tol, "chain error %g", max_err(r[0], z, (int64_t)M * K));
+                if (r[1]) CHECK(max_err(r[1], s, M) <= tol * K, "sum error %g", max_err(r[1], s, M));
+                if (r[2]) CHECK(max_err(r[2], p, M * N) <= tol * K, "gemm error %g", max_err(r[2], p, M * N));
+                for (int i = 0; i < 3; i++) tn_array_free(r[i]);
+            }
+            int64_t rep = -1;
+            const char *why = NULL;
+            tn__graph_stats(f, &rep, NULL, &why);
+            CHECK(rep == 0 && (strstr(why, "mode=check") || strstr(why, "launch_blocking")), "check mode replays no graph: %lld (%s)", (long long)rep, why);
+        }
+        tn_function_free(f);
+        tn_graph_free(g);
+        tn_array_free(xv); tn_array_free(yv); tn_array_free(Wv); tn_array_free(cv);
+        free(x); free(y); free(W); free(c); free(z);
+    }
+}
+
+/* A training step with only GPU kernels (gemv, fused elementwise, sum, a
+   transposed gemv, updates of w and b, h returned borrowed on the device),
+   replayed from CUDA graphs: the update swaps alternate two pointer sets, so
+   two graphs; each call is checked against float64, and the graphs and
+   plain launches (cuda_graph=0) agree. */
+typedef struct tstep { tn_graph *g; tn_var *w, *b; tn_func *f; double *X; } tstep;
+static void tstep_build(tstep *t, int R, int C) {
+    tn_array *Xv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ R, C }, -1, 1, 81);
+    tn_array *wv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ C }, -0.1, 0.1, 82), *bv = tn_array_scalar(TN_F32, 0.1);
+    t->X = as_f64(Xv);
+    t->g = tn_graph_new();
+    tn_var *X = tn_shared(t->g, "X", Xv);
+    t->w = tn_shared(t->g, "w", wv);
+    t->b = tn_shared(t->g, "b", bv);
+    tn_array_free(Xv); tn_array_free(wv); tn_array_free(bv);
+    tn_var *h = tn_tanh(tn_add(tn_dot(X, t->w), t->b));
+    tn_var *nw = tn_add(tn_mul(t->w, tn_lit(t->w, 0.99)), tn_mul(tn_lit(t->w, 0.001), tn_dot(h, X)));
+    tn_var *nb = tn_sub(t->b, tn_mul(tn_lit(t->b, 0.01 / R), tn_sum(tn_mul(h, h), NULL, 0, false)));
+    tn_var *o = tn_gpu_from_host(h);
+    tn_update up[2] = { { t->w, nw }, { t->b, nb } };
+    t->f = tn_function(t->g, &(tn_func_desc){ .n_outputs = 1, .outputs = &o, .n_updates = 2, .updates = up, .borrow = true, .name = "train" });
+}
+/* calls steps checked against float64 (following the device's float32 w and b); largest error */
+static double tstep_run(tstep *t, int R, int C, int calls) {
+    double *h = (double *)malloc((size_t)R * sizeof *h), *nw = (double *)malloc((size_t)C * sizeof *nw), e = 0;
+    for (int call = 0; call < calls; call++) {
+        tn_array *wa = tn_shared_get_value(t->w), *ba = tn_shared_get_value(t->b);
+        double *w = as_f64(wa), *b = as_f64(ba), ss = 0;
+        for (int i = 0; i < R; i++) {
+            double acc = b[0];
+            for (int j = 0; j < C; j++) acc += t->X[(size_t)i * C + j] * w[j];
+            h[i] = tanh(acc);
+            ss += h[i] * h[i];
+        }
+        for (int j = 0; j < C; j++) {
+            double acc = 0;
+            for (int i = 0; i < R; i++) acc += h[i] * t->X[(size_t)i * C + j];
+            nw[j] = 0.99 * w[j] + 0.001 * acc;
+        }
+        double nb = b[0] - 0.01 / R * ss;
+        tn_array *r = NULL;
+        if (tn_call(t->f, NULL, &r) != TN_OK || !r) { e = INFINITY; free(w); free(b); tn_array_free(wa); tn_array_free(ba); break; }
+        e = fmax(e, max_err(r, h, R) / 1e-5);
+        tn_array *w2 = tn_shared_get_value(t->w), *b2 = tn_shared_get_value(t->b);
+        e = fmax(e, fmax(max_err(w2, nw, C) / 1e-5, max_err(b2, &nb, 1) / 1e-5));
+        tn_array_free(w2); tn_array_free(b2); tn_array_free(wa); tn_array_free(ba);
+        free(w); free(b);
+    }
+    free(h); free(nw);
+    return e;          /* in units of the tolerance 1e-5: <= 1 passes */
+}
+static void tstep_free(tstep *t) { tn_function_free(t->f); tn_graph_free(t->g); free(t->X); }
+
+TEST(test_graph_replay) {
+    const int R = 300, C = 77;
+    bool blocking = tn_get_config()->launch_blocking;
+    tstep t;
+    tstep_build(&t, R, C);
+    CHECK(t.f, "%s", tn_last_error());
+    if (!t.f) { tstep_free(&t); return; }
+    double e = tstep_run(&t, R, C, 10);
+    int64_t rep = 0, cap = 0;
+    const char *why = NULL;
+    tn__graph_stats(t.f, &rep, &cap, &why);
+    CHECK(e <= 1, "10 steps against float64: error %g x 1e-5 (%s)", e, tn_last_error());
+    if (blocking) CHECK(rep == 0 && strstr(why, "launch_blocking=1"), "launch_blocking: %lld replays (%s)", (long long)rep, why);
+    else CHECK(cap == 2 && rep == 6, "captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
+    /* steady loop: no driver allocation, then the state still matches float64 */
+    uint64_t a0 = tn__dmem.driver_allocs;
+    double t0 = now_us();
+    for (int i = 0; i < 200; i++) { tn_array *r = NULL; CHECK(tn_call(t.f, NULL, &r) == TN_OK, "%s", tn_last_error()); }
+    tn__cuda_synchronize();
+    double us_graph = (now_us() - t0) / 200;
+    CHECK(tn__dmem.driver_allocs == a0, "%llu driver allocations in 200 steady calls", (unsigned long long)(tn__dmem.driver_allocs - a0));
+    e = tstep_run(&t, R, C, 3);
+    CHECK(e <= 1, "after 200 replays: error %g x 1e-5", e);
+    int steps = t.f->n_steps;
+    tstep_free(&t);
+    /* the same with cuda_graph=0 */
+    tn_config off = *tn_get_config();
+    off.no_cuda_graph = true;
+    tn_init(&off);
+    tstep_build(&t, R, C);
+    e = t.f ? tstep_run(&t, R, C, 6) : INFINITY;
+    tn__graph_stats(t.f, &rep, &cap, &why);
+    CHECK(e <= 1 && rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: error %g, %lld replays (%s)", e, (long long)rep, why);
+    t0 = now_us();
+    for (int i = 0; t.f && i < 200; i++) { tn_array *r = NULL; tn_call(t.f, NULL, &r); }
+    tn__cuda_synchronize();
+    double us_plain = (now_us() - t0) / 200;
+    tstep_free(&t);
+    tn_init(&base_cfg);
+    printf("  train step (%d steps): graph replay %.2f us, cuda_graph=0 %.2f us per call%s\n", steps, us_graph, us_plain,
+           blocking ? " (launch_blocking: no graphs)" : "");
+}
+
 int main(void) {
     base_cfg.device = TN_DEVICE_CUDA;
     base_cfg.floatX = TN_F32;
@@ -511,6 +664,8 @@ int main(void) {
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
     TH_RUN(test_profile_event_times);
+    TH_RUN(test_check_mode);
+    TH_RUN(test_graph_replay);
     tn_shutdown();
     TH_END();
 }

@@ -2,7 +2,12 @@
 /* The placement pass run on the CPU against a stand-in device (host memory
    tagged as device 0), so the rewrites around it are checked without a GPU:
    placement rewires nodes to read transfers created after them, and the
-   optimizer's passes after it (fusion, inplace) must keep their use lists exact. */
+   optimizer's passes after it (fusion, inplace) must keep their use lists exact.
+   The stand-in also runs functions: its "device kernels" are the CPU kernels
+   (one can be made deliberately wrong, for mode=check), and its "CUDA graphs"
+   record the kernels with the arrays they were given and replay exactly
+   those (baked-in pointers, as a real graph), so the executor's graph cache
+   and mode=check are tested without a GPU. */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
@@ -14,28 +19,74 @@ static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
 static void fake_free(int d, void *p) { (void)d; free(p); }
 static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t b) { (void)dd; (void)sd; memcpy(dst, src, b); return TN_OK; }
 
-/* Device nodes run their CPU kernels on the stand-in memory; a scan runs its
-   device loop (the step compiled for device arrays) with host copies. */
-static tn_result fake_run(const tn_var *n, void *st, tn_array *const *in, tn_array *const *out) {
-    (void)st;
-    if (n->op == TN_OP_SCAN) {
+/* A stand-in kernel run: the op's CPU kernel on the (host) memory; with
+   wrong_op set, that op's output 0 gets element wrong_at off by 0.5. */
+static int wrong_op = -1;
+static int64_t wrong_at = 5;
+static tn_result fake_exec(const tn_var *n, tn_array *const *in, tn_array *const *out) {
+    if (n->op == TN_OP_SCAN) {      /* its device loop (the step compiled for device arrays) with host copies */
         tn__scan_mem m = tn__scan_host_mem;
         m.device = 0;
         m.device_step = true;
         return tn__scan_run(n, in, out, &m);
     }
-    if (tn__op_kind(n->op) == TN_OPK_VIEW) return tn__op_def(n->op)->cpu(n, in, out);   /* strides only */
-    /* the CPU kernels refuse device arrays: show them the stand-in's host memory */
-    tn_array a[32], *pa[32];
-    int ni = n->n_in, no = n->n_out;
-    if (ni + no > 32) return tn__err(TN_ERR_INTERNAL, "fake_run: too many operands");
-    for (int i = 0; i < ni + no; i++) {
-        a[i] = i < ni ? *in[i] : *out[i - ni];
-        a[i].device = TN_HOST;
-        pa[i] = &a[i];
+    if (n->op == TN_OP_GPU_FROM_HOST) return tn_array_assign(out[0], in[0]);
+    if (tn__op_kind(n->op) == TN_OPK_VIEW) return tn__op_def(n->op)->cpu(n, in, out);
+    /* the CPU kernels take host arrays: the same memory, tagged as host */
+    tn_array ha[16], *hp[16];
+    if (n->n_in + n->n_out > 16) return tn__err(TN_ERR_INTERNAL, "fake device: too many operands");
+    for (int i = 0; i < n->n_in + n->n_out; i++) {
+        ha[i] = *(i < n->n_in ? in[i] : out[i - n->n_in]);
+        ha[i].device = TN_HOST;
+        hp[i] = &ha[i];
     }
-    return tn__op_def(n->op)->cpu(n, pa, pa + ni);
+    tn_result r = tn__op_def(n->op)->cpu(n, hp, hp + n->n_in);
+    if (r == TN_OK && n->op == wrong_op && out[0]->dtype == TN_F32 && tn_array_size(out[0]) > wrong_at)
+        ((float *)out[0]->data)[wrong_at] += 0.5f;
+    return r;
 }
+
+/* Stand-in graphs: while capturing, kernels are recorded with copies of
+   their array structs (pointers and strides baked in), not run. */
+typedef struct fake_rec { const tn_var *node; int n_in, n_out; tn_array arr[8]; } fake_rec;
+typedef struct fake_graph { int n; fake_rec rec[64]; } fake_graph;
+static fake_graph *capturing;
+static int fake_fail_capture, graphs_live;
+static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
+    (void)s;
+    if (!capturing || tn__op_kind(n->op) == TN_OPK_VIEW) return fake_exec(n, in, out);   /* views run on the host */
+    if (capturing->n == 64 || n->n_in + n->n_out > 8) return tn__err(TN_ERR_INTERNAL, "fake graph full");
+    fake_rec *r = &capturing->rec[capturing->n++];
+    r->node = n; r->n_in = n->n_in; r->n_out = n->n_out;
+    for (int i = 0; i < n->n_in; i++) r->arr[i] = *in[i];
+    for (int o = 0; o < n->n_out; o++) r->arr[n->n_in + o] = *out[o];
+    return TN_OK;
+}
+static tn_result fake_graph_begin(void) {
+    capturing = (fake_graph *)calloc(1, sizeof *capturing);
+    return capturing ? TN_OK : TN_ERR_OOM;
+}
+static tn_result fake_graph_end(void **exec) {
+    fake_graph *g = capturing;
+    capturing = NULL;
+    if (!exec || fake_fail_capture) { free(g); return exec ? tn__err(TN_ERR_DEVICE, "fake capture refused") : TN_OK; }
+    *exec = g;
+    graphs_live++;
+    return TN_OK;
+}
+static tn_result fake_graph_launch(void *exec) {
+    fake_graph *g = (fake_graph *)exec;
+    for (int k = 0; k < g->n; k++) {
+        fake_rec *r = &g->rec[k];
+        tn_array *in[8], *out[8];
+        for (int i = 0; i < r->n_in; i++) in[i] = &r->arr[i];
+        for (int o = 0; o < r->n_out; o++) out[o] = &r->arr[r->n_in + o];
+        tn_result e = fake_exec(r->node, in, out);
+        if (e != TN_OK) return e;
+    }
+    return TN_OK;
+}
+static void fake_graph_release(void *exec) { free(exec); graphs_live--; }
 
 static void use_fake_device(void) {
     static tn_backend be;
@@ -45,6 +96,12 @@ static void use_fake_device(void) {
     be = tn__cuda_backend;
     be.prepare = fake_prepare;
     be.run = fake_run;
+    be.release = NULL;
+    be.synchronize = NULL;
+    be.graph_begin = fake_graph_begin;
+    be.graph_end = fake_graph_end;
+    be.graph_launch = fake_graph_launch;
+    be.graph_release = fake_graph_release;
     tn__set_backend(&be);
     tn__set_device_ops(&ops);
 }
@@ -195,6 +252,224 @@ TEST(test_scan_gradient_on_the_device) {
     tn_graph_free(gd); tn_graph_free(gh);
 }
 
+/* >>check_mode ------------------------------------------------------------ */
+
+/* z = tanh(x*y + exp(-x))*0.5 + y (one fused kernel), s = sum(z, axis 1), p = z . W */
+typedef struct chk { tn_graph *g; tn_func *f; tn_array *xv, *yv, *Wv; double z[5 * 7], s[5], p[5 * 3]; } chk;
+static void chk_build(chk *c, tn_mode mode) {
+    memset(c, 0, sizeof *c);
+    c->xv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 5, 7 }, -2, 2, 51);
+    c->yv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 5, 7 }, -2, 2, 52);
+    c->Wv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 7, 3 }, -1, 1, 53);
+    tn_array *xd = tn_array_astype(c->xv, TN_F64), *yd = tn_array_astype(c->yv, TN_F64), *Wd = tn_array_astype(c->Wv, TN_F64);
+    const double *x = (const double *)xd->data, *y = (const double *)yd->data, *W = (const double *)Wd->data;
+    for (int i = 0; i < 35; i++) c->z[i] = tanh(x[i] * y[i] + exp(-x[i])) * 0.5 + y[i];
+    for (int i = 0; i < 5; i++) {
+        c->s[i] = 0;
+        for (int j = 0; j < 7; j++) c->s[i] += c->z[i * 7 + j];
+        for (int k = 0; k < 3; k++) { c->p[i * 3 + k] = 0; for (int j = 0; j < 7; j++) c->p[i * 3 + k] += c->z[i * 7 + j] * W[j * 3 + k]; }
+    }
+    tn_array_free(xd); tn_array_free(yd); tn_array_free(Wd);
+    c->g = tn_graph_new();
+    tn_var *a = tn_matrix(c->g, "x", TN_F32), *b = tn_matrix(c->g, "y", TN_F32), *w = tn_shared(c->g, "W", c->Wv);
+    tn_var *z = tn_add(tn_mul(tn_tanh(tn_add(tn_mul(a, b), tn_exp(tn_neg(a)))), tn_scalar_const(c->g, 0.5)), b);
+    tn_var *outs[3] = { z, tn_sum(z, (int[]){ 1 }, 1, false), tn_dot(z, w) };
+    tn_var *ins[2] = { a, b };
+    c->f = tn_function(c->g, &(tn_func_desc){ .n_inputs = 2, .inputs = ins, .n_outputs = 3, .outputs = outs, .mode = mode, .name = "chk" });
+}
+static void chk_free(chk *c) {
+    tn_function_free(c->f);
+    tn_graph_free(c->g);
+    tn_array_free(c->xv); tn_array_free(c->yv); tn_array_free(c->Wv);
+}
+static double chk_err(const tn_array *a, const double *ref, int64_t n) {
+    tn_array *h = a ? tn_array_astype(a, TN_F64) : NULL;
+    double e = h ? 0 : INFINITY;
+    for (int64_t i = 0; h && i < n; i++) e = fmax(e, fabs(((double *)h->data)[i] - ref[i]) / fmax(1, fabs(ref[i])));
+    tn_array_free(h);
+    return e;
+}
+
+TEST(test_check_mode_passes_correct_kernels) {
+    chk c;
+    chk_build(&c, TN_MODE_CHECK);
+    CHECK(c.f != NULL, "compile: %s", tn_last_error());
+    if (c.f) {
+        char *s = print_fn(c.f);
+        CHECK(strstr(s, "GpuElemwise{Composite{") && strstr(s, "GpuSum") && (strstr(s, "GpuDot") || strstr(s, "GpuGemm")),
+              "fused chain, reduction and product on the stand-in device:\n%s", s);
+        free(s);
+        tn_array *in[2] = { c.xv, c.yv }, *r[3] = { 0 };
+        CHECK(tn_call(c.f, in, r) == TN_OK, "mode=check with correct kernels: %s", tn_last_error());
+        CHECK(chk_err(r[0], c.z, 35) < 1e-5 && chk_err(r[1], c.s, 5) < 1e-5 && chk_err(r[2], c.p, 15) < 1e-5,
+              "results %g %g %g", chk_err(r[0], c.z, 35), chk_err(r[1], c.s, 5), chk_err(r[2], c.p, 15));
+        for (int i = 0; i < 3; i++) tn_array_free(r[i]);
+    }
+    chk_free(&c);
+}
+
+TEST(test_check_mode_catches_a_wrong_kernel) {
+    /* each of the three device ops made wrong in turn: mode=check names it;
+       without check mode the wrong result comes back silently */
+    const int ops[3] = { TN_OP_COMPOSITE, TN_OP_SUM, -2 };
+    const char *names[3] = { "GpuElemwise{Composite{", "GpuSum", "Gpu" };
+    for (int k = 0; k < 3; k++) {
+        chk c;
+        chk_build(&c, TN_MODE_CHECK);
+        if (!c.f) { CHECK(0, "compile: %s", tn_last_error()); chk_free(&c); continue; }
+        int prod = -1;
+        for (int i = 0; i < c.f->n_steps; i++) {
+            int op = c.f->steps[i].node->op;
+            if (op == TN_OP_DOT || op == TN_OP_GEMM) prod = op;
+        }
+        wrong_op = ops[k] == -2 ? prod : ops[k];
+        wrong_at = k == 1 ? 3 : 5;
+        tn_array *in[2] = { c.xv, c.yv }, *r[3] = { 0 };
+        tn_result res = tn_call(c.f, in, r);
+        CHECK(res == TN_ERR_CHECK, "op %d: got %s: %s", wrong_op, tn_result_string(res), tn_last_error());
+        CHECK_ERR(TN_ERR_CHECK, names[k]);
+        CHECK_ERR(TN_ERR_CHECK, "mode=check");
+        CHECK_ERR(TN_ERR_CHECK, "differs from its CPU reference");
+        CHECK_ERR(TN_ERR_CHECK, k == 0 ? "at (0, 5)" : k == 1 ? "at (3,)" : "at (1, 2)");
+        CHECK_ERR(TN_ERR_CHECK, k == 2 ? "float32 (7, 3)" : "float32 (5, 7)");
+        CHECK_ERR(TN_ERR_CHECK, "node ");
+        CHECK(strstr(tn_last_error(), "chk: ") == tn_last_error(), "names the function: %s", tn_last_error());
+        for (int i = 0; i < 3; i++) tn_array_free(r[i]);
+        chk_free(&c);
+        /* the same wrong kernel without check mode: a silently wrong result */
+        chk_build(&c, TN_MODE_FAST_RUN);
+        in[0] = c.xv;
+        in[1] = c.yv;
+        CHECK(c.f && tn_call(c.f, in, r) == TN_OK, "fast_run: %s", tn_last_error());
+        double e = k == 0 ? chk_err(r[0], c.z, 35) : k == 1 ? chk_err(r[1], c.s, 5) : chk_err(r[2], c.p, 15);
+        CHECK(e > 0.05, "op %d: the stand-in kernel is wrong without check mode (error %g)", wrong_op, e);
+        for (int i = 0; i < 3; i++) tn_array_free(r[i]);
+        chk_free(&c);
+        wrong_op = -1;
+    }
+    CHECK(strcmp(tn_result_string(TN_ERR_CHECK), "TN_ERR_CHECK") == 0, "%s", tn_result_string(TN_ERR_CHECK));
+}
+
+/* >>graph_replay ---------------------------------------------------------- */
+
+/* A training-like step with only device kernels: x <- 0.5 x + tanh(y),
+   y <- y + 0.01 sum(x^2), output (borrowed, on the device) 2 x' + 1.
+   The update swaps make the kernels' pointers alternate between two sets. */
+typedef struct gstep { tn_graph *g; tn_var *x, *y; tn_func *f; } gstep;
+static void gstep_build(gstep *s, int64_t n, bool borrow) {
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 61), *yv = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 62);
+    s->g = tn_graph_new();
+    s->x = tn_shared(s->g, "x", xv);
+    s->y = tn_shared(s->g, "y", yv);
+    tn_array_free(xv); tn_array_free(yv);
+    tn_var *nx = tn_add(tn_mul(s->x, tn_lit(s->x, 0.5)), tn_tanh(s->y));
+    tn_var *ny = tn_add(s->y, tn_mul(tn_lit(s->y, 0.01), tn_sum(tn_sqr(s->x), NULL, 0, false)));
+    tn_var *o = tn_gpu_from_host(tn_add(tn_mul(nx, tn_lit(nx, 2.0)), tn_lit(nx, 1.0)));
+    tn_update up[2] = { { s->x, nx }, { s->y, ny } };
+    s->f = tn_function(s->g, &(tn_func_desc){ .n_outputs = 1, .outputs = &o, .n_updates = 2, .updates = up, .borrow = borrow, .name = "step" });
+}
+/* The same steps in float64 here; returns the largest error of x, y and the output over `calls` calls. */
+static double gstep_run(gstep *s, int calls) {
+    tn_array *hx = tn_shared_get_value(s->x), *hy = tn_shared_get_value(s->y);
+    tn_array *dx = tn_array_astype(hx, TN_F64), *dy = tn_array_astype(hy, TN_F64);
+    int64_t n = tn_array_size(hx);
+    double *x = (double *)dx->data, *y = (double *)dy->data, *o = (double *)malloc((size_t)n * sizeof *o), e = 0;
+    for (int c = 0; c < calls; c++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+        for (int64_t i = 0; i < n; i++) { x[i] = 0.5 * x[i] + tanh(y[i]); o[i] = 2 * x[i] + 1; y[i] += 0.01 * ss; }
+        tn_array *r = NULL;
+        if (tn_call(s->f, NULL, &r) != TN_OK) { e = INFINITY; break; }
+        e = fmax(e, chk_err(r, o, n));
+        if (!r->live_gen) tn_array_free(r);
+        tn_array *gx = tn_shared_get_value(s->x), *gy = tn_shared_get_value(s->y);
+        e = fmax(e, fmax(chk_err(gx, x, n), chk_err(gy, y, n)));
+        tn_array *ax = tn_array_astype(gx, TN_F64), *ay = tn_array_astype(gy, TN_F64);   /* follow float32 rounding */
+        memcpy(x, ax->data, (size_t)n * sizeof *x);
+        memcpy(y, ay->data, (size_t)n * sizeof *y);
+        tn_array_free(ax); tn_array_free(ay); tn_array_free(gx); tn_array_free(gy);
+    }
+    tn_array_free(hx); tn_array_free(hy); tn_array_free(dx); tn_array_free(dy);
+    free(o);
+    return e;
+}
+static void gstep_free(gstep *s) { tn_function_free(s->f); tn_graph_free(s->g); }
+
+TEST(test_graph_replay_alternating_buffers) {
+    gstep s;
+    gstep_build(&s, 37, true);
+    CHECK(s.f != NULL, "compile: %s", tn_last_error());
+    if (!s.f) { gstep_free(&s); return; }
+    double e = gstep_run(&s, 12);
+    int64_t rep = 0, cap = 0;
+    const char *why = NULL;
+    tn__graph_stats(s.f, &rep, &cap, &why);
+    CHECK(e < 1e-5, "12 calls against float64: error %g (%s)", e, tn_last_error());
+    /* calls 1-2 run plainly (two signatures seen), 3-4 capture them, 5-12 replay */
+    CHECK(cap == 2 && rep == 8, "captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
+    CHECK(graphs_live == 2, "%d graphs alive", graphs_live);
+    /* a new shape: re-plan, the old graphs are dropped, two new ones made */
+    int64_t n2 = 53;
+    tn_array *nx = tn_array_rand_uniform(TN_F32, 1, &n2, -1, 1, 63), *ny = tn_array_rand_uniform(TN_F32, 1, &n2, -1, 1, 64);
+    CHECK(tn_shared_set_value(s.x, nx) == TN_OK && tn_shared_set_value(s.y, ny) == TN_OK, "%s", tn_last_error());
+    e = gstep_run(&s, 6);
+    tn__graph_stats(s.f, &rep, &cap, &why);
+    CHECK(e < 1e-5, "after a new shape: error %g", e);
+    CHECK(cap == 4 && rep == 10, "after re-plan: captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
+    CHECK(graphs_live == 2, "%d graphs alive after the re-plan", graphs_live);
+    tn_array_free(nx); tn_array_free(ny);
+    gstep_free(&s);
+    CHECK(graphs_live == 0, "tn_function_free releases its graphs (%d alive)", graphs_live);
+}
+
+TEST(test_graph_off_cases) {
+    /* cuda_graph=0: the same results, nothing captured */
+    tn_config cfg = *tn_get_config(), off = cfg;
+    off.no_cuda_graph = true;
+    tn_init(&off);
+    use_fake_device();
+    gstep s;
+    gstep_build(&s, 29, true);
+    double e = s.f ? gstep_run(&s, 6) : INFINITY;
+    int64_t rep = -1, cap = -1;
+    const char *why = NULL;
+    tn__graph_stats(s.f, &rep, &cap, &why);
+    CHECK(e < 1e-5 && rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: error %g, %lld/%lld (%s)", e,
+          (long long)rep, (long long)cap, why);
+    gstep_free(&s);
+    tn_init(&cfg);
+    use_fake_device();
+    /* a copied output: not eligible, and says why */
+    gstep_build(&s, 29, false);
+    e = s.f ? gstep_run(&s, 6) : INFINITY;
+    tn__graph_stats(s.f, &rep, &cap, &why);
+    CHECK(e < 1e-5 && rep == 0 && cap == 0 && strstr(why, "output 0 is copied"), "copied output: error %g, %lld/%lld (%s)", e,
+          (long long)rep, (long long)cap, why);
+    gstep_free(&s);
+    /* a capture that fails: plain launches for good, correct results, no error left behind */
+    fake_fail_capture = 1;
+    gstep_build(&s, 29, true);
+    e = s.f ? gstep_run(&s, 8) : INFINITY;
+    tn__graph_stats(s.f, &rep, &cap, &why);
+    CHECK(e < 1e-5 && rep == 0 && cap == 0 && strstr(why, "capture failed") && strstr(why, "fake capture refused"),
+          "failed capture: error %g, %lld/%lld (%s)", e, (long long)rep, (long long)cap, why);
+    CHECK(tn_last_result() == TN_OK, "no error left: %s", tn_last_error());
+    gstep_free(&s);
+    fake_fail_capture = 0;
+    CHECK(graphs_live == 0, "%d graphs alive", graphs_live);
+    /* an input passed each call crosses through GpuFromHost: not eligible */
+    chk c;
+    chk_build(&c, TN_MODE_FAST_RUN);
+    tn_array *in[2] = { c.xv, c.yv }, *r[3] = { 0 };
+    for (int k = 0; k < 3 && c.f; k++) {
+        CHECK(tn_call(c.f, in, r) == TN_OK && chk_err(r[0], c.z, 35) < 1e-5, "call %d: %s", k, tn_last_error());
+        for (int i = 0; i < 3; i++) tn_array_free(r[i]);
+    }
+    tn__graph_stats(c.f, &rep, &cap, &why);
+    CHECK(rep == 0 && strstr(why, "GpuFromHost"), "inputs passed each call: %lld replays (%s)", (long long)rep, why);
+    chk_free(&c);
+}
+
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     use_fake_device();
@@ -202,6 +477,10 @@ int main(void) {
     TH_RUN(test_fused_group_with_transfers);
     TH_RUN(test_scan_on_the_device);
     TH_RUN(test_scan_gradient_on_the_device);
+    TH_RUN(test_check_mode_passes_correct_kernels);
+    TH_RUN(test_check_mode_catches_a_wrong_kernel);
+    TH_RUN(test_graph_replay_alternating_buffers);
+    TH_RUN(test_graph_off_cases);
     tn__set_backend(NULL);
     tn__set_device_ops(NULL);
     tn_shutdown();
