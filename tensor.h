@@ -3379,10 +3379,12 @@ static bool tn__graph_eligible(const tn_func *f, char *why, size_t cap) {
         const tn__step *st = &f->steps[k];
         if (st->view) continue;
         const tn_var *v = st->node;
-        if (tn__op_kind(v->op) == TN_OPK_TRANSFER || v->device == TN_HOST) {
+        if (tn__op_kind(v->op) == TN_OPK_TRANSFER || v->device == TN_HOST || v->op == TN_OP_SCAN) {
             tn__node_label(v, lb, sizeof lb);
             snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
-                     tn__op_kind(v->op) == TN_OPK_TRANSFER ? "copies through host memory" : "runs on the host");
+                     tn__op_kind(v->op) == TN_OPK_TRANSFER ? "copies through host memory"
+                     : v->op == TN_OP_SCAN ? "walks its steps from the host (its step function may replay graphs)"
+                     : "runs on the host");
             return false;
         }
         kernels++;
