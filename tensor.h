@@ -860,6 +860,9 @@ struct tn_buffer {
     size_t bytes;
     int device;             /* TN_HOST or a CUDA ordinal */
     bool owns;
+    /* set: host memory from a back end's allocator (pinned), given back
+       through it; NULL: tn__malloc host memory or tn_device_ops memory */
+    void (*free_fn)(void *raw, size_t bytes);
 };
 
 static const tn_device_ops *tn__device_ops;
@@ -907,7 +910,8 @@ TN_API void tn__buffer_retain(tn_buffer *b) {
 TN_API void tn__buffer_release(tn_buffer *b) {
     if (!b || __atomic_sub_fetch(&b->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     if (b->owns) {
-        if (b->device == TN_HOST) tn__free(b->raw);
+        if (b->free_fn) b->free_fn(b->raw, b->bytes);
+        else if (b->device == TN_HOST) tn__free(b->raw);
         else if (tn__device_ops && tn__device_ops->free) tn__device_ops->free(b->device, b->data);
     }
     tn__free(b);
@@ -982,6 +986,32 @@ TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int
         return NULL;
     }
     tn_array *a = tn__array_from_buffer(b, t, ndim, shape, NULL, b->data, device);
+    tn__buffer_release(b);
+    return a;
+}
+
+/* Set by a device back end (tensor_cuda.h): page-locked host memory from its
+   caching allocator (NULL when it has none), and the way back. */
+static void *(*tn__pinned_alloc_hook)(size_t bytes);
+static void (*tn__pinned_free_hook)(void *p, size_t bytes);
+
+/* A contiguous host array in the back end's pinned memory, so a device-to-host
+   copy lands in it directly; ordinary host memory without one (or when pinned
+   memory runs out). */
+static tn_array *tn__array_alloc_pinned(tn_dtype t, int ndim, const int64_t *shape) {
+    if (!tn__pinned_alloc_hook || !tn__pinned_free_hook || tn__check_shape("tn__array_alloc_pinned", t, ndim, shape) != TN_OK)
+        return tn__array_alloc(t, ndim, shape, TN_HOST);
+    size_t bytes = (size_t)tn__shape_size(ndim, shape) * tn_dtype_size(t);
+    tn_buffer *b = (tn_buffer *)tn__calloc(1, sizeof *b);
+    void *p = b ? tn__pinned_alloc_hook(bytes) : NULL;
+    if (!p) { tn__free(b); return tn__array_alloc(t, ndim, shape, TN_HOST); }
+    b->refcount = 1;
+    b->data = b->raw = p;
+    b->bytes = bytes;
+    b->device = TN_HOST;
+    b->owns = true;
+    b->free_fn = tn__pinned_free_hook;
+    tn_array *a = tn__array_from_buffer(b, t, ndim, shape, NULL, p, TN_HOST);
     tn__buffer_release(b);
     return a;
 }
@@ -2087,6 +2117,9 @@ static tn_array *tn__copy_on(const tn_array *a, int device) {
 /* Outputs of the function being compiled, for the back end's placement pass
    (roots past them are update values); -1 outside tn_function. */
 static _Thread_local int tn__func_n_outputs = -1;
+/* The update targets (the user's shared variables, in update order: roots
+   n_outputs + u) of the function being compiled; NULL outside tn_function. */
+static _Thread_local tn_var *const *tn__func_update_targets;
 
 /* A zeroed var registered in g (id = its index). */
 static tn_var *tn__var_new(tn_graph *g, int op, const char *who) {
@@ -2451,9 +2484,11 @@ typedef struct tn__slot {
     int view_of;            /* view output: the slot it aliases; -1 otherwise */
     int nreaders;           /* step inputs that read it */
     bool pinned;            /* a function output or update value: its buffer is never reused */
-    int phys;               /* plan: buffer index, -1 for external or view of external */
+    bool fresh;             /* plan: a copied output its step writes into a new array each call (no plan buffer) */
+    int phys;               /* plan: buffer index, -1 for external, fresh, or a view of those */
     tn_type ct;             /* plan: concrete type */
     tn_array arr;           /* internal slots: the array given to kernels */
+    tn_array *own;          /* fresh: this call's array, until tn__make_outputs hands it to the caller */
 } tn__slot;
 
 typedef struct tn__step {
@@ -2473,6 +2508,7 @@ typedef struct tn__phys {
     int device;
     long pending;
     bool pinned, in_pool;
+    bool page_locked;       /* host buffer a device-to-host copy writes: pinned memory from the back end */
 } tn__phys;
 
 struct tn_func {
@@ -2532,6 +2568,7 @@ static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const 
 
 static void tn__plan_release(tn_func *f) {
     tn__graph_drop(f);                  /* its graphs baked in the buffers freed here */
+    for (int s = 0; f->slots && s < f->n_slots; s++) { tn_array_free(f->slots[s].own); f->slots[s].own = NULL; }
     for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
     f->n_phys = 0;
     f->n_pool = 0;
@@ -2865,9 +2902,14 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
     f->mode = mode;
     double t_opt = tn__prof_now();
+    /* restored, not cleared: a scan compiles its step function inside an outer tn_function */
+    int saved_n_outputs = tn__func_n_outputs;
+    tn_var *const *saved_targets = tn__func_update_targets;
     tn__func_n_outputs = no;
+    tn__func_update_targets = f->upd_user;
     tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode);
-    tn__func_n_outputs = -1;
+    tn__func_n_outputs = saved_n_outputs;
+    tn__func_update_targets = saved_targets;
     t_opt = tn__prof_now() - t_opt;
     if (r != TN_OK) {
         if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
@@ -2974,6 +3016,37 @@ static bool tn__inplace_ok(tn_func *f, const tn__step *st, int k, const tn_type 
     return true;
 }
 
+/* A copied output needs no copy when its step can write straight into a new
+   array each call, which the caller then owns: an internal slot that is no
+   view (its own storage) and is returned once. Readers later in the call
+   read that array; the plan gives the slot no buffer, so nothing else (and
+   no in-place step) can reuse it. An output that is an input, a shared value
+   or a constant, a view, or listed twice is copied in tn__make_outputs. */
+static void tn__mark_fresh(tn_func *f) {
+    for (int s = 0; s < f->n_slots; s++) f->slots[s].fresh = false;
+    for (int i = 0; i < f->n_outputs; i++) {
+        int s = f->out_slot[i];
+        tn__slot *sl = &f->slots[s];
+        bool ok = !f->out_borrow[i] && sl->kind == TN__SLOT_INTERNAL && sl->view_of < 0;
+        for (int j = 0; ok && j < f->n_outputs; j++) ok = j == i || f->out_slot[j] != s;
+        sl->fresh = ok;
+    }
+}
+
+/* This call's array for fresh slot sl of step st: device outputs from the
+   back end's caching allocator, a device-to-host copy's output in pinned host
+   memory, anything else on the host. One left by a failed call is reused. */
+static tn_result tn__fresh_output(tn_func *f, const tn__step *st, tn__slot *sl) {
+    if (!sl->own) {
+        const tn_array *a = &sl->arr;
+        sl->own = st->node->op == TN_OP_HOST_FROM_GPU && a->device == TN_HOST
+                ? tn__array_alloc_pinned(a->dtype, a->ndim, a->shape)
+                : tn__array_alloc(a->dtype, a->ndim, a->shape, a->device);
+        if (!sl->own) return tn__err(TN_ERR_OOM, "%s: out of memory for an output: %s", f->name, tn_last_error());
+    }
+    return TN_OK;
+}
+
 /* Shapes of every intermediate from the current inputs, then buffers. */
 static tn_result tn__plan(tn_func *f) {
     const char *W = f->name;
@@ -2989,6 +3062,7 @@ static tn_result tn__plan(tn_func *f) {
         sl->phys = -1;
         if (sl->kind != TN__SLOT_INTERNAL) sl->ct = tn__concrete_type(f->slotp[s], &sl->var->type);
     }
+    tn__mark_fresh(f);
     for (int k = 0; k < f->n_steps; k++) {
         tn__step *st = &f->steps[k];
         tn_var *v = st->node;
@@ -3029,6 +3103,7 @@ static tn_result tn__plan(tn_func *f) {
             tn__slot *sl = &f->slots[s];
             int ph;
             if (st->view && o == 0) ph = f->slots[sl->view_of].phys;
+            else if (sl->fresh) ph = -1;       /* tn__fresh_output: a new array each call */
             else if (o == 0 && v->inplace > 0 && tn__inplace_ok(f, st, v->inplace - 1, &sl->ct))
                 ph = f->slots[st->in_slot[v->inplace - 1]].phys;
             else if ((ph = tn__phys_get(f, tn__type_bytes(&sl->ct), v->device)) < 0) {
@@ -3039,6 +3114,7 @@ static tn_result tn__plan(tn_func *f) {
             if (ph >= 0) {
                 f->phys[ph].pending += sl->nreaders;
                 if (sl->pinned) f->phys[ph].pinned = true;
+                if (v->op == TN_OP_HOST_FROM_GPU && f->phys[ph].device == TN_HOST) f->phys[ph].page_locked = true;
             }
         }
         for (int i = 0; i < st->n_in; i++) tn__phys_drop_reader(f, f->slots[st->in_slot[i]].phys, gc);
@@ -3050,7 +3126,7 @@ static tn_result tn__plan(tn_func *f) {
     for (int i = 0; i < f->n_phys; i++) {
         tn__phys *p = &f->phys[i];
         int64_t n = (int64_t)p->cap;
-        tn_array *a = tn__array_alloc(TN_BOOL, 1, &n, p->device);
+        tn_array *a = p->page_locked ? tn__array_alloc_pinned(TN_BOOL, 1, &n) : tn__array_alloc(TN_BOOL, 1, &n, p->device);
         if (!a) { r = tn__err(TN_ERR_OOM, "%s: out of memory for intermediate buffers: %s", W, tn_last_error()); goto fail; }
         p->base = a->base;
         p->data = a->data;
@@ -3137,6 +3213,11 @@ static tn_result tn__steps(tn_func *f, int how) {
                 a->data = in[0]->data;
                 a->device = in[0]->device;
                 tn__contiguous_strides(a->dtype, a->ndim, a->shape, a->strides);
+            } else if (sl->fresh) {
+                tn_result r = tn__fresh_output(f, st, sl);
+                if (r != TN_OK) return r;
+                a->base = sl->own->base;
+                a->data = sl->own->data;
             } else {
                 a->base = f->phys[sl->phys].base;
                 a->data = f->phys[sl->phys].data;
@@ -3238,6 +3319,12 @@ static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
     for (int i = 0; i < f->n_outputs; i++) {
         outputs[i] = NULL;
         if (f->out_borrow[i]) continue;
+        tn__slot *sl = &f->slots[f->out_slot[i]];
+        if (sl->fresh && sl->own) {                    /* written in place by its step: the caller takes it */
+            outputs[i] = sl->own;
+            sl->own = NULL;
+            continue;
+        }
         const tn_array *o = f->slotp[f->out_slot[i]];
         tn_array *c = tn__copy_on(o, o->device);       /* a device output (tn_gpu_from_host) stays there */
         if (!c) {

@@ -1426,6 +1426,91 @@ static tn_result tn__cuda_copy(void *dst, int dst_device, const void *src, int s
 
 static const tn_device_ops tn__cuda_device_ops = { tn__cuda_alloc, tn__cuda_free, tn__cuda_copy };
 
+/* Pinned host blocks (cuMemAllocHost) for arrays that device-to-host copies
+   land in (a function's host outputs): a caller that frees each result gives
+   its block back here, and the next call takes it again, so a steady loop
+   makes no driver call. Cached blocks wait in buckets by rounded size; a
+   tn_buffer made from one frees through tn__cuda_host_free (its free_fn). */
+typedef struct tn__hblock { void *ptr; size_t size; struct tn__hblock *next; } tn__hblock;
+#define TN__HMEM_BUCKETS 64
+static struct {
+    pthread_mutex_t mu;
+    tn__hblock *bucket[TN__HMEM_BUCKETS];   /* cached blocks, by rounded size */
+    tn__hblock *spare;                      /* unused list nodes: no malloc per free */
+    size_t cached_bytes, live_bytes;
+    uint64_t driver_allocs;
+} tn__hmem = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static size_t tn__hbucket(size_t size) { return (size_t)((size >> 9) * 0x9e3779b97f4a7c15ull >> 58) % TN__HMEM_BUCKETS; }
+
+static void tn__hmem_release_cache(void) {   /* with tn__hmem.mu held */
+    for (int k = 0; k < TN__HMEM_BUCKETS; k++) {
+        for (tn__hblock *b = tn__hmem.bucket[k], *nx; b; b = nx) {
+            nx = b->next;
+            tn__cuda.cu.cuMemFreeHost(b->ptr);
+            tn__free(b);
+        }
+        tn__hmem.bucket[k] = NULL;
+    }
+    for (tn__hblock *b = tn__hmem.spare, *nx; b; b = nx) { nx = b->next; tn__free(b); }
+    tn__hmem.spare = NULL;
+    tn__hmem.cached_bytes = 0;
+}
+
+/* NULL (error set) when pinned memory cannot be had: the caller falls back. */
+static void *tn__cuda_host_alloc(size_t bytes) {
+    if (tn__cuda_bind() != TN_OK) return NULL;
+    size_t want = tn__dround(bytes ? bytes : 1);
+    pthread_mutex_lock(&tn__hmem.mu);
+    tn__hblock **pp = &tn__hmem.bucket[tn__hbucket(want)], *b = NULL;
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->size == want) { b = *pp; *pp = b->next; break; }
+    void *p = NULL;
+    if (b) {
+        p = b->ptr;
+        tn__hmem.cached_bytes -= want;
+        b->next = tn__hmem.spare;
+        tn__hmem.spare = b;
+    } else {
+        tn__CUresult r = tn__cuda.cu.cuMemAllocHost_v2(&p, want);
+        if (r != TN__CUDA_SUCCESS && tn__hmem.cached_bytes) {
+            tn__hmem_release_cache();
+            r = tn__cuda.cu.cuMemAllocHost_v2(&p, want);
+        }
+        if (r != TN__CUDA_SUCCESS) {
+            char eb[160];
+            pthread_mutex_unlock(&tn__hmem.mu);
+            tn__err(TN_ERR_OOM, "tn_cuda: cuMemAllocHost of %zu bytes failed: %s", want, tn__cu_errstr(r, eb, sizeof eb));
+            return NULL;
+        }
+        tn__hmem.driver_allocs++;
+    }
+    tn__hmem.live_bytes += want;
+    pthread_mutex_unlock(&tn__hmem.mu);
+    return p;
+}
+
+/* Back to the cache (any thread; the copy that filled it was waited for). */
+static void tn__cuda_host_free(void *p, size_t bytes) {
+    if (!p) return;
+    size_t want = tn__dround(bytes ? bytes : 1);
+    pthread_mutex_lock(&tn__hmem.mu);
+    tn__hblock *b = tn__hmem.spare;
+    if (b) tn__hmem.spare = b->next;
+    else b = (tn__hblock *)tn__malloc(sizeof *b);
+    if (!b) tn__cuda.cu.cuMemFreeHost(p);     /* no node to keep it: give it back */
+    else {
+        b->ptr = p;
+        b->size = want;
+        size_t k = tn__hbucket(want);
+        b->next = tn__hmem.bucket[k];
+        tn__hmem.bucket[k] = b;
+        tn__hmem.cached_bytes += want;
+    }
+    tn__hmem.live_bytes -= want;
+    pthread_mutex_unlock(&tn__hmem.mu);
+}
+
 /* >>cuda_launch: run a tn_ew_program on device arrays ------------------------ */
 
 /* Kernels a node has used, by layout: the steady state finds its function
@@ -2843,7 +2928,9 @@ static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_arr
 /* Host to device: the host array is packed into a pinned staging buffer
    (reused call after call; an event says when the previous copy from it is
    done), then copied asynchronously. The caller's memory is not read after
-   tn_call returns. Device to host: one pinned buffer shared by the back end;
+   tn_call returns. Device to host: straight into the host array when it is
+   pinned (a function's outputs and HostFromGpu's plan buffers come from
+   tn__cuda_host_alloc), else through one pinned stage shared by the back end;
    the copy waits for the stream, since the host reads the result next. */
 
 typedef struct tn__cuda_h2d_state {
@@ -2853,6 +2940,7 @@ typedef struct tn__cuda_h2d_state {
     tn__CUevent ev;
     bool ev_live;
 } tn__cuda_h2d_state;
+
 
 static struct { pthread_mutex_t mu; void *pin; size_t cap; } tn__cuda_stage = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
@@ -2904,13 +2992,20 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
         if ((r = tn__cuda_copy_into(tmp, in, who)) != TN_OK) { tn_array_free(tmp); return r; }
         src = tmp;
     }
-    pthread_mutex_lock(&tn__cuda_stage.mu);
-    r = tn__cuda_pinned(&tn__cuda_stage.pin, &tn__cuda_stage.cap, n, who);
     tn__CUresult cr = TN__CUDA_SUCCESS;
-    if (r == TN_OK) cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(tn__cuda_stage.pin, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream);
-    if (r == TN_OK && cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
-    if (r == TN_OK && cr == TN__CUDA_SUCCESS) memcpy(out->data, tn__cuda_stage.pin, n);
-    pthread_mutex_unlock(&tn__cuda_stage.mu);
+    if (out->base && out->base->free_fn == tn__cuda_host_free) {
+        /* pinned (a function's output or plan buffer): one DMA straight into it */
+        cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(out->data, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream);
+        if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+    } else {
+        /* pageable: through the shared pinned stage (faster than the driver's own staging) */
+        pthread_mutex_lock(&tn__cuda_stage.mu);
+        r = tn__cuda_pinned(&tn__cuda_stage.pin, &tn__cuda_stage.cap, n, who);
+        if (r == TN_OK) cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(tn__cuda_stage.pin, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream);
+        if (r == TN_OK && cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        if (r == TN_OK && cr == TN__CUDA_SUCCESS) memcpy(out->data, tn__cuda_stage.pin, n);
+        pthread_mutex_unlock(&tn__cuda_stage.mu);
+    }
     tn_array_free(tmp);
     if (r == TN_OK && cr != TN__CUDA_SUCCESS) {
         char eb[160];
@@ -3240,7 +3335,10 @@ static tn_result tn__cuda_prof_collect(void *ps, double *t, bool all) {
       that meet data already on their side cancel (HostFromGpu(GpuFromHost(x))
       is x), and an output the user wrapped in tn_gpu_from_host stays on the
       device. Update values stay where they were computed: the executor
-      swaps or copies them into the shared variable's memory.
+      swaps or copies them into the shared variable's memory; an update
+      target no host op of the function reads moves to the device when its
+      value is computed there (tn__place_update_targets), so the swap needs
+      no copy.
    Transfers are made once per producer and shared by all its readers. */
 
 typedef struct tn__place {
@@ -3310,6 +3408,30 @@ static bool tn__place_wants_device(const tn_var *v) {
     return k == TN_OPK_VIEW || tn__cuda_supports(v);
 }
 
+/* An update whose new value is computed on the device moves its target there
+   too, unless a host op of this function reads the target: the executor then
+   swaps device buffers each call instead of copying the value back to the
+   host. The targets come from tn_function (tn__func_update_targets). */
+static tn_result tn__place_update_targets(tn__place *P, tn_var **order, int n, tn_var **roots, int n_out, int n_roots,
+                                          const bool *host_reader) {
+    if (!tn__func_update_targets) return TN_OK;
+    for (int u = 0; u < n_roots - n_out; u++) {
+        tn_var *user = tn__func_update_targets[u], *val = roots[n_out + u];
+        if (val->op == TN_OP_PROJ && val->n_in == 1) val = val->in[0];   /* an output of a multi-output kernel */
+        tn_op_kind k = tn__op_kind(val->op);
+        if (!user || user->op != TN_OP_SHARED || !user->value || k == TN_OPK_LEAF || k == TN_OPK_VIEW || val->device == TN_HOST)
+            continue;
+        tn_var *clone = NULL;   /* the target's leaf in this graph, when the function reads it */
+        for (int i = 0; i < n && !clone; i++)
+            if (order[i]->op == TN_OP_SHARED && order[i]->ext == (void *)user) clone = order[i];
+        if (clone && host_reader[clone->id]) continue;
+        tn_result r = tn__place_move_shared(user, P->dev);
+        if (r != TN_OK) return r;
+        if (clone) clone->device = P->dev;
+    }
+    return TN_OK;
+}
+
 static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
     if (tn__cuda.state <= 0) return TN_OK;
     const tn_config *cfg = tn_get_config();
@@ -3353,6 +3475,7 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
         tn_var *user = (tn_var *)v->ext;
         if ((r = tn__place_move_shared(user, P.dev)) == TN_OK) v->device = P.dev;
     }
+    if (r == TN_OK) r = tn__place_update_targets(&P, order, n, roots, n_out, n_roots, host_reader);
     if (r != TN_OK) goto done;
 
     /* 2. transfers where data crosses; the user's transfers cancel where they meet */
@@ -3435,6 +3558,8 @@ static void tn__cuda_register_backend(void) {
     tn__set_device_ops(&tn__cuda_device_ops);
     tn__set_backend(&tn__cuda_backend);
     tn__d2h_hook = tn__cuda_d2h;
+    tn__pinned_alloc_hook = tn__cuda_host_alloc;
+    tn__pinned_free_hook = tn__cuda_host_free;
     /* a fused kernel takes at most TN__CUDA_MAX_OPERANDS pointers: leave room for its outputs */
     if (tn__fuse_max_inputs > TN__CUDA_MAX_OPERANDS - 8) tn__fuse_max_inputs = TN__CUDA_MAX_OPERANDS - 8;
 }
@@ -3470,6 +3595,9 @@ static void tn__cuda_shutdown(void) {
         tn__cuda_stage.pin = NULL;
         tn__cuda_stage.cap = 0;
         pthread_mutex_unlock(&tn__cuda_stage.mu);
+        pthread_mutex_lock(&tn__hmem.mu);
+        tn__hmem_release_cache();
+        pthread_mutex_unlock(&tn__hmem.mu);
         pthread_mutex_lock(&tn__dmem.mu);
         tn__dmem_release_cache();
         pthread_mutex_unlock(&tn__dmem.mu);

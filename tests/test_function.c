@@ -303,6 +303,146 @@ TEST(test_several_outputs_shared_subexpression) {
     tn_graph_free(g);
 }
 
+/* A copied output is the array its step wrote (no copy, no plan buffer):
+   fresh each call, independent across calls, freeable in any order; one
+   read later in the call (and by a would-be in-place step) stays intact. */
+TEST(test_fresh_outputs) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *y = tn_exp(tn_mul(x, tn_scalar_const(g, 2.0)));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    CHECK(f, "compile: %s", tn_last_error());
+    if (!f) { tn_graph_free(g); return; }
+    int64_t n = 37;
+    tn_array *in[3], *o[3] = { 0 };
+    for (int c = 0; c < 3; c++) {
+        in[c] = tn_array_rand_normal(TN_F64, 1, &n, 0, 1, 40 + (uint64_t)c);
+        CHECK(tn_call(f, &in[c], &o[c]) == TN_OK, "call %d: %s", c, tn_last_error());
+    }
+    const tn__slot *sl = &f->slots[f->out_slot[0]];
+    CHECK(sl->fresh && sl->phys < 0 && sl->own == NULL, "the output slot is written into the caller's array (fresh %d, phys %d)", sl->fresh, sl->phys);
+    CHECK(f->n_phys == 0, "one fused step, its output fresh: %d plan buffers", f->n_phys);
+    CHECK(o[0] && o[1] && o[2] && o[0]->base != o[1]->base && o[1]->base != o[2]->base && o[0]->data != o[2]->data,
+          "three calls, three arrays");
+    for (int c = 0; c < 3; c++)
+        for (int64_t i = 0; o[c] && i < n; i++)
+            CHECK(th_close(at1(o[c], i), exp(2.0 * at1(in[c], i)), 1e-15, 0), "call %d kept its value at %lld", c, (long long)i);
+    tn_array_free(o[1]);                               /* any order */
+    tn_array_free(o[0]);
+    tn_array *again = NULL;
+    CHECK(tn_call(f, &in[0], &again) == TN_OK && again && again != o[2], "after frees: %s", tn_last_error());
+    for (int64_t i = 0; again && o[2] && i < n; i++)
+        CHECK(at1(again, i) == exp(2.0 * at1(in[0], i)) && at1(o[2], i) == exp(2.0 * at1(in[2], i)), "values at %lld", (long long)i);
+    tn_array_free(again); tn_array_free(o[2]);
+    /* a shape change re-plans; the output follows */
+    int64_t n2 = 5;
+    tn_array *small = tn_array_rand_normal(TN_F64, 1, &n2, 0, 1, 44), *os = NULL;
+    CHECK(tn_call(f, &small, &os) == TN_OK && os && os->shape[0] == 5, "new shape: %s", tn_last_error());
+    for (int64_t i = 0; os && i < n2; i++) CHECK(at1(os, i) == exp(2.0 * at1(small, i)), "new shape value %lld", (long long)i);
+    tn_array_free(os); tn_array_free(small);
+    tn_function_free(f);
+
+    /* e is an output and is read by sum(e) and by neg(e) marked in-place */
+    tn_var *e = tn_exp(x), *s = tn_sum(e, NULL, 0, false), *ne = tn_neg(e);
+    ne->inplace = 1;
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 3, .outputs = (tn_var *[]){ e, s, ne },
+                                        .mode = TN_MODE_FAST_COMPILE });
+    tn_array *r[3] = { 0 };
+    CHECK(f && tn_call(f, &in[1], r) == TN_OK, "read later: %s", tn_last_error());
+    double ref = 0;
+    for (int64_t i = 0; r[0] && r[2] && i < n; i++) {
+        double ei = exp(at1(in[1], i));
+        ref += ei;
+        CHECK(th_close(at1(r[0], i), ei, 1e-15, 0) && th_close(at1(r[2], i), -ei, 1e-15, 0), "e and -e at %lld", (long long)i);
+    }
+    CHECK(r[0] && r[2] && r[0]->data != r[2]->data, "neg(e) did not write over the output e");
+    CHECK(r[1] && th_close(at1(r[1], 0), ref, 1e-13, 0), "sum(e) read the output: %g vs %g", r[1] ? at1(r[1], 0) : NAN, ref);
+    for (int k = 0; k < 3; k++) tn_array_free(r[k]);
+    tn_function_free(f);
+    for (int c = 0; c < 3; c++) tn_array_free(in[c]);
+    tn_graph_free(g);
+}
+
+/* Outputs that cannot be written in place are copies: listed twice, an
+   input, a shared value, a constant, a view; each is the caller's own. */
+TEST(test_copied_outputs_kinds) {
+    tn_graph *g = tn_graph_new();
+    int64_t n = 9;
+    tn_array *sv = tn_array_rand_normal(TN_F64, 1, &n, 0, 1, 50), *cv = tn_array_rand_normal(TN_F64, 1, &n, 0, 1, 51);
+    tn_var *x = tn_vector(g, "x", TN_F64), *sh = tn_shared(g, "s", sv), *k = tn_constant(g, cv);
+    tn_var *y = tn_sqr(x);
+    tn_var *outs[6] = { y, y, x, sh, k, tn_reshape(y, 2, (int64_t[]){ 3, 3 }) };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 6, .outputs = outs });
+    CHECK(f, "compile: %s", tn_last_error());
+    tn_array *xv = tn_array_rand_normal(TN_F64, 1, &n, 0, 1, 52), *o[6] = { 0 };
+    CHECK(f && tn_call(f, &xv, o) == TN_OK, "call: %s", tn_last_error());
+    bool all = true;
+    for (int i = 0; i < 6; i++) all = all && o[i] && !o[i]->live_gen;
+    CHECK(all, "six caller-owned arrays");
+    if (f && all) {
+        CHECK(!f->slots[f->out_slot[0]].fresh, "an output listed twice is copied");
+        CHECK(o[0]->base != o[1]->base && o[2]->base != xv->base && o[3]->base != tn_shared_get(sh)->base &&
+              o[4]->base != o[0]->base, "no output shares storage with another, the input, the shared value");
+        for (int64_t i = 0; i < n; i++) {
+            double xi = at1(xv, i);
+            CHECK(at1(o[0], i) == xi * xi && at1(o[1], i) == xi * xi && at1(o[2], i) == xi, "y, y, x at %lld", (long long)i);
+            CHECK(at1(o[3], i) == at1(sv, i) && at1(o[4], i) == at1(cv, i), "shared and constant at %lld", (long long)i);
+            CHECK(at2(o[5], i / 3, i % 3) == xi * xi, "reshape at %lld", (long long)i);
+        }
+        /* changing one copy changes nothing else */
+        tn_array_set(o[0], (int64_t[]){ 0 }, 1234.0);
+        tn_array_set(o[2], (int64_t[]){ 1 }, 1234.0);
+        tn_array_set(o[3], (int64_t[]){ 2 }, 1234.0);
+        CHECK(at1(o[1], 0) != 1234.0 && at1(xv, 1) != 1234.0 && at1(tn_shared_get(sh), 2) != 1234.0, "independent copies");
+        tn_array *sv2 = tn_array_full(TN_F64, 1, &n, 7.0);
+        CHECK(tn_shared_set_value(sh, sv2) == TN_OK && at1(o[3], 4) == at1(sv, 4), "set_value leaves the returned copy");
+        tn_array_free(sv2);
+    }
+    for (int i = 5; i >= 0; i--) tn_array_free(o[i]);
+    tn_function_free(f);
+    tn_array_free(xv); tn_array_free(sv); tn_array_free(cv);
+    tn_graph_free(g);
+}
+
+/* An output that is also an update value: the caller gets the array its step
+   wrote, the shared variable a copy; later calls change neither. Borrowed
+   outputs beside it stay borrowed (and go stale). */
+TEST(test_fresh_output_and_update) {
+    tn_graph *g = tn_graph_new();
+    int64_t n = 11;
+    tn_array *a0 = tn_array_rand_normal(TN_F64, 1, &n, 0, 1, 60);
+    tn_var *acc = tn_shared(g, "acc", a0), *x = tn_vector(g, "x", TN_F64);
+    tn_var *na = tn_add(acc, x), *bo = tn_mul(x, x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = (tn_var *[]){ na, bo },
+                                                 .borrow_outputs = (const bool[]){ false, true },
+                                                 .n_updates = 1, .updates = &(tn_update){ acc, na } });
+    CHECK(f, "compile: %s", tn_last_error());
+    double ref[11];
+    for (int64_t i = 0; i < n; i++) ref[i] = at1(a0, i);
+    tn_array *keep[3] = { 0 }, *borrowed[3] = { 0 };
+    tn_array *xv = tn_array_rand_normal(TN_F64, 1, &n, 0, 1, 61);
+    for (int c = 0; f && c < 3; c++) {
+        tn_array *o[2] = { 0 };
+        CHECK(tn_call(f, &xv, o) == TN_OK, "call %d: %s", c, tn_last_error());
+        keep[c] = o[0];
+        borrowed[c] = o[1];
+        CHECK(o[0] && !o[0]->live_gen && o[1] && o[1]->live_gen, "call %d: copied and borrowed", c);
+        CHECK(o[0] && o[0]->base != tn_shared_get(acc)->base, "call %d: the shared value is not the caller's array", c);
+        for (int64_t i = 0; i < n; i++) ref[i] += at1(xv, i);
+        for (int64_t i = 0; o[0] && i < n; i++) CHECK(at1(o[0], i) == ref[i] && at1(tn_shared_get(acc), i) == ref[i], "call %d at %lld", c, (long long)i);
+    }
+    CHECK(borrowed[0] && tn_array_check(borrowed[0]) == TN_ERR_STALE && tn_array_check(borrowed[2]) == TN_OK, "borrow semantics unchanged");
+    for (int64_t i = 0; keep[0] && keep[1] && i < n; i++)
+        CHECK(at1(keep[1], i) - at1(keep[0], i) == at1(xv, i) || th_close(at1(keep[1], i) - at1(keep[0], i), at1(xv, i), 1e-12, 1e-15),
+              "earlier outputs kept at %lld", (long long)i);
+    tn_array_set(keep[2], (int64_t[]){ 0 }, 99.0);
+    CHECK(at1(tn_shared_get(acc), 0) != 99.0, "the caller's array is not the shared value");
+    for (int c = 0; c < 3; c++) tn_array_free(keep[c]);
+    tn_array_free(xv); tn_array_free(a0);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* The memory plan reuses dead buffers; inplace nodes write over their input;
    allow_gc=0 keeps every buffer. */
 TEST(test_memory_plan) {
@@ -328,16 +468,19 @@ TEST(test_memory_plan) {
     tn_init(&cfg);
     f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .mode = TN_MODE_FAST_COMPILE });
     CHECK(f && tn_call(f, &xv, &o) == TN_OK, "no gc: %s", tn_last_error());
-    CHECK(f && f->n_phys == 6, "allow_gc=0 keeps %d buffers", f ? f->n_phys : -1);
+    /* five intermediates; the copied output has no plan buffer (its step writes a new array) */
+    CHECK(f && f->n_phys == 5, "allow_gc=0 keeps %d buffers", f ? f->n_phys : -1);
     tn_array_free(o);
     tn_function_free(f);
     tn_init(&saved);
 
-    /* inplace: neg(exp(x)) may write over exp's buffer, never over the input */
+    /* inplace: neg(exp(x)) may write over exp's buffer, never over the input
+       (borrowed outputs: a copied one gets a new array instead of sharing) */
     tn_var *e = tn_exp(x), *n = tn_neg(e), *m = tn_neg(x);
     n->inplace = 1;
     m->inplace = 1;
-    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = (tn_var *[]){ n, m }, .mode = TN_MODE_FAST_COMPILE });
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = (tn_var *[]){ n, m }, .borrow = true,
+                                        .mode = TN_MODE_FAST_COMPILE });
     tn_array *keep = tn_array_copy(xv), *r[2] = { 0 };
     CHECK(f && tn_call(f, &xv, r) == TN_OK, "inplace: %s", tn_last_error());
     CHECK(f && f->n_phys == 2, "inplace shares exp's buffer: %d buffers", f ? f->n_phys : -1);
@@ -440,6 +583,9 @@ int main(void) {
     TH_RUN(test_outputs_that_are_leaves);
     TH_RUN(test_several_outputs_shared_subexpression);
     TH_RUN(test_memory_plan);
+    TH_RUN(test_fresh_outputs);
+    TH_RUN(test_copied_outputs_kinds);
+    TH_RUN(test_fresh_output_and_update);
     TH_RUN(test_views);
     TH_RUN(test_debugprint);
     tn_shutdown();

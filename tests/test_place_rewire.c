@@ -470,6 +470,44 @@ TEST(test_graph_off_cases) {
     chk_free(&c);
 }
 
+/* An update whose value is computed on the device moves its target there
+   (the function never reads it on the host), so no HostFromGpu remains; a
+   target read on the host (here: also an output) or given a host value stays. */
+TEST(test_update_targets_move_to_device) {
+    tn_graph *g = tn_graph_new();
+    int64_t n = 13;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 5), *zv = tn_array_zeros(TN_F32, 1, &n);
+    tn_var *x = tn_shared(g, "x", xv), *y = tn_shared(g, "y", zv), *w = tn_shared(g, "w", zv), *h = tn_shared(g, "h", zv);
+    tn_array *mv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ n, n }, -1, 1, 6);
+    tn_var *m = tn_shared(g, "m", mv);
+    tn_var *b = tn_shared(g, "b", xv), *lin = tn_shared(g, "lin", zv);
+    CHECK(tn_shared_get(y)->device == TN_HOST && tn_shared_get(lin)->device == TN_HOST, "targets start on the host");
+    tn_update ups[3] = { { y, tn_exp(x) }, { h, x }, { lin, tn_add(tn_dot(m, x), b) } };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 3, .updates = ups, .name = "upd" });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    if (f) {
+        char *s = print_fn(f);
+        CHECK(tn_shared_get(y)->device == 0, "y (exp computed on the device) moved: device %d\n%s", tn_shared_get(y)->device, s);
+        CHECK(tn_shared_get(lin)->device == 0, "lin (gemm on the device) moved: device %d\n%s", tn_shared_get(lin)->device, s);
+        CHECK(tn_shared_get(h)->device == TN_HOST, "h <- x (no computation) stays on the host");
+        CHECK(!strstr(s, "HostFromGpu"), "no copy back to the host:\n%s", s);
+        CHECK(strstr(s, "GpuElemwise{exp") && (strstr(s, "GpuGemm") || strstr(s, "GpuGemv") || strstr(s, "GpuDot")), "ops on the device:\n%s", s);
+        free(s);
+    }
+    tn_function_free(f);
+    /* read on the host (an output): w stays, and so does its update's copy back */
+    tn_var *ew = tn_exp(x);
+    tn_update uw = { w, ew };
+    f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &w, .n_updates = 1, .updates = &uw, .name = "upd2" });
+    CHECK(f != NULL, "compile 2: %s", tn_last_error());
+    CHECK(tn_shared_get(w)->device == TN_HOST, "w is an output (read on the host): stays, device %d", tn_shared_get(w)->device);
+    tn_function_free(f);
+    /* outside tn_function the pass has no targets: nothing else moves */
+    CHECK(tn__func_update_targets == NULL, "targets are cleared after compiling");
+    tn_graph_free(g);
+    tn_array_free(xv); tn_array_free(zv); tn_array_free(mv);
+}
+
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     use_fake_device();
@@ -481,6 +519,7 @@ int main(void) {
     TH_RUN(test_check_mode_catches_a_wrong_kernel);
     TH_RUN(test_graph_replay_alternating_buffers);
     TH_RUN(test_graph_off_cases);
+    TH_RUN(test_update_targets_move_to_device);
     tn__set_backend(NULL);
     tn__set_device_ops(NULL);
     tn_shutdown();
