@@ -655,7 +655,8 @@ TEST(test_check_mode) {
             int64_t rep = -1;
             const char *why = NULL;
             tn__graph_stats(f, &rep, NULL, &why);
-            CHECK(rep == 0 && (strstr(why, "mode=check") || strstr(why, "launch_blocking")), "check mode replays no graph: %lld (%s)", (long long)rep, why);
+            CHECK(rep == 0 && (strstr(why, "mode=check") || strstr(why, "launch_blocking") || strstr(why, "cuda_graph=0")),
+                  "check mode replays no graph: %lld (%s)", (long long)rep, why);
         }
         tn_function_free(f);
         tn_graph_free(g);
@@ -730,6 +731,7 @@ TEST(test_graph_replay) {
     tn__graph_stats(t.f, &rep, &cap, &why);
     CHECK(e <= 1, "10 steps against float64: error %g x 1e-5 (%s)", e, tn_last_error());
     if (blocking) CHECK(rep == 0 && strstr(why, "launch_blocking=1"), "launch_blocking: %lld replays (%s)", (long long)rep, why);
+    else if (base_cfg.no_cuda_graph) CHECK(rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: %lld replays (%s)", (long long)rep, why);
     else CHECK(cap == 2 && rep == 6, "captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
     /* steady loop: no driver allocation, then the state still matches float64 */
     uint64_t a0 = tn__dmem.driver_allocs;

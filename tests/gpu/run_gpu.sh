@@ -65,6 +65,7 @@ fi
 if build test_cuda_func ""; then
     run test_cuda_func "$BUILD/test_cuda_func"
     run test_cuda_func_blk env TENSOR_FLAGS=launch_blocking=1 "$BUILD/test_cuda_func"
+    run test_cuda_func_nog env TENSOR_FLAGS=cuda_graph=0 "$BUILD/test_cuda_func"
     CS=$(command -v compute-sanitizer || ls ${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer 2>/dev/null)
     [ -n "$CS" ] && run memcheck_func "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$BUILD/test_cuda_func"
 fi
