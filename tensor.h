@@ -2958,11 +2958,11 @@ static tn_type tn__concrete_type(const tn_array *a, const tn_type *st) {
 
 /* Free buffers wait in a pool (indices into phys); a step takes the smallest
    one that fits, else a new buffer joins the plan. */
-static int tn__phys_get(tn_func *f, size_t bytes, int device) {
+static int tn__phys_get(tn_func *f, size_t bytes, int device, bool exact) {
     int best = -1;
     for (int k = 0; k < f->n_pool; k++) {
         const tn__phys *p = &f->phys[f->pool[k]];
-        if (p->device == device && p->cap >= bytes && (best < 0 || p->cap < f->phys[f->pool[best]].cap)) best = k;
+        if (p->device == device && (exact ? p->cap == bytes : p->cap >= bytes) && (best < 0 || p->cap < f->phys[f->pool[best]].cap)) best = k;
     }
     if (best >= 0) {
         int ph = f->pool[best];
@@ -3104,9 +3104,12 @@ static tn_result tn__plan(tn_func *f) {
             int ph;
             if (st->view && o == 0) ph = f->slots[sl->view_of].phys;
             else if (sl->fresh) ph = -1;       /* tn__fresh_output: a new array each call */
-            else if (o == 0 && v->inplace > 0 && tn__inplace_ok(f, st, v->inplace - 1, &sl->ct))
+            else if (o == 0 && v->inplace > 0 && tn__inplace_ok(f, st, v->inplace - 1, &sl->ct) &&
+                     (!sl->pinned || f->phys[f->slots[st->in_slot[v->inplace - 1]].phys].cap == tn__type_bytes(&sl->ct)))
                 ph = f->slots[st->in_slot[v->inplace - 1]].phys;
-            else if ((ph = tn__phys_get(f, tn__type_bytes(&sl->ct), v->device)) < 0) {
+            /* a kept value (output, update) gets a buffer of its exact size, so
+               an update can swap it with the shared variable's own buffer */
+            else if ((ph = tn__phys_get(f, tn__type_bytes(&sl->ct), v->device, sl->pinned)) < 0) {
                 r = tn__err(TN_ERR_OOM, "%s: out of memory", W);
                 goto fail;
             }
