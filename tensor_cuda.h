@@ -35,12 +35,17 @@
    tn_function places what the GPU can run there: elementwise and fused ops
    (NVRTC), dot/gemm/gemv/outer/batched dot (cuBLAS, float16/32/64; TF32
    only with allow_tf32=1), reductions and softmax where the >>cuda_reduce section
-   has a kernel, views wherever their input lives. Transfers are graph nodes
-   (GpuFromHost, HostFromGpu: see debugprint); shared variables read only by
-   GPU ops move to device memory for good (tn_shared_get_value copies back).
-   An output wrapped in tn_gpu_from_host() is returned as a device array.
-   All work is queued on the back end's one stream (not one per function);
-   a call waits only where a host result is copied back.
+   has a kernel, Alloc, scan loops (the step compiled for device arrays),
+   custom ops with CUDA source, views wherever their input lives. Transfers
+   are graph nodes (GpuFromHost, HostFromGpu: see debugprint); shared
+   variables read only by GPU ops, or updated with a value computed on the
+   GPU, move to device memory for good (tn_shared_get_value copies back).
+   An output wrapped in tn_gpu_from_host() is returned as a device array; a
+   copied host output is one cuMemcpyDtoHAsync into pinned memory (a cache of
+   pinned blocks) that becomes the returned array.
+   All work is queued on the back end's one stream (not one per function):
+   functions called one after another need no cross-stream ordering, and a
+   call waits only where a host result is copied back.
 
    CUDA graphs: a function whose steps all run on the GPU (no transfers; its
    outputs borrowed) is captured as a CUDA graph the second time its
@@ -52,9 +57,9 @@
    beyond the dtype's tolerance (tensor.h's >>check_mode section).
 
    What it does not do: multiple GPUs in one function, peer copies, MIG
-   selection, Windows (no LoadLibrary path yet), a function compiled with
-   FAST_COMPILE (no placement) reading a shared variable that another
-   function moved to the device.
+   selection, Windows (no LoadLibrary path yet), one stream per function,
+   calls of GPU functions from several threads at once (kernel and graph
+   state are per back end, and capture assumes one thread uses the stream).
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H
