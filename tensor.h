@@ -391,6 +391,13 @@ typedef struct tn_backend {
     tn_result (*graph_end)(void **exec);
     tn_result (*graph_launch)(void *exec);
     void (*graph_release)(void *exec);
+    /* Streams (the >>cuda_streams section; NULL: one queue for everything):
+       func_new makes a compiled function's own queue (NULL result: it runs on
+       whatever queue is current); func_enter, at each call, makes it current,
+       ordered after all work queued before; func_free drops it. */
+    void *(*func_new)(void);
+    tn_result (*func_enter)(void *fstate);
+    void (*func_free)(void *fstate);
 } tn_backend;
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
@@ -2548,6 +2555,7 @@ struct tn_func {
     const tn_backend *backend;
     struct tn__prof *prof;              /* profiler (the >>profile section); NULL when off */
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
+    void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
     struct tn__gcache *gcache;          /* captured CUDA graphs (the >>graph_replay section); NULL until used */
 };
 
@@ -2580,6 +2588,12 @@ static void tn__retired_release(tn_func *f) {
     f->n_retired = 0;
 }
 
+/* f runs on its caller's stream (a scan's step function): no stream of its own. */
+static void tn__func_share_stream(tn_func *f) {
+    if (f && f->bfstate && f->backend && f->backend->func_free) f->backend->func_free(f->bfstate);
+    if (f) f->bfstate = NULL;
+}
+
 TN_API void tn_function_free(tn_func *f) {
     if (!f) return;
     if (f->prof) tn__prof_finish(f);
@@ -2588,6 +2602,7 @@ TN_API void tn_function_free(tn_func *f) {
     tn__retired_release(f);
     if (f->backend && f->backend->release)
         for (int i = 0; i < f->n_steps; i++) if (f->steps[i].bstate) f->backend->release(f->steps[i].bstate);
+    tn__func_share_stream(f);
     tn__free(f->retired);
     tn__free(f->phys);
     tn__free(f->pool);
@@ -2853,6 +2868,9 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
         if (f->slots[s].kind == TN__SLOT_INPUT || f->slots[s].kind == TN__SLOT_SHARED) f->ext_slots[f->n_ext++] = s;
     f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
     if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    bool on_dev = false;          /* a function with device steps gets its own stream */
+    for (int k = 0; k < f->n_steps; k++) on_dev |= f->steps[k].node->device != TN_HOST;
+    if (on_dev && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new();
 done:
     tn__free(slot_of);
     tn__free(order);
@@ -3372,6 +3390,7 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
         if (f->slots[s].kind == TN__SLOT_SHARED) f->slotp[s] = f->slots[s].user->value;
     tn_result r;
     if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
+    if (f->bfstate && (r = f->backend->func_enter(f->bfstate)) != TN_OK) return tn__err(r, "%s: %s", W, tn_last_error());
     if (f->prof) t_run = tn__prof_now();
     if ((r = tn__run_steps(f)) != TN_OK) return r;
     if (f->prof) t_run = tn__prof_now() - t_run;
@@ -6284,12 +6303,14 @@ static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
     tn__free(res);
     if (s->dfn && tn__scan_device_work(s->dfn) == 0) { tn_function_free(s->dfn); s->dfn = NULL; }
     if (!s->dfn) tn_clear_error();
+    tn__func_share_stream(s->dfn);      /* the steps run on the stream of the function calling the scan */
 }
 
 static tn_result tn__scan_compile(tn__scan *s, tn_graph *g) {
     s->fn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
                                             .outputs = s->res, .borrow = true, .name = s->name });
     if (!s->fn) return tn__err(tn_last_result(), "tn_scan '%s': compiling the step: %s", s->name, tn_last_error());
+    tn__func_share_stream(s->fn);
     tn__scan_compile_device(s, g);
     s->args = (tn_array *)tn__calloc((size_t)s->n_ph + 1, sizeof *s->args);
     s->argp = (tn_array **)tn__calloc((size_t)s->n_ph + 1, sizeof *s->argp);

@@ -168,6 +168,7 @@ enum {
     X(cuStreamCreate, tn__CUresult, (tn__CUstream *stream, unsigned int flags), 1) \
     X(cuStreamSynchronize, tn__CUresult, (tn__CUstream stream), 1) \
     X(cuStreamDestroy_v2, tn__CUresult, (tn__CUstream stream), 1) \
+    X(cuStreamWaitEvent, tn__CUresult, (tn__CUstream stream, tn__CUevent event, unsigned int flags), 1) \
     X(cuModuleLoadData, tn__CUresult, (tn__CUmodule *module, const void *image), 1) \
     X(cuModuleGetFunction, tn__CUresult, (tn__CUfunction *fn, tn__CUmodule module, const char *name), 1) \
     X(cuModuleUnload, tn__CUresult, (tn__CUmodule module), 1) \
@@ -344,7 +345,8 @@ typedef struct tn__cuda_state {
     int ordinal;
     tn__CUdevice dev;
     tn__CUcontext ctx;
-    tn__CUstream stream;        /* default stream of the back end */
+    tn__CUstream stream;        /* the stream work is queued on now: home, or the calling function's */
+    tn__CUstream home;          /* the back end's own stream (work outside compiled functions) */
     int cc_major, cc_minor, sm_count, max_threads;
     char name[128];
     char arch[16];              /* "sm_90" */
@@ -505,6 +507,7 @@ static const char *tn__cuda_open(const tn_config *cfg, char *why, size_t cap) {
         c->ctx = NULL;
         return why;
     }
+    c->home = c->stream;
     snprintf(c->status, sizeof c->status, "cuda%d: %.100s (%s, %d SMs), driver %d.%d, nvrtc %d.%d (%.200s)",
              c->ordinal, c->name, c->arch, c->sm_count, c->driver_version / 1000, c->driver_version % 1000 / 10,
              tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path);
@@ -3032,6 +3035,7 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
    captured products (else it may allocate one inside the capture). */
 
 static void *tn__cuda_blas_ws;           /* cuBLAS workspace, set on the handle before capturing */
+static size_t tn__cuda_blas_ws_bytes;
 
 static tn_result tn__cuda_graph_ws(void) {
     tn__cuda_state *c = &tn__cuda;
@@ -3045,6 +3049,7 @@ static tn_result tn__cuda_graph_ws(void) {
         return tn__err(TN_ERR_DEVICE, "tn_cuda: cublasSetWorkspace failed (status %u)", st);
     }
     tn__cuda_blas_ws = ws;
+    tn__cuda_blas_ws_bytes = bytes;
     return TN_OK;
 }
 
@@ -3107,6 +3112,65 @@ static void tn__cuda_graph_shutdown(void) {
         tn__cuda.blas.cublasSetWorkspace_v2(tn__cuda.blas_handle, NULL, 0);
     tn__cuda_free(tn__cuda.ordinal, tn__cuda_blas_ws);
     tn__cuda_blas_ws = NULL;
+}
+
+/* >>cuda_streams: one stream per compiled function --------------------------- */
+/* Each compiled function with device steps queues its work on a stream of its
+   own (tn_backend.func_new); entering a call makes it the back end's current
+   stream. Every switch orders the new stream after all work queued so far on
+   the old one (an event recorded there, waited for here), so the program sees
+   one order of work whatever stream it ran on: shared variables written by
+   one function and read by the next, blocks the caching allocator hands from
+   one to the other, and host reads afterwards are all safe. A function called
+   in a loop switches nothing. A scan's step function runs on its caller's
+   stream (tn__func_share_stream). The cuBLAS handle follows the stream (and
+   keeps the workspace graph capture gave it). */
+
+typedef struct tn__cuda_fstream { tn__CUstream s; } tn__cuda_fstream;
+static tn__CUevent tn__cuda_switch_ev;
+
+static tn_result tn__cuda_use_stream(tn__CUstream s, const char *who) {
+    tn__cuda_state *c = &tn__cuda;
+    if (c->stream == s) return TN_OK;
+    if (!tn__cuda_switch_ev) TN__CU_CHECK(c->cu.cuEventCreate(&tn__cuda_switch_ev, TN__CU_EVENT_DISABLE_TIMING), who);
+    TN__CU_CHECK(c->cu.cuEventRecord(tn__cuda_switch_ev, c->stream), who);
+    TN__CU_CHECK(c->cu.cuStreamWaitEvent(s, tn__cuda_switch_ev, 0), who);
+    c->stream = s;
+    if (c->blas_handle) {
+        tn__cublasStatus_t st = c->blas.cublasSetStream_v2(c->blas_handle, s);
+        if (st == TN__CUBLAS_STATUS_SUCCESS && tn__cuda_blas_ws)    /* cublasSetStream resets the workspace */
+            st = c->blas.cublasSetWorkspace_v2(c->blas_handle, tn__cuda_blas_ws, tn__cuda_blas_ws_bytes);
+        if (st != TN__CUBLAS_STATUS_SUCCESS) return tn__err(TN_ERR_DEVICE, "%s: cublasSetStream failed (status %u)", who, st);
+    }
+    return TN_OK;
+}
+
+static void *tn__cuda_func_new(void) {
+    if (tn__cuda.state <= 0 || tn__cuda_bind() != TN_OK) return NULL;
+    tn__cuda_fstream *f = (tn__cuda_fstream *)tn__calloc(1, sizeof *f);
+    if (f && tn__cuda.cu.cuStreamCreate(&f->s, TN__CU_STREAM_NON_BLOCKING) != TN__CUDA_SUCCESS) { tn__free(f); f = NULL; }
+    return f;      /* NULL: the function runs on the current stream, as a step function does */
+}
+
+static tn_result tn__cuda_func_enter(void *state) {
+    tn__cuda_fstream *f = (tn__cuda_fstream *)state;
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    return tn__cuda_use_stream(f->s, "tn_call: switching to the function's stream");
+}
+
+static void tn__cuda_func_free(void *state) {
+    tn__cuda_fstream *f = (tn__cuda_fstream *)state;
+    if (!f) return;
+    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
+        if (tn__cuda.stream == f->s && tn__cuda_use_stream(tn__cuda.home, "tn_function_free") != TN_OK) {
+            tn__cuda.cu.cuStreamSynchronize(f->s);       /* could not hand over: finish here */
+            tn__cuda.stream = tn__cuda.home;
+            tn_clear_error();
+        }
+        tn__cuda.cu.cuStreamDestroy_v2(f->s);          /* its queued work completes first */
+    }
+    tn__free(f);
 }
 
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
@@ -3556,7 +3620,8 @@ done:
 static const tn_backend tn__cuda_backend = {
     "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, tn__cuda_place,
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
-    tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release
+    tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release,
+    tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free
 };
 
 static void tn__cuda_register_backend(void) {
@@ -3592,7 +3657,9 @@ static void tn__cuda_hook_ctor(void) { tn__device_init_hook = tn__cuda_device_in
 
 static void tn__cuda_shutdown(void) {
     if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
-        tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);     /* every stream's work is ordered before it */
+        tn__cuda.stream = tn__cuda.home;
+        if (tn__cuda_switch_ev) { tn__cuda.cu.cuEventDestroy_v2(tn__cuda_switch_ev); tn__cuda_switch_ev = NULL; }
         tn__cuda_graph_shutdown();
         if (tn__cuda.blas_handle) { tn__cuda.blas.cublasDestroy_v2(tn__cuda.blas_handle); tn__cuda.blas_handle = NULL; }
         pthread_mutex_lock(&tn__cuda_stage.mu);

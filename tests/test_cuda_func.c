@@ -762,6 +762,47 @@ TEST(test_graph_replay) {
            blocking ? " (launch_blocking: no graphs)" : "");
 }
 
+/* One stream per function: f1 updates w on its stream, f2 reads w on another;
+   called in turn 40 times, f2 always sees f1's last update (each switch orders
+   the new stream after the old), and the streams are distinct. */
+TEST(test_streams_per_function) {
+    int64_t n = (int64_t)1 << 22;
+    tn_array *wv = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 91);
+    float *w = (float *)malloc((size_t)n * sizeof *w);
+    memcpy(w, wv->data, (size_t)n * sizeof *w);
+    tn_graph *g = tn_graph_new();
+    tn_var *ws = tn_shared(g, "w", wv);
+    tn_update up = { ws, tn_add(tn_mul(ws, tn_lit(ws, 0.5)), tn_lit(ws, 1.0)) };
+    tn_var *total = tn_sum(tn_sqr(ws), NULL, 0, false);
+    tn_func *f1 = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &up, .name = "f1" });
+    tn_func *f2 = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &total, .name = "f2" });
+    CHECK(f1 && f2 && f1->bfstate && f2->bfstate, "both functions have streams: %s", tn_last_error());
+    if (f1 && f2 && f1->bfstate && f2->bfstate) {
+        tn__CUstream s1 = ((tn__cuda_fstream *)f1->bfstate)->s, s2 = ((tn__cuda_fstream *)f2->bfstate)->s;
+        CHECK(s1 != s2 && s1 != tn__cuda.home && s2 != tn__cuda.home, "distinct streams");
+        double worst = 0;
+        for (int it = 0; it < 40; it++) {
+            CHECK(tn_call(f1, NULL, NULL) == TN_OK, "f1: %s", tn_last_error());
+            CHECK(tn__cuda.stream == s1, "f1's call ran on f1's stream");
+            tn_array *r = NULL;
+            CHECK(tn_call(f2, NULL, &r) == TN_OK && r, "f2: %s", tn_last_error());
+            CHECK(tn__cuda.stream == s2, "f2's call ran on f2's stream");
+            double ref = 0;
+            for (int64_t i = 0; i < n; i++) { w[i] = w[i] * 0.5f + 1.0f; ref += (double)w[i] * w[i]; }
+            if (r) worst = fmax(worst, fabs(((const float *)r->data)[0] - ref) / ref);
+            tn_array_free(r);
+        }
+        CHECK(worst < 1e-4, "f2 saw every update of f1: worst relative error %g", worst);
+    }
+    tn_function_free(f1);
+    CHECK(tn__cuda.stream != NULL, "a current stream remains after freeing f1");
+    tn_function_free(f2);
+    CHECK(tn__cuda.stream == tn__cuda.home, "freeing the current function hands back to the home stream");
+    tn_graph_free(g);
+    tn_array_free(wv);
+    free(w);
+}
+
 int main(void) {
     base_cfg.device = TN_DEVICE_CUDA;
     base_cfg.floatX = TN_F32;
@@ -786,6 +827,7 @@ int main(void) {
     TH_RUN(test_profile_event_times);
     TH_RUN(test_check_mode);
     TH_RUN(test_graph_replay);
+    TH_RUN(test_streams_per_function);
     TH_RUN(test_fresh_outputs_on_device_and_pinned);
     TH_RUN(test_update_targets_on_device);
     tn_shutdown();

@@ -88,6 +88,13 @@ static tn_result fake_graph_launch(void *exec) {
 }
 static void fake_graph_release(void *exec) { free(exec); graphs_live--; }
 
+/* Stand-in streams: counted, so a test can see each function get one, enter
+   it at every call and drop it when freed. */
+static int streams_made, streams_live, stream_enters;
+static void *fake_func_new(void) { streams_made++; streams_live++; return malloc(1); }
+static tn_result fake_func_enter(void *s) { (void)s; stream_enters++; return TN_OK; }
+static void fake_func_free(void *s) { if (s) streams_live--; free(s); }
+
 static void use_fake_device(void) {
     static tn_backend be;
     static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy };
@@ -102,6 +109,9 @@ static void use_fake_device(void) {
     be.graph_end = fake_graph_end;
     be.graph_launch = fake_graph_launch;
     be.graph_release = fake_graph_release;
+    be.func_new = fake_func_new;
+    be.func_enter = fake_func_enter;
+    be.func_free = fake_func_free;
     tn__set_backend(&be);
     tn__set_device_ops(&ops);
 }
@@ -508,6 +518,50 @@ TEST(test_update_targets_move_to_device) {
     tn_array_free(xv); tn_array_free(zv); tn_array_free(mv);
 }
 
+/* Each function with device steps gets a stream of its own, entered at every
+   call and dropped with the function; a host-only function gets none, and a
+   scan's step functions run on the stream of the function that calls them. */
+TEST(test_one_stream_per_function) {
+    int made0 = streams_made, live0 = streams_live, enters0 = stream_enters;
+    tn_graph *g = tn_graph_new();
+    int64_t n = 11;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 71);
+    tn_var *x = tn_vector(g, "x", TN_F32), *y = tn_exp(tn_mul(x, x));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    CHECK(f && f->bfstate && streams_made == made0 + 1 && streams_live == live0 + 1, "a device function gets a stream: %s", tn_last_error());
+    for (int i = 0; f && i < 3; i++) {
+        tn_array *r = NULL;
+        CHECK(tn_call(f, &xv, &r) == TN_OK, "%s", tn_last_error());
+        tn_array_free(r);
+    }
+    CHECK(stream_enters == enters0 + 3, "entered at each call: %d", stream_enters - enters0);
+    tn_function_free(f);
+    CHECK(streams_live == live0, "freed with the function (%d live)", streams_live - live0);
+    tn_func *fh = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &x });
+    CHECK(fh && !fh->bfstate && streams_live == live0, "a function with no device step has no stream");
+    tn_function_free(fh);
+    tn_graph_free(g);
+    tn_array_free(xv);
+    /* the seed scan: one stream for the outer function, none for its steps */
+    g = tn_graph_new();
+    tn_var *ins[8], *outs[2];
+    CHECK(seed_scan(g, ins, outs, false, 12) == TN_OK, "tn_scan: %s", tn_last_error());
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 8, .inputs = ins, .n_outputs = 2, .outputs = outs });
+    CHECK(f && f->bfstate, "the outer function has a stream: %s", tn_last_error());
+    int scans = 0;
+    for (int k = 0; f && k < f->n_steps; k++) {
+        const tn_var *v = f->steps[k].node;
+        if (v->op != TN_OP_SCAN || !v->ext) continue;
+        const tn__scan *sc = (const tn__scan *)v->ext;
+        scans++;
+        CHECK(sc->fn && !sc->fn->bfstate && (!sc->dfn || !sc->dfn->bfstate), "a step function has no stream of its own");
+    }
+    CHECK(scans == 1, "%d scans", scans);
+    tn_function_free(f);
+    tn_graph_free(g);
+    CHECK(streams_live == live0, "%d streams left", streams_live - live0);
+}
+
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     use_fake_device();
@@ -520,6 +574,7 @@ int main(void) {
     TH_RUN(test_graph_replay_alternating_buffers);
     TH_RUN(test_graph_off_cases);
     TH_RUN(test_update_targets_move_to_device);
+    TH_RUN(test_one_stream_per_function);
     tn__set_backend(NULL);
     tn__set_device_ops(NULL);
     tn_shutdown();

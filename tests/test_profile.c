@@ -196,6 +196,7 @@ TEST(test_profile_events) {
     be.run = fake_run;
     be.release = NULL;
     be.prof_new = fake_prof_new; be.prof_mark = fake_prof_mark; be.prof_collect = fake_prof_collect; be.prof_free = fake_prof_free;
+    be.func_new = NULL; be.func_enter = NULL; be.func_free = NULL;     /* no driver here: no streams */
     tn__set_backend(&be);
     tn__set_device_ops(&ops);
     memset(&fk, 0, sizeof fk);
