@@ -43,9 +43,10 @@
    An output wrapped in tn_gpu_from_host() is returned as a device array; a
    copied host output is one cuMemcpyDtoHAsync into pinned memory (a cache of
    pinned blocks) that becomes the returned array.
-   All work is queued on the back end's one stream (not one per function):
-   functions called one after another need no cross-stream ordering, and a
-   call waits only where a host result is copied back.
+   Each compiled function queues its work on a stream of its own; switching
+   from one function to another orders the new stream after everything queued
+   before (the >>cuda_streams section), so results never depend on which
+   stream ran what. A call waits only where a host result is copied back.
 
    CUDA graphs: a function whose steps all run on the GPU (no transfers; its
    outputs borrowed) is captured as a CUDA graph the second time its
@@ -57,9 +58,10 @@
    beyond the dtype's tolerance (tensor.h's >>check_mode section).
 
    What it does not do: multiple GPUs in one function, peer copies, MIG
-   selection, Windows (no LoadLibrary path yet), one stream per function,
-   calls of GPU functions from several threads at once (kernel and graph
-   state are per back end, and capture assumes one thread uses the stream).
+   selection, Windows (no LoadLibrary path yet), calls of GPU functions from
+   several threads at once (kernel and graph state are per back end, the
+   current stream is one per back end, and capture assumes one thread uses
+   it), so functions' streams never overlap in time.
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H
