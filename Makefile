@@ -12,7 +12,7 @@ TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 CXXTESTS = $(patsubst tests/%.cpp,$(BUILD)/%,$(wildcard tests/test_*.cpp))
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 
-.PHONY: all test test-gpu sanitize examples bench run clean
+.PHONY: all test test-gpu test-examples sanitize examples bench run clean
 all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 
 $(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
@@ -46,6 +46,10 @@ sanitize:
 	@tests/run.sh $(SAN_TESTS)
 
 examples: $(EXAMPLES)
+
+# Every example built with the one command in its header, run briefly, its key line checked.
+test-examples:
+	@sh tests/test_examples.sh $(BUILD)/examples
 
 # The benchmark (bench/README.md). -rdynamic: it finds optional entry points with dlsym.
 bench: $(BUILD)/bench
