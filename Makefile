@@ -24,8 +24,12 @@ $(BUILD)/cxx_impl.o: tests/cxx_impl.c $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -c -o $@ $<
 $(BUILD)/%: tests/%.cpp $(BUILD)/cxx_impl.o $(HEADERS) | $(BUILD)
 	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/cxx_impl.o $(LDLIBS)
-$(BUILD)/%: examples/%.c $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+# Examples share one compiled implementation here (the headers' _DONE guards
+# skip each file's own); make test-examples checks the one-command builds.
+$(BUILD)/tensor_impl.o: $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor_cuda.h
+$(BUILD)/%: examples/%.c $(BUILD)/tensor_impl.o $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE -o $@ $< $(BUILD)/tensor_impl.o $(LDLIBS)
 $(BUILD):
 	mkdir -p $(BUILD)
 

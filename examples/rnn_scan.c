@@ -123,7 +123,6 @@ int main(void) {
     for (int i = 0; i < 4; i++) tn_array_free(res[i]);
     for (int i = 0; i < 8; i++) { tn_array_free(a[i]); free(P[i]); }
     tn_function_free(f);
-    tn__scan_release_graph(g);
     tn_graph_free(g);
     tn_shutdown();
     return ok ? 0 : 1;
