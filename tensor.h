@@ -4974,6 +4974,10 @@ typedef struct tn__fctx {
     int stamp, cap;
     int cls_n;        /* output classes of the group being built (tn__fuse_classes) */
     uint64_t cls[64];
+    uint64_t *sig;    /* per node id, scratch of tn__fuse_classes: a member's shape signature */
+    unsigned char *role;  /* per node id: seen input (classes), then role in a class's kernel */
+    int *bit;         /* per node id: an input's bit in the signatures */
+    int scap;         /* room in sig, role, bit */
 } tn__fctx;
 
 static int tn__fg_of(tn__fctx *F, const tn_var *x) {
@@ -5168,8 +5172,8 @@ static void tn__fuse_trace(const char *name, tn_var *y, int nmem) {
     fprintf(stderr, "rewrite %s: %d elementwise nodes -> %s [id %d]\n", name, nmem, b, y->id);
 }
 
-static int tn__fuse_classes(tn__fctx *F, int g, int n0, unsigned char **role, uint64_t **sig);
-static void tn__fuse_mark_class(tn__fctx *F, int g, unsigned char *role, const uint64_t *sig, int k);
+static int tn__fuse_classes(tn__fctx *F, int g, int n0);
+static void tn__fuse_mark_class(tn__fctx *F, int g, int k);
 typedef struct tn__fuse_part { tn_var **out, **rep; int nout, nmem; tn_var *y; } tn__fuse_part;
 static bool tn__fuse_make(tn__fctx *F, int g, const unsigned char *role, tn__fuse_part *fp);
 static void tn__fuse_commit(tn__fctx *F, const tn__fuse_part *fp);
@@ -5220,20 +5224,16 @@ static void tn__fuse_build(tn__fctx *F, int g) {
         tn_clear_error();
     }
     if (G->nmem < 2) return;
-    unsigned char *role = NULL;
-    uint64_t *sig = NULL;
-    int n_cls = tn__fuse_classes(F, g, n0, &role, &sig);
+    int n_cls = tn__fuse_classes(F, g, n0);
     if (n_cls < 0) return;
     tn__fuse_part parts[64];
     int n_parts = 0;
     if (n_cls <= 1) n_parts += tn__fuse_make(F, g, NULL, &parts[0]);
     for (int k = 0; n_cls > 1 && k < n_cls && !c->oom; k++) {
-        tn__fuse_mark_class(F, g, role, sig, k);
-        n_parts += tn__fuse_make(F, g, role, &parts[n_parts]);
+        tn__fuse_mark_class(F, g, k);
+        n_parts += tn__fuse_make(F, g, F->role, &parts[n_parts]);
     }
     for (int k = 0; k < n_parts && !c->oom; k++) tn__fuse_commit(F, &parts[k]);
-    tn__free(role);
-    tn__free(sig);
 }
 
 static bool tn__fuse_is_out(tn__fctx *F, int g, const tn_var *m) {
@@ -5251,19 +5251,37 @@ static bool tn__fuse_is_out(tn__fctx *F, int g, const tn_var *m) {
    input not broadcastable in every dim); outputs with different signatures
    go to different kernels, each built from the members its outputs need.
    Returns the number of output classes (0 or 1: one kernel as before), -1
-   when out of memory; sig[id] holds each member's signature and role[] is
-   scratch for tn__fuse_mark_class. */
-static int tn__fuse_classes(tn__fctx *F, int g, int n0, unsigned char **role, uint64_t **sig) {
-    uint64_t *S = (uint64_t *)tn__calloc((size_t)n0 + 1, sizeof *S);
-    unsigned char *R = (unsigned char *)tn__calloc((size_t)n0 + 1, 1);
-    int *bit = (int *)tn__malloc(((size_t)n0 + 1) * sizeof *bit);
-    if (!S || !R || !bit) { tn__free(S); tn__free(R); tn__free(bit); F->c->oom = true; return -1; }
-    int nbits = 0, n_cls = 0;
-    uint64_t cls[64];
-    bool overflow = false;
+   when out of memory; F->sig[id] holds each member's signature. The scratch
+   arrays live in F for the whole pass: only this group's entries are reset. */
+static int tn__fuse_classes(tn__fctx *F, int g, int n0) {
     const tn_type *key = &F->G[g].key;
     bool fixed = true;             /* every dim known: each member's shape is the key's */
     for (int d = 0; d < key->ndim; d++) fixed &= key->shape[d] >= 0;
+    int n_out = 0;
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) n_out += tn__fuse_is_out(F, g, F->ord[p]);
+    if (fixed || n_out < 2) return n_out ? 1 : 0;
+    if (n0 + 1 > F->scap) {
+        int cap = 2 * (n0 + 1);
+        uint64_t *S = (uint64_t *)tn__realloc(F->sig, (size_t)cap * sizeof *S);
+        if (S) F->sig = S;
+        unsigned char *R = S ? (unsigned char *)tn__realloc(F->role, (size_t)cap) : NULL;
+        if (R) F->role = R;
+        int *B = R ? (int *)tn__realloc(F->bit, (size_t)cap * sizeof *B) : NULL;
+        if (!B) { F->c->oom = true; return -1; }
+        F->bit = B;
+        F->scap = cap;
+    }
+    uint64_t *S = F->sig;
+    unsigned char *R = F->role;
+    for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
+        tn_var *m = F->ord[p];
+        S[m->id] = 0;
+        R[m->id] = 0;
+        for (int k = 0; k < m->n_in; k++) if (m->in[k]->id < n0) R[m->in[k]->id] = 0;
+    }
+    int nbits = 0, n_cls = 0;
+    uint64_t cls[64];
+    bool overflow = false;
     for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
         tn_var *m = F->ord[p];
         for (int k = 0; k < m->n_in; k++) {
@@ -5272,26 +5290,25 @@ static int tn__fuse_classes(tn__fctx *F, int g, int n0, unsigned char **role, ui
             bool shapes = false;
             for (int d = 0; d < x->type.ndim; d++) shapes |= !x->type.bcast[d];
             if (!shapes || x->id >= n0) continue;
-            if (!R[x->id]) { R[x->id] = 1; bit[x->id] = nbits++; }
-            if (bit[x->id] >= 64) overflow = true;
-            else S[m->id] |= (uint64_t)1 << bit[x->id];
+            if (!R[x->id]) { R[x->id] = 1; F->bit[x->id] = nbits++; }
+            if (F->bit[x->id] >= 64) overflow = true;
+            else S[m->id] |= (uint64_t)1 << F->bit[x->id];
         }
         if (!tn__fuse_is_out(F, g, m)) continue;
         int j = 0;
         while (j < n_cls && cls[j] != S[m->id]) j++;
         if (j == n_cls && n_cls < 64) cls[n_cls++] = S[m->id];
     }
-    tn__free(bit);
-    if (overflow || fixed) n_cls = n_cls ? 1 : 0;   /* one kernel (too many inputs to tell apart: as before) */
-    *role = R;                     /* R's marks of inputs are harmless: inputs are not members */
-    *sig = S;
+    if (overflow) n_cls = 1;       /* too many inputs to tell apart: one kernel, as before */
     F->cls_n = n_cls;
     memcpy(F->cls, cls, (size_t)n_cls * sizeof *cls);
     return n_cls;
 }
 
 /* role[]: the outputs of class k (2) and every member they read (1). */
-static void tn__fuse_mark_class(tn__fctx *F, int g, unsigned char *role, const uint64_t *sig, int k) {
+static void tn__fuse_mark_class(tn__fctx *F, int g, int k) {
+    unsigned char *role = F->role;
+    const uint64_t *sig = F->sig;
     for (int p = F->G[g].head; p >= 0; p = F->next[p]) role[F->ord[p]->id] = 0;
     /* outputs first, then members backwards (topological order reversed) */
     int n = 0;
@@ -5384,6 +5401,7 @@ static tn_result tn__rw_fuse(tn__rw *c) {
     if (c->oom) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
 done:
     tn__free(F.ord); tn__free(F.G); tn__free(F.next); tn__free(F.reg); tn__free(F.regst);
+    tn__free(F.sig); tn__free(F.role); tn__free(F.bit);
     return r;
 }
 
