@@ -215,16 +215,11 @@ typedef struct tn_ew_info {
     const char *iexpr;
 } tn_ew_info;
 
-TN_API const tn_op_def *tn__op_def(int op);
-TN_API const tn_ew_info *tn__ew_info(int op);        /* NULL for non-elementwise ops */
-TN_API const char *tn__scalar_helpers_source(void);  /* TN__SCALAR_HELPERS as text */
-TN_API tn_op_kind tn__op_kind(int op);
 
 /* CPU elementwise engine: runs `prog` over the broadcast of the inputs into
    the outputs (all outputs have the broadcast shape). */
 TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, tn_array *const *out);
-/* The one-instruction program of an elementwise node (built in its graph's arena). */
-TN_API tn_ew_program *tn__ew_program_of(tn_var *node);
+/* tn__op_def, tn__op_kind, tn__ew_info, tn__ew_program_of: tensor.h's >>backend_api section. */
 
 /* >>constructors --------------------------------------------------------- */
 /* Each records one node (or a few) and returns it, or NULL with the error set
