@@ -503,7 +503,8 @@ TN_API const tn_backend_op *tn__backend_row(const tn_backend *b, int op);
 /* Can b run this node (a row, and its supports() says yes)? */
 TN_API bool tn__backend_runs(const tn_backend *b, const tn_var *node);
 /* Why node stays on the CPU under b, for messages: "no GPU kernel in the cuda
-   back end" or "the cuda back end's kernel does not take float64 (3, 4)". */
+   back end" or "the cuda back end has a row for this op, but it declined these
+   inputs: float64 (3, 4)". */
 TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, char *buf, size_t cap);
 
 /* Bodies-only helpers a back end compiled in the same translation unit uses
@@ -934,7 +935,7 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
         snprintf(buf, cap, "no GPU kernel in the %s back end", name);
         return buf;
     }
-    size_t n = (size_t)snprintf(buf, cap, "the %s back end has a kernel for the op, but not for these inputs:", name);
+    size_t n = (size_t)snprintf(buf, cap, "the %s back end has a row for this op, but it declined these inputs:", name);
     for (int i = 0; i < node->n_in && n < cap; i++) {
         char sb[128];
         const tn_type *t = &node->in[i]->type;

@@ -573,6 +573,44 @@ TEST(test_one_stream_per_function) {
     CHECK(streams_live == live0, "%d streams left", streams_live - live0);
 }
 
+/* assert_no_cpu_op names each op left on the CPU and why: an op without a
+   row in the back end's table, or a row that declined the node. */
+static tn_result copy_infer(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    out[0] = in[0];
+    return TN_OK;
+}
+static tn_result copy_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    return tn_array_assign(out[0], in[0]);
+}
+TEST(test_assert_no_cpu_op_says_why) {
+    tn_config cfg = *tn_get_config(), warn = cfg;
+    warn.assert_no_cpu_op = TN_WR_RAISE;
+    tn_init(&warn);
+    use_fake_device();
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *j = tn_exp(tn_concatenate(2, (tn_var *[]){ x, x }, 0));      /* Join: no row */
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &j });
+    CHECK(!f && tn_last_result() == TN_ERR_UNSUPPORTED && strstr(tn_last_error(), "Join") &&
+          strstr(tn_last_error(), "no GPU kernel in the cuda back end"), "no row: %s", tn_last_error());
+    tn_function_free(f);
+    static const tn_custom_op cp = { .name = "copy_it", .n_inputs = 1, .n_outputs = 1, .infer = copy_infer, .cpu = copy_cpu };
+    tn_var *c = tn_exp(tn_custom(g, &cp, 1, &x));                        /* a row, but no CUDA source: declined */
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &c });
+    CHECK(!f && strstr(tn_last_error(), "copy_it") && strstr(tn_last_error(), "has a row for this op, but it declined these inputs: float32") &&
+          !strstr(tn_last_error(), "no GPU kernel"), "declined: %s", tn_last_error());
+    tn_function_free(f);
+    tn_var *e = tn_exp(x);                                               /* everything on the device: compiles */
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &e });
+    CHECK(f != NULL, "all on the device: %s", tn_last_error());
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_init(&cfg);
+    use_fake_device();
+}
+
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     use_fake_device();
@@ -586,6 +624,7 @@ int main(void) {
     TH_RUN(test_graph_off_cases);
     TH_RUN(test_update_targets_move_to_device);
     TH_RUN(test_one_stream_per_function);
+    TH_RUN(test_assert_no_cpu_op_says_why);
     tn__set_backend(NULL);
     tn__set_device_ops(NULL);
     tn_shutdown();

@@ -261,6 +261,8 @@ TEST(test_profile_events) {
         }
         CHECK(seen == n, "%d Apply lines of %d", seen, n);
         CHECK(strstr(s, "host round trip between GPU ops") != NULL, "advice names the round trip:\n%s", s);
+        CHECK(strstr(s, "Join{axis=0} (node") && strstr(s, "runs on the CPU: no GPU kernel in the cuda back end"),
+              "advice says why Join stays on the CPU:\n%s", s);
     }
     free(s);
     tn_profile_reset(f);
