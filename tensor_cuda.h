@@ -1751,55 +1751,15 @@ static void tn__cred_emit_acc(tn__sb *b, int op, tn_dtype xt, tn_dtype yt) {
     else tn__sb_puts(b, "struct tn_acc { AT v; };\n");
     tn__sb_printf(b, "#define TN_INF %s\n", INF);
 
-    /* init */
-    const char *init = "0";
-    switch (op) {
-    case TN_OP_PROD: case TN_OP_ALL: init = "1"; break;
-    case TN_OP_MAX: case TN_OP_ARGMAX: init = fl ? "-TN_INF" : "(-9223372036854775807LL - 1)"; break;
-    case TN_OP_MIN: case TN_OP_ARGMIN: init = fl ? "TN_INF" : "9223372036854775807LL"; break;
-    default: break;
-    }
+    /* init, fold and combine: the CPU's table (tn__rfold_src, the >>reduce_kinds
+       section of tensor_ops.h), the float variant where the accumulator is
+       a float. D or I names a.v, G a.g; a thread's first index wins ties, so
+       argmax's g starts past every index. */
+    const tn__rfold_text *R = lse ? NULL : &tn__rfold_src[tn__rk_of(op)];
+    tn__sb_puts(b, "#define TN__RINF TN_INF\n");
     if (lse) tn__sb_puts(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.m = -TN_INF; a.s = (AT)0; }\n");
-    else if (arg) tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); a.g = 9223372036854775807LL; }\n", init);
-    else tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); }\n", init);
-
-    /* fold and combine */
-    const char *fold = "", *comb = "";
-    switch (op) {
-    case TN_OP_SUM: case TN_OP_MEAN:
-        fold = fl ? "a.v += (AT)x;" : "a.v = (int64_t)((uint64_t)a.v + (uint64_t)x);";
-        comb = fl ? "a.v += b.v;" : "a.v = (int64_t)((uint64_t)a.v + (uint64_t)b.v);";
-        break;
-    case TN_OP_PROD:
-        fold = fl ? "a.v *= (AT)x;" : "a.v = (int64_t)((uint64_t)a.v * (uint64_t)x);";
-        comb = fl ? "a.v *= b.v;" : "a.v = (int64_t)((uint64_t)a.v * (uint64_t)b.v);";
-        break;
-    case TN_OP_MAX:   /* NaN sticks: once a.v is NaN no comparison replaces it */
-        fold = fl ? "const AT v = (AT)x; if (v > a.v || v != v) a.v = v;" : "if (x > a.v) a.v = x;";
-        comb = fl ? "if (b.v > a.v || b.v != b.v) a.v = b.v;" : "if (b.v > a.v) a.v = b.v;";
-        break;
-    case TN_OP_MIN:
-        fold = fl ? "const AT v = (AT)x; if (v < a.v || v != v) a.v = v;" : "if (x < a.v) a.v = x;";
-        comb = fl ? "if (b.v < a.v || b.v != b.v) a.v = b.v;" : "if (b.v < a.v) a.v = b.v;";
-        break;
-    case TN_OP_ARGMAX: case TN_OP_ARGMIN: {
-        /* (v, k) beats (w, g): NaN beats numbers, else the extremum; ties and
-           NaN vs NaN go to the smaller index */
-        const char *gt = op == TN_OP_ARGMAX ? ">" : "<";
-        if (fl)
-            tn__sb_printf(b, "static __device__ __forceinline__ bool tn_better(AT v, int64_t k, AT w, int64_t g) {\n"
-                             "    return v != v ? (w == w || k < g) : (w == w && (v %s w || (v == w && k < g))); }\n", gt);
-        else
-            tn__sb_printf(b, "static __device__ __forceinline__ bool tn_better(AT v, int64_t k, AT w, int64_t g) {\n"
-                             "    return v %s w || (v == w && k < g); }\n", gt);
-        fold = "if (tn_better((AT)x, k, a.v, a.g)) { a.v = (AT)x; a.g = k; }";
-        comb = "if (tn_better(b.v, b.g, a.v, a.g)) a = b;";
-        break;
-    }
-    case TN_OP_ALL: fold = "a.v &= (x != 0);"; comb = "a.v &= b.v;"; break;
-    case TN_OP_ANY: fold = "a.v |= (x != 0);"; comb = "a.v |= b.v;"; break;
-    default: break;
-    }
+    else if (arg) tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); a.g = 9223372036854775807LL; }\n", fl ? R->init_d : R->init_i);
+    else tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); }\n", fl ? R->init_d : R->init_i);
     if (lse) {
         /* online max and sum of exp(x - m); -inf adds nothing (and never
            computes -inf - -inf); a NaN max sticks; a +inf max makes s
@@ -1822,8 +1782,13 @@ static void tn__cred_emit_acc(tn__sb *b, int op, tn_dtype xt, tn_dtype yt) {
             "    a.m = m;\n"
             "}\n", EXP, EXP, EXP, EXP);
     } else {
-        tn__sb_printf(b, "static __device__ __forceinline__ void tn_fold(tn_acc &a, const RT x, const int64_t k) { (void)k; %s }\n", fold);
-        tn__sb_printf(b, "static __device__ __forceinline__ void tn_comb(tn_acc &a, const tn_acc &b) { %s }\n", comb);
+        const char *acc = fl ? "D" : "I", *g = arg ? " int64_t &G = a.g;" : "";
+        tn__sb_printf(b, "static __device__ __forceinline__ void tn_fold(tn_acc &a, const RT x, const int64_t k) {\n"
+                         "    AT &%s = a.v;%s const %s v = (%s)x; const int64_t K = k; (void)K;\n    %s;\n}\n",
+                      acc, g, fl ? "AT" : "RT", fl ? "AT" : "RT", fl ? R->step_f : R->step_i);
+        tn__sb_printf(b, "static __device__ __forceinline__ void tn_comb(tn_acc &a, const tn_acc &b) {\n"
+                         "    AT &%s = a.v;%s const AT B%s = b.v;%s\n    %s;\n}\n",
+                      acc, g, acc, arg ? " const int64_t BG = b.g;" : "", fl ? R->comb_f : R->comb_i);
     }
 
     /* shuffles and partial loads, field by field */
