@@ -251,6 +251,8 @@ typedef struct tn_func_desc {
                                       the caller promises not to change it during the call */
     tn_mode mode;                  /* TN_MODE_DEFAULT: the configured mode */
     const char *name;              /* for profiles and messages */
+    int max_fused_inputs;          /* tests, benchmarks: most inputs of one fused elementwise op
+                                      (0: the back end's limit; -1: no elementwise fusion) */
 } tn_func_desc;
 
 TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *desc);
@@ -313,94 +315,24 @@ struct tn_var {
 /* Graph internals shared with the other headers. */
 TN_API void *tn__graph_alloc(tn_graph *g, size_t bytes);          /* zeroed, freed with the graph */
 TN_API char *tn__graph_strdup(tn_graph *g, const char *s);
-/* Records a new node; infers its type with the op's rule. NULL (error set) on failure. */
-TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who);
-TN_API int tn__graph_nvars(const tn_graph *g);
 TN_API tn_var *tn__graph_var(const tn_graph *g, int i);
 
 /* The optimizer (the >>rewrite section): rewrites the function-private graph in
    place. roots[] are the function's outputs then its update values; a rewrite
    that replaces a root stores the replacement in roots[]. */
-TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode);
+typedef struct tn_place_args tn_place_args;   /* the >>backend_api section */
+/* pa: what placement and fusion need (NULL: every root an output, no update
+   targets, no back-end limits). */
+TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode, const tn_place_args *pa);
 /* How often the rewrite `name` fired in this thread's last tn__optimize (NULL: all). */
 TN_API int tn__rewrite_count(const char *name);
-/* Most inputs of one fused elementwise op (a back end lowers it to fit its limits). */
-TN_API int tn__fuse_max_inputs;
-/* Fuse elementwise groups into the reduction that reads them (a prologue). */
-TN_API bool tn__fuse_into_reductions;
 
-/* Errors: set this thread's last error; returns r so callers can `return tn__err(...)`. */
-TN_API tn_result tn__err(tn_result r, const char *fmt, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-TN_API void tn__warn(const char *fmt, ...);
-TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]);  /* "(3, 4)" */
-
-/* Memory hooks (TN_MALLOC...) as functions, for the other headers. */
-TN_API void *tn__malloc(size_t n);
-TN_API void *tn__calloc(size_t n, size_t size);
-TN_API void *tn__realloc(void *p, size_t n);
-TN_API void tn__free(void *p);
-
-/* Buffers and arrays as the executor and back ends see them. */
-typedef struct tn_device_ops {
-    void *(*alloc)(int device, size_t bytes);
-    void (*free)(int device, void *ptr);
-    /* copies between host and device or device and device, then waits */
-    tn_result (*copy)(void *dst, int dst_device, const void *src, int src_device, size_t bytes);
-} tn_device_ops;
-TN_API void tn__set_device_ops(const tn_device_ops *ops);     /* tensor_cuda.h registers itself */
-TN_API const tn_device_ops *tn__get_device_ops(void);
-TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int device); /* contiguous, uninitialised */
+/* Buffers and arrays as the executor and tools see them (the back end's view
+   is in the >>backend_api section). */
 TN_API tn_array *tn__array_from_buffer(tn_buffer *b, tn_dtype t, int ndim, const int64_t *shape, const int64_t *strides, void *data, int device);
 TN_API void tn__contiguous_strides(tn_dtype t, int ndim, const int64_t *shape, int64_t *strides);
 TN_API void tn__buffer_retain(tn_buffer *b);
 TN_API void tn__buffer_release(tn_buffer *b);
-
-/* A device back end (tensor_cuda.h) as the compiler and executor see it. The
-   placement pass sets node->device on the nodes it moves; for those the
-   executor calls prepare once at compile time and run at each call, with
-   inputs and outputs in device memory (buffers from tn_device_ops). */
-typedef struct tn_backend {
-    const char *name;
-    bool (*supports)(const tn_var *node);
-    tn_result (*prepare)(const tn_var *node, void **state);
-    tn_result (*run)(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out);
-    void (*release)(void *state);
-    tn_result (*synchronize)(void);
-    /* a rewrite pass run between specialize and fuse: places nodes, inserts
-       and cancels transfers (NULL: everything stays on the host) */
-    tn_result (*place)(tn_graph *fg, tn_var **roots, int n_roots);
-    /* Profiler GPU times (the >>profile section; NULL: host times): a pool of
-       events for n_steps steps, made once per profiled function. prof_mark
-       records mark 2k (before step k) or 2k+1 (after) on the stream, without
-       waiting. prof_collect waits for marks recorded two calls ago (all:
-       every mark) and adds each step's device seconds to t[k]; t NULL drops
-       them unwaited. */
-    void *(*prof_new)(int n_steps);
-    tn_result (*prof_mark)(void *pstate, int mark);
-    tn_result (*prof_collect)(void *pstate, double *t, bool all);
-    void (*prof_free)(void *pstate);
-    /* CUDA graphs (the >>cuda_graph section; all NULL: no capture). begin
-       starts capturing the back end's stream; end stops it and instantiates
-       the graph into *exec (exec NULL: discard an aborted capture); an error
-       from either means this function cannot be captured. */
-    tn_result (*graph_begin)(void);
-    tn_result (*graph_end)(void **exec);
-    tn_result (*graph_launch)(void *exec);
-    void (*graph_release)(void *exec);
-    /* Streams (the >>cuda_streams section; NULL: one queue for everything):
-       func_new makes a compiled function's own queue (NULL result: it runs on
-       whatever queue is current); func_enter, at each call, makes it current,
-       ordered after all work queued before; func_free drops it. */
-    void *(*func_new)(void);
-    tn_result (*func_enter)(void *fstate);
-    void (*func_free)(void *fstate);
-} tn_backend;
-TN_API void tn__set_backend(const tn_backend *b);
-TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
 
 /* CUDA graph replay of f (the >>graph_replay section): calls replayed from a
    captured graph, graphs captured, and why f runs without graphs ("" while
@@ -454,6 +386,142 @@ TN_API int tn_function_device_steps(const tn_func *f);
 #endif
 
 #include "tensor_ops.h"
+
+/* >>backend_api ----------------------------------------------------------- */
+/* The whole interface between tensor.h and a device back end (tensor_cuda.h):
+   what the back end implements (tn_device_ops, tn_backend and its per-op
+   table) and every private function of tensor.h and tensor_ops.h it may call.
+   Not a stable API. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Errors: set this thread's last error; returns r so callers can `return tn__err(...)`. */
+TN_API tn_result tn__err(tn_result r, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+TN_API void tn__warn(const char *fmt, ...);                    /* a warning through the log callback */
+TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]);  /* "(3, 4)", for messages */
+
+/* Memory hooks (TN_MALLOC...) as functions, for the other headers. */
+TN_API void *tn__malloc(size_t n);
+TN_API void *tn__calloc(size_t n, size_t size);
+TN_API void *tn__realloc(void *p, size_t n);
+TN_API void tn__free(void *p);
+
+/* Graph walking and building (placement rewires the function's private graph). */
+TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who);  /* records a node, type inferred; NULL (error set) on failure */
+TN_API int tn__graph_nvars(const tn_graph *g);                 /* node ids are below this */
+
+/* Ops: definitions (name, kind, label, CPU kernel) and elementwise programs. */
+TN_API const tn_op_def *tn__op_def(int op);
+TN_API tn_op_kind tn__op_kind(int op);
+TN_API const tn_ew_info *tn__ew_info(int op);                  /* NULL for non-elementwise ops */
+TN_API tn_ew_program *tn__ew_program_of(tn_var *node);         /* one-instruction program of an elementwise node (graph arena) */
+TN_API const char *tn__scalar_helpers_source(void);            /* TN__SCALAR_HELPERS as text, for generated kernels */
+
+/* Device memory: the back end allocates, frees and copies buffers of its devices. */
+typedef struct tn_device_ops {
+    void *(*alloc)(int device, size_t bytes);
+    void (*free)(int device, void *ptr);
+    /* copies between host and device or device and device, then waits */
+    tn_result (*copy)(void *dst, int dst_device, const void *src, int src_device, size_t bytes);
+} tn_device_ops;
+TN_API void tn__set_device_ops(const tn_device_ops *ops);
+TN_API const tn_device_ops *tn__get_device_ops(void);
+TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int device); /* contiguous, uninitialised, on any device */
+
+/* One row of a back end's per-op table (tn_backend.ops[TN_OP_*]). A NULL row:
+   the back end has no kernel for the op, which runs on the CPU (placement,
+   assert_no_cpu_op and the profiler say so). Adding a device kernel for an op
+   is writing these functions and setting its row. */
+typedef struct tn_backend_op {
+    /* May this node run on the device (dtypes, shapes, operand counts)? NULL: every node of the op. */
+    bool (*supports)(const tn_var *node);
+    /* At compile time, once per placed node: per-node state (NULL: none). */
+    tn_result (*prepare)(const tn_var *node, void **state);
+    /* At each call: inputs and outputs in device memory (views: aliases of their input). */
+    tn_result (*run)(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out);
+    /* Frees what prepare made (NULL: nothing to free). */
+    void (*release)(void *state);
+} tn_backend_op;
+
+/* What the compiler tells the placement and fusion passes about the function
+   being compiled, instead of globals: its roots are n_outputs outputs, then
+   one update value per update target. */
+struct tn_place_args {
+    int n_outputs;
+    tn_var *const *update_targets;  /* the user's shared variables, in update order (NULL: no updates) */
+    int max_fused_inputs;           /* most inputs of one fused elementwise op (0: no elementwise fusion) */
+    bool fuse_into_reductions;      /* an elementwise group read by one reduction becomes its prologue */
+};
+
+/* A device back end as the compiler and executor see it. The placement pass
+   sets node->device on the nodes it moves; for those the executor calls the
+   op's row: prepare once at compile time, run at each call, with inputs and
+   outputs in device memory (buffers from tn_device_ops). */
+typedef struct tn_backend {
+    const char *name;
+    const tn_backend_op *const *ops;   /* TN_OP_COUNT rows, by op index */
+    int max_operands;                  /* most arrays one kernel takes (0: no limit); fusion keeps 8 for outputs */
+    /* a rewrite pass run between specialize and fuse: places nodes, inserts
+       and cancels transfers (NULL: everything stays on the host) */
+    tn_result (*place)(tn_graph *fg, tn_var **roots, int n_roots, const tn_place_args *pa);
+    /* Profiler GPU times (the >>profile section; NULL: host times): a pool of
+       events for n_steps steps, made once per profiled function. prof_mark
+       records mark 2k (before step k) or 2k+1 (after) on the stream, without
+       waiting. prof_collect waits for marks recorded two calls ago (all:
+       every mark) and adds each step's device seconds to t[k]; t NULL drops
+       them unwaited. */
+    void *(*prof_new)(int n_steps);
+    tn_result (*prof_mark)(void *pstate, int mark);
+    tn_result (*prof_collect)(void *pstate, double *t, bool all);
+    void (*prof_free)(void *pstate);
+    /* CUDA graphs (the >>cuda_graph section; all NULL: no capture). begin
+       starts capturing the back end's stream; end stops it and instantiates
+       the graph into *exec (exec NULL: discard an aborted capture); an error
+       from either means this function cannot be captured. */
+    tn_result (*graph_begin)(void);
+    tn_result (*graph_end)(void **exec);
+    tn_result (*graph_launch)(void *exec);
+    void (*graph_release)(void *exec);
+    /* Streams (the >>cuda_streams section; NULL: one queue for everything):
+       func_new makes a compiled function's own queue (NULL result: it runs on
+       whatever queue is current); func_enter, at each call, makes it current,
+       ordered after all work queued before; func_free drops it. */
+    void *(*func_new)(void);
+    tn_result (*func_enter)(void *fstate);
+    void (*func_free)(void *fstate);
+} tn_backend;
+TN_API void tn__set_backend(const tn_backend *b);
+TN_API void tn__set_backend(const tn_backend *b);
+TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
+/* The row of op in b's table: NULL where b has none (the op runs on the CPU). */
+TN_API const tn_backend_op *tn__backend_row(const tn_backend *b, int op);
+/* Can b run this node (a row, and its supports() says yes)? */
+TN_API bool tn__backend_runs(const tn_backend *b, const tn_var *node);
+/* Why node stays on the CPU under b, for messages: "no GPU kernel in the cuda
+   back end" or "the cuda back end has a row for this op, but it declined these
+   inputs: float64 (3, 4)". */
+TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, char *buf, size_t cap);
+
+/* Bodies-only helpers a back end compiled in the same translation unit uses
+   (static, in the implementation): tn__node_label (a node's debugprint label),
+   tn__toposort (a graph's nodes in order), tn__var_new and tn__graph_own (a
+   constant node and its value in a graph), tn__broadcast_strides (strides of
+   an array broadcast to a shape), tn__scan_run, tn__scan_mem and
+   tn__scan_device_ok (a scan loop with device memory), tn__func_share_stream,
+   the hooks tn__device_init_hook, tn__shutdown_hook, tn__d2h_hook,
+   tn__pinned_alloc_hook and tn__pinned_free_hook, the log callback
+   (tn__log_fn, tn__log_user), and the reduction planner of tensor_ops.h
+   (tn__rplan, tn__rplan_build, tn__rk_of, tn__reduce_dtype, tn__rfinish,
+   tn__rstore, the fold table TN__RFOLDS, tn__ew_casts). */
+
+#ifdef __cplusplus
+}
+#endif
 #endif /* TENSOR_H */
 
 /* >>implementation ======================================================= */
@@ -851,6 +919,30 @@ TN_API void tn_shutdown(void) {
 static const tn_backend *tn__backend;
 TN_API void tn__set_backend(const tn_backend *b) { tn__backend = b; }
 TN_API const tn_backend *tn__get_backend(void) { return tn__backend; }
+
+TN_API const tn_backend_op *tn__backend_row(const tn_backend *b, int op) {
+    return b && b->ops && op > 0 && op < TN_OP_COUNT ? b->ops[op] : NULL;
+}
+
+TN_API bool tn__backend_runs(const tn_backend *b, const tn_var *node) {
+    const tn_backend_op *row = node ? tn__backend_row(b, node->op) : NULL;
+    return row && (!row->supports || row->supports(node));
+}
+
+TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, char *buf, size_t cap) {
+    const char *name = b && b->name ? b->name : "device";
+    if (!tn__backend_row(b, node->op)) {
+        snprintf(buf, cap, "no GPU kernel in the %s back end", name);
+        return buf;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "the %s back end has a row for this op, but it declined these inputs:", name);
+    for (int i = 0; i < node->n_in && n < cap; i++) {
+        char sb[128];
+        const tn_type *t = &node->in[i]->type;
+        n += (size_t)snprintf(buf + n, cap - n, "%s %s %s", i ? "," : "", tn_dtype_name(t->dtype), tn__shape_str(t->ndim, t->shape, sb));
+    }
+    return buf;
+}
 
 /* >>array ============================================================= */
 /* >>arrays: buffers, creation, views, conversion, random, printing */
@@ -2121,13 +2213,6 @@ static tn_array *tn__copy_on(const tn_array *a, int device) {
     return c;
 }
 
-/* Outputs of the function being compiled, for the back end's placement pass
-   (roots past them are update values); -1 outside tn_function. */
-static _Thread_local int tn__func_n_outputs = -1;
-/* The update targets (the user's shared variables, in update order: roots
-   n_outputs + u) of the function being compiled; NULL outside tn_function. */
-static _Thread_local tn_var *const *tn__func_update_targets;
-
 /* A zeroed var registered in g (id = its index). */
 static tn_var *tn__var_new(tn_graph *g, int op, const char *who) {
     if (g->nvars == g->cap_vars) {
@@ -2505,7 +2590,8 @@ typedef struct tn__step {
     int *in_slot;
     int out_slot;           /* outputs are out_slot .. out_slot + n_out - 1 */
     bool view;
-    void *bstate;           /* back end state (device nodes) */
+    const tn_backend_op *brow;  /* the back end's row (device nodes) */
+    void *bstate;           /* its state */
 } tn__step;
 
 typedef struct tn__phys {
@@ -2600,8 +2686,8 @@ TN_API void tn_function_free(tn_func *f) {
     tn__plan_release(f);
     tn__graph_free(f);
     tn__retired_release(f);
-    if (f->backend && f->backend->release)
-        for (int i = 0; i < f->n_steps; i++) if (f->steps[i].bstate) f->backend->release(f->steps[i].bstate);
+    for (int i = 0; i < f->n_steps; i++)
+        if (f->steps[i].bstate && f->steps[i].brow && f->steps[i].brow->release) f->steps[i].brow->release(f->steps[i].bstate);
     tn__func_share_stream(f);
     tn__free(f->retired);
     tn__free(f->phys);
@@ -2835,8 +2921,13 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
         }
         if (st->view) s->view_of = st->in_slot[0];
         if (v->n_in + v->n_out > f->max_args) f->max_args = v->n_in + v->n_out;
-        if (on_device && f->backend->prepare) {
-            r = f->backend->prepare(v, &st->bstate);
+        if (on_device && !(st->brow = tn__backend_row(f->backend, v->op))) {
+            r = tn__err(TN_ERR_INTERNAL, "%s: %s (node %d) was placed on the device, but the %s back end has no kernel for it",
+                        W, def->name, v->id, f->backend->name);
+            goto done;
+        }
+        if (on_device && st->brow->prepare) {
+            r = st->brow->prepare(v, &st->bstate);
             if (r != TN_OK) { r = tn__err(r, "%s: back end %s cannot prepare %s: %s", W, f->backend->name, def->name, tn_last_error()); goto done; }
         }
     }
@@ -2920,14 +3011,12 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
     f->mode = mode;
     double t_opt = tn__prof_now();
-    /* restored, not cleared: a scan compiles its step function inside an outer tn_function */
-    int saved_n_outputs = tn__func_n_outputs;
-    tn_var *const *saved_targets = tn__func_update_targets;
-    tn__func_n_outputs = no;
-    tn__func_update_targets = f->upd_user;
-    tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode);
-    tn__func_n_outputs = saved_n_outputs;
-    tn__func_update_targets = saved_targets;
+    tn_place_args pa = { no, f->upd_user, 64, true };
+    const tn_backend *be = f->backend;
+    if (be && be->max_operands > 0 && pa.max_fused_inputs > be->max_operands - 8)   /* room for the outputs */
+        pa.max_fused_inputs = be->max_operands - 8 > 0 ? be->max_operands - 8 : 0;
+    if (d->max_fused_inputs) pa.max_fused_inputs = d->max_fused_inputs > 0 ? d->max_fused_inputs : 0;
+    tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode, &pa);
     t_opt = tn__prof_now() - t_opt;
     if (r != TN_OK) {
         if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
@@ -3249,8 +3338,7 @@ static tn_result tn__steps(tn_func *f, int how) {
         if (how == TN__STEPS_PROBE) { tn__graph_note(f, st, in, out); if (!st->view) continue; }
         double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
         tn_result r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
-                    : v->device != TN_HOST && f->backend && f->backend->run
-                    ? f->backend->run(v, st->bstate, in, out)
+                    : st->brow ? st->brow->run(v, st->bstate, in, out)
                     : st->def->cpu(v, in, out);
         if (f->prof) tn__prof_step(f, k, t0);
         if (r != TN_OK) {
@@ -3278,17 +3366,6 @@ static bool tn__can_swap(const tn_func *f, int u) {
     const tn__phys *p = &f->phys[sl->phys];
     return S && S->base && S->base->owns && S->live_gen == NULL && S->device == p->device &&
            S->data == S->base->data && S->base->bytes >= p->cap && tn_array_is_contiguous(S);
-}
-
-static tn_result tn__retire(tn_func *f, tn_array *a) {
-    if (f->n_retired == f->cap_retired) {
-        int cap = f->cap_retired ? 2 * f->cap_retired : 8;
-        tn_array **n = (tn_array **)tn__realloc(f->retired, (size_t)cap * sizeof *n);
-        if (!n) return TN_ERR_OOM;
-        f->retired = n; f->cap_retired = cap;
-    }
-    f->retired[f->n_retired++] = a;
-    return TN_OK;
 }
 
 /* Every new value is ready before the first shared variable changes. */
@@ -3630,7 +3707,7 @@ TN_API void tn__graph_stats(const tn_func *f, int64_t *replays, int64_t *capture
 
 static bool tn__check_wanted(const tn_func *f, const tn__step *st) {
     if (f->mode != TN_MODE_CHECK || st->view || st->node->device == TN_HOST || !st->def->cpu) return false;
-    return f->backend && f->backend->run && tn__op_kind(st->node->op) != TN_OPK_TRANSFER;
+    return f->backend && st->brow && tn__op_kind(st->node->op) != TN_OPK_TRANSFER;
 }
 
 /* Tolerance of an output dtype (0: exact) and the smallest scale an error is measured against. */
@@ -3700,6 +3777,7 @@ static tn_result tn__check_report(const tn__step *st, tn_array *const *in, const
 
 /* Runs one device step, then its CPU kernel on host copies, and compares. */
 static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    (void)f;
     tn_var *v = st->node;
     int ni = st->n_in, no = st->n_out;
     tn_array **h = (tn_array **)tn__calloc((size_t)(ni + no) + 1, sizeof *h), **hout = h ? h + ni : NULL;
@@ -3708,7 +3786,7 @@ static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const 
     char lb[256];
     for (int i = 0; i < ni && r == TN_OK; i++)
         if (!(h[i] = tn_array_to_host(in[i]))) r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "mode=check: copying input %d to the host: %s", i, tn_last_error());
-    if (r == TN_OK) r = f->backend->run(v, st->bstate, in, out);
+    if (r == TN_OK) r = st->brow->run(v, st->bstate, in, out);
     for (int o = 0; o < no && r == TN_OK; o++)
         if (!(hout[o] = tn__array_alloc(out[o]->dtype, out[o]->ndim, out[o]->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "mode=check: out of memory");
     if (r == TN_OK && (r = st->def->cpu(v, h, hout)) != TN_OK) {
@@ -4048,14 +4126,6 @@ static void tn__register_graph_ops(tn_op_def *t) {
 #include <string.h>
 #include <math.h>
 
-#ifdef TENSOR_STATIC
-#define TN__GLOBAL static
-#else
-#define TN__GLOBAL
-#endif
-TN__GLOBAL int tn__fuse_max_inputs = 64;
-TN__GLOBAL bool tn__fuse_into_reductions = true;
-
 /* >>rewrite_counters: which rewrite fired how often in this thread's last optimize */
 #define TN__RW_MAX_NAMES 128
 static _Thread_local struct { const char *name; int n; } tn__rw_counts[TN__RW_MAX_NAMES];
@@ -4106,6 +4176,8 @@ typedef struct tn__rw {
     unsigned stamp;
     int mk;            /* the input index a constant constraint matched */
     bool oom;
+    const tn_place_args *pa;   /* the function's outputs, update targets and fusion limits */
+    const tn_backend *be;      /* the back end placing and running the function (NULL: CPU only) */
 } tn__rw;
 
 static tn__ninfo *tn__ni(tn__rw *c, const tn_var *v) { return &c->ni[v->id]; }
@@ -5044,7 +5116,7 @@ static void tn__fuse_group(tn__fctx *F) {
             for (int j = 0; j < nt && ok; j++)
                 for (int l = 0; l < nt && ok; l++)
                     if (j != l) ok = tn__fg_indep(&F->G[T[l]], F->G[T[j]].gin, F->G[T[j]].ginmask);
-            if (!ok || nin + need > tn__fuse_max_inputs) continue;
+            if (!ok || nin + need > c->pa->max_fused_inputs) continue;
             join = T[0];
             for (int j = 1; j < nt; j++) if (F->G[T[j]].id < F->G[join].id) join = T[j];
             tn__fgrp *J = &F->G[join];
@@ -5198,7 +5270,7 @@ static void tn__fuse_build(tn__fctx *F, int g) {
     int nin;
     /* an elementwise group read by one reduction only: the reduction's prologue */
     tn__ninfo *T = tn__ni(c, tail);
-    if (tn__fuse_into_reductions && T->n_use == 1 && !T->n_root && tn__rw_fuse_reduction_op(T->use[0].c->op) &&
+    if (c->pa->fuse_into_reductions && T->n_use == 1 && !T->n_root && tn__rw_fuse_reduction_op(T->use[0].c->op) &&
         T->use[0].c->n_in == 1 && !T->use[0].c->ext && G->nin <= TN__REDUCE_MAX_INPUTS && T->use[0].c->device == tail->device) {
         tn_var *R = T->use[0].c;
         bool single = true;    /* every other member is read inside the group only */
@@ -5212,8 +5284,7 @@ static void tn__fuse_build(tn__fctx *F, int g) {
         tn_var *y = P && nin > 0 ? tn__node(c->g, R->op, nin, in, &R->p, P, "fuse") : NULL;
         tn__rw_sync(c);
         if (y) y->device = R->device;
-        const tn_backend *be = tn__get_backend();    /* a device reduction must take the prologue */
-        if (y && y->device != TN_HOST && (!be || !be->supports || !be->supports(y))) y = NULL;
+        if (y && y->device != TN_HOST && !tn__backend_runs(c->be, y)) y = NULL;   /* a device reduction must take the prologue */
         if (y && tn__type_eq(&y->type, &R->type)) {
             tn__rw_count("fusion_reduce");
             tn__fuse_trace("fusion_reduce", y, G->nmem);
@@ -5347,8 +5418,7 @@ static bool tn__fuse_make(tn__fctx *F, int g, const unsigned char *role, tn__fus
     fp->rep = (tn_var **)tn__graph_alloc(c->g, (size_t)nout * sizeof *fp->rep);
     bool ok = y != NULL && fp->rep != NULL;
     if (ok) y->device = tail->device;                /* the group's device */
-    const tn_backend *be = tn__get_backend();        /* too many operands for one kernel: stay unfused */
-    if (ok && y->device != TN_HOST && (!be || !be->supports || !be->supports(y))) ok = false;
+    if (ok && y->device != TN_HOST && !tn__backend_runs(c->be, y)) ok = false;   /* too many operands for one kernel: stay unfused */
     for (int k = 0; ok && k < nout; k++) {
         fp->rep[k] = nout == 1 ? y : tn__proj(y, k);
         if (fp->rep[k]) fp->rep[k]->device = y->device;
@@ -5438,7 +5508,9 @@ static void tn__rw_inplace(tn__rw *c) {
 
 /* >>optimize ------------------------------------------------------------- */
 
-TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode) {
+TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode, const tn_place_args *pa) {
+    const tn_place_args pa0 = { n_roots, NULL, 64, true };
+    if (!pa) pa = &pa0;
     tn__rw_n_counts = 0;
     if (!fg || (n_roots > 0 && !roots)) return tn__err(TN_ERR_NULL, "tn_function: optimizer: graph or roots is NULL");
     for (int i = 0; i < n_roots; i++)
@@ -5465,12 +5537,14 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
        handed device memory. */
     const tn_backend *b = tn__get_backend();
     if (r == TN_OK && b && b->place) {
-        r = b->place(fg, roots, n_roots);
+        r = b->place(fg, roots, n_roots, pa);
         /* the back end may have added nodes and rewired inputs: rebuild the map */
         tn__rw_free(&c);
         memset(&c, 0, sizeof c);
         if (r == TN_OK && !tn__rw_init(&c, fg, roots, n_roots)) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
     }
+    c.pa = pa;
+    c.be = b;
     if (full) {
         if (r == TN_OK) r = tn__rw_fuse(&c);
         if (r == TN_OK) tn__rw_inplace(&c);
@@ -6288,14 +6362,6 @@ static int tn__scan_device_work(const tn_func *f) {
         tn_op_kind kd = tn__op_kind(v->op);
         n += v->device != TN_HOST && f->backend && kd != TN_OPK_TRANSFER && kd != TN_OPK_VIEW;
     }
-    return n;
-}
-
-/* Steps of f that are transfers (GpuFromHost, HostFromGpu): what a device
-   loop must not run per step. */
-static int tn__func_transfers(const tn_func *f) {
-    int n = 0;
-    for (int k = 0; f && k < f->n_steps; k++) n += tn__op_kind(f->steps[k].node->op) == TN_OPK_TRANSFER;
     return n;
 }
 
@@ -8151,8 +8217,10 @@ static void tn__prof_table(FILE *out, const char *title, const char *what, tn__p
     }
 }
 
-/* Advice: inputs copied to the device every call with unchanged data, and
-   host round trips between GPU ops. Returns how many lines it printed. */
+/* Advice: inputs copied to the device every call with unchanged data, ops
+   a device back end left on the CPU (no row in its table, or a row that
+   declined these inputs), and host round trips between GPU ops. Returns how
+   many lines it printed. */
 static int tn__prof_advice(const tn_func *f, FILE *out) {
     const tn__prof *p = f->prof;
     int n = 0;
@@ -8163,7 +8231,15 @@ static int tn__prof_advice(const tn_func *f, FILE *out) {
                     f->in_name[i], (unsigned long long)p->calls);
             n++;
         }
-    char la[256], lb[256], lc[256];
+    char la[256], lb[256], lc[256], why[256];
+    for (int k = 0; f->backend && k < f->n_steps; k++) {
+        const tn__step *S = &f->steps[k];
+        if (tn__prof_where_of(f, S) != TN__PROF_CPU || S->view || S->def->kind == TN_OPK_TRANSFER) continue;
+        tn__node_label(S->node, la, sizeof la);
+        fprintf(out, "  - %s (node %d, step %d) runs on the CPU: %s\n", la, S->node->id, k,
+                tn__backend_why_cpu(f->backend, S->node, why, sizeof why));
+        n++;
+    }
     for (int a = 0; a < f->n_steps; a++) {
         const tn__step *A = &f->steps[a];
         if (A->def->kind != TN_OPK_TRANSFER || A->node->device != TN_HOST) continue;   /* HostFromGpu */
@@ -8183,8 +8259,8 @@ static int tn__prof_advice(const tn_func *f, FILE *out) {
                 tn__node_label(B->node, lb, sizeof lb);
                 tn__node_label(C->node, lc, sizeof lc);
                 fprintf(out, "  - host round trip between GPU ops: %s (step %d) -> %s on the cpu (step %d) -> %s (step %d): "
-                             "this op has no GPU implementation here; the data leaves and re-enters the device\n",
-                        la, a, lb, b, lc, c);
+                             "%s; the data leaves and re-enters the device\n",
+                        la, a, lb, b, lc, c, tn__backend_why_cpu(f->backend, B->node, why, sizeof why));
                 n++;
             }
         }

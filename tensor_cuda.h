@@ -1526,9 +1526,7 @@ static void tn__cuda_host_free(void *p, size_t bytes) {
 /* Kernels a node has used, by layout: the steady state finds its function
    here without generating or hashing source. */
 #define TN__EW_STATE_KERNELS 8
-enum { TN__CST_EW = 0, TN__CST_REDUCE, TN__CST_H2D, TN__CST_CUSTOM };   /* the tag every node state starts with */
 typedef struct tn__cuda_ew_state {
-    int tag;                     /* TN__CST_EW */
     const tn_ew_program *prog;
     int n;
     struct { tn__cuda_layout L; tn__CUfunction fn; } k[TN__EW_STATE_KERNELS];
@@ -1753,55 +1751,15 @@ static void tn__cred_emit_acc(tn__sb *b, int op, tn_dtype xt, tn_dtype yt) {
     else tn__sb_puts(b, "struct tn_acc { AT v; };\n");
     tn__sb_printf(b, "#define TN_INF %s\n", INF);
 
-    /* init */
-    const char *init = "0";
-    switch (op) {
-    case TN_OP_PROD: case TN_OP_ALL: init = "1"; break;
-    case TN_OP_MAX: case TN_OP_ARGMAX: init = fl ? "-TN_INF" : "(-9223372036854775807LL - 1)"; break;
-    case TN_OP_MIN: case TN_OP_ARGMIN: init = fl ? "TN_INF" : "9223372036854775807LL"; break;
-    default: break;
-    }
+    /* init, fold and combine: the CPU's table (tn__rfold_src, the >>reduce_kinds
+       section of tensor_ops.h), the float variant where the accumulator is
+       a float. D or I names a.v, G a.g; a thread's first index wins ties, so
+       argmax's g starts past every index. */
+    const tn__rfold_text *R = lse ? NULL : &tn__rfold_src[tn__rk_of(op)];
+    tn__sb_puts(b, "#define TN__RINF TN_INF\n");
     if (lse) tn__sb_puts(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.m = -TN_INF; a.s = (AT)0; }\n");
-    else if (arg) tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); a.g = 9223372036854775807LL; }\n", init);
-    else tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); }\n", init);
-
-    /* fold and combine */
-    const char *fold = "", *comb = "";
-    switch (op) {
-    case TN_OP_SUM: case TN_OP_MEAN:
-        fold = fl ? "a.v += (AT)x;" : "a.v = (int64_t)((uint64_t)a.v + (uint64_t)x);";
-        comb = fl ? "a.v += b.v;" : "a.v = (int64_t)((uint64_t)a.v + (uint64_t)b.v);";
-        break;
-    case TN_OP_PROD:
-        fold = fl ? "a.v *= (AT)x;" : "a.v = (int64_t)((uint64_t)a.v * (uint64_t)x);";
-        comb = fl ? "a.v *= b.v;" : "a.v = (int64_t)((uint64_t)a.v * (uint64_t)b.v);";
-        break;
-    case TN_OP_MAX:   /* NaN sticks: once a.v is NaN no comparison replaces it */
-        fold = fl ? "const AT v = (AT)x; if (v > a.v || v != v) a.v = v;" : "if (x > a.v) a.v = x;";
-        comb = fl ? "if (b.v > a.v || b.v != b.v) a.v = b.v;" : "if (b.v > a.v) a.v = b.v;";
-        break;
-    case TN_OP_MIN:
-        fold = fl ? "const AT v = (AT)x; if (v < a.v || v != v) a.v = v;" : "if (x < a.v) a.v = x;";
-        comb = fl ? "if (b.v < a.v || b.v != b.v) a.v = b.v;" : "if (b.v < a.v) a.v = b.v;";
-        break;
-    case TN_OP_ARGMAX: case TN_OP_ARGMIN: {
-        /* (v, k) beats (w, g): NaN beats numbers, else the extremum; ties and
-           NaN vs NaN go to the smaller index */
-        const char *gt = op == TN_OP_ARGMAX ? ">" : "<";
-        if (fl)
-            tn__sb_printf(b, "static __device__ __forceinline__ bool tn_better(AT v, int64_t k, AT w, int64_t g) {\n"
-                             "    return v != v ? (w == w || k < g) : (w == w && (v %s w || (v == w && k < g))); }\n", gt);
-        else
-            tn__sb_printf(b, "static __device__ __forceinline__ bool tn_better(AT v, int64_t k, AT w, int64_t g) {\n"
-                             "    return v %s w || (v == w && k < g); }\n", gt);
-        fold = "if (tn_better((AT)x, k, a.v, a.g)) { a.v = (AT)x; a.g = k; }";
-        comb = "if (tn_better(b.v, b.g, a.v, a.g)) a = b;";
-        break;
-    }
-    case TN_OP_ALL: fold = "a.v &= (x != 0);"; comb = "a.v &= b.v;"; break;
-    case TN_OP_ANY: fold = "a.v |= (x != 0);"; comb = "a.v |= b.v;"; break;
-    default: break;
-    }
+    else if (arg) tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); a.g = 9223372036854775807LL; }\n", fl ? R->init_d : R->init_i);
+    else tn__sb_printf(b, "static __device__ __forceinline__ void tn_init(tn_acc &a) { a.v = (AT)(%s); }\n", fl ? R->init_d : R->init_i);
     if (lse) {
         /* online max and sum of exp(x - m); -inf adds nothing (and never
            computes -inf - -inf); a NaN max sticks; a +inf max makes s
@@ -1824,8 +1782,13 @@ static void tn__cred_emit_acc(tn__sb *b, int op, tn_dtype xt, tn_dtype yt) {
             "    a.m = m;\n"
             "}\n", EXP, EXP, EXP, EXP);
     } else {
-        tn__sb_printf(b, "static __device__ __forceinline__ void tn_fold(tn_acc &a, const RT x, const int64_t k) { (void)k; %s }\n", fold);
-        tn__sb_printf(b, "static __device__ __forceinline__ void tn_comb(tn_acc &a, const tn_acc &b) { %s }\n", comb);
+        const char *acc = fl ? "D" : "I", *g = arg ? " int64_t &G = a.g;" : "";
+        tn__sb_printf(b, "static __device__ __forceinline__ void tn_fold(tn_acc &a, const RT x, const int64_t k) {\n"
+                         "    AT &%s = a.v;%s const %s v = (%s)x; const int64_t K = k; (void)K;\n    %s;\n}\n",
+                      acc, g, fl ? "AT" : "RT", fl ? "AT" : "RT", fl ? R->step_f : R->step_i);
+        tn__sb_printf(b, "static __device__ __forceinline__ void tn_comb(tn_acc &a, const tn_acc &b) {\n"
+                         "    AT &%s = a.v;%s const AT B%s = b.v;%s\n    %s;\n}\n",
+                      acc, g, acc, arg ? " const int64_t BG = b.g;" : "", fl ? R->comb_f : R->comb_i);
     }
 
     /* shuffles and partial loads, field by field */
@@ -2633,7 +2596,7 @@ static tn_result tn__cuda_sync_if_blocking(const char *who) {
    way when a weak literal met another dtype: one launch, no host round trip
    (the zeros and ones of gradient graphs). */
 typedef struct tn__cuda_alloc_state {
-    tn__cuda_ew_state ew;        /* tag TN__CST_EW: released as an elementwise state */
+    tn__cuda_ew_state ew;        /* first: the elementwise launcher reads it */
     tn_ew_program prog;
     tn_dtype dt[2];
     tn_ew_instr cast;
@@ -2655,7 +2618,6 @@ static tn_result tn__cuda_alloc_prepare(const tn_var *node, void **state) {
     st->cast = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)to, .in_dtype = (int8_t)from, .a = 0, .b = -1, .c = -1 };
     st->reg = cast ? 1 : 0;
     st->prog = (tn_ew_program){ 1, &st->dt[0], cast ? 1 : 0, cast ? &st->cast : NULL, 1, &st->reg, &st->dt[1] };
-    st->ew.tag = TN__CST_EW;
     st->ew.prog = &st->prog;
     tn_result r = tn__cuda_check_program(&st->prog);
     if (r != TN_OK) { tn__free(st); return r; }
@@ -2944,7 +2906,6 @@ static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_arr
    the copy waits for the stream, since the host reads the result next. */
 
 typedef struct tn__cuda_h2d_state {
-    int tag;                    /* TN__CST_H2D */
     void *pin;
     size_t cap;
     tn__CUevent ev;
@@ -3177,6 +3138,30 @@ static void tn__cuda_func_free(void *state) {
 
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
 
+/* The back end's per-op table (tn_backend.ops): one row per op with a GPU
+   kernel, rows shared by op families. An op without a row runs on the CPU
+   (placement moves its data back and forth, and says so). A GPU kernel for
+   a new op is its four functions and one line in tn__cuda_ops. Every entry
+   binds the context first: the executor may call from any thread. */
+
+/* "Gpu<label> (node N)", for messages */
+static const char *tn__cuda_who(const tn_var *node, char *who, size_t cap) {
+    char lb[80];
+    const tn_op_def *d = tn__op_def(node->op);
+    if (d && d->label) d->label(node, lb, sizeof lb);
+    else snprintf(lb, sizeof lb, "%s", d && d->name ? d->name : "?");
+    snprintf(who, cap, "Gpu%s (node %d)", lb, node->id);
+    return who;
+}
+
+/* No state: the context is bound now, not mid-call. */
+static tn_result tn__cuda_bind_prepare(const tn_var *node, void **state) {
+    (void)node;
+    *state = NULL;
+    return tn__cuda_bind();
+}
+
+/* elementwise ops and COMPOSITE (fused elementwise programs) */
 static bool tn__cuda_ew_supports(const tn_var *node) {
     if (node->op != TN_OP_COMPOSITE && !tn__ew_info(node->op)) return false;
     if (node->n_in + node->n_out > TN__CUDA_MAX_OPERANDS) return false;
@@ -3185,126 +3170,150 @@ static bool tn__cuda_ew_supports(const tn_var *node) {
     return true;
 }
 
-static bool tn__cuda_is_reduce(const tn_var *node) {
-    return tn__op_kind(node->op) == TN_OPK_REDUCE || node->op == TN_OP_SOFTMAX || node->op == TN_OP_LOG_SOFTMAX;
-}
-
-static bool tn__cuda_supports(const tn_var *node) {
-    if (node->op == TN_OP_CUSTOM) return tn__cuda_custom_supports(node);
-    if (node->op == TN_OP_SCAN) return tn__scan_device_ok(node);     /* its step was compiled for the device */
-    switch (tn__op_kind(node->op)) {
-    case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE: return tn__cuda_ew_supports(node);
-    case TN_OPK_LINALG: return tn__cuda_la_supports(node);
-    case TN_OPK_VIEW: return true;                           /* only strides: runs wherever its input lives */
-    case TN_OPK_TRANSFER: return node->op == TN_OP_GPU_FROM_HOST;
-    case TN_OPK_SHAPE: return tn__cuda_alloc_supports(node);
-    default: return tn__cuda_is_reduce(node) && tn__cuda_reduce_supports(node);
-    }
-}
-
-typedef struct tn__cuda_reduce_box { int tag; void *inner; } tn__cuda_reduce_box;   /* TN__CST_REDUCE, TN__CST_CUSTOM */
-
-static tn_result tn__cuda_prepare(const tn_var *node, void **state) {
+static tn_result tn__cuda_ew_prepare(const tn_var *node, void **state) {
     *state = NULL;
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
-    tn_op_kind kind = tn__op_kind(node->op);
-    if (node->op == TN_OP_CUSTOM) {
-        tn__cuda_reduce_box *b = (tn__cuda_reduce_box *)tn__calloc(1, sizeof *b);
-        if (!b) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
-        b->tag = TN__CST_CUSTOM;
-        if ((r = tn__cuda_custom_prepare(node, &b->inner)) != TN_OK) { tn__free(b); return r; }
-        *state = b;
-        return TN_OK;
-    }
-    if (kind == TN_OPK_ELEMWISE || kind == TN_OPK_COMPOSITE) {
-        const tn_ew_program *p = node->op == TN_OP_COMPOSITE ? (const tn_ew_program *)node->ext
-                                                             : tn__ew_program_of((tn_var *)node);
-        if (!p) return tn__err(TN_ERR_INTERNAL, "tn_cuda: node %d has no elementwise program", node->id);
-        if ((r = tn__cuda_check_program(p)) != TN_OK) return r;
-        tn__cuda_ew_state *st = (tn__cuda_ew_state *)tn__calloc(1, sizeof *st);
-        if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
-        st->tag = TN__CST_EW;
-        st->prog = p;
-        *state = st;
-        return TN_OK;
-    }
-    if (node->op == TN_OP_ALLOC) return tn__cuda_alloc_prepare(node, state);
-    if (kind == TN_OPK_LINALG) return tn__cublas_load();       /* no state: cuBLAS is loaded now, not mid-call */
-    if (node->op == TN_OP_GPU_FROM_HOST) {
-        tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)tn__calloc(1, sizeof *st);
-        if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
-        st->tag = TN__CST_H2D;
-        tn__CUresult cr = tn__cuda.cu.cuEventCreate(&st->ev, TN__CU_EVENT_DISABLE_TIMING);
-        if (cr != TN__CUDA_SUCCESS) {
-            char eb[160];
-            tn__free(st);
-            return tn__err(TN_ERR_DEVICE, "tn_cuda: cuEventCreate failed: %s", tn__cu_errstr(cr, eb, sizeof eb));
-        }
-        *state = st;
-        return TN_OK;
-    }
-    if (tn__cuda_is_reduce(node)) {
-        tn__cuda_reduce_box *b = (tn__cuda_reduce_box *)tn__calloc(1, sizeof *b);
-        if (!b) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
-        b->tag = TN__CST_REDUCE;
-        if ((r = tn__cuda_reduce_prepare(node, &b->inner)) != TN_OK) { tn__free(b); return r; }
-        *state = b;
-        return TN_OK;
-    }
-    return TN_OK;   /* views */
+    const tn_ew_program *p = node->op == TN_OP_COMPOSITE ? (const tn_ew_program *)node->ext
+                                                         : tn__ew_program_of((tn_var *)node);
+    if (!p) return tn__err(TN_ERR_INTERNAL, "tn_cuda: node %d has no elementwise program", node->id);
+    if ((r = tn__cuda_check_program(p)) != TN_OK) return r;
+    tn__cuda_ew_state *st = (tn__cuda_ew_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+    st->prog = p;
+    *state = st;
+    return TN_OK;
 }
 
-static tn_result tn__cuda_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    char who[128], lb[80];
-    const tn_op_def *d = tn__op_def(node->op);
-    if (d && d->label) d->label(node, lb, sizeof lb);
-    else snprintf(lb, sizeof lb, "%s", d && d->name ? d->name : "?");
-    snprintf(who, sizeof who, "Gpu%s (node %d)", lb, node->id);
+static tn_result tn__cuda_ew_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    char who[128];
     tn_result r = tn__cuda_bind();
+    return r != TN_OK ? r : tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, tn__cuda_who(node, who, sizeof who));
+}
+
+/* reductions (with or without an elementwise prologue), softmax, log_softmax */
+static tn_result tn__cuda_reduce_node_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    tn_result r = tn__cuda_bind();
+    return r != TN_OK ? r : tn__cuda_reduce_prepare(node, state);
+}
+
+static tn_result tn__cuda_reduce_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    char who[128];
+    tn_result r = tn__cuda_bind();
+    if (r == TN_OK) r = tn__cuda_reduce_run(node, state, in, out);
+    return r != TN_OK ? r : tn__cuda_sync_if_blocking(tn__cuda_who(node, who, sizeof who));
+}
+
+/* products (cuBLAS, loaded at prepare time, not mid-call) */
+static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
+    tn_result r = tn__cuda_bind_prepare(node, state);
+    return r != TN_OK ? r : tn__cublas_load();
+}
+
+static tn_result tn__cuda_la_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    (void)state;
+    char who[128];
+    tn_result r = tn__cuda_bind();
+    return r != TN_OK ? r : tn__cuda_la_run(node, in, out, tn__cuda_who(node, who, sizeof who));
+}
+
+/* Alloc (tn_alloc, tn_fill) */
+static tn_result tn__cuda_alloc_node_prepare(const tn_var *node, void **state) {
+    tn_result r = tn__cuda_bind_prepare(node, state);
+    return r != TN_OK ? r : tn__cuda_alloc_prepare(node, state);
+}
+
+static tn_result tn__cuda_alloc_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    char who[128];
+    tn_result r = tn__cuda_bind();
+    return r != TN_OK ? r : tn__cuda_alloc_run((tn__cuda_alloc_state *)state, in, out, tn__cuda_who(node, who, sizeof who));
+}
+
+/* GpuFromHost: a pinned stage and an event per node */
+static tn_result tn__cuda_h2d_prepare(const tn_var *node, void **state) {
+    tn_result r = tn__cuda_bind_prepare(node, state);
     if (r != TN_OK) return r;
-    if (node->op == TN_OP_CUSTOM && state) return tn__cuda_custom_run(node, ((tn__cuda_reduce_box *)state)->inner, in, out);
-    if (node->op == TN_OP_SCAN) return tn__cuda_scan_run(node, in, out);
-    switch (tn__op_kind(node->op)) {
-    case TN_OPK_ELEMWISE: case TN_OPK_COMPOSITE:
-        return tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, who);
-    case TN_OPK_LINALG: return tn__cuda_la_run(node, in, out, who);
-    case TN_OPK_VIEW: return d->cpu(node, in, out);
-    case TN_OPK_SHAPE:
-        if (node->op == TN_OP_ALLOC && state) return tn__cuda_alloc_run((tn__cuda_alloc_state *)state, in, out, who);
-        break;
-    case TN_OPK_TRANSFER:
-        if (node->op == TN_OP_GPU_FROM_HOST && state) return tn__cuda_h2d_run((tn__cuda_h2d_state *)state, in[0], out[0], who);
-        break;
-    default:
-        if (tn__cuda_is_reduce(node) && state) {
-            if ((r = tn__cuda_reduce_run(node, ((tn__cuda_reduce_box *)state)->inner, in, out)) != TN_OK) return r;
-            return tn__cuda_sync_if_blocking(who);
-        }
-        break;
+    tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+    tn__CUresult cr = tn__cuda.cu.cuEventCreate(&st->ev, TN__CU_EVENT_DISABLE_TIMING);
+    if (cr != TN__CUDA_SUCCESS) {
+        char eb[160];
+        tn__free(st);
+        return tn__err(TN_ERR_DEVICE, "tn_cuda: cuEventCreate failed: %s", tn__cu_errstr(cr, eb, sizeof eb));
     }
-    return tn__err(TN_ERR_INTERNAL, "%s: placed on the GPU but the CUDA back end has no kernel for it", who);
+    *state = st;
+    return TN_OK;
 }
 
-static void tn__cuda_release(void *state) {
-    if (!state) return;
-    switch (*(int *)state) {
-    case TN__CST_REDUCE: tn__cuda_reduce_release(((tn__cuda_reduce_box *)state)->inner); break;
-    case TN__CST_CUSTOM: tn__cuda_custom_release(((tn__cuda_reduce_box *)state)->inner); break;
-    case TN__CST_H2D: {
-        tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
-        if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
-            if (st->ev_live) tn__cuda.cu.cuEventSynchronize(st->ev);
-            if (st->ev) tn__cuda.cu.cuEventDestroy_v2(st->ev);
-            if (st->pin) tn__cuda.cu.cuMemFreeHost(st->pin);
-        }
-        break;
-    }
-    default: break;
-    }
-    tn__free(state);
+static tn_result tn__cuda_h2d_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    char who[128];
+    tn_result r = tn__cuda_bind();
+    return r != TN_OK ? r : tn__cuda_h2d_run((tn__cuda_h2d_state *)state, in[0], out[0], tn__cuda_who(node, who, sizeof who));
 }
 
+static void tn__cuda_h2d_release(void *state) {
+    tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
+    if (!st) return;
+    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
+        if (st->ev_live) tn__cuda.cu.cuEventSynchronize(st->ev);
+        if (st->ev) tn__cuda.cu.cuEventDestroy_v2(st->ev);
+        if (st->pin) tn__cuda.cu.cuMemFreeHost(st->pin);
+    }
+    tn__free(st);
+}
+
+/* custom ops with CUDA source */
+static tn_result tn__cuda_custom_node_prepare(const tn_var *node, void **state) {
+    tn_result r = tn__cuda_bind_prepare(node, state);
+    return r != TN_OK ? r : tn__cuda_custom_prepare(node, state);
+}
+
+static tn_result tn__cuda_custom_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    tn_result r = tn__cuda_bind();
+    return r != TN_OK ? r : tn__cuda_custom_run(node, state, in, out);
+}
+
+/* scan: the loop on the device, when its step was compiled for device arrays */
+static tn_result tn__cuda_scan_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    (void)state;
+    tn_result r = tn__cuda_bind();
+    return r != TN_OK ? r : tn__cuda_scan_run(node, in, out);
+}
+
+/* views: only strides, on whichever side their input lives */
+static tn_result tn__cuda_view_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    (void)state;
+    return tn__op_def(node->op)->cpu(node, in, out);
+}
+
+static const tn_backend_op tn__cuda_row_ew = { tn__cuda_ew_supports, tn__cuda_ew_prepare, tn__cuda_ew_node_run, tn__free };
+static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn__cuda_reduce_node_prepare, tn__cuda_reduce_node_run, tn__cuda_reduce_release };
+static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, NULL };
+static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free };
+static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__cuda_h2d_node_run, tn__cuda_h2d_release };
+static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release };
+static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL };
+static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn__cuda_view_run, NULL };
+
+#define TN__CUDA_EW_ROW(E, ...) [TN_OP_##E] = &tn__cuda_row_ew,
+static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
+    TN_EW_OPS(TN__CUDA_EW_ROW)
+    [TN_OP_COMPOSITE] = &tn__cuda_row_ew,
+    [TN_OP_SUM] = &tn__cuda_row_reduce, [TN_OP_PROD] = &tn__cuda_row_reduce, [TN_OP_MEAN] = &tn__cuda_row_reduce,
+    [TN_OP_MAX] = &tn__cuda_row_reduce, [TN_OP_MIN] = &tn__cuda_row_reduce, [TN_OP_ARGMAX] = &tn__cuda_row_reduce,
+    [TN_OP_ARGMIN] = &tn__cuda_row_reduce, [TN_OP_ALL] = &tn__cuda_row_reduce, [TN_OP_ANY] = &tn__cuda_row_reduce,
+    [TN_OP_LOGSUMEXP] = &tn__cuda_row_reduce, [TN_OP_SOFTMAX] = &tn__cuda_row_reduce, [TN_OP_LOG_SOFTMAX] = &tn__cuda_row_reduce,
+    [TN_OP_DOT] = &tn__cuda_row_la, [TN_OP_GEMM] = &tn__cuda_row_la, [TN_OP_GEMV] = &tn__cuda_row_la, [TN_OP_OUTER] = &tn__cuda_row_la,
+    [TN_OP_DIMSHUFFLE] = &tn__cuda_row_view, [TN_OP_SLICE] = &tn__cuda_row_view, [TN_OP_BROADCAST_TO] = &tn__cuda_row_view,
+    [TN_OP_ALLOC] = &tn__cuda_row_alloc,
+    [TN_OP_GPU_FROM_HOST] = &tn__cuda_row_h2d,
+    [TN_OP_CUSTOM] = &tn__cuda_row_custom,
+    [TN_OP_SCAN] = &tn__cuda_row_scan,
+};
+#undef TN__CUDA_EW_ROW
+
+/* Waits for the current stream (tests; the executor never waits on it). */
 static tn_result tn__cuda_synchronize(void) {
     TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "synchronizing the stream");
     return TN_OK;
@@ -3476,18 +3485,18 @@ static int tn__place_leaf_device(const tn_var *v, int dev) {
 static bool tn__place_wants_device(const tn_var *v) {
     tn_op_kind k = tn__op_kind(v->op);
     if (k == TN_OPK_LEAF || v->op == TN_OP_PROJ || v->op == TN_OP_HOST_FROM_GPU) return false;
-    return k == TN_OPK_VIEW || tn__cuda_supports(v);
+    return k == TN_OPK_VIEW || tn__backend_runs(tn__get_backend(), v);
 }
 
 /* An update whose new value is computed on the device moves its target there
    too, unless a host op of this function reads the target: the executor then
    swaps device buffers each call instead of copying the value back to the
-   host. The targets come from tn_function (tn__func_update_targets). */
+   host. The targets come from tn_function (tn_place_args.update_targets). */
 static tn_result tn__place_update_targets(tn__place *P, tn_var **order, int n, tn_var **roots, int n_out, int n_roots,
-                                          const bool *host_reader) {
-    if (!tn__func_update_targets) return TN_OK;
+                                          tn_var *const *targets, const bool *host_reader) {
+    if (!targets) return TN_OK;
     for (int u = 0; u < n_roots - n_out; u++) {
-        tn_var *user = tn__func_update_targets[u], *val = roots[n_out + u];
+        tn_var *user = targets[u], *val = roots[n_out + u];
         if (val->op == TN_OP_PROJ && val->n_in == 1) val = val->in[0];   /* an output of a multi-output kernel */
         tn_op_kind k = tn__op_kind(val->op);
         if (!user || user->op != TN_OP_SHARED || !user->value || k == TN_OPK_LEAF || k == TN_OPK_VIEW || val->device == TN_HOST)
@@ -3503,7 +3512,7 @@ static tn_result tn__place_update_targets(tn__place *P, tn_var **order, int n, t
     return TN_OK;
 }
 
-static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
+static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const tn_place_args *pa) {
     if (tn__cuda.state <= 0) return TN_OK;
     const tn_config *cfg = tn_get_config();
     tn__place P;
@@ -3511,7 +3520,7 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
     P.fg = fg;
     P.n0 = tn__graph_nvars(fg);
     P.dev = tn__cuda.ordinal;
-    int n_out = tn__func_n_outputs >= 0 && tn__func_n_outputs <= n_roots ? tn__func_n_outputs : n_roots;
+    int n_out = pa && pa->n_outputs >= 0 && pa->n_outputs <= n_roots ? pa->n_outputs : n_roots;
     tn_var **order = NULL;
     int n = 0;
     tn_result r = tn__toposort(roots, n_roots, P.n0, &order, &n, NULL, "tn_function: placement");
@@ -3546,7 +3555,7 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
         tn_var *user = (tn_var *)v->ext;
         if ((r = tn__place_move_shared(user, P.dev)) == TN_OK) v->device = P.dev;
     }
-    if (r == TN_OK) r = tn__place_update_targets(&P, order, n, roots, n_out, n_roots, host_reader);
+    if (r == TN_OK) r = tn__place_update_targets(&P, order, n, roots, n_out, n_roots, pa ? pa->update_targets : NULL, host_reader);
     if (r != TN_OK) goto done;
 
     /* 2. transfers where data crosses; the user's transfers cancel where they meet */
@@ -3592,7 +3601,8 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
         }
         roots[i] = x;
     }
-    /* assert_no_cpu_op: name every op left on the host (transfers, views and leaves aside) */
+    /* assert_no_cpu_op: name every op left on the host (transfers, views and
+       leaves aside) and why: no row in the table, or a row that declined */
     if (cfg->assert_no_cpu_op != TN_WR_OFF) {
         for (int i = 0; i < n; i++) {
             tn_var *v = order[i];
@@ -3600,13 +3610,14 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots) {
             if (v->device != TN_HOST || k == TN_OPK_LEAF || k == TN_OPK_TRANSFER || k == TN_OPK_VIEW || v->op == TN_OP_PROJ ||
                 P.alias[v->id])
                 continue;
-            char lb[160];
+            char lb[160], why[256];
             tn__node_label(v, lb, sizeof lb);
+            tn__backend_why_cpu(tn__get_backend(), v, why, sizeof why);
             if (cfg->assert_no_cpu_op == TN_WR_RAISE) {
-                r = tn__err(TN_ERR_UNSUPPORTED, "tn_function: assert_no_cpu_op=raise: %s (node %d) has no GPU kernel and would run on the CPU", lb, v->id);
+                r = tn__err(TN_ERR_UNSUPPORTED, "tn_function: assert_no_cpu_op=raise: %s (node %d): %s; it would run on the CPU", lb, v->id, why);
                 goto done;
             }
-            tn__warn("assert_no_cpu_op: %s (node %d) runs on the CPU", lb, v->id);
+            tn__warn("assert_no_cpu_op: %s (node %d): %s; runs on the CPU", lb, v->id, why);
         }
     }
 done:
@@ -3620,7 +3631,7 @@ done:
 }
 
 static const tn_backend tn__cuda_backend = {
-    "cuda", tn__cuda_supports, tn__cuda_prepare, tn__cuda_run, tn__cuda_release, tn__cuda_synchronize, tn__cuda_place,
+    "cuda", tn__cuda_ops, TN__CUDA_MAX_OPERANDS, tn__cuda_place,
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
     tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release,
     tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free
@@ -3632,8 +3643,6 @@ static void tn__cuda_register_backend(void) {
     tn__d2h_hook = tn__cuda_d2h;
     tn__pinned_alloc_hook = tn__cuda_host_alloc;
     tn__pinned_free_hook = tn__cuda_host_free;
-    /* a fused kernel takes at most TN__CUDA_MAX_OPERANDS pointers: leave room for its outputs */
-    if (tn__fuse_max_inputs > TN__CUDA_MAX_OPERANDS - 8) tn__fuse_max_inputs = TN__CUDA_MAX_OPERANDS - 8;
 }
 
 /* >>cuda_register: TENSOR_FLAGS device=... takes effect at tn_init --------------- */

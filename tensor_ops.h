@@ -215,16 +215,11 @@ typedef struct tn_ew_info {
     const char *iexpr;
 } tn_ew_info;
 
-TN_API const tn_op_def *tn__op_def(int op);
-TN_API const tn_ew_info *tn__ew_info(int op);        /* NULL for non-elementwise ops */
-TN_API const char *tn__scalar_helpers_source(void);  /* TN__SCALAR_HELPERS as text */
-TN_API tn_op_kind tn__op_kind(int op);
 
 /* CPU elementwise engine: runs `prog` over the broadcast of the inputs into
    the outputs (all outputs have the broadcast shape). */
 TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, tn_array *const *out);
-/* The one-instruction program of an elementwise node (built in its graph's arena). */
-TN_API tn_ew_program *tn__ew_program_of(tn_var *node);
+/* tn__op_def, tn__op_kind, tn__ew_info, tn__ew_program_of: tensor.h's >>backend_api section. */
 
 /* >>constructors --------------------------------------------------------- */
 /* Each records one node (or a few) and returns it, or NULL with the error set
@@ -1608,13 +1603,56 @@ static void tn__register_ew_ops(tn_op_def *t) {
 #include <string.h>
 
 /* >>reduce_kinds: fold kinds of the kernel */
-enum {
-    TN__RK_SUM, TN__RK_PROD, TN__RK_MEAN, TN__RK_MAX, TN__RK_MIN,
-    TN__RK_ARGMAX, TN__RK_ARGMIN, TN__RK_ALL, TN__RK_ANY,
-    TN__RK_LSE1,      /* logsumexp pass 1: the max, in double */
-    TN__RK_LSE2,      /* logsumexp pass 2: sum of exp(x - m) */
-    TN__RK_COUNT
-};
+/* One row per fold kind: its init values and its steps, compiled into the CPU
+   kernels below and pasted, as text (tn__rfold_src), into the reduction
+   kernels tensor_cuda.h generates, so CPU and GPU fold alike. A step's names:
+   D the float accumulator (double on the CPU, float or double on the GPU), I
+   the integer one (int64_t; the flag of all/any in both variants), G the index
+   argmax keeps, v the element (double in the float variant, an integer in the
+   int variant), K its index in the reduced box; a combine step folds a
+   partial (BD, BI, BG: a later part of the box) into D, I, G. The float
+   variant runs for float data and for kinds that read ints as double (mean,
+   logsumexp). Argmax prefers NaN, then the extremum, then the smaller index
+   (partials combine in any order on the GPU). logsumexp's two CPU passes
+   (lse1: the max, lse2: sum of exp(v - MV)) are the CPU's own: the GPU folds
+   an online max and sum (the >>cuda_reduce section).
+   X(ENUM, name, init D, init I, step float, step int, combine float, combine int) */
+#define TN__RFOLDS(X) \
+    X(SUM,    sum,    0,          0,                            D += v, \
+      I = (int64_t)((uint64_t)I + (uint64_t)v),                 D += BD, I = (int64_t)((uint64_t)I + (uint64_t)BI)) \
+    X(PROD,   prod,   1,          1,                            D *= v, \
+      I = (int64_t)((uint64_t)I * (uint64_t)v),                 D *= BD, I = (int64_t)((uint64_t)I * (uint64_t)BI)) \
+    X(MEAN,   mean,   0,          0,                            D += v, (void)v, D += BD, (void)BI) \
+    X(MAX,    max,    -TN__RINF,  (-9223372036854775807LL - 1), if (v > D || v != v) D = v, if (v > I) I = v, \
+      if (BD > D || BD != BD) D = BD,                           if (BI > I) I = BI) \
+    X(MIN,    min,    TN__RINF,   9223372036854775807LL,        if (v < D || v != v) D = v, if (v < I) I = v, \
+      if (BD < D || BD != BD) D = BD,                           if (BI < I) I = BI) \
+    X(ARGMAX, argmax, -TN__RINF,  (-9223372036854775807LL - 1), \
+      if (v != v ? (D == D || K < G) : (D == D && (v > D || (v == D && K < G)))) { D = v; G = K; }, \
+      if (v > I || (v == I && K < G)) { I = v; G = K; }, \
+      if (BD != BD ? (D == D || BG < G) : (D == D && (BD > D || (BD == D && BG < G)))) { D = BD; G = BG; }, \
+      if (BI > I || (BI == I && BG < G)) { I = BI; G = BG; }) \
+    X(ARGMIN, argmin, TN__RINF,   9223372036854775807LL, \
+      if (v != v ? (D == D || K < G) : (D == D && (v < D || (v == D && K < G)))) { D = v; G = K; }, \
+      if (v < I || (v == I && K < G)) { I = v; G = K; }, \
+      if (BD != BD ? (D == D || BG < G) : (D == D && (BD < D || (BD == D && BG < G)))) { D = BD; G = BG; }, \
+      if (BI < I || (BI == I && BG < G)) { I = BI; G = BG; }) \
+    X(ALL,    all,    0,          1,                            I &= (v != 0), I &= (v != 0), I &= BI, I &= BI) \
+    X(ANY,    any,    0,          0,                            I |= (v != 0), I |= (v != 0), I |= BI, I |= BI) \
+    X(LSE1,   lse1,   -TN__RINF,  (-9223372036854775807LL - 1), if (v > D || v != v) D = v, (void)v, \
+      if (BD > D || BD != BD) D = BD,                           (void)BI) \
+    X(LSE2,   lse2,   0,          0,                            D += EXPFN(v - MV), (void)v, D += BD, (void)BI)
+#define TN__RINF ((double)INFINITY)
+
+#define TN__RK_ENUM(E, ...) TN__RK_##E,
+enum { TN__RFOLDS(TN__RK_ENUM) TN__RK_COUNT };
+#undef TN__RK_ENUM
+
+/* The table as text, for the CUDA code generator. */
+typedef struct tn__rfold_text { const char *name, *init_d, *init_i, *step_f, *step_i, *comb_f, *comb_i; } tn__rfold_text;
+#define TN__RFOLD_TEXT(E, n, id, ii, sf, si, cf, ci) { #n, #id, #ii, #sf, #si, #cf, #ci },
+static const tn__rfold_text tn__rfold_src[TN__RK_COUNT] = { TN__RFOLDS(TN__RFOLD_TEXT) };
+#undef TN__RFOLD_TEXT
 
 /* One accumulator: d for float folds, i for int folds and all/any, g the
    argmax index, m the max subtracted by logsumexp's second pass. */
@@ -1628,30 +1666,6 @@ typedef void (*tn__rfold1_fn)(tn__racc *a, const char *p, int64_t n, int64_t s, 
 typedef struct tn__rlanes { double d[TN__RED_LANES], m[TN__RED_LANES]; int64_t i[TN__RED_LANES], g[TN__RED_LANES]; } tn__rlanes;
 /* Folds element j of n (byte stride s) into lane j; k is their index. */
 typedef void (*tn__rfoldl_fn)(tn__rlanes *a, const char *p, int64_t n, int64_t s, int64_t k);
-
-/* Steps: D, I, G, MV are the accumulator's fields, v the element, K its index. */
-#define TN__RSTEP_F_sum     D += v
-#define TN__RSTEP_I_sum     I = (int64_t)((uint64_t)I + (uint64_t)v)
-#define TN__RSTEP_F_prod    D *= v
-#define TN__RSTEP_I_prod    I = (int64_t)((uint64_t)I * (uint64_t)v)
-#define TN__RSTEP_F_mean    D += v
-#define TN__RSTEP_I_mean    (void)v
-#define TN__RSTEP_F_max     if (v > D || v != v) D = v
-#define TN__RSTEP_I_max     if (v > I) I = v
-#define TN__RSTEP_F_min     if (v < D || v != v) D = v
-#define TN__RSTEP_I_min     if (v < I) I = v
-#define TN__RSTEP_F_argmax  if (v > D || (v != v && D == D)) { D = v; G = K; }
-#define TN__RSTEP_I_argmax  if (v > I) { I = v; G = K; }
-#define TN__RSTEP_F_argmin  if (v < D || (v != v && D == D)) { D = v; G = K; }
-#define TN__RSTEP_I_argmin  if (v < I) { I = v; G = K; }
-#define TN__RSTEP_F_all     I &= (v != 0)
-#define TN__RSTEP_I_all     I &= (v != 0)
-#define TN__RSTEP_F_any     I |= (v != 0)
-#define TN__RSTEP_I_any     I |= (v != 0)
-#define TN__RSTEP_F_lse1    if (v > D || v != v) D = v
-#define TN__RSTEP_I_lse1    (void)v
-#define TN__RSTEP_F_lse2    D += EXPFN(v - MV)
-#define TN__RSTEP_I_lse2    (void)v
 
 /* FORCEF: the fold reads ints as double (mean, logsumexp). */
 #define TN__RFORCEF_sum 0
@@ -1708,12 +1722,12 @@ static double tn__rexp_f(double z) { return (double)expf((float)z); }
 #define TN__RSUMLIKE_lse1 0
 #define TN__RSUMLIKE_lse2 0
 
-#define TN__RELEM(OP, ISF, LF, LI) \
-    if (ISF || TN__RFORCEF_##OP) { double v = (LF); TN__RSTEP_F_##OP; } \
-    else { int64_t v = (LI); TN__RSTEP_I_##OP; }
+#define TN__RELEM(OP, ISF, LF, LI, SF, SI) \
+    if (ISF || TN__RFORCEF_##OP) { double v = (LF); SF; } \
+    else { int64_t v = (LI); SI; }
 
 #define TN__RFL(OP, ISF) (ISF || TN__RFORCEF_##OP)
-#define TN__RFOLD_T(OP, SUF, T, ISF, LF, LI, EXPF) \
+#define TN__RFOLD_T(OP, SUF, T, ISF, LF, LI, EXPF, SF, SI) \
 static void tn__rf1_##OP##_##SUF(tn__racc *a, const char *p, int64_t n, int64_t s, int64_t k0) { \
     double (*const EXPFN)(double) = EXPF; \
     double D = a->d; int64_t I = a->i, G = a->g; const double MV = a->m; \
@@ -1745,14 +1759,14 @@ static void tn__rf1_##OP##_##SUF(tn__racc *a, const char *p, int64_t n, int64_t 
                 } \
             } \
             const int64_t K = 0; (void)K;   /* unused: extrema carry no index */ \
-            { double v = m0; TN__RSTEP_F_##OP; } { double v = m1; TN__RSTEP_F_##OP; } \
-            { double v = m2; TN__RSTEP_F_##OP; } { double v = m3; TN__RSTEP_F_##OP; } \
+            { double v = m0; SF; } { double v = m1; SF; } \
+            { double v = m2; SF; } { double v = m3; SF; } \
         } \
-        for (; j < n; j++) { T x = q[j]; const int64_t K = k0 + j; (void)K; TN__RELEM(OP, ISF, LF, LI) } \
+        for (; j < n; j++) { T x = q[j]; const int64_t K = k0 + j; (void)K; TN__RELEM(OP, ISF, LF, LI, SF, SI) } \
     } else { \
         for (int64_t j = 0; j < n; j++) { \
             T x = *(const T *)(const void *)(p + j * s); const int64_t K = k0 + j; (void)K; \
-            TN__RELEM(OP, ISF, LF, LI) \
+            TN__RELEM(OP, ISF, LF, LI, SF, SI) \
         } \
     } \
     a->d = D; a->i = I; a->g = G; \
@@ -1766,21 +1780,21 @@ static void tn__rfl_##OP##_##SUF(tn__rlanes *a, const char *p, int64_t n, int64_
         const T *restrict q = (const T *)(const void *)p; \
         int64_t j = 0; \
         for (; j + 4 <= n; j += 4) { /* four independent lanes per step */ \
-            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j++; \
-            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j++; \
-            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j++; \
-            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } j -= 3; \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) } j++; \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) } j++; \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) } j++; \
+            { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) } j -= 3; \
         } \
-        for (; j < n; j++) { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI) } \
+        for (; j < n; j++) { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) } \
     } else { \
-        for (int64_t j = 0; j < n; j++) { T x = *(const T *)(const void *)(p + j * s); TN__RLANE_BODY(OP, ISF, LF, LI) } \
+        for (int64_t j = 0; j < n; j++) { T x = *(const T *)(const void *)(p + j * s); TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) } \
     } \
 }
 /* Loads and stores only the fields the fold uses, so the loop can stream. */
-#define TN__RLANE_BODY(OP, ISF, LF, LI) { \
+#define TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) { \
     double D = Da[j]; int64_t I = Ia[j], G = TN__RKIND_##OP == 2 ? Ga[j] : 0; \
     const double MV = TN__RK_##OP##_USES_M ? Ma[j] : 0; (void)MV; (void)G; \
-    TN__RELEM(OP, ISF, LF, LI) \
+    TN__RELEM(OP, ISF, LF, LI, SF, SI) \
     if (TN__RFL(OP, ISF) && TN__RKIND_##OP != 1) Da[j] = D; \
     if (!TN__RFL(OP, ISF) || TN__RKIND_##OP != 0) Ia[j] = I; \
     if (TN__RKIND_##OP == 2) Ga[j] = G; }
@@ -1796,21 +1810,20 @@ static void tn__rfl_##OP##_##SUF(tn__rlanes *a, const char *p, int64_t n, int64_
 #define TN__RK_lse1_USES_M 0
 #define TN__RK_lse2_USES_M 1
 
-#define TN__RFOLD_OP(OP) \
-    TN__RFOLD_T(OP, b8,  uint8_t,  0, (double)x, (int64_t)x, tn__rexp_d) \
-    TN__RFOLD_T(OP, i32, int32_t,  0, (double)x, (int64_t)x, tn__rexp_d) \
-    TN__RFOLD_T(OP, i64, int64_t,  0, (double)x, (int64_t)x, tn__rexp_d) \
-    TN__RFOLD_T(OP, f16, uint16_t, 1, (double)tn_f16_to_f32(x), 0, tn__rexp_f) \
-    TN__RFOLD_T(OP, f32, float,    1, (double)x, 0, tn__rexp_f) \
-    TN__RFOLD_T(OP, f64, double,   1, (double)x, 0, tn__rexp_d)
+#define TN__RFOLD_OP(E, OP, ID, II, SF, SI, CF, CI) \
+    TN__RFOLD_T(OP, b8,  uint8_t,  0, (double)x, (int64_t)x, tn__rexp_d, SF, SI) \
+    TN__RFOLD_T(OP, i32, int32_t,  0, (double)x, (int64_t)x, tn__rexp_d, SF, SI) \
+    TN__RFOLD_T(OP, i64, int64_t,  0, (double)x, (int64_t)x, tn__rexp_d, SF, SI) \
+    TN__RFOLD_T(OP, f16, uint16_t, 1, (double)tn_f16_to_f32(x), 0, tn__rexp_f, SF, SI) \
+    TN__RFOLD_T(OP, f32, float,    1, (double)x, 0, tn__rexp_f, SF, SI) \
+    TN__RFOLD_T(OP, f64, double,   1, (double)x, 0, tn__rexp_d, SF, SI)
 
-#define TN__RFOLD_OPS(X) X(sum) X(prod) X(mean) X(max) X(min) X(argmax) X(argmin) X(all) X(any) X(lse1) X(lse2)
-TN__RFOLD_OPS(TN__RFOLD_OP)
+TN__RFOLDS(TN__RFOLD_OP)
 
-#define TN__RTAB_ROW1(OP) { NULL, tn__rf1_##OP##_b8, tn__rf1_##OP##_i32, tn__rf1_##OP##_i64, tn__rf1_##OP##_f16, tn__rf1_##OP##_f32, tn__rf1_##OP##_f64 },
-#define TN__RTAB_ROWL(OP) { NULL, tn__rfl_##OP##_b8, tn__rfl_##OP##_i32, tn__rfl_##OP##_i64, tn__rfl_##OP##_f16, tn__rfl_##OP##_f32, tn__rfl_##OP##_f64 },
-static const tn__rfold1_fn tn__rfold1[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLD_OPS(TN__RTAB_ROW1) };
-static const tn__rfoldl_fn tn__rfoldl[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLD_OPS(TN__RTAB_ROWL) };
+#define TN__RTAB_ROW1(E, OP, ...) { NULL, tn__rf1_##OP##_b8, tn__rf1_##OP##_i32, tn__rf1_##OP##_i64, tn__rf1_##OP##_f16, tn__rf1_##OP##_f32, tn__rf1_##OP##_f64 },
+#define TN__RTAB_ROWL(E, OP, ...) { NULL, tn__rfl_##OP##_b8, tn__rfl_##OP##_i32, tn__rfl_##OP##_i64, tn__rfl_##OP##_f16, tn__rfl_##OP##_f32, tn__rfl_##OP##_f64 },
+static const tn__rfold1_fn tn__rfold1[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLDS(TN__RTAB_ROW1) };
+static const tn__rfoldl_fn tn__rfoldl[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLDS(TN__RTAB_ROWL) };
 _Static_assert(TN_DTYPE_COUNT == 7, "reduction fold tables list one column per dtype");
 
 /* Folds in double: floats, and ints where the fold converts them. */
@@ -1819,38 +1832,29 @@ static bool tn__rk_float(int rk, tn_dtype t) {
 }
 
 static void tn__racc_init(tn__racc *a, int rk) {
-    a->m = 0; a->g = 0; a->d = 0; a->i = 0;
+    a->m = 0; a->g = 0;
     switch (rk) {
-    case TN__RK_PROD: a->d = 1; a->i = 1; break;
-    case TN__RK_MAX: case TN__RK_ARGMAX: case TN__RK_LSE1: a->d = -INFINITY; a->i = INT64_MIN; break;
-    case TN__RK_MIN: case TN__RK_ARGMIN: a->d = INFINITY; a->i = INT64_MAX; break;
-    case TN__RK_ALL: a->i = 1; break;
-    default: break;
+#define TN__RINIT_CASE(E, n, ID, II, ...) case TN__RK_##E: a->d = ID; a->i = II; break;
+    TN__RFOLDS(TN__RINIT_CASE)
+#undef TN__RINIT_CASE
+    default: a->d = 0; a->i = 0; break;
     }
 }
 
 /* Combines partial b (a later part of the box) into a. */
 static void tn__racc_combine(tn__racc *a, const tn__racc *b, int rk, bool fl) {
+    double D = a->d;
+    int64_t I = a->i, G = a->g;
+    const double BD = b->d;
+    const int64_t BI = b->i, BG = b->g;
+    (void)BD; (void)BI; (void)BG;
     switch (rk) {
-    case TN__RK_SUM: case TN__RK_MEAN: case TN__RK_LSE2:
-        a->d += b->d; a->i = (int64_t)((uint64_t)a->i + (uint64_t)b->i); break;
-    case TN__RK_PROD: a->d *= b->d; a->i = (int64_t)((uint64_t)a->i * (uint64_t)b->i); break;
-    case TN__RK_MAX: case TN__RK_LSE1:
-        if (fl) { if (b->d > a->d || b->d != b->d) a->d = b->d; } else if (b->i > a->i) a->i = b->i;
-        break;
-    case TN__RK_MIN:
-        if (fl) { if (b->d < a->d || b->d != b->d) a->d = b->d; } else if (b->i < a->i) a->i = b->i;
-        break;
-    case TN__RK_ARGMAX:
-        if (fl ? (b->d > a->d || (b->d != b->d && a->d == a->d)) : b->i > a->i) *a = *b;
-        break;
-    case TN__RK_ARGMIN:
-        if (fl ? (b->d < a->d || (b->d != b->d && a->d == a->d)) : b->i < a->i) *a = *b;
-        break;
-    case TN__RK_ALL: a->i &= b->i; break;
-    case TN__RK_ANY: a->i |= b->i; break;
+#define TN__RCOMB_CASE(E, n, ID, II, SF, SI, CF, CI) case TN__RK_##E: if (fl) { CF; } else { CI; } break;
+    TN__RFOLDS(TN__RCOMB_CASE)
+#undef TN__RCOMB_CASE
     default: break;
     }
+    a->d = D; a->i = I; a->g = G;
 }
 
 /* >>reduce_store: one output element from its accumulator */

@@ -245,7 +245,6 @@ static tn_result copy_loop(void *p, int iters) {
     return TN_OK;
 }
 
-static int saved_fuse_max;
 static void fusion_cases(void) {
     const char *S = GPU ? "fusion" : "cpu";
     int64_t n = (int64_t)1 << 24;
@@ -287,9 +286,8 @@ static void fusion_cases(void) {
     };
     for (int k = 0; k < 4; k++) {
         row *r = R(S, cs[k].name);
-        if (cs[k].unfused) { saved_fuse_max = tn__fuse_max_inputs; tn__fuse_max_inputs = 0; }
-        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = cs[k].n_upd, .updates = cs[k].upd, .name = cs[k].name });
-        if (cs[k].unfused) tn__fuse_max_inputs = saved_fuse_max;
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = cs[k].n_upd, .updates = cs[k].upd, .name = cs[k].name,
+                                                     .max_fused_inputs = cs[k].unfused ? -1 : 0 });
         char why[160];
         if (!f) err(r, "in tn_function");
         else if (GPU && *all_on_device(f, why, sizeof why)) na(r, "%s", why);

@@ -62,6 +62,14 @@ static void seed_ref(double *const *P, int64_t L, double *xs, double *ys) {
 }
 
 #ifdef TENSOR_IMPLEMENTATION
+/* Steps of f that are transfers (GpuFromHost, HostFromGpu): what a device
+   loop must not run per step. */
+static int func_transfers(const tn_func *f) {
+    int n = 0;
+    for (int k = 0; f && k < f->n_steps; k++) n += tn__op_kind(f->steps[k].node->op) == TN_OPK_TRANSFER;
+    return n;
+}
+
 /* The compiled scan nodes of f: how many, how many on the device, and the
    transfers their device steps run per step (must be 0). */
 static void scan_steps(const tn_func *f, int *n, int *on_dev, int *step_transfers) {
@@ -73,7 +81,7 @@ static void scan_steps(const tn_func *f, int *n, int *on_dev, int *step_transfer
         (*n)++;
         if (v->device == TN_HOST) continue;
         (*on_dev)++;
-        *step_transfers += s->dfn ? tn__func_transfers(s->dfn) : 1000;
+        *step_transfers += s->dfn ? func_transfers(s->dfn) : 1000;
     }
 }
 

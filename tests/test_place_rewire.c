@@ -95,16 +95,29 @@ static void *fake_func_new(void) { streams_made++; streams_live++; return malloc
 static tn_result fake_func_enter(void *s) { (void)s; stream_enters++; return TN_OK; }
 static void fake_func_free(void *s) { if (s) streams_live--; free(s); }
 
+/* The CUDA back end's table with the stand-in's kernels in every row (the
+   rows' supports() decide placement as on a GPU). */
+static const tn_backend_op *fake_ops[TN_OP_COUNT];
+static tn_backend_op fake_rows[TN_OP_COUNT];
+static const tn_backend_op *const *fake_table(void) {
+    for (int op = 0; op < TN_OP_COUNT; op++) {
+        if (!tn__cuda_ops[op]) continue;
+        fake_rows[op] = *tn__cuda_ops[op];
+        fake_rows[op].prepare = fake_prepare;
+        fake_rows[op].run = fake_run;
+        fake_rows[op].release = NULL;
+        fake_ops[op] = &fake_rows[op];
+    }
+    return fake_ops;
+}
+
 static void use_fake_device(void) {
     static tn_backend be;
     static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy };
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
-    be.prepare = fake_prepare;
-    be.run = fake_run;
-    be.release = NULL;
-    be.synchronize = NULL;
+    be.ops = fake_table();
     be.graph_begin = fake_graph_begin;
     be.graph_end = fake_graph_end;
     be.graph_launch = fake_graph_launch;
@@ -512,8 +525,6 @@ TEST(test_update_targets_move_to_device) {
     CHECK(f != NULL, "compile 2: %s", tn_last_error());
     CHECK(tn_shared_get(w)->device == TN_HOST, "w is an output (read on the host): stays, device %d", tn_shared_get(w)->device);
     tn_function_free(f);
-    /* outside tn_function the pass has no targets: nothing else moves */
-    CHECK(tn__func_update_targets == NULL, "targets are cleared after compiling");
     tn_graph_free(g);
     tn_array_free(xv); tn_array_free(zv); tn_array_free(mv);
 }
@@ -562,6 +573,44 @@ TEST(test_one_stream_per_function) {
     CHECK(streams_live == live0, "%d streams left", streams_live - live0);
 }
 
+/* assert_no_cpu_op names each op left on the CPU and why: an op without a
+   row in the back end's table, or a row that declined the node. */
+static tn_result copy_infer(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    out[0] = in[0];
+    return TN_OK;
+}
+static tn_result copy_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    return tn_array_assign(out[0], in[0]);
+}
+TEST(test_assert_no_cpu_op_says_why) {
+    tn_config cfg = *tn_get_config(), warn = cfg;
+    warn.assert_no_cpu_op = TN_WR_RAISE;
+    tn_init(&warn);
+    use_fake_device();
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *j = tn_exp(tn_concatenate(2, (tn_var *[]){ x, x }, 0));      /* Join: no row */
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &j });
+    CHECK(!f && tn_last_result() == TN_ERR_UNSUPPORTED && strstr(tn_last_error(), "Join") &&
+          strstr(tn_last_error(), "no GPU kernel in the cuda back end"), "no row: %s", tn_last_error());
+    tn_function_free(f);
+    static const tn_custom_op cp = { .name = "copy_it", .n_inputs = 1, .n_outputs = 1, .infer = copy_infer, .cpu = copy_cpu };
+    tn_var *c = tn_exp(tn_custom(g, &cp, 1, &x));                        /* a row, but no CUDA source: declined */
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &c });
+    CHECK(!f && strstr(tn_last_error(), "copy_it") && strstr(tn_last_error(), "has a row for this op, but it declined these inputs: float32") &&
+          !strstr(tn_last_error(), "no GPU kernel"), "declined: %s", tn_last_error());
+    tn_function_free(f);
+    tn_var *e = tn_exp(x);                                               /* everything on the device: compiles */
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &e });
+    CHECK(f != NULL, "all on the device: %s", tn_last_error());
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_init(&cfg);
+    use_fake_device();
+}
+
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     use_fake_device();
@@ -575,6 +624,7 @@ int main(void) {
     TH_RUN(test_graph_off_cases);
     TH_RUN(test_update_targets_move_to_device);
     TH_RUN(test_one_stream_per_function);
+    TH_RUN(test_assert_no_cpu_op_says_why);
     tn__set_backend(NULL);
     tn__set_device_ops(NULL);
     tn_shutdown();

@@ -172,6 +172,21 @@ static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_arra
     for (int o = 0; o < n->n_out; o++) { int d = out[o]->device; *out[o] = co[o]; out[o]->device = d; }
     return r;
 }
+/* The CUDA back end's table with the stand-in's kernels in every row (the
+   rows' supports() decide placement as on a GPU). */
+static const tn_backend_op *fake_ops[TN_OP_COUNT];
+static tn_backend_op fake_rows[TN_OP_COUNT];
+static const tn_backend_op *const *fake_table(void) {
+    for (int op = 0; op < TN_OP_COUNT; op++) {
+        if (!tn__cuda_ops[op]) continue;
+        fake_rows[op] = *tn__cuda_ops[op];
+        fake_rows[op].prepare = fake_prepare;
+        fake_rows[op].run = fake_run;
+        fake_rows[op].release = NULL;
+        fake_ops[op] = &fake_rows[op];
+    }
+    return fake_ops;
+}
 static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
 static void fake_free(int d, void *p) { (void)d; free(p); }
 static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t b) { (void)dd; (void)sd; memcpy(dst, src, b); return TN_OK; }
@@ -192,9 +207,7 @@ TEST(test_profile_events) {
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
-    be.prepare = fake_prepare;
-    be.run = fake_run;
-    be.release = NULL;
+    be.ops = fake_table();
     be.prof_new = fake_prof_new; be.prof_mark = fake_prof_mark; be.prof_collect = fake_prof_collect; be.prof_free = fake_prof_free;
     be.func_new = NULL; be.func_enter = NULL; be.func_free = NULL;     /* no driver here: no streams */
     tn__set_backend(&be);
@@ -248,6 +261,8 @@ TEST(test_profile_events) {
         }
         CHECK(seen == n, "%d Apply lines of %d", seen, n);
         CHECK(strstr(s, "host round trip between GPU ops") != NULL, "advice names the round trip:\n%s", s);
+        CHECK(strstr(s, "Join{axis=0} (node") && strstr(s, "runs on the CPU: no GPU kernel in the cuda back end"),
+              "advice says why Join stays on the CPU:\n%s", s);
     }
     free(s);
     tn_profile_reset(f);

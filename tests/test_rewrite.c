@@ -451,10 +451,8 @@ TEST(test_fusion_input_limit) {
         vals[i] = rnd(2, S34, -1, 1, 10 + (uint64_t)i);
         acc = acc ? tn_add(acc, tn_exp(xs[i])) : tn_exp(xs[i]);
     }
-    int old = tn__fuse_max_inputs;
-    tn__fuse_max_inputs = 3;
-    tn_func *f = compile(8, xs, 1, &acc, TN_MODE_FAST_RUN);
-    tn__fuse_max_inputs = old;
+    tn_func *f = tn_function(tn_var_graph(acc), &(tn_func_desc){ .n_inputs = 8, .inputs = xs, .n_outputs = 1, .outputs = &acc,
+                                                                .mode = TN_MODE_FAST_RUN, .max_fused_inputs = 3 });
     CHECK(N("fusion") >= 3, "wide group not split: %d", N("fusion"));
     CHECK(agree(f, 8, xs, 1, &acc, vals, 1e-12), "numbers");
     tn_function_free(f);
