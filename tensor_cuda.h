@@ -542,7 +542,7 @@ TN_API tn_result tn_cuda_init(void) {
             }
         } else {
             c->state = 1;
-            tn__shutdown_hook = tn__cuda_shutdown;
+            tn__lib.shutdown_hook = tn__cuda_shutdown;
             tn__cuda_register_backend();
         }
     }
@@ -984,7 +984,7 @@ static void tn__cuda_keep_log(const char *what, const char *log, const char *src
     if (b.oom) { tn__free(b.s); return; }
     tn__free(tn__cuda_compile_log);
     tn__cuda_compile_log = b.s;
-    if (tn__log_fn) tn__log_fn(TN_LOG_ERROR, b.s, tn__log_user);
+    if (tn__log_set()) tn__log(TN_LOG_ERROR, b.s);
     else fprintf(stderr, "tensor.h: %s", b.s);
 }
 
@@ -3655,7 +3655,7 @@ static tn_result tn__cuda_device_init(const tn_config *cfg) {
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((constructor))
 #endif
-static void tn__cuda_hook_ctor(void) { tn__device_init_hook = tn__cuda_device_init; }
+static void tn__cuda_hook_ctor(void) { tn__lib.device_init_hook = tn__cuda_device_init; }
 
 static void tn__cuda_shutdown(void) {
     if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
