@@ -399,6 +399,14 @@ typedef struct tn_backend {
     void *(*func_new)(void);
     tn_result (*func_enter)(void *fstate);
     void (*func_free)(void *fstate);
+    /* Shared variables read or updated by functions on different streams (the
+       >>shared_locks section; NULL: one queue orders everything). Each shared
+       variable carries an event: shared_wait makes the calling thread's
+       current stream wait for the work last marked on it, shared_mark records
+       it there (made on first use), shared_free drops it. */
+    tn_result (*shared_wait)(void *ev);
+    tn_result (*shared_mark)(void **ev);
+    void (*shared_free)(void *ev);
 } tn_backend;
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
@@ -525,6 +533,7 @@ static struct tn__lib {
     pthread_once_t pool_once;
     pthread_mutex_t pool_caller;           /* one parallel job at a time */
 #endif
+    atomic_uint_fast64_t shared_seq;       /* lock order of shared variables (>>shared_locks) */
 } tn__lib = {
     .init_mu = PTHREAD_MUTEX_INITIALIZER,
     .log_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -2131,6 +2140,30 @@ TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
 
 /* >>graph_arena ---------------------------------------------------------- */
 
+/* A shared variable's lock and device event (the >>shared_locks section),
+   in the arena, hung on the user's leaf (tn_var.ext of a Shared node). */
+typedef struct tn__shvar {
+    pthread_mutex_t mu;
+    atomic_uintptr_t owner;   /* the holding thread (tn__shvar_me), 0: none. Re-entrant: */
+    int depth;                /* a scan's step function reads what its caller holds */
+    uint64_t seq;             /* global lock order */
+    void *ev;                 /* the back end's event, or NULL */
+} tn__shvar;
+static _Thread_local char tn__shvar_me;      /* its address names the thread */
+static void tn__shvar_lock(tn__shvar *sh) {
+    uintptr_t me = (uintptr_t)&tn__shvar_me;
+    if (atomic_load_explicit(&sh->owner, memory_order_relaxed) == me) { sh->depth++; return; }
+    pthread_mutex_lock(&sh->mu);
+    atomic_store_explicit(&sh->owner, me, memory_order_relaxed);
+    sh->depth = 1;
+}
+static void tn__shvar_unlock(tn__shvar *sh) {
+    if (--sh->depth > 0) return;
+    atomic_store_explicit(&sh->owner, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&sh->mu);
+}
+static void tn__shvar_release(tn__shvar *sh);
+
 /* Nodes, input arrays and strings live in fixed-size chunks freed all at once;
    an allocation larger than a chunk gets a chunk of its own. */
 #define TN__CHUNK_BYTES ((size_t)64 * 1024)
@@ -2158,6 +2191,8 @@ TN_API tn_graph *tn_graph_new(void) {
 TN_API void tn_graph_free(tn_graph *g) {
     if (!g) return;
     tn__scan_release_graph(g);          /* compiled inner steps of g's scans */
+    for (int i = 0; i < g->nvars; i++)
+        if (g->vars[i]->op == TN_OP_SHARED && g->vars[i]->ext) tn__shvar_release((tn__shvar *)g->vars[i]->ext);
     for (int i = 0; i < g->nowned; i++) tn_array_free(g->owned[i]);
     tn__free(g->owned);
     tn__free(g->vars);
@@ -2471,6 +2506,11 @@ TN_API tn_var *tn_shared(tn_graph *g, const char *name, const tn_array *value) {
     tn_var *v = tn__leaf(g, TN_OP_SHARED, name, &t, who);
     if (!v) { tn__graph_disown(g, c); tn_array_free(c); return NULL; }
     v->value = c;
+    tn__shvar *sh = (tn__shvar *)tn__graph_alloc(g, sizeof *sh);
+    if (!sh) return NULL;
+    if (pthread_mutex_init(&sh->mu, NULL) != 0) { tn__err(TN_ERR_OOM, "%s: cannot make its lock", who); return NULL; }
+    sh->seq = atomic_fetch_add(&tn__lib.shared_seq, 1);
+    v->ext = sh;
     return v;
 }
 
@@ -2483,10 +2523,31 @@ TN_API const tn_array *tn_shared_get(tn_var *shared) {
     return shared->value;
 }
 
+/* Holds the variable's lock, and orders this thread's device work after the
+   last function's work on it (tn_backend.shared_wait). */
+static tn_result tn__shvar_enter(tn_var *shared) {
+    tn__shvar *sh = (tn__shvar *)shared->ext;
+    if (!sh) return TN_OK;
+    tn__shvar_lock(sh);
+    const tn_backend *b = tn__get_backend();
+    tn_result r = sh->ev && b && b->shared_wait ? b->shared_wait(sh->ev) : TN_OK;
+    if (r != TN_OK) tn__shvar_unlock(sh);
+    return r;
+}
+static void tn__shvar_leave(tn_var *shared) {
+    tn__shvar *sh = (tn__shvar *)shared->ext;
+    if (sh) tn__shvar_unlock(sh);
+}
+
 TN_API tn_array *tn_shared_get_value(tn_var *shared) {
     const tn_array *a = tn_shared_get(shared);
     if (!a) return NULL;
+    if (tn__shvar_enter(shared) != TN_OK) {
+        tn__err(tn_last_result(), "tn_shared_get_value '%s': %s", tn__var_label_name(shared), tn_last_error());
+        return NULL;
+    }
     tn_array *c = a->device == TN_HOST ? tn_array_copy(a) : tn_array_to_host(a);
+    tn__shvar_leave(shared);
     if (!c) tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_get_value '%s': %s", tn__var_label_name(shared), tn_last_error());
     return c;
 }
@@ -2507,13 +2568,18 @@ TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value) {
                        tn_dtype_name(value->dtype), value->ndim, tn__shape_str(value->ndim, value->shape, b));
     }
     if (value == old) return TN_OK;
+    if ((r = tn__shvar_enter(shared)) != TN_OK) return tn__err(r, "tn_shared_set_value '%s': %s", name, tn_last_error());
     tn_array *c = tn__copy_on(value, old->device);    /* a device-resident variable stays there */
-    if (!c) return tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    if (!c) {
+        tn__shvar_leave(shared);
+        return tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    }
     /* Replace the contents in place: pointers from tn_shared_get stay valid. */
     tn_array tmp = *shared->value;
     *shared->value = *c;
     *c = tmp;
     tn_array_free(c);
+    tn__shvar_leave(shared);
     return TN_OK;
 }
 
@@ -2665,6 +2731,9 @@ struct tn_func {
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
     struct tn__gcache *gcache;          /* captured CUDA graphs (the >>graph_replay section); NULL until used */
+    atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
+    struct tn__shvar **locks;           /* the shared variables it reads or updates, in lock order */
+    int n_locks;
 };
 
 /* Profiler hooks (the >>profile section), called only when f->prof is set. */
@@ -2689,6 +2758,72 @@ static void tn__plan_release(tn_func *f) {
     f->n_phys = 0;
     f->n_pool = 0;
     f->planned = false;
+}
+
+/* >>shared_locks --------------------------------------------------------- */
+/* A call holds the locks of every shared variable its function reads or
+   updates, from reading their values to writing the updates, so concurrent
+   functions see each update whole. Locks are taken in one global order (the
+   variables' creation numbers): no deadlock. On a device, each variable's
+   event orders the next user's stream after the last one's work (readers
+   mark it too: the next writer may reuse the buffer they read). A function
+   with no shared variables takes no lock. */
+static tn_result tn__func_locks(tn_func *f) {
+    int cap = f->n_updates, n = 0;
+    for (int s = 0; s < f->n_slots; s++) cap += f->slots[s].kind == TN__SLOT_SHARED;
+    if (cap == 0) return TN_OK;
+    f->locks = (tn__shvar **)tn__calloc((size_t)cap, sizeof *f->locks);
+    if (!f->locks) return tn__err(TN_ERR_OOM, "%s: out of memory", f->name);
+    for (int i = 0, s = 0; i < cap; i++) {
+        const tn_var *u = NULL;
+        if (i < f->n_updates) u = f->upd_user[i];
+        else {
+            while (f->slots[s].kind != TN__SLOT_SHARED) s++;
+            u = f->slots[s++].user;
+        }
+        tn__shvar *sh = u ? (tn__shvar *)u->ext : NULL;
+        bool dup = false;
+        for (int k = 0; k < n && sh; k++) dup |= f->locks[k] == sh;
+        if (!sh || dup) continue;
+        int j = n++;          /* insertion by seq */
+        while (j > 0 && f->locks[j - 1]->seq > sh->seq) { f->locks[j] = f->locks[j - 1]; j--; }
+        f->locks[j] = sh;
+    }
+    f->n_locks = n;
+    return TN_OK;
+}
+
+static void tn__shvar_release(tn__shvar *sh) {
+    const tn_backend *b = tn__get_backend();
+    if (sh->ev && b && b->shared_free) b->shared_free(sh->ev);
+    sh->ev = NULL;
+    pthread_mutex_destroy(&sh->mu);
+}
+
+static void tn__func_lock(tn_func *f) {
+    for (int i = 0; i < f->n_locks; i++) tn__shvar_lock(f->locks[i]);
+}
+static void tn__func_unlock(tn_func *f) {
+    for (int i = f->n_locks - 1; i >= 0; i--) tn__shvar_unlock(f->locks[i]);
+}
+
+/* After func_enter made f's stream current: wait for the last work on each
+   variable; after the call, mark f's own. */
+static tn_result tn__func_shared_wait(tn_func *f) {
+    if (!f->bfstate || !f->backend->shared_wait) return TN_OK;
+    for (int i = 0; i < f->n_locks; i++) {
+        tn_result r = f->locks[i]->ev ? f->backend->shared_wait(f->locks[i]->ev) : TN_OK;
+        if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
+    }
+    return TN_OK;
+}
+static tn_result tn__func_shared_mark(tn_func *f) {
+    if (!f->bfstate || !f->backend->shared_mark) return TN_OK;
+    for (int i = 0; i < f->n_locks; i++) {
+        tn_result r = f->backend->shared_mark(&f->locks[i]->ev);
+        if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
+    }
+    return TN_OK;
 }
 
 static void tn__retired_release(tn_func *f) {
@@ -2725,6 +2860,7 @@ TN_API void tn_function_free(tn_func *f) {
     tn__free(f->upd_swappable);
     tn__free(f->upd_slot);
     tn__free(f->upd_user);
+    tn__free(f->locks);
     if (f->ring_ref) for (int i = 0; i < f->n_outputs * TN__RING; i++) tn__buffer_release(f->ring_ref[i]);
     tn__free(f->ring_ref);
     tn__free(f->ring);
@@ -2976,6 +3112,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
         if (f->slots[s].kind == TN__SLOT_INPUT || f->slots[s].kind == TN__SLOT_SHARED) f->ext_slots[f->n_ext++] = s;
     f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
     if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    if ((r = tn__func_locks(f)) != TN_OK) goto done;
     bool on_dev = false;          /* a function with device steps gets its own stream */
     for (int k = 0; k < f->n_steps; k++) on_dev |= f->steps[k].node->device != TN_HOST;
     if (on_dev && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new();
@@ -3479,8 +3616,23 @@ static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
     return TN_OK;
 }
 
+static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs);
+
+/* One call at a time per function (an atomic flag, no lock on this path);
+   see "Threads" at the top of this file. */
 TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
     if (!f) return tn__err(TN_ERR_NULL, "tn_call: function is NULL");
+    if (atomic_flag_test_and_set_explicit(&f->busy, memory_order_acquire))
+        return tn__err(TN_ERR_BUSY, "tn_call: function '%s' is running in another thread; a function takes one call at a time "
+                       "(compile one per thread to run them concurrently)", f->name);
+    tn__func_lock(f);
+    tn_result r = tn__call(f, inputs, outputs);
+    tn__func_unlock(f);
+    atomic_flag_clear_explicit(&f->busy, memory_order_release);
+    return r;
+}
+
+static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
     const char *W = f->name;
     if (f->n_inputs > 0 && !inputs)
         return tn__err(TN_ERR_NUM_INPUTS, "%s: expects %d input%s but inputs is NULL", W, f->n_inputs, f->n_inputs == 1 ? "" : "s");
@@ -3499,11 +3651,12 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
     tn_result r;
     if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
     if (f->bfstate && (r = f->backend->func_enter(f->bfstate)) != TN_OK) return tn__err(r, "%s: %s", W, tn_last_error());
+    if ((r = tn__func_shared_wait(f)) != TN_OK) return r;
     if (f->prof) t_run = tn__prof_now();
     if ((r = tn__run_steps(f)) != TN_OK) return r;
     if (f->prof) t_run = tn__prof_now() - t_run;
     if ((r = tn__make_outputs(f, outputs)) != TN_OK) return r;
-    if ((r = tn__apply_updates(f)) != TN_OK) {
+    if ((r = tn__apply_updates(f)) != TN_OK || (r = tn__func_shared_mark(f)) != TN_OK) {
         for (int i = 0; i < f->n_outputs; i++) { if (!f->out_borrow[i]) tn_array_free(outputs[i]); outputs[i] = NULL; }
         return r;
     }
