@@ -541,10 +541,10 @@ static double event_ms(tn_func *f, int calls) {
     if (tn__cuda.cu.cuEventCreate(&a, TN__CU_EVENT_DEFAULT) || tn__cuda.cu.cuEventCreate(&b, TN__CU_EVENT_DEFAULT)) return -1;
     double sum = 0;
     for (int i = 0; i < calls && ms != -2; i++) {
-        tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
-        tn__cuda.cu.cuEventRecord(a, tn__cuda.stream);
+        tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
+        tn__cuda.cu.cuEventRecord(a, tn__cuda_stream());
         if (tn_call(f, NULL, &o) != TN_OK) ms = -2;
-        tn__cuda.cu.cuEventRecord(b, tn__cuda.stream);
+        tn__cuda.cu.cuEventRecord(b, tn__cuda_stream());
         tn__cuda.cu.cuEventSynchronize(b);
         if (ms != -2 && tn__cuda.cu.cuEventElapsedTime(&ms, a, b) == TN__CUDA_SUCCESS) sum += ms;
     }
@@ -572,7 +572,7 @@ TEST(test_profile_event_times) {
     CHECK(want > 0, "reference timing: %s", tn_last_error());
     CHECK(tn_profile_enable(f, true) == TN_OK, "enable");
     enum { CALLS = 12 };
-    tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+    tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
     double t0 = now_us(), t_two = 0;
     for (int i = 0; i < CALLS; i++) {
         CHECK(tn_call(f, NULL, &o) == TN_OK, "call: %s", tn_last_error());
@@ -783,10 +783,10 @@ TEST(test_streams_per_function) {
         double worst = 0;
         for (int it = 0; it < 40; it++) {
             CHECK(tn_call(f1, NULL, NULL) == TN_OK, "f1: %s", tn_last_error());
-            CHECK(tn__cuda.stream == s1, "f1's call ran on f1's stream");
+            CHECK(tn__cuda_stream() == s1, "f1's call ran on f1's stream");
             tn_array *r = NULL;
             CHECK(tn_call(f2, NULL, &r) == TN_OK && r, "f2: %s", tn_last_error());
-            CHECK(tn__cuda.stream == s2, "f2's call ran on f2's stream");
+            CHECK(tn__cuda_stream() == s2, "f2's call ran on f2's stream");
             double ref = 0;
             for (int64_t i = 0; i < n; i++) { w[i] = w[i] * 0.5f + 1.0f; ref += (double)w[i] * w[i]; }
             if (r) worst = fmax(worst, fabs(((const float *)r->data)[0] - ref) / ref);
@@ -795,9 +795,9 @@ TEST(test_streams_per_function) {
         CHECK(worst < 1e-4, "f2 saw every update of f1: worst relative error %g", worst);
     }
     tn_function_free(f1);
-    CHECK(tn__cuda.stream != NULL, "a current stream remains after freeing f1");
+    CHECK(tn__cuda_stream() != NULL, "a current stream remains after freeing f1");
     tn_function_free(f2);
-    CHECK(tn__cuda.stream == tn__cuda.home, "freeing the current function hands back to the home stream");
+    CHECK(tn__cuda_stream() == tn__cuda.home, "freeing the current function hands back to the home stream");
     tn_graph_free(g);
     tn_array_free(wv);
     free(w);
