@@ -26,6 +26,15 @@
        tn_array_print(out, stdout);
        tn_array_free(out); tn_array_free(in); tn_function_free(f); tn_graph_free(g);
 
+   Threads: different functions may run at once from different threads, on
+   the CPU and the GPU (each on its own stream). One function takes one call
+   at a time: a second concurrent caller gets TN_ERR_BUSY, nothing done. A
+   call holds the locks of the shared variables it reads or updates (one
+   global order, no deadlock), so concurrent updates are never lost;
+   tn_shared_get_value/set_value take the same lock. tn_init may race. The
+   CPU pool runs one parallel job at a time; a concurrent or nested job runs
+   on its caller's thread instead of waiting.
+
    What it does not do: sparse tensors, complex numbers, dynamic control flow
    other than scan, distributed execution.
 */
