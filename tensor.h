@@ -525,10 +525,9 @@ typedef struct tn__pool {
 static struct tn__lib {
     pthread_mutex_t init_mu;               /* tn_init and the config's strings */
     pthread_mutex_t log_mu;                /* log_fn with log_user */
-    tn_config cfg;                         /* cache_dir points to cache_dir below */
+    tn_config cfg;                         /* cache_dir points into interned */
     atomic_bool cfg_ready;
-    char *cache_dir;                       /* owned copy */
-    char **interned;                       /* strings tn_parse_flags handed out (cache_dir) */
+    char **interned;                       /* the config's strings: one copy per value, kept until tn_shutdown */
     int n_interned;
     tn_log_fn log_fn;
     void *log_user;
@@ -705,9 +704,10 @@ TN_API float tn_f16_to_f32(uint16_t h) {
 
 /* >>config */
 
-/* A string tn_parse_flags hands out in a tn_config: owned by the library
-   (one copy per distinct value, freed by tn_shutdown), so the caller's config
-   stays valid whatever thread parsed it. */
+/* A string of a tn_config (from tn_parse_flags or tn_init): owned by the
+   library, one copy per distinct value, kept until tn_shutdown, so a config
+   stays valid whatever thread parsed it and a copy of tn_get_config() stays
+   valid across later tn_init calls. */
 static const char *tn__intern(const char *v, size_t n) {
     const char *out = NULL;
     pthread_mutex_lock(&tn__lib.init_mu);
@@ -828,22 +828,13 @@ TN_API tn_result tn_init(const tn_config *cfg) {
         return tn__err(TN_ERR_DTYPE, "tn_init: floatX must be a float dtype, not %s", tn_dtype_name(c.floatX));
     /* Racing callers take turns; one that finds the same settings in place
        writes nothing, so threads reading the config meanwhile see it whole. */
+    if (c.cache_dir && !(c.cache_dir = tn__intern(c.cache_dir, strlen(c.cache_dir))))
+        return tn__err(TN_ERR_OOM, "tn_init: out of memory for cache_dir");
     pthread_mutex_lock(&tn__lib.init_mu);
     tn_result r = TN_OK;
     if (!atomic_load_explicit(&tn__lib.cfg_ready, memory_order_acquire) || !tn__cfg_same(&c, &tn__lib.cfg)) {
-        char *dir = NULL;
-        if (c.cache_dir) {
-            size_t n = strlen(c.cache_dir);
-            if ((dir = (char *)tn__malloc(n + 1))) memcpy(dir, c.cache_dir, n + 1);
-            else r = tn__err(TN_ERR_OOM, "tn_init: out of memory for cache_dir");
-        }
-        if (r == TN_OK) {
-            tn__free(tn__lib.cache_dir);
-            tn__lib.cache_dir = dir;
-            c.cache_dir = dir;
-            tn__lib.cfg = c;
-            atomic_store_explicit(&tn__lib.cfg_ready, true, memory_order_release);
-        }
+        tn__lib.cfg = c;
+        atomic_store_explicit(&tn__lib.cfg_ready, true, memory_order_release);
     }
     tn_result (*hook)(const tn_config *) = tn__lib.device_init_hook;
     if (r == TN_OK && hook) r = hook(&tn__lib.cfg);
@@ -967,11 +958,14 @@ static void tn__pool_stop(void) {}
 TN_API void tn_shutdown(void) {
     if (tn__lib.shutdown_hook) tn__lib.shutdown_hook();    /* back ends' teardown (tensor_cuda.h) */
     tn__pool_stop();
-    pthread_mutex_lock(&tn__lib.init_mu);
-    for (int i = 0; i < tn__lib.n_interned; i++) tn__free(tn__lib.interned[i]);
-    tn__free(tn__lib.interned);
-    tn__lib.interned = NULL;
-    tn__lib.n_interned = 0;
+    pthread_mutex_lock(&tn__lib.init_mu);      /* the strings, but the one the config uses */
+    int keep = 0;
+    for (int i = 0; i < tn__lib.n_interned; i++) {
+        if (tn__lib.interned[i] == tn__lib.cfg.cache_dir) tn__lib.interned[keep++] = tn__lib.interned[i];
+        else tn__free(tn__lib.interned[i]);
+    }
+    tn__lib.n_interned = keep;
+    if (!keep) { tn__free(tn__lib.interned); tn__lib.interned = NULL; }
     pthread_mutex_unlock(&tn__lib.init_mu);
 }
 
