@@ -12,7 +12,7 @@ TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 CXXTESTS = $(patsubst tests/%.cpp,$(BUILD)/%,$(wildcard tests/test_*.cpp))
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 
-.PHONY: all test test-gpu test-examples sanitize examples bench run clean
+.PHONY: all test test-gpu test-examples sanitize tsan examples bench run clean
 all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 
 $(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
@@ -49,6 +49,13 @@ sanitize:
 	$(MAKE) BUILD=build-san CFLAGS="$(SAN_FLAGS)" $(SAN_TESTS)
 	@tests/run.sh $(SAN_TESTS)
 
+# The threads test under ThreadSanitizer: a data race fails the run.
+TSAN_TESTS = build-tsan/test_threads
+TSAN_FLAGS ?= -O1 -g1 -fsanitize=thread
+tsan:
+	$(MAKE) BUILD=build-tsan CFLAGS="$(TSAN_FLAGS)" $(TSAN_TESTS)
+	@TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" tests/run.sh $(TSAN_TESTS)
+
 examples: $(EXAMPLES)
 
 # Every example built with the one command in its header, run briefly, its key line checked.
@@ -70,4 +77,4 @@ run: $(BUILD)/tour $(BUILD)/check1 $(BUILD)/borrow $(BUILD)/speed_test $(BUILD)/
 	$(BUILD)/gpu_op
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-tsan

@@ -26,6 +26,15 @@
        tn_array_print(out, stdout);
        tn_array_free(out); tn_array_free(in); tn_function_free(f); tn_graph_free(g);
 
+   Threads: different functions may run at once from different threads, on
+   the CPU and the GPU (each on its own stream). One function takes one call
+   at a time: a second concurrent caller gets TN_ERR_BUSY, nothing done. A
+   call holds the locks of the shared variables it reads or updates (one
+   global order, no deadlock), so concurrent updates are never lost;
+   tn_shared_get_value/set_value take the same lock. tn_init may race. The
+   CPU pool runs one parallel job at a time; a concurrent or nested job runs
+   on its caller's thread instead of waiting.
+
    What it does not do: sparse tensors, complex numbers, dynamic control flow
    other than scan, distributed execution.
 */
@@ -70,6 +79,7 @@ typedef enum tn_result {
     TN_ERR_UNSUPPORTED,   /* the operation exists but not for these arguments or on this device */
     TN_ERR_INTERNAL,      /* a bug in the library: please report it */
     TN_ERR_CHECK,         /* mode=check: a device op's result differs from its CPU reference */
+    TN_ERR_BUSY,          /* tn_call: the function is running in another thread (nothing was done) */
     TN_RESULT_COUNT
 } tn_result;
 
@@ -494,8 +504,15 @@ typedef struct tn_backend {
     void *(*func_new)(void);
     tn_result (*func_enter)(void *fstate);
     void (*func_free)(void *fstate);
+    /* Shared variables read or updated by functions on different streams (the
+       >>shared_locks section; NULL: one queue orders everything). Each shared
+       variable carries an event: shared_wait makes the calling thread's
+       current stream wait for the work last marked on it, shared_mark records
+       it there (made on first use), shared_free drops it. */
+    tn_result (*shared_wait)(void *ev);
+    tn_result (*shared_mark)(void **ev);
+    void (*shared_free)(void *ev);
 } tn_backend;
-TN_API void tn__set_backend(const tn_backend *b);
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
 /* The row of op in b's table: NULL where b has none (the op runs on the CPU). */
@@ -534,6 +551,7 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #include <stdarg.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #if defined(TN_MALLOC) || defined(TN_REALLOC) || defined(TN_FREE)
@@ -553,18 +571,81 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #  define TN_DEBUG_BORROW 1
 #endif
 
+/* >>context: the library's state, in one struct (sokol's _sg). Per-call and
+   per-device state lives in tn_func and in the back end's device contexts. */
+
+#ifndef TN_NO_THREADS
+typedef struct tn__pool {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_t *tid;
+    int n;                       /* workers, not counting the caller */
+    uint64_t job_id;
+    int pending;
+    bool quit;
+    tn__range_fn fn;
+    void *ctx;
+    int64_t n_items, chunk;
+} tn__pool;
+#endif
+
+static struct tn__lib {
+    pthread_mutex_t init_mu;               /* tn_init and the config's strings */
+    pthread_mutex_t log_mu;                /* log_fn with log_user */
+    tn_config cfg;                         /* cache_dir points into interned */
+    atomic_bool cfg_ready;
+    char **interned;                       /* the config's strings: one copy per value, kept until tn_shutdown */
+    int n_interned;
+    tn_log_fn log_fn;
+    void *log_user;
+    /* registries: the device back end, its memory operations and hooks */
+    const tn_backend *_Atomic backend;     /* atomic: tn_init may swap it while functions compile */
+    const tn_device_ops *_Atomic device_ops;
+    tn_result (*device_init_hook)(const tn_config *cfg);    /* set by tensor_cuda.h at load time */
+    void (*shutdown_hook)(void);
+#ifndef TN_NO_THREADS
+    tn__pool pool;                         /* the >>threads section */
+    pthread_once_t pool_once;
+    pthread_mutex_t pool_caller;           /* one parallel job at a time */
+#endif
+    atomic_uint_fast64_t shared_seq;       /* lock order of shared variables (>>shared_locks) */
+} tn__lib = {
+    .init_mu = PTHREAD_MUTEX_INITIALIZER,
+    .log_mu = PTHREAD_MUTEX_INITIALIZER,
+    .cfg = { .floatX = TN_F32, .allow_gc = true },
+#ifndef TN_NO_THREADS
+    .pool_once = PTHREAD_ONCE_INIT,
+    .pool_caller = PTHREAD_MUTEX_INITIALIZER,
+#endif
+};
+
 /* >>errors */
 
 static _Thread_local tn_result tn__last_result;
 static _Thread_local char tn__last_msg[1024];
-static tn_log_fn tn__log_fn;
-static void *tn__log_user;
+
+static bool tn__log_set(void) {
+    pthread_mutex_lock(&tn__lib.log_mu);
+    bool set = tn__lib.log_fn != NULL;
+    pthread_mutex_unlock(&tn__lib.log_mu);
+    return set;
+}
+
+static void tn__log(tn_log_level level, const char *msg) {
+    pthread_mutex_lock(&tn__lib.log_mu);
+    tn_log_fn fn = tn__lib.log_fn;
+    void *user = tn__lib.log_user;
+    pthread_mutex_unlock(&tn__lib.log_mu);
+    if (fn) fn(level, msg, user);
+    else if (level == TN_LOG_WARN) fprintf(stderr, "tensor.h: warning: %s\n", msg);
+}
 
 TN_API const char *tn_result_string(tn_result r) {
     static const char *const names[] = {
         "TN_OK", "TN_ERR_NULL", "TN_ERR_INVALID", "TN_ERR_SHAPE", "TN_ERR_DTYPE", "TN_ERR_AXIS",
         "TN_ERR_NUM_INPUTS", "TN_ERR_UPDATE", "TN_ERR_GRAPH", "TN_ERR_DISCONNECTED", "TN_ERR_STALE",
         "TN_ERR_OOM", "TN_ERR_DEVICE", "TN_ERR_UNSUPPORTED", "TN_ERR_INTERNAL", "TN_ERR_CHECK",
+        "TN_ERR_BUSY",
     };
     _Static_assert(sizeof names / sizeof names[0] == TN_RESULT_COUNT, "tn_result_string: one name per result");
     return (unsigned)r < TN_RESULT_COUNT ? names[r] : "TN_ERR_UNKNOWN";
@@ -573,7 +654,12 @@ TN_API const char *tn_result_string(tn_result r) {
 TN_API const char *tn_last_error(void) { return tn__last_msg; }
 TN_API tn_result tn_last_result(void) { return tn__last_result; }
 TN_API void tn_clear_error(void) { tn__last_result = TN_OK; tn__last_msg[0] = 0; }
-TN_API void tn_set_log(tn_log_fn fn, void *user) { tn__log_fn = fn; tn__log_user = user; }
+TN_API void tn_set_log(tn_log_fn fn, void *user) {
+    pthread_mutex_lock(&tn__lib.log_mu);
+    tn__lib.log_fn = fn;
+    tn__lib.log_user = user;
+    pthread_mutex_unlock(&tn__lib.log_mu);
+}
 
 TN_API tn_result tn__err(tn_result r, const char *fmt, ...) {
     /* Format into a local first: fmt's arguments may point into tn__last_msg
@@ -585,7 +671,7 @@ TN_API tn_result tn__err(tn_result r, const char *fmt, ...) {
     va_end(ap);
     memcpy(tn__last_msg, buf, sizeof buf);
     tn__last_result = r;
-    if (tn__log_fn) tn__log_fn(TN_LOG_ERROR, tn__last_msg, tn__log_user);
+    tn__log(TN_LOG_ERROR, tn__last_msg);
     return r;
 }
 
@@ -595,8 +681,7 @@ TN_API void tn__warn(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (tn__log_fn) tn__log_fn(TN_LOG_WARN, buf, tn__log_user);
-    else fprintf(stderr, "tensor.h: warning: %s\n", buf);
+    tn__log(TN_LOG_WARN, buf);
 }
 
 TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]) {
@@ -686,8 +771,27 @@ TN_API float tn_f16_to_f32(uint16_t h) {
 
 /* >>config */
 
-static tn_config tn__cfg = { .floatX = TN_F32, .allow_gc = true };
-static bool tn__cfg_ready;
+/* A string of a tn_config (from tn_parse_flags or tn_init): owned by the
+   library, one copy per distinct value, kept until tn_shutdown, so a config
+   stays valid whatever thread parsed it and a copy of tn_get_config() stays
+   valid across later tn_init calls. */
+static const char *tn__intern(const char *v, size_t n) {
+    const char *out = NULL;
+    pthread_mutex_lock(&tn__lib.init_mu);
+    for (int i = 0; i < tn__lib.n_interned && !out; i++)
+        if (strlen(tn__lib.interned[i]) == n && !memcmp(tn__lib.interned[i], v, n)) out = tn__lib.interned[i];
+    char **grown = out ? NULL : (char **)tn__realloc(tn__lib.interned, ((size_t)tn__lib.n_interned + 1) * sizeof *grown);
+    char *c = grown ? (char *)tn__malloc(n + 1) : NULL;
+    if (grown) tn__lib.interned = grown;
+    if (c) {
+        memcpy(c, v, n);
+        c[n] = 0;
+        tn__lib.interned[tn__lib.n_interned++] = c;
+        out = c;
+    }
+    pthread_mutex_unlock(&tn__lib.init_mu);
+    return out;
+}
 
 static bool tn__flag_bool(const char *v, bool *out) {
     if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "yes")) { *out = true; return true; }
@@ -699,18 +803,20 @@ static bool tn__flag_bool(const char *v, bool *out) {
 TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
     if (!cfg) return tn__err(TN_ERR_NULL, "tn_parse_flags: cfg is NULL");
     if (!flags) return TN_OK;
-    static _Thread_local char cache_dir[512];
-    const char *p = flags;
-    while (*p) {
-        char item[600];
+    size_t len = strlen(flags);
+    char *all = (char *)tn__malloc(len + 1);      /* items are cut in place */
+    if (!all) return tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory");
+    memcpy(all, flags, len + 1);
+    tn_result res = TN_OK;
+    char *p = all;
+    while (*p && res == TN_OK) {
+        char *item = p;
         size_t n = strcspn(p, ",");
-        if (n >= sizeof item) return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: item too long near '%.40s'", p);
-        memcpy(item, p, n);
-        item[n] = 0;
         p += n + (p[n] == ',');
+        item[n] = 0;
         if (!item[0]) continue;
         char *eq = strchr(item, '=');
-        if (!eq) return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: '%s' is not key=value", item);
+        if (!eq) { res = tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: '%s' is not key=value", item); break; }
         *eq = 0;
         const char *k = item, *v = eq + 1;
         bool b, ok = true;
@@ -745,8 +851,9 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             long t = strtol(v, &end, 10);
             if (*end || t < 0 || t > 1024) ok = false; else cfg->threads = (int)t;
         } else if (!strcmp(k, "cache_dir")) {
-            snprintf(cache_dir, sizeof cache_dir, "%s", v);
-            cfg->cache_dir = cache_dir;
+            const char *c = tn__intern(v, strlen(v));
+            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for cache_dir"); break; }
+            cfg->cache_dir = c;
         }
 #define TN__BOOL_FLAG(name, field) else if (!strcmp(k, name)) { if ((ok = tn__flag_bool(v, &b))) cfg->field = b; }
         TN__BOOL_FLAG("profile", profile)
@@ -758,15 +865,22 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
         TN__BOOL_FLAG("trace_rewrites", trace_rewrites)
 #undef TN__BOOL_FLAG
         else if (!strcmp(k, "cuda_graph")) { if ((ok = tn__flag_bool(v, &b))) cfg->no_cuda_graph = !b; }
-        else return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: unknown flag '%s'", k);
-        if (!ok) return tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: bad value '%s' for '%s'", v, k);
+        else { res = tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: unknown flag '%s'", k); break; }
+        if (!ok) res = tn__err(TN_ERR_INVALID, "TENSOR_FLAGS: bad value '%s' for '%s'", v, k);
     }
-    return TN_OK;
+    tn__free(all);
+    return res;
 }
 
-/* A device back end (tensor_cuda.h) sets this when it is compiled in (from a
-   load-time constructor); tn_init calls it so the device flag takes effect. */
-static tn_result (*tn__device_init_hook)(const tn_config *cfg);
+static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
+    const char *cx = a->cache_dir, *cy = b->cache_dir;
+    return a->device == b->device && a->device_ordinal == b->device_ordinal && a->floatX == b->floatX &&
+           a->mode == b->mode && a->profile == b->profile && a->fast_math == b->fast_math &&
+           a->launch_blocking == b->launch_blocking && a->print_kernels == b->print_kernels &&
+           a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
+           a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
+           a->threads == b->threads && (cx == cy || (cx && cy && !strcmp(cx, cy)));
+}
 
 TN_API tn_result tn_init(const tn_config *cfg) {
     tn_config c = { .floatX = TN_F32, .allow_gc = true };
@@ -779,42 +893,43 @@ TN_API tn_result tn_init(const tn_config *cfg) {
     }
     if (!tn_dtype_is_float(c.floatX))
         return tn__err(TN_ERR_DTYPE, "tn_init: floatX must be a float dtype, not %s", tn_dtype_name(c.floatX));
-    tn__cfg = c;
-    tn__cfg_ready = true;
-    return tn__device_init_hook ? tn__device_init_hook(&tn__cfg) : TN_OK;
+    /* Racing callers take turns; one that finds the same settings in place
+       writes nothing, so threads reading the config meanwhile see it whole. */
+    if (c.cache_dir && !(c.cache_dir = tn__intern(c.cache_dir, strlen(c.cache_dir))))
+        return tn__err(TN_ERR_OOM, "tn_init: out of memory for cache_dir");
+    pthread_mutex_lock(&tn__lib.init_mu);
+    tn_result r = TN_OK;
+    if (!atomic_load_explicit(&tn__lib.cfg_ready, memory_order_acquire) || !tn__cfg_same(&c, &tn__lib.cfg)) {
+        tn__lib.cfg = c;
+        atomic_store_explicit(&tn__lib.cfg_ready, true, memory_order_release);
+    }
+    tn_result (*hook)(const tn_config *) = tn__lib.device_init_hook;
+    if (r == TN_OK && hook) r = hook(&tn__lib.cfg);
+    pthread_mutex_unlock(&tn__lib.init_mu);
+    return r;
 }
 
 TN_API const tn_config *tn_get_config(void) {
-    if (!tn__cfg_ready && tn_init(NULL) != TN_OK) {
+    if (!atomic_load_explicit(&tn__lib.cfg_ready, memory_order_acquire) && tn_init(NULL) != TN_OK) {
         tn__warn("%s; using defaults", tn_last_error());
-        tn__cfg_ready = true;
+        pthread_mutex_lock(&tn__lib.init_mu);
+        atomic_store_explicit(&tn__lib.cfg_ready, true, memory_order_release);
+        pthread_mutex_unlock(&tn__lib.init_mu);
     }
-    return &tn__cfg;
+    return &tn__lib.cfg;
 }
 
-/* >>threads: a fixed pool; a job is split into one contiguous range per worker.
-   The caller runs the first range itself and waits for the rest. */
+/* >>threads: a fixed pool (tn__lib.pool); a job is split into one contiguous
+   range per worker. The caller runs the first range itself and waits for the
+   rest. One job runs at a time: a caller that finds the pool busy (another
+   thread's kernel) runs its whole range inline instead of waiting, and so
+   does a kernel already running in a worker (no nested jobs, no deadlock). */
 
 #ifndef TN_NO_THREADS
-typedef struct tn__pool {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t *tid;
-    int n;                       /* workers, not counting the caller */
-    uint64_t job_id;
-    int pending;
-    bool quit;
-    tn__range_fn fn;
-    void *ctx;
-    int64_t n_items, chunk;
-} tn__pool;
-static tn__pool tn__the_pool;
-static pthread_once_t tn__pool_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t tn__pool_caller = PTHREAD_MUTEX_INITIALIZER;  /* one job at a time */
 static _Thread_local bool tn__in_worker;
 
 static void *tn__pool_main(void *arg) {
-    tn__pool *p = &tn__the_pool;
+    tn__pool *p = &tn__lib.pool;
     int me = (int)(intptr_t)arg;                 /* 1..n: range index */
     uint64_t seen = 0;
     tn__in_worker = true;
@@ -837,7 +952,7 @@ static void *tn__pool_main(void *arg) {
 }
 
 static void tn__pool_start(void) {
-    tn__pool *p = &tn__the_pool;
+    tn__pool *p = &tn__lib.pool;
     int want = tn_get_config()->threads;
     if (want <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -857,8 +972,8 @@ static void tn__pool_start(void) {
 }
 
 TN_API int tn__num_threads(void) {
-    pthread_once(&tn__pool_once, tn__pool_start);
-    return tn__the_pool.n + 1;
+    pthread_once(&tn__lib.pool_once, tn__pool_start);
+    return tn__lib.pool.n + 1;
 }
 
 TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ctx) {
@@ -868,8 +983,8 @@ TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ct
     int64_t parts = n / grain;
     if (parts > nt) parts = nt;
     /* Nested calls and calls racing another job run inline rather than wait. */
-    if (parts <= 1 || tn__in_worker || pthread_mutex_trylock(&tn__pool_caller) != 0) { fn(ctx, 0, n); return; }
-    tn__pool *p = &tn__the_pool;
+    if (parts <= 1 || tn__in_worker || pthread_mutex_trylock(&tn__lib.pool_caller) != 0) { fn(ctx, 0, n); return; }
+    tn__pool *p = &tn__lib.pool;
     int64_t chunk = (n + parts - 1) / parts;
     pthread_mutex_lock(&p->mu);
     p->fn = fn; p->ctx = ctx; p->n_items = n; p->chunk = chunk;
@@ -883,11 +998,11 @@ TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ct
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
-    pthread_mutex_unlock(&tn__pool_caller);
+    pthread_mutex_unlock(&tn__lib.pool_caller);
 }
 
 static void tn__pool_stop(void) {
-    tn__pool *p = &tn__the_pool;
+    tn__pool *p = &tn__lib.pool;
     if (!p->tid) return;
     pthread_mutex_lock(&p->mu);
     p->quit = true;
@@ -907,18 +1022,23 @@ TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ct
 static void tn__pool_stop(void) {}
 #endif
 
-/* Back ends hook their own teardown here (tensor_cuda.h). */
-static void (*tn__shutdown_hook)(void);
-
 TN_API void tn_shutdown(void) {
-    if (tn__shutdown_hook) tn__shutdown_hook();
+    if (tn__lib.shutdown_hook) tn__lib.shutdown_hook();    /* back ends' teardown (tensor_cuda.h) */
     tn__pool_stop();
+    pthread_mutex_lock(&tn__lib.init_mu);      /* the strings, but the one the config uses */
+    int keep = 0;
+    for (int i = 0; i < tn__lib.n_interned; i++) {
+        if (tn__lib.interned[i] == tn__lib.cfg.cache_dir) tn__lib.interned[keep++] = tn__lib.interned[i];
+        else tn__free(tn__lib.interned[i]);
+    }
+    tn__lib.n_interned = keep;
+    if (!keep) { tn__free(tn__lib.interned); tn__lib.interned = NULL; }
+    pthread_mutex_unlock(&tn__lib.init_mu);
 }
 
 /* >>backend: at most one device back end, registered by tensor_cuda.h */
-static const tn_backend *tn__backend;
-TN_API void tn__set_backend(const tn_backend *b) { tn__backend = b; }
-TN_API const tn_backend *tn__get_backend(void) { return tn__backend; }
+TN_API void tn__set_backend(const tn_backend *b) { tn__lib.backend = b; }
+TN_API const tn_backend *tn__get_backend(void) { return tn__lib.backend; }
 
 TN_API const tn_backend_op *tn__backend_row(const tn_backend *b, int op) {
     return b && b->ops && op > 0 && op < TN_OP_COUNT ? b->ops[op] : NULL;
@@ -964,9 +1084,8 @@ struct tn_buffer {
     void (*free_fn)(void *raw, size_t bytes);
 };
 
-static const tn_device_ops *tn__device_ops;
-TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__device_ops = ops; }
-TN_API const tn_device_ops *tn__get_device_ops(void) { return tn__device_ops; }
+TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__lib.device_ops = ops; }
+TN_API const tn_device_ops *tn__get_device_ops(void) { return tn__lib.device_ops; }
 
 #define TN__ALIGN 64
 
@@ -984,7 +1103,7 @@ static tn_buffer *tn__buffer_new(size_t bytes, int device) {
         uintptr_t p = ((uintptr_t)b->raw + TN__ALIGN - 1) & ~(uintptr_t)(TN__ALIGN - 1);
         b->data = (void *)p;
     } else {
-        const tn_device_ops *ops = tn__device_ops;
+        const tn_device_ops *ops = tn__lib.device_ops;
         b->data = ops && ops->alloc ? ops->alloc(device, bytes ? bytes : 1) : NULL;
         if (!b->data) { tn__free(b); return NULL; }
     }
@@ -1011,7 +1130,7 @@ TN_API void tn__buffer_release(tn_buffer *b) {
     if (b->owns) {
         if (b->free_fn) b->free_fn(b->raw, b->bytes);
         else if (b->device == TN_HOST) tn__free(b->raw);
-        else if (tn__device_ops && tn__device_ops->free) tn__device_ops->free(b->device, b->data);
+        else if (tn__lib.device_ops && tn__lib.device_ops->free) tn__lib.device_ops->free(b->device, b->data);
     }
     tn__free(b);
 }
@@ -1073,7 +1192,7 @@ TN_API tn_array *tn__array_from_buffer(tn_buffer *b, tn_dtype t, int ndim, const
 TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int device) {
     if (tn__check_shape("tn__array_alloc", t, ndim, shape) != TN_OK) return NULL;
     size_t bytes = (size_t)tn__shape_size(ndim, shape) * tn_dtype_size(t);
-    if (device != TN_HOST && !(tn__device_ops && tn__device_ops->alloc)) {
+    if (device != TN_HOST && !(tn__lib.device_ops && tn__lib.device_ops->alloc)) {
         tn__err(TN_ERR_DEVICE, "tn__array_alloc: no device back end for device %d", device);
         return NULL;
     }
@@ -1314,7 +1433,7 @@ static void tn__array_span(const tn_array *a, int64_t *lo, int64_t *hi) {
    host). Device arrays: the span they touch is copied down, keeping strides. */
 static tn_array *tn__host_view(const tn_array *a, const char *who) {
     if (a->device == TN_HOST) return tn__array_from_buffer(a->base, a->dtype, a->ndim, a->shape, a->strides, a->data, TN_HOST);
-    const tn_device_ops *ops = tn__device_ops;
+    const tn_device_ops *ops = tn__lib.device_ops;
     if (!ops || !ops->copy) {
         tn__err(TN_ERR_DEVICE, "%s: the array lives on device %d but no device back end is loaded", who, a->device);
         return NULL;
@@ -1344,8 +1463,8 @@ TN_API tn_result tn_array_copy_to(const tn_array *a, tn_dtype t, void *dst, size
         return tn__err(TN_ERR_INVALID, "tn_array_copy_to: dst holds %zu bytes but the %s array %s as %s needs %zu",
                        capacity, tn_dtype_name(a->dtype), tn__shape_str(a->ndim, a->shape, sb), tn_dtype_name(t), need);
     }
-    if (a->device != TN_HOST && t == a->dtype && tn_array_is_contiguous(a) && tn__device_ops && tn__device_ops->copy)
-        return need ? tn__device_ops->copy(dst, TN_HOST, a->data, a->device, need) : TN_OK;
+    if (a->device != TN_HOST && t == a->dtype && tn_array_is_contiguous(a) && tn__lib.device_ops && tn__lib.device_ops->copy)
+        return need ? tn__lib.device_ops->copy(dst, TN_HOST, a->data, a->device, need) : TN_OK;
     tn_array *h = tn__host_view(a, "tn_array_copy_to");
     if (!h) return tn_last_result();
     int64_t cs[TN_MAX_DIMS];
@@ -1417,7 +1536,7 @@ TN_API tn_result tn_array_assign(tn_array *dst, const tn_array *src) {
     /* Device destination: build the converted values on the host, then copy up. */
     if (!tn_array_is_contiguous(dst))
         return tn__err(TN_ERR_UNSUPPORTED, "tn_array_assign: dst on device %d must be contiguous", dst->device);
-    if (!tn__device_ops || !tn__device_ops->copy)
+    if (!tn__lib.device_ops || !tn__lib.device_ops->copy)
         return tn__err(TN_ERR_DEVICE, "tn_array_assign: dst lives on device %d but no device back end is loaded", dst->device);
     tn_array *h = tn__host_view(src, "tn_array_assign");
     if (!h) return tn_last_result();
@@ -1425,7 +1544,7 @@ TN_API tn_result tn_array_assign(tn_array *dst, const tn_array *src) {
     if (!c) { tn_array_free(h); return tn_last_result(); }
     tn__broadcast_strides(h, dst->ndim, dst->shape, bstr);
     tn__copy_strided(dst->dtype, c->data, c->strides, h->dtype, h->data, bstr, dst->ndim, dst->shape);
-    r = tn__device_ops->copy(dst->data, dst->device, c->data, TN_HOST, tn_array_nbytes(c));
+    r = tn__lib.device_ops->copy(dst->data, dst->device, c->data, TN_HOST, tn_array_nbytes(c));
     tn_array_free(c);
     tn_array_free(h);
     return r;
@@ -1732,7 +1851,7 @@ TN_API tn_array *tn_array_reshape(const tn_array *a, int ndim, const int64_t *sh
     if (!c) return NULL;
     if (a->device != TN_HOST) {
         tn_array *d = tn__array_alloc(a->dtype, ndim, ns, a->device);
-        if (d && tn__device_ops->copy(d->data, d->device, c->data, TN_HOST, tn_array_nbytes(c)) != TN_OK) { tn_array_free(d); d = NULL; }
+        if (d && tn__lib.device_ops->copy(d->data, d->device, c->data, TN_HOST, tn_array_nbytes(c)) != TN_OK) { tn_array_free(d); d = NULL; }
         tn_array_free(c);
         return d;
     }
@@ -1766,11 +1885,11 @@ TN_API double tn_array_get(const tn_array *a, const int64_t *index) {
     if (tn__array_readable(a, "tn_array_get") != TN_OK || tn__elem_ptr(a, index, "tn_array_get", &p) != TN_OK) return NAN;
     if (a->device == TN_HOST) return tn__load_f(a->dtype, p);
     char tmp[8];
-    if (!tn__device_ops || !tn__device_ops->copy) {
+    if (!tn__lib.device_ops || !tn__lib.device_ops->copy) {
         tn__err(TN_ERR_DEVICE, "tn_array_get: the array lives on device %d but no device back end is loaded", a->device);
         return NAN;
     }
-    if (tn__device_ops->copy(tmp, TN_HOST, p, a->device, tn_dtype_size(a->dtype)) != TN_OK) return NAN;
+    if (tn__lib.device_ops->copy(tmp, TN_HOST, p, a->device, tn_dtype_size(a->dtype)) != TN_OK) return NAN;
     return tn__load_f(a->dtype, tmp);
 }
 
@@ -1781,9 +1900,9 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v) {
     if (a->device == TN_HOST) { tn__store_f(a->dtype, p, v); return TN_OK; }
     char tmp[8];
     tn__store_f(a->dtype, tmp, v);
-    if (!tn__device_ops || !tn__device_ops->copy)
+    if (!tn__lib.device_ops || !tn__lib.device_ops->copy)
         return tn__err(TN_ERR_DEVICE, "tn_array_set: the array lives on device %d but no device back end is loaded", a->device);
-    return tn__device_ops->copy(p, a->device, tmp, TN_HOST, tn_dtype_size(a->dtype));
+    return tn__lib.device_ops->copy(p, a->device, tmp, TN_HOST, tn_dtype_size(a->dtype));
 }
 
 /* >>print: NumPy's str() of an array (numpy/core/arrayprint.py, default
@@ -2115,6 +2234,30 @@ TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
 
 /* >>graph_arena ---------------------------------------------------------- */
 
+/* A shared variable's lock and device event (the >>shared_locks section),
+   in the arena, hung on the user's leaf (tn_var.ext of a Shared node). */
+typedef struct tn__shvar {
+    pthread_mutex_t mu;
+    atomic_uintptr_t owner;   /* the holding thread (tn__shvar_me), 0: none. Re-entrant: */
+    int depth;                /* a scan's step function reads what its caller holds */
+    uint64_t seq;             /* global lock order */
+    void *ev;                 /* the back end's event, or NULL */
+} tn__shvar;
+static _Thread_local char tn__shvar_me;      /* its address names the thread */
+static void tn__shvar_lock(tn__shvar *sh) {
+    uintptr_t me = (uintptr_t)&tn__shvar_me;
+    if (atomic_load_explicit(&sh->owner, memory_order_relaxed) == me) { sh->depth++; return; }
+    pthread_mutex_lock(&sh->mu);
+    atomic_store_explicit(&sh->owner, me, memory_order_relaxed);
+    sh->depth = 1;
+}
+static void tn__shvar_unlock(tn__shvar *sh) {
+    if (--sh->depth > 0) return;
+    atomic_store_explicit(&sh->owner, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&sh->mu);
+}
+static void tn__shvar_release(tn__shvar *sh);
+
 /* Nodes, input arrays and strings live in fixed-size chunks freed all at once;
    an allocation larger than a chunk gets a chunk of its own. */
 #define TN__CHUNK_BYTES ((size_t)64 * 1024)
@@ -2142,6 +2285,8 @@ TN_API tn_graph *tn_graph_new(void) {
 TN_API void tn_graph_free(tn_graph *g) {
     if (!g) return;
     tn__scan_release_graph(g);          /* compiled inner steps of g's scans */
+    for (int i = 0; i < g->nvars; i++)
+        if (g->vars[i]->op == TN_OP_SHARED && g->vars[i]->ext) tn__shvar_release((tn__shvar *)g->vars[i]->ext);
     for (int i = 0; i < g->nowned; i++) tn_array_free(g->owned[i]);
     tn__free(g->owned);
     tn__free(g->vars);
@@ -2448,6 +2593,11 @@ TN_API tn_var *tn_shared(tn_graph *g, const char *name, const tn_array *value) {
     tn_var *v = tn__leaf(g, TN_OP_SHARED, name, &t, who);
     if (!v) { tn__graph_disown(g, c); tn_array_free(c); return NULL; }
     v->value = c;
+    tn__shvar *sh = (tn__shvar *)tn__graph_alloc(g, sizeof *sh);
+    if (!sh) return NULL;
+    if (pthread_mutex_init(&sh->mu, NULL) != 0) { tn__err(TN_ERR_OOM, "%s: cannot make its lock", who); return NULL; }
+    sh->seq = atomic_fetch_add(&tn__lib.shared_seq, 1);
+    v->ext = sh;
     return v;
 }
 
@@ -2460,10 +2610,31 @@ TN_API const tn_array *tn_shared_get(tn_var *shared) {
     return shared->value;
 }
 
+/* Holds the variable's lock, and orders this thread's device work after the
+   last function's work on it (tn_backend.shared_wait). */
+static tn_result tn__shvar_enter(tn_var *shared) {
+    tn__shvar *sh = (tn__shvar *)shared->ext;
+    if (!sh) return TN_OK;
+    tn__shvar_lock(sh);
+    const tn_backend *b = tn__get_backend();
+    tn_result r = sh->ev && b && b->shared_wait ? b->shared_wait(sh->ev) : TN_OK;
+    if (r != TN_OK) tn__shvar_unlock(sh);
+    return r;
+}
+static void tn__shvar_leave(tn_var *shared) {
+    tn__shvar *sh = (tn__shvar *)shared->ext;
+    if (sh) tn__shvar_unlock(sh);
+}
+
 TN_API tn_array *tn_shared_get_value(tn_var *shared) {
     const tn_array *a = tn_shared_get(shared);
     if (!a) return NULL;
+    if (tn__shvar_enter(shared) != TN_OK) {
+        tn__err(tn_last_result(), "tn_shared_get_value '%s': %s", tn__var_label_name(shared), tn_last_error());
+        return NULL;
+    }
     tn_array *c = a->device == TN_HOST ? tn_array_copy(a) : tn_array_to_host(a);
+    tn__shvar_leave(shared);
     if (!c) tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_get_value '%s': %s", tn__var_label_name(shared), tn_last_error());
     return c;
 }
@@ -2484,13 +2655,18 @@ TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value) {
                        tn_dtype_name(value->dtype), value->ndim, tn__shape_str(value->ndim, value->shape, b));
     }
     if (value == old) return TN_OK;
+    if ((r = tn__shvar_enter(shared)) != TN_OK) return tn__err(r, "tn_shared_set_value '%s': %s", name, tn_last_error());
     tn_array *c = tn__copy_on(value, old->device);    /* a device-resident variable stays there */
-    if (!c) return tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    if (!c) {
+        tn__shvar_leave(shared);
+        return tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    }
     /* Replace the contents in place: pointers from tn_shared_get stay valid. */
     tn_array tmp = *shared->value;
     *shared->value = *c;
     *c = tmp;
     tn_array_free(c);
+    tn__shvar_leave(shared);
     return TN_OK;
 }
 
@@ -2643,6 +2819,9 @@ struct tn_func {
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
     struct tn__gcache *gcache;          /* captured CUDA graphs (the >>graph_replay section); NULL until used */
+    atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
+    struct tn__shvar **locks;           /* the shared variables it reads or updates, in lock order */
+    int n_locks;
 };
 
 /* Profiler hooks (the >>profile section), called only when f->prof is set. */
@@ -2667,6 +2846,72 @@ static void tn__plan_release(tn_func *f) {
     f->n_phys = 0;
     f->n_pool = 0;
     f->planned = false;
+}
+
+/* >>shared_locks --------------------------------------------------------- */
+/* A call holds the locks of every shared variable its function reads or
+   updates, from reading their values to writing the updates, so concurrent
+   functions see each update whole. Locks are taken in one global order (the
+   variables' creation numbers): no deadlock. On a device, each variable's
+   event orders the next user's stream after the last one's work (readers
+   mark it too: the next writer may reuse the buffer they read). A function
+   with no shared variables takes no lock. */
+static tn_result tn__func_locks(tn_func *f) {
+    int cap = f->n_updates, n = 0;
+    for (int s = 0; s < f->n_slots; s++) cap += f->slots[s].kind == TN__SLOT_SHARED;
+    if (cap == 0) return TN_OK;
+    f->locks = (tn__shvar **)tn__calloc((size_t)cap, sizeof *f->locks);
+    if (!f->locks) return tn__err(TN_ERR_OOM, "%s: out of memory", f->name);
+    for (int i = 0, s = 0; i < cap; i++) {
+        const tn_var *u = NULL;
+        if (i < f->n_updates) u = f->upd_user[i];
+        else {
+            while (f->slots[s].kind != TN__SLOT_SHARED) s++;
+            u = f->slots[s++].user;
+        }
+        tn__shvar *sh = u ? (tn__shvar *)u->ext : NULL;
+        bool dup = false;
+        for (int k = 0; k < n && sh; k++) dup |= f->locks[k] == sh;
+        if (!sh || dup) continue;
+        int j = n++;          /* insertion by seq */
+        while (j > 0 && f->locks[j - 1]->seq > sh->seq) { f->locks[j] = f->locks[j - 1]; j--; }
+        f->locks[j] = sh;
+    }
+    f->n_locks = n;
+    return TN_OK;
+}
+
+static void tn__shvar_release(tn__shvar *sh) {
+    const tn_backend *b = tn__get_backend();
+    if (sh->ev && b && b->shared_free) b->shared_free(sh->ev);
+    sh->ev = NULL;
+    pthread_mutex_destroy(&sh->mu);
+}
+
+static void tn__func_lock(tn_func *f) {
+    for (int i = 0; i < f->n_locks; i++) tn__shvar_lock(f->locks[i]);
+}
+static void tn__func_unlock(tn_func *f) {
+    for (int i = f->n_locks - 1; i >= 0; i--) tn__shvar_unlock(f->locks[i]);
+}
+
+/* After func_enter made f's stream current: wait for the last work on each
+   variable; after the call, mark f's own. */
+static tn_result tn__func_shared_wait(tn_func *f) {
+    if (!f->bfstate || !f->backend->shared_wait) return TN_OK;
+    for (int i = 0; i < f->n_locks; i++) {
+        tn_result r = f->locks[i]->ev ? f->backend->shared_wait(f->locks[i]->ev) : TN_OK;
+        if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
+    }
+    return TN_OK;
+}
+static tn_result tn__func_shared_mark(tn_func *f) {
+    if (!f->bfstate || !f->backend->shared_mark) return TN_OK;
+    for (int i = 0; i < f->n_locks; i++) {
+        tn_result r = f->backend->shared_mark(&f->locks[i]->ev);
+        if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
+    }
+    return TN_OK;
 }
 
 static void tn__retired_release(tn_func *f) {
@@ -2703,6 +2948,7 @@ TN_API void tn_function_free(tn_func *f) {
     tn__free(f->upd_swappable);
     tn__free(f->upd_slot);
     tn__free(f->upd_user);
+    tn__free(f->locks);
     if (f->ring_ref) for (int i = 0; i < f->n_outputs * TN__RING; i++) tn__buffer_release(f->ring_ref[i]);
     tn__free(f->ring_ref);
     tn__free(f->ring);
@@ -2959,6 +3205,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
         if (f->slots[s].kind == TN__SLOT_INPUT || f->slots[s].kind == TN__SLOT_SHARED) f->ext_slots[f->n_ext++] = s;
     f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
     if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    if ((r = tn__func_locks(f)) != TN_OK) goto done;
     bool on_dev = false;          /* a function with device steps gets its own stream */
     for (int k = 0; k < f->n_steps; k++) on_dev |= f->steps[k].node->device != TN_HOST;
     if (on_dev && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new();
@@ -3448,8 +3695,23 @@ static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
     return TN_OK;
 }
 
+static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs);
+
+/* One call at a time per function (an atomic flag, no lock on this path);
+   see "Threads" at the top of this file. */
 TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
     if (!f) return tn__err(TN_ERR_NULL, "tn_call: function is NULL");
+    if (atomic_flag_test_and_set_explicit(&f->busy, memory_order_acquire))
+        return tn__err(TN_ERR_BUSY, "tn_call: function '%s' is running in another thread; a function takes one call at a time "
+                       "(compile one per thread to run them concurrently)", f->name);
+    tn__func_lock(f);
+    tn_result r = tn__call(f, inputs, outputs);
+    tn__func_unlock(f);
+    atomic_flag_clear_explicit(&f->busy, memory_order_release);
+    return r;
+}
+
+static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
     const char *W = f->name;
     if (f->n_inputs > 0 && !inputs)
         return tn__err(TN_ERR_NUM_INPUTS, "%s: expects %d input%s but inputs is NULL", W, f->n_inputs, f->n_inputs == 1 ? "" : "s");
@@ -3468,11 +3730,12 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
     tn_result r;
     if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
     if (f->bfstate && (r = f->backend->func_enter(f->bfstate)) != TN_OK) return tn__err(r, "%s: %s", W, tn_last_error());
+    if ((r = tn__func_shared_wait(f)) != TN_OK) return r;
     if (f->prof) t_run = tn__prof_now();
     if ((r = tn__run_steps(f)) != TN_OK) return r;
     if (f->prof) t_run = tn__prof_now() - t_run;
     if ((r = tn__make_outputs(f, outputs)) != TN_OK) return r;
-    if ((r = tn__apply_updates(f)) != TN_OK) {
+    if ((r = tn__apply_updates(f)) != TN_OK || (r = tn__func_shared_mark(f)) != TN_OK) {
         for (int i = 0; i < f->n_outputs; i++) { if (!f->out_borrow[i]) tn_array_free(outputs[i]); outputs[i] = NULL; }
         return r;
     }

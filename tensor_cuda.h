@@ -337,6 +337,7 @@ static const char *tn__cublas_syms(void *h, tn__cublas_api *api) { const char *m
 
 /* >>cuda_state ------------------------------------------------------------- */
 
+struct tn__cuda_fstream;
 typedef struct tn__cuda_state {
     pthread_mutex_t mu;
     int state;                  /* 0 not tried, 1 usable, -1 not usable */
@@ -347,8 +348,9 @@ typedef struct tn__cuda_state {
     int ordinal;
     tn__CUdevice dev;
     tn__CUcontext ctx;
-    tn__CUstream stream;        /* the stream work is queued on now: home, or the calling function's */
-    tn__CUstream home;          /* the back end's own stream (work outside compiled functions) */
+    tn__CUstream home;          /* the back end's own stream (a thread's work outside compiled functions) */
+    atomic_uint_fast64_t epoch; /* bumped by tn_shutdown: threads forget their current stream */
+    struct tn__cuda_fstream *spare_streams;   /* freed functions' streams, reused (mu) */
     int cc_major, cc_minor, sm_count, max_threads;
     char name[128];
     char arch[16];              /* "sm_90" */
@@ -356,7 +358,9 @@ typedef struct tn__cuda_state {
     int cublas_state;           /* 0 not tried, 1 ok, -1 missing */
     void *h_cublas;
     tn__cublas_api blas;
-    tn__cublasHandle_t blas_handle;
+    tn__cublasHandle_t blas_handle;         /* shared by all threads: used under tn__cublas_mu */
+    tn__CUstream blas_stream;               /* the stream the handle is set to */
+    tn__CUevent blas_ev;                    /* orders products across streams */
     char cublas_path[256];
 } tn__cuda_state;
 static tn__cuda_state tn__cuda = { .mu = PTHREAD_MUTEX_INITIALIZER };
@@ -503,13 +507,12 @@ static const char *tn__cuda_open(const tn_config *cfg, char *why, size_t cap) {
         return why;
     }
     if ((r = c->cu.cuCtxSetCurrent(c->ctx)) != TN__CUDA_SUCCESS ||
-        (r = c->cu.cuStreamCreate(&c->stream, TN__CU_STREAM_NON_BLOCKING)) != TN__CUDA_SUCCESS) {
+        (r = c->cu.cuStreamCreate(&c->home, TN__CU_STREAM_NON_BLOCKING)) != TN__CUDA_SUCCESS) {
         snprintf(why, cap, "creating the context's stream failed: %s", tn__cu_errstr(r, eb, sizeof eb));
         c->cu.cuDevicePrimaryCtxRelease_v2(c->dev);
         c->ctx = NULL;
         return why;
     }
-    c->home = c->stream;
     snprintf(c->status, sizeof c->status, "cuda%d: %.100s (%s, %d SMs), driver %d.%d, nvrtc %d.%d (%.200s)",
              c->ordinal, c->name, c->arch, c->sm_count, c->driver_version / 1000, c->driver_version % 1000 / 10,
              tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path);
@@ -542,7 +545,7 @@ TN_API tn_result tn_cuda_init(void) {
             }
         } else {
             c->state = 1;
-            tn__shutdown_hook = tn__cuda_shutdown;
+            tn__lib.shutdown_hook = tn__cuda_shutdown;
             tn__cuda_register_backend();
         }
     }
@@ -575,6 +578,16 @@ static tn_result tn__cuda_bind(void) {
     TN__CU_CHECK(tn__cuda.cu.cuCtxSetCurrent(tn__cuda.ctx), "binding the CUDA context to this thread");
     tn__cuda_bound = tn__cuda.ctx;
     return TN_OK;
+}
+
+/* The stream this thread queues work on (the >>cuda_streams section): the
+   stream of the last function it called, else the home stream. Per thread,
+   so functions called from different threads queue on their own streams. */
+static _Thread_local tn__CUstream tn__cuda_cur;
+static _Thread_local uint64_t tn__cuda_cur_epoch;
+static tn__CUstream tn__cuda_stream(void) {
+    return tn__cuda_cur && tn__cuda_cur_epoch == atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed) ? tn__cuda_cur
+                                                                                                               : tn__cuda.home;
 }
 
 /* >>cuda_codegen: a tn_ew_program as one CUDA C kernel ----------------------- */
@@ -984,7 +997,7 @@ static void tn__cuda_keep_log(const char *what, const char *log, const char *src
     if (b.oom) { tn__free(b.s); return; }
     tn__free(tn__cuda_compile_log);
     tn__cuda_compile_log = b.s;
-    if (tn__log_fn) tn__log_fn(TN_LOG_ERROR, b.s, tn__log_user);
+    if (tn__log_set()) tn__log(TN_LOG_ERROR, b.s);
     else fprintf(stderr, "tensor.h: %s", b.s);
 }
 
@@ -1312,11 +1325,22 @@ TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void *
 /* >>cuda_memory: caching device allocator --------------------------------- */
 /* A steady loop allocates the same sizes every call: freed blocks are kept
    in lists by rounded size and handed out again, so no cuMemAlloc happens
-   after the first call. One stream orders all work, so a block freed while
-   a kernel may still read it is only reused by later work on that stream.
+   after the first call. A freed block remembers the stream that freed it
+   (the freeing thread's current stream, where its last work was queued) and
+   an event recorded there: reused on that stream it needs nothing, reused on
+   another the new stream first waits for the event, so work queued on
+   stream A never sees its block handed to stream B early. A block freed
+   while capturing has no event and is reused only on its own stream.
    On out-of-memory the cache is returned to the driver and the call retried. */
 
-typedef struct tn__dblock { tn__CUdeviceptr ptr; size_t size; struct tn__dblock *next; } tn__dblock;
+typedef struct tn__dblock {
+    tn__CUdeviceptr ptr;
+    size_t size;
+    struct tn__dblock *next;
+    tn__CUstream stream;        /* freed on it (cached blocks) */
+    tn__CUevent ev;             /* recorded there at the free, made at the first free */
+    bool ev_set;
+} tn__dblock;
 #define TN__DMAP_BUCKETS 1024
 static struct {
     pthread_mutex_t mu;
@@ -1335,6 +1359,8 @@ static size_t tn__dhash(tn__CUdeviceptr p) { return (size_t)((p >> 9) * 0x9e3779
 static void tn__dmem_release_cache(void) {   /* with tn__dmem.mu held */
     for (tn__dblock *b = tn__dmem.free_list, *nx; b; b = nx) {
         nx = b->next;
+        if (b->ev) tn__cuda.cu.cuEventSynchronize(b->ev);
+        if (b->ev) tn__cuda.cu.cuEventDestroy_v2(b->ev);
         tn__cuda.cu.cuMemFree_v2(b->ptr);
         tn__free(b);
     }
@@ -1357,10 +1383,17 @@ static void *tn__cuda_alloc(int device, size_t bytes) {
         return NULL;
     }
     size_t want = tn__dround(bytes);
+    tn__CUstream s = tn__cuda_stream();
     pthread_mutex_lock(&tn__dmem.mu);
     tn__dblock **pp = &tn__dmem.free_list, *b = NULL;
-    for (; *pp; pp = &(*pp)->next)      /* exact size first: the steady-loop case */
-        if ((*pp)->size == want) { b = *pp; *pp = b->next; break; }
+    for (; *pp; pp = &(*pp)->next)      /* exact size on this stream first: the steady-loop case */
+        if ((*pp)->size == want && (*pp)->stream == s) { b = *pp; *pp = b->next; break; }
+    for (pp = &tn__dmem.free_list; !b && *pp; pp = &(*pp)->next)    /* another stream's: wait for its work */
+        if ((*pp)->size == want && (*pp)->ev_set && tn__cuda.cu.cuStreamWaitEvent(s, (*pp)->ev, 0) == TN__CUDA_SUCCESS) {
+            b = *pp;
+            *pp = b->next;
+            break;
+        }
     if (b) tn__dmem.cached_bytes -= b->size;
     else {
         b = (tn__dblock *)tn__calloc(1, sizeof *b);
@@ -1409,6 +1442,12 @@ static void tn__cuda_free(int device, void *ptr) {
     if (b) {
         *pp = b->next;
         tn__dmem.live_bytes -= b->size;
+        b->stream = tn__cuda_stream();
+        b->ev_set = false;
+        if (!tn__cuda_capturing && tn__cuda_bind() == TN_OK) {
+            if (!b->ev && tn__cuda.cu.cuEventCreate(&b->ev, TN__CU_EVENT_DISABLE_TIMING) != TN__CUDA_SUCCESS) b->ev = NULL;
+            b->ev_set = b->ev && tn__cuda.cu.cuEventRecord(b->ev, b->stream) == TN__CUDA_SUCCESS;
+        }
         b->next = tn__dmem.free_list;
         tn__dmem.free_list = b;
         tn__dmem.cached_bytes += b->size;
@@ -1421,7 +1460,7 @@ static tn_result tn__cuda_copy(void *dst, int dst_device, const void *src, int s
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
     if (!bytes) return TN_OK;
-    tn__CUstream s = tn__cuda.stream;
+    tn__CUstream s = tn__cuda_stream();
     if (dst_device == TN_HOST && src_device == TN_HOST) { memcpy(dst, src, bytes); return TN_OK; }
     if (dst_device == TN_HOST)
         TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoHAsync_v2(dst, (tn__CUdeviceptr)(uintptr_t)src, bytes, s), "copying device to host");
@@ -1646,9 +1685,9 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     int64_t blocks = (work + 255) / 256, cap = (int64_t)tn__cuda.sm_count * 16;
     if (blocks > cap && cap > 0) blocks = cap;
     if (blocks < 1) blocks = 1;
-    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, tn__cuda.stream, params, NULL), who);
+    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, tn__cuda_stream(), params, NULL), who);
     if (tn_get_config()->launch_blocking)
-        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), who);
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
     return TN_OK;
 }
 
@@ -2305,7 +2344,7 @@ static tn_result tn__cred_scratch(void **buf, size_t *have, size_t need, bool ze
     *have = 0;
     void *p = tn__cuda_alloc(tn__cuda.ordinal, need);
     if (!p) return tn__err(TN_ERR_OOM, "%s: no device memory for %zu bytes of reduction scratch", who, need);
-    if (zero) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)p, 0, need, tn__cuda.stream), who);
+    if (zero) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)p, 0, need, tn__cuda_stream()), who);
     *buf = p;
     *have = need;
     return TN_OK;
@@ -2461,9 +2500,9 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
         ptrs[ns + 1] = st->part; params[np++] = &ptrs[ns + 1];
         ptrs[ns + 2] = st->cnt; params[np++] = &ptrs[ns + 2];
     }
-    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)gx, (unsigned)gy, 1, TN__CRED_THREADS, 1, 1, 0, tn__cuda.stream,
+    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)gx, (unsigned)gy, 1, TN__CRED_THREADS, 1, 1, 0, tn__cuda_stream(),
                                             params, NULL), who);
-    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), who);
+    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
     return TN_OK;
 }
 
@@ -2540,8 +2579,8 @@ static tn_result tn__cuda_custom_run(const tn_var *node, void *state, tn_array *
     char who[128];
     snprintf(who, sizeof who, "tn_custom: op '%s' (kernel %s, node %d)", op->name, op->cuda_kernel, node->id);
     TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(st->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
-                                            tn__cuda.stream, params, NULL), who);
-    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), who);
+                                            tn__cuda_stream(), params, NULL), who);
+    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
     return TN_OK;
 }
 
@@ -2551,8 +2590,9 @@ static void tn__cuda_custom_release(void *state) { tn__free(state); }
 /* >>cuda_copy: device copies through the elementwise engine -------------------- */
 /* An identity program per dtype: a strided or broadcast device array copied
    into a contiguous one by the same generated kernels (no transpose copies
-   elsewhere need their own code). One stream orders all work, so the kernel
-   states are shared by every caller of the back end's thread. */
+   elsewhere need their own code). The kernel states are shared by every
+   thread: tn__cuda_aux_mu guards them (held while a launch is queued). */
+static pthread_mutex_t tn__cuda_aux_mu = PTHREAD_MUTEX_INITIALIZER;
 static tn_dtype tn__cuda_id_dtype[TN_DTYPE_COUNT];
 static int32_t tn__cuda_id_reg[1];
 static tn_ew_program tn__cuda_id_prog[TN_DTYPE_COUNT];
@@ -2563,19 +2603,22 @@ static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const ch
     tn_dtype t = dst->dtype;
     if (src->dtype != t || (unsigned)t >= TN_DTYPE_COUNT)
         return tn__err(TN_ERR_INTERNAL, "%s: device copy from %s to %s", who, tn_dtype_name(src->dtype), tn_dtype_name(t));
+    tn_array *in[1] = { (tn_array *)src }, *out[1] = { dst };
+    if (src->device == dst->device && tn_array_is_contiguous(src) && tn_array_size(src) == tn_array_size(dst)) {
+        size_t n = tn_array_nbytes(dst);
+        if (n) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)dst->data,
+                                                              (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream()), who);
+        return TN_OK;
+    }
+    pthread_mutex_lock(&tn__cuda_aux_mu);
     if (!tn__cuda_id_prog[t].n_out) {
         tn__cuda_id_dtype[t] = t;
         tn__cuda_id_prog[t] = (tn_ew_program){ 1, &tn__cuda_id_dtype[t], 0, NULL, 1, tn__cuda_id_reg, &tn__cuda_id_dtype[t] };
         tn__cuda_id_state[t].prog = &tn__cuda_id_prog[t];
     }
-    tn_array *in[1] = { (tn_array *)src }, *out[1] = { dst };
-    if (src->device == dst->device && tn_array_is_contiguous(src) && tn_array_size(src) == tn_array_size(dst)) {
-        size_t n = tn_array_nbytes(dst);
-        if (n) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)dst->data,
-                                                              (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream), who);
-        return TN_OK;
-    }
-    return tn__cuda_ew_run(&tn__cuda_id_state[t], in, out, who);
+    tn_result r = tn__cuda_ew_run(&tn__cuda_id_state[t], in, out, who);
+    pthread_mutex_unlock(&tn__cuda_aux_mu);
+    return r;
 }
 
 /* A contiguous device copy of a (caller frees), from the caching allocator. */
@@ -2587,7 +2630,7 @@ static tn_array *tn__cuda_contiguous(const tn_array *a, const char *who) {
 
 static tn_result tn__cuda_sync_if_blocking(const char *who) {
     if (tn_get_config()->launch_blocking)
-        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), who);
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
     return TN_OK;
 }
 
@@ -2660,23 +2703,26 @@ static tn_result tn__cuda_scan_acc(tn_array *dst, const tn_array *src) {
     tn_dtype t = dst->dtype;
     if (src->dtype != t || (unsigned)t >= TN_DTYPE_COUNT)
         return tn__err(TN_ERR_INTERNAL, "GpuScan: gradient sum of %s into %s", tn_dtype_name(src->dtype), tn_dtype_name(t));
+    tn_result r = TN_OK;
+    pthread_mutex_lock(&tn__cuda_aux_mu);
     if (!tn__cuda_add_prog[t].n_out) {
         tn__cuda_add_dt[t][0] = tn__cuda_add_dt[t][1] = t;
         tn__cuda_add_ins[t] = (tn_ew_instr){ TN_OP_ADD, (int8_t)t, (int8_t)t, 0, 1, -1, 0 };
         tn_ew_program p = { 2, tn__cuda_add_dt[t], 1, &tn__cuda_add_ins[t], 1, tn__cuda_add_reg, &tn__cuda_add_dt[t][0] };
-        tn_result r = tn__cuda_check_program(&p);
-        if (r != TN_OK) return r;
-        tn__cuda_add_prog[t] = p;
-        tn__cuda_add_state[t].prog = &tn__cuda_add_prog[t];
+        if ((r = tn__cuda_check_program(&p)) == TN_OK) {
+            tn__cuda_add_prog[t] = p;
+            tn__cuda_add_state[t].prog = &tn__cuda_add_prog[t];
+        }
     }
     tn_array *in[2] = { dst, (tn_array *)src }, *out[1] = { dst };
-    tn_result r = tn__cuda_ew_run(&tn__cuda_add_state[t], in, out, "GpuScan: summing a step's gradient");
+    if (r == TN_OK) r = tn__cuda_ew_run(&tn__cuda_add_state[t], in, out, "GpuScan: summing a step's gradient");
+    pthread_mutex_unlock(&tn__cuda_aux_mu);
     return r == TN_OK ? tn__cuda_sync_if_blocking("GpuScan") : r;
 }
 
 static tn_result tn__cuda_scan_zero(tn_array *a) {
     size_t n = tn_array_nbytes(a);
-    if (n) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)a->data, 0, n, tn__cuda.stream), "GpuScan: zeroing a gradient");
+    if (n) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)a->data, 0, n, tn__cuda_stream()), "GpuScan: zeroing a gradient");
     return TN_OK;
 }
 
@@ -2694,6 +2740,8 @@ static tn_result tn__cuda_scan_run(const tn_var *node, tn_array *const *in, tn_a
    both dims, broadcast rows) is first copied contiguous on the device. */
 
 static pthread_mutex_t tn__cublas_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *tn__cuda_blas_ws;           /* cuBLAS workspace, set on the handle before capturing (>>cuda_graph) */
+static size_t tn__cuda_blas_ws_bytes;
 
 static tn_result tn__cublas_load(void) {
     tn_result r = tn__cuda_bind();
@@ -2710,7 +2758,7 @@ static tn_result tn__cublas_load(void) {
             tn__err(TN_ERR_DEVICE, "tn_cuda: %s lacks %s", c->cublas_path, missing);
         else if ((st = c->blas.cublasCreate_v2(&c->blas_handle)) != TN__CUBLAS_STATUS_SUCCESS)
             tn__err(TN_ERR_DEVICE, "tn_cuda: cublasCreate failed (status %u) with %s", st, c->cublas_path);
-        else if ((st = c->blas.cublasSetStream_v2(c->blas_handle, c->stream)) != TN__CUBLAS_STATUS_SUCCESS ||
+        else if ((st = c->blas.cublasSetStream_v2(c->blas_handle, c->blas_stream = tn__cuda_stream())) != TN__CUBLAS_STATUS_SUCCESS ||
                  (st = c->blas.cublasSetMathMode(c->blas_handle, tn_get_config()->allow_tf32 ? TN__CUBLAS_TF32_TENSOR_OP_MATH
                                                                                            : TN__CUBLAS_DEFAULT_MATH)) != TN__CUBLAS_STATUS_SUCCESS) {
             tn__err(TN_ERR_DEVICE, "tn_cuda: configuring the cuBLAS handle failed (status %u)", st);
@@ -2780,6 +2828,28 @@ static tn_result tn__mm_operand(const tn_array *a, tn__mm_op *o, const char *who
     return tn__err(TN_ERR_INTERNAL, "%s: a contiguous copy is still not a cuBLAS operand", who);
 }
 
+/* The one cuBLAS handle (and its one workspace) serves every thread: with
+   tn__cublas_mu held, it is pointed at the calling thread's stream, which is
+   first ordered after the products queued on the previous one (two streams
+   must not use the workspace at once). */
+static tn_result tn__cublas_follow(const char *who) {
+    tn__cuda_state *c = &tn__cuda;
+    tn__CUstream s = tn__cuda_stream();
+    if (c->blas_stream == s) return TN_OK;
+    if (!c->blas_ev) TN__CU_CHECK(c->cu.cuEventCreate(&c->blas_ev, TN__CU_EVENT_DISABLE_TIMING), who);
+    TN__CU_CHECK(c->cu.cuEventRecord(c->blas_ev, c->blas_stream), who);
+    TN__CU_CHECK(c->cu.cuStreamWaitEvent(s, c->blas_ev, 0), who);
+    tn__cublasStatus_t st = c->blas.cublasSetStream_v2(c->blas_handle, s);
+    if (st == TN__CUBLAS_STATUS_SUCCESS && tn__cuda_blas_ws)    /* cublasSetStream resets the workspace */
+        st = c->blas.cublasSetWorkspace_v2(c->blas_handle, tn__cuda_blas_ws, tn__cuda_blas_ws_bytes);
+    if (st != TN__CUBLAS_STATUS_SUCCESS) return tn__err(TN_ERR_DEVICE, "%s: cublasSetStream failed (status %u)", who, st);
+    c->blas_stream = s;
+    return TN_OK;
+}
+static tn_result tn__cuda_gemm_on(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int M, int N,
+                                  int K, int lda, int ldb, int ldc, long long sC, tn__cublasHandle_t h,
+                                  const tn__cublas_api *bl, double alpha, double beta, const char *who);
+
 /* C (contiguous, (batch,) m x n) = alpha * A B + beta * C on the stream. */
 static tn_result tn__cuda_gemm(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int64_t m,
                                int64_t n, int64_t k, double alpha, double beta, const char *who) {
@@ -2791,6 +2861,16 @@ static tn_result tn__cuda_gemm(tn_dtype t, int64_t batch, const tn__mm_op *A, co
     const tn__cublas_api *bl = &tn__cuda.blas;
     int M = (int)n, N = (int)m, K = (int)k, ldc = n > 1 ? (int)n : 1, lda = (int)B->ld, ldb = (int)A->ld;
     long long sC = (long long)(m * n);
+    pthread_mutex_lock(&tn__cublas_mu);
+    tn_result r = tn__cublas_follow(who);
+    if (r == TN_OK) r = tn__cuda_gemm_on(t, batch, A, B, C, M, N, K, lda, ldb, ldc, sC, h, bl, alpha, beta, who);
+    pthread_mutex_unlock(&tn__cublas_mu);
+    return r == TN_OK ? tn__cuda_sync_if_blocking(who) : r;
+}
+
+static tn_result tn__cuda_gemm_on(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int M, int N,
+                                  int K, int lda, int ldb, int ldc, long long sC, tn__cublasHandle_t h,
+                                  const tn__cublas_api *bl, double alpha, double beta, const char *who) {
     if (t == TN_F32) {
         float al = (float)alpha, be = (float)beta;
         if (batch == 1)
@@ -2816,7 +2896,7 @@ static tn_result tn__cuda_gemm(tn_dtype t, int64_t batch, const tn__mm_op *A, co
                                               ldb, &be, (uint16_t *)C + i * sC, TN__CUDA_R_16F, ldc, TN__CUBLAS_COMPUTE_32F,
                                               TN__CUBLAS_GEMM_DEFAULT), who);
     } else return tn__err(TN_ERR_DTYPE, "%s: cuBLAS products take float16/32/64, not %s", who, tn_dtype_name(t));
-    return tn__cuda_sync_if_blocking(who);
+    return TN_OK;
 }
 
 /* A vector (n,) with byte stride s as a (1, n) row (row) or an (n, 1) column. */
@@ -2939,8 +3019,8 @@ static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn
     if (r != TN_OK) return r;
     if (tn_array_is_contiguous(in) && tn_array_size(in) == tn_array_size(out)) memcpy(st->pin, in->data, n);
     else if ((r = tn_array_copy_to(in, out->dtype, st->pin, st->cap)) != TN_OK) return r;   /* packs views, broadcasts */
-    TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)out->data, st->pin, n, tn__cuda.stream), who);
-    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(st->ev, tn__cuda.stream), who);
+    TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)out->data, st->pin, n, tn__cuda_stream()), who);
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(st->ev, tn__cuda_stream()), who);
     st->ev_live = true;
     return tn__cuda_sync_if_blocking(who);
 }
@@ -2966,14 +3046,14 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
     tn__CUresult cr = TN__CUDA_SUCCESS;
     if (out->base && out->base->free_fn == tn__cuda_host_free) {
         /* pinned (a function's output or plan buffer): one DMA straight into it */
-        cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(out->data, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream);
-        if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(out->data, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream());
+        if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
     } else {
         /* pageable: through the shared pinned stage (faster than the driver's own staging) */
         pthread_mutex_lock(&tn__cuda_stage.mu);
         r = tn__cuda_pinned(&tn__cuda_stage.pin, &tn__cuda_stage.cap, n, who);
-        if (r == TN_OK) cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(tn__cuda_stage.pin, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda.stream);
-        if (r == TN_OK && cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+        if (r == TN_OK) cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(tn__cuda_stage.pin, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream());
+        if (r == TN_OK && cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
         if (r == TN_OK && cr == TN__CUDA_SUCCESS) memcpy(out->data, tn__cuda_stage.pin, n);
         pthread_mutex_unlock(&tn__cuda_stage.mu);
     }
@@ -2997,30 +3077,32 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
    of its own before the first capture, as its documentation asks for
    captured products (else it may allocate one inside the capture). */
 
-static void *tn__cuda_blas_ws;           /* cuBLAS workspace, set on the handle before capturing */
-static size_t tn__cuda_blas_ws_bytes;
-
 static tn_result tn__cuda_graph_ws(void) {
     tn__cuda_state *c = &tn__cuda;
-    if (c->cublas_state <= 0 || tn__cuda_blas_ws || !c->blas.cublasSetWorkspace_v2) return TN_OK;
-    size_t bytes = (size_t)(c->cc_major >= 9 ? 32 : 4) << 20;     /* cuBLAS's advice: 32 MiB on Hopper, else 4 */
-    void *ws = tn__cuda_alloc(c->ordinal, bytes);
-    if (!ws) return tn__err(tn_last_result(), "tn_cuda: a workspace for cuBLAS under graph capture: %s", tn_last_error());
-    tn__cublasStatus_t st = c->blas.cublasSetWorkspace_v2(c->blas_handle, ws, bytes);
-    if (st != TN__CUBLAS_STATUS_SUCCESS) {
-        tn__cuda_free(c->ordinal, ws);
-        return tn__err(TN_ERR_DEVICE, "tn_cuda: cublasSetWorkspace failed (status %u)", st);
+    pthread_mutex_lock(&tn__cublas_mu);        /* the handle is shared by all threads */
+    tn_result r = TN_OK;
+    if (c->cublas_state > 0 && !tn__cuda_blas_ws && c->blas.cublasSetWorkspace_v2) {
+        size_t bytes = (size_t)(c->cc_major >= 9 ? 32 : 4) << 20;     /* cuBLAS's advice: 32 MiB on Hopper, else 4 */
+        void *ws = tn__cuda_alloc(c->ordinal, bytes);
+        tn__cublasStatus_t st = ws ? c->blas.cublasSetWorkspace_v2(c->blas_handle, ws, bytes) : TN__CUBLAS_STATUS_SUCCESS;
+        if (!ws) r = tn__err(tn_last_result(), "tn_cuda: a workspace for cuBLAS under graph capture: %s", tn_last_error());
+        else if (st != TN__CUBLAS_STATUS_SUCCESS) {
+            tn__cuda_free(c->ordinal, ws);
+            r = tn__err(TN_ERR_DEVICE, "tn_cuda: cublasSetWorkspace failed (status %u)", st);
+        } else {
+            tn__cuda_blas_ws = ws;
+            tn__cuda_blas_ws_bytes = bytes;
+        }
     }
-    tn__cuda_blas_ws = ws;
-    tn__cuda_blas_ws_bytes = bytes;
-    return TN_OK;
+    pthread_mutex_unlock(&tn__cublas_mu);
+    return r;
 }
 
 static tn_result tn__cuda_graph_begin(void) {
     tn_result r = tn__cuda_bind();
     if (r == TN_OK) r = tn__cuda_graph_ws();
     if (r != TN_OK) return r;
-    TN__CU_CHECK(tn__cuda.cu.cuStreamBeginCapture_v2(tn__cuda.stream, TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    TN__CU_CHECK(tn__cuda.cu.cuStreamBeginCapture_v2(tn__cuda_stream(), TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                  "beginning a CUDA graph capture");
     tn__cuda_capturing = true;
     return TN_OK;
@@ -3029,7 +3111,7 @@ static tn_result tn__cuda_graph_begin(void) {
 static tn_result tn__cuda_graph_end(void **exec) {
     tn__cuda_capturing = false;
     tn__CUgraph g = NULL;
-    tn__CUresult cr = tn__cuda.cu.cuStreamEndCapture(tn__cuda.stream, &g);
+    tn__CUresult cr = tn__cuda.cu.cuStreamEndCapture(tn__cuda_stream(), &g);
     if (!exec) {                          /* an aborted capture: nothing to keep */
         if (g) tn__cuda.cu.cuGraphDestroy(g);
         return TN_OK;
@@ -3059,7 +3141,7 @@ static tn_result tn__cuda_graph_end(void **exec) {
 static tn_result tn__cuda_graph_launch(void *exec) {
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
-    TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)exec, tn__cuda.stream), "replaying a captured CUDA graph");
+    TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)exec, tn__cuda_stream()), "replaying a captured CUDA graph");
     return TN_OK;
 }
 
@@ -3079,39 +3161,49 @@ static void tn__cuda_graph_shutdown(void) {
 
 /* >>cuda_streams: one stream per compiled function --------------------------- */
 /* Each compiled function with device steps queues its work on a stream of its
-   own (tn_backend.func_new); entering a call makes it the back end's current
-   stream. Every switch orders the new stream after all work queued so far on
-   the old one (an event recorded there, waited for here), so the program sees
-   one order of work whatever stream it ran on: shared variables written by
-   one function and read by the next, blocks the caching allocator hands from
-   one to the other, and host reads afterwards are all safe. A function called
-   in a loop switches nothing. A scan's step function runs on its caller's
-   stream (tn__func_share_stream). The cuBLAS handle follows the stream (and
-   keeps the workspace graph capture gave it). */
+   own (tn_backend.func_new); entering a call makes it the calling thread's
+   current stream (tn__cuda_stream), so functions called from different
+   threads queue on different streams and overlap. A switch orders the new
+   stream after all work this thread queued so far on the old one (an event
+   of the entered function, recorded there, waited for here): functions
+   called one after another on one thread see each other's updates in order,
+   and so do host reads afterwards. Across threads, shared variables carry
+   their own events (tn_backend.shared_*, below), and the caching allocator
+   orders a block's reuse on another stream after its last use (the
+   >>cuda_memory section). A function called in a loop switches nothing. A
+   scan's step function runs on its caller's stream (tn__func_share_stream).
+   A freed function's stream and event are kept for the next function (a
+   thread may still have the stream current); tn_shutdown destroys them. */
 
-typedef struct tn__cuda_fstream { tn__CUstream s; } tn__cuda_fstream;
-static tn__CUevent tn__cuda_switch_ev;
+typedef struct tn__cuda_fstream { tn__CUstream s; tn__CUevent ev; struct tn__cuda_fstream *next; } tn__cuda_fstream;
 
-static tn_result tn__cuda_use_stream(tn__CUstream s, const char *who) {
+static tn_result tn__cuda_use_stream(tn__CUstream s, tn__CUevent ev, const char *who) {
     tn__cuda_state *c = &tn__cuda;
-    if (c->stream == s) return TN_OK;
-    if (!tn__cuda_switch_ev) TN__CU_CHECK(c->cu.cuEventCreate(&tn__cuda_switch_ev, TN__CU_EVENT_DISABLE_TIMING), who);
-    TN__CU_CHECK(c->cu.cuEventRecord(tn__cuda_switch_ev, c->stream), who);
-    TN__CU_CHECK(c->cu.cuStreamWaitEvent(s, tn__cuda_switch_ev, 0), who);
-    c->stream = s;
-    if (c->blas_handle) {
-        tn__cublasStatus_t st = c->blas.cublasSetStream_v2(c->blas_handle, s);
-        if (st == TN__CUBLAS_STATUS_SUCCESS && tn__cuda_blas_ws)    /* cublasSetStream resets the workspace */
-            st = c->blas.cublasSetWorkspace_v2(c->blas_handle, tn__cuda_blas_ws, tn__cuda_blas_ws_bytes);
-        if (st != TN__CUBLAS_STATUS_SUCCESS) return tn__err(TN_ERR_DEVICE, "%s: cublasSetStream failed (status %u)", who, st);
-    }
+    tn__CUstream cur = tn__cuda_stream();
+    if (cur == s) return TN_OK;
+    TN__CU_CHECK(c->cu.cuEventRecord(ev, cur), who);
+    TN__CU_CHECK(c->cu.cuStreamWaitEvent(s, ev, 0), who);
+    tn__cuda_cur = s;
+    tn__cuda_cur_epoch = atomic_load_explicit(&c->epoch, memory_order_relaxed);
     return TN_OK;
 }
 
 static void *tn__cuda_func_new(void) {
     if (tn__cuda.state <= 0 || tn__cuda_bind() != TN_OK) return NULL;
-    tn__cuda_fstream *f = (tn__cuda_fstream *)tn__calloc(1, sizeof *f);
-    if (f && tn__cuda.cu.cuStreamCreate(&f->s, TN__CU_STREAM_NON_BLOCKING) != TN__CUDA_SUCCESS) { tn__free(f); f = NULL; }
+    tn__cuda_state *c = &tn__cuda;
+    pthread_mutex_lock(&c->mu);
+    tn__cuda_fstream *f = c->spare_streams;
+    if (f) c->spare_streams = f->next;
+    pthread_mutex_unlock(&c->mu);
+    if (f) { f->next = NULL; return f; }
+    f = (tn__cuda_fstream *)tn__calloc(1, sizeof *f);
+    if (!f) return NULL;
+    if (c->cu.cuStreamCreate(&f->s, TN__CU_STREAM_NON_BLOCKING) != TN__CUDA_SUCCESS) { tn__free(f); return NULL; }
+    if (c->cu.cuEventCreate(&f->ev, TN__CU_EVENT_DISABLE_TIMING) != TN__CUDA_SUCCESS) {
+        c->cu.cuStreamDestroy_v2(f->s);
+        tn__free(f);
+        return NULL;
+    }
     return f;      /* NULL: the function runs on the current stream, as a step function does */
 }
 
@@ -3119,21 +3211,64 @@ static tn_result tn__cuda_func_enter(void *state) {
     tn__cuda_fstream *f = (tn__cuda_fstream *)state;
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
-    return tn__cuda_use_stream(f->s, "tn_call: switching to the function's stream");
+    return tn__cuda_use_stream(f->s, f->ev, "tn_call: switching to the function's stream");
 }
 
 static void tn__cuda_func_free(void *state) {
     tn__cuda_fstream *f = (tn__cuda_fstream *)state;
     if (!f) return;
-    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
-        if (tn__cuda.stream == f->s && tn__cuda_use_stream(tn__cuda.home, "tn_function_free") != TN_OK) {
-            tn__cuda.cu.cuStreamSynchronize(f->s);       /* could not hand over: finish here */
-            tn__cuda.stream = tn__cuda.home;
-            tn_clear_error();
-        }
-        tn__cuda.cu.cuStreamDestroy_v2(f->s);          /* its queued work completes first */
+    /* this thread goes back to the home stream, after f's work */
+    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK && tn__cuda_stream() == f->s &&
+        tn__cuda_use_stream(tn__cuda.home, f->ev, "tn_function_free") != TN_OK) {
+        tn__cuda.cu.cuStreamSynchronize(f->s);       /* could not hand over: finish here */
+        tn__cuda_cur = NULL;
+        tn_clear_error();
     }
-    tn__free(f);
+    pthread_mutex_lock(&tn__cuda.mu);
+    f->next = tn__cuda.spare_streams;
+    tn__cuda.spare_streams = f;
+    pthread_mutex_unlock(&tn__cuda.mu);
+}
+
+/* At shutdown, after the whole context is idle. */
+static void tn__cuda_streams_shutdown(void) {
+    tn__cuda_state *c = &tn__cuda;
+    pthread_mutex_lock(&c->mu);
+    for (tn__cuda_fstream *f = c->spare_streams, *nx; f; f = nx) {
+        nx = f->next;
+        c->cu.cuStreamDestroy_v2(f->s);
+        c->cu.cuEventDestroy_v2(f->ev);
+        tn__free(f);
+    }
+    c->spare_streams = NULL;
+    atomic_fetch_add(&c->epoch, 1);          /* every thread's current stream is home again */
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Shared variables (tn_backend.shared_*): an event per device-resident shared
+   variable, recorded on the stream of the last function that read or updated
+   it, waited for by the next one (whose own stream may differ). */
+static tn_result tn__cuda_shared_wait(void *ev) {
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    TN__CU_CHECK(tn__cuda.cu.cuStreamWaitEvent(tn__cuda_stream(), (tn__CUevent)ev, 0), "waiting for a shared variable's last writer");
+    return TN_OK;
+}
+
+static tn_result tn__cuda_shared_mark(void **ev) {
+    tn_result r = tn__cuda_bind();
+    if (r != TN_OK) return r;
+    if (!*ev) {
+        tn__CUevent e = NULL;
+        TN__CU_CHECK(tn__cuda.cu.cuEventCreate(&e, TN__CU_EVENT_DISABLE_TIMING), "creating a shared variable's event");
+        *ev = e;
+    }
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord((tn__CUevent)*ev, tn__cuda_stream()), "recording a shared variable's event");
+    return TN_OK;
+}
+
+static void tn__cuda_shared_free(void *ev) {
+    if (ev && tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) tn__cuda.cu.cuEventDestroy_v2((tn__CUevent)ev);
 }
 
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
@@ -3315,7 +3450,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
 
 /* Waits for the current stream (tests; the executor never waits on it). */
 static tn_result tn__cuda_synchronize(void) {
-    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "synchronizing the stream");
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), "synchronizing the stream");
     return TN_OK;
 }
 
@@ -3368,7 +3503,7 @@ static tn_result tn__cuda_prof_mark(void *ps, int m) {
     if (r != TN_OK) return r;
     tn__CUevent *e = &P->ev[P->cur][m];
     if (!*e) TN__CU_CHECK(tn__cuda.cu.cuEventCreate(e, TN__CU_EVENT_DEFAULT), "creating a profiler event");
-    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(*e, tn__cuda.stream), "recording a profiler event");
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(*e, tn__cuda_stream()), "recording a profiler event");
     P->rec[P->cur][m] = 1;
     P->last[P->cur] = m;
     return TN_OK;
@@ -3634,7 +3769,8 @@ static const tn_backend tn__cuda_backend = {
     "cuda", tn__cuda_ops, TN__CUDA_MAX_OPERANDS, tn__cuda_place,
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
     tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release,
-    tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free
+    tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free,
+    tn__cuda_shared_wait, tn__cuda_shared_mark, tn__cuda_shared_free
 };
 
 static void tn__cuda_register_backend(void) {
@@ -3664,13 +3800,13 @@ static tn_result tn__cuda_device_init(const tn_config *cfg) {
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((constructor))
 #endif
-static void tn__cuda_hook_ctor(void) { tn__device_init_hook = tn__cuda_device_init; }
+static void tn__cuda_hook_ctor(void) { tn__lib.device_init_hook = tn__cuda_device_init; }
 
 static void tn__cuda_shutdown(void) {
     if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
-        tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);     /* every stream's work is ordered before it */
-        tn__cuda.stream = tn__cuda.home;
-        if (tn__cuda_switch_ev) { tn__cuda.cu.cuEventDestroy_v2(tn__cuda_switch_ev); tn__cuda_switch_ev = NULL; }
+        tn__cuda.cu.cuCtxSynchronize();           /* every thread's streams are idle */
+        tn__cuda_streams_shutdown();
+        if (tn__cuda.blas_ev) { tn__cuda.cu.cuEventDestroy_v2(tn__cuda.blas_ev); tn__cuda.blas_ev = NULL; }
         tn__cuda_graph_shutdown();
         if (tn__cuda.blas_handle) { tn__cuda.blas.cublasDestroy_v2(tn__cuda.blas_handle); tn__cuda.blas_handle = NULL; }
         pthread_mutex_lock(&tn__cuda_stage.mu);

@@ -238,10 +238,10 @@ typedef struct copyctx { size_t bytes; char *dst, *src; tn__CUdeviceptr ddst, ds
 static tn_result copy_loop(void *p, int iters) {
     copyctx *c = (copyctx *)p;
     for (int i = 0; i < iters; i++) {
-        if (GPU) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2(c->ddst, c->dsrc, c->bytes, tn__cuda.stream), "bench: copy");
+        if (GPU) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2(c->ddst, c->dsrc, c->bytes, tn__cuda_stream()), "bench: copy");
         else { pcopy pc = { c->dst, c->src }; tn__parallel_for((int64_t)c->bytes, (int64_t)1 << 20, pcopy_range, &pc); }
     }
-    if (GPU) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "bench: copy");
+    if (GPU) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), "bench: copy");
     return TN_OK;
 }
 
@@ -256,7 +256,7 @@ static void fusion_cases(void) {
     tn_result e = TN_OK;
     if (GPU) {
         if (tn__cuda.cu.cuMemAlloc_v2(&cc.ddst, bytes) || tn__cuda.cu.cuMemAlloc_v2(&cc.dsrc, bytes)) { na(L, "cuMemAlloc"); return; }
-        tn__cuda.cu.cuMemsetD8Async(cc.dsrc, 1, bytes, tn__cuda.stream);
+        tn__cuda.cu.cuMemsetD8Async(cc.dsrc, 1, bytes, tn__cuda_stream());
     } else {
         cc.dst = (char *)malloc(bytes); cc.src = (char *)malloc(bytes);
         if (!cc.dst || !cc.src) { na(L, "out of memory"); free(cc.dst); free(cc.src); return; }
@@ -596,7 +596,7 @@ static const char *cublas_open(void) {
     else if (missing) snprintf(why, sizeof why, "%.200s lacks %.40s", path, missing);
     else if (cb.cublasCreate_v2(&cbh) != TN__CUBLAS_STATUS_SUCCESS) snprintf(why, sizeof why, "cublasCreate failed");
     else {
-        cb.cublasSetStream_v2(cbh, tn__cuda.stream);
+        cb.cublasSetStream_v2(cbh, tn__cuda_stream());
         cb.cublasSetMathMode(cbh, TN__CUBLAS_DEFAULT_MATH);   /* TF32 off, as the back end's default */
         state = 1;
     }
@@ -623,7 +623,7 @@ typedef struct bare {
 
 static tn_result bare_loop(void *p, int iters) {
     bare *b = (bare *)p;
-    tn__CUstream s = tn__cuda.stream;
+    tn__CUstream s = tn__cuda_stream();
     const float one = 1.0f;
     for (int i = 0; i < iters; i++) {
         for (int k = 0; k < b->n_h2d; k++)
@@ -705,7 +705,7 @@ static void gpu_exp_cases(void) {
     else if (tn__cuda.cu.cuMemAlloc_v2(&din, bytes) || tn__cuda.cu.cuMemAlloc_v2(&dout, bytes) ||
              tn__cuda.cu.cuMemAllocHost_v2(&pin, bytes)) { na(L1, "device allocation failed"); na(L2, "device allocation failed"); }
     else {
-        tn__cuda.cu.cuMemsetD8Async(din, 0, bytes, tn__cuda.stream);
+        tn__cuda.cu.cuMemsetD8Async(din, 0, bytes, tn__cuda_stream());
         void *params[3] = { &n, &din, &dout };
         bare b = { .fn = fn, .blocks = bare_blocks(n), .params = params };
         if (bare_run(L1, &b, iters)) snprintf(L1->note, sizeof L1->note, "%s kernel, %u blocks", p ? "the function's" : "a generated exp", b.blocks);
@@ -799,8 +799,8 @@ typedef struct gloop { void *exec[TN__GRAPH_SLOTS]; int n; } gloop;
 static tn_result graph_loop(void *p, int iters) {
     gloop *g = (gloop *)p;
     for (int i = 0; i < iters; i++)
-        TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)g->exec[i % g->n], tn__cuda.stream), "bare graph launch");
-    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream), "bare sync");
+        TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)g->exec[i % g->n], tn__cuda_stream()), "bare graph launch");
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), "bare sync");
     return TN_OK;
 }
 
@@ -880,9 +880,9 @@ static void gpu_gemm_cases(void) {
              tn__cuda.cu.cuMemAllocHost_v2(&pin_out, bytes)) { na(L1, "allocation failed"); na(L2, "allocation failed"); na(L3, "allocation failed"); }
     else {
         memset(pin_in, 0, 3 * bytes);         /* zeros: a bare loop's values do not matter, only their cost */
-        tn__cuda.cu.cuMemsetD8Async(dm, 0, bytes, tn__cuda.stream);
-        tn__cuda.cu.cuMemsetD8Async(dx, 0, bytes, tn__cuda.stream);
-        tn__cuda.cu.cuMemsetD8Async(dy, 0, bytes, tn__cuda.stream);
+        tn__cuda.cu.cuMemsetD8Async(dm, 0, bytes, tn__cuda_stream());
+        tn__cuda.cu.cuMemsetD8Async(dx, 0, bytes, tn__cuda_stream());
+        tn__cuda.cu.cuMemsetD8Async(dy, 0, bytes, tn__cuda_stream());
         bare b = { .gemm_n = N, .A = dm, .B = dx, .C = dy };
         if (bare_run(L1, &b, iters)) rate(L1, flops, "FLOP/s");
         bare b2 = { .n_h2d = 3, .h2d_dst = { dm, dx, db }, .h2d_bytes = bytes, .pin_in = (char *)pin_in, .gemm_n = N, .A = dm, .B = dx, .C = dy,

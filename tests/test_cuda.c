@@ -190,9 +190,9 @@ TEST(test_steady_loop_allocates_nothing_and_compiles_nothing) {
     tn__cuda.cu.cuEventCreate(&e1, 0);
     y = tn__array_alloc(TN_F32, 1, &n, DEV);
     for (int it = 0; it < 100; it++) tn__cuda_ew_run(&st, &x, &y, "warm");
-    tn__cuda.cu.cuEventRecord(e0, tn__cuda.stream);
+    tn__cuda.cu.cuEventRecord(e0, tn__cuda_stream());
     for (int it = 0; it < 1000; it++) tn__cuda_ew_run(&st, &x, &y, "timed");
-    tn__cuda.cu.cuEventRecord(e1, tn__cuda.stream);
+    tn__cuda.cu.cuEventRecord(e1, tn__cuda_stream());
     tn__cuda.cu.cuEventSynchronize(e1);
     float ms = 0;
     tn__cuda.cu.cuEventElapsedTime(&ms, e0, e1);

@@ -7,7 +7,8 @@
    outputs written in place (new device arrays, pinned host arrays from the
    back end's cache) and update targets moved to the device; CUDA graph
    replay of a training step (against cuda_graph=0 and float64); mode=check
-   over a fused chain, a gemm and a reduction. Every result is compared with
+   over a fused chain, a gemm and a reduction; functions on several threads
+   (a shared variable updated from two, one function from four). Every result is compared with
    a float64 reference computed here.
    Without a usable GPU it prints one SKIP line and counts nothing. */
 #define _GNU_SOURCE
@@ -541,10 +542,10 @@ static double event_ms(tn_func *f, int calls) {
     if (tn__cuda.cu.cuEventCreate(&a, TN__CU_EVENT_DEFAULT) || tn__cuda.cu.cuEventCreate(&b, TN__CU_EVENT_DEFAULT)) return -1;
     double sum = 0;
     for (int i = 0; i < calls && ms != -2; i++) {
-        tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
-        tn__cuda.cu.cuEventRecord(a, tn__cuda.stream);
+        tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
+        tn__cuda.cu.cuEventRecord(a, tn__cuda_stream());
         if (tn_call(f, NULL, &o) != TN_OK) ms = -2;
-        tn__cuda.cu.cuEventRecord(b, tn__cuda.stream);
+        tn__cuda.cu.cuEventRecord(b, tn__cuda_stream());
         tn__cuda.cu.cuEventSynchronize(b);
         if (ms != -2 && tn__cuda.cu.cuEventElapsedTime(&ms, a, b) == TN__CUDA_SUCCESS) sum += ms;
     }
@@ -572,7 +573,7 @@ TEST(test_profile_event_times) {
     CHECK(want > 0, "reference timing: %s", tn_last_error());
     CHECK(tn_profile_enable(f, true) == TN_OK, "enable");
     enum { CALLS = 12 };
-    tn__cuda.cu.cuStreamSynchronize(tn__cuda.stream);
+    tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
     double t0 = now_us(), t_two = 0;
     for (int i = 0; i < CALLS; i++) {
         CHECK(tn_call(f, NULL, &o) == TN_OK, "call: %s", tn_last_error());
@@ -783,10 +784,10 @@ TEST(test_streams_per_function) {
         double worst = 0;
         for (int it = 0; it < 40; it++) {
             CHECK(tn_call(f1, NULL, NULL) == TN_OK, "f1: %s", tn_last_error());
-            CHECK(tn__cuda.stream == s1, "f1's call ran on f1's stream");
+            CHECK(tn__cuda_stream() == s1, "f1's call ran on f1's stream");
             tn_array *r = NULL;
             CHECK(tn_call(f2, NULL, &r) == TN_OK && r, "f2: %s", tn_last_error());
-            CHECK(tn__cuda.stream == s2, "f2's call ran on f2's stream");
+            CHECK(tn__cuda_stream() == s2, "f2's call ran on f2's stream");
             double ref = 0;
             for (int64_t i = 0; i < n; i++) { w[i] = w[i] * 0.5f + 1.0f; ref += (double)w[i] * w[i]; }
             if (r) worst = fmax(worst, fabs(((const float *)r->data)[0] - ref) / ref);
@@ -795,12 +796,89 @@ TEST(test_streams_per_function) {
         CHECK(worst < 1e-4, "f2 saw every update of f1: worst relative error %g", worst);
     }
     tn_function_free(f1);
-    CHECK(tn__cuda.stream != NULL, "a current stream remains after freeing f1");
+    CHECK(tn__cuda_stream() != NULL, "a current stream remains after freeing f1");
     tn_function_free(f2);
-    CHECK(tn__cuda.stream == tn__cuda.home, "freeing the current function hands back to the home stream");
+    CHECK(tn__cuda_stream() == tn__cuda.home, "freeing the current function hands back to the home stream");
     tn_graph_free(g);
     tn_array_free(wv);
     free(w);
+}
+
+/* Threads on the GPU: two functions updating one device-resident shared
+   variable from two threads (each on its own stream) lose no update; one
+   function called from 4 threads answers right or TN_ERR_BUSY. */
+#include <pthread.h>
+typedef struct gpu_job { tn_func *f; tn_array *x; int calls, ok, busy, bad; } gpu_job;
+static pthread_barrier_t gpu_bar;
+static void *gpu_run(void *arg) {
+    gpu_job *j = (gpu_job *)arg;
+    pthread_barrier_wait(&gpu_bar);
+    for (int c = 0; c < j->calls; c++) {
+        tn_array *y = NULL;
+        tn_result r = tn_call(j->f, j->x ? &j->x : NULL, j->x ? &y : NULL);
+        if (r == TN_ERR_BUSY) { j->busy++; continue; }
+        if (r != TN_OK) { j->bad++; continue; }
+        if (y) {
+            tn_array *h = tn_array_to_host(y);
+            bool right = h != NULL;
+            for (int64_t i = 0; h && i < tn_array_size(h); i++) {
+                double xv = tn_array_get(j->x, &i), ref = exp(1.5 * xv), got = tn_array_get(h, &i);
+                if (!th_close(got, ref, 1e-5, 1e-6)) right = false;
+            }
+            tn_array_free(h);
+            tn_array_free(y);
+            if (!right) { j->bad++; continue; }
+        }
+        j->ok++;
+    }
+    return NULL;
+}
+
+TEST(test_threads_on_gpu) {
+    const int64_t n = 1 << 16;
+    tn_graph *g = tn_graph_new();
+    tn_array *z = tn_array_zeros(TN_F32, 1, &n);
+    tn_var *acc = tn_shared(g, "acc", z);
+    tn_array_free(z);
+    tn_update u1 = { acc, tn_add(acc, tn_lit(acc, 1.0)) }, u2 = { acc, tn_add(acc, tn_lit(acc, 1.0)) };
+    tn_func *f1 = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &u1, .name = "inc1" });
+    tn_func *f2 = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &u2, .name = "inc2" });
+    CHECK(f1 && f2 && f1->bfstate && f2->bfstate, "two device functions: %s", tn_last_error());
+    enum { N = 300 };
+    gpu_job jobs[4] = { { .f = f1, .calls = N }, { .f = f2, .calls = N } };
+    pthread_t t[4];
+    pthread_barrier_init(&gpu_bar, NULL, 2);
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, gpu_run, &jobs[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&gpu_bar);
+    CHECK(jobs[0].ok == N && jobs[1].ok == N, "updates: %d and %d of %d ran", jobs[0].ok, jobs[1].ok, N);
+    CHECK(tn_shared_get(acc)->device != TN_HOST, "acc lives on the device");
+    tn_array *v = tn_shared_get_value(acc);
+    int wrong = 0;
+    for (int64_t i = 0; v && i < n; i++) wrong += tn_array_get(v, &i) != 2.0 * N;
+    CHECK(v && wrong == 0, "%d elements of acc differ from %d (acc[0] = %g)", wrong, 2 * N, v ? tn_array_get(v, (int64_t[]){ 0 }) : NAN);
+    tn_array_free(v);
+
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *y = tn_exp(tn_mul(x, tn_lit(x, 1.5)));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .name = "one_f" });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    tn_array *xs[4];
+    pthread_barrier_init(&gpu_bar, NULL, 4);
+    for (int i = 0; i < 4; i++) {
+        xs[i] = tn_array_rand_uniform(TN_F32, 1, &n, -3, 3, 700 + (uint64_t)i);
+        jobs[i] = (gpu_job){ .f = f, .x = xs[i], .calls = 40 };
+        pthread_create(&t[i], NULL, gpu_run, &jobs[i]);
+    }
+    int ok = 0, busy = 0, bad = 0;
+    for (int i = 0; i < 4; i++) { pthread_join(t[i], NULL); ok += jobs[i].ok; busy += jobs[i].busy; bad += jobs[i].bad; }
+    pthread_barrier_destroy(&gpu_bar);
+    CHECK(bad == 0 && ok > 0 && ok + busy == 160, "one function from 4 threads: %d right, %d busy, %d wrong or failed", ok, busy, bad);
+    for (int i = 0; i < 4; i++) tn_array_free(xs[i]);
+    tn_function_free(f);
+    tn_function_free(f1);
+    tn_function_free(f2);
+    tn_graph_free(g);
 }
 
 int main(void) {
@@ -830,6 +908,7 @@ int main(void) {
     TH_RUN(test_streams_per_function);
     TH_RUN(test_fresh_outputs_on_device_and_pinned);
     TH_RUN(test_update_targets_on_device);
+    TH_RUN(test_threads_on_gpu);
     tn_shutdown();
     TH_END();
 }
