@@ -504,14 +504,16 @@ typedef struct tn_backend {
     void *(*func_new)(void);
     tn_result (*func_enter)(void *fstate);
     void (*func_free)(void *fstate);
-    /* Shared variables read or updated by functions on different streams (the
-       >>shared_locks section; NULL: one queue orders everything). Each shared
-       variable carries an event: shared_wait makes the calling thread's
-       current stream wait for the work last marked on it, shared_mark records
-       it there (made on first use), shared_free drops it. */
-    tn_result (*shared_wait)(void *ev);
-    tn_result (*shared_mark)(void **ev);
-    void (*shared_free)(void *ev);
+    /* Shared variables used by functions on different streams (the
+       >>shared_locks section; NULL: one queue orders everything). Under the
+       variable's lock, shared_order orders the calling thread's current
+       stream after all work queued so far on the stream that used the
+       variable last, and notes the current stream as its last user; when
+       that is the same stream it costs nothing (a function called in a
+       loop). *state is the back end's record, made on first use;
+       shared_free drops it. */
+    tn_result (*shared_order)(void **state);
+    void (*shared_free)(void *state);
 } tn_backend;
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
@@ -2241,7 +2243,7 @@ typedef struct tn__shvar {
     atomic_uintptr_t owner;   /* the holding thread (tn__shvar_me), 0: none. Re-entrant: */
     int depth;                /* a scan's step function reads what its caller holds */
     uint64_t seq;             /* global lock order */
-    void *ev;                 /* the back end's event, or NULL */
+    void *bs;                 /* the back end's record (tn_backend.shared_order), or NULL */
 } tn__shvar;
 static _Thread_local char tn__shvar_me;      /* its address names the thread */
 static void tn__shvar_lock(tn__shvar *sh) {
@@ -2611,13 +2613,13 @@ TN_API const tn_array *tn_shared_get(tn_var *shared) {
 }
 
 /* Holds the variable's lock, and orders this thread's device work after the
-   last function's work on it (tn_backend.shared_wait). */
+   last function's work on it (tn_backend.shared_order). */
 static tn_result tn__shvar_enter(tn_var *shared) {
     tn__shvar *sh = (tn__shvar *)shared->ext;
     if (!sh) return TN_OK;
     tn__shvar_lock(sh);
     const tn_backend *b = tn__get_backend();
-    tn_result r = sh->ev && b && b->shared_wait ? b->shared_wait(sh->ev) : TN_OK;
+    tn_result r = b && b->shared_order ? b->shared_order(&sh->bs) : TN_OK;
     if (r != TN_OK) tn__shvar_unlock(sh);
     return r;
 }
@@ -2883,8 +2885,8 @@ static tn_result tn__func_locks(tn_func *f) {
 
 static void tn__shvar_release(tn__shvar *sh) {
     const tn_backend *b = tn__get_backend();
-    if (sh->ev && b && b->shared_free) b->shared_free(sh->ev);
-    sh->ev = NULL;
+    if (sh->bs && b && b->shared_free) b->shared_free(sh->bs);
+    sh->bs = NULL;
     pthread_mutex_destroy(&sh->mu);
 }
 
@@ -2895,20 +2897,12 @@ static void tn__func_unlock(tn_func *f) {
     for (int i = f->n_locks - 1; i >= 0; i--) tn__shvar_unlock(f->locks[i]);
 }
 
-/* After func_enter made f's stream current: wait for the last work on each
-   variable; after the call, mark f's own. */
-static tn_result tn__func_shared_wait(tn_func *f) {
-    if (!f->bfstate || !f->backend->shared_wait) return TN_OK;
+/* After func_enter made f's stream current: order it after the last work on
+   each variable (nothing to do while the same stream keeps using them). */
+static tn_result tn__func_shared_order(tn_func *f) {
+    if (!f->bfstate || !f->backend->shared_order) return TN_OK;
     for (int i = 0; i < f->n_locks; i++) {
-        tn_result r = f->locks[i]->ev ? f->backend->shared_wait(f->locks[i]->ev) : TN_OK;
-        if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
-    }
-    return TN_OK;
-}
-static tn_result tn__func_shared_mark(tn_func *f) {
-    if (!f->bfstate || !f->backend->shared_mark) return TN_OK;
-    for (int i = 0; i < f->n_locks; i++) {
-        tn_result r = f->backend->shared_mark(&f->locks[i]->ev);
+        tn_result r = f->backend->shared_order(&f->locks[i]->bs);
         if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
     }
     return TN_OK;
@@ -3730,12 +3724,12 @@ static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **output
     tn_result r;
     if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
     if (f->bfstate && (r = f->backend->func_enter(f->bfstate)) != TN_OK) return tn__err(r, "%s: %s", W, tn_last_error());
-    if ((r = tn__func_shared_wait(f)) != TN_OK) return r;
+    if ((r = tn__func_shared_order(f)) != TN_OK) return r;
     if (f->prof) t_run = tn__prof_now();
     if ((r = tn__run_steps(f)) != TN_OK) return r;
     if (f->prof) t_run = tn__prof_now() - t_run;
     if ((r = tn__make_outputs(f, outputs)) != TN_OK) return r;
-    if ((r = tn__apply_updates(f)) != TN_OK || (r = tn__func_shared_mark(f)) != TN_OK) {
+    if ((r = tn__apply_updates(f)) != TN_OK) {
         for (int i = 0; i < f->n_outputs; i++) { if (!f->out_borrow[i]) tn_array_free(outputs[i]); outputs[i] = NULL; }
         return r;
     }

@@ -1338,8 +1338,7 @@ typedef struct tn__dblock {
     size_t size;
     struct tn__dblock *next;
     tn__CUstream stream;        /* freed on it (cached blocks) */
-    tn__CUevent ev;             /* recorded there at the free, made at the first free */
-    bool ev_set;
+    tn__CUevent ev;             /* orders another stream's reuse: made and recorded then */
 } tn__dblock;
 #define TN__DMAP_BUCKETS 1024
 static struct {
@@ -1357,9 +1356,9 @@ static size_t tn__dround(size_t n) {
 static size_t tn__dhash(tn__CUdeviceptr p) { return (size_t)((p >> 9) * 0x9e3779b97f4a7c15ull >> 54) % TN__DMAP_BUCKETS; }
 
 static void tn__dmem_release_cache(void) {   /* with tn__dmem.mu held */
+    if (tn__dmem.free_list) tn__cuda.cu.cuCtxSynchronize();   /* no stream still uses a cached block */
     for (tn__dblock *b = tn__dmem.free_list, *nx; b; b = nx) {
         nx = b->next;
-        if (b->ev) tn__cuda.cu.cuEventSynchronize(b->ev);
         if (b->ev) tn__cuda.cu.cuEventDestroy_v2(b->ev);
         tn__cuda.cu.cuMemFree_v2(b->ptr);
         tn__free(b);
@@ -1372,6 +1371,17 @@ static void tn__dmem_release_cache(void) {   /* with tn__dmem.mu held */
    allocation then fails, since the graph would keep its pointer after the
    block went back to the cache. */
 static _Thread_local bool tn__cuda_capturing;
+
+/* A cached block freed on another stream is handed to stream s only after
+   everything queued on its stream so far (its last use included): an event
+   recorded there now, waited for by s. Nothing is recorded at the free, so
+   a loop on one stream makes no driver call. Function streams live until
+   shutdown, which empties the cache first. */
+static bool tn__dblock_order(tn__dblock *b, tn__CUstream s) {
+    if (!b->ev && tn__cuda.cu.cuEventCreate(&b->ev, TN__CU_EVENT_DISABLE_TIMING) != TN__CUDA_SUCCESS) { b->ev = NULL; return false; }
+    return tn__cuda.cu.cuEventRecord(b->ev, b->stream) == TN__CUDA_SUCCESS &&
+           tn__cuda.cu.cuStreamWaitEvent(s, b->ev, 0) == TN__CUDA_SUCCESS;
+}
 
 static void *tn__cuda_alloc(int device, size_t bytes) {
     if (tn__cuda_capturing) {
@@ -1388,8 +1398,8 @@ static void *tn__cuda_alloc(int device, size_t bytes) {
     tn__dblock **pp = &tn__dmem.free_list, *b = NULL;
     for (; *pp; pp = &(*pp)->next)      /* exact size on this stream first: the steady-loop case */
         if ((*pp)->size == want && (*pp)->stream == s) { b = *pp; *pp = b->next; break; }
-    for (pp = &tn__dmem.free_list; !b && *pp; pp = &(*pp)->next)    /* another stream's: wait for its work */
-        if ((*pp)->size == want && (*pp)->ev_set && tn__cuda.cu.cuStreamWaitEvent(s, (*pp)->ev, 0) == TN__CUDA_SUCCESS) {
+    for (pp = &tn__dmem.free_list; !b && *pp; pp = &(*pp)->next)    /* another stream's: after its work so far */
+        if ((*pp)->size == want && tn__dblock_order(*pp, s)) {
             b = *pp;
             *pp = b->next;
             break;
@@ -1443,11 +1453,6 @@ static void tn__cuda_free(int device, void *ptr) {
         *pp = b->next;
         tn__dmem.live_bytes -= b->size;
         b->stream = tn__cuda_stream();
-        b->ev_set = false;
-        if (!tn__cuda_capturing && tn__cuda_bind() == TN_OK) {
-            if (!b->ev && tn__cuda.cu.cuEventCreate(&b->ev, TN__CU_EVENT_DISABLE_TIMING) != TN__CUDA_SUCCESS) b->ev = NULL;
-            b->ev_set = b->ev && tn__cuda.cu.cuEventRecord(b->ev, b->stream) == TN__CUDA_SUCCESS;
-        }
         b->next = tn__dmem.free_list;
         tn__dmem.free_list = b;
         tn__dmem.cached_bytes += b->size;
@@ -3245,30 +3250,45 @@ static void tn__cuda_streams_shutdown(void) {
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Shared variables (tn_backend.shared_*): an event per device-resident shared
-   variable, recorded on the stream of the last function that read or updated
-   it, waited for by the next one (whose own stream may differ). */
-static tn_result tn__cuda_shared_wait(void *ev) {
-    tn_result r = tn__cuda_bind();
-    if (r != TN_OK) return r;
-    TN__CU_CHECK(tn__cuda.cu.cuStreamWaitEvent(tn__cuda_stream(), (tn__CUevent)ev, 0), "waiting for a shared variable's last writer");
-    return TN_OK;
-}
+/* Shared variables (tn_backend.shared_order): each remembers the stream that
+   used it last. A function on another stream records an event there now
+   (after everything queued on it so far, its use of the variable included)
+   and waits for it; on the same stream nothing is done, so a function called
+   in a loop makes no driver call for its shared variables. Function streams
+   live until shutdown (the epoch says when they are gone). */
+typedef struct tn__cuda_shuse { tn__CUstream last; uint64_t epoch; tn__CUevent ev; } tn__cuda_shuse;
 
-static tn_result tn__cuda_shared_mark(void **ev) {
+static tn_result tn__cuda_shared_order(void **state) {
+    tn__cuda_shuse *u = (tn__cuda_shuse *)*state;
+    tn__CUstream cur = tn__cuda_stream();
+    uint64_t ep = atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed);
+    if (u && u->last == cur && u->epoch == ep) return TN_OK;
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
-    if (!*ev) {
-        tn__CUevent e = NULL;
-        TN__CU_CHECK(tn__cuda.cu.cuEventCreate(&e, TN__CU_EVENT_DISABLE_TIMING), "creating a shared variable's event");
-        *ev = e;
+    if (!u) {
+        if (!(u = (tn__cuda_shuse *)tn__calloc(1, sizeof *u))) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory for a shared variable's event");
+        tn__CUresult cr = tn__cuda.cu.cuEventCreate(&u->ev, TN__CU_EVENT_DISABLE_TIMING);
+        if (cr != TN__CUDA_SUCCESS) {
+            char eb[160];
+            tn__free(u);
+            return tn__err(TN_ERR_DEVICE, "cuEventCreate failed for a shared variable's event: %s", tn__cu_errstr(cr, eb, sizeof eb));
+        }
+        *state = u;
     }
-    TN__CU_CHECK(tn__cuda.cu.cuEventRecord((tn__CUevent)*ev, tn__cuda_stream()), "recording a shared variable's event");
+    if (u->last && u->epoch == ep) {
+        TN__CU_CHECK(tn__cuda.cu.cuEventRecord(u->ev, u->last), "ordering after a shared variable's last user");
+        TN__CU_CHECK(tn__cuda.cu.cuStreamWaitEvent(cur, u->ev, 0), "ordering after a shared variable's last user");
+    }
+    u->last = cur;
+    u->epoch = ep;
     return TN_OK;
 }
 
-static void tn__cuda_shared_free(void *ev) {
-    if (ev && tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) tn__cuda.cu.cuEventDestroy_v2((tn__CUevent)ev);
+static void tn__cuda_shared_free(void *state) {
+    tn__cuda_shuse *u = (tn__cuda_shuse *)state;
+    if (!u) return;
+    if (u->ev && tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) tn__cuda.cu.cuEventDestroy_v2(u->ev);
+    tn__free(u);
 }
 
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
@@ -3770,7 +3790,7 @@ static const tn_backend tn__cuda_backend = {
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
     tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release,
     tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free,
-    tn__cuda_shared_wait, tn__cuda_shared_mark, tn__cuda_shared_free
+    tn__cuda_shared_order, tn__cuda_shared_free
 };
 
 static void tn__cuda_register_backend(void) {

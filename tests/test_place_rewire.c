@@ -125,8 +125,7 @@ static void use_fake_device(void) {
     be.func_new = fake_func_new;
     be.func_enter = fake_func_enter;
     be.func_free = fake_func_free;
-    be.shared_wait = NULL;      /* no events on the fake device */
-    be.shared_mark = NULL;
+    be.shared_order = NULL;     /* no events on the fake device */
     be.shared_free = NULL;
     tn__set_backend(&be);
     tn__set_device_ops(&ops);
