@@ -257,8 +257,6 @@ typedef struct tn_func_desc {
     const tn_update *updates;      /* applied after all outputs are computed */
     bool borrow;                   /* every output borrowed (valid until the next call) */
     const bool *borrow_outputs;    /* per output; overrides `borrow` when set */
-    const bool *borrow_inputs;     /* per input: the function may read it in place,
-                                      the caller promises not to change it during the call */
     tn_mode mode;                  /* TN_MODE_DEFAULT: the configured mode */
     const char *name;              /* for profiles and messages */
     int max_fused_inputs;          /* tests, benchmarks: most inputs of one fused elementwise op
@@ -266,8 +264,10 @@ typedef struct tn_func_desc {
 } tn_func_desc;
 
 TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *desc);
-/* Runs the function: inputs[n_inputs] in, outputs[n_outputs] out. A copied
-   output belongs to the caller (tn_array_free); a borrowed one to the function. */
+/* Runs the function: inputs[n_inputs] in, outputs[n_outputs] out. Inputs are
+   read in place, never copied (strided views too; a GPU function copies them
+   to the device); they must not change during the call. A copied output
+   belongs to the caller (tn_array_free); a borrowed one to the function. */
 TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs);
 /* tn_call that first checks the caller's counts against the function's
    (TN_ERR_NUM_INPUTS naming both). */

@@ -220,8 +220,7 @@ TEST(test_strided_inputs) {
     tn_graph *g = tn_graph_new();
     tn_var *x = tn_matrix(g, "x", TN_F32), *y = tn_matrix(g, "y", TN_F32);
     tn_var *z = tn_mul(x, y);
-    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 1, .outputs = &z,
-                                                 .borrow_inputs = (const bool[]){ true, true } });
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 1, .outputs = &z });
     tn_array *base = rand_f32(2, (int64_t[]){ 4, 6 }, 50);
     tn_array *xt = tn_array_transpose(base, NULL);                    /* (6, 4) */
     tn_array *b2 = rand_f32(2, (int64_t[]){ 6, 8 }, 51);
