@@ -2389,12 +2389,15 @@ static void tn__var_drop_last(tn_graph *g, tn_var *v) {
 
 static const char *tn__var_label_name(const tn_var *v) { return v && v->name ? v->name : ""; }
 
+static tn_result tn__op_table_status(const char *who);   /* the >>ops_table section */
+
 /* Records a node with n_out outputs and infers its type(s); node->type is
    output 0 (multi-output nodes are read through tn__proj). */
 static tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p,
                               void *ext, int n_out, const char *who) {
     if (!who) who = "tn__node";
     if (!g) { tn__err(TN_ERR_NULL, "%s: graph is NULL", who); return NULL; }
+    if (tn__op_table_status(who) != TN_OK) return NULL;     /* an incomplete op table: nothing is built */
     const tn_op_def *def = tn__op_def(op);
     if (!def || !def->infer) { tn__err(TN_ERR_INTERNAL, "%s: op %d has no type rule", who, op); return NULL; }
     if (n_in < 0 || (n_in > 0 && !in)) { tn__err(TN_ERR_NULL, "%s: inputs are NULL", who); return NULL; }
@@ -2453,7 +2456,7 @@ static tn_var *tn__proj(tn_var *node, int k) {
     }
     tn_params p;
     memset(&p, 0, sizeof p);
-    p.i[0] = k;
+    tn__p_set_proj_index(&p, k);
     return tn__node(node->graph, TN_OP_PROJ, 1, &node, &p, NULL, "tn__proj");
 }
 
@@ -3114,11 +3117,12 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
         tn_var *v = order[k];
         if (v->op == TN_OP_PROJ) {
             tn_var *src = v->in[0];
-            if (src->op == TN_OP_PROJ || v->p.i[0] < 0 || v->p.i[0] >= src->n_out) {
+            int k = tn__p_proj_index(&v->p);
+            if (src->op == TN_OP_PROJ || k < 0 || k >= src->n_out) {
                 r = tn__err(TN_ERR_GRAPH, "%s: malformed PROJ node %d", W, v->id);
                 goto done;
             }
-            slot_of[v->id] = slot_of[src->id] + (int)v->p.i[0];
+            slot_of[v->id] = slot_of[src->id] + k;
             continue;
         }
         int s0 = f->n_slots;
@@ -4134,7 +4138,7 @@ static void tn__label_constant(const tn_var *node, char *buf, size_t cap) {
 static tn_result tn__infer_proj(const tn_var *node, const tn_type *in, tn_type *out) {
     (void)in;
     const tn_var *src = node->in[0];
-    int k = (int)node->p.i[0];
+    int k = tn__p_proj_index(&node->p);
     if (k < 0 || k >= src->n_out) return tn__err(TN_ERR_INVALID, "PROJ: output %d of a node with %d outputs", k, src->n_out);
     if (src->n_out == 1) { *out = src->type; return TN_OK; }
     /* build time only: the executor never calls PROJ's rule (it reads its source's outputs) */
@@ -4152,7 +4156,7 @@ static void tn__label_proj(const tn_var *node, char *buf, size_t cap) {
     const tn_op_def *d = tn__op_def(node->in[0]->op);
     if (d && d->label) d->label(node->in[0], inner, sizeof inner);
     else snprintf(inner, sizeof inner, "%s", d && d->name ? d->name : "?");
-    snprintf(buf, cap, "%s.%d", inner, (int)node->p.i[0]);
+    snprintf(buf, cap, "%s.%d", inner, tn__p_proj_index(&node->p));
 }
 
 TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, int n_outputs, tn_array **outputs) {
@@ -4344,13 +4348,18 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
     return TN_OK;
 }
 
-/* >>registry: fills this part's rows of the op table */
-static void tn__register_graph_ops(tn_op_def *t) {
-    t[TN_OP_INPUT] = (tn_op_def){ "Input", TN_OPK_LEAF, 0, tn__infer_leaf, NULL, tn__label_input };
-    t[TN_OP_CONSTANT] = (tn_op_def){ "Constant", TN_OPK_LEAF, 0, tn__infer_leaf, NULL, tn__label_constant };
-    t[TN_OP_SHARED] = (tn_op_def){ "Shared", TN_OPK_LEAF, 0, tn__infer_leaf, NULL, tn__label_input };
-    t[TN_OP_PROJ] = (tn_op_def){ "Proj", TN_OPK_OTHER, 1, tn__infer_proj, NULL, tn__label_proj };
-}
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+/* Leaves hold values and a PROJ reads its source's output: no kernels. Only a
+   scan's outputs have gradients through their PROJ (the >>scan_grad section). */
+#define TN__GRAPH_OP_ROWS \
+    [TN_OP_INPUT] = { .name = "Input", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_input, \
+                      .flags = TN_OPF_NO_KERNEL }, \
+    [TN_OP_CONSTANT] = { .name = "Constant", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_constant, \
+                         .flags = TN_OPF_NO_KERNEL }, \
+    [TN_OP_SHARED] = { .name = "Shared", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_input, \
+                       .flags = TN_OPF_NO_KERNEL }, \
+    [TN_OP_PROJ] = { .name = "Proj", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__infer_proj, .label = tn__label_proj, \
+                     .vjp = tn__scan_proj_vjp, .flags = TN_OPF_NO_KERNEL },
 
 /* >>rewrite =========================================================== */
 /* >>rewrite: the optimizer: one rewrite engine and the passes built on it.
@@ -4787,7 +4796,7 @@ static tn_result tn__rw_run(tn__rw *c, const tn__rewrite *rw, int n_rw) {
 
 /* >>rewrite_helpers ------------------------------------------------------ */
 
-static bool tn__rw_is_ew(int op) { return op > TN_OP_NONE && op <= TN_OP_CAST; }
+static bool tn__rw_is_ew(int op) { return tn__op_has(op, TN_OPF_ELEMWISE); }
 static bool tn__rw_is_scalar_const(const tn_var *v) { double x; return v->type.ndim == 0 && tn__rw_const_value(v, &x); }
 static tn_var *tn__rw_cast(tn_var *x, tn_dtype t) { return x && x->type.dtype != t ? tn_cast(x, t) : x; }
 
@@ -4924,8 +4933,8 @@ static tn_var *tn__b_dimshuffle(tn__rw *c, tn_var *v) {
     bool inner = x->op == TN_OP_DIMSHUFFLE;
     tn_var *src = inner ? x->in[0] : x;
     for (int k = 0; k < n; k++) {
-        int64_t a = v->p.i[k];
-        pat[k] = a < 0 ? -1 : inner ? (int)x->p.i[a] : (int)a;
+        int a = tn__p_shuffle_src(&v->p, k);
+        pat[k] = a < 0 ? -1 : inner ? tn__p_shuffle_src(&x->p, a) : a;
     }
     bool ident = n == src->type.ndim;
     for (int k = 0; ident && k < n; k++) ident = pat[k] == k;
@@ -4939,12 +4948,11 @@ static tn_var *tn__b_reshape(tn__rw *c, tn_var *v) {
     tn_var *x = v->in[0];
     int n = v->type.ndim;
     tn_var *src = x->op == TN_OP_RESHAPE ? x->in[0] : x;
+    const int64_t *shape = tn__p_shape(&v->p);
     bool ident = n == src->type.ndim;
-    for (int d = 0; ident && d < n; d++) ident = v->p.i[d] >= 0 && src->type.shape[d] == v->p.i[d];
+    for (int d = 0; ident && d < n; d++) ident = shape[d] >= 0 && src->type.shape[d] == shape[d];
     if (ident) return src;
     if (x->op != TN_OP_RESHAPE) return NULL;
-    int64_t shape[TN_MAX_DIMS];
-    for (int d = 0; d < n; d++) shape[d] = v->p.i[d];
     return tn_reshape(src, n, shape);
 }
 
@@ -4953,7 +4961,7 @@ static tn_var *tn__b_sum_alloc(tn__rw *c, tn_var *v) {
     tn_var *a = v->in[0];
     if (v->ext || (a->op != TN_OP_ALLOC && a->op != TN_OP_BROADCAST_TO) || a->in[0]->type.ndim != 0) return NULL;
     if (!tn_dtype_is_float(v->type.dtype)) return NULL;
-    uint64_t mask = (uint64_t)v->p.i[0];
+    uint64_t mask = tn__p_red_mask(&v->p);
     double count = 1;
     for (int d = 0; d < a->type.ndim; d++) {
         if (!((mask >> d) & 1)) continue;
@@ -5287,9 +5295,7 @@ static bool tn__type_same(const tn_type *a, const tn_type *b) {
 
 static bool tn__rw_fusable(const tn_var *v) { return tn__rw_is_ew(v->op) && v->n_out == 1; }
 static bool tn__rw_immediate(const tn_var *x) { double d; return x->type.ndim == 0 && tn__rw_const_value(x, &d); }
-static bool tn__rw_fuse_reduction_op(int op) {
-    return op == TN_OP_SUM || op == TN_OP_PROD || op == TN_OP_MEAN || op == TN_OP_MAX || op == TN_OP_MIN || op == TN_OP_LOGSUMEXP;
-}
+static bool tn__rw_fuse_reduction_op(int op) { return tn__op_has(op, TN_OPF_PROLOGUE); }
 #define TN__REDUCE_MAX_INPUTS 16   /* the CPU reduction kernel's prologue limit (ops_reduce) */
 
 typedef struct tn__fctx {
@@ -5742,9 +5748,8 @@ static void tn__rw_inplace(tn__rw *c) {
     if (c->oom) return;
     for (int i = 0; i < n; i++) {
         tn_var *v = ord[i];
-        tn_op_kind kind = tn__op_kind(v->op);
-        bool ew = kind == TN_OPK_ELEMWISE || kind == TN_OPK_COMPOSITE;
-        bool la = v->op == TN_OP_GEMM || v->op == TN_OP_GEMV;
+        bool ew = tn__op_has(v->op, TN_OPF_INPLACE);         /* any input of its type */
+        bool la = tn__op_has(v->op, TN_OPF_INPLACE_ACC);     /* in[0], the addend, read once */
         if ((!ew && !la) || v->n_out != 1 || v->inplace) continue;
         for (int k = 0; k < (la ? 1 : v->n_in); k++) {
             tn_var *x = v->in[k];
@@ -5812,6 +5817,80 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
     return r;
 }
 
+/* >>grad_helpers ====================================================== */
+/* >>grad_helpers: what the gradient rules of many ops share (the rules
+   themselves live with their ops in tensor_ops.h, reached through the op
+   table's vjp and jvp; the drivers are the >>grad section). Gradients are
+   built with the public constructors, in the graph of the node. */
+
+static const char *tn__gname(const tn_var *v, char buf[64]) {
+    if (v && v->name) return v->name;
+    snprintf(buf, 64, "<unnamed var %d>", v ? v->id : -1);
+    return buf;
+}
+
+/* A failed constructor's error, or an internal one naming the node. */
+static tn_result tn__gfail(const char *what, const tn_var *node) {
+    char nb[64];
+    tn_result r = tn_last_result();
+    if (r != TN_OK) return r;
+    return tn__err(TN_ERR_INTERNAL, "tn_grad: building the gradient of %s node '%s' failed", what, tn__gname(node, nb));
+}
+
+/* A 0-d constant of dtype t (a weak literal cast once; folded at compile). */
+static tn_var *tn__glit(tn_var *like, tn_dtype t, double v) {
+    tn_var *c = tn_lit(like, v);
+    return c && c->type.dtype != t ? tn_cast(c, t) : c;
+}
+static tn_var *tn__gzeros_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 0.0)) : NULL; }
+static tn_var *tn__gones_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 1.0)) : NULL; }
+static tn_var *tn__gmask(tn_var *cond, tn_var *g) { return tn_where(cond, g, tn_lit(g, 0.0)); }
+static tn_var *tn__gscale(tn_var *g, double s) { return !g || s == 1.0 ? g : tn_mul(g, tn_lit(g, s)); }
+static tn_var *tn__gadd(tn_var *a, tn_var *b) { return !a ? b : !b ? a : tn_add(a, b); }
+
+/* The same op and params applied to new inputs (linear ops: their own JVP). */
+static tn_var *tn__gclone(tn_var *node, tn_var *const *ins) {
+    return tn__node(node->graph, node->op, node->n_in, ins, &node->p, NULL, "tn_rop");
+}
+
+static bool tn__gtype_same_bcast(const tn_type *a, const tn_type *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if ((a->shape[d] == 1) != (b->shape[d] == 1)) return false;
+    return true;
+}
+
+/* g, of a shape that broadcasts to x's, broadcast to x's full shape. */
+static tn_var *tn__gbcast_like(tn_var *g, tn_var *x) {
+    if (!g || !x) return NULL;
+    if (tn__gtype_same_bcast(&g->type, &x->type)) return g;
+    return tn_fill(x, g);
+}
+
+/* Sums g (the gradient of a value that t broadcast into) back to type t: over
+   the leading dims t lacks, and with keepdims over the dims where t is 1 and
+   g is not; then casts to t's dtype. */
+static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
+    if (!g) return NULL;
+    int lead = g->type.ndim - t->ndim, ax[TN_MAX_DIMS], na = 0;
+    if (lead < 0) {   /* a smaller gradient: give it t's rank ('x' dims in front) */
+        int pat[TN_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++) pat[d] = d < -lead ? -1 : d + lead;
+        g = tn_dimshuffle(g, t->ndim, pat);
+        if (!g) return NULL;
+        lead = 0;
+    }
+    for (int d = 0; d < t->ndim; d++)
+        if ((t->bcast[d] || t->shape[d] == 1) && g->type.shape[lead + d] != 1) ax[na++] = lead + d;
+    if (na) g = tn_sum(g, ax, na, true);
+    if (g && lead) {
+        for (int d = 0; d < lead; d++) ax[d] = d;
+        g = tn_sum(g, ax, lead, false);
+    }
+    if (g && g->type.dtype != t->dtype) g = tn_cast(g, t->dtype);
+    return g;
+}
+
 /* >>ops: the op catalogue's bodies live in tensor_ops.h */
 #define TENSOR_OPS_IMPLEMENTATION_HERE
 #include "tensor_ops.h"
@@ -5858,11 +5937,22 @@ static tn_var *tn__transfer_node(tn_var *x, int op, const char *who) {
 TN_API tn_var *tn_gpu_from_host(tn_var *x) { return tn__transfer_node(x, TN_OP_GPU_FROM_HOST, "tn_gpu_from_host"); }
 TN_API tn_var *tn_host_from_gpu(tn_var *x) { return tn__transfer_node(x, TN_OP_HOST_FROM_GPU, "tn_host_from_gpu"); }
 
-/* >>registry: fills this part's rows of the op table */
-static void tn__register_transfer_ops(tn_op_def *t) {
-    t[TN_OP_GPU_FROM_HOST] = (tn_op_def){ "GpuFromHost", TN_OPK_TRANSFER, 1, tn__infer_transfer, tn__cpu_transfer, tn__label_gpu_from_host };
-    t[TN_OP_HOST_FROM_GPU] = (tn_op_def){ "HostFromGpu", TN_OPK_TRANSFER, 1, tn__infer_transfer, tn__cpu_transfer, tn__label_host_from_gpu };
+/* A copy: the gradient passes unchanged (its own placement is the optimizer's
+   business), and so does a tangent (TN_OPF_LINEAR). */
+static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)node; (void)need;
+    gin[0] = g;
+    return TN_OK;
 }
+
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+#define TN__TRANSFER_OP_ROWS \
+    [TN_OP_GPU_FROM_HOST] = { .name = "GpuFromHost", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
+                              .cpu = tn__cpu_transfer, .label = tn__label_gpu_from_host, .vjp = tn__transfer_vjp, \
+                              .flags = TN_OPF_LINEAR }, \
+    [TN_OP_HOST_FROM_GPU] = { .name = "HostFromGpu", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
+                              .cpu = tn__cpu_transfer, .label = tn__label_host_from_gpu, .vjp = tn__transfer_vjp, \
+                              .flags = TN_OPF_LINEAR },
 
 /* >>scan ============================================================== */
 /* >>scan: loops inside the graph (Theano's scan), with taps, updates and
@@ -6085,7 +6175,7 @@ static tn_result tn__scan_res_types(const tn__scan *s, const tn_type *pt, tn_typ
         tn_type *o = tt + s->inner_t_off[i];
         if (v->op == TN_OP_PROJ) {
             int src = ix[0];
-            *o = src >= 0 && src != INT32_MAX ? tt[s->inner_t_off[src] + v->p.i[0]] : v->type;
+            *o = src >= 0 && src != INT32_MAX ? tt[s->inner_t_off[src] + tn__p_proj_index(&v->p)] : v->type;
             continue;
         }
         memset(o, 0, (size_t)v->n_out * sizeof *o);
@@ -6412,9 +6502,11 @@ static bool tn__scan_device_ok(const tn_var *node) {
     return s && s->dfn;
 }
 
-static void tn__register_scan_ops(tn_op_def *t) {
-    t[TN_OP_SCAN] = (tn_op_def){ "Scan", TN_OPK_OTHER, -1, tn__scan_infer, tn__scan_cpu, tn__scan_label };
-}
+/* >>op_rows: this part's rows of the op table (the >>ops_table section); its
+   gradient is the >>scan_grad section's (no forward mode). */
+#define TN__SCAN_OP_ROWS \
+    [TN_OP_SCAN] = { .name = "Scan", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__scan_infer, .cpu = tn__scan_cpu, \
+                     .label = tn__scan_label, .vjp = tn__scan_vjp },
 
 /* >>scan_build ----------------------------------------------------------- */
 
@@ -6482,7 +6574,7 @@ static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
     tn_var *ins_s[16], **ins = v->n_in <= 16 ? ins_s : (tn_var **)tn__malloc((size_t)v->n_in * sizeof *ins);
     if (!ins) { tn__err(TN_ERR_OOM, "tn_scan: out of memory"); return NULL; }
     for (int k = 0; k < v->n_in; k++) ins[k] = map[v->in[k]->id] ? map[v->in[k]->id] : v->in[k];
-    tn_var *c = v->op == TN_OP_PROJ ? tn__proj(ins[0], (int)v->p.i[0])
+    tn_var *c = v->op == TN_OP_PROJ ? tn__proj(ins[0], tn__p_proj_index(&v->p))
                                     : tn__node_multi(v->graph, v->op, v->n_in, ins, &v->p, v->ext, v->n_out, "tn_scan");
     if (ins != ins_s) tn__free(ins);
     if (c) { c->flags = v->flags; c->name = v->name; }
@@ -6914,9 +7006,10 @@ static tn_var *tn__scan_zeros_like(tn_var *x) {
 /* Gradients reaching output k of a multi-output node through its PROJ wait
    in the scan (gpend) until the grad driver reaches the scan node itself;
    the node's own accumulator gets a zero of output 0's type so it is visited. */
-static tn_result tn__scan_proj_vjp(tn_var *node, tn_var *g, tn_var **gin) {
+static tn_result tn__scan_proj_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
     tn_var *src = node->in[0];
-    int k = (int)node->p.i[0];
+    int k = tn__p_proj_index(&node->p);
     tn__scan *s = src->op == TN_OP_SCAN ? (tn__scan *)src->ext : NULL;
     if (!s || s->bwd) {
         const tn_op_def *def = tn__op_def(src->op);
@@ -7181,502 +7274,41 @@ TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
    constructors, so they differentiate again (Hessian-vector products) and go
    through the optimizer like any other expression.
 
+   The drivers are here; each op's rules are its row of the op table (vjp,
+   jvp, flags), with the op's code in tensor_ops.h (the >>scan and >>custom
+   sections for those ops). Helpers many rules share: the >>grad_helpers
+   section, before the catalogue.
+
    Rules, stated:
    - Gradients flow through float values only. An integer or boolean value
-     (comparisons, argmax, casts to int, floor/round/sign) passes a zero
-     gradient; a float wrt reached only that way gets zeros, not an error.
+     (comparisons, argmax, casts to int, floor/round/sign: the rows with
+     TN_OPF_DISCRETE) passes a zero gradient; a float wrt reached only that
+     way gets zeros, not an error.
    - max/min reductions and maximum/minimum: every position equal to the
      result gets the whole gradient (ties are not split, as in Theano).
    - prod: exact with zeros (one zero: the product of the others at the zero,
      zero elsewhere; two or more zeros: all zero).
    - Broadcasting follows the static types: a dim broadcasts when it is known
      to be 1 (bcast pattern or shape), as in Theano.
+   - cumprod: exact with zeros, without dividing by x (O(n^2) per line).
    - Shape adjoints that need sizes (reshape, flatten, slices with a step
-     other than 1, concatenate) need them known at build time where the
-     message says so (TN_ERR_UNSUPPORTED otherwise).                         */
+     other than 1 or a whole reversal, concatenate) need them known at build
+     time where the message says so (TN_ERR_UNSUPPORTED otherwise).          */
 
 #include <math.h>
 #include <string.h>
 
-/* >>grad_helpers */
-
-static const char *tn__gname(const tn_var *v, char buf[64]) {
-    if (v && v->name) return v->name;
-    snprintf(buf, 64, "<unnamed var %d>", v ? v->id : -1);
-    return buf;
-}
-
-/* A 0-d constant of dtype t (a weak literal cast once; folded at compile). */
-static tn_var *tn__glit(tn_var *like, tn_dtype t, double v) {
-    tn_var *c = tn_lit(like, v);
-    return c && c->type.dtype != t ? tn_cast(c, t) : c;
-}
-static tn_var *tn__gzeros_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 0.0)) : NULL; }
-static tn_var *tn__gones_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 1.0)) : NULL; }
-static tn_var *tn__gmask(tn_var *cond, tn_var *g) { return tn_where(cond, g, tn_lit(g, 0.0)); }
-
-static bool tn__gtype_same_bcast(const tn_type *a, const tn_type *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if ((a->shape[d] == 1) != (b->shape[d] == 1)) return false;
-    return true;
-}
-
-/* g, of a shape that broadcasts to x's, broadcast to x's full shape. */
-static tn_var *tn__gbcast_like(tn_var *g, tn_var *x) {
-    if (!g || !x) return NULL;
-    if (tn__gtype_same_bcast(&g->type, &x->type)) return g;
-    return tn_fill(x, g);
-}
-
-/* Sums g (the gradient of a value that t broadcast into) back to type t: over
-   the leading dims t lacks, and with keepdims over the dims where t is 1 and
-   g is not; then casts to t's dtype. */
-static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
-    if (!g) return NULL;
-    int lead = g->type.ndim - t->ndim, ax[TN_MAX_DIMS], na = 0;
-    if (lead < 0) {   /* a smaller gradient: give it t's rank ('x' dims in front) */
-        int pat[TN_MAX_DIMS];
-        for (int d = 0; d < t->ndim; d++) pat[d] = d < -lead ? -1 : d + lead;
-        g = tn_dimshuffle(g, t->ndim, pat);
-        if (!g) return NULL;
-        lead = 0;
-    }
-    for (int d = 0; d < t->ndim; d++)
-        if ((t->bcast[d] || t->shape[d] == 1) && g->type.shape[lead + d] != 1) ax[na++] = lead + d;
-    if (na) g = tn_sum(g, ax, na, true);
-    if (g && lead) {
-        for (int d = 0; d < lead; d++) ax[d] = d;
-        g = tn_sum(g, ax, lead, false);
-    }
-    if (g && g->type.dtype != t->dtype) g = tn_cast(g, t->dtype);
-    return g;
-}
-
-/* Reduced axes of a reduction node (bit mask i[0]); returns their count. */
-static int tn__gred_axes(const tn_var *node, int *axes) {
-    int n = 0, nd = node->in[0]->type.ndim;
-    for (int d = 0; d < nd; d++)
-        if (((uint64_t)node->p.i[0] >> d) & 1) axes[n++] = d;
-    return n;
-}
-
-/* v (a reduction's output or its gradient) with the reduced axes put back as
-   broadcastable 1s, so it broadcasts against the reduction's input. */
-static tn_var *tn__gkeep(tn_var *v, const tn_var *node) {
-    if (!v || node->p.i[1]) return v;
-    int nd = node->in[0]->type.ndim, pat[TN_MAX_DIMS], k = 0;
-    for (int d = 0; d < nd; d++) pat[d] = (((uint64_t)node->p.i[0] >> d) & 1) ? -1 : k++;
-    if (k == nd) return v;
-    return tn_dimshuffle(v, nd, pat);
-}
-
-/* Swaps the last two axes. */
-static tn_var *tn__gmT(tn_var *x) {
-    if (!x) return NULL;
-    int nd = x->type.ndim, pat[TN_MAX_DIMS];
-    for (int d = 0; d < nd; d++) pat[d] = d;
-    pat[nd - 1] = nd - 2; pat[nd - 2] = nd - 1;
-    return tn_dimshuffle(x, nd, pat);
-}
-
-/* Sums away (keepdims off) one axis known to be 1. */
-static tn_var *tn__gdrop(tn_var *x, int axis) { return x ? tn_sum(x, &axis, 1, false) : NULL; }
-
-/* >>grad_ew: one chain rule per elementwise op. d(z, i, g) returns
-   g * dz/d(in[i]), with g of any shape that broadcasts against z: the reverse
-   mode passes z's gradient, the forward mode in[i]'s tangent. A NULL row is a
-   zero derivative (discrete ops). */
-typedef tn_var *(*tn__ew_chain_fn)(tn_var *z, int i, tn_var *g);
-
-#define TN__A (z->in[0])
-#define TN__B (z->in[1])
-#define TN__C (z->in[2])
-#define TN__L(v) tn_lit(g, (v))
-static tn_var *tn__d_identity(tn_var *z, int i, tn_var *g) { (void)z; (void)i; return g; }
-static tn_var *tn__d_sub(tn_var *z, int i, tn_var *g) { (void)z; return i == 0 ? g : tn_neg(g); }
-static tn_var *tn__d_mul(tn_var *z, int i, tn_var *g) { return tn_mul(g, z->in[1 - i]); }
-static tn_var *tn__d_true_div(tn_var *z, int i, tn_var *g) {
-    return i == 0 ? tn_div(g, TN__B) : tn_neg(tn_div(tn_mul(g, z), TN__B));
-}
-static tn_var *tn__d_mod(tn_var *z, int i, tn_var *g) {
-    return i == 0 ? g : tn_neg(tn_mul(g, tn_floor(tn_div(TN__A, TN__B))));
-}
-static tn_var *tn__d_pow(tn_var *z, int i, tn_var *g) {
-    if (i == 0) return tn_mul(g, tn_mul(TN__B, tn_pow(TN__A, tn_sub(TN__B, TN__L(1.0)))));
-    return tn_mul(g, tn_mul(z, tn_log(TN__A)));
-}
-static tn_var *tn__d_neg(tn_var *z, int i, tn_var *g) { (void)z; (void)i; return tn_neg(g); }
-static tn_var *tn__d_abs(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_sign(TN__A)); }
-static tn_var *tn__d_exp(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, z); }
-static tn_var *tn__d_exp2(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(z, TN__L(0.69314718055994530942))); }
-static tn_var *tn__d_expm1(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_add(z, TN__L(1.0))); }
-static tn_var *tn__d_log(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(g, TN__A); }
-static tn_var *tn__d_log2(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(g, tn_mul(TN__A, TN__L(0.69314718055994530942))); }
-static tn_var *tn__d_log1p(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(g, tn_add(TN__A, TN__L(1.0))); }
-static tn_var *tn__d_sqrt(tn_var *z, int i, tn_var *g) { (void)i; return tn_div(tn_mul(g, TN__L(0.5)), z); }
-static tn_var *tn__d_rsqrt(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(TN__L(-0.5), tn_div(z, TN__A))); }
-static tn_var *tn__d_sqr(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(TN__A, TN__L(2.0))); }
-static tn_var *tn__d_reciprocal(tn_var *z, int i, tn_var *g) { (void)i; return tn_neg(tn_mul(g, tn_sqr(z))); }
-static tn_var *tn__d_sin(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_cos(TN__A)); }
-static tn_var *tn__d_cos(tn_var *z, int i, tn_var *g) { (void)i; return tn_neg(tn_mul(g, tn_sin(TN__A))); }
-static tn_var *tn__d_tan(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_add(TN__L(1.0), tn_sqr(z))); }
-static tn_var *tn__d_tanh(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_sub(TN__L(1.0), tn_sqr(z))); }
-static tn_var *tn__d_sigmoid(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_mul(z, tn_sub(TN__L(1.0), z))); }
-static tn_var *tn__d_softplus(tn_var *z, int i, tn_var *g) { (void)i; return tn_mul(g, tn_sigmoid(TN__A)); }
-static tn_var *tn__d_erf(tn_var *z, int i, tn_var *g) {
-    (void)i;   /* 2/sqrt(pi) */
-    return tn_mul(g, tn_mul(TN__L(1.12837916709551257390), tn_exp(tn_neg(tn_sqr(TN__A)))));
-}
-/* maximum/minimum: the input equal to the result takes it (both on a tie) */
-static tn_var *tn__d_minmax(tn_var *z, int i, tn_var *g) { return tn__gmask(tn_eq(z, z->in[i]), g); }
-static tn_var *tn__d_clip(tn_var *z, int i, tn_var *g) {
-    if (i == 0) return tn__gmask(tn_and(tn_ge(TN__A, TN__B), tn_le(TN__A, TN__C)), g);
-    if (i == 1) return tn__gmask(tn_lt(TN__A, TN__B), g);
-    return tn__gmask(tn_gt(TN__A, TN__C), g);
-}
-static tn_var *tn__d_where(tn_var *z, int i, tn_var *g) {
-    if (i == 1) return tn__gmask(TN__A, g);
-    return tn_where(TN__A, tn_lit(g, 0.0), g);   /* i == 2; the condition never asks */
-}
-#undef TN__A
-#undef TN__B
-#undef TN__C
-#undef TN__L
-
-static tn__ew_chain_fn tn__ew_chain(int op) {
-    static const tn__ew_chain_fn t[TN_OP_CAST + 1] = {
-        [TN_OP_IDENTITY] = tn__d_identity, [TN_OP_ADD] = tn__d_identity, [TN_OP_SUB] = tn__d_sub,
-        [TN_OP_MUL] = tn__d_mul, [TN_OP_TRUE_DIV] = tn__d_true_div, [TN_OP_MOD] = tn__d_mod,
-        [TN_OP_POW] = tn__d_pow, [TN_OP_NEG] = tn__d_neg, [TN_OP_ABS] = tn__d_abs,
-        [TN_OP_EXP] = tn__d_exp, [TN_OP_EXP2] = tn__d_exp2, [TN_OP_EXPM1] = tn__d_expm1,
-        [TN_OP_LOG] = tn__d_log, [TN_OP_LOG2] = tn__d_log2, [TN_OP_LOG1P] = tn__d_log1p,
-        [TN_OP_SQRT] = tn__d_sqrt, [TN_OP_RSQRT] = tn__d_rsqrt, [TN_OP_SQR] = tn__d_sqr,
-        [TN_OP_RECIPROCAL] = tn__d_reciprocal, [TN_OP_SIN] = tn__d_sin, [TN_OP_COS] = tn__d_cos,
-        [TN_OP_TAN] = tn__d_tan, [TN_OP_TANH] = tn__d_tanh, [TN_OP_SIGMOID] = tn__d_sigmoid,
-        [TN_OP_SOFTPLUS] = tn__d_softplus, [TN_OP_ERF] = tn__d_erf,
-        [TN_OP_MINIMUM] = tn__d_minmax, [TN_OP_MAXIMUM] = tn__d_minmax, [TN_OP_CLIP] = tn__d_clip,
-        [TN_OP_WHERE] = tn__d_where, [TN_OP_CAST] = tn__d_identity,
-        /* zero: INT_DIV, SIGN, FLOOR, CEIL, ROUND, comparisons, logic */
-    };
-    return op > TN_OP_NONE && op <= TN_OP_CAST ? t[op] : NULL;
-}
-
-/* >>grad_rules: reverse-mode rules of the other ops. Each fills gin[i] for
-   every i with need[i] with a gradient of in[i]'s rank (sum_to fixes dtype
-   and broadcast dims afterwards); NULL where needed means a constructor
-   failed (its error is set). */
-
-static tn_result tn__gfail(const char *what, const tn_var *node) {
-    char nb[64];
-    tn_result r = tn_last_result();
-    if (r != TN_OK) return r;
-    return tn__err(TN_ERR_INTERNAL, "tn_grad: building the gradient of %s node '%s' failed", what, tn__gname(node, nb));
-}
-
-/* d prod / d x, elementwise, of x's shape, exact with zeros. */
-static tn_var *tn__gprod_partial(tn_var *node) {
-    tn_var *x = node->in[0];
-    int ax[TN_MAX_DIMS], na = tn__gred_axes(node, ax);
-    tn_var *zero = tn_lit(x, 0.0), *one = tn_lit(x, 1.0);
-    tn_var *isz = tn_eq(x, zero);
-    tn_var *nz = tn_where(isz, one, x);                    /* zeros replaced by 1 */
-    tn_var *p = tn_prod(nz, ax, na, true);                 /* product of the non-zeros */
-    tn_var *cnt = tn_sum(tn_cast(isz, x->type.dtype), ax, na, true);
-    tn_var *none = tn_div(p, nz);                          /* no zero: prod / x */
-    tn_var *one_zero = tn_where(isz, p, zero);             /* one zero: the others' product there */
-    return tn_where(tn_eq(cnt, zero), none, tn_where(tn_eq(cnt, one), one_zero, zero));
-}
-
-static tn_result tn__vjp_reduce(tn_var *node, tn_var *g, tn_var **gin) {
-    tn_var *x = node->in[0];
-    tn_var *gk = tn__gkeep(g, node);
-    int ax[TN_MAX_DIMS], na = tn__gred_axes(node, ax);
-    switch (node->op) {
-    case TN_OP_SUM: gin[0] = tn__gbcast_like(gk, x); break;
-    case TN_OP_MEAN: {
-        double cnt = 1;
-        for (int k = 0; k < na; k++) cnt = x->type.shape[ax[k]] < 0 ? -1 : cnt * (double)x->type.shape[ax[k]];
-        tn_var *n = cnt >= 0 ? tn_lit(x, cnt) : tn_sum(tn__gones_like(x), ax, na, true);
-        gin[0] = tn__gbcast_like(tn_div(gk, n), x);
-        break;
-    }
-    case TN_OP_PROD: gin[0] = tn_mul(gk, tn__gprod_partial(node)); break;
-    case TN_OP_MAX: case TN_OP_MIN:
-        gin[0] = tn__gmask(tn_eq(x, tn__gkeep(node, node)), gk);   /* where() broadcasts gk */
-        break;
-    case TN_OP_LOGSUMEXP: gin[0] = tn_mul(gk, tn_exp(tn_sub(x, tn__gkeep(node, node)))); break;
-    default: return tn__err(TN_ERR_INTERNAL, "tn_grad: no reduction rule for op %d", node->op);
-    }
-    return gin[0] ? TN_OK : tn__gfail(tn__op_def(node->op)->name, node);
-}
-
-static tn_result tn__vjp_softmax(tn_var *node, tn_var *g, tn_var **gin) {
-    int axis = (int)node->p.i[0];
-    if (node->op == TN_OP_SOFTMAX)
-        gin[0] = tn_mul(node, tn_sub(g, tn_sum(tn_mul(g, node), &axis, 1, true)));
-    else
-        gin[0] = tn_sub(g, tn_mul(tn_exp(node), tn_sum(g, &axis, 1, true)));
-    return gin[0] ? TN_OK : tn__gfail("softmax", node);
-}
-
-/* Gradients of a @ b (NumPy matmul rules) given g = d cost / d(a @ b). */
-static tn_result tn__dot_vjp(tn_var *a, tn_var *b, tn_var *g, const bool *need, tn_var **ga, tn_var **gb) {
-    int na = a->type.ndim, nb = b->type.ndim;
-    *ga = *gb = NULL;
-    if (na == 1 && nb == 1) {
-        if (need[0]) *ga = tn_mul(g, b);
-        if (need[1]) *gb = tn_mul(g, a);
-    } else if (na == 2 && nb == 1) {
-        if (need[0]) *ga = tn_outer(g, b);
-        if (need[1]) *gb = tn_dot(tn_transpose(a, NULL), g);
-    } else if (na == 1 && nb == 2) {
-        if (need[0]) *ga = tn_dot(b, g);
-        if (need[1]) *gb = tn_outer(a, g);
-    } else {   /* batched: vectors become (1, k) and (k, 1) matrices */
-        tn_var *A = na == 1 ? tn_dimshuffle(a, 2, (int[]){ -1, 0 }) : a;
-        tn_var *B = nb == 1 ? tn_dimshuffle(b, 2, (int[]){ 0, -1 }) : b;
-        tn_var *G = g;
-        if (na == 1 && G) {   /* the m dim matmul dropped: before the last */
-            int gn = G->type.ndim, pat[TN_MAX_DIMS];
-            for (int d = 0; d < gn - 1; d++) pat[d] = d;
-            pat[gn - 1] = -1; pat[gn] = gn - 1;
-            G = tn_dimshuffle(G, gn + 1, pat);
-        }
-        if (nb == 1 && G) {   /* the n dim: last */
-            int gn = G->type.ndim, pat[TN_MAX_DIMS];
-            for (int d = 0; d < gn; d++) pat[d] = d;
-            pat[gn] = -1;
-            G = tn_dimshuffle(G, gn + 1, pat);
-        }
-        if (!A || !B || !G) return tn__gfail("Dot", g);
-        if (need[0]) {
-            *ga = tn__sum_to(tn_dot(G, tn__gmT(B)), &A->type);
-            if (na == 1) *ga = tn__gdrop(*ga, 0);
-        }
-        if (need[1]) {
-            *gb = tn__sum_to(tn_dot(tn__gmT(A), G), &B->type);
-            if (nb == 1) *gb = tn__gdrop(*gb, 1);
-        }
-    }
-    if ((need[0] && !*ga) || (need[1] && !*gb)) return tn__gfail("Dot", g);
-    return TN_OK;
-}
-
-static tn_var *tn__gscale(tn_var *g, double s) { return !g || s == 1.0 ? g : tn_mul(g, tn_lit(g, s)); }
-
-static tn_result tn__vjp_linalg(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    tn_result r;
-    switch (node->op) {
-    case TN_OP_DOT: return tn__dot_vjp(node->in[0], node->in[1], g, need, &gin[0], &gin[1]);
-    case TN_OP_GEMM: case TN_OP_GEMV: {   /* in: C, A, B: alpha*A@B + beta*C */
-        double alpha = node->p.f[0], beta = node->p.f[1];
-        if ((r = tn__dot_vjp(node->in[1], node->in[2], g, need + 1, &gin[1], &gin[2])) != TN_OK) return r;
-        gin[1] = tn__gscale(gin[1], alpha);
-        gin[2] = tn__gscale(gin[2], alpha);
-        if (need[0]) gin[0] = tn__gscale(g, beta);
-        break;
-    }
-    case TN_OP_OUTER:
-        if (need[0]) gin[0] = tn_dot(g, node->in[1]);
-        if (need[1]) gin[1] = tn_dot(tn_transpose(g, NULL), node->in[0]);
-        break;
-    default: return tn__err(TN_ERR_INTERNAL, "tn_grad: no linalg rule for op %d", node->op);
-    }
-    for (int i = 0; i < node->n_in; i++)
-        if (need[i] && !gin[i]) return tn__gfail(tn__op_def(node->op)->name, node);
-    return TN_OK;
-}
-
-/* Reshape g to x's static shape (at most one unknown dim: it becomes -1). */
-static tn_var *tn__greshape_like(tn_var *g, tn_var *x, const char *what) {
-    int64_t shape[TN_MAX_DIMS];
-    int unknown = 0;
-    char nb[64];
-    for (int d = 0; d < x->type.ndim; d++) {
-        shape[d] = x->type.shape[d];
-        if (shape[d] < 0) unknown++;
-    }
-    if (unknown > 1) {
-        char sb[128];
-        tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of %s needs the shape of its input '%s', "
-                "known only as %s (at most one unknown dim): give the input a static shape",
-                what, tn__gname(x, nb), tn__shape_str(x->type.ndim, x->type.shape, sb));
-        return NULL;
-    }
-    return tn_reshape(g, x->type.ndim, shape);
-}
-
-static tn_result tn__vjp_dimshuffle(tn_var *node, tn_var *g, tn_var **gin) {
-    tn_var *x = node->in[0];
-    int on = node->type.ndim, xn = x->type.ndim, ax[TN_MAX_DIMS], na = 0, pos[TN_MAX_DIMS], pat[TN_MAX_DIMS];
-    for (int d = 0; d < xn; d++) pos[d] = -1;
-    for (int k = 0, kept = 0; k < on; k++) {   /* new 'x' dims are summed away */
-        if (node->p.i[k] < 0) ax[na++] = k;
-        else pos[node->p.i[k]] = kept++;
-    }
-    if (na) g = tn_sum(g, ax, na, false);
-    for (int d = 0; d < xn; d++) pat[d] = pos[d];   /* dims the shuffle dropped come back as 'x' */
-    bool ident = g && g->type.ndim == xn;
-    for (int d = 0; ident && d < xn; d++) ident = pat[d] == d;
-    gin[0] = ident ? g : tn_dimshuffle(g, xn, pat);
-    return gin[0] ? TN_OK : tn__gfail("DimShuffle", node);
-}
-
-/* Python's slice.indices for a known length n. */
-static int64_t tn__gslice_indices(int64_t n, int64_t *start, int64_t *stop, int64_t *step) {
-    int64_t st = *step == TN_NONE ? 1 : *step, lo, hi;
-    if (st > 0) { lo = 0; hi = n; } else { lo = -1; hi = n - 1; }
-    int64_t a = *start, b = *stop;
-    if (a == TN_NONE) a = st > 0 ? lo : hi;
-    else { if (a < 0) a += n; a = a < lo ? lo : a > hi ? hi : a; }
-    if (b == TN_NONE) b = st > 0 ? hi : lo;
-    else { if (b < 0) b += n; b = b < lo ? lo : b > hi ? hi : b; }
-    *start = a; *stop = b; *step = st;
-    if (st > 0) return b > a ? (b - a + st - 1) / st : 0;
-    return a > b ? (a - b - st - 1) / (-st) : 0;
-}
-
-static tn_var *tn__gcat(int n, tn_var **xs, int axis) {
-    tn_var *v[3];
-    int k = 0;
-    for (int i = 0; i < n; i++) if (xs[i]) v[k++] = xs[i];
-    return k == 1 ? v[0] : tn_concatenate(k, v, axis);
-}
-
-/* The adjoint of slicing dim d: g (x sliced in dims <= d) padded with zeros
-   along d back to the size of z (x sliced in dims < d only). */
-static tn_var *tn__gunslice_dim(tn_var *g, tn_var *z, int d, int64_t start, int64_t stop, int64_t step) {
-    int64_t n = z->type.shape[d];
-    bool steps1 = step == TN_NONE || step == 1;
-    if (n < 0 && steps1) {   /* size unknown: the pads are slices of zeros_like */
-        tn_var *zz = tn__gzeros_like(z);
-        tn_var *parts[3] = { start == TN_NONE ? NULL : tn_slice(zz, d, TN_NONE, start, 1), g,
-                             stop == TN_NONE ? NULL : tn_slice(zz, d, stop, TN_NONE, 1) };
-        return tn__gcat(3, parts, d);
-    }
-    if (n < 0) {
-        char nb[64];
-        tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld along dim %d needs the size "
-                "of that dim of '%s' known at build time", (long long)step, d, tn__gname(z, nb));
-        return NULL;
-    }
-    int64_t m = tn__gslice_indices(n, &start, &stop, &step);
-    tn_var *zz = tn__gzeros_like(z);
-    if (m == 0) return zz;
-    int64_t first = start, s = step;
-    if (step < 0) {   /* reversed: the same positions in ascending order */
-        g = tn_slice(g, d, TN_NONE, TN_NONE, -1);
-        first = start + (m - 1) * step;
-        s = -step;
-    }
-    if (s > 1 && m > 1) {   /* interleave s-1 zero blocks after each element */
-        tn_var *zs[64], *zg = tn__gzeros_like(g);
-        if (s > 64) {
-            tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld (> 64) is not supported", (long long)step);
-            return NULL;
-        }
-        zs[0] = g;
-        for (int64_t k = 1; k < s; k++) zs[k] = zg;
-        tn_var *st = tn_stack((int)s, zs, d + 1);
-        if (!st || !g) return NULL;
-        int64_t shape[TN_MAX_DIMS];
-        int unknown = 0, nd = g->type.ndim;
-        for (int k = 0; k < nd; k++) {
-            shape[k] = k == d ? m * s : g->type.shape[k];
-            if (shape[k] < 0) { shape[k] = -1; unknown++; }
-        }
-        if (unknown > 1) {
-            char nb[64];
-            tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld of '%s' needs its other dims "
-                    "known at build time (at most one unknown)", (long long)step, tn__gname(z, nb));
-            return NULL;
-        }
-        g = tn_slice(tn_reshape(st, nd, shape), d, 0, (m - 1) * s + 1, 1);
-    }
-    int64_t after = n - (first + (m - 1) * s + 1);
-    tn_var *parts[3] = { first > 0 ? tn_slice(zz, d, 0, first, 1) : NULL, g,
-                         after > 0 ? tn_slice(zz, d, 0, after, 1) : NULL };
-    return tn__gcat(3, parts, d);
-}
-
-static tn_result tn__vjp_slice(tn_var *node, tn_var *g, tn_var **gin) {
-    tn_var *x = node->in[0];
-    int nd = x->type.ndim;
-    for (int d = nd - 1; d >= 0 && g; d--) {
-        int64_t a = node->p.i[3 * d], b = node->p.i[3 * d + 1], s = node->p.i[3 * d + 2];
-        if (a == TN_NONE && b == TN_NONE && (s == TN_NONE || s == 1)) continue;
-        /* z: x sliced as the node does in dims < d, whole in dims >= d */
-        tn_params p = node->p;
-        for (int k = d; k < nd; k++) { p.i[3 * k] = TN_NONE; p.i[3 * k + 1] = TN_NONE; p.i[3 * k + 2] = TN_NONE; }
-        bool whole = true;
-        for (int k = 0; k < d; k++)
-            whole = whole && p.i[3 * k] == TN_NONE && p.i[3 * k + 1] == TN_NONE && (p.i[3 * k + 2] == TN_NONE || p.i[3 * k + 2] == 1);
-        tn_var *z = whole ? x : tn__node(x->graph, TN_OP_SLICE, 1, &x, &p, NULL, "tn_grad");
-        if (!z) return tn__gfail("Slice", node);
-        g = tn__gunslice_dim(g, z, d, a, b, s);
-    }
-    gin[0] = g;
-    return g ? TN_OK : tn__gfail("Slice", node);
-}
-
-static tn_result tn__vjp_concat(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    int axis = (int)node->p.i[0], n = node->n_in;
-    for (int j = 0; j < n; j++) {
-        if (!need[j]) continue;
-        int64_t pre = 0, post = 0, len = node->in[j]->type.shape[axis];
-        bool pre_known = true, post_known = true;
-        for (int k = 0; k < j; k++) { int64_t s = node->in[k]->type.shape[axis]; if (s < 0) pre_known = false; else pre += s; }
-        for (int k = j + 1; k < n; k++) { int64_t s = node->in[k]->type.shape[axis]; if (s < 0) post_known = false; else post += s; }
-        int64_t start = pre_known ? pre : (post_known && len >= 0) ? -(post + len) : INT64_MAX;
-        int64_t stop = (pre_known && len >= 0) ? pre + len : post_known ? (post ? -post : TN_NONE) : INT64_MAX;
-        if (start == INT64_MAX || stop == INT64_MAX) {
-            char nb[64];
-            return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of concatenate input %d ('%s') needs the sizes "
-                           "along axis %d known at build time", j, tn__gname(node->in[j], nb), axis);
-        }
-        gin[j] = tn_slice(g, axis, start == 0 ? TN_NONE : start, stop, 1);
-        if (!gin[j]) return tn__gfail("Concatenate", node);
-    }
-    return TN_OK;
-}
+/* >>grad_dispatch: the rules are the op table's (each op's vjp and jvp,
+   with its code in tensor_ops.h, the >>scan and >>custom sections). */
 
 /* Fills gin[] for node given its gradient g. */
 static tn_result tn__vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
     char nb[64];
-    if (node->op > TN_OP_NONE && node->op <= TN_OP_CAST) {
-        tn__ew_chain_fn d = tn__ew_chain(node->op);
-        if (!d) return TN_OK;   /* discrete: zero */
-        for (int i = 0; i < node->n_in; i++) {
-            if (!need[i]) continue;
-            if (node->op == TN_OP_WHERE && i == 0) continue;
-            if (!(gin[i] = tn__sum_to(d(node, i, g), &node->in[i]->type))) return tn__gfail(tn__op_def(node->op)->name, node);
-        }
-        return TN_OK;
-    }
-    switch (node->op) {
-    case TN_OP_SUM: case TN_OP_MEAN: case TN_OP_PROD: case TN_OP_MAX: case TN_OP_MIN: case TN_OP_LOGSUMEXP:
-        return tn__vjp_reduce(node, g, gin);
-    case TN_OP_SOFTMAX: case TN_OP_LOG_SOFTMAX: return tn__vjp_softmax(node, g, gin);
-    case TN_OP_DOT: case TN_OP_GEMM: case TN_OP_GEMV: case TN_OP_OUTER: return tn__vjp_linalg(node, g, need, gin);
-    case TN_OP_RESHAPE: gin[0] = tn__greshape_like(g, node->in[0], "Reshape"); break;
-    case TN_OP_FLATTEN: gin[0] = tn__greshape_like(g, node->in[0], "Flatten"); break;
-    case TN_OP_DIMSHUFFLE: return tn__vjp_dimshuffle(node, g, gin);
-    case TN_OP_SLICE: return tn__vjp_slice(node, g, gin);
-    case TN_OP_CONCATENATE: return tn__vjp_concat(node, g, need, gin);
-    case TN_OP_BROADCAST_TO: case TN_OP_ALLOC: gin[0] = tn__sum_to(g, &node->in[0]->type); break;
-    case TN_OP_ARGMAX: case TN_OP_ARGMIN: case TN_OP_ALL: case TN_OP_ANY: case TN_OP_EYE: case TN_OP_ARANGE:
-        return TN_OK;   /* discrete or no inputs */
-    case TN_OP_PROJ: return tn__scan_proj_vjp(node, g, gin);        /* the >>scan section: outputs of a scan */
-    case TN_OP_SCAN: return tn__scan_vjp(node, g, need, gin);       /* the >>scan section: BPTT */
-    default: {
-        const tn_op_def *def = tn__op_def(node->op);
+    const tn_op_def *def = tn__op_def(node->op);
+    if (!def || !def->vjp)
         return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: op %s (node '%s') has no gradient rule",
                        def && def->name ? def->name : "?", tn__gname(node, nb));
-    }
-    }
-    if (need[0] && !gin[0]) return tn__gfail(tn__op_def(node->op)->name, node);
-    return TN_OK;
+    return def->vjp(node, g, need, gin);
 }
 
 /* >>grad_driver */
@@ -7845,6 +7477,7 @@ TN_API tn_result tn_grad(tn_var *cost, int n, tn_var *const *wrt, tn_var **grads
             for (int k = 0; k < v->n_in; k++)
                 if (s.st[v->in[k]->id] & TN__G_DEP) s.st[v->in[k]->id] |= TN__G_CONN;
         if (!gv || v->n_in == 0 || (s.st[id] & TN__G_BLOCK) || !tn_dtype_is_float(v->type.dtype)) continue;
+        if (tn__op_has(v->op, TN_OPF_DISCRETE)) continue;   /* zero gradient */
         bool any = false;
         for (int k = 0; k < v->n_in; k++) {
             tn_var *c = v->in[k];
@@ -7892,95 +7525,32 @@ TN_API tn_var *tn_stop_gradient(tn_var *x) {
 
 /* >>rop: forward mode. t[i] is in[i]'s tangent (NULL: zero); *out the node's. */
 
-/* The same op and params applied to new inputs (linear ops: their own JVP). */
-static tn_var *tn__gclone(tn_var *node, tn_var *const *ins) {
-    return tn__node(node->graph, node->op, node->n_in, ins, &node->p, NULL, "tn_rop");
-}
-
-/* The node applied to in[0]'s tangent t, its other inputs kept (a fill's 'like'). */
-static tn_var *tn__gclone0(tn_var *node, tn_var *t) {
+/* TN_OPF_LINEAR ops: the op applied to in[0]'s tangent, its other inputs kept
+   (a fill's `like` only shapes it: its tangent alone gives zero). */
+static tn_result tn__jvp_linear(tn_var *node, tn_var *const *t, tn_var **out) {
     tn_var *ins[TN_MAX_IPARAMS];
-    if (node->n_in > TN_MAX_IPARAMS) { tn__err(TN_ERR_UNSUPPORTED, "tn_rop: too many inputs"); return NULL; }
-    ins[0] = t;
+    if (!t[0]) return TN_OK;
+    if (node->n_in > TN_MAX_IPARAMS) return tn__err(TN_ERR_UNSUPPORTED, "tn_rop: too many inputs");
+    ins[0] = t[0];
     for (int i = 1; i < node->n_in; i++) ins[i] = node->in[i];
-    return tn__gclone(node, ins);
+    *out = tn__gclone(node, ins);
+    return *out ? TN_OK : tn__gfail("a tangent", node);
 }
-
-static tn_var *tn__gadd(tn_var *a, tn_var *b) { return !a ? b : !b ? a : tn_add(a, b); }
 
 static tn_result tn__jvp(tn_var *node, tn_var **t, tn_var **out) {
     char nb[64];
-    tn_var *x = node->in[0], *r = NULL, *tx = t[0];
-    int ax[TN_MAX_DIMS], na;
+    const tn_op_def *def = tn__op_def(node->op);
     *out = NULL;
-    if (node->op > TN_OP_NONE && node->op <= TN_OP_CAST) {
-        tn__ew_chain_fn d = tn__ew_chain(node->op);
-        if (!d) return TN_OK;
-        for (int i = 0; i < node->n_in; i++) {
-            if (!t[i] || (node->op == TN_OP_WHERE && i == 0)) continue;
-            tn_var *c = d(node, i, t[i]);
-            if (!c || !(r = tn__gadd(r, c))) return tn__gfail("a tangent", node);
-        }
-        if (r && r->type.dtype != node->type.dtype) r = tn_cast(r, node->type.dtype);
-        /* tangents broadcast like values, but the consumer may be a reduction */
-        *out = r ? tn__gbcast_like(r, node) : NULL;
-        return !r || *out ? TN_OK : tn__gfail("a tangent", node);
-    }
-    switch (node->op) {
-    case TN_OP_SUM: case TN_OP_MEAN: case TN_OP_RESHAPE: case TN_OP_DIMSHUFFLE: case TN_OP_SLICE:
-    case TN_OP_FLATTEN: case TN_OP_BROADCAST_TO: case TN_OP_ALLOC:
-        if (!tx) return TN_OK;   /* only a fill's shape source has a tangent: zero */
-        r = tn__gclone0(node, tx);
-        break;
-    case TN_OP_CONCATENATE: {
-        tn_var **ins = (tn_var **)tn__graph_alloc(node->graph, sizeof(tn_var *) * (size_t)node->n_in);
-        if (!ins) return tn__err(TN_ERR_OOM, "tn_rop: out of memory");
-        for (int i = 0; i < node->n_in; i++) ins[i] = t[i] ? t[i] : tn__gzeros_like(node->in[i]);
-        r = tn__gclone(node, ins);
-        break;
-    }
-    case TN_OP_PROD: case TN_OP_MAX: case TN_OP_MIN: case TN_OP_LOGSUMEXP: {
-        na = tn__gred_axes(node, ax);
-        tn_var *w;   /* d out / d x, elementwise */
-        if (node->op == TN_OP_PROD) w = tn__gprod_partial(node);
-        else if (node->op == TN_OP_LOGSUMEXP) w = tn_exp(tn_sub(x, tn__gkeep(node, node)));
-        else {   /* ties: the mean of the tied tangents (the one-sided derivative's average) */
-            tn_var *m = tn_cast(tn_eq(x, tn__gkeep(node, node)), x->type.dtype);
-            w = tn_div(m, tn_sum(m, ax, na, true));
-        }
-        r = tn_sum(tn_mul(tx, w), ax, na, node->p.i[1] != 0);
-        break;
-    }
-    case TN_OP_SOFTMAX: {
-        int axis = (int)node->p.i[0];
-        r = tn_mul(node, tn_sub(tx, tn_sum(tn_mul(tx, node), &axis, 1, true)));
-        break;
-    }
-    case TN_OP_LOG_SOFTMAX: {
-        int axis = (int)node->p.i[0];
-        r = tn_sub(tx, tn_sum(tn_mul(tx, tn_exp(node)), &axis, 1, true));
-        break;
-    }
-    case TN_OP_DOT: case TN_OP_OUTER: {
-        tn_var *(*f)(tn_var *, tn_var *) = node->op == TN_OP_DOT ? tn_dot : tn_outer;
-        r = tn__gadd(t[0] ? f(t[0], node->in[1]) : NULL, t[1] ? f(node->in[0], t[1]) : NULL);
-        break;
-    }
-    case TN_OP_GEMM: case TN_OP_GEMV: {
-        tn_var *p = tn__gadd(t[1] ? tn_dot(t[1], node->in[2]) : NULL, t[2] ? tn_dot(node->in[1], t[2]) : NULL);
-        r = tn__gadd(tn__gscale(p, node->p.f[0]), t[0] ? tn__gscale(t[0], node->p.f[1]) : NULL);
-        if (r) r = tn__gbcast_like(r, node);
-        break;
-    }
-    default: {
-        const tn_op_def *def = tn__op_def(node->op);
+    if (def && (def->flags & TN_OPF_DISCRETE)) return TN_OK;   /* zero */
+    tn_result (*jvp)(tn_var *, tn_var *const *, tn_var **) =
+        !def ? NULL : def->jvp ? def->jvp : (def->flags & TN_OPF_LINEAR) ? tn__jvp_linear : NULL;
+    if (!jvp)
         return tn__err(TN_ERR_UNSUPPORTED, "tn_rop: op %s (node '%s') has no forward-mode rule",
                        def && def->name ? def->name : "?", tn__gname(node, nb));
-    }
-    }
-    if (r && r->type.dtype != node->type.dtype) r = tn_cast(r, node->type.dtype);
-    *out = r;
-    return r ? TN_OK : tn__gfail("a tangent", node);
+    tn_result r = jvp(node, t, out);
+    if (r != TN_OK) { *out = NULL; return r; }
+    if (*out && (*out)->type.dtype != node->type.dtype && !(*out = tn_cast(*out, node->type.dtype))) return tn__gfail("a tangent", node);
+    return TN_OK;
 }
 
 TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_points) {
@@ -8681,7 +8251,7 @@ static void tn__dot_apply(FILE *out, const tn_var *v, bool has_backend, int step
     if (v->op == TN_OP_COMPOSITE && v->ext) {
         fputs("\\n", out);
         tn__dot_program(out, (const tn_ew_program *)v->ext);
-    } else if (tn__op_kind(v->op) == TN_OPK_REDUCE && v->ext) {   /* fused elementwise prologue */
+    } else if (tn__op_has(v->op, TN_OPF_PROLOGUE) && v->ext) {   /* fused elementwise prologue */
         fputs("\\nprologue:\\l", out);
         tn__dot_program(out, (const tn_ew_program *)v->ext);
     }
@@ -8707,7 +8277,7 @@ static void tn__dot_edge(FILE *out, const tn_var *from, int to_id, const tn_type
     tn__dot_type(t, tb, sizeof tb);
     const tn_var *src = from->op == TN_OP_PROJ && from->n_in == 1 ? from->in[0] : from;
     fprintf(out, "  n%d -> n%d [label=\"", src->id, to_id);
-    if (src != from) fprintf(out, "out %lld: ", (long long)from->p.i[0]);
+    if (src != from) fprintf(out, "out %d: ", tn__p_proj_index(&from->p));
     tn__dot_str(out, tb);
     fprintf(out, "\", headlabel=\"%d\", fontsize=10];\n", arg);
 }
@@ -8927,39 +8497,112 @@ TN_API tn_var *tn_custom(tn_graph *g, const tn_custom_op *op, int n, tn_var *con
     return tn_custom_multi(g, op, n, in, &out) == TN_OK ? out : NULL;
 }
 
-/* >>registry: fills this part's rows of the op table */
-static void tn__register_custom_ops(tn_op_def *t) {
-    t[TN_OP_CUSTOM] = (tn_op_def){ "Custom", TN_OPK_OTHER, -1, tn__custom_infer, tn__custom_cpu, tn__custom_label };
+/* A user op has no derivative: tn_custom_op describes none. */
+static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)g; (void)need; (void)gin;
+    const tn_custom_op *op = tn__custom_op(node);
+    char nb[64];
+    return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: custom op '%s' (node '%s') has no gradient rule: a tn_custom_op has "
+                   "no derivative (wrap it in tn_stop_gradient or pass it in consider_constant to treat it as a constant)",
+                   op && op->name ? op->name : "?", tn__gname(node, nb));
 }
 
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+#define TN__CUSTOM_OP_ROWS \
+    [TN_OP_CUSTOM] = { .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
+                       .label = tn__custom_label, .vjp = tn__custom_vjp },
+
 /* >>ops_table ========================================================= */
-/* >>op_table: the registry of every op. Each part of the catalogue fills the
-   rows of its ops; tn__op_def checks once that no row is left empty. */
+/* >>op_table: the registry of every op. One master table: each part of the
+   catalogue writes the rows of its ops next to their code (its >>op_rows
+   block) and the table lists the parts. A row is the whole op (tn_op_def):
+   name, kind, arity, type rule, CPU kernel, label, vjp, jvp and flags. The
+   array's length is pinned to TN_OP_COUNT at compile time (an op added to the
+   enums without a row fails to compile when it is the last; a duplicate row
+   trips -Woverride-init); when the table is filled, on first use, every row
+   is checked (tn__op_table_check), so a row left empty or incomplete is an
+   internal error naming it, not a crash later. */
 #include <pthread.h>
 
-static tn_op_def tn__op_defs[TN_OP_COUNT];
-static pthread_once_t tn__op_defs_once = PTHREAD_ONCE_INIT;
+static const tn_op_def tn__op_rows[] = {
+    TN__GRAPH_OP_ROWS       /* the >>graph section: leaves, PROJ */
+    TN__EW_OP_ROWS          /* the >>ops_ew section: TN_EW_OPS, Composite */
+    TN__REDUCE_OP_ROWS      /* the >>ops_reduce section: reductions, softmax */
+    TN__CUM_OP_ROWS         /* the >>ops_cumulative section: cumsum, cumprod */
+    TN__LINALG_OP_ROWS      /* the >>ops_linalg section */
+    TN__SHAPE_OP_ROWS       /* the >>ops_shape section */
+    TN__TRANSFER_OP_ROWS    /* the >>transfer section */
+    TN__SCAN_OP_ROWS        /* the >>scan section */
+    TN__CUSTOM_OP_ROWS      /* the >>custom section */
+};
+_Static_assert(sizeof tn__op_rows / sizeof tn__op_rows[0] == TN_OP_COUNT,
+               "the op table needs one row per op of TN_EW_OPS and TN_OTHER_OPS (the last op has none)");
 
-static void tn__op_defs_fill(void) {
-    tn__register_graph_ops(tn__op_defs);    /* the >>graph section: leaves, PROJ */
-    tn__register_ew_ops(tn__op_defs);       /* the >>ops_ew section */
-    tn__register_reduce_ops(tn__op_defs);   /* the >>ops_reduce section */
-    tn__register_linalg_ops(tn__op_defs);   /* the >>ops_linalg section */
-    tn__register_shape_ops(tn__op_defs);    /* the >>ops_shape section */
-    tn__register_transfer_ops(tn__op_defs); /* the >>transfer section */
-    tn__register_scan_ops(tn__op_defs);     /* the >>scan section */
-    tn__register_custom_ops(tn__op_defs);   /* the >>custom section */
+TN_API tn_result tn__op_table_check(const tn_op_def *rows, int n) {
+    if (!rows) return tn__err(TN_ERR_INTERNAL, "op table: no rows");
+    if (n != TN_OP_COUNT) return tn__err(TN_ERR_INTERNAL, "op table: %d rows for %d ops", n, (int)TN_OP_COUNT);
+    for (int op = TN_OP_NONE + 1; op < n; op++) {
+        const tn_op_def *d = &rows[op];
+        const char *lacks = !d->name ? "name" : !d->kind ? "kind" : !d->infer ? "type rule (infer)"
+                          : !d->cpu && !(d->flags & TN_OPF_NO_KERNEL) ? "CPU kernel (cpu; or the TN_OPF_NO_KERNEL flag)"
+                          : !d->label ? "label"
+                          : !d->vjp && !(d->flags & TN_OPF_DISCRETE) && d->arity != 0 ? "vjp (or the TN_OPF_DISCRETE flag)"
+                          : NULL;
+        if (lacks)
+            return tn__err(TN_ERR_INTERNAL, "op table: the row of op %d (%s) has no %s; every op needs a name, a kind, a type "
+                           "rule, a CPU kernel, a label and a vjp or the discrete flag (tensor_ops.h says how to add an op)",
+                           op, d->name ? d->name : "unnamed", lacks);
+    }
+    return TN_OK;
+}
+
+static const tn_op_def *tn__op_table = tn__op_rows;
+static tn_result tn__op_table_state = TN_OK;
+static char tn__op_table_msg[sizeof tn__last_msg];
+static pthread_once_t tn__op_table_once = PTHREAD_ONCE_INIT;
+
+/* Installs rows after checking them; a failed check is logged once and kept:
+   tn__node_multi then refuses every node with it. */
+static tn_result tn__op_table_install(const tn_op_def *rows) {
+    tn_result r = tn__op_table_check(rows, TN_OP_COUNT);
+    tn__op_table = rows;
+    tn__op_table_state = r;
+    tn__op_table_msg[0] = 0;
+    if (r != TN_OK) {
+        memcpy(tn__op_table_msg, tn__last_msg, sizeof tn__op_table_msg);
+        if (!tn__lib.log_fn) fprintf(stderr, "tensor.h: internal error: %s\n", tn__op_table_msg);   /* tn__err logged it otherwise */
+    }
+    return r;
+}
+
+static void tn__op_table_fill_builtin(void) { tn__op_table_install(tn__op_rows); }
+
+TN_API tn_result tn__op_table_fill(const tn_op_def *rows) {
+    pthread_once(&tn__op_table_once, tn__op_table_fill_builtin);
+    return tn__op_table_install(rows ? rows : tn__op_rows);
+}
+
+/* TN_OK, or the failed check's error (set again, for the caller to report). */
+static tn_result tn__op_table_status(const char *who) {
+    pthread_once(&tn__op_table_once, tn__op_table_fill_builtin);
+    if (tn__op_table_state == TN_OK) return TN_OK;
+    return tn__err(TN_ERR_INTERNAL, "%s: %s", who, tn__op_table_msg);
 }
 
 TN_API const tn_op_def *tn__op_def(int op) {
-    pthread_once(&tn__op_defs_once, tn__op_defs_fill);
+    pthread_once(&tn__op_table_once, tn__op_table_fill_builtin);
     if (op <= TN_OP_NONE || op >= TN_OP_COUNT) return NULL;
-    return &tn__op_defs[op];
+    return &tn__op_table[op];
 }
 
 TN_API tn_op_kind tn__op_kind(int op) {
     const tn_op_def *d = tn__op_def(op);
     return d ? d->kind : (tn_op_kind)0;
+}
+
+TN_API bool tn__op_has(int op, unsigned flags) {
+    const tn_op_def *d = tn__op_def(op);
+    return d && (d->flags & flags) == flags;
 }
 
 #endif /* TENSOR_IMPLEMENTATION */

@@ -1,10 +1,49 @@
 /* tensor_ops.h - v0.1 - the op catalogue of tensor.h - MIT licence (see tensor.h)
 
-   Included by tensor.h; never included on its own. Every op is defined here:
-   its parameters, its type rule, its CPU kernel, its debugprint name, and the
-   public constructor that records it in a graph. Elementwise ops come from one
-   table, TN_EW_OPS, whose C expressions are compiled into the CPU kernels and
-   pasted, as text, into the CUDA kernels tensor_cuda.h generates.
+   Included by tensor.h; never included on its own. An op is one definition:
+   its row of the op table (tn_op_def: name, kind, arity, type rule, CPU
+   kernel, debugprint label, vjp, jvp and flags), written in its family's
+   section here next to the code it names, its params' accessors and its
+   public constructor. The rows are listed by the master table, tn__op_rows
+   (tensor.h, >>ops_table), which is pinned to TN_OP_COUNT at compile time and
+   checked row by row when it is filled (first use). Elementwise ops come from
+   one table, TN_EW_OPS, whose C expressions are compiled into the CPU kernels
+   and pasted, as text, into the CUDA kernels tensor_cuda.h generates, and
+   whose derivative column gives their gradients.
+
+   Adding an elementwise op: one row of TN_EW_OPS (>>ew_table; anywhere before
+   WHERE, CAST stays last): enum name, name, arity, kind, float expression, int
+   expression, derivative (TN_DERIV(...), or TN_DISCRETE). That row is the
+   whole op: its enum value, its constructor tn_<name> (declared and defined
+   from the table), its CPU kernels, its CUDA code, its label, its vjp and jvp
+   and its row of the op table follow from it. Then put it in the op tests:
+   its reference and a case (with an input domain) in tests/test_ew.c, edge
+   values there when it has special ones, a verify_grad case in
+   tests/test_grad.c, and a use in tests/test_rewrite_random.c;
+   tests/test_nvrtc.c, tests/test_cuda.c and tests/gpu/ew_programs.h take
+   every row of the table by themselves.
+
+   Adding another op:
+     1. its name in TN_OTHER_OPS (>>op_enum), after LOGSUMEXP (the reductions
+        SUM..LOGSUMEXP are a range the CUDA back end uses);
+     2. its params: accessors in >>params saying where each value lives in
+        tn_params (code never reads p.i[] or p.f[] itself);
+     3. its constructor's declaration (>>constructors);
+     4. in the implementation, its family's section (or a new one, as
+        >>ops_cumulative): the type rule, the CPU kernel, the label, the
+        constructor (errors name the constructor, the variable and its shape),
+        the vjp (or the TN_OPF_DISCRETE flag: no gradient) and the jvp (or the
+        TN_OPF_LINEAR flag: the op applied to the tangent; or none: tn_rop
+        refuses it), and its row in the section's >>op_rows macro;
+     5. a new section's rows macro goes into tn__op_rows (tensor.h);
+     6. the flags the passes read: TN_OPF_PROLOGUE (a reduction that takes a
+        fused elementwise prologue), TN_OPF_INPLACE and TN_OPF_INPLACE_ACC
+        (the inplace pass), TN_OPF_NO_KERNEL. The kind decides placement: the
+        CUDA back end runs ELEMWISE, COMPOSITE, LINALG, VIEW, ALLOC, the
+        transfers and the reductions; an op of TN_OPK_OTHER stays on the CPU
+        until tensor_cuda.h has a kernel for it (tn__cuda_supports);
+     7. tests: values against a float64 reference with edge values, on every
+        dtype it takes and strided layouts; errors; tn_verify_grad; tn_rop.
 */
 #ifndef TENSOR_OPS_H
 #define TENSOR_OPS_H
@@ -24,7 +63,7 @@ extern "C" {
      CMP    inputs promoted to one dtype; output bool
      LOGIC  inputs cast to bool; output bool
      WHERE  (bool, T, T) -> T
-     CAST   one input; output dtype p.i[0]                                  */
+     CAST   one input; output dtype tn__p_cast_dtype                        */
 #define TN_EWK_ARITH 1
 #define TN_EWK_FLOAT 2
 #define TN_EWK_CMP   3
@@ -37,56 +76,132 @@ extern "C" {
    float functions as TN_F(exp)(a), which names expf or exp for TN_T. The int
    column is used for int and bool operands; it must never overflow in C's
    sense (unsigned arithmetic wraps like NumPy) nor divide by zero.
-   X(ENUM, name, arity, kind, float_expr, int_expr)                          */
+
+   The derivative column says how gradients pass through the op, and every
+   row must have one (an X of six arguments does not compile):
+     TN_DERIV(expr)  expr is g times d z / d in[i], built with the public
+                     constructors from z (the node), i (which input: 0, 1, 2),
+                     a, b, c (z's inputs, as variables) and g (z's gradient in
+                     reverse mode, in[i]'s tangent in forward mode; any shape
+                     that broadcasts against z). Literals: tn_lit(g, 2.0).
+     TN_DISCRETE     the result is piecewise constant or not a float: no
+                     gradient passes (the row gets the TN_OPF_DISCRETE flag).
+   X(ENUM, name, arity, kind, float_expr, int_expr, derivative)              */
 #define TN__U(x) ((uint64_t)(x))
 #define TN__S(x) ((int64_t)(x))
 #define TN_EW_OPS(X) \
-    X(IDENTITY,   identity,   1, TN_EWK_ARITH, (a), (a)) \
-    X(ADD,        add,        2, TN_EWK_ARITH, (a) + (b), TN__S(TN__U(a) + TN__U(b))) \
-    X(SUB,        sub,        2, TN_EWK_ARITH, (a) - (b), TN__S(TN__U(a) - TN__U(b))) \
-    X(MUL,        mul,        2, TN_EWK_ARITH, (a) * (b), TN__S(TN__U(a) * TN__U(b))) \
-    X(TRUE_DIV,   true_div,   2, TN_EWK_FLOAT, (a) / (b), 0) \
-    X(INT_DIV,    int_div,    2, TN_EWK_ARITH, TN_F(floor)((a) / (b)), tn__ifloordiv(a, b)) \
-    X(MOD,        mod,        2, TN_EWK_ARITH, (TN_F(fmod)(a, b) != 0 && (((b) < 0) != (TN_F(fmod)(a, b) < 0)) ? TN_F(fmod)(a, b) + (b) : TN_F(fmod)(a, b)), tn__imod(a, b)) \
-    X(POW,        pow,        2, TN_EWK_ARITH, TN_F(pow)(a, b), tn__ipow(a, b)) \
-    X(NEG,        neg,        1, TN_EWK_ARITH, -(a), TN__S(0 - TN__U(a))) \
-    X(ABS,        abs,        1, TN_EWK_ARITH, TN_F(fabs)(a), ((a) < 0 ? TN__S(0 - TN__U(a)) : (a))) \
-    X(SIGN,       sign,       1, TN_EWK_ARITH, ((a) != (a) ? (a) : (TN_T)((a) > 0) - (TN_T)((a) < 0)), (TN_T)((a) > 0) - (TN_T)((a) < 0)) \
-    X(EXP,        exp,        1, TN_EWK_FLOAT, TN_F(exp)(a), 0) \
-    X(EXP2,       exp2,       1, TN_EWK_FLOAT, TN_F(exp2)(a), 0) \
-    X(EXPM1,      expm1,      1, TN_EWK_FLOAT, TN_F(expm1)(a), 0) \
-    X(LOG,        log,        1, TN_EWK_FLOAT, TN_F(log)(a), 0) \
-    X(LOG2,       log2,       1, TN_EWK_FLOAT, TN_F(log2)(a), 0) \
-    X(LOG1P,      log1p,      1, TN_EWK_FLOAT, TN_F(log1p)(a), 0) \
-    X(SQRT,       sqrt,       1, TN_EWK_FLOAT, TN_F(sqrt)(a), 0) \
-    X(RSQRT,      rsqrt,      1, TN_EWK_FLOAT, (TN_T)1 / TN_F(sqrt)(a), 0) \
-    X(SQR,        sqr,        1, TN_EWK_ARITH, (a) * (a), TN__S(TN__U(a) * TN__U(a))) \
-    X(RECIPROCAL, reciprocal, 1, TN_EWK_FLOAT, (TN_T)1 / (a), 0) \
-    X(SIN,        sin,        1, TN_EWK_FLOAT, TN_F(sin)(a), 0) \
-    X(COS,        cos,        1, TN_EWK_FLOAT, TN_F(cos)(a), 0) \
-    X(TAN,        tan,        1, TN_EWK_FLOAT, TN_F(tan)(a), 0) \
-    X(TANH,       tanh,       1, TN_EWK_FLOAT, TN_F(tanh)(a), 0) \
-    X(SIGMOID,    sigmoid,    1, TN_EWK_FLOAT, ((a) >= 0 ? (TN_T)1 / ((TN_T)1 + TN_F(exp)(-(a))) : TN_F(exp)(a) / ((TN_T)1 + TN_F(exp)(a))), 0) \
-    X(SOFTPLUS,   softplus,   1, TN_EWK_FLOAT, ((a) > 0 ? (a) + TN_F(log1p)(TN_F(exp)(-(a))) : TN_F(log1p)(TN_F(exp)(a))), 0) \
-    X(ERF,        erf,        1, TN_EWK_FLOAT, TN_F(erf)(a), 0) \
-    X(FLOOR,      floor,      1, TN_EWK_ARITH, TN_F(floor)(a), (a)) \
-    X(CEIL,       ceil,       1, TN_EWK_ARITH, TN_F(ceil)(a), (a)) \
-    X(ROUND,      round,      1, TN_EWK_ARITH, TN_F(rint)(a), (a)) \
-    X(MINIMUM,    minimum,    2, TN_EWK_ARITH, ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b)), ((a) < (b) ? (a) : (b))) \
-    X(MAXIMUM,    maximum,    2, TN_EWK_ARITH, ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b)), ((a) > (b) ? (a) : (b))) \
-    X(CLIP,       clip,       3, TN_EWK_ARITH, ((a) != (a) ? (a) : (a) < (b) ? (b) : (a) > (c) ? (c) : (a)), ((a) < (b) ? (b) : (a) > (c) ? (c) : (a))) \
-    X(LT,         lt,         2, TN_EWK_CMP,   (TN_I)((a) < (b)), (TN_I)((a) < (b))) \
-    X(LE,         le,         2, TN_EWK_CMP,   (TN_I)((a) <= (b)), (TN_I)((a) <= (b))) \
-    X(GT,         gt,         2, TN_EWK_CMP,   (TN_I)((a) > (b)), (TN_I)((a) > (b))) \
-    X(GE,         ge,         2, TN_EWK_CMP,   (TN_I)((a) >= (b)), (TN_I)((a) >= (b))) \
-    X(EQ,         eq,         2, TN_EWK_CMP,   (TN_I)((a) == (b)), (TN_I)((a) == (b))) \
-    X(NEQ,        neq,        2, TN_EWK_CMP,   (TN_I)((a) != (b)), (TN_I)((a) != (b))) \
-    X(AND,        and,        2, TN_EWK_LOGIC, 0, (TN_I)((a) && (b))) \
-    X(OR,         or,         2, TN_EWK_LOGIC, 0, (TN_I)((a) || (b))) \
-    X(XOR,        xor,        2, TN_EWK_LOGIC, 0, (TN_I)(!(a) != !(b))) \
-    X(NOT,        not,        1, TN_EWK_LOGIC, 0, (TN_I)(!(a))) \
-    X(WHERE,      where,      3, TN_EWK_WHERE, ((a) ? (b) : (c)), ((a) ? (b) : (c))) \
-    X(CAST,       cast,       1, TN_EWK_CAST,  (a), (a))
+    X(IDENTITY,   identity,   1, TN_EWK_ARITH, (a), (a), \
+      TN_DERIV(g)) \
+    X(ADD,        add,        2, TN_EWK_ARITH, (a) + (b), TN__S(TN__U(a) + TN__U(b)), \
+      TN_DERIV(g)) \
+    X(SUB,        sub,        2, TN_EWK_ARITH, (a) - (b), TN__S(TN__U(a) - TN__U(b)), \
+      TN_DERIV(i == 0 ? g : tn_neg(g))) \
+    X(MUL,        mul,        2, TN_EWK_ARITH, (a) * (b), TN__S(TN__U(a) * TN__U(b)), \
+      TN_DERIV(tn_mul(g, i == 0 ? b : a))) \
+    X(TRUE_DIV,   true_div,   2, TN_EWK_FLOAT, (a) / (b), 0, \
+      TN_DERIV(i == 0 ? tn_div(g, b) : tn_neg(tn_div(tn_mul(g, z), b)))) \
+    X(INT_DIV,    int_div,    2, TN_EWK_ARITH, TN_F(floor)((a) / (b)), tn__ifloordiv(a, b), \
+      TN_DISCRETE) \
+    X(MOD,        mod,        2, TN_EWK_ARITH, (TN_F(fmod)(a, b) != 0 && (((b) < 0) != (TN_F(fmod)(a, b) < 0)) ? TN_F(fmod)(a, b) + (b) : TN_F(fmod)(a, b)), tn__imod(a, b), \
+      TN_DERIV(i == 0 ? g : tn_neg(tn_mul(g, tn_floor(tn_div(a, b)))))) \
+    X(POW,        pow,        2, TN_EWK_ARITH, TN_F(pow)(a, b), tn__ipow(a, b), \
+      TN_DERIV(i == 0 ? tn_mul(g, tn_mul(b, tn_pow(a, tn_sub(b, tn_lit(g, 1.0))))) : tn_mul(g, tn_mul(z, tn_log(a))))) \
+    X(NEG,        neg,        1, TN_EWK_ARITH, -(a), TN__S(0 - TN__U(a)), \
+      TN_DERIV(tn_neg(g))) \
+    X(ABS,        abs,        1, TN_EWK_ARITH, TN_F(fabs)(a), ((a) < 0 ? TN__S(0 - TN__U(a)) : (a)), \
+      TN_DERIV(tn_mul(g, tn_sign(a)))) \
+    X(SIGN,       sign,       1, TN_EWK_ARITH, ((a) != (a) ? (a) : (TN_T)((a) > 0) - (TN_T)((a) < 0)), (TN_T)((a) > 0) - (TN_T)((a) < 0), \
+      TN_DISCRETE) \
+    X(EXP,        exp,        1, TN_EWK_FLOAT, TN_F(exp)(a), 0, \
+      TN_DERIV(tn_mul(g, z))) \
+    X(EXP2,       exp2,       1, TN_EWK_FLOAT, TN_F(exp2)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_mul(z, tn_lit(g, 0.69314718055994530942))))) \
+    X(EXPM1,      expm1,      1, TN_EWK_FLOAT, TN_F(expm1)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_add(z, tn_lit(g, 1.0))))) \
+    X(LOG,        log,        1, TN_EWK_FLOAT, TN_F(log)(a), 0, \
+      TN_DERIV(tn_div(g, a))) \
+    X(LOG2,       log2,       1, TN_EWK_FLOAT, TN_F(log2)(a), 0, \
+      TN_DERIV(tn_div(g, tn_mul(a, tn_lit(g, 0.69314718055994530942))))) \
+    X(LOG1P,      log1p,      1, TN_EWK_FLOAT, TN_F(log1p)(a), 0, \
+      TN_DERIV(tn_div(g, tn_add(a, tn_lit(g, 1.0))))) \
+    X(SQRT,       sqrt,       1, TN_EWK_FLOAT, TN_F(sqrt)(a), 0, \
+      TN_DERIV(tn_div(tn_mul(g, tn_lit(g, 0.5)), z))) \
+    X(RSQRT,      rsqrt,      1, TN_EWK_FLOAT, (TN_T)1 / TN_F(sqrt)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_mul(tn_lit(g, -0.5), tn_div(z, a))))) \
+    X(SQR,        sqr,        1, TN_EWK_ARITH, (a) * (a), TN__S(TN__U(a) * TN__U(a)), \
+      TN_DERIV(tn_mul(g, tn_mul(a, tn_lit(g, 2.0))))) \
+    X(RECIPROCAL, reciprocal, 1, TN_EWK_FLOAT, (TN_T)1 / (a), 0, \
+      TN_DERIV(tn_neg(tn_mul(g, tn_sqr(z))))) \
+    X(SIN,        sin,        1, TN_EWK_FLOAT, TN_F(sin)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_cos(a)))) \
+    X(COS,        cos,        1, TN_EWK_FLOAT, TN_F(cos)(a), 0, \
+      TN_DERIV(tn_neg(tn_mul(g, tn_sin(a))))) \
+    X(TAN,        tan,        1, TN_EWK_FLOAT, TN_F(tan)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_add(tn_lit(g, 1.0), tn_sqr(z))))) \
+    X(ASIN,       asin,       1, TN_EWK_FLOAT, TN_F(asin)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_rsqrt(tn_sub(tn_lit(g, 1.0), tn_sqr(a)))))) \
+    X(ACOS,       acos,       1, TN_EWK_FLOAT, TN_F(acos)(a), 0, \
+      TN_DERIV(tn_neg(tn_mul(g, tn_rsqrt(tn_sub(tn_lit(g, 1.0), tn_sqr(a))))))) \
+    X(ATAN,       atan,       1, TN_EWK_FLOAT, TN_F(atan)(a), 0, \
+      TN_DERIV(tn_div(g, tn_add(tn_lit(g, 1.0), tn_sqr(a))))) \
+    X(SINH,       sinh,       1, TN_EWK_FLOAT, TN_F(sinh)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_cosh(a)))) \
+    X(COSH,       cosh,       1, TN_EWK_FLOAT, TN_F(cosh)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_sinh(a)))) \
+    X(TANH,       tanh,       1, TN_EWK_FLOAT, TN_F(tanh)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_sub(tn_lit(g, 1.0), tn_sqr(z))))) \
+    X(ASINH,      asinh,      1, TN_EWK_FLOAT, TN_F(asinh)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_rsqrt(tn_add(tn_sqr(a), tn_lit(g, 1.0)))))) \
+    X(ACOSH,      acosh,      1, TN_EWK_FLOAT, TN_F(acosh)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_rsqrt(tn_mul(tn_sub(a, tn_lit(g, 1.0)), tn_add(a, tn_lit(g, 1.0))))))) \
+    X(ATANH,      atanh,      1, TN_EWK_FLOAT, TN_F(atanh)(a), 0, \
+      TN_DERIV(tn_div(g, tn_sub(tn_lit(g, 1.0), tn_sqr(a))))) \
+    X(SIGMOID,    sigmoid,    1, TN_EWK_FLOAT, ((a) >= 0 ? (TN_T)1 / ((TN_T)1 + TN_F(exp)(-(a))) : TN_F(exp)(a) / ((TN_T)1 + TN_F(exp)(a))), 0, \
+      TN_DERIV(tn_mul(g, tn_mul(z, tn_sub(tn_lit(g, 1.0), z))))) \
+    X(SOFTPLUS,   softplus,   1, TN_EWK_FLOAT, ((a) > 0 ? (a) + TN_F(log1p)(TN_F(exp)(-(a))) : TN_F(log1p)(TN_F(exp)(a))), 0, \
+      TN_DERIV(tn_mul(g, tn_sigmoid(a)))) \
+    X(ERF,        erf,        1, TN_EWK_FLOAT, TN_F(erf)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_mul(tn_lit(g, 1.12837916709551257390), tn_exp(tn_neg(tn_sqr(a))))))) \
+    X(ERFC,       erfc,       1, TN_EWK_FLOAT, TN_F(erfc)(a), 0, \
+      TN_DERIV(tn_mul(g, tn_mul(tn_lit(g, -1.12837916709551257390), tn_exp(tn_neg(tn_sqr(a))))))) \
+    X(RELU,       relu,       1, TN_EWK_ARITH, ((a) != (a) ? (a) : (a) > 0 ? (a) : (TN_T)0), ((a) > 0 ? (a) : 0), \
+      TN_DERIV(tn_where(tn_gt(a, tn_lit(g, 0.0)), g, tn_lit(g, 0.0)))) \
+    X(FLOOR,      floor,      1, TN_EWK_ARITH, TN_F(floor)(a), (a), \
+      TN_DISCRETE) \
+    X(CEIL,       ceil,       1, TN_EWK_ARITH, TN_F(ceil)(a), (a), \
+      TN_DISCRETE) \
+    X(ROUND,      round,      1, TN_EWK_ARITH, TN_F(rint)(a), (a), \
+      TN_DISCRETE) \
+    X(MINIMUM,    minimum,    2, TN_EWK_ARITH, ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) < (b) ? (a) : (b)), ((a) < (b) ? (a) : (b)), \
+      TN_DERIV(tn_where(tn_eq(z, i == 0 ? a : b), g, tn_lit(g, 0.0)))) \
+    X(MAXIMUM,    maximum,    2, TN_EWK_ARITH, ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) > (b) ? (a) : (b)), ((a) > (b) ? (a) : (b)), \
+      TN_DERIV(tn_where(tn_eq(z, i == 0 ? a : b), g, tn_lit(g, 0.0)))) \
+    X(CLIP,       clip,       3, TN_EWK_ARITH, ((a) != (a) ? (a) : (a) < (b) ? (b) : (a) > (c) ? (c) : (a)), ((a) < (b) ? (b) : (a) > (c) ? (c) : (a)), \
+      TN_DERIV(tn_where(i == 0 ? tn_and(tn_ge(a, b), tn_le(a, c)) : i == 1 ? tn_lt(a, b) : tn_gt(a, c), g, tn_lit(g, 0.0)))) \
+    X(LT,         lt,         2, TN_EWK_CMP,   (TN_I)((a) < (b)), (TN_I)((a) < (b)), \
+      TN_DISCRETE) \
+    X(LE,         le,         2, TN_EWK_CMP,   (TN_I)((a) <= (b)), (TN_I)((a) <= (b)), \
+      TN_DISCRETE) \
+    X(GT,         gt,         2, TN_EWK_CMP,   (TN_I)((a) > (b)), (TN_I)((a) > (b)), \
+      TN_DISCRETE) \
+    X(GE,         ge,         2, TN_EWK_CMP,   (TN_I)((a) >= (b)), (TN_I)((a) >= (b)), \
+      TN_DISCRETE) \
+    X(EQ,         eq,         2, TN_EWK_CMP,   (TN_I)((a) == (b)), (TN_I)((a) == (b)), \
+      TN_DISCRETE) \
+    X(NEQ,        neq,        2, TN_EWK_CMP,   (TN_I)((a) != (b)), (TN_I)((a) != (b)), \
+      TN_DISCRETE) \
+    X(AND,        and,        2, TN_EWK_LOGIC, 0, (TN_I)((a) && (b)), \
+      TN_DISCRETE) \
+    X(OR,         or,         2, TN_EWK_LOGIC, 0, (TN_I)((a) || (b)), \
+      TN_DISCRETE) \
+    X(XOR,        xor,        2, TN_EWK_LOGIC, 0, (TN_I)(!(a) != !(b)), \
+      TN_DISCRETE) \
+    X(NOT,        not,        1, TN_EWK_LOGIC, 0, (TN_I)(!(a)), \
+      TN_DISCRETE) \
+    X(WHERE,      where,      3, TN_EWK_WHERE, ((a) ? (b) : (c)), ((a) ? (b) : (c)), \
+      TN_DERIV(i == 1 ? tn_where(a, g, tn_lit(g, 0.0)) : tn_where(a, tn_lit(g, 0.0), g))) \
+    X(CAST,       cast,       1, TN_EWK_CAST,  (a), (a), \
+      TN_DERIV(g))
 
 /* Scalar helpers the int column calls: compiled here and, as text, into every
    generated CUDA kernel (QUAL is "static inline" or "__device__ inline"). */
@@ -111,31 +226,34 @@ extern "C" {
 #define TN__XSTRINGIFY(...) TN__STRINGIFY(__VA_ARGS__)
 
 /* >>op_enum -------------------------------------------------------------- */
-/* Non-elementwise ops and the i[]/f[] of their tn_params.                   */
+/* Non-elementwise ops. Their params are read and written through the
+   accessors of the >>params block below, which also says where each lives. */
 #define TN_OTHER_OPS(X) \
     X(INPUT)          /* leaf: a symbolic input */ \
     X(CONSTANT)       /* leaf: value */ \
     X(SHARED)         /* leaf: value, replaced by updates */ \
-    X(PROJ)           /* output i[0] of a multi-output node in[0] */ \
+    X(PROJ)           /* output tn__p_proj_index of a multi-output node in[0] */ \
     X(COMPOSITE)      /* fused elementwise: ext = tn_ew_program; n_out outputs */ \
-    X(SUM)            /* reductions: i[0] axis bit mask, i[1] keepdims; ext: optional prologue program */ \
+    X(SUM)            /* reductions: tn__p_red_mask, tn__p_red_keepdims; ext: optional prologue program */ \
     X(PROD) X(MEAN) X(MAX) X(MIN) X(ARGMAX) X(ARGMIN) X(ALL) X(ANY) \
     X(LOGSUMEXP)      /* as reductions */ \
-    X(SOFTMAX)        /* i[0] axis */ \
-    X(LOG_SOFTMAX)    /* i[0] axis */ \
+    X(SOFTMAX)        /* tn__p_axis */ \
+    X(LOG_SOFTMAX)    /* tn__p_axis */ \
+    X(CUMSUM)         /* tn__p_axis; NumPy's cumsum along one axis */ \
+    X(CUMPROD)        /* tn__p_axis; NumPy's cumprod along one axis */ \
     X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
-    X(GEMM)           /* in: C, A, B: f[0]*A@B + f[1]*C; C broadcasts to the product */ \
-    X(GEMV)           /* in: y, A, x: f[0]*A@x + f[1]*y */ \
+    X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
+    X(GEMV)           /* in: y, A, x: alpha*A@x + beta*y */ \
     X(OUTER)          /* in: a, b vectors */ \
-    X(RESHAPE)        /* i[0..ndim) target shape, at most one -1; ndim in i[27] (TN_MAX_IPARAMS-1); copies for now (see the >>ops_shape section) */ \
-    X(DIMSHUFFLE)     /* i[k] source axis of output dim k, or -1 for a new broadcastable dim ('x'); ndim in i[27]; view */ \
-    X(SLICE)          /* i[3d], i[3d+1], i[3d+2]: start, stop, step of dim d; TN_NONE where omitted; view */ \
-    X(BROADCAST_TO)   /* i[0..ndim) target shape; ndim in i[27]; view */ \
-    X(FLATTEN)        /* i[0] outdim: keeps outdim-1 leading dims, flattens the rest */ \
-    X(CONCATENATE)    /* variadic, i[0] axis */ \
-    X(ALLOC)          /* in[0] value broadcast to i[0..ndim) (ndim in i[27]); with a second input `like` (tn_fill), to like's shape instead */ \
-    X(EYE)            /* i[0] n, i[1] m, i[2] k (diagonal offset); dtype in i[26] */ \
-    X(ARANGE)         /* f[0] start, f[1] stop, f[2] step; dtype in i[26] */ \
+    X(RESHAPE)        /* tn__p_shape (at most one -1); copies for now (see the >>ops_shape section) */ \
+    X(DIMSHUFFLE)     /* tn__p_shuffle_src of each output dim, or -1 for a new broadcastable dim ('x'); view */ \
+    X(SLICE)          /* tn__p_slice_start/stop/step of each dim, TN_NONE where omitted; view */ \
+    X(BROADCAST_TO)   /* tn__p_shape; view */ \
+    X(FLATTEN)        /* tn__p_flatten_outdim: keeps outdim-1 leading dims, flattens the rest */ \
+    X(CONCATENATE)    /* variadic, tn__p_axis */ \
+    X(ALLOC)          /* in[0] value broadcast to tn__p_shape; with a second input `like` (tn_fill), to like's shape instead */ \
+    X(EYE)            /* tn__p_eye_n, _m, _k (diagonal offset); tn__p_out_dtype */ \
+    X(ARANGE)         /* tn__p_arange_start, _stop, _step; tn__p_out_dtype */ \
     X(CUSTOM)         /* user op: ext = tn_custom_op */ \
     X(GPU_FROM_HOST)  /* in[0] copied to the device (node->device); no params; Theano's GpuFromHost */ \
     X(HOST_FROM_GPU)  /* in[0] copied to the host; waits for the stream; Theano's HostFromGpu */ \
@@ -146,7 +264,7 @@ extern "C" {
 
 typedef enum tn_op {
     TN_OP_NONE = 0,
-#define TN__X_EW_ENUM(E, n, ar, k, fe, ie) TN_OP_##E,
+#define TN__X_EW_ENUM(E, n, ar, k, fe, ie, d) TN_OP_##E,
     TN_EW_OPS(TN__X_EW_ENUM)
 #undef TN__X_EW_ENUM
 #define TN__X_ENUM(E) TN_OP_##E,
@@ -156,6 +274,85 @@ typedef enum tn_op {
 } tn_op;
 
 #define TN_NONE INT64_MIN   /* an omitted slice bound */
+
+/* >>params --------------------------------------------------------------- */
+/* Where each op family keeps its parameters in tn_params (a flat record, so
+   the merge pass hashes and compares nodes by value), as accessors: code
+   reads and writes params only through these. A setter writes only its own
+   fields; start from a zeroed tn_params. */
+#define TN__P_DTYPE (TN_MAX_IPARAMS - 2)   /* EYE, ARANGE: the output dtype */
+#define TN__P_NDIM  (TN_MAX_IPARAMS - 1)   /* RESHAPE, DIMSHUFFLE, BROADCAST_TO, ALLOC: the output rank */
+
+/* CAST: the target dtype (i[0]). */
+static inline tn_dtype tn__p_cast_dtype(const tn_params *p) { return (tn_dtype)p->i[0]; }
+static inline void tn__p_set_cast_dtype(tn_params *p, tn_dtype t) { p->i[0] = (int64_t)t; }
+/* PROJ: which output of its source it reads (i[0]). */
+static inline int tn__p_proj_index(const tn_params *p) { return (int)p->i[0]; }
+static inline void tn__p_set_proj_index(tn_params *p, int k) { p->i[0] = k; }
+/* Reductions (SUM .. LOGSUMEXP, ARGMAX, ARGMIN, ALL, ANY): the reduced axes
+   as a bit mask (i[0]), keepdims (i[1]). */
+static inline uint64_t tn__p_red_mask(const tn_params *p) { return (uint64_t)p->i[0]; }
+static inline bool tn__p_red_keepdims(const tn_params *p) { return p->i[1] != 0; }
+static inline void tn__p_set_red(tn_params *p, uint64_t mask, bool keepdims) { p->i[0] = (int64_t)mask; p->i[1] = keepdims; }
+/* SOFTMAX, LOG_SOFTMAX, CUMSUM, CUMPROD, CONCATENATE: one axis, >= 0 (i[0]). */
+static inline int tn__p_axis(const tn_params *p) { return (int)p->i[0]; }
+static inline void tn__p_set_axis(tn_params *p, int axis) { p->i[0] = axis; }
+/* GEMM, GEMV: alpha * A @ B + beta * C (f[0], f[1]). */
+static inline double tn__p_alpha(const tn_params *p) { return p->f[0]; }
+static inline double tn__p_beta(const tn_params *p) { return p->f[1]; }
+static inline void tn__p_set_gemm(tn_params *p, double alpha, double beta) { p->f[0] = alpha; p->f[1] = beta; }
+/* RESHAPE, BROADCAST_TO, ALLOC: a target shape (i[0..ndim)), its rank in
+   i[TN__P_NDIM]. shape NULL: the rank only (tn_fill's). */
+static inline int tn__p_ndim(const tn_params *p) { return (int)p->i[TN__P_NDIM]; }
+static inline const int64_t *tn__p_shape(const tn_params *p) { return p->i; }
+static inline void tn__p_set_shape(tn_params *p, int ndim, const int64_t *shape) {
+    for (int d = 0; shape && d < ndim; d++) p->i[d] = shape[d];
+    p->i[TN__P_NDIM] = ndim;
+}
+/* DIMSHUFFLE: the source axis of output dim k, or -1 for a new broadcastable
+   dim (i[k]); the output rank is tn__p_ndim. */
+static inline int tn__p_shuffle_src(const tn_params *p, int k) { return (int)p->i[k]; }
+static inline void tn__p_set_shuffle(tn_params *p, int ndim, const int *pattern) {
+    for (int k = 0; k < ndim; k++) p->i[k] = pattern[k];
+    p->i[TN__P_NDIM] = ndim;
+}
+/* SLICE: start, stop, step of dim d (i[3d], i[3d+1], i[3d+2]), TN_NONE where
+   omitted; a step of 1 is stored as TN_NONE (one spelling per slice). */
+static inline int64_t tn__p_slice_start(const tn_params *p, int d) { return p->i[3 * d]; }
+static inline int64_t tn__p_slice_stop(const tn_params *p, int d) { return p->i[3 * d + 1]; }
+static inline int64_t tn__p_slice_step(const tn_params *p, int d) { return p->i[3 * d + 2]; }
+static inline bool tn__p_slice_whole(const tn_params *p, int d) {
+    return p->i[3 * d] == TN_NONE && p->i[3 * d + 1] == TN_NONE && (p->i[3 * d + 2] == TN_NONE || p->i[3 * d + 2] == 1);
+}
+static inline void tn__p_set_slice(tn_params *p, int d, int64_t start, int64_t stop, int64_t step) {
+    p->i[3 * d] = start;
+    p->i[3 * d + 1] = stop;
+    p->i[3 * d + 2] = step == 1 ? TN_NONE : step;
+}
+static inline void tn__p_set_slice_whole(tn_params *p) {   /* every dim whole */
+    for (int d = 0; d < TN_MAX_DIMS; d++) tn__p_set_slice(p, d, TN_NONE, TN_NONE, TN_NONE);
+}
+/* FLATTEN: the output rank (i[0]). */
+static inline int tn__p_flatten_outdim(const tn_params *p) { return (int)p->i[0]; }
+static inline void tn__p_set_flatten_outdim(tn_params *p, int outdim) { p->i[0] = outdim; }
+/* EYE, ARANGE: the output dtype (i[TN__P_DTYPE]). */
+static inline tn_dtype tn__p_out_dtype(const tn_params *p) { return (tn_dtype)p->i[TN__P_DTYPE]; }
+/* EYE: n rows, m columns, the diagonal's offset k (i[0], i[1], i[2]). */
+static inline int64_t tn__p_eye_n(const tn_params *p) { return p->i[0]; }
+static inline int64_t tn__p_eye_m(const tn_params *p) { return p->i[1]; }
+static inline int64_t tn__p_eye_k(const tn_params *p) { return p->i[2]; }
+static inline void tn__p_set_eye(tn_params *p, tn_dtype t, int64_t n, int64_t m, int64_t k) {
+    p->i[0] = n; p->i[1] = m; p->i[2] = k;
+    p->i[TN__P_DTYPE] = (int64_t)t;
+}
+/* ARANGE: start, stop, step (f[0], f[1], f[2]). */
+static inline double tn__p_arange_start(const tn_params *p) { return p->f[0]; }
+static inline double tn__p_arange_stop(const tn_params *p) { return p->f[1]; }
+static inline double tn__p_arange_step(const tn_params *p) { return p->f[2]; }
+static inline void tn__p_set_arange(tn_params *p, tn_dtype t, double start, double stop, double step) {
+    p->f[0] = start; p->f[1] = stop; p->f[2] = step;
+    p->i[TN__P_DTYPE] = (int64_t)t;
+}
 
 typedef enum tn_op_kind {
     TN_OPK_LEAF = 1,
@@ -192,6 +389,23 @@ typedef struct tn_ew_program {
 } tn_ew_program;
 
 /* >>op_def --------------------------------------------------------------- */
+/* Everything an op is: one row of the op table (the >>ops_table section of
+   tensor.h), which tn__op_def returns. Each part of the catalogue writes the
+   rows of its ops next to their code (its >>op_rows block). */
+typedef enum tn_op_flags {
+    TN_OPF_ELEMWISE   = 1 << 0,  /* a row of TN_EW_OPS: fuses into Composite programs */
+    TN_OPF_DISCRETE   = 1 << 1,  /* no gradient passes (integer, boolean or piecewise constant results):
+                                    tn_grad and tn_rop pass zero; no vjp needed */
+    TN_OPF_LINEAR     = 1 << 2,  /* linear in in[0], any other input only shaping the result: the
+                                    forward mode applies the op itself to in[0]'s tangent (no jvp needed) */
+    TN_OPF_PROLOGUE   = 1 << 3,  /* a reduction whose input can be a fused elementwise program (node->ext) */
+    TN_OPF_INPLACE    = 1 << 4,  /* elementwise in place: the output may take the buffer of any input of
+                                    its type that nothing else reads (the inplace pass) */
+    TN_OPF_INPLACE_ACC = 1 << 5, /* accumulates into in[0] (gemm's C): the output may take in[0]'s buffer
+                                    when it is read once, by this node */
+    TN_OPF_NO_KERNEL  = 1 << 6   /* computed elsewhere (leaves hold values; PROJ reads its source's output) */
+} tn_op_flags;
+
 typedef struct tn_op_def {
     const char *name;      /* "exp", "Sum", "Dot", ... */
     tn_op_kind kind;
@@ -205,6 +419,18 @@ typedef struct tn_op_def {
     tn_result (*cpu)(const tn_var *node, tn_array *const *in, tn_array *const *out);
     /* debugprint label, e.g. "Elemwise{exp,no_inplace}", "Sum{axis=[0]}" */
     void (*label)(const tn_var *node, char *buf, size_t cap);
+    /* Reverse mode (tn_grad): given g = d cost / d node, fills gin[i] for each
+       i with need[i] with d cost / d in[i], built from public constructors;
+       gin[i] may keep broadcast dims of its own and another float dtype (the
+       driver sums and casts it to in[i]'s type); NULL means no gradient
+       reaches in[i]. Failures return the error. */
+    tn_result (*vjp)(tn_var *node, tn_var *g, const bool *need, tn_var **gin);
+    /* Forward mode (tn_rop): *out = the node's tangent given its inputs'
+       tangents t[i] (NULL: zero); the driver casts it to the node's dtype.
+       NULL: TN_OPF_LINEAR ops apply themselves to the tangent, other ops
+       have no forward mode (TN_ERR_UNSUPPORTED). */
+    tn_result (*jvp)(tn_var *node, tn_var *const *t, tn_var **out);
+    unsigned flags;        /* tn_op_flags */
 } tn_op_def;
 
 typedef struct tn_ew_info {
@@ -215,6 +441,20 @@ typedef struct tn_ew_info {
     const char *iexpr;
 } tn_ew_info;
 
+/* The op table is checked when it is filled, on first use: a row without a
+   type rule, a CPU kernel (but TN_OPF_NO_KERNEL), a label, or a vjp (but
+   TN_OPF_DISCRETE or no inputs) is an internal error, and then no node can
+   be built (TN_ERR_INTERNAL naming the row). tn__op_def, tn__op_kind,
+   tn__ew_info and tn__scalar_helpers_source are declared in tensor.h's
+   >>backend_api section. */
+TN_API bool tn__op_has(int op, unsigned flags);      /* the op's row has every one of flags */
+/* The check of a table of n rows (indexed by tn_op): TN_OK, or TN_ERR_INTERNAL
+   naming the first incomplete row and what it lacks. */
+TN_API tn_result tn__op_table_check(const tn_op_def *rows, int n);
+/* For tests: fills the op table from rows[TN_OP_COUNT] (NULL: the built-in
+   rows) and checks it, as on first use; returns the check's result. Not
+   thread-safe: only while no other thread uses the library. */
+TN_API tn_result tn__op_table_fill(const tn_op_def *rows);
 
 /* CPU elementwise engine: runs `prog` over the broadcast of the inputs into
    the outputs (all outputs have the broadcast shape). */
@@ -225,12 +465,13 @@ TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, 
 /* Each records one node (or a few) and returns it, or NULL with the error set
    (tn_last_error); a NULL argument, as from an earlier failure, gives NULL. */
 
-#define TN__X_DECL1(E, n, ar, k, fe, ie) TN__DECL_##ar(n)
 #define TN__DECL_1(n) TN_API tn_var *tn_##n(tn_var *a);
 #define TN__DECL_2(n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b);
 #define TN__DECL_3(n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b, tn_var *c);
-/* tn_identity, tn_add, ..., tn_where(cond, a, b); tn_cast takes a dtype: */
-#define TN__X_DECL(E, n, ar, k, fe, ie) TN__X_DECL_IF_##k(n, ar)
+/* tn_identity, tn_add, ..., tn_where(cond, a, b), one per row of TN_EW_OPS,
+   with its name: tn_atan, tn_asinh, tn_erfc, tn_relu (maximum(x, 0): NaN stays
+   NaN, relu(-0) is +0, ints stay ints), ...; tn_cast takes a dtype: */
+#define TN__X_DECL(E, n, ar, k, fe, ie, d) TN__X_DECL_IF_##k(n, ar)
 #define TN__X_DECL_IF_TN_EWK_ARITH(n, ar) TN__DECL_##ar(n)
 #define TN__X_DECL_IF_TN_EWK_FLOAT(n, ar) TN__DECL_##ar(n)
 #define TN__X_DECL_IF_TN_EWK_CMP(n, ar)   TN__DECL_##ar(n)
@@ -256,6 +497,12 @@ TN_API tn_var *tn_argmax(tn_var *x, int axis, bool keepdims);  /* first index of
 TN_API tn_var *tn_argmin(tn_var *x, int axis, bool keepdims);
 TN_API tn_var *tn_softmax(tn_var *x, int axis);
 TN_API tn_var *tn_log_softmax(tn_var *x, int axis);
+
+/* Running sum and product along one axis (negative counts from the end), as
+   NumPy's cumsum(x, axis) and cumprod(x, axis): the shape of x; bool and int
+   inputs give int64 (wrapping), floats keep their dtype. */
+TN_API tn_var *tn_cumsum(tn_var *x, int axis);
+TN_API tn_var *tn_cumprod(tn_var *x, int axis);
 
 /* Linear algebra. */
 TN_API tn_var *tn_dot(tn_var *a, tn_var *b);     /* NumPy matmul rules; 1-d . 1-d is a scalar */
@@ -314,7 +561,9 @@ TN_API tn_var *tn_grad1(tn_var *cost, tn_var *wrt);      /* one gradient, defaul
 TN_API tn_var *tn_stop_gradient(tn_var *x);              /* x, through which no gradient flows */
 /* Forward mode: the Jacobian of f with respect to wrt[] times eval_points[]
    (each of its wrt's shape), a variable of f's shape. Elementwise, dot/gemm/
-   gemv/outer, reductions, softmax and shape ops; TN_ERR_UNSUPPORTED otherwise. */
+   gemv/outer, reductions, softmax, cumsum/cumprod, shape ops and transfers
+   (the ops whose row has a jvp or TN_OPF_LINEAR); TN_ERR_UNSUPPORTED for the
+   others (scan, custom ops). */
 TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_points);
 
 /* Checks tn_grad against central finite differences in float64, as Theano's
@@ -458,10 +707,15 @@ TN_API void tn__scan_release_graph(tn_graph *g);
 /* Expression text is taken with TN_T, TN_F and TN_I undefined, so a code
    generator sees them as written and defines them itself. */
 static const tn_ew_info tn__ew_infos[] = {
-#define TN__X_INFO(E, n, ar, k, fe, ie) [TN_OP_##E] = { #n, ar, k, TN__XSTRINGIFY(fe), TN__XSTRINGIFY(ie) },
+#define TN__X_INFO(E, n, ar, k, fe, ie, d) [TN_OP_##E] = { #n, ar, k, TN__XSTRINGIFY(fe), TN__XSTRINGIFY(ie) },
     TN_EW_OPS(TN__X_INFO)
 #undef TN__X_INFO
 };
+
+/* The table's rows are the ops 1..TN_OP_CAST: CAST stays its last row. */
+#define TN__X_ONE(E, n, ar, k, fe, ie, d) + 1
+_Static_assert(0 TN_EW_OPS(TN__X_ONE) == TN_OP_CAST, "TN_EW_OPS: CAST must stay the last row (elementwise ops are 1..TN_OP_CAST)");
+#undef TN__X_ONE
 
 TN_API const tn_ew_info *tn__ew_info(int op) {
     if (op <= TN_OP_NONE || op > TN_OP_CAST) return NULL;
@@ -684,7 +938,7 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
 #define TN__KA_TN_EWK_CAST  TN_T
 #define TN__CAT3_(a, b, c) a##b##c
 #define TN__CAT3(a, b, c) TN__CAT3_(a, b, c)
-#define TN__KDEF(E, n, ar, k, fe, ie) \
+#define TN__KDEF(E, n, ar, k, fe, ie, d) \
     TN__KDEF_##ar(TN__CAT3(tn__k_, n, TN__KSFX), TN__KOUT_##k, TN__KA_##k, TN__KEXPR(fe, ie))
 #define TN__KHEAD(NAME, OT, AT) \
     static void NAME(int64_t cnt, void *restrict o_, const void *restrict a_, \
@@ -732,7 +986,7 @@ TN_EW_OPS(TN__KDEF)
 
 /* [op][compute type of the operands] */
 static const tn__ew_kfn tn__ew_kern[TN_OP_CAST + 1][3] = {
-#define TN__X_KROW(E, n, ar, k, fe, ie) [TN_OP_##E] = { tn__k_##n##_f, tn__k_##n##_d, tn__k_##n##_i },
+#define TN__X_KROW(E, n, ar, k, fe, ie, d) [TN_OP_##E] = { tn__k_##n##_f, tn__k_##n##_d, tn__k_##n##_i },
     TN_EW_OPS(TN__X_KROW)
 #undef TN__X_KROW
 };
@@ -1196,7 +1450,7 @@ static tn_dtype tn__ew_operand_dtype(int op, int n, const tn_type *in) {
 static tn_dtype tn__ew_result_dtype(const tn_var *node, int n, const tn_type *in) {
     int kind = tn__ew_info(node->op)->kind;
     if (kind == TN_EWK_CMP || kind == TN_EWK_LOGIC) return TN_BOOL;
-    if (kind == TN_EWK_CAST) return (tn_dtype)node->p.i[0];
+    if (kind == TN_EWK_CAST) return tn__p_cast_dtype(&node->p);
     return tn__ew_operand_dtype(node->op, n, in);
 }
 
@@ -1207,8 +1461,8 @@ static tn_result tn__ew_infer(const tn_var *node, const tn_type *in, tn_type *ou
     if (!e || node->n_in != e->arity)
         return tn__err(TN_ERR_INTERNAL, "%s: node has %d inputs, the op takes %d", who, node->n_in, e ? e->arity : -1);
     memset(out, 0, sizeof *out);
-    if (e->kind == TN_EWK_CAST && (node->p.i[0] <= TN_DTYPE_NONE || node->p.i[0] >= TN_DTYPE_COUNT))
-        return tn__err(TN_ERR_DTYPE, "tn_cast: invalid target dtype %lld", (long long)node->p.i[0]);
+    if (e->kind == TN_EWK_CAST && (tn__p_cast_dtype(&node->p) <= TN_DTYPE_NONE || tn__p_cast_dtype(&node->p) >= TN_DTYPE_COUNT))
+        return tn__err(TN_ERR_DTYPE, "tn_cast: invalid target dtype %d", (int)tn__p_cast_dtype(&node->p));
     tn_result r = tn__ew_broadcast(node, who, node->n_in, in, out);
     if (r != TN_OK) return r;
     out->dtype = tn__ew_result_dtype(node, node->n_in, in);
@@ -1389,7 +1643,7 @@ static void tn__ew_program_label(const tn_ew_program *prog, tn__sbuf *b) {
 static void tn__ew_label(const tn_var *node, char *buf, size_t cap) {
     if (!cap) return;
     const tn_ew_info *e = tn__ew_info(node->op);
-    if (node->op == TN_OP_CAST) snprintf(buf, cap, "Elemwise{Cast{%s}}", tn_dtype_name((tn_dtype)node->p.i[0]));
+    if (node->op == TN_OP_CAST) snprintf(buf, cap, "Elemwise{Cast{%s}}", tn_dtype_name(tn__p_cast_dtype(&node->p)));
     else snprintf(buf, cap, "Elemwise{%s,%s}", e ? e->name : "?", node->inplace ? "inplace" : "no_inplace");
 }
 
@@ -1519,7 +1773,7 @@ TN_API tn_var *tn_cast(tn_var *a, tn_dtype t) {
     if (a->type.dtype == t) return a;
     tn_params p;
     memset(&p, 0, sizeof p);
-    p.i[0] = t;
+    tn__p_set_cast_dtype(&p, t);
     return tn__node(a->graph, TN_OP_CAST, 1, &a, &p, NULL, "tn_cast");
 }
 
@@ -1529,7 +1783,7 @@ TN_API tn_var *tn_cast(tn_var *a, tn_dtype t) {
         tn_var *in[2] = { a, b }; return tn__ew_make(TN_OP_##E, "tn_" #n, 2, in); }
 #define TN__CTOR_3(E, n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b, tn_var *c) { \
         tn_var *in[3] = { a, b, c }; return tn__ew_make(TN_OP_##E, "tn_" #n, 3, in); }
-#define TN__X_CTOR(E, n, ar, k, fe, ie) TN__CTOR_IF_##k(E, n, ar)
+#define TN__X_CTOR(E, n, ar, k, fe, ie, d) TN__CTOR_IF_##k(E, n, ar)
 #define TN__CTOR_IF_TN_EWK_ARITH(E, n, ar) TN__CTOR_##ar(E, n)
 #define TN__CTOR_IF_TN_EWK_FLOAT(E, n, ar) TN__CTOR_##ar(E, n)
 #define TN__CTOR_IF_TN_EWK_CMP(E, n, ar)   TN__CTOR_##ar(E, n)
@@ -1556,21 +1810,87 @@ TN_API tn_var *tn_lit(tn_var *like, double value) {
     return tn_scalar_const(like->graph, value);
 }
 
-/* >>registry: fills this part's rows of the op table */
-static void tn__register_ew_ops(tn_op_def *t) {
-#define TN__X_REG(E, n, ar, k, fe, ie) \
-    t[TN_OP_##E] = (tn_op_def){ #n, TN_OPK_ELEMWISE, ar, tn__ew_infer, tn__ew_cpu, tn__ew_label };
-    TN_EW_OPS(TN__X_REG)
-#undef TN__X_REG
-    t[TN_OP_CAST].name = "Cast";
-    t[TN_OP_COMPOSITE] = (tn_op_def){ "Composite", TN_OPK_COMPOSITE, -1, tn__composite_infer, tn__composite_cpu, tn__composite_label };
+/* >>ew_grad: the derivative column as code --------------------------------- */
+/* tn__ewd_<name>(z, i, g): g times d z / d in[i] (NULL for TN_DISCRETE rows),
+   with a, b, c naming z's inputs as the column's expressions expect. */
+typedef tn_var *(*tn__ewd_fn)(tn_var *z, int i, tn_var *g);
+#define TN__DBODY_TN_DERIV(...) return (__VA_ARGS__);
+#define TN__DBODY_TN_DISCRETE return NULL;
+#define TN__X_DFN(E, n, ar, k, fe, ie, d) \
+    static tn_var *tn__ewd_##n(tn_var *z, int i, tn_var *g) { \
+        tn_var *a = z->in[0], *b = z->n_in > 1 ? z->in[1] : NULL, *c = z->n_in > 2 ? z->in[2] : NULL; \
+        (void)a; (void)b; (void)c; (void)i; (void)g; \
+        TN__DBODY_##d }
+TN_EW_OPS(TN__X_DFN)
+#undef TN__X_DFN
+#undef TN__DBODY_TN_DERIV
+#undef TN__DBODY_TN_DISCRETE
+
+static const tn__ewd_fn tn__ew_deriv[TN_OP_CAST + 1] = {
+#define TN__X_DROW(E, n, ar, k, fe, ie, d) [TN_OP_##E] = tn__ewd_##n,
+    TN_EW_OPS(TN__X_DROW)
+#undef TN__X_DROW
+};
+
+/* Reverse mode: each needed input's gradient, summed back over the dims it
+   was broadcast along. (WHERE's condition is bool: never needed.) */
+static tn_result tn__ew_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    tn__ewd_fn d = tn__ew_deriv[node->op];
+    for (int i = 0; i < node->n_in; i++) {
+        if (!need[i] || (node->op == TN_OP_WHERE && i == 0)) continue;
+        if (!(gin[i] = tn__sum_to(d(node, i, g), &node->in[i]->type))) return tn__gfail(tn__ew_info(node->op)->name, node);
+    }
+    return TN_OK;
 }
+
+/* Forward mode: the sum over inputs of d z / d in[i] times in[i]'s tangent. */
+static tn_result tn__ew_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    tn__ewd_fn d = tn__ew_deriv[node->op];
+    tn_var *r = NULL;
+    for (int i = 0; i < node->n_in; i++) {
+        if (!t[i] || (node->op == TN_OP_WHERE && i == 0)) continue;
+        tn_var *c = d(node, i, t[i]);
+        if (!c || !(r = tn__gadd(r, c))) return tn__gfail("a tangent", node);
+    }
+    if (r && r->type.dtype != node->type.dtype) r = tn_cast(r, node->type.dtype);
+    /* tangents broadcast like values, but the consumer may be a reduction */
+    *out = r ? tn__gbcast_like(r, node) : NULL;
+    return !r || *out ? TN_OK : tn__gfail("a tangent", node);
+}
+
+/* A Composite exists only in a compiled function's private graph (the fusion
+   pass makes it): tn_grad never meets one in a graph a user built. */
+static tn_result tn__composite_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)g; (void)need; (void)gin;
+    char nb[64];
+    return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: node '%s' is a fused Composite, which only compiled functions contain: "
+                   "differentiate the graph before tn_function", tn__gname(node, nb));
+}
+
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+#define TN__EW_NAME_TN_EWK_ARITH(n) #n
+#define TN__EW_NAME_TN_EWK_FLOAT(n) #n
+#define TN__EW_NAME_TN_EWK_CMP(n)   #n
+#define TN__EW_NAME_TN_EWK_LOGIC(n) #n
+#define TN__EW_NAME_TN_EWK_WHERE(n) #n
+#define TN__EW_NAME_TN_EWK_CAST(n)  "Cast"
+#define TN__EW_DFLAG_TN_DERIV(...)  0
+#define TN__EW_DFLAG_TN_DISCRETE    TN_OPF_DISCRETE
+#define TN__X_EW_ROW(E, n, ar, k, fe, ie, d) \
+    [TN_OP_##E] = { .name = TN__EW_NAME_##k(n), .kind = TN_OPK_ELEMWISE, .arity = ar, .infer = tn__ew_infer, \
+                    .cpu = tn__ew_cpu, .label = tn__ew_label, .vjp = tn__ew_vjp, .jvp = tn__ew_jvp, \
+                    .flags = TN_OPF_ELEMWISE | TN_OPF_INPLACE | TN__EW_DFLAG_##d },
+#define TN__EW_OP_ROWS \
+    TN_EW_OPS(TN__X_EW_ROW) \
+    [TN_OP_COMPOSITE] = { .name = "Composite", .kind = TN_OPK_COMPOSITE, .arity = -1, .infer = tn__composite_infer, \
+                          .cpu = tn__composite_cpu, .label = tn__composite_label, .vjp = tn__composite_vjp, \
+                          .flags = TN_OPF_INPLACE },
 
 /* >>ops_reduce ======================================================== */
 /* >>reductions: sum, prod, mean, max, min, argmax, argmin, all, any,
-   logsumexp (params: i[0] bit mask of reduced axes, i[1] keepdims) and
-   softmax, log_softmax (i[0] axis). Type rules, CPU kernels, labels,
-   constructors.
+   logsumexp (params: tn__p_red_mask, the reduced axes, and
+   tn__p_red_keepdims) and softmax, log_softmax (tn__p_axis). Type rules, CPU
+   kernels, labels, constructors, gradients.
 
    Kernel plan. The reduced axes are moved innermost logically (no copy):
    every output element folds one "box" of the input. Size-1 dims are dropped
@@ -1596,7 +1916,7 @@ static void tn__register_ew_ops(tn_op_def *t) {
    box loop evaluates it run by run into a stack scratch buffer with
    tn__cpu_ew_run, so the fused input is never materialised. Limits: up to
    TN__RED_MAX_SRC inputs, output 0 only, the box loop only (no lanes/split
-   shortcuts yet), none for softmax (its kind is TN_OPK_OTHER: i[0] is an axis).
+   shortcuts yet), none for softmax (its kind is TN_OPK_OTHER: it has an axis, not a mask).
    softmax may run in place (y aliasing x, same dtype and layout): each
    element is read before it is written. */
 #include <math.h>
@@ -2231,8 +2551,8 @@ static tn_result tn__reduce_cpu(const tn_var *node, tn_array *const *in, tn_arra
     P = &plan;
     P->op = node->op;
     P->rk = tn__rk_of(node->op);
-    uint64_t mask = (uint64_t)node->p.i[0];
-    tn_result r = tn__rplan_build(P, node, in, out[0], mask, node->p.i[1] != 0);
+    uint64_t mask = tn__p_red_mask(&node->p);
+    tn_result r = tn__rplan_build(P, node, in, out[0], mask, tn__p_red_keepdims(&node->p));
     if (r != TN_OK) return r;
     if (P->M == 0) return TN_OK;
     if (P->N == 0 && tn__rop_needs_nonempty(node->op)) {
@@ -2351,7 +2671,7 @@ static void tn__smlanes_range(void *ctx, int64_t lo, int64_t hi) {
 
 static tn_result tn__softmax_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     tn__smplan S;
-    int axis = (int)node->p.i[0];
+    int axis = tn__p_axis(&node->p);
     if (node->ext)
         return tn__err(TN_ERR_UNSUPPORTED, "%s: a fused prologue is not supported", tn__op_def(node->op)->name);
     S.r.op = node->op;
@@ -2438,8 +2758,8 @@ static tn_result tn__reduce_infer(const tn_var *node, const tn_type *in, tn_type
     tn__reduce_label(node, lab, sizeof lab);
     tn_result r = tn__reduce_src_type(node, in, &x, lab);
     if (r != TN_OK) return r;
-    uint64_t mask = (uint64_t)node->p.i[0];
-    bool keep = node->p.i[1] != 0;
+    uint64_t mask = tn__p_red_mask(&node->p);
+    bool keep = tn__p_red_keepdims(&node->p);
     if (x.ndim < 64 && (mask >> x.ndim) != 0)
         return tn__err(TN_ERR_AXIS, "%s: axis out of range for an input of ndim %d", lab, x.ndim);
     bool empty_red = false, empty_out = false, unknown = false;
@@ -2468,9 +2788,9 @@ static tn_result tn__softmax_infer(const tn_var *node, const tn_type *in, tn_typ
     char lab[96];
     tn__reduce_label(node, lab, sizeof lab);
     if (node->ext) return tn__err(TN_ERR_UNSUPPORTED, "%s: a fused prologue is not supported", lab);
-    int64_t axis = node->p.i[0];
+    int axis = tn__p_axis(&node->p);
     if (axis < 0 || axis >= in[0].ndim)
-        return tn__err(TN_ERR_AXIS, "%s: axis %lld out of range for an input of ndim %d", lab, (long long)axis, in[0].ndim);
+        return tn__err(TN_ERR_AXIS, "%s: axis %d out of range for an input of ndim %d", lab, axis, in[0].ndim);
     *out = in[0];
     out->dtype = tn__reduce_dtype(node->op, in[0].dtype);
     return TN_OK;
@@ -2478,22 +2798,22 @@ static tn_result tn__softmax_infer(const tn_var *node, const tn_type *in, tn_typ
 
 /* >>reduce_label: Sum{axis=[0,2]}, Softmax{axis=1} */
 static void tn__reduce_label(const tn_var *node, char *buf, size_t cap) {
-    static const char *names[] = { "Sum", "Prod", "Mean", "Max", "Min", "Argmax", "Argmin", "All", "Any", "LogSumExp" };
+    const tn_op_def *d = tn__op_def(node->op);
+    const char *name = d && d->name ? d->name : "Reduce";
     size_t n;
     if (node->op == TN_OP_SOFTMAX || node->op == TN_OP_LOG_SOFTMAX) {
-        snprintf(buf, cap, "%s{axis=%lld}", node->op == TN_OP_SOFTMAX ? "Softmax" : "LogSoftmax", (long long)node->p.i[0]);
+        snprintf(buf, cap, "%s{axis=%d}", name, tn__p_axis(&node->p));
         return;
     }
-    int k = node->op - TN_OP_SUM;
-    n = (size_t)snprintf(buf, cap, "%s{axis=[", (k >= 0 && k < 10) ? names[k] : "Reduce");
-    uint64_t mask = (uint64_t)node->p.i[0];
+    n = (size_t)snprintf(buf, cap, "%s{axis=[", name);
+    uint64_t mask = tn__p_red_mask(&node->p);
     bool first = true;
     for (int d = 0; d < 64 && n < cap; d++) {
         if (!((mask >> d) & 1)) continue;
         n += (size_t)snprintf(buf + n, cap - n, first ? "%d" : ",%d", d);
         first = false;
     }
-    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]%s%s}", node->p.i[1] ? ",keepdims=True" : "",
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "",
                                        node->ext ? ",prologue" : "");
 }
 
@@ -2528,8 +2848,7 @@ static tn_var *tn__reduce_make(const char *who, int op, tn_var *x, const int *ax
     if (!tn__reduce_mask(who, x, axes, naxes, &mask)) return NULL;
     tn_params p;
     memset(&p, 0, sizeof p);
-    p.i[0] = (int64_t)mask;
-    p.i[1] = keepdims;
+    tn__p_set_red(&p, mask, keepdims);
     return tn__node(x->graph, op, 1, &x, &p, NULL, who);
 }
 
@@ -2553,22 +2872,408 @@ static tn_var *tn__softmax_make(const char *who, int op, tn_var *x, int axis) {
     }
     tn_params p;
     memset(&p, 0, sizeof p);
-    p.i[0] = axis < 0 ? axis + nd : axis;
+    tn__p_set_axis(&p, axis < 0 ? axis + nd : axis);
     return tn__node(x->graph, op, 1, &x, &p, NULL, who);
 }
 TN_API tn_var *tn_softmax(tn_var *x, int axis) { return tn__softmax_make("tn_softmax", TN_OP_SOFTMAX, x, axis); }
 TN_API tn_var *tn_log_softmax(tn_var *x, int axis) { return tn__softmax_make("tn_log_softmax", TN_OP_LOG_SOFTMAX, x, axis); }
 
-/* >>registry: fills this part's rows of the op table */
-static void tn__register_reduce_ops(tn_op_def *t) {
-    static const char *names[] = { "Sum", "Prod", "Mean", "Max", "Min", "Argmax", "Argmin", "All", "Any", "LogSumExp" };
-    /* arity -1: a fused prologue brings its own inputs (the type rule checks) */
-    for (int k = 0; k < 10; k++)
-        t[TN_OP_SUM + k] = (tn_op_def){ names[k], TN_OPK_REDUCE, -1, tn__reduce_infer, tn__reduce_cpu, tn__reduce_label };
-    /* softmax is not a reduction to the fusion pass: i[0] is an axis, not a mask */
-    t[TN_OP_SOFTMAX] = (tn_op_def){ "Softmax", TN_OPK_OTHER, 1, tn__softmax_infer, tn__softmax_cpu, tn__reduce_label };
-    t[TN_OP_LOG_SOFTMAX] = (tn_op_def){ "LogSoftmax", TN_OPK_OTHER, 1, tn__softmax_infer, tn__softmax_cpu, tn__reduce_label };
+/* >>reduce_grad ----------------------------------------------------------- */
+
+/* The reduced axes (of the input) of a reduction node; returns their count. */
+static int tn__red_axes(const tn_var *node, int *axes) {
+    int n = 0, nd = node->in[0]->type.ndim;
+    uint64_t mask = tn__p_red_mask(&node->p);
+    for (int d = 0; d < nd; d++)
+        if ((mask >> d) & 1) axes[n++] = d;
+    return n;
 }
+
+/* v (a reduction's output or its gradient) with the reduced axes put back as
+   broadcastable 1s, so it broadcasts against the reduction's input. */
+static tn_var *tn__red_keep(tn_var *v, const tn_var *node) {
+    if (!v || tn__p_red_keepdims(&node->p)) return v;
+    int nd = node->in[0]->type.ndim, pat[TN_MAX_DIMS], k = 0;
+    uint64_t mask = tn__p_red_mask(&node->p);
+    for (int d = 0; d < nd; d++) pat[d] = ((mask >> d) & 1) ? -1 : k++;
+    if (k == nd) return v;
+    return tn_dimshuffle(v, nd, pat);
+}
+
+/* d prod / d x, elementwise, of x's shape, exact with zeros (one zero: the
+   product of the others at the zero, zero elsewhere; two or more: zero). */
+static tn_var *tn__red_prod_partial(tn_var *node) {
+    tn_var *x = node->in[0];
+    int ax[TN_MAX_DIMS], na = tn__red_axes(node, ax);
+    tn_var *zero = tn_lit(x, 0.0), *one = tn_lit(x, 1.0);
+    tn_var *isz = tn_eq(x, zero);
+    tn_var *nz = tn_where(isz, one, x);                    /* zeros replaced by 1 */
+    tn_var *p = tn_prod(nz, ax, na, true);                 /* product of the non-zeros */
+    tn_var *cnt = tn_sum(tn_cast(isz, x->type.dtype), ax, na, true);
+    tn_var *none = tn_div(p, nz);                          /* no zero: prod / x */
+    tn_var *one_zero = tn_where(isz, p, zero);             /* one zero: the others' product there */
+    return tn_where(tn_eq(cnt, zero), none, tn_where(tn_eq(cnt, one), one_zero, zero));
+}
+
+/* max/min: every position equal to the result gets the whole gradient (ties
+   are not split, as in Theano); prod: exact with zeros. */
+static tn_result tn__reduce_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *x = node->in[0];
+    tn_var *gk = tn__red_keep(g, node);
+    int ax[TN_MAX_DIMS], na = tn__red_axes(node, ax);
+    switch (node->op) {
+    case TN_OP_SUM: gin[0] = tn__gbcast_like(gk, x); break;
+    case TN_OP_MEAN: {
+        double cnt = 1;
+        for (int k = 0; k < na; k++) cnt = x->type.shape[ax[k]] < 0 ? -1 : cnt * (double)x->type.shape[ax[k]];
+        tn_var *n = cnt >= 0 ? tn_lit(x, cnt) : tn_sum(tn__gones_like(x), ax, na, true);
+        gin[0] = tn__gbcast_like(tn_div(gk, n), x);
+        break;
+    }
+    case TN_OP_PROD: gin[0] = tn_mul(gk, tn__red_prod_partial(node)); break;
+    case TN_OP_MAX: case TN_OP_MIN:
+        gin[0] = tn__gmask(tn_eq(x, tn__red_keep(node, node)), gk);   /* where() broadcasts gk */
+        break;
+    case TN_OP_LOGSUMEXP: gin[0] = tn_mul(gk, tn_exp(tn_sub(x, tn__red_keep(node, node)))); break;
+    default: return tn__err(TN_ERR_INTERNAL, "tn_grad: no reduction rule for op %d", node->op);
+    }
+    return gin[0] ? TN_OK : tn__gfail(tn__op_def(node->op)->name, node);
+}
+
+/* Forward mode of the nonlinear reductions (sum and mean are TN_OPF_LINEAR):
+   the sum over the box of d out / d x times x's tangent. max/min with ties:
+   the mean of the tied tangents (the average of the one-sided derivatives). */
+static tn_result tn__reduce_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    tn_var *x = node->in[0], *w;   /* d out / d x, elementwise */
+    int ax[TN_MAX_DIMS], na = tn__red_axes(node, ax);
+    if (!t[0]) return TN_OK;
+    if (node->op == TN_OP_PROD) w = tn__red_prod_partial(node);
+    else if (node->op == TN_OP_LOGSUMEXP) w = tn_exp(tn_sub(x, tn__red_keep(node, node)));
+    else {
+        tn_var *m = tn_cast(tn_eq(x, tn__red_keep(node, node)), x->type.dtype);
+        w = tn_div(m, tn_sum(m, ax, na, true));
+    }
+    *out = tn_sum(tn_mul(t[0], w), ax, na, tn__p_red_keepdims(&node->p));
+    return *out ? TN_OK : tn__gfail("a tangent", node);
+}
+
+static tn_result tn__softmax_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    int axis = tn__p_axis(&node->p);
+    if (node->op == TN_OP_SOFTMAX)
+        gin[0] = tn_mul(node, tn_sub(g, tn_sum(tn_mul(g, node), &axis, 1, true)));
+    else
+        gin[0] = tn_sub(g, tn_mul(tn_exp(node), tn_sum(g, &axis, 1, true)));
+    return gin[0] ? TN_OK : tn__gfail(tn__op_def(node->op)->name, node);
+}
+
+static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    int axis = tn__p_axis(&node->p);
+    tn_var *tx = t[0];
+    if (!tx) return TN_OK;
+    if (node->op == TN_OP_SOFTMAX) *out = tn_mul(node, tn_sub(tx, tn_sum(tn_mul(tx, node), &axis, 1, true)));
+    else *out = tn_sub(tx, tn_sum(tn_mul(tx, tn_exp(node)), &axis, 1, true));
+    return *out ? TN_OK : tn__gfail("a tangent", node);
+}
+
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* arity -1: a fused prologue brings its own inputs (the type rule checks).
+   softmax is no reduction to the fusion pass: it has an axis, not a mask. */
+#define TN__REDUCE_ROW(E, NAME, FLAGS, VJP, JVP) \
+    [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_REDUCE, .arity = -1, .infer = tn__reduce_infer, .cpu = tn__reduce_cpu, \
+                    .label = tn__reduce_label, .vjp = VJP, .jvp = JVP, .flags = FLAGS },
+#define TN__SOFTMAX_ROW(E, NAME) \
+    [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__softmax_infer, .cpu = tn__softmax_cpu, \
+                    .label = tn__reduce_label, .vjp = tn__softmax_vjp, .jvp = tn__softmax_jvp },
+#define TN__REDUCE_OP_ROWS \
+    TN__REDUCE_ROW(SUM,       "Sum",       TN_OPF_PROLOGUE | TN_OPF_LINEAR, tn__reduce_vjp, NULL) \
+    TN__REDUCE_ROW(PROD,      "Prod",      TN_OPF_PROLOGUE, tn__reduce_vjp, tn__reduce_jvp) \
+    TN__REDUCE_ROW(MEAN,      "Mean",      TN_OPF_PROLOGUE | TN_OPF_LINEAR, tn__reduce_vjp, NULL) \
+    TN__REDUCE_ROW(MAX,       "Max",       TN_OPF_PROLOGUE, tn__reduce_vjp, tn__reduce_jvp) \
+    TN__REDUCE_ROW(MIN,       "Min",       TN_OPF_PROLOGUE, tn__reduce_vjp, tn__reduce_jvp) \
+    TN__REDUCE_ROW(ARGMAX,    "Argmax",    TN_OPF_DISCRETE, NULL, NULL) \
+    TN__REDUCE_ROW(ARGMIN,    "Argmin",    TN_OPF_DISCRETE, NULL, NULL) \
+    TN__REDUCE_ROW(ALL,       "All",       TN_OPF_DISCRETE, NULL, NULL) \
+    TN__REDUCE_ROW(ANY,       "Any",       TN_OPF_DISCRETE, NULL, NULL) \
+    TN__REDUCE_ROW(LOGSUMEXP, "LogSumExp", TN_OPF_PROLOGUE, tn__reduce_vjp, tn__reduce_jvp) \
+    TN__SOFTMAX_ROW(SOFTMAX,     "Softmax") \
+    TN__SOFTMAX_ROW(LOG_SOFTMAX, "LogSoftmax")
+
+/* >>ops_cumulative ==================================================== */
+/* >>cumulative: cumsum and cumprod along one axis, NumPy's cumsum(x, axis)
+   and cumprod(x, axis). Param: tn__p_axis (>= 0; the constructors take
+   negative axes from the end). Type: x's shape; bool and int inputs give
+   int64 (wrapping like NumPy's), floats keep their dtype.
+
+   Kernel: sequential along the axis with one accumulator per line: float32
+   in float32 (so results equal NumPy's running sums bit for bit), float16 in
+   float32 (rounded to float16 only when stored), float64 in double, ints in
+   wrapping int64. Any strides. The lines (one per element of the other dims)
+   are split over the thread pool when there are enough elements; when another
+   dim has a smaller stride than the axis (axis 0 of a row-major matrix), a
+   block of up to TN__CUM_LANES neighbouring lines advances together, so
+   memory is walked in order.
+
+   Gradients. cumsum: the reverse running sum of g (flip, cumsum, flip); its
+   forward mode is itself (TN_OPF_LINEAR). cumprod, exactly with zeros (no
+   division by x): d y_j / d x_i = prod_{k <= j, k != i} x_k for j >= i, and
+   0 for j < i. For each line, M[i, j] is the running product along j of x
+   with x_i replaced by 1 (one more dim: i before the axis), so
+     vjp: gx_i = sum_{j >= i} g_j M[i, j]     jvp: dy_j = sum_{i <= j} t_i M[i, j].
+   That is O(n^2) time and memory per line of n elements: meant for the
+   lengths products are taken over (a product of thousands of factors under-
+   or overflows anyway). The CUDA back end does not claim these ops yet
+   (TN_OPK_OTHER): they run on the CPU. */
+
+/* >>cum_kernel ------------------------------------------------------------ */
+#define TN__CUM_LANES 256
+#define TN__CUM_GRAIN 32768   /* elements per thread before splitting pays */
+
+typedef struct tn__cumplan {
+    const char *x;
+    char *y;
+    int64_t n, xs, ys;                                         /* the axis: length, byte strides */
+    int nk;                                                    /* the other dims (size 1 dropped), innermost last */
+    int64_t kn[TN_MAX_DIMS], kx[TN_MAX_DIMS], ky[TN_MAX_DIMS];
+    int64_t lines;                                             /* product of kn */
+    void (*row)(const char *x, int64_t n, int64_t xs, char *y, int64_t ys);
+    void (*lanes)(const char *x, int64_t n, int64_t xs, int64_t nl, int64_t xl, char *y, int64_t ys, int64_t yl);
+    bool use_lanes;
+} tn__cumplan;
+
+/* T: stored input, AT: accumulator, LOAD: T -> AT, OT: stored output, STORE:
+   AT -> OT. As NumPy's accumulate, y[0] is x[0] itself (cumsum([-0.0]) is
+   -0.0), then y[j] = y[j-1] OPC x[j] in the accumulator's type. n >= 1. */
+#define TN__CUM_T(OP, OPC, SUF, T, AT, LOAD, OT, STORE) \
+static void tn__cumrow_##OP##_##SUF(const char *x, int64_t n, int64_t xs, char *y, int64_t ys) { \
+    AT acc = LOAD(*(const T *)(const void *)x); \
+    *(OT *)(void *)y = STORE(acc); \
+    for (int64_t j = 1; j < n; j++) { \
+        T v = *(const T *)(const void *)(x + j * xs); \
+        acc = acc OPC (LOAD(v)); \
+        *(OT *)(void *)(y + j * ys) = STORE(acc); \
+    } \
+} \
+static void tn__cumlanes_##OP##_##SUF(const char *x, int64_t n, int64_t xs, int64_t nl, int64_t xl, char *y, int64_t ys, int64_t yl) { \
+    AT acc[TN__CUM_LANES]; \
+    for (int64_t l = 0; l < nl; l++) { \
+        acc[l] = LOAD(*(const T *)(const void *)(x + l * xl)); \
+        *(OT *)(void *)(y + l * yl) = STORE(acc[l]); \
+    } \
+    for (int64_t j = 1; j < n; j++) { \
+        const char *xp = x + j * xs; \
+        char *yp = y + j * ys; \
+        for (int64_t l = 0; l < nl; l++) { \
+            T v = *(const T *)(const void *)(xp + l * xl); \
+            acc[l] = acc[l] OPC (LOAD(v)); \
+            *(OT *)(void *)(yp + l * yl) = STORE(acc[l]); \
+        } \
+    } \
+}
+#define TN__CUM_ID(v) (v)
+#define TN__CUM_U64(v) ((uint64_t)(int64_t)(v))
+#define TN__CUM_I64(acc) ((int64_t)(acc))
+#define TN__CUM_OP(OP, OPC) \
+    TN__CUM_T(OP, OPC, b8,  uint8_t,  uint64_t, TN__CUM_U64, int64_t,  TN__CUM_I64) \
+    TN__CUM_T(OP, OPC, i32, int32_t,  uint64_t, TN__CUM_U64, int64_t,  TN__CUM_I64) \
+    TN__CUM_T(OP, OPC, i64, int64_t,  uint64_t, TN__CUM_U64, int64_t,  TN__CUM_I64) \
+    TN__CUM_T(OP, OPC, f16, uint16_t, float,    tn__ew_h2f,  uint16_t, tn__ew_f2h) \
+    TN__CUM_T(OP, OPC, f32, float,    float,    TN__CUM_ID,  float,    TN__CUM_ID) \
+    TN__CUM_T(OP, OPC, f64, double,   double,   TN__CUM_ID,  double,   TN__CUM_ID)
+TN__CUM_OP(sum, +)
+TN__CUM_OP(prod, *)
+_Static_assert(TN_DTYPE_COUNT == 7, "cumulative kernel tables list one column per dtype");
+
+typedef void (*tn__cumrow_fn)(const char *, int64_t, int64_t, char *, int64_t);
+typedef void (*tn__cumlanes_fn)(const char *, int64_t, int64_t, int64_t, int64_t, char *, int64_t, int64_t);
+static const tn__cumrow_fn tn__cumrow[2][TN_DTYPE_COUNT] = {
+    { NULL, tn__cumrow_sum_b8, tn__cumrow_sum_i32, tn__cumrow_sum_i64, tn__cumrow_sum_f16, tn__cumrow_sum_f32, tn__cumrow_sum_f64 },
+    { NULL, tn__cumrow_prod_b8, tn__cumrow_prod_i32, tn__cumrow_prod_i64, tn__cumrow_prod_f16, tn__cumrow_prod_f32, tn__cumrow_prod_f64 },
+};
+static const tn__cumlanes_fn tn__cumlanes[2][TN_DTYPE_COUNT] = {
+    { NULL, tn__cumlanes_sum_b8, tn__cumlanes_sum_i32, tn__cumlanes_sum_i64, tn__cumlanes_sum_f16, tn__cumlanes_sum_f32, tn__cumlanes_sum_f64 },
+    { NULL, tn__cumlanes_prod_b8, tn__cumlanes_prod_i32, tn__cumlanes_prod_i64, tn__cumlanes_prod_f16, tn__cumlanes_prod_f32, tn__cumlanes_prod_f64 },
+};
+
+/* Byte offsets in x and y of flat line index o (row-major over the other dims). */
+static void tn__cum_line(const tn__cumplan *P, int64_t o, int64_t *xo, int64_t *yo) {
+    int64_t a = 0, b = 0;
+    for (int d = P->nk - 1; d >= 0; d--) {
+        int64_t i = o % P->kn[d];
+        o /= P->kn[d];
+        a += i * P->kx[d];
+        b += i * P->ky[d];
+    }
+    *xo = a;
+    *yo = b;
+}
+
+static void tn__cum_rows_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__cumplan *P = (const tn__cumplan *)ctx;
+    for (int64_t o = lo; o < hi; o++) {
+        int64_t xo, yo;
+        tn__cum_line(P, o, &xo, &yo);
+        P->row(P->x + xo, P->n, P->xs, P->y + yo, P->ys);
+    }
+}
+
+/* Units of the lanes walk: TN__CUM_LANES neighbouring lines of the innermost other dim. */
+static void tn__cum_lanes_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__cumplan *P = (const tn__cumplan *)ctx;
+    int64_t n0 = P->kn[P->nk - 1], nb = (n0 + TN__CUM_LANES - 1) / TN__CUM_LANES;
+    for (int64_t u = lo; u < hi; u++) {
+        int64_t outer = u / nb, j0 = (u % nb) * TN__CUM_LANES;
+        int64_t nl = n0 - j0 < TN__CUM_LANES ? n0 - j0 : TN__CUM_LANES;
+        int64_t xo, yo;
+        tn__cum_line(P, outer * n0 + j0, &xo, &yo);
+        P->lanes(P->x + xo, P->n, P->xs, nl, P->kx[P->nk - 1], P->y + yo, P->ys, P->ky[P->nk - 1]);
+    }
+}
+
+static tn_result tn__cum_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    tn_array *y = out[0];
+    int axis = tn__p_axis(&node->p), prod = node->op == TN_OP_CUMPROD;
+    const char *name = tn__op_def(node->op)->name;
+    char s1[128], s2[128];
+    if (axis < 0 || axis >= x->ndim || y->ndim != x->ndim)
+        return tn__err(TN_ERR_AXIS, "%s: axis %d does not fit an input of shape %s", name, axis, tn__shape_str(x->ndim, x->shape, s1));
+    for (int d = 0; d < x->ndim; d++)
+        if (y->shape[d] != x->shape[d])
+            return tn__err(TN_ERR_SHAPE, "%s: output of shape %s for an input of shape %s", name, tn__shape_str(y->ndim, y->shape, s2),
+                           tn__shape_str(x->ndim, x->shape, s1));
+    if ((unsigned)x->dtype - 1u >= (unsigned)TN_DTYPE_COUNT - 1u || y->dtype != (tn_dtype_is_float(x->dtype) ? x->dtype : TN_I64))
+        return tn__err(TN_ERR_DTYPE, "%s: input %s, output %s", name, tn_dtype_name(x->dtype), tn_dtype_name(y->dtype));
+    tn__cumplan P;
+    P.x = (const char *)x->data;
+    P.y = (char *)y->data;
+    P.n = x->shape[axis];
+    P.xs = x->strides[axis];
+    P.ys = y->strides[axis];
+    P.nk = 0;
+    P.lines = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (d == axis || x->shape[d] == 1) continue;
+        int k = P.nk;
+        if (k > 0 && P.kx[k - 1] == x->strides[d] * x->shape[d] && P.ky[k - 1] == y->strides[d] * x->shape[d]) {
+            P.kn[k - 1] *= x->shape[d];     /* merges with the previous dim: their strides chain */
+            P.kx[k - 1] = x->strides[d];
+            P.ky[k - 1] = y->strides[d];
+        } else {
+            P.kn[k] = x->shape[d]; P.kx[k] = x->strides[d]; P.ky[k] = y->strides[d];
+            P.nk++;
+        }
+        P.lines *= x->shape[d];
+    }
+    if (P.n == 0 || P.lines == 0) return TN_OK;
+    P.row = tn__cumrow[prod][x->dtype];
+    P.lanes = tn__cumlanes[prod][x->dtype];
+    int64_t ls = P.nk > 0 ? P.kx[P.nk - 1] : 0, as = P.xs;
+    P.use_lanes = P.nk > 0 && P.n > 1 && (ls < 0 ? -ls : ls) < (as < 0 ? -as : as);
+    if (P.use_lanes) {
+        int64_t n0 = P.kn[P.nk - 1], nb = (n0 + TN__CUM_LANES - 1) / TN__CUM_LANES;
+        int64_t per = P.n * (n0 < TN__CUM_LANES ? n0 : TN__CUM_LANES);
+        tn__parallel_for(P.lines / n0 * nb, TN__CUM_GRAIN / per + 1, tn__cum_lanes_range, &P);
+    } else {
+        tn__parallel_for(P.lines, TN__CUM_GRAIN / P.n + 1, tn__cum_rows_range, &P);
+    }
+    return TN_OK;
+}
+
+/* >>cum_infer_label --------------------------------------------------------- */
+static tn_result tn__cum_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    int axis = tn__p_axis(&node->p);
+    if (axis < 0 || axis >= in[0].ndim) {
+        char sb[128];
+        return tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for an input of shape %s", tn__op_def(node->op)->name, axis,
+                       tn__shape_str(in[0].ndim, in[0].shape, sb));
+    }
+    *out = in[0];
+    out->dtype = tn_dtype_is_float(in[0].dtype) ? in[0].dtype : TN_I64;
+    return TN_OK;
+}
+
+/* CumSum{axis=1} */
+static void tn__cum_label(const tn_var *node, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s{axis=%d}", node->op == TN_OP_CUMSUM ? "CumSum" : "CumProd", tn__p_axis(&node->p));
+}
+
+/* >>cum_constructors ------------------------------------------------------- */
+static tn_var *tn__cum_make(const char *who, int op, tn_var *x, int axis) {
+    if (!x) { tn__err(TN_ERR_NULL, "%s: x is NULL (did an earlier constructor fail? %s)", who, tn_last_error()); return NULL; }
+    int nd = x->type.ndim;
+    if (axis < -nd || axis >= nd) {
+        char sb[128];
+        tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of shape %s", who, axis, x->name ? x->name : "x",
+                tn__shape_str(nd, x->type.shape, sb));
+        return NULL;
+    }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    tn__p_set_axis(&p, axis < 0 ? axis + nd : axis);
+    return tn__node(x->graph, op, 1, &x, &p, NULL, who);
+}
+TN_API tn_var *tn_cumsum(tn_var *x, int axis) { return tn__cum_make("tn_cumsum", TN_OP_CUMSUM, x, axis); }
+TN_API tn_var *tn_cumprod(tn_var *x, int axis) { return tn__cum_make("tn_cumprod", TN_OP_CUMPROD, x, axis); }
+
+/* >>cum_grad --------------------------------------------------------------- */
+static tn_var *tn__cum_flip(tn_var *v, int axis) { return v ? tn_slice(v, axis, TN_NONE, TN_NONE, -1) : NULL; }
+
+static tn_result tn__cumsum_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    int axis = tn__p_axis(&node->p);
+    gin[0] = tn__cum_flip(tn_cumsum(tn__cum_flip(g, axis), axis), axis);
+    return gin[0] ? TN_OK : tn__gfail("CumSum", node);
+}
+
+/* M[.., i, j, ..] (i at the axis, j after it) and the mask j >= i: see above. */
+static tn_result tn__cumprod_partials(tn_var *node, tn_var **M, tn_var **upper, int *pi, int *pj) {
+    tn_var *x = node->in[0];
+    int a = tn__p_axis(&node->p), nd = x->type.ndim;
+    char nb[64];
+    if (nd + 1 > TN_MAX_DIMS)
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the derivative of CumProd of '%s' needs one dim more than its %d (at most %d)",
+                       tn__gname(x, nb), nd, TN_MAX_DIMS);
+    for (int d = 0, s = 0; d <= nd; d++) pi[d] = d == a + 1 ? -1 : s++;   /* x's axis as i, a new dim after it */
+    for (int d = 0, s = 0; d <= nd; d++) pj[d] = d == a ? -1 : s++;       /* a new dim, then x's axis as j */
+    tn_var *idx = tn_cumsum(tn_fill(x, tn__glit(x, TN_I64, 1.0)), a);     /* 1, 2, ..., n along the axis */
+    tn_var *ii = tn_dimshuffle(idx, nd + 1, pi), *ij = tn_dimshuffle(idx, nd + 1, pj);
+    tn_var *z = tn_where(tn_eq(ii, ij), tn_lit(x, 1.0), tn_dimshuffle(x, nd + 1, pj));
+    *M = tn_cumprod(z, a + 1);
+    *upper = tn_ge(ij, ii);
+    return *M && *upper ? TN_OK : tn__gfail("CumProd", node);
+}
+
+static tn_result tn__cumprod_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *M, *upper;
+    int pi[TN_MAX_DIMS], pj[TN_MAX_DIMS], nd = node->type.ndim, j = tn__p_axis(&node->p) + 1;
+    tn_result r = tn__cumprod_partials(node, &M, &upper, pi, pj);
+    if (r != TN_OK) return r;
+    tn_var *G = tn_dimshuffle(g, nd + 1, pj);
+    gin[0] = tn_sum(tn_where(upper, tn_mul(M, G), tn_lit(g, 0.0)), &j, 1, false);
+    return gin[0] ? TN_OK : tn__gfail("CumProd", node);
+}
+
+static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    tn_var *M, *upper;
+    int pi[TN_MAX_DIMS], pj[TN_MAX_DIMS], nd = node->type.ndim, i = tn__p_axis(&node->p);
+    if (!t[0]) return TN_OK;
+    tn_result r = tn__cumprod_partials(node, &M, &upper, pi, pj);
+    if (r != TN_OK) return r;
+    tn_var *T = tn_dimshuffle(t[0], nd + 1, pi);
+    *out = tn_sum(tn_where(upper, tn_mul(M, T), tn_lit(t[0], 0.0)), &i, 1, false);
+    return *out ? TN_OK : tn__gfail("a tangent", node);
+}
+
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* TN_OPK_OTHER: a kind the CUDA back end does not claim, so these stay on the CPU. */
+#define TN__CUM_OP_ROWS \
+    [TN_OP_CUMSUM] = { .name = "CumSum", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
+                       .label = tn__cum_label, .vjp = tn__cumsum_vjp, .flags = TN_OPF_LINEAR }, \
+    [TN_OP_CUMPROD] = { .name = "CumProd", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
+                        .label = tn__cum_label, .vjp = tn__cumprod_vjp, .jvp = tn__cumprod_jvp },
 
 /* >>ops_linalg ======================================================== */
 /* >>linalg: dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.
@@ -3407,10 +4112,12 @@ static tn_result tn__la_addend(const char *fn, tn_var *const *vars, const char *
 /* Integer products take integer scales. */
 static tn_result tn__la_scales(const char *fn, const tn_params *p, tn_dtype t) {
     if (!p || tn_dtype_is_float(t)) return TN_OK;
-    for (int i = 0; i < 2; i++)
-        if (p->f[i] != floor(p->f[i]) || fabs(p->f[i]) > 9.2e18)
+    for (int i = 0; i < 2; i++) {
+        double s = i ? tn__p_beta(p) : tn__p_alpha(p);
+        if (s != floor(s) || fabs(s) > 9.2e18)
             return tn__err(TN_ERR_INVALID, "%s: %s %g is not an integer, but the operands are %s", fn,
-                           i ? "beta" : "alpha", p->f[i], tn_dtype_name(t));
+                           i ? "beta" : "alpha", s, tn_dtype_name(t));
+    }
     return TN_OK;
 }
 
@@ -3469,7 +4176,7 @@ static tn_result tn__la_cpu(const tn_var *node, tn_array *const *in, tn_array *c
         break;
     case TN_OP_GEMM:
     case TN_OP_GEMV:
-        tn__mm_plan_init(&P, in[1], in[2], out[0], in[0], node->p.f[0], node->p.f[1]);
+        tn__mm_plan_init(&P, in[1], in[2], out[0], in[0], tn__p_alpha(&node->p), tn__p_beta(&node->p));
         break;
     case TN_OP_OUTER: {
         /* a (m) as an (m, 1) matrix, b (n) as (1, n): a product with k = 1 */
@@ -3551,8 +4258,7 @@ TN_API tn_var *tn_gemm(tn_var *c, double alpha, tn_var *a, tn_var *b, double bet
     tn_var *in[3] = { c, a, b };
     tn_params p;
     memset(&p, 0, sizeof p);
-    p.f[0] = alpha;
-    p.f[1] = beta;
+    tn__p_set_gemm(&p, alpha, beta);
     return tn__la_build(TN_OP_GEMM, 3, in, &p);
 }
 
@@ -3560,18 +4266,115 @@ TN_API tn_var *tn_gemv(tn_var *y, double alpha, tn_var *a, tn_var *x, double bet
     tn_var *in[3] = { y, a, x };
     tn_params p;
     memset(&p, 0, sizeof p);
-    p.f[0] = alpha;
-    p.f[1] = beta;
+    tn__p_set_gemm(&p, alpha, beta);
     return tn__la_build(TN_OP_GEMV, 3, in, &p);
 }
 
-/* >>registry: fills this part's rows of the op table */
-static void tn__register_linalg_ops(tn_op_def *t) {
-    t[TN_OP_DOT] = (tn_op_def){ "Dot", TN_OPK_LINALG, 2, tn__la_infer, tn__la_cpu, tn__la_label };
-    t[TN_OP_GEMM] = (tn_op_def){ "Gemm", TN_OPK_LINALG, 3, tn__la_infer, tn__la_cpu, tn__la_label };
-    t[TN_OP_GEMV] = (tn_op_def){ "Gemv", TN_OPK_LINALG, 3, tn__la_infer, tn__la_cpu, tn__la_label };
-    t[TN_OP_OUTER] = (tn_op_def){ "Outer", TN_OPK_LINALG, 2, tn__la_infer, tn__la_cpu, tn__la_label };
+/* >>linalg_grad ----------------------------------------------------------- */
+
+/* Swaps the last two axes. */
+static tn_var *tn__la_mT(tn_var *x) {
+    if (!x) return NULL;
+    int nd = x->type.ndim, pat[TN_MAX_DIMS];
+    for (int d = 0; d < nd; d++) pat[d] = d;
+    pat[nd - 1] = nd - 2; pat[nd - 2] = nd - 1;
+    return tn_dimshuffle(x, nd, pat);
 }
+
+/* Sums away (keepdims off) one axis known to be 1. */
+static tn_var *tn__la_drop(tn_var *x, int axis) { return x ? tn_sum(x, &axis, 1, false) : NULL; }
+
+/* Gradients of a @ b (NumPy matmul rules) given g = d cost / d(a @ b). */
+static tn_result tn__dot_vjp(tn_var *a, tn_var *b, tn_var *g, const bool *need, tn_var **ga, tn_var **gb) {
+    int na = a->type.ndim, nb = b->type.ndim;
+    *ga = *gb = NULL;
+    if (na == 1 && nb == 1) {
+        if (need[0]) *ga = tn_mul(g, b);
+        if (need[1]) *gb = tn_mul(g, a);
+    } else if (na == 2 && nb == 1) {
+        if (need[0]) *ga = tn_outer(g, b);
+        if (need[1]) *gb = tn_dot(tn_transpose(a, NULL), g);
+    } else if (na == 1 && nb == 2) {
+        if (need[0]) *ga = tn_dot(b, g);
+        if (need[1]) *gb = tn_outer(a, g);
+    } else {   /* batched: vectors become (1, k) and (k, 1) matrices */
+        tn_var *A = na == 1 ? tn_dimshuffle(a, 2, (int[]){ -1, 0 }) : a;
+        tn_var *B = nb == 1 ? tn_dimshuffle(b, 2, (int[]){ 0, -1 }) : b;
+        tn_var *G = g;
+        if (na == 1 && G) {   /* the m dim matmul dropped: before the last */
+            int gn = G->type.ndim, pat[TN_MAX_DIMS];
+            for (int d = 0; d < gn - 1; d++) pat[d] = d;
+            pat[gn - 1] = -1; pat[gn] = gn - 1;
+            G = tn_dimshuffle(G, gn + 1, pat);
+        }
+        if (nb == 1 && G) {   /* the n dim: last */
+            int gn = G->type.ndim, pat[TN_MAX_DIMS];
+            for (int d = 0; d < gn; d++) pat[d] = d;
+            pat[gn] = -1;
+            G = tn_dimshuffle(G, gn + 1, pat);
+        }
+        if (!A || !B || !G) return tn__gfail("Dot", g);
+        if (need[0]) {
+            *ga = tn__sum_to(tn_dot(G, tn__la_mT(B)), &A->type);
+            if (na == 1) *ga = tn__la_drop(*ga, 0);
+        }
+        if (need[1]) {
+            *gb = tn__sum_to(tn_dot(tn__la_mT(A), G), &B->type);
+            if (nb == 1) *gb = tn__la_drop(*gb, 1);
+        }
+    }
+    if ((need[0] && !*ga) || (need[1] && !*gb)) return tn__gfail("Dot", g);
+    return TN_OK;
+}
+
+static tn_result tn__la_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    tn_result r;
+    switch (node->op) {
+    case TN_OP_DOT: return tn__dot_vjp(node->in[0], node->in[1], g, need, &gin[0], &gin[1]);
+    case TN_OP_GEMM: case TN_OP_GEMV: {   /* in: C, A, B: alpha*A@B + beta*C */
+        double alpha = tn__p_alpha(&node->p), beta = tn__p_beta(&node->p);
+        if ((r = tn__dot_vjp(node->in[1], node->in[2], g, need + 1, &gin[1], &gin[2])) != TN_OK) return r;
+        gin[1] = tn__gscale(gin[1], alpha);
+        gin[2] = tn__gscale(gin[2], alpha);
+        if (need[0]) gin[0] = tn__gscale(g, beta);
+        break;
+    }
+    case TN_OP_OUTER:
+        if (need[0]) gin[0] = tn_dot(g, node->in[1]);
+        if (need[1]) gin[1] = tn_dot(tn_transpose(g, NULL), node->in[0]);
+        break;
+    default: return tn__err(TN_ERR_INTERNAL, "tn_grad: no linalg rule for op %d", node->op);
+    }
+    for (int i = 0; i < node->n_in; i++)
+        if (need[i] && !gin[i]) return tn__gfail(tn__op_def(node->op)->name, node);
+    return TN_OK;
+}
+
+/* Products are bilinear: the tangent is the sum of the product with each
+   operand's tangent in its place. */
+static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    tn_var *r;
+    if (node->op == TN_OP_DOT || node->op == TN_OP_OUTER) {
+        tn_var *(*f)(tn_var *, tn_var *) = node->op == TN_OP_DOT ? tn_dot : tn_outer;
+        r = tn__gadd(t[0] ? f(t[0], node->in[1]) : NULL, t[1] ? f(node->in[0], t[1]) : NULL);
+    } else {   /* GEMM, GEMV */
+        tn_var *p = tn__gadd(t[1] ? tn_dot(t[1], node->in[2]) : NULL, t[2] ? tn_dot(node->in[1], t[2]) : NULL);
+        r = tn__gadd(tn__gscale(p, tn__p_alpha(&node->p)), t[0] ? tn__gscale(t[0], tn__p_beta(&node->p)) : NULL);
+        if (r) r = tn__gbcast_like(r, node);
+    }
+    *out = r;
+    return r ? TN_OK : tn__gfail("a tangent", node);
+}
+
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+#define TN__LINALG_ROW(E, NAME, ARITY, FLAGS) \
+    [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_LINALG, .arity = ARITY, .infer = tn__la_infer, .cpu = tn__la_cpu, \
+                    .label = tn__la_label, .vjp = tn__la_vjp, .jvp = tn__la_jvp, .flags = FLAGS },
+#define TN__LINALG_OP_ROWS \
+    TN__LINALG_ROW(DOT,   "Dot",   2, 0) \
+    TN__LINALG_ROW(GEMM,  "Gemm",  3, TN_OPF_INPLACE_ACC) \
+    TN__LINALG_ROW(GEMV,  "Gemv",  3, TN_OPF_INPLACE_ACC) \
+    TN__LINALG_ROW(OUTER, "Outer", 2, 0)
 
 /* >>ops_shape ========================================================= */
 /* >>shape ops: reshape, dimshuffle, slice, flatten, broadcast_to,
@@ -3586,11 +4389,8 @@ static void tn__register_linalg_ops(tn_op_def *t) {
    allows, else copies, so they can become views once the executor offers a
    fallback buffer.
 
-   Params (see tensor_ops.h): ops whose rank is not implied by their inputs
-   keep it in i[TN__P_NDIM] (RESHAPE, DIMSHUFFLE, BROADCAST_TO, ALLOC). */
-
-#define TN__P_NDIM (TN_MAX_IPARAMS - 1)
-#define TN__P_DTYPE (TN_MAX_IPARAMS - 2)     /* EYE, ARANGE: output dtype */
+   Params: the >>params accessors (ops whose rank is not implied by their
+   inputs keep it as tn__p_ndim: RESHAPE, DIMSHUFFLE, BROADCAST_TO, ALLOC). */
 
 static tn_params tn__params_zero(void) {
     tn_params p;
@@ -3601,25 +4401,25 @@ static tn_params tn__params_zero(void) {
 /* >>shape_infer ---------------------------------------------------------- */
 
 static tn_result tn__infer_reshape(const tn_var *node, const tn_type *in, tn_type *out) {
-    int nd = (int)node->p.i[TN__P_NDIM];
+    int nd = tn__p_ndim(&node->p);
     int64_t size = 1;
     for (int d = 0; d < in[0].ndim; d++) size = in[0].shape[d] < 0 || size < 0 ? -1 : size * in[0].shape[d];
     out->dtype = in[0].dtype;
     out->ndim = nd;
-    tn_result r = tn__reshape_target("Reshape", size, in[0].ndim, in[0].shape, nd, node->p.i, out->shape);
+    tn_result r = tn__reshape_target("Reshape", size, in[0].ndim, in[0].shape, nd, tn__p_shape(&node->p), out->shape);
     if (r != TN_OK) return r;
     for (int d = 0; d < nd; d++) out->bcast[d] = out->shape[d] == 1;
     return TN_OK;
 }
 
 static tn_result tn__infer_dimshuffle(const tn_var *node, const tn_type *in, tn_type *out) {
-    int nd = (int)node->p.i[TN__P_NDIM];
+    int nd = tn__p_ndim(&node->p);
     bool used[TN_MAX_DIMS] = {false};
     char sb[128];
     out->dtype = in[0].dtype;
     out->ndim = nd;
     for (int k = 0; k < nd; k++) {
-        int64_t ax = node->p.i[k];
+        int64_t ax = tn__p_shuffle_src(&node->p, k);
         if (ax == -1) { out->shape[k] = 1; out->bcast[k] = true; continue; }
         if (ax < 0 || ax >= in[0].ndim)
             return tn__err(TN_ERR_AXIS, "DimShuffle: pattern entry %d is axis %lld, out of range for an input of %d dims %s",
@@ -3639,7 +4439,7 @@ static tn_result tn__infer_dimshuffle(const tn_var *node, const tn_type *in, tn_
 static tn_result tn__infer_slice(const tn_var *node, const tn_type *in, tn_type *out) {
     *out = in[0];
     for (int d = 0; d < in[0].ndim; d++) {
-        int64_t start = node->p.i[3 * d], stop = node->p.i[3 * d + 1], step = node->p.i[3 * d + 2];
+        int64_t start = tn__p_slice_start(&node->p, d), stop = tn__p_slice_stop(&node->p, d), step = tn__p_slice_step(&node->p, d);
         if (step == TN_NONE) step = 1;
         if (step == 0) return tn__err(TN_ERR_INVALID, "Subtensor: slice step of axis %d cannot be zero", d);
         if (start == TN_NONE && stop == TN_NONE && step == 1) continue;
@@ -3653,7 +4453,7 @@ static tn_result tn__infer_slice(const tn_var *node, const tn_type *in, tn_type 
 }
 
 static tn_result tn__infer_flatten(const tn_var *node, const tn_type *in, tn_type *out) {
-    int outdim = (int)node->p.i[0];
+    int outdim = tn__p_flatten_outdim(&node->p);
     char sb[128];
     if (outdim < 1 || (in[0].ndim > 0 && outdim > in[0].ndim))
         return tn__err(TN_ERR_INVALID, "Flatten: outdim %d must be in [1, %d] for an input of shape %s", outdim,
@@ -3697,11 +4497,11 @@ static tn_result tn__infer_bcast_to(const char *who, const tn_type *from, int nd
 
 static tn_result tn__infer_broadcast_to(const tn_var *node, const tn_type *in, tn_type *out) {
     out->dtype = in[0].dtype;
-    return tn__infer_bcast_to("BroadcastTo", &in[0], (int)node->p.i[TN__P_NDIM], node->p.i, out);
+    return tn__infer_bcast_to("BroadcastTo", &in[0], tn__p_ndim(&node->p), tn__p_shape(&node->p), out);
 }
 
 static tn_result tn__infer_concatenate(const tn_var *node, const tn_type *in, tn_type *out) {
-    int n = node->n_in, ax = (int)node->p.i[0];
+    int n = node->n_in, ax = tn__p_axis(&node->p);
     char s1[128], s2[128];
     if (n < 1) return tn__err(TN_ERR_INVALID, "Join: needs at least one input");
     int nd = in[0].ndim;
@@ -3742,7 +4542,7 @@ static tn_result tn__infer_alloc(const tn_var *node, const tn_type *in, tn_type 
         for (int d = 0; d < in[1].ndim; d++) out->bcast[d] = in[1].bcast[d];
         out->dtype = weak ? in[1].dtype : in[0].dtype;
     } else {
-        r = tn__infer_bcast_to("Alloc", &in[0], (int)node->p.i[TN__P_NDIM], node->p.i, out);
+        r = tn__infer_bcast_to("Alloc", &in[0], tn__p_ndim(&node->p), tn__p_shape(&node->p), out);
         out->dtype = weak && tn_dtype_is_float(in[0].dtype) ? tn_get_config()->floatX : in[0].dtype;
     }
     return r;
@@ -3751,10 +4551,10 @@ static tn_result tn__infer_alloc(const tn_var *node, const tn_type *in, tn_type 
 static tn_result tn__infer_eye(const tn_var *node, const tn_type *in, tn_type *out) {
     (void)in;
     memset(out, 0, sizeof *out);
-    out->dtype = (tn_dtype)node->p.i[TN__P_DTYPE];
+    out->dtype = tn__p_out_dtype(&node->p);
     out->ndim = 2;
-    out->shape[0] = node->p.i[0];
-    out->shape[1] = node->p.i[1];
+    out->shape[0] = tn__p_eye_n(&node->p);
+    out->shape[1] = tn__p_eye_m(&node->p);
     for (int d = 0; d < 2; d++) out->bcast[d] = out->shape[d] == 1;
     return TN_OK;
 }
@@ -3763,9 +4563,9 @@ static tn_result tn__infer_arange(const tn_var *node, const tn_type *in, tn_type
     (void)in;
     memset(out, 0, sizeof *out);
     int64_t n;
-    tn_result r = tn__arange_len("ARange", node->p.f[0], node->p.f[1], node->p.f[2], &n);
+    tn_result r = tn__arange_len("ARange", tn__p_arange_start(&node->p), tn__p_arange_stop(&node->p), tn__p_arange_step(&node->p), &n);
     if (r != TN_OK) return r;
-    out->dtype = (tn_dtype)node->p.i[TN__P_DTYPE];
+    out->dtype = tn__p_out_dtype(&node->p);
     out->ndim = 1;
     out->shape[0] = n;
     out->bcast[0] = n == 1;
@@ -3786,10 +4586,10 @@ static void tn__set_view(tn_array *o, const tn_array *src, int nd, const int64_t
 
 static tn_result tn__cpu_dimshuffle(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     const tn_array *x = in[0];
-    int nd = (int)node->p.i[TN__P_NDIM];
+    int nd = tn__p_ndim(&node->p);
     int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
     for (int k = 0; k < nd; k++) {
-        int64_t ax = node->p.i[k];
+        int64_t ax = tn__p_shuffle_src(&node->p, k);
         if (ax < 0) { sh[k] = 1; st[k] = 0; }
         else { sh[k] = x->shape[ax]; st[k] = x->strides[ax]; }
     }
@@ -3802,7 +4602,7 @@ static tn_result tn__cpu_slice(const tn_var *node, tn_array *const *in, tn_array
     int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
     const char *data = (const char *)x->data;
     for (int d = 0; d < x->ndim; d++) {
-        int64_t start = node->p.i[3 * d], stop = node->p.i[3 * d + 1], step = node->p.i[3 * d + 2];
+        int64_t start = tn__p_slice_start(&node->p, d), stop = tn__p_slice_stop(&node->p, d), step = tn__p_slice_step(&node->p, d);
         if (step == TN_NONE) step = 1;
         int64_t first, count;
         tn__slice_resolve(x->shape[d], start, stop, step, &first, &count);
@@ -3816,14 +4616,15 @@ static tn_result tn__cpu_slice(const tn_var *node, tn_array *const *in, tn_array
 
 static tn_result tn__cpu_broadcast_to(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     const tn_array *x = in[0];
-    int nd = (int)node->p.i[TN__P_NDIM];
+    int nd = tn__p_ndim(&node->p);
+    const int64_t *shape = tn__p_shape(&node->p);
     int64_t st[TN_MAX_DIMS];
-    if (!tn__broadcast_strides(x, nd, node->p.i, st)) {
+    if (!tn__broadcast_strides(x, nd, shape, st)) {
         char s1[128], s2[128];
         return tn__err(TN_ERR_SHAPE, "BroadcastTo: cannot broadcast %s to %s", tn__shape_str(x->ndim, x->shape, s1),
-                       tn__shape_str(nd, node->p.i, s2));
+                       tn__shape_str(nd, shape, s2));
     }
-    tn__set_view(out[0], x, nd, node->p.i, st, (const char *)x->data);
+    tn__set_view(out[0], x, nd, shape, st, (const char *)x->data);
     return TN_OK;
 }
 
@@ -3866,7 +4667,7 @@ static void tn__copy_array(tn_array *dst, const tn_array *src) {
 
 static tn_result tn__cpu_concatenate(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     tn_array *o = out[0];
-    int ax = (int)node->p.i[0];
+    int ax = tn__p_axis(&node->p);
     int64_t off = 0;
     for (int i = 0; i < node->n_in; i++) {
         const tn_array *x = in[i];
@@ -3917,7 +4718,7 @@ static tn_result tn__cpu_alloc(const tn_var *node, tn_array *const *in, tn_array
 static tn_result tn__cpu_eye(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     (void)in;
     tn_array *o = out[0];
-    int64_t n = o->shape[0], m = o->shape[1], k = node->p.i[2];
+    int64_t n = o->shape[0], m = o->shape[1], k = tn__p_eye_k(&node->p);
     for (int64_t i = 0; i < n; i++) {
         char *row = (char *)o->data + i * o->strides[0];
         if (o->strides[1] == (int64_t)tn_dtype_size(o->dtype)) memset(row, 0, (size_t)(m * o->strides[1]));
@@ -3931,7 +4732,7 @@ static tn_result tn__cpu_eye(const tn_var *node, tn_array *const *in, tn_array *
 static tn_result tn__cpu_arange(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     (void)in;
     tn_array *o = out[0];
-    double start = node->p.f[0], step = node->p.f[2];
+    double start = tn__p_arange_start(&node->p), step = tn__p_arange_step(&node->p);
     for (int64_t i = 0; i < o->shape[0]; i++) tn__store_f(o->dtype, (char *)o->data + i * o->strides[0], start + (double)i * step);
     return TN_OK;
 }
@@ -3939,15 +4740,16 @@ static tn_result tn__cpu_arange(const tn_var *node, tn_array *const *in, tn_arra
 /* >>shape_labels: Theano's names ---------------------------------------- */
 
 static void tn__label_reshape(const tn_var *node, char *buf, size_t cap) {
-    snprintf(buf, cap, "Reshape{%d}", (int)node->p.i[TN__P_NDIM]);
+    snprintf(buf, cap, "Reshape{%d}", tn__p_ndim(&node->p));
 }
 
 static void tn__label_dimshuffle(const tn_var *node, char *buf, size_t cap) {
     size_t n = (size_t)snprintf(buf, cap, "%sDimShuffle{", node->inplace ? "Inplace" : "");
-    int nd = (int)node->p.i[TN__P_NDIM];
+    int nd = tn__p_ndim(&node->p);
     for (int k = 0; k < nd && n < cap; k++) {
-        if (node->p.i[k] < 0) n += (size_t)snprintf(buf + n, cap - n, "%sx", k ? "," : "");
-        else n += (size_t)snprintf(buf + n, cap - n, "%s%lld", k ? "," : "", (long long)node->p.i[k]);
+        int src = tn__p_shuffle_src(&node->p, k);
+        if (src < 0) n += (size_t)snprintf(buf + n, cap - n, "%sx", k ? "," : "");
+        else n += (size_t)snprintf(buf + n, cap - n, "%s%d", k ? "," : "", src);
     }
     if (n < cap) snprintf(buf + n, cap - n, "}");
 }
@@ -3955,14 +4757,12 @@ static void tn__label_dimshuffle(const tn_var *node, char *buf, size_t cap) {
 /* Subtensor{::, 1:3:} - one "start:stop:step" per dim up to the last sliced one. */
 static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
     int nd = node->in && node->in[0] ? node->in[0]->type.ndim : TN_MAX_DIMS, last = -1;
-    for (int d = 0; d < nd; d++) {
-        const int64_t *s = &node->p.i[3 * d];
-        if (s[0] != TN_NONE || s[1] != TN_NONE || (s[2] != TN_NONE && s[2] != 1)) last = d;
-    }
+    for (int d = 0; d < nd; d++)
+        if (!tn__p_slice_whole(&node->p, d)) last = d;
     size_t n = (size_t)snprintf(buf, cap, "Subtensor{");
     if (last < 0 && n < cap) n += (size_t)snprintf(buf + n, cap - n, "::");
     for (int d = 0; d <= last && n < cap; d++) {
-        const int64_t *s = &node->p.i[3 * d];
+        const int64_t s[3] = { tn__p_slice_start(&node->p, d), tn__p_slice_stop(&node->p, d), tn__p_slice_step(&node->p, d) };
         if (d) n += (size_t)snprintf(buf + n, cap - n, ", ");
         for (int j = 0; j < 3 && n < cap; j++) {
             bool omit = s[j] == TN_NONE || (j == 2 && s[j] == 1);
@@ -3973,14 +4773,14 @@ static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
     if (n < cap) snprintf(buf + n, cap - n, "}");
 }
 
-static void tn__label_flatten(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Flatten{%d}", (int)node->p.i[0]); }
+static void tn__label_flatten(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Flatten{%d}", tn__p_flatten_outdim(&node->p)); }
 
 static void tn__label_broadcast_to(const tn_var *node, char *buf, size_t cap) {
     char sb[128];
-    snprintf(buf, cap, "BroadcastTo{%s}", tn__shape_str((int)node->p.i[TN__P_NDIM], node->p.i, sb));
+    snprintf(buf, cap, "BroadcastTo{%s}", tn__shape_str(tn__p_ndim(&node->p), tn__p_shape(&node->p), sb));
 }
 
-static void tn__label_concatenate(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Join{axis=%d}", (int)node->p.i[0]); }
+static void tn__label_concatenate(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Join{axis=%d}", tn__p_axis(&node->p)); }
 static void tn__label_alloc(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "Alloc"); }
 static void tn__label_eye(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "Eye"); }
 static void tn__label_arange(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "ARange"); }
@@ -4000,8 +4800,7 @@ TN_API tn_var *tn_reshape(tn_var *x, int ndim, const int64_t *shape) {
     if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "tn_reshape: ndim %d is outside [0, %d]", ndim, TN_MAX_DIMS); return NULL; }
     if (ndim > 0 && !shape) return tn__null_arg("tn_reshape", "shape");
     tn_params p = tn__params_zero();
-    for (int d = 0; d < ndim; d++) p.i[d] = shape[d];
-    p.i[TN__P_NDIM] = ndim;
+    tn__p_set_shape(&p, ndim, shape);
     return tn__node(x->graph, TN_OP_RESHAPE, 1, &x, &p, NULL, "tn_reshape");
 }
 
@@ -4016,9 +4815,8 @@ TN_API tn_var *tn_dimshuffle(tn_var *x, int ndim, const int *pattern) {
                     k, pattern[k], tn__var_nm(x), x->type.ndim - 1);
             return NULL;
         }
-        p.i[k] = pattern[k];
     }
-    p.i[TN__P_NDIM] = ndim;
+    tn__p_set_shuffle(&p, ndim, pattern);
     return tn__node(x->graph, TN_OP_DIMSHUFFLE, 1, &x, &p, NULL, "tn_dimshuffle");
 }
 
@@ -4051,21 +4849,19 @@ TN_API tn_var *tn_slice(tn_var *x, int axis, int64_t start, int64_t stop, int64_
     }
     if (step == 0) { tn__err(TN_ERR_INVALID, "tn_slice: slice step cannot be zero"); return NULL; }
     tn_params p = tn__params_zero();
-    for (int d = 0; d < TN_MAX_DIMS; d++) p.i[3 * d] = p.i[3 * d + 1] = p.i[3 * d + 2] = TN_NONE;
-    p.i[3 * ax] = start;
-    p.i[3 * ax + 1] = stop;
-    p.i[3 * ax + 2] = step == 1 ? TN_NONE : step;    /* one spelling per slice, so merge sees equal nodes */
+    tn__p_set_slice_whole(&p);
+    tn__p_set_slice(&p, ax, start, stop, step);    /* a step of 1 is spelled TN_NONE, so merge sees equal nodes */
     return tn__node(x->graph, TN_OP_SLICE, 1, &x, &p, NULL, "tn_slice");
 }
 
 TN_API tn_var *tn_flatten(tn_var *x, int outdim) {
     if (!x) return tn__null_arg("tn_flatten", "x");
     tn_params p = tn__params_zero();
-    p.i[0] = outdim;
+    tn__p_set_flatten_outdim(&p, outdim);
     return tn__node(x->graph, TN_OP_FLATTEN, 1, &x, &p, NULL, "tn_flatten");
 }
 
-/* A target shape as params (i[0..ndim), ndim in i[TN__P_NDIM]); false with
+/* A target shape as params (tn__p_set_shape); false with
    the error set when ndim is out of range, shape is NULL or a dim negative. */
 static bool tn__shape_params(const char *who, int ndim, const int64_t *shape, tn_params *p) {
     if (ndim < 0 || ndim > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "%s: ndim %d is outside [0, %d]", who, ndim, TN_MAX_DIMS); return false; }
@@ -4077,9 +4873,8 @@ static bool tn__shape_params(const char *who, int ndim, const int64_t *shape, tn
             tn__err(TN_ERR_SHAPE, "%s: negative dimension in shape %s", who, tn__shape_str(ndim, shape, sb));
             return false;
         }
-        p->i[d] = shape[d];
     }
-    p->i[TN__P_NDIM] = ndim;
+    tn__p_set_shape(p, ndim, shape);
     return true;
 }
 
@@ -4100,7 +4895,7 @@ TN_API tn_var *tn_concatenate(int n, tn_var *const *xs, int axis) {
         return NULL;
     }
     tn_params p = tn__params_zero();
-    p.i[0] = ax;
+    tn__p_set_axis(&p, ax);
     return tn__node(xs[0]->graph, TN_OP_CONCATENATE, n, xs, &p, NULL, "tn_concatenate");
 }
 
@@ -4145,7 +4940,7 @@ TN_API tn_var *tn_fill(tn_var *like, tn_var *value) {
     if (!like) return tn__null_arg("tn_fill", "like");
     if (!value) return tn__null_arg("tn_fill", "value");
     tn_params p = tn__params_zero();
-    p.i[TN__P_NDIM] = like->type.ndim;
+    tn__p_set_shape(&p, like->type.ndim, NULL);
     tn_var *in[2] = { value, like };
     return tn__node(like->graph, TN_OP_ALLOC, 2, in, &p, NULL, "tn_fill");
 }
@@ -4159,8 +4954,7 @@ TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k) 
     if (m < 0) m = n;                                 /* NumPy's M=None */
     if (n < 0) { tn__err(TN_ERR_SHAPE, "tn_eye: n = %lld is negative", (long long)n); return NULL; }
     tn_params p = tn__params_zero();
-    p.i[0] = n; p.i[1] = m; p.i[2] = k;
-    p.i[TN__P_DTYPE] = t;
+    tn__p_set_eye(&p, t, n, m, k);
     return tn__node(g, TN_OP_EYE, 0, NULL, &p, NULL, "tn_eye");
 }
 
@@ -4171,22 +4965,212 @@ TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, dou
     int64_t n;
     if (tn__arange_len("tn_arange", start, stop, step, &n) != TN_OK) return NULL;
     tn_params p = tn__params_zero();
-    p.f[0] = start; p.f[1] = stop; p.f[2] = step;
-    p.i[TN__P_DTYPE] = t;
+    tn__p_set_arange(&p, t, start, stop, step);
     return tn__node(g, TN_OP_ARANGE, 0, NULL, &p, NULL, "tn_arange");
 }
 
-/* >>registry: fills this part's rows of the op table */
-static void tn__register_shape_ops(tn_op_def *t) {
-    t[TN_OP_RESHAPE] = (tn_op_def){ "Reshape", TN_OPK_SHAPE, 1, tn__infer_reshape, tn__cpu_reshape, tn__label_reshape };
-    t[TN_OP_DIMSHUFFLE] = (tn_op_def){ "DimShuffle", TN_OPK_VIEW, 1, tn__infer_dimshuffle, tn__cpu_dimshuffle, tn__label_dimshuffle };
-    t[TN_OP_SLICE] = (tn_op_def){ "Subtensor", TN_OPK_VIEW, 1, tn__infer_slice, tn__cpu_slice, tn__label_slice };
-    t[TN_OP_BROADCAST_TO] = (tn_op_def){ "BroadcastTo", TN_OPK_VIEW, 1, tn__infer_broadcast_to, tn__cpu_broadcast_to, tn__label_broadcast_to };
-    t[TN_OP_FLATTEN] = (tn_op_def){ "Flatten", TN_OPK_SHAPE, 1, tn__infer_flatten, tn__cpu_flatten, tn__label_flatten };
-    t[TN_OP_CONCATENATE] = (tn_op_def){ "Join", TN_OPK_SHAPE, -1, tn__infer_concatenate, tn__cpu_concatenate, tn__label_concatenate };
-    t[TN_OP_ALLOC] = (tn_op_def){ "Alloc", TN_OPK_SHAPE, -1, tn__infer_alloc, tn__cpu_alloc, tn__label_alloc };
-    t[TN_OP_EYE] = (tn_op_def){ "Eye", TN_OPK_SHAPE, 0, tn__infer_eye, tn__cpu_eye, tn__label_eye };
-    t[TN_OP_ARANGE] = (tn_op_def){ "ARange", TN_OPK_SHAPE, 0, tn__infer_arange, tn__cpu_arange, tn__label_arange };
+/* >>shape_grad ------------------------------------------------------------ */
+/* Adjoints of the shape ops (views, copies) as shape ops again. Those that
+   need sizes (reshape, flatten, slices with a step other than 1 or -1 whole,
+   concatenate) need them known at build time where the message says so
+   (TN_ERR_UNSUPPORTED otherwise). */
+
+/* Reshape g to x's static shape (at most one unknown dim: it becomes -1). */
+static tn_var *tn__shape_reshape_like(tn_var *g, tn_var *x, const char *what) {
+    int64_t shape[TN_MAX_DIMS];
+    int unknown = 0;
+    char nb[64];
+    for (int d = 0; d < x->type.ndim; d++) {
+        shape[d] = x->type.shape[d];
+        if (shape[d] < 0) unknown++;
+    }
+    if (unknown > 1) {
+        char sb[128];
+        tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of %s needs the shape of its input '%s', "
+                "known only as %s (at most one unknown dim): give the input a static shape",
+                what, tn__gname(x, nb), tn__shape_str(x->type.ndim, x->type.shape, sb));
+        return NULL;
+    }
+    return tn_reshape(g, x->type.ndim, shape);
 }
+
+/* RESHAPE, FLATTEN: the gradient reshaped back. */
+static tn_result tn__reshape_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    gin[0] = tn__shape_reshape_like(g, node->in[0], tn__op_def(node->op)->name);
+    return gin[0] ? TN_OK : tn__gfail(tn__op_def(node->op)->name, node);
+}
+
+/* BROADCAST_TO, ALLOC: summed back over the broadcast dims (a fill's `like`
+   only gives the shape: no gradient). */
+static tn_result tn__bcast_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    gin[0] = tn__sum_to(g, &node->in[0]->type);
+    return gin[0] ? TN_OK : tn__gfail(tn__op_def(node->op)->name, node);
+}
+
+static tn_result tn__dimshuffle_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *x = node->in[0];
+    int on = node->type.ndim, xn = x->type.ndim, ax[TN_MAX_DIMS], na = 0, pos[TN_MAX_DIMS], pat[TN_MAX_DIMS];
+    for (int d = 0; d < xn; d++) pos[d] = -1;
+    for (int k = 0, kept = 0; k < on; k++) {   /* new 'x' dims are summed away */
+        int src = tn__p_shuffle_src(&node->p, k);
+        if (src < 0) ax[na++] = k;
+        else pos[src] = kept++;
+    }
+    if (na) g = tn_sum(g, ax, na, false);
+    for (int d = 0; d < xn; d++) pat[d] = pos[d];   /* dims the shuffle dropped come back as 'x' */
+    bool ident = g && g->type.ndim == xn;
+    for (int d = 0; ident && d < xn; d++) ident = pat[d] == d;
+    gin[0] = ident ? g : tn_dimshuffle(g, xn, pat);
+    return gin[0] ? TN_OK : tn__gfail("DimShuffle", node);
+}
+
+/* Python's slice.indices for a known length n. */
+static int64_t tn__shape_slice_indices(int64_t n, int64_t *start, int64_t *stop, int64_t *step) {
+    int64_t st = *step == TN_NONE ? 1 : *step, lo, hi;
+    if (st > 0) { lo = 0; hi = n; } else { lo = -1; hi = n - 1; }
+    int64_t a = *start, b = *stop;
+    if (a == TN_NONE) a = st > 0 ? lo : hi;
+    else { if (a < 0) a += n; a = a < lo ? lo : a > hi ? hi : a; }
+    if (b == TN_NONE) b = st > 0 ? hi : lo;
+    else { if (b < 0) b += n; b = b < lo ? lo : b > hi ? hi : b; }
+    *start = a; *stop = b; *step = st;
+    if (st > 0) return b > a ? (b - a + st - 1) / st : 0;
+    return a > b ? (a - b - st - 1) / (-st) : 0;
+}
+
+static tn_var *tn__shape_cat(int n, tn_var **xs, int axis) {
+    tn_var *v[3];
+    int k = 0;
+    for (int i = 0; i < n; i++) if (xs[i]) v[k++] = xs[i];
+    return k == 1 ? v[0] : tn_concatenate(k, v, axis);
+}
+
+/* The adjoint of slicing dim d: g (x sliced in dims <= d) padded with zeros
+   along d back to the size of z (x sliced in dims < d only). */
+static tn_var *tn__shape_unslice_dim(tn_var *g, tn_var *z, int d, int64_t start, int64_t stop, int64_t step) {
+    int64_t n = z->type.shape[d];
+    bool steps1 = step == TN_NONE || step == 1;
+    if (start == TN_NONE && stop == TN_NONE && step == -1)   /* a whole reversal: its own adjoint, any size */
+        return tn_slice(g, d, TN_NONE, TN_NONE, -1);
+    if (n < 0 && steps1) {   /* size unknown: the pads are slices of zeros_like */
+        tn_var *zz = tn__gzeros_like(z);
+        tn_var *parts[3] = { start == TN_NONE ? NULL : tn_slice(zz, d, TN_NONE, start, 1), g,
+                             stop == TN_NONE ? NULL : tn_slice(zz, d, stop, TN_NONE, 1) };
+        return tn__shape_cat(3, parts, d);
+    }
+    if (n < 0) {
+        char nb[64];
+        tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld along dim %d needs the size "
+                "of that dim of '%s' known at build time", (long long)step, d, tn__gname(z, nb));
+        return NULL;
+    }
+    int64_t m = tn__shape_slice_indices(n, &start, &stop, &step);
+    tn_var *zz = tn__gzeros_like(z);
+    if (m == 0) return zz;
+    int64_t first = start, s = step;
+    if (step < 0) {   /* reversed: the same positions in ascending order */
+        g = tn_slice(g, d, TN_NONE, TN_NONE, -1);
+        first = start + (m - 1) * step;
+        s = -step;
+    }
+    if (s > 1 && m > 1) {   /* interleave s-1 zero blocks after each element */
+        tn_var *zs[64], *zg = tn__gzeros_like(g);
+        if (s > 64) {
+            tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld (> 64) is not supported", (long long)step);
+            return NULL;
+        }
+        zs[0] = g;
+        for (int64_t k = 1; k < s; k++) zs[k] = zg;
+        tn_var *st = tn_stack((int)s, zs, d + 1);
+        if (!st || !g) return NULL;
+        int64_t shape[TN_MAX_DIMS];
+        int unknown = 0, nd = g->type.ndim;
+        for (int k = 0; k < nd; k++) {
+            shape[k] = k == d ? m * s : g->type.shape[k];
+            if (shape[k] < 0) { shape[k] = -1; unknown++; }
+        }
+        if (unknown > 1) {
+            char nb[64];
+            tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of a slice with step %lld of '%s' needs its other dims "
+                    "known at build time (at most one unknown)", (long long)step, tn__gname(z, nb));
+            return NULL;
+        }
+        g = tn_slice(tn_reshape(st, nd, shape), d, 0, (m - 1) * s + 1, 1);
+    }
+    int64_t after = n - (first + (m - 1) * s + 1);
+    tn_var *parts[3] = { first > 0 ? tn_slice(zz, d, 0, first, 1) : NULL, g,
+                         after > 0 ? tn_slice(zz, d, 0, after, 1) : NULL };
+    return tn__shape_cat(3, parts, d);
+}
+
+static tn_result tn__slice_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *x = node->in[0];
+    int nd = x->type.ndim;
+    for (int d = nd - 1; d >= 0 && g; d--) {
+        if (tn__p_slice_whole(&node->p, d)) continue;
+        int64_t a = tn__p_slice_start(&node->p, d), b = tn__p_slice_stop(&node->p, d), s = tn__p_slice_step(&node->p, d);
+        /* z: x sliced as the node does in dims < d, whole in dims >= d */
+        tn_params p = node->p;
+        for (int k = d; k < nd; k++) tn__p_set_slice(&p, k, TN_NONE, TN_NONE, TN_NONE);
+        bool whole = true;
+        for (int k = 0; k < d; k++) whole = whole && tn__p_slice_whole(&p, k);
+        tn_var *z = whole ? x : tn__node(x->graph, TN_OP_SLICE, 1, &x, &p, NULL, "tn_grad");
+        if (!z) return tn__gfail("Slice", node);
+        g = tn__shape_unslice_dim(g, z, d, a, b, s);
+    }
+    gin[0] = g;
+    return g ? TN_OK : tn__gfail("Slice", node);
+}
+
+static tn_result tn__concat_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    int axis = tn__p_axis(&node->p), n = node->n_in;
+    for (int j = 0; j < n; j++) {
+        if (!need[j]) continue;
+        int64_t pre = 0, post = 0, len = node->in[j]->type.shape[axis];
+        bool pre_known = true, post_known = true;
+        for (int k = 0; k < j; k++) { int64_t s = node->in[k]->type.shape[axis]; if (s < 0) pre_known = false; else pre += s; }
+        for (int k = j + 1; k < n; k++) { int64_t s = node->in[k]->type.shape[axis]; if (s < 0) post_known = false; else post += s; }
+        int64_t start = pre_known ? pre : (post_known && len >= 0) ? -(post + len) : INT64_MAX;
+        int64_t stop = (pre_known && len >= 0) ? pre + len : post_known ? (post ? -post : TN_NONE) : INT64_MAX;
+        if (start == INT64_MAX || stop == INT64_MAX) {
+            char nb[64];
+            return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of concatenate input %d ('%s') needs the sizes "
+                           "along axis %d known at build time", j, tn__gname(node->in[j], nb), axis);
+        }
+        gin[j] = tn_slice(g, axis, start == 0 ? TN_NONE : start, stop, 1);
+        if (!gin[j]) return tn__gfail("Concatenate", node);
+    }
+    return TN_OK;
+}
+
+/* Linear in every input: the concatenation of the tangents (zeros where an
+   input has none). */
+static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    tn_var **ins = (tn_var **)tn__graph_alloc(node->graph, sizeof(tn_var *) * (size_t)node->n_in);
+    if (!ins) return tn__err(TN_ERR_OOM, "tn_rop: out of memory");
+    for (int i = 0; i < node->n_in; i++) ins[i] = t[i] ? t[i] : tn__gzeros_like(node->in[i]);
+    *out = tn__gclone(node, ins);
+    return *out ? TN_OK : tn__gfail("a tangent", node);
+}
+
+/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* Eye and arange have no inputs: nothing to differentiate. */
+#define TN__SHAPE_ROW(E, NAME, KIND, ARITY, OP, VJP, JVP, FLAGS) \
+    [TN_OP_##E] = { .name = NAME, .kind = KIND, .arity = ARITY, .infer = tn__infer_##OP, .cpu = tn__cpu_##OP, \
+                    .label = tn__label_##OP, .vjp = VJP, .jvp = JVP, .flags = FLAGS },
+#define TN__SHAPE_OP_ROWS \
+    TN__SHAPE_ROW(RESHAPE,      "Reshape",     TN_OPK_SHAPE,  1, reshape,      tn__reshape_vjp,    NULL, TN_OPF_LINEAR) \
+    TN__SHAPE_ROW(DIMSHUFFLE,   "DimShuffle",  TN_OPK_VIEW,   1, dimshuffle,   tn__dimshuffle_vjp, NULL, TN_OPF_LINEAR) \
+    TN__SHAPE_ROW(SLICE,        "Subtensor",   TN_OPK_VIEW,   1, slice,        tn__slice_vjp,      NULL, TN_OPF_LINEAR) \
+    TN__SHAPE_ROW(BROADCAST_TO, "BroadcastTo", TN_OPK_VIEW,   1, broadcast_to, tn__bcast_vjp,      NULL, TN_OPF_LINEAR) \
+    TN__SHAPE_ROW(FLATTEN,      "Flatten",     TN_OPK_SHAPE,  1, flatten,      tn__reshape_vjp,    NULL, TN_OPF_LINEAR) \
+    TN__SHAPE_ROW(CONCATENATE,  "Join",        TN_OPK_SHAPE, -1, concatenate,  tn__concat_vjp,     tn__concat_jvp, 0) \
+    TN__SHAPE_ROW(ALLOC,        "Alloc",       TN_OPK_SHAPE, -1, alloc,        tn__bcast_vjp,      NULL, TN_OPF_LINEAR) \
+    TN__SHAPE_ROW(EYE,          "Eye",         TN_OPK_SHAPE,  0, eye,          NULL,               NULL, 0) \
+    TN__SHAPE_ROW(ARANGE,       "ARange",      TN_OPK_SHAPE,  0, arange,       NULL,               NULL, 0)
 
 #endif /* TENSOR_OPS_IMPLEMENTATION_HERE */

@@ -8,7 +8,8 @@
    back end's cache) and update targets moved to the device; CUDA graph
    replay of a training step (against cuda_graph=0 and float64); mode=check
    over a fused chain, a gemm and a reduction; functions on several threads
-   (a shared variable updated from two, one function from four). Every result is compared with
+   (a shared variable updated from two, one function from four); the newer
+   elementwise ops on the GPU with cumsum/cumprod kept on the host. Every result is compared with
    a float64 reference computed here.
    Without a usable GPU it prints one SKIP line and counts nothing. */
 #define _GNU_SOURCE
@@ -305,6 +306,55 @@ TEST(test_fused_chain_and_reduction) {
     tn_graph_free(g);
     tn_array_free(xv); tn_array_free(yv);
     free(x); free(y); free(ref);
+}
+
+/* The inverse trigonometric and hyperbolic ops, erfc and relu run in GPU
+   kernels; cumsum and cumprod have no CUDA kernel yet, so placement keeps
+   them on the host between GPU ops (a HostFromGpu before, a GpuFromHost
+   after), and the results still match float64. */
+TEST(test_new_ops_and_cumulative_placement) {
+    int64_t shape[2] = { 64, 257 }, n = shape[0] * shape[1];
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 2, shape, -0.9, 0.9, 61);
+    double *x = as_f64(xv), *rz = (double *)malloc((size_t)n * sizeof *rz), *rq = (double *)malloc((size_t)n * sizeof *rq);
+    for (int64_t i = 0; i < shape[0]; i++) {
+        double acc = 0;
+        for (int64_t j = 0; j < shape[1]; j++) {
+            int64_t k = i * shape[1] + j;
+            acc += (double)(float)atanh(x[k]) * 0.5;
+            rz[k] = asinh(acc) + (x[k] > 0 ? x[k] : 0);
+        }
+    }
+    for (int64_t j = 0; j < shape[1]; j++) {
+        double p = 1;
+        for (int64_t i = 0; i < shape[0]; i++) {
+            int64_t k = i * shape[1] + j;
+            p *= (double)(float)cosh(x[k]);
+            rq[k] = erfc(p) + atan(x[k]);
+        }
+    }
+    tn_graph *g = tn_graph_new();
+    tn_var *a = tn_matrix(g, "x", TN_F32);
+    tn_var *z = tn_add(tn_asinh(tn_cumsum(tn_mul(tn_atanh(a), tn_scalar_const(g, 0.5)), 1)), tn_relu(a));
+    tn_var *q = tn_add(tn_erfc(tn_cumprod(tn_cosh(a), 0)), tn_atan(a));
+    tn_var *outs[2] = { z, q };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &a, .n_outputs = 2, .outputs = outs });
+    CHECK(f, "%s", tn_last_error());
+    if (f) {
+        char *s = dprint(f);
+        CHECK(strstr(s, "CumSum{axis=1}") && strstr(s, "CumProd{axis=0}") && !strstr(s, "GpuCumSum") && !strstr(s, "GpuCumProd"),
+              "the cumulative ops run on the host:\n%s", s);
+        CHECK(strstr(s, "GpuElemwise") && strstr(s, "HostFromGpu"), "the elementwise ops run on the GPU:\n%s", s);
+        free(s);
+        tn_array *r[2] = { 0 };
+        CHECK(tn_call(f, &xv, r) == TN_OK, "%s", tn_last_error());
+        if (r[0]) CHECK(max_err(r[0], rz, n) <= 1e-4, "asinh(cumsum(..)) + relu: error %g", max_err(r[0], rz, n));
+        if (r[1]) CHECK(max_err(r[1], rq, n) <= 1e-4, "erfc(cumprod(cosh)) + atan: error %g", max_err(r[1], rq, n));
+        tn_array_free(r[0]); tn_array_free(r[1]);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_array_free(xv);
+    free(x); free(rz); free(rq);
 }
 
 /* Copied outputs are the arrays their steps wrote: a device output is a new
@@ -899,6 +949,7 @@ int main(void) {
     TH_RUN(test_linear_shared_update);
     TH_RUN(test_products);
     TH_RUN(test_fused_chain_and_reduction);
+    TH_RUN(test_new_ops_and_cumulative_placement);
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);

@@ -94,6 +94,18 @@ TEST(test_copy_kernel_compiles) {
     }
 }
 
+/* cumsum and cumprod have no CUDA kernel yet: the back end does not claim
+   them (their kind is TN_OPK_OTHER), so placement leaves them on the CPU. */
+TEST(test_cumulative_stays_on_cpu) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F32);
+    tn_var *s = tn_cumsum(x, 1), *p = tn_cumprod(x, 0), *e = tn_exp(x);
+    CHECK(s && p && e, "%s", tn_last_error());
+    CHECK(!tn__cuda_supports(s) && !tn__cuda_supports(p), "the CUDA back end claims a cumulative op");
+    CHECK(tn__cuda_supports(e), "but it claims exp");
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_config cfg = { .device = TN_DEVICE_CPU };
     tn_init(&cfg);
@@ -101,6 +113,7 @@ int main(void) {
     TH_RUN(test_transfers_fall_back_to_host_copies);
     TH_RUN(test_blas_operand_mapping);
     TH_RUN(test_copy_kernel_compiles);
+    TH_RUN(test_cumulative_stays_on_cpu);
     tn_shutdown();
     TH_END();
 }

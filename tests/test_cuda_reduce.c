@@ -163,8 +163,8 @@ static bool run_case(const rcase *c, char *why, size_t cap) {
     node.n_in = ns;
     node.in = vp;
     node.n_out = 1;
-    node.p.i[0] = c->param;
-    node.p.i[1] = c->keep;
+    if (c->op == TN_OP_SOFTMAX || c->op == TN_OP_LOG_SOFTMAX) tn__p_set_axis(&node.p, (int)c->param);
+    else tn__p_set_red(&node.p, (uint64_t)c->param, c->keep);
     node.ext = c->pro ? &pb.p : NULL;
     if (ok && tn__op_def(c->op)->infer(&node, tin, &tout) != TN_OK) { snprintf(why, cap, "infer: %.300s", tn_last_error()); ok = false; }
     node.type = tout;
@@ -336,14 +336,14 @@ TEST(test_empty_and_errors) {
     memset(&vx, 0, sizeof vx);
     memset(&node, 0, sizeof node);
     vx.type.dtype = TN_F32; vx.type.ndim = 2; vx.type.shape[0] = 3; vx.type.shape[1] = 0;
-    node.op = TN_OP_MAX; node.n_in = 1; node.in = &vp; node.n_out = 1; node.p.i[0] = 2; node.id = 9;
+    node.op = TN_OP_MAX; node.n_in = 1; node.in = &vp; node.n_out = 1; tn__p_set_red(&node.p, 2, false); node.id = 9;
     void *st = NULL;
     CHECK(tn__cuda_reduce_prepare(&node, &st) == TN_OK, "%s", tn_last_error());
     CHECK(tn__cuda_reduce_run(&node, st, &x, &y3) == TN_ERR_SHAPE, "empty max is an error");
     CHECK_ERR(TN_ERR_SHAPE, "has no identity");
     /* a host array where device memory is expected */
     tn_array *h = tn_array_zeros(TN_F32, 1, &one);
-    node.p.i[0] = 1;
+    tn__p_set_red(&node.p, 1, false);
     CHECK(tn__cuda_reduce_run(&node, st, &h, &y) == TN_ERR_DEVICE, "host input rejected");
     CHECK_ERR(TN_ERR_DEVICE, "GpuMax{axis=[0]} (node 9): an input lives on the host");
     tn__cuda_reduce_release(st);
@@ -386,7 +386,7 @@ TEST(test_sum_bandwidth) {
     memset(&vx, 0, sizeof vx);
     memset(&node, 0, sizeof node);
     vx.type.dtype = TN_F32; vx.type.ndim = 1; vx.type.shape[0] = n;
-    node.op = TN_OP_SUM; node.n_in = 1; node.in = &vp; node.n_out = 1; node.p.i[0] = 1; node.id = 1;
+    node.op = TN_OP_SUM; node.n_in = 1; node.in = &vp; node.n_out = 1; tn__p_set_red(&node.p, 1, false); node.id = 1;
     prog_buf pb;                                  /* x*x as a one-input prologue */
     const tn_dtype f[1] = { TN_F32 };
     pb_init(&pb, 1, f);

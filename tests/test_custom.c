@@ -225,6 +225,23 @@ TEST(test_custom_two_outputs) {
     tn_graph_free(g);
 }
 
+/* A custom op has no derivative: tn_grad through it says so by name, through
+   the op table's row (the >>custom section's vjp); stopping the gradient
+   at it works. */
+TEST(test_custom_gradient) {
+    tn_graph *g = tn_graph_new();
+    tn_var *a = tn_vector(g, "a", TN_F32), *b = tn_vector(g, "b", TN_F32);
+    tn_var *m = tn_custom(NULL, &MUL, 2, (tn_var *[]){ a, b });
+    m->name = "m";
+    tn_var *gr = NULL;
+    CHECK(tn_grad(tn_sum(tn_exp(m), NULL, 0, false), 1, &a, &gr, NULL) == TN_ERR_UNSUPPORTED && !gr, "no gradient rule");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "custom op 'multiply_them' (node 'm') has no gradient rule");
+    CHECK(tn__op_def(TN_OP_CUSTOM)->vjp != NULL, "reached through the table");
+    tn_var *c = tn_add(tn_sum(tn_stop_gradient(m), NULL, 0, false), tn_sum(tn_sqr(a), NULL, 0, false));
+    CHECK(tn_grad(c, 1, &a, &gr, NULL) == TN_OK && gr, "stopped: %s", tn_last_error());
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_init(NULL);
     TH_RUN(test_custom_in_graph);
@@ -232,5 +249,6 @@ int main(void) {
     TH_RUN(test_custom_cpu_error);
     TH_RUN(test_custom_eye);
     TH_RUN(test_custom_two_outputs);
+    TH_RUN(test_custom_gradient);
     TH_END();
 }

@@ -58,10 +58,20 @@ static double ref_op(int op, bool isint, double a, double b, double c) {
     case TN_OP_SIN: return sin(a);
     case TN_OP_COS: return cos(a);
     case TN_OP_TAN: return tan(a);
+    case TN_OP_ASIN: return asin(a);
+    case TN_OP_ACOS: return acos(a);
+    case TN_OP_ATAN: return atan(a);
+    case TN_OP_SINH: return sinh(a);
+    case TN_OP_COSH: return cosh(a);
     case TN_OP_TANH: return tanh(a);
+    case TN_OP_ASINH: return asinh(a);
+    case TN_OP_ACOSH: return acosh(a);
+    case TN_OP_ATANH: return atanh(a);
     case TN_OP_SIGMOID: return 1 / (1 + exp(-a));
     case TN_OP_SOFTPLUS: return log1p(exp(a));
     case TN_OP_ERF: return erf(a);
+    case TN_OP_ERFC: return erfc(a);
+    case TN_OP_RELU: return isnan(a) ? a : a > 0 ? a : 0.0;   /* NumPy's maximum(x, 0); -0 gives +0 */
     case TN_OP_FLOOR: return floor(a);
     case TN_OP_CEIL: return ceil(a);
     case TN_OP_ROUND: return ref_round_even(a);
@@ -114,7 +124,7 @@ static double rnd(void) {   /* [0, 1) */
 }
 
 /* Input domains: where an op's arguments are drawn from. */
-enum { D_ANY, D_POS, D_NONZERO, D_UNIT, D_QUANT, D_SMALLINT, D_EXPO, D_TAN, D_BOOL, D_LO, D_HI, D_LOG1P, D_WIDE };
+enum { D_ANY, D_POS, D_NONZERO, D_UNIT, D_QUANT, D_SMALLINT, D_EXPO, D_TAN, D_BOOL, D_LO, D_HI, D_LOG1P, D_WIDE, D_ACOSH };
 static double draw(int dom, bool isint) {
     double u = rnd();
     switch (dom) {
@@ -129,6 +139,8 @@ static double draw(int dom, bool isint) {
     case D_HI: return isint ? floor(u * 3) : 2 * u;
     case D_LOG1P: return -0.5 + 3.5 * u;
     case D_WIDE: return isint ? floor(u * 41) - 20 : -10 + 20 * u;
+    case D_UNIT: return isint ? floor(u * 3) - 1 : -0.97 + 1.94 * u;    /* asin, acos, atanh; ints hit +-1 */
+    case D_ACOSH: return isint ? 1 + floor(u * 9) : 1 + 9 * u;        /* acosh; ints hit 1 */
     default: return isint ? floor(u * 7) - 3 : -3 + 6 * u;
     }
 }
@@ -197,10 +209,20 @@ static const op_case cases[] = {
     { TN_OP_SIN, F_ALL, { D_WIDE } },
     { TN_OP_COS, F_ALL, { D_WIDE } },
     { TN_OP_TAN, F_ALL, { D_TAN } },
+    { TN_OP_ASIN, F_ALL, { D_UNIT } },
+    { TN_OP_ACOS, F_ALL, { D_UNIT } },
+    { TN_OP_ATAN, F_ALL, { D_WIDE } },
+    { TN_OP_SINH, F_ALL, { D_WIDE } },
+    { TN_OP_COSH, F_ALL, { D_WIDE } },
     { TN_OP_TANH, F_ALL, { D_ANY } },
+    { TN_OP_ASINH, F_ALL, { D_WIDE } },
+    { TN_OP_ACOSH, F_ALL, { D_ACOSH } },
+    { TN_OP_ATANH, F_ALL, { D_UNIT } },
     { TN_OP_SIGMOID, F_ALL, { D_WIDE } },
     { TN_OP_SOFTPLUS, F_ALL, { D_WIDE } },
     { TN_OP_ERF, F_ALL, { D_ANY } },
+    { TN_OP_ERFC, F_ALL, { D_ANY } },
+    { TN_OP_RELU, NUM, { D_QUANT } },
     { TN_OP_FLOOR, NUM, { D_WIDE } },
     { TN_OP_CEIL, NUM, { D_WIDE } },
     { TN_OP_ROUND, NUM, { D_QUANT } },
@@ -576,6 +598,62 @@ TEST(test_engine_int_edges) {
     tn_array_free(in[0]); tn_array_free(in[1]);
 }
 
+/* The inverse trigonometric and hyperbolic ops, erfc and relu at their
+   special values, in float16/32/64: domain edges (asin(1), acosh(1),
+   atanh(+-1) = +-inf), out of domain (NaN), NaN, +-inf, -0 (the sign of a
+   zero result is checked), overflow; against libm in float64. */
+TEST(test_engine_new_ops_edges) {
+    static const double vals[] = { 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1.5, -1.5, 2.0, 30.0, -30.0, 1000.0, -1000.0,
+                                   INFINITY, -INFINITY, NAN, 1e-30, -1e-30 };
+    const int64_t n = (int64_t)(sizeof vals / sizeof vals[0]);
+    const int ops[] = { TN_OP_ASIN, TN_OP_ACOS, TN_OP_ATAN, TN_OP_SINH, TN_OP_COSH, TN_OP_ASINH, TN_OP_ACOSH,
+                        TN_OP_ATANH, TN_OP_ERFC, TN_OP_RELU };
+    /* a few exact values the reference must give (so the test checks the cases named) */
+    CHECK(asin(1.0) == 1.57079632679489661923 && acosh(1.0) == 0 && atanh(1.0) == INFINITY && atanh(-1.0) == -INFINITY && isnan(asin(1.5)) &&
+          isnan(acosh(0.5)) && isnan(atanh(2.0)) && erfc(-INFINITY) == 2, "libm reference");
+    for (int t = TN_F16; t <= TN_F64; t++) {
+        tn_array *x64 = tn_array_from_data(TN_F64, 1, &n, vals);
+        tn_array *x = tn_array_astype(x64, (tn_dtype)t);
+        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+            tn_dtype in_dt[3], odt;
+            tn_ew_instr ins;
+            int32_t oreg;
+            tn_ew_program prog = one_op(ops[k], 1, (tn_dtype)t, in_dt, &ins, &oreg, &odt);
+            tn_array *out = tn_array_empty(odt, 1, &n);
+            CHECK(tn__cpu_ew_run(&prog, &x, &out) == TN_OK, "%s", tn_last_error());
+            CHECK(compare(ops[k], (tn_dtype)t, 1, &x, out, "edges") == 0, "%s %s", tn__ew_info(ops[k])->name, tn_dtype_name((tn_dtype)t));
+            for (int64_t i = 0; i < n; i++) {
+                double xv = tn_array_get(x, &i), want = ref_store((tn_dtype)t, ref_op(ops[k], false, xv, 0, 0)), got = tn_array_get(out, &i);
+                if (want == 0 && got == 0)
+                    CHECK(!signbit(want) == !signbit(got), "%s(%g) %s: the zero's sign: got %g want %g", tn__ew_info(ops[k])->name, xv,
+                          tn_dtype_name((tn_dtype)t), got, want);
+            }
+            tn_array_free(out);
+        }
+        /* spot values by name */
+        int64_t i1 = 2, im1 = 3, iz = 1;   /* 1.0, -1.0, -0.0 */
+        double r[5];
+        int spot_ops[5] = { TN_OP_ASIN, TN_OP_ACOSH, TN_OP_ATANH, TN_OP_ATANH, TN_OP_RELU };
+        int64_t spot_at[5] = { i1, i1, i1, im1, iz };
+        for (int s = 0; s < 5; s++) {
+            tn_dtype in_dt[3], odt;
+            tn_ew_instr ins;
+            int32_t oreg;
+            tn_ew_program prog = one_op(spot_ops[s], 1, (tn_dtype)t, in_dt, &ins, &oreg, &odt);
+            tn_array *out = tn_array_empty(odt, 1, &n);
+            tn__cpu_ew_run(&prog, &x, &out);
+            r[s] = tn_array_get(out, &spot_at[s]);
+            tn_array_free(out);
+        }
+        CHECK(th_close(r[0], ref_store((tn_dtype)t, 1.57079632679489661923), 1e-6, 0), "asin(1) = %g", r[0]);
+        CHECK(r[1] == 0 && !signbit(r[1]), "acosh(1) = %g", r[1]);
+        CHECK(r[2] == INFINITY && r[3] == -INFINITY, "atanh(+-1) = %g, %g", r[2], r[3]);
+        CHECK(r[4] == 0 && !signbit(r[4]), "relu(-0) = %g is +0", r[4]);
+        tn_array_free(x);
+        tn_array_free(x64);
+    }
+}
+
 /* Engine errors: inputs that do not broadcast to the output, bad programs. */
 TEST(test_engine_errors) {
     int64_t s34[2] = { 3, 4 }, s54[2] = { 5, 4 };
@@ -632,9 +710,16 @@ TEST(test_constructor_types) {
     CHECK(tn_switch(xb, xi, xl) && tn_switch(xb, xi, xl)->type.dtype == TN_I64, "switch");
     CHECK(tn_cast(xf, TN_F32) == xf, "a cast to the same dtype is the variable itself");
     v = tn_cast(xf, TN_I64);
-    CHECK(v && v->op == TN_OP_CAST && v->type.dtype == TN_I64 && v->p.i[0] == TN_I64, "cast");
+    CHECK(v && v->op == TN_OP_CAST && v->type.dtype == TN_I64 && tn__p_cast_dtype(&v->p) == TN_I64, "cast");
     v = tn_clip(xf, tn_lit(xf, 0), tn_lit(xf, 1));
     CHECK(v && v->type.dtype == TN_F32, "clip with literals");
+    /* the new ops: FLOAT kinds make ints float64, relu keeps ints */
+    tn_var *(*const fl_ops[])(tn_var *) = { tn_atan, tn_asin, tn_acos, tn_sinh, tn_cosh, tn_asinh, tn_acosh, tn_atanh, tn_erfc };
+    for (size_t k = 0; k < sizeof fl_ops / sizeof fl_ops[0]; k++) {
+        CHECK(fl_ops[k](xi) && fl_ops[k](xi)->type.dtype == TN_F64, "op %zu of int32 is f64", k);
+        CHECK(fl_ops[k](xh) && fl_ops[k](xh)->type.dtype == TN_F16, "op %zu of f16 stays f16", k);
+    }
+    CHECK(tn_relu(xi) && tn_relu(xi)->type.dtype == TN_I32 && tn_relu(xh)->type.dtype == TN_F16, "relu keeps the dtype");
     /* broadcasting at build time: (3, 1) + (1, 4) is (3, 4); unknowns stay unknown */
     tn_var *c31 = tn_input(g, "c", TN_F32, 2, (int64_t[]){ 3, 1 }, NULL), *r14 = tn_input(g, "r", TN_F32, 2, (int64_t[]){ 1, 4 }, NULL);
     v = tn_add(c31, r14);
@@ -708,6 +793,10 @@ TEST(test_labels_and_info) {
     CHECK(strcmp(buf, "Elemwise{add,inplace}") == 0, "got '%s'", buf);
     label_of(tn_cast(x, TN_F64), buf, sizeof buf);
     CHECK(strcmp(buf, "Elemwise{Cast{float64}}") == 0, "got '%s'", buf);
+    label_of(tn_atanh(x), buf, sizeof buf);
+    CHECK(strcmp(buf, "Elemwise{atanh,no_inplace}") == 0, "got '%s'", buf);
+    label_of(tn_relu(x), buf, sizeof buf);
+    CHECK(strcmp(buf, "Elemwise{relu,no_inplace}") == 0, "got '%s'", buf);
     /* Composite{exp((i0 * i1))} */
     tn_dtype in_dt[2] = { TN_F32, TN_F32 }, odt = TN_F32;
     tn_ew_instr ins[2] = { { .op = TN_OP_MUL, .dtype = TN_F32, .in_dtype = TN_F32, .a = 0, .b = 1, .c = -1 },
@@ -730,6 +819,14 @@ TEST(test_labels_and_info) {
         const tn_ew_info *e = tn__ew_info(op);
         CHECK(d && d->kind == TN_OPK_ELEMWISE && d->infer && d->cpu && d->label, "op %d registered", op);
         CHECK(e && e->name && e->fexpr && e->iexpr && e->arity == d->arity, "op %d info", op);
+        if (!d || !e) continue;
+        /* the row is the whole op: derivative, flags; its name is the table's */
+        CHECK(d->vjp && d->jvp, "%s: vjp and jvp from the derivative column", e->name);
+        CHECK((d->flags & (TN_OPF_ELEMWISE | TN_OPF_INPLACE)) == (TN_OPF_ELEMWISE | TN_OPF_INPLACE), "%s: flags %#x", e->name, d->flags);
+        CHECK(strcmp(d->name, op == TN_OP_CAST ? "Cast" : e->name) == 0, "row name %s, table name %s", d->name, e->name);
+        bool discrete = op == TN_OP_INT_DIV || op == TN_OP_SIGN || op == TN_OP_FLOOR || op == TN_OP_CEIL || op == TN_OP_ROUND ||
+                        e->kind == TN_EWK_CMP || e->kind == TN_EWK_LOGIC;
+        CHECK(!(d->flags & TN_OPF_DISCRETE) == !discrete, "%s: TN_DISCRETE in the derivative column %s", e->name, discrete ? "expected" : "unexpected");
     }
     CHECK(strstr(tn__ew_info(TN_OP_EXP)->fexpr, "TN_F(exp)(a)") != NULL, "exp text: %s", tn__ew_info(TN_OP_EXP)->fexpr);
     CHECK(strstr(tn__scalar_helpers_source(), "tn__ifloordiv") != NULL, "helpers text");
@@ -749,7 +846,7 @@ TEST(test_labels_and_info) {
 typedef void (*any_fn)(void);
 static any_fn op_ctor(int op) {
     switch (op) {
-#define X_CTOR(E, n, ar, k, fe, ie) X_CTOR_##k(E, n)
+#define X_CTOR(E, n, ar, k, fe, ie, d) X_CTOR_##k(E, n)
 #define X_CTOR_TN_EWK_ARITH(E, n) case TN_OP_##E: return (any_fn)tn_##n;
 #define X_CTOR_TN_EWK_FLOAT(E, n) case TN_OP_##E: return (any_fn)tn_##n;
 #define X_CTOR_TN_EWK_CMP(E, n) case TN_OP_##E: return (any_fn)tn_##n;
@@ -844,6 +941,7 @@ int main(void) {
     TH_RUN(test_engine_threads);
     TH_RUN(test_engine_nan);
     TH_RUN(test_engine_int_edges);
+    TH_RUN(test_engine_new_ops_edges);
     TH_RUN(test_engine_errors);
     TH_RUN(test_constructor_types);
     TH_RUN(test_constructor_errors);

@@ -82,6 +82,11 @@ TEST(test_unary_ops) {
         {"sqr", tn_sqr, -2, 2}, {"reciprocal", tn_reciprocal, 0.3, 2}, {"sin", tn_sin, -3, 3}, {"cos", tn_cos, -3, 3},
         {"tan", tn_tan, -1.2, 1.2}, {"tanh", tn_tanh, -2, 2}, {"sigmoid", tn_sigmoid, -4, 4},
         {"softplus", tn_softplus, -4, 4}, {"erf", tn_erf, -2, 2},
+        /* interior points of each domain (relu away from its kink) */
+        {"asin", tn_asin, -0.9, 0.9}, {"acos", tn_acos, -0.9, 0.9}, {"atan", tn_atan, -3, 3},
+        {"sinh", tn_sinh, -2, 2}, {"cosh", tn_cosh, -2, 2}, {"asinh", tn_asinh, -3, 3},
+        {"acosh", tn_acosh, 1.1, 3}, {"atanh", tn_atanh, -0.9, 0.9}, {"erfc", tn_erfc, -2, 2},
+        {"relu+", tn_relu, 0.2, 2}, {"relu-", tn_relu, -2, -0.2},
     };
     int64_t shapes[3][2] = {{3, 4}, {5, 0}, {0, 0}};
     int nds[3] = {2, 1, 0};
@@ -482,13 +487,22 @@ static tn_var *f_rop(tn_var *x, tn_var *W, int which) {
     case 4: return tn_concatenate(2, (tn_var *[]){ tn_slice(x, 0, 1, TN_NONE, 2), tn_exp(x) }, 0);
     case 5: return tn_logsumexp(tn_mul(W, x), (int[]){0}, 1, true);
     case 6: return tn_max(tn_dot(W, x), NULL, 0, false);
-    default: return tn_mean(tn_prod(tn_add(W, x), (int[]){0}, 1, false), NULL, 0, false);
+    case 7: return tn_mean(tn_prod(tn_add(W, x), (int[]){0}, 1, false), NULL, 0, false);
+    case 8: {   /* the new elementwise ops: x in [0.2, 1] */
+        tn_var *u = tn_mul(x, tn_lit(x, 0.9));
+        tn_var *a = tn_add(tn_add(tn_asin(u), tn_acos(tn_neg(u))), tn_atanh(u));
+        tn_var *b = tn_add(tn_add(tn_sinh(x), tn_cosh(x)), tn_add(tn_asinh(x), tn_acosh(tn_add(x, tn_lit(x, 1.5)))));
+        tn_var *c = tn_add(tn_mul(tn_atan(x), tn_erfc(x)), tn_relu(tn_sub(x, tn_lit(x, 0.5))));
+        return tn_add(tn_add(tn_mul(a, b), c), tn_sum(tn_atan(tn_dot(W, x)), NULL, 0, false));
+    }
+    case 9: return tn_cumprod(tn_add(W, x), 1);
+    default: return tn_cumsum(tn_mul(W, x), 0);
     }
 }
 
 TEST(test_rop) {
     const double eps = 1e-6;
-    for (int w = 0; w < 8; w++) {
+    for (int w = 0; w < 11; w++) {
         tn_graph *g = tn_graph_new();
         tn_var *x = tn_input(g, "x", TN_F64, 1, (int64_t[]){6}, NULL), *v = tn_vector(g, "v", TN_F64);
         tn_var *W = tn_input(g, "W", TN_F64, 2, (int64_t[]){4, 6}, NULL);

@@ -172,7 +172,7 @@ TEST(test_proj) {
     tn_var *node = tn__node_multi(g, TN_OP_COMPOSITE, 2, (tn_var *[]){ a, b }, NULL, prog, 2, "test");
     CHECK(node && node->n_out == 2, "multi-output node: %s", tn_last_error());
     tn_var *p0 = tn__proj(node, 0), *p1 = tn__proj(node, 1);
-    CHECK(p0 && p1 && p1->op == TN_OP_PROJ && p1->p.i[0] == 1 && tn_var_dtype(p1) == TN_F32 && tn_var_ndim(p1) == 1, "proj");
+    CHECK(p0 && p1 && p1->op == TN_OP_PROJ && tn__p_proj_index(&p1->p) == 1 && tn_var_dtype(p1) == TN_F32 && tn_var_ndim(p1) == 1, "proj");
     CHECK(tn__proj(node, 2) == NULL, "out of range");
     CHECK_ERR(TN_ERR_INVALID, "output 2");
     tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ a, b }, .n_outputs = 2, .outputs = (tn_var *[]){ p1, p0 } });

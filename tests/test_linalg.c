@@ -173,8 +173,7 @@ static tn_result run_op(int op, int n, tn_array **in, double alpha, double beta,
     memset(&node, 0, sizeof node);
     node.op = op;
     node.n_in = n;
-    node.p.f[0] = alpha;
-    node.p.f[1] = beta;
+    tn__p_set_gemm(&node.p, alpha, beta);
     node.inplace = inplace ? 1 : 0;
     tn_type t[3], o;
     for (int i = 0; i < n; i++) t[i] = type_of(in[i]);
@@ -440,8 +439,7 @@ static tn_result infer_only(int op, int n, const tn_dtype *dts, const int *nd, c
     tn_var node;
     memset(&node, 0, sizeof node);
     node.op = op;
-    node.p.f[0] = alpha;
-    node.p.f[1] = beta;
+    tn__p_set_gemm(&node.p, alpha, beta);
     tn_type t[3];
     memset(t, 0, sizeof t);
     for (int i = 0; i < n; i++) {

@@ -10,11 +10,14 @@ static const int th_ops[] = { TN_OP_SUM, TN_OP_PROD, TN_OP_MEAN, TN_OP_MAX, TN_O
                               TN_OP_ARGMIN, TN_OP_ALL, TN_OP_ANY, TN_OP_LOGSUMEXP };
 static const tn_dtype th_dtypes[] = { TN_BOOL, TN_I32, TN_I64, TN_F16, TN_F32, TN_F64 };
 
-/* A node on the stack: enough for an op's infer and cpu. */
+/* A node on the stack: enough for an op's infer and cpu. i0, i1: a
+   reduction's axis mask and keepdims, or softmax's axis. */
 static tn_var th_node(int op, int64_t i0, int64_t i1) {
     tn_var n;
     memset(&n, 0, sizeof n);
-    n.op = op; n.n_in = 1; n.n_out = 1; n.p.i[0] = i0; n.p.i[1] = i1;
+    n.op = op; n.n_in = 1; n.n_out = 1;
+    if (op == TN_OP_SOFTMAX || op == TN_OP_LOG_SOFTMAX) tn__p_set_axis(&n.p, (int)i0);
+    else tn__p_set_red(&n.p, (uint64_t)i0, i1 != 0);
     return n;
 }
 
@@ -517,7 +520,7 @@ TEST(test_constructor_errors) {
     CHECK(tn_mean(NULL, NULL, 0, false) == NULL, "NULL");
     CHECK_ERR(TN_ERR_NULL, "tn_mean");
     tn_var *s = tn_sum(x, neg, 1, true);
-    CHECK(s && s->type.ndim == 2 && s->p.i[0] == 2 && s->type.bcast[1], "axis -1 wraps to 1, keepdims");
+    CHECK(s && s->type.ndim == 2 && tn__p_red_mask(&s->p) == 2 && s->type.bcast[1], "axis -1 wraps to 1, keepdims");
     tn_var *all = tn_sum(x, NULL, 0, false);
     CHECK(all && all->type.ndim == 0 && all->type.dtype == TN_F32, "axes NULL: all");
     tn_var *im = tn_mean(tn_matrix(g, "I", TN_I32), NULL, 0, false);
@@ -545,7 +548,7 @@ TEST(test_function) {
     for (int k = 0; k < 5; k++) {
         if (!res[k]) continue;
         tn_var node = th_node(ops[k], masks[k], keeps[k]);
-        if (ops[k] == TN_OP_SOFTMAX) node.p.i[0] = 2;
+        if (ops[k] == TN_OP_SOFTMAX) tn__p_set_axis(&node.p, 2);
         tn_array *want = th_run(&node, in);
         CHECK(want && tn_array_size(want) == tn_array_size(res[k]) && want->ndim == res[k]->ndim, "output %d shape", k);
         for (int64_t o = 0; want && o < tn_array_size(want); o++) {

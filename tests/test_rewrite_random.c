@@ -42,7 +42,7 @@ static tn_var *lit(tn_var *like) { return tn_lit(like, CONSTS[pick(6)]); }
    against the exact formula. */
 static tn_var *grow(tn_var *W) {
     tn_var *a = any(), *b = any();
-    switch (pick(24)) {
+    switch (pick(32)) {
     case 0: return tn_add(a, b);
     case 1: return tn_sub(a, b);
     case 2: return tn_mul(a, b);
@@ -71,6 +71,17 @@ static tn_var *grow(tn_var *W) {
     case 20: return tn_log(tn_add(tn_sqr(a), tn_lit(a, 1)));
     case 21: if (tn_var_ndim(a) == 2) { int ax = pick(2); return tn_log(tn_sum(tn_exp(a), &ax, 1, true)); } return tn_cos(a);
     case 22: return tn_add(tn_add(tn_add(a, lit(a)), b), lit(a));
+    /* the inverse trigonometric and hyperbolic ops, erfc, relu: fused with their neighbours */
+    case 23: return tn_add(tn_atan(a), tn_mul(tn_sinh(tn_tanh(b)), lit(b)));
+    case 24: { tn_var *u = tn_mul(tn_tanh(a), tn_lit(a, 0.9));                /* in (-0.9, 0.9) */
+               switch (pick(3)) { case 0: return tn_asin(u); case 1: return tn_acos(u); default: return tn_atanh(u); } }
+    case 25: return tn_add(tn_asinh(a), tn_cosh(tn_tanh(b)));
+    case 26: return tn_acosh(tn_add(tn_sqr(a), tn_lit(a, 1.5)));
+    case 27: return tn_mul(tn_erfc(a), pick(2) ? tn_relu(b) : tn_relu(tn_sub(a, b)));
+    case 28: return tn_relu(tn_add(a, lit(a)));
+    /* cumulative ops between elementwise groups */
+    case 29: if (tn_var_ndim(a) >= 1) return tn_cumsum(tn_exp(tn_tanh(a)), -1 - pick(tn_var_ndim(a))); return tn_relu(a);
+    case 30: if (tn_var_ndim(a) >= 1) return tn_mul(tn_cumprod(tn_tanh(a), pick(tn_var_ndim(a))), b); return tn_atan(a);
     default: if (tn_var_ndim(a) == 2) { int ax = 1; return tn_max(tn_mul(tn_exp(tn_tanh(a)), b), &ax, 1, true); } return tn_sin(a);
     }
 }
