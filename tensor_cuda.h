@@ -51,7 +51,7 @@
    CUDA graphs: a function whose steps all run on the GPU (no transfers; its
    outputs borrowed) is captured as a CUDA graph the second time its
    kernels see the same pointers, and replayed from then on (tensor.h's
-   >>graph_replay section says exactly when). cuda_graph=0 turns this off;
+   >>replay section says exactly when). cuda_graph=0 turns this off;
    launch_blocking=1, profiling and mode=check do too.
    mode=check runs each GPU op's CPU kernel on host copies of its inputs and
    fails the call with TN_ERR_CHECK at the first op whose outputs differ
@@ -1368,7 +1368,7 @@ static void tn__dmem_release_cache(void) {   /* with tn__dmem.mu held */
     tn__dmem.cached_bytes = 0;
 }
 
-/* Set while this thread captures a CUDA graph (the >>cuda_graph section): an
+/* Set while this thread captures a CUDA graph (the >>cuda_replay section): an
    allocation then fails, since the graph would keep its pointer after the
    block went back to the cache. */
 static _Thread_local bool tn__cuda_capturing;
@@ -2740,7 +2740,7 @@ static tn_result tn__cuda_scan_run(const tn_var *node, tn_array *const *in, tn_a
    both dims, broadcast rows) is first copied contiguous on the device. */
 
 static pthread_mutex_t tn__cublas_mu = PTHREAD_MUTEX_INITIALIZER;
-static void *tn__cuda_blas_ws;           /* cuBLAS workspace, set on the handle before capturing (>>cuda_graph) */
+static void *tn__cuda_blas_ws;           /* cuBLAS workspace, set on the handle before capturing (>>cuda_replay) */
 static size_t tn__cuda_blas_ws_bytes;
 
 static tn_result tn__cublas_load(void) {
@@ -3067,8 +3067,8 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
     return r;
 }
 
-/* >>cuda_graph: capture and replay (tn_backend.graph_*) ------------------------ */
-/* The executor (the >>graph_replay section of tensor.h) decides what to
+/* >>cuda_replay: CUDA graph capture and replay (tn_backend.replay_*) ------------ */
+/* The executor (the >>replay section of tensor.h) decides what to
    capture and when; this is the driver side. Capture runs in thread-local
    mode on the back end's stream: work queued there is recorded, not run, and
    a call that would synchronise fails (the executor then runs the function
@@ -3077,7 +3077,7 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
    of its own before the first capture, as its documentation asks for
    captured products (else it may allocate one inside the capture). */
 
-static tn_result tn__cuda_graph_ws(void) {
+static tn_result tn__cuda_replay_ws(void) {
     tn__cuda_state *c = &tn__cuda;
     pthread_mutex_lock(&tn__cublas_mu);        /* the handle is shared by all threads */
     tn_result r = TN_OK;
@@ -3098,9 +3098,9 @@ static tn_result tn__cuda_graph_ws(void) {
     return r;
 }
 
-static tn_result tn__cuda_graph_begin(void) {
+static tn_result tn__cuda_replay_begin(void) {
     tn_result r = tn__cuda_bind();
-    if (r == TN_OK) r = tn__cuda_graph_ws();
+    if (r == TN_OK) r = tn__cuda_replay_ws();
     if (r != TN_OK) return r;
     TN__CU_CHECK(tn__cuda.cu.cuStreamBeginCapture_v2(tn__cuda_stream(), TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                  "beginning a CUDA graph capture");
@@ -3108,7 +3108,7 @@ static tn_result tn__cuda_graph_begin(void) {
     return TN_OK;
 }
 
-static tn_result tn__cuda_graph_end(void **exec) {
+static tn_result tn__cuda_replay_end(void **exec) {
     tn__cuda_capturing = false;
     tn__CUgraph g = NULL;
     tn__CUresult cr = tn__cuda.cu.cuStreamEndCapture(tn__cuda_stream(), &g);
@@ -3138,7 +3138,7 @@ static tn_result tn__cuda_graph_end(void **exec) {
     return TN_OK;
 }
 
-static tn_result tn__cuda_graph_launch(void *exec) {
+static tn_result tn__cuda_replay_launch(void *exec) {
     tn_result r = tn__cuda_bind();
     if (r != TN_OK) return r;
     TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)exec, tn__cuda_stream()), "replaying a captured CUDA graph");
@@ -3146,12 +3146,12 @@ static tn_result tn__cuda_graph_launch(void *exec) {
 }
 
 /* A graph still running is freed by the driver when it completes. */
-static void tn__cuda_graph_release(void *exec) {
+static void tn__cuda_replay_release(void *exec) {
     if (exec && tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) tn__cuda.cu.cuGraphExecDestroy((tn__CUgraphExec)exec);
 }
 
 /* At shutdown (the stream is idle): the workspace goes back with the cache. */
-static void tn__cuda_graph_shutdown(void) {
+static void tn__cuda_replay_shutdown(void) {
     if (!tn__cuda_blas_ws) return;
     if (tn__cuda.blas_handle && tn__cuda.blas.cublasSetWorkspace_v2)
         tn__cuda.blas.cublasSetWorkspace_v2(tn__cuda.blas_handle, NULL, 0);
@@ -3768,7 +3768,7 @@ done:
 static const tn_backend tn__cuda_backend = {
     "cuda", tn__cuda_ops, TN__CUDA_MAX_OPERANDS, tn__cuda_place,
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
-    tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release,
+    tn__cuda_replay_begin, tn__cuda_replay_end, tn__cuda_replay_launch, tn__cuda_replay_release,
     tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free,
     tn__cuda_shared_wait, tn__cuda_shared_mark, tn__cuda_shared_free
 };
@@ -3807,7 +3807,7 @@ static void tn__cuda_shutdown(void) {
         tn__cuda.cu.cuCtxSynchronize();           /* every thread's streams are idle */
         tn__cuda_streams_shutdown();
         if (tn__cuda.blas_ev) { tn__cuda.cu.cuEventDestroy_v2(tn__cuda.blas_ev); tn__cuda.blas_ev = NULL; }
-        tn__cuda_graph_shutdown();
+        tn__cuda_replay_shutdown();
         if (tn__cuda.blas_handle) { tn__cuda.blas.cublasDestroy_v2(tn__cuda.blas_handle); tn__cuda.blas_handle = NULL; }
         pthread_mutex_lock(&tn__cuda_stage.mu);
         if (tn__cuda_stage.pin) tn__cuda.cu.cuMemFreeHost(tn__cuda_stage.pin);

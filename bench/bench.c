@@ -403,7 +403,7 @@ static void logreg_cases(void) {
                 if (GPU) { set_limit(r, "issue 7 (JAX jit 79 us on H200)", 0, T_ABS, 40e-6); }
                 int64_t rep = 0;
                 const char *gwhy = "";
-                tn__graph_stats(f, &rep, NULL, &gwhy);
+                tn__replay_stats(f, &rep, NULL, &gwhy);
                 if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
                 else if (GPU) snprintf(r->note, sizeof r->note, "%d ops, %lld replays%s%.60s", f->n_steps, (long long)rep, *gwhy ? ": " : "", gwhy);
                 else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
@@ -795,7 +795,7 @@ static tn_func *graph_step(tn_graph *g, gfh_fn gfh) {
 
 /* The function's captured graphs launched in turn (an update swap makes it
    alternate between two), as it launches them. */
-typedef struct gloop { void *exec[TN__GRAPH_SLOTS]; int n; } gloop;
+typedef struct gloop { void *exec[TN__REPLAY_SLOTS]; int n; } gloop;
 static tn_result graph_loop(void *p, int iters) {
     gloop *g = (gloop *)p;
     for (int i = 0; i < iters; i++)
@@ -827,9 +827,9 @@ static void gpu_graph_cases(void) {
             run_func(A, f, NULL, iters);
             int64_t rep = 0, cap = 0;
             const char *gwhy = "";
-            tn__graph_stats(f, &rep, &cap, &gwhy);
+            tn__replay_stats(f, &rep, &cap, &gwhy);
             gloop gl = { { NULL }, 0 };
-            for (int i = 0; f->gcache && i < TN__GRAPH_SLOTS; i++) if (f->gcache->e[i].exec) gl.exec[gl.n++] = f->gcache->e[i].exec;
+            for (int i = 0; f->rcache && i < TN__REPLAY_SLOTS; i++) if (f->rcache->e[i].exec) gl.exec[gl.n++] = f->rcache->e[i].exec;
             if (!gl.n) na(L, "no graph captured: %.100s", gwhy);
             else if (measure(graph_loop, &gl, iters, L) != TN_OK) err(L, "in the bare graph loop");
             else {

@@ -655,7 +655,7 @@ TEST(test_check_mode) {
             }
             int64_t rep = -1;
             const char *why = NULL;
-            tn__graph_stats(f, &rep, NULL, &why);
+            tn__replay_stats(f, &rep, NULL, &why);
             CHECK(rep == 0 && (strstr(why, "mode=check") || strstr(why, "launch_blocking") || strstr(why, "cuda_graph=0")),
                   "check mode replays no graph: %lld (%s)", (long long)rep, why);
         }
@@ -729,7 +729,7 @@ TEST(test_graph_replay) {
     double e = tstep_run(&t, R, C, 10);
     int64_t rep = 0, cap = 0;
     const char *why = NULL;
-    tn__graph_stats(t.f, &rep, &cap, &why);
+    tn__replay_stats(t.f, &rep, &cap, &why);
     CHECK(e <= 1, "10 steps against float64: error %g x 1e-5 (%s)", e, tn_last_error());
     if (blocking) CHECK(rep == 0 && strstr(why, "launch_blocking=1"), "launch_blocking: %lld replays (%s)", (long long)rep, why);
     else if (base_cfg.no_cuda_graph) CHECK(rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: %lld replays (%s)", (long long)rep, why);
@@ -751,7 +751,7 @@ TEST(test_graph_replay) {
     tn_init(&off);
     tstep_build(&t, R, C);
     e = t.f ? tstep_run(&t, R, C, 6) : INFINITY;
-    tn__graph_stats(t.f, &rep, &cap, &why);
+    tn__replay_stats(t.f, &rep, &cap, &why);
     CHECK(e <= 1 && rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: error %g, %lld replays (%s)", e, (long long)rep, why);
     t0 = now_us();
     for (int i = 0; t.f && i < 200; i++) { tn_array *r = NULL; tn_call(t.f, NULL, &r); }
