@@ -438,6 +438,13 @@ typedef struct tn_device_ops {
     void (*free)(int device, void *ptr);
     /* copies between host and device or device and device, then waits */
     tn_result (*copy)(void *dst, int dst_device, const void *src, int src_device, size_t bytes);
+    /* Page-locked host memory that copies from `device` land in directly, and
+       the way back (NULL, or a NULL result: ordinary host memory). */
+    void *(*pinned_alloc)(int device, size_t bytes);
+    void (*pinned_free)(int device, void *p, size_t bytes);
+    /* HostFromGpu's kernel: in (device) copied into the contiguous host array
+       out, ordered after the work queued on in, then waited for (NULL: copy). */
+    tn_result (*d2h)(const tn_var *node, const tn_array *in, tn_array *out);
 } tn_device_ops;
 TN_API void tn__set_device_ops(const tn_device_ops *ops);
 TN_API const tn_device_ops *tn__get_device_ops(void);
@@ -530,8 +537,7 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    constant node and its value in a graph), tn__broadcast_strides (strides of
    an array broadcast to a shape), tn__scan_run, tn__scan_mem and
    tn__scan_device_ok (a scan loop with device memory), tn__func_share_stream,
-   the hooks tn__device_init_hook, tn__shutdown_hook, tn__d2h_hook,
-   tn__pinned_alloc_hook and tn__pinned_free_hook, the log callback
+   the hooks tn__device_init_hook and tn__shutdown_hook, the log callback
    (tn__log_fn, tn__log_user), and the reduction planner of tensor_ops.h
    (tn__rplan, tn__rplan_build, tn__rk_of, tn__reduce_dtype, tn__rfinish,
    tn__rstore, the fold table TN__RFOLDS, tn__ew_casts). */
@@ -1079,9 +1085,11 @@ struct tn_buffer {
     size_t bytes;
     int device;             /* TN_HOST or a CUDA ordinal */
     bool owns;
-    /* set: host memory from a back end's allocator (pinned), given back
-       through it; NULL: tn__malloc host memory or tn_device_ops memory */
-    void (*free_fn)(void *raw, size_t bytes);
+    /* set: host memory from a back end's allocator (pinned for copies from
+       device free_device), given back through it; NULL: tn__malloc host
+       memory or tn_device_ops memory */
+    void (*free_fn)(int device, void *raw, size_t bytes);
+    int free_device;
 };
 
 TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__lib.device_ops = ops; }
@@ -1128,7 +1136,7 @@ TN_API void tn__buffer_retain(tn_buffer *b) {
 TN_API void tn__buffer_release(tn_buffer *b) {
     if (!b || __atomic_sub_fetch(&b->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     if (b->owns) {
-        if (b->free_fn) b->free_fn(b->raw, b->bytes);
+        if (b->free_fn) b->free_fn(b->free_device, b->raw, b->bytes);
         else if (b->device == TN_HOST) tn__free(b->raw);
         else if (tn__lib.device_ops && tn__lib.device_ops->free) tn__lib.device_ops->free(b->device, b->data);
     }
@@ -1208,27 +1216,25 @@ TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int
     return a;
 }
 
-/* Set by a device back end (tensor_cuda.h): page-locked host memory from its
-   caching allocator (NULL when it has none), and the way back. */
-static void *(*tn__pinned_alloc_hook)(size_t bytes);
-static void (*tn__pinned_free_hook)(void *p, size_t bytes);
-
-/* A contiguous host array in the back end's pinned memory, so a device-to-host
-   copy lands in it directly; ordinary host memory without one (or when pinned
-   memory runs out). */
-static tn_array *tn__array_alloc_pinned(tn_dtype t, int ndim, const int64_t *shape) {
-    if (!tn__pinned_alloc_hook || !tn__pinned_free_hook || tn__check_shape("tn__array_alloc_pinned", t, ndim, shape) != TN_OK)
+/* A contiguous host array in the back end's pinned memory (tn_device_ops.
+   pinned_alloc), so a copy from `device` lands in it directly; ordinary host
+   memory without one (or when pinned memory runs out). */
+static tn_array *tn__array_alloc_pinned(int device, tn_dtype t, int ndim, const int64_t *shape) {
+    const tn_device_ops *ops = tn__lib.device_ops;
+    if (device == TN_HOST || !ops || !ops->pinned_alloc || !ops->pinned_free ||
+        tn__check_shape("tn__array_alloc_pinned", t, ndim, shape) != TN_OK)
         return tn__array_alloc(t, ndim, shape, TN_HOST);
     size_t bytes = (size_t)tn__shape_size(ndim, shape) * tn_dtype_size(t);
     tn_buffer *b = (tn_buffer *)tn__calloc(1, sizeof *b);
-    void *p = b ? tn__pinned_alloc_hook(bytes) : NULL;
+    void *p = b ? ops->pinned_alloc(device, bytes) : NULL;
     if (!p) { tn__free(b); return tn__array_alloc(t, ndim, shape, TN_HOST); }
     b->refcount = 1;
     b->data = b->raw = p;
     b->bytes = bytes;
     b->device = TN_HOST;
     b->owns = true;
-    b->free_fn = tn__pinned_free_hook;
+    b->free_fn = ops->pinned_free;
+    b->free_device = device;
     tn_array *a = tn__array_from_buffer(b, t, ndim, shape, NULL, p, TN_HOST);
     tn__buffer_release(b);
     return a;
@@ -2777,7 +2783,7 @@ typedef struct tn__phys {
     int device;
     long pending;
     bool pinned, in_pool;
-    bool page_locked;       /* host buffer a device-to-host copy writes: pinned memory from the back end */
+    int pin_device;         /* host buffer a copy from this device writes: pinned memory from the back end (TN_HOST: none) */
 } tn__phys;
 
 struct tn_func {
@@ -3337,6 +3343,7 @@ static int tn__phys_get(tn_func *f, size_t bytes, int device, bool exact) {
     memset(p, 0, sizeof *p);
     p->cap = bytes;
     p->device = device;
+    p->pin_device = TN_HOST;
     return f->n_phys++;
 }
 
@@ -3394,7 +3401,7 @@ static tn_result tn__fresh_output(tn_func *f, const tn__step *st, tn__slot *sl) 
     if (!sl->own) {
         const tn_array *a = &sl->arr;
         sl->own = st->node->op == TN_OP_HOST_FROM_GPU && a->device == TN_HOST
-                ? tn__array_alloc_pinned(a->dtype, a->ndim, a->shape)
+                ? tn__array_alloc_pinned(st->node->in[0]->device, a->dtype, a->ndim, a->shape)
                 : tn__array_alloc(a->dtype, a->ndim, a->shape, a->device);
         if (!sl->own) return tn__err(TN_ERR_OOM, "%s: out of memory for an output: %s", f->name, tn_last_error());
     }
@@ -3471,7 +3478,7 @@ static tn_result tn__plan(tn_func *f) {
             if (ph >= 0) {
                 f->phys[ph].pending += sl->nreaders;
                 if (sl->pinned) f->phys[ph].pinned = true;
-                if (v->op == TN_OP_HOST_FROM_GPU && f->phys[ph].device == TN_HOST) f->phys[ph].page_locked = true;
+                if (v->op == TN_OP_HOST_FROM_GPU && f->phys[ph].device == TN_HOST) f->phys[ph].pin_device = v->in[0]->device;
             }
         }
         for (int i = 0; i < st->n_in; i++) tn__phys_drop_reader(f, f->slots[st->in_slot[i]].phys, gc);
@@ -3483,7 +3490,8 @@ static tn_result tn__plan(tn_func *f) {
     for (int i = 0; i < f->n_phys; i++) {
         tn__phys *p = &f->phys[i];
         int64_t n = (int64_t)p->cap;
-        tn_array *a = p->page_locked ? tn__array_alloc_pinned(TN_BOOL, 1, &n) : tn__array_alloc(TN_BOOL, 1, &n, p->device);
+        tn_array *a = p->pin_device != TN_HOST ? tn__array_alloc_pinned(p->pin_device, TN_BOOL, 1, &n)
+                                                 : tn__array_alloc(TN_BOOL, 1, &n, p->device);
         if (!a) { r = tn__err(TN_ERR_OOM, "%s: out of memory for intermediate buffers: %s", W, tn_last_error()); goto fail; }
         p->base = a->base;
         p->data = a->data;
@@ -5829,13 +5837,9 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
    Theano does. Device placement (node->device) decides where the output
    lives: the executor allocates it there. GPU_FROM_HOST on the device runs
    through the back end (tn_backend.run); HOST_FROM_GPU is a host node whose
-   kernel asks the back end for a staged, stream-ordered copy (tn__d2h_hook),
+   kernel asks the back end for a staged, stream-ordered copy (tn_device_ops.d2h),
    or falls back to the device ops' blocking copy. Without a back end both
    are host copies, so a graph that asks for a device result still runs. */
-
-/* Set by tensor_cuda.h: device-to-host copy of in into the host array out
-   (contiguous, same shape and dtype), waiting for the stream. */
-static tn_result (*tn__d2h_hook)(const tn_var *node, const tn_array *in, tn_array *out);
 
 static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_type *out) {
     (void)node;
@@ -5845,8 +5849,9 @@ static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_ty
 
 /* Host kernel of both ops: a copy into out[0] (converting nothing: same type). */
 static tn_result tn__cpu_transfer(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && tn__d2h_hook)
-        return tn__d2h_hook(node, in[0], out[0]);
+    const tn_device_ops *ops = tn__lib.device_ops;
+    if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && ops && ops->d2h)
+        return ops->d2h(node, in[0], out[0]);
     return tn_array_assign(out[0], in[0]);
 }
 

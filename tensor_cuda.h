@@ -1473,7 +1473,6 @@ static tn_result tn__cuda_copy(void *dst, int dst_device, const void *src, int s
     return TN_OK;
 }
 
-static const tn_device_ops tn__cuda_device_ops = { tn__cuda_alloc, tn__cuda_free, tn__cuda_copy };
 
 /* Pinned host blocks (cuMemAllocHost) for arrays that device-to-host copies
    land in (a function's host outputs): a caller that frees each result gives
@@ -1507,7 +1506,8 @@ static void tn__hmem_release_cache(void) {   /* with tn__hmem.mu held */
 }
 
 /* NULL (error set) when pinned memory cannot be had: the caller falls back. */
-static void *tn__cuda_host_alloc(size_t bytes) {
+static void *tn__cuda_host_alloc(int device, size_t bytes) {
+    (void)device;
     if (tn__cuda_bind() != TN_OK) return NULL;
     size_t want = tn__dround(bytes ? bytes : 1);
     pthread_mutex_lock(&tn__hmem.mu);
@@ -1540,7 +1540,8 @@ static void *tn__cuda_host_alloc(size_t bytes) {
 }
 
 /* Back to the cache (any thread; the copy that filled it was waited for). */
-static void tn__cuda_host_free(void *p, size_t bytes) {
+static void tn__cuda_host_free(int device, void *p, size_t bytes) {
+    (void)device;
     if (!p) return;
     size_t want = tn__dround(bytes ? bytes : 1);
     pthread_mutex_lock(&tn__hmem.mu);
@@ -3025,7 +3026,7 @@ static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn
     return tn__cuda_sync_if_blocking(who);
 }
 
-/* HostFromGpu's kernel (the >>transfer section calls it through tn__d2h_hook). */
+/* HostFromGpu's kernel (tn_device_ops.d2h: the >>transfer section calls it). */
 static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *out) {
     char who[96];
     snprintf(who, sizeof who, "HostFromGpu (node %d)", node ? node->id : -1);
@@ -3773,12 +3774,13 @@ static const tn_backend tn__cuda_backend = {
     tn__cuda_shared_wait, tn__cuda_shared_mark, tn__cuda_shared_free
 };
 
+static const tn_device_ops tn__cuda_device_ops = {
+    tn__cuda_alloc, tn__cuda_free, tn__cuda_copy, tn__cuda_host_alloc, tn__cuda_host_free, tn__cuda_d2h
+};
+
 static void tn__cuda_register_backend(void) {
     tn__set_device_ops(&tn__cuda_device_ops);
     tn__set_backend(&tn__cuda_backend);
-    tn__d2h_hook = tn__cuda_d2h;
-    tn__pinned_alloc_hook = tn__cuda_host_alloc;
-    tn__pinned_free_hook = tn__cuda_host_free;
 }
 
 /* >>cuda_register: TENSOR_FLAGS device=... takes effect at tn_init --------------- */

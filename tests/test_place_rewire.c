@@ -113,7 +113,7 @@ static const tn_backend_op *const *fake_table(void) {
 
 static void use_fake_device(void) {
     static tn_backend be;
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy };
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL };
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
