@@ -414,6 +414,7 @@ TN_API tn_result tn__err(tn_result r, const char *fmt, ...)
     ;
 TN_API void tn__warn(const char *fmt, ...);                    /* a warning through the log callback */
 TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]);  /* "(3, 4)", for messages */
+TN_API bool tn__log_set(void);                                 /* a log callback is set (else messages go to stderr) */
 
 /* Memory hooks (TN_MALLOC...) as functions, for the other headers. */
 TN_API void *tn__malloc(size_t n);
@@ -426,6 +427,7 @@ TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const 
 TN_API int tn__graph_nvars(const tn_graph *g);                 /* node ids are below this */
 
 /* Ops: definitions (name, kind, label, CPU kernel) and elementwise programs. */
+TN_API bool tn__scan_device_ok(const tn_var *node);            /* a scan whose step was compiled for device arrays */
 TN_API const tn_op_def *tn__op_def(int op);
 TN_API tn_op_kind tn__op_kind(int op);
 TN_API const tn_ew_info *tn__ew_info(int op);                  /* NULL for non-elementwise ops */
@@ -535,8 +537,8 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    (static, in the implementation): tn__node_label (a node's debugprint label),
    tn__toposort (a graph's nodes in order), tn__var_new and tn__graph_own (a
    constant node and its value in a graph), tn__broadcast_strides (strides of
-   an array broadcast to a shape), tn__scan_run, tn__scan_mem and
-   tn__scan_device_ok (a scan loop with device memory), tn__func_share_stream,
+   an array broadcast to a shape), tn__scan_run and tn__scan_mem (a scan
+   loop with device memory), tn__func_share_stream,
    the hooks tn__device_init_hook and tn__shutdown_hook, the log callback
    (tn__log_fn, tn__log_user), and the reduction planner of tensor_ops.h
    (tn__rplan, tn__rplan_build, tn__rk_of, tn__reduce_dtype, tn__rfinish,
@@ -630,7 +632,7 @@ static struct tn__lib {
 static _Thread_local tn_result tn__last_result;
 static _Thread_local char tn__last_msg[1024];
 
-static bool tn__log_set(void) {
+TN_API bool tn__log_set(void) {
     pthread_mutex_lock(&tn__lib.log_mu);
     bool set = tn__lib.log_fn != NULL;
     pthread_mutex_unlock(&tn__lib.log_mu);
@@ -6418,7 +6420,7 @@ static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array 
 
 /* Placement (tensor_cuda.h): a scan whose step was compiled for device
    arrays runs on the device, its loop queued on the back end's stream. */
-static bool tn__scan_device_ok(const tn_var *node) {
+TN_API bool tn__scan_device_ok(const tn_var *node) {
     const tn__scan *s = node->op == TN_OP_SCAN ? (const tn__scan *)node->ext : NULL;
     return s && s->dfn;
 }

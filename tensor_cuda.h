@@ -263,6 +263,10 @@ TN__NVRTC_FUNCS(TN__X_PFN)
 TN__CUBLAS_FUNCS(TN__X_PFN)
 #undef TN__X_PFN
 
+/* Waits for the calling thread's current stream (tests and benchmarks; the
+   executor never waits on it). */
+TN_API tn_result tn__cuda_synchronize(void);
+
 #ifdef __cplusplus
 }
 #endif
@@ -3450,7 +3454,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
 #undef TN__CUDA_EW_ROW
 
 /* Waits for the current stream (tests; the executor never waits on it). */
-static tn_result tn__cuda_synchronize(void) {
+TN_API tn_result tn__cuda_synchronize(void) {
     TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), "synchronizing the stream");
     return TN_OK;
 }

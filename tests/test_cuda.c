@@ -11,6 +11,7 @@
 #include "tensor_cuda.h"
 #include "harness.h"
 #include "gpu/ew_programs.h"
+#include "gpu/ew_fused.h"
 #include <time.h>
 
 static const int DEV = 0;

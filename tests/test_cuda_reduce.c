@@ -96,7 +96,8 @@ enum { LAY_CONTIG, LAY_TRANSPOSED, LAY_SLICED };
 static const char *lay_name[] = { "contiguous", "transposed", "sliced" };
 
 /* One case: op over inputs of shape (nd, shape) laid out as lay; prologue
-   kind 0 none, 1 x*b with b of shape bshape (nb dims). param: axis mask, or
+   kind 0 none, 1 x*b with b of shape bshape (nb dims), 2 maximum(x*b, -0.25)
+   (an immediate in the prologue). param: axis mask, or
    the softmax axis. */
 typedef struct rcase {
     int op;
@@ -128,7 +129,13 @@ static bool run_case(const rcase *c, char *why, size_t cap) {
     why[0] = 0;
     int ns = c->pro ? 2 : 1;
     prog_buf pb;
-    if (c->pro) build_op_program(&pb, TN_OP_MUL, c->t);
+    if (c->pro == 1) build_op_program(&pb, TN_OP_MUL, c->t);
+    else if (c->pro == 2) {
+        const tn_dtype in2[2] = { c->t, c->t };
+        pb_init(&pb, 2, in2);
+        int m = pb_op(&pb, TN_OP_MUL, c->t, c->t, 0, 1, -1);
+        pb_out(&pb, pb_op(&pb, TN_OP_MAXIMUM, c->t, c->t, m, pb_imm(&pb, c->t, -0.25), -1), c->t);
+    }
     for (int i = 0; i < ns && ok; i++) {
         int nd = i ? c->nb : c->nd;
         const int64_t *sh = i ? c->bshape : c->shape;
@@ -253,6 +260,7 @@ TEST(test_fused_prologue) {
                     memcpy(c.bshape, bshapes[bi], sizeof c.bshape);
                     check_case(&c);
                     if (bi == 0 && mask == 4) { c.lay = LAY_TRANSPOSED; check_case(&c); c.lay = LAY_SLICED; check_case(&c); }
+                    if (bi == 0 && ts[ti] != TN_I64) { c.lay = LAY_CONTIG; c.pro = 2; check_case(&c); }
                 }
             }
     printf("  %d prologue cases, %d mismatches\n", cases, bad);
