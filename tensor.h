@@ -507,10 +507,11 @@ typedef struct tn_backend {
     tn_result (*replay_launch)(void *exec);
     void (*replay_release)(void *exec);
     /* Streams (the >>cuda_streams section; NULL: one queue for everything):
-       func_new makes a compiled function's own queue (NULL result: it runs on
-       whatever queue is current); func_enter, at each call, makes it current,
-       ordered after all work queued before; func_free drops it. */
-    void *(*func_new)(void);
+       func_new makes a compiled function's own queue on `device` (where its
+       device steps run; NULL result: it runs on whatever queue is current);
+       func_enter, at each call, makes it current, ordered after all work
+       queued before; func_free drops it. */
+    void *(*func_new)(int device);
     tn_result (*func_enter)(void *fstate);
     void (*func_free)(void *fstate);
     /* Shared variables read or updated by functions on different streams (the
@@ -3214,9 +3215,9 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
     f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
     if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
     if ((r = tn__func_locks(f)) != TN_OK) goto done;
-    bool on_dev = false;          /* a function with device steps gets its own stream */
-    for (int k = 0; k < f->n_steps; k++) on_dev |= f->steps[k].node->device != TN_HOST;
-    if (on_dev && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new();
+    int dev = TN_HOST;            /* a function with device steps gets its own stream there */
+    for (int k = 0; k < f->n_steps && dev == TN_HOST; k++) dev = f->steps[k].node->device;
+    if (dev != TN_HOST && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new(dev);
 done:
     tn__free(slot_of);
     tn__free(order);

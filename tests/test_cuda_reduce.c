@@ -16,6 +16,9 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
+
+/* The configured device's context (opened by tn_cuda_init). */
+#define CUDA_DEV() tn__cuda_dev_get(tn__cuda.ordinal)
 #include "harness.h"
 #include "gpu/ew_programs.h"
 
@@ -364,9 +367,9 @@ static float time_ms(tn_result (*fn)(void *), void *ctx, int reps) {
     tn__cuda.cu.cuEventCreate(&e0, 0);
     tn__cuda.cu.cuEventCreate(&e1, 0);
     for (int i = 0; i < 10; i++) fn(ctx);
-    tn__cuda.cu.cuEventRecord(e0, tn__cuda_stream());
+    tn__cuda.cu.cuEventRecord(e0, tn__cuda_stream(CUDA_DEV()));
     for (int i = 0; i < reps; i++) fn(ctx);
-    tn__cuda.cu.cuEventRecord(e1, tn__cuda_stream());
+    tn__cuda.cu.cuEventRecord(e1, tn__cuda_stream(CUDA_DEV()));
     tn__cuda.cu.cuEventSynchronize(e1);
     float ms = 0;
     tn__cuda.cu.cuEventElapsedTime(&ms, e0, e1);
@@ -380,7 +383,7 @@ static tn_result run_sum(void *p) { tctx *c = (tctx *)p; return tn__cuda_reduce_
 static tn_result run_copy(void *p) {
     tctx *c = (tctx *)p;
     return tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)c->dst->data, (tn__CUdeviceptr)(uintptr_t)c->x->data,
-                                            c->bytes, tn__cuda_stream()) == TN__CUDA_SUCCESS ? TN_OK : TN_ERR_DEVICE;
+                                            c->bytes, tn__cuda_stream(CUDA_DEV())) == TN__CUDA_SUCCESS ? TN_OK : TN_ERR_DEVICE;
 }
 
 TEST(test_sum_bandwidth) {

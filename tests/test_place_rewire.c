@@ -91,7 +91,7 @@ static void fake_replay_release(void *exec) { free(exec); graphs_live--; }
 /* Stand-in streams: counted, so a test can see each function get one, enter
    it at every call and drop it when freed. */
 static int streams_made, streams_live, stream_enters;
-static void *fake_func_new(void) { streams_made++; streams_live++; return malloc(1); }
+static void *fake_func_new(int device) { (void)device; streams_made++; streams_live++; return malloc(1); }
 static tn_result fake_func_enter(void *s) { (void)s; stream_enters++; return TN_OK; }
 static void fake_func_free(void *s) { if (s) streams_live--; free(s); }
 
