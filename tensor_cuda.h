@@ -57,11 +57,14 @@
    fails the call with TN_ERR_CHECK at the first op whose outputs differ
    beyond the dtype's tolerance (tensor.h's >>check_mode section).
 
-   What it does not do: multiple GPUs in one function, peer copies, MIG
-   selection, Windows (no LoadLibrary path yet), calls of GPU functions from
-   several threads at once (kernel and graph state are per back end, the
-   current stream is one per back end, and capture assumes one thread uses
-   it), so functions' streams never overlap in time.
+   State is per device (the >>cuda_state section): each opened ordinal has its
+   own context, streams, memory pools, modules and cuBLAS handles (one per
+   stream), so functions called from different threads overlap on the GPU,
+   products included. Placement uses the configured device (device=cudaN).
+
+   What it does not do: multiple GPUs in one function, placement on a device
+   other than the configured one, peer copies, MIG selection, Windows (no
+   LoadLibrary path yet).
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H

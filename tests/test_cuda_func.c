@@ -20,6 +20,7 @@
 #define CUDA_DEV() tn__cuda_dev_get(tn__cuda.ordinal)
 #include "harness.h"
 #include "scan_seed.h"
+#include "scan_device.h"
 #include <time.h>
 
 static tn_config base_cfg;   /* device=cuda plus TENSOR_FLAGS (launch_blocking=1 in one run) */

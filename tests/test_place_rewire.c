@@ -13,6 +13,7 @@
 #include "tensor_cuda.h"
 #include "harness.h"
 #include "scan_seed.h"
+#include "scan_device.h"
 
 static tn_result fake_prepare(const tn_var *n, void **s) { (void)n; *s = NULL; return TN_OK; }
 static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
