@@ -498,10 +498,11 @@ typedef struct tn_backend {
     tn_result (*prof_mark)(void *pstate, int mark);
     tn_result (*prof_collect)(void *pstate, double *t, bool all);
     void (*prof_free)(void *pstate);
-    /* Replay (CUDA graphs; the >>cuda_replay section; all NULL: no capture). begin
-       starts capturing the back end's stream; end stops it and instantiates
-       the graph into *exec (exec NULL: discard an aborted capture); an error
-       from either means this function cannot be captured. */
+    /* Replay (CUDA graphs; the >>cuda_replay section; all NULL: no capture).
+       begin starts capturing the calling thread's stream of the function
+       being called; end stops it and instantiates the graph into *exec (exec
+       NULL: discard an aborted capture); an error from either means this
+       function cannot be captured. */
     tn_result (*replay_begin)(void);
     tn_result (*replay_end)(void **exec);
     tn_result (*replay_launch)(void *exec);

@@ -2736,9 +2736,9 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
  * Included by tensor_cuda.h inside its implementation section, after
  * tn__cuda_kernel_get and tn__cuda_entry_function. The user's source is
  * compiled with NVRTC through the back end's memory and disk kernel caches at
- * prepare (compile) time; run launches the kernel on the back end's stream
- * with the inputs' then the outputs' device pointers and out[0]'s element
- * count. Output buffers are allocated by the executor (contiguous). */
+ * prepare (compile) time; run launches the kernel on the calling thread's
+ * stream of the node's device with the inputs' then the outputs' device
+ * pointers and out[0]'s element count. Output buffers are allocated by the executor (contiguous). */
 
 typedef struct tn__cuda_custom_state {
     const tn_custom_op *op;
