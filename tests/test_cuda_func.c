@@ -838,6 +838,58 @@ static void *gpu_run(void *arg) {
     return NULL;
 }
 
+/* Products from two threads: each function's stream has a cuBLAS handle of
+   its own (no shared handle or workspace), and both results stay right. */
+typedef struct blas_job { tn_func *f; tn_array *x; const tn_array *W; int calls, bad; } blas_job;
+static void *blas_run(void *arg) {
+    blas_job *j = (blas_job *)arg;
+    pthread_barrier_wait(&gpu_bar);
+    for (int c = 0; c < j->calls; c++) {
+        tn_array *y = NULL;
+        if (tn_call(j->f, &j->x, &y) != TN_OK || !y) { j->bad++; continue; }
+        for (int64_t r = 0; r < y->shape[0]; r++) {    /* float64 row sums, not cuBLAS's blocking */
+            double ref = 0;
+            for (int64_t k = 0; k < j->W->shape[1]; k++)
+                ref += tn_array_get(j->W, (int64_t[]){ r, k }) * tn_array_get(j->x, &k);
+            if (!th_close(tn_array_get(y, &r), ref, 1e-4, 1e-4)) { j->bad++; break; }
+        }
+        tn_array_free(y);
+    }
+    return NULL;
+}
+
+TEST(test_products_on_two_streams) {
+    const int64_t M = 96, K = 200;
+    tn_graph *g = tn_graph_new();
+    tn_array *Wv[2], *xv[2];
+    tn_func *f[2];
+    for (int i = 0; i < 2; i++) {
+        Wv[i] = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ M, K }, -1, 1, 40 + (uint64_t)i);
+        xv[i] = tn_array_rand_uniform(TN_F32, 1, &K, -2, 2, 50 + (uint64_t)i);
+        tn_array_set(xv[i], (int64_t[]){ 0 }, -0.0);
+        tn_var *W = tn_shared(g, i ? "W1" : "W0", Wv[i]), *x = tn_vector(g, "x", TN_F32), *y = tn_dot(W, x);
+        f[i] = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .name = i ? "mv1" : "mv0" });
+    }
+    CHECK(f[0] && f[1] && f[0]->bfstate && f[1]->bfstate, "two device functions: %s", tn_last_error());
+    if (f[0] && f[1] && f[0]->bfstate && f[1]->bfstate) {
+        blas_job jobs[2];
+        pthread_t t[2];
+        pthread_barrier_init(&gpu_bar, NULL, 2);
+        for (int i = 0; i < 2; i++) {
+            jobs[i] = (blas_job){ .f = f[i], .x = xv[i], .W = Wv[i], .calls = 50 };
+            pthread_create(&t[i], NULL, blas_run, &jobs[i]);
+        }
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&gpu_bar);
+        CHECK(jobs[0].bad == 0 && jobs[1].bad == 0, "wrong or failed products: %d and %d of 50", jobs[0].bad, jobs[1].bad);
+        const tn__cuda_fstream *s0 = (const tn__cuda_fstream *)f[0]->bfstate, *s1 = (const tn__cuda_fstream *)f[1]->bfstate;
+        CHECK(s0->blas && s1->blas && s0->blas != s1->blas && s0->blas_ws != s1->blas_ws,
+              "each function's stream has its own cuBLAS handle and workspace");
+    }
+    for (int i = 0; i < 2; i++) { tn_function_free(f[i]); tn_array_free(Wv[i]); tn_array_free(xv[i]); }
+    tn_graph_free(g);
+}
+
 TEST(test_threads_on_gpu) {
     const int64_t n = 1 << 16;
     tn_graph *g = tn_graph_new();
@@ -913,6 +965,7 @@ int main(void) {
     TH_RUN(test_fresh_outputs_on_device_and_pinned);
     TH_RUN(test_update_targets_on_device);
     TH_RUN(test_threads_on_gpu);
+    TH_RUN(test_products_on_two_streams);
     tn_shutdown();
     TH_END();
 }
