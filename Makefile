@@ -2,7 +2,7 @@
 CC      ?= cc
 CXX     ?= c++
 CFLAGS  ?= -O2 -g
-WARN     = -std=c11 -Wall -Wextra -Werror -Wno-unused-function
+WARN     = -std=c11 -Wall -Wextra -Werror
 LDLIBS   = -lm -lpthread -ldl
 HEADERS  = tensor.h tensor_ops.h $(wildcard tensor_cuda.h) $(wildcard tests/gpu/*.h) $(wildcard tests/*.h)
 CUDA_INC = $(or $(CUDA_PATH),/usr/local/cuda)/include

@@ -344,11 +344,11 @@ TN_API void tn__contiguous_strides(tn_dtype t, int ndim, const int64_t *shape, i
 TN_API void tn__buffer_retain(tn_buffer *b);
 TN_API void tn__buffer_release(tn_buffer *b);
 
-/* CUDA graph replay of f (the >>graph_replay section): calls replayed from a
+/* CUDA graph replay of f (the >>replay section): calls replayed from a
    captured graph, graphs captured, and why f runs without graphs ("" while
    it may use them). A call that captures a graph is not counted as a replay.
    For tests and benchmarks. */
-TN_API void tn__graph_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why);
+TN_API void tn__replay_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why);
 
 /* Threads: fn(ctx, lo, hi) over [0, n) in chunks of at least `grain`; runs
    inline when n < grain or threads are off. */
@@ -414,6 +414,7 @@ TN_API tn_result tn__err(tn_result r, const char *fmt, ...)
     ;
 TN_API void tn__warn(const char *fmt, ...);                    /* a warning through the log callback */
 TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]);  /* "(3, 4)", for messages */
+TN_API bool tn__log_set(void);                                 /* a log callback is set (else messages go to stderr) */
 
 /* Memory hooks (TN_MALLOC...) as functions, for the other headers. */
 TN_API void *tn__malloc(size_t n);
@@ -426,6 +427,7 @@ TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const 
 TN_API int tn__graph_nvars(const tn_graph *g);                 /* node ids are below this */
 
 /* Ops: definitions (name, kind, label, CPU kernel) and elementwise programs. */
+TN_API bool tn__scan_device_ok(const tn_var *node);            /* a scan whose step was compiled for device arrays */
 TN_API const tn_op_def *tn__op_def(int op);
 TN_API tn_op_kind tn__op_kind(int op);
 TN_API const tn_ew_info *tn__ew_info(int op);                  /* NULL for non-elementwise ops */
@@ -438,6 +440,13 @@ typedef struct tn_device_ops {
     void (*free)(int device, void *ptr);
     /* copies between host and device or device and device, then waits */
     tn_result (*copy)(void *dst, int dst_device, const void *src, int src_device, size_t bytes);
+    /* Page-locked host memory that copies from `device` land in directly, and
+       the way back (NULL, or a NULL result: ordinary host memory). */
+    void *(*pinned_alloc)(int device, size_t bytes);
+    void (*pinned_free)(int device, void *p, size_t bytes);
+    /* HostFromGpu's kernel: in (device) copied into the contiguous host array
+       out, ordered after the work queued on in, then waited for (NULL: copy). */
+    tn_result (*d2h)(const tn_var *node, const tn_array *in, tn_array *out);
 } tn_device_ops;
 TN_API void tn__set_device_ops(const tn_device_ops *ops);
 TN_API const tn_device_ops *tn__get_device_ops(void);
@@ -489,19 +498,21 @@ typedef struct tn_backend {
     tn_result (*prof_mark)(void *pstate, int mark);
     tn_result (*prof_collect)(void *pstate, double *t, bool all);
     void (*prof_free)(void *pstate);
-    /* CUDA graphs (the >>cuda_graph section; all NULL: no capture). begin
-       starts capturing the back end's stream; end stops it and instantiates
-       the graph into *exec (exec NULL: discard an aborted capture); an error
-       from either means this function cannot be captured. */
-    tn_result (*graph_begin)(void);
-    tn_result (*graph_end)(void **exec);
-    tn_result (*graph_launch)(void *exec);
-    void (*graph_release)(void *exec);
+    /* Replay (CUDA graphs; the >>cuda_replay section; all NULL: no capture).
+       begin starts capturing the calling thread's stream of the function
+       being called; end stops it and instantiates the graph into *exec (exec
+       NULL: discard an aborted capture); an error from either means this
+       function cannot be captured. */
+    tn_result (*replay_begin)(void);
+    tn_result (*replay_end)(void **exec);
+    tn_result (*replay_launch)(void *exec);
+    void (*replay_release)(void *exec);
     /* Streams (the >>cuda_streams section; NULL: one queue for everything):
-       func_new makes a compiled function's own queue (NULL result: it runs on
-       whatever queue is current); func_enter, at each call, makes it current,
-       ordered after all work queued before; func_free drops it. */
-    void *(*func_new)(void);
+       func_new makes a compiled function's own queue on `device` (where its
+       device steps run; NULL result: it runs on whatever queue is current);
+       func_enter, at each call, makes it current, ordered after all work
+       queued before; func_free drops it. */
+    void *(*func_new)(int device);
     tn_result (*func_enter)(void *fstate);
     void (*func_free)(void *fstate);
     /* Shared variables used by functions on different streams (the
@@ -530,10 +541,9 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    (static, in the implementation): tn__node_label (a node's debugprint label),
    tn__toposort (a graph's nodes in order), tn__var_new and tn__graph_own (a
    constant node and its value in a graph), tn__broadcast_strides (strides of
-   an array broadcast to a shape), tn__scan_run, tn__scan_mem and
-   tn__scan_device_ok (a scan loop with device memory), tn__func_share_stream,
-   the hooks tn__device_init_hook, tn__shutdown_hook, tn__d2h_hook,
-   tn__pinned_alloc_hook and tn__pinned_free_hook, the log callback
+   an array broadcast to a shape), tn__scan_run and tn__scan_mem (a scan
+   loop with device memory), tn__func_share_stream,
+   the hooks tn__device_init_hook and tn__shutdown_hook, the log callback
    (tn__log_fn, tn__log_user), and the reduction planner of tensor_ops.h
    (tn__rplan, tn__rplan_build, tn__rk_of, tn__reduce_dtype, tn__rfinish,
    tn__rstore, the fold table TN__RFOLDS, tn__ew_casts). */
@@ -626,7 +636,7 @@ static struct tn__lib {
 static _Thread_local tn_result tn__last_result;
 static _Thread_local char tn__last_msg[1024];
 
-static bool tn__log_set(void) {
+TN_API bool tn__log_set(void) {
     pthread_mutex_lock(&tn__lib.log_mu);
     bool set = tn__lib.log_fn != NULL;
     pthread_mutex_unlock(&tn__lib.log_mu);
@@ -1081,9 +1091,11 @@ struct tn_buffer {
     size_t bytes;
     int device;             /* TN_HOST or a CUDA ordinal */
     bool owns;
-    /* set: host memory from a back end's allocator (pinned), given back
-       through it; NULL: tn__malloc host memory or tn_device_ops memory */
-    void (*free_fn)(void *raw, size_t bytes);
+    /* set: host memory from a back end's allocator (pinned for copies from
+       device free_device), given back through it; NULL: tn__malloc host
+       memory or tn_device_ops memory */
+    void (*free_fn)(int device, void *raw, size_t bytes);
+    int free_device;
 };
 
 TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__lib.device_ops = ops; }
@@ -1130,7 +1142,7 @@ TN_API void tn__buffer_retain(tn_buffer *b) {
 TN_API void tn__buffer_release(tn_buffer *b) {
     if (!b || __atomic_sub_fetch(&b->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
     if (b->owns) {
-        if (b->free_fn) b->free_fn(b->raw, b->bytes);
+        if (b->free_fn) b->free_fn(b->free_device, b->raw, b->bytes);
         else if (b->device == TN_HOST) tn__free(b->raw);
         else if (tn__lib.device_ops && tn__lib.device_ops->free) tn__lib.device_ops->free(b->device, b->data);
     }
@@ -1210,27 +1222,25 @@ TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int
     return a;
 }
 
-/* Set by a device back end (tensor_cuda.h): page-locked host memory from its
-   caching allocator (NULL when it has none), and the way back. */
-static void *(*tn__pinned_alloc_hook)(size_t bytes);
-static void (*tn__pinned_free_hook)(void *p, size_t bytes);
-
-/* A contiguous host array in the back end's pinned memory, so a device-to-host
-   copy lands in it directly; ordinary host memory without one (or when pinned
-   memory runs out). */
-static tn_array *tn__array_alloc_pinned(tn_dtype t, int ndim, const int64_t *shape) {
-    if (!tn__pinned_alloc_hook || !tn__pinned_free_hook || tn__check_shape("tn__array_alloc_pinned", t, ndim, shape) != TN_OK)
+/* A contiguous host array in the back end's pinned memory (tn_device_ops.
+   pinned_alloc), so a copy from `device` lands in it directly; ordinary host
+   memory without one (or when pinned memory runs out). */
+static tn_array *tn__array_alloc_pinned(int device, tn_dtype t, int ndim, const int64_t *shape) {
+    const tn_device_ops *ops = tn__lib.device_ops;
+    if (device == TN_HOST || !ops || !ops->pinned_alloc || !ops->pinned_free ||
+        tn__check_shape("tn__array_alloc_pinned", t, ndim, shape) != TN_OK)
         return tn__array_alloc(t, ndim, shape, TN_HOST);
     size_t bytes = (size_t)tn__shape_size(ndim, shape) * tn_dtype_size(t);
     tn_buffer *b = (tn_buffer *)tn__calloc(1, sizeof *b);
-    void *p = b ? tn__pinned_alloc_hook(bytes) : NULL;
+    void *p = b ? ops->pinned_alloc(device, bytes) : NULL;
     if (!p) { tn__free(b); return tn__array_alloc(t, ndim, shape, TN_HOST); }
     b->refcount = 1;
     b->data = b->raw = p;
     b->bytes = bytes;
     b->device = TN_HOST;
     b->owns = true;
-    b->free_fn = tn__pinned_free_hook;
+    b->free_fn = ops->pinned_free;
+    b->free_device = device;
     tn_array *a = tn__array_from_buffer(b, t, ndim, shape, NULL, p, TN_HOST);
     tn__buffer_release(b);
     return a;
@@ -2782,7 +2792,7 @@ typedef struct tn__phys {
     int device;
     long pending;
     bool pinned, in_pool;
-    bool page_locked;       /* host buffer a device-to-host copy writes: pinned memory from the back end */
+    int pin_device;         /* host buffer a copy from this device writes: pinned memory from the back end (TN_HOST: none) */
 } tn__phys;
 
 struct tn_func {
@@ -2823,7 +2833,7 @@ struct tn_func {
     struct tn__prof *prof;              /* profiler (the >>profile section); NULL when off */
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
-    struct tn__gcache *gcache;          /* captured CUDA graphs (the >>graph_replay section); NULL until used */
+    struct tn__replay_cache *rcache;    /* captured CUDA graphs (the >>replay section); NULL until used */
     atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
     struct tn__shvar **locks;           /* the shared variables it reads or updates, in lock order */
     int n_locks;
@@ -2837,15 +2847,15 @@ static double tn__prof_step_begin(tn_func *f, int k);
 static void tn__prof_step(tn_func *f, int k, double t0);
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
 static void tn__prof_finish(tn_func *f);
-/* The >>graph_replay and >>check_mode sections. */
-static void tn__graph_drop(tn_func *f);
-static void tn__graph_free(tn_func *f);
-static tn_result tn__graph_run(tn_func *f);
+/* The >>replay and >>check_mode sections. */
+static void tn__replay_drop(tn_func *f);
+static void tn__replay_free(tn_func *f);
+static tn_result tn__replay_run(tn_func *f);
 static bool tn__check_wanted(const tn_func *f, const tn__step *st);
 static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
 
 static void tn__plan_release(tn_func *f) {
-    tn__graph_drop(f);                  /* its graphs baked in the buffers freed here */
+    tn__replay_drop(f);                 /* its graphs baked in the buffers freed here */
     for (int s = 0; f->slots && s < f->n_slots; s++) { tn_array_free(f->slots[s].own); f->slots[s].own = NULL; }
     for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
     f->n_phys = 0;
@@ -2926,7 +2936,7 @@ TN_API void tn_function_free(tn_func *f) {
     if (!f) return;
     if (f->prof) tn__prof_finish(f);
     tn__plan_release(f);
-    tn__graph_free(f);
+    tn__replay_free(f);
     tn__retired_release(f);
     for (int i = 0; i < f->n_steps; i++)
         if (f->steps[i].bstate && f->steps[i].brow && f->steps[i].brow->release) f->steps[i].brow->release(f->steps[i].bstate);
@@ -3204,9 +3214,9 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
     f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
     if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
     if ((r = tn__func_locks(f)) != TN_OK) goto done;
-    bool on_dev = false;          /* a function with device steps gets its own stream */
-    for (int k = 0; k < f->n_steps; k++) on_dev |= f->steps[k].node->device != TN_HOST;
-    if (on_dev && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new();
+    int dev = TN_HOST;            /* a function with device steps gets its own stream there */
+    for (int k = 0; k < f->n_steps && dev == TN_HOST; k++) dev = f->steps[k].node->device;
+    if (dev != TN_HOST && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new(dev);
 done:
     tn__free(slot_of);
     tn__free(order);
@@ -3335,6 +3345,7 @@ static int tn__phys_get(tn_func *f, size_t bytes, int device, bool exact) {
     memset(p, 0, sizeof *p);
     p->cap = bytes;
     p->device = device;
+    p->pin_device = TN_HOST;
     return f->n_phys++;
 }
 
@@ -3392,7 +3403,7 @@ static tn_result tn__fresh_output(tn_func *f, const tn__step *st, tn__slot *sl) 
     if (!sl->own) {
         const tn_array *a = &sl->arr;
         sl->own = st->node->op == TN_OP_HOST_FROM_GPU && a->device == TN_HOST
-                ? tn__array_alloc_pinned(a->dtype, a->ndim, a->shape)
+                ? tn__array_alloc_pinned(st->node->in[0]->device, a->dtype, a->ndim, a->shape)
                 : tn__array_alloc(a->dtype, a->ndim, a->shape, a->device);
         if (!sl->own) return tn__err(TN_ERR_OOM, "%s: out of memory for an output: %s", f->name, tn_last_error());
     }
@@ -3469,7 +3480,7 @@ static tn_result tn__plan(tn_func *f) {
             if (ph >= 0) {
                 f->phys[ph].pending += sl->nreaders;
                 if (sl->pinned) f->phys[ph].pinned = true;
-                if (v->op == TN_OP_HOST_FROM_GPU && f->phys[ph].device == TN_HOST) f->phys[ph].page_locked = true;
+                if (v->op == TN_OP_HOST_FROM_GPU && f->phys[ph].device == TN_HOST) f->phys[ph].pin_device = v->in[0]->device;
             }
         }
         for (int i = 0; i < st->n_in; i++) tn__phys_drop_reader(f, f->slots[st->in_slot[i]].phys, gc);
@@ -3481,7 +3492,8 @@ static tn_result tn__plan(tn_func *f) {
     for (int i = 0; i < f->n_phys; i++) {
         tn__phys *p = &f->phys[i];
         int64_t n = (int64_t)p->cap;
-        tn_array *a = p->page_locked ? tn__array_alloc_pinned(TN_BOOL, 1, &n) : tn__array_alloc(TN_BOOL, 1, &n, p->device);
+        tn_array *a = p->pin_device != TN_HOST ? tn__array_alloc_pinned(p->pin_device, TN_BOOL, 1, &n)
+                                                 : tn__array_alloc(TN_BOOL, 1, &n, p->device);
         if (!a) { r = tn__err(TN_ERR_OOM, "%s: out of memory for intermediate buffers: %s", W, tn_last_error()); goto fail; }
         p->base = a->base;
         p->data = a->data;
@@ -3549,10 +3561,10 @@ static bool tn__shapes_changed(tn_func *f) {
     return changed;
 }
 
-/* How tn__steps runs: every step, or (the >>graph_replay section's probe)
+/* How tn__steps runs: every step, or (the >>replay section's probe)
    only the views, noting each kernel's operands instead of launching it. */
 enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
-static void tn__graph_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
+static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
 
 static tn_result tn__steps(tn_func *f, int how) {
     for (int k = 0; k < f->n_steps; k++) {
@@ -3580,7 +3592,7 @@ static tn_result tn__steps(tn_func *f, int how) {
             out[o] = a;
         }
         tn_var *v = st->node;
-        if (how == TN__STEPS_PROBE) { tn__graph_note(f, st, in, out); if (!st->view) continue; }
+        if (how == TN__STEPS_PROBE) { tn__replay_note(f, st, in, out); if (!st->view) continue; }
         double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
         tn_result r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
                     : st->brow ? st->brow->run(v, st->bstate, in, out)
@@ -3599,8 +3611,8 @@ static tn_result tn__steps(tn_func *f, int how) {
 }
 
 /* Every step, once; through a captured CUDA graph where f has one (the
-   >>graph_replay section). */
-static tn_result tn__run_steps(tn_func *f) { return tn__graph_run(f); }
+   >>replay section). */
+static tn_result tn__run_steps(tn_func *f) { return tn__replay_run(f); }
 
 /* The shared value can take the update's buffer, and give its own buffer
    (big enough for the plan) to the function in exchange. */
@@ -3741,9 +3753,9 @@ static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **output
     return TN_OK;
 }
 
-/* >>graph_replay --------------------------------------------------------- */
+/* >>replay: CUDA graph capture and replay of a function's steps ------------ */
 /* When a function's shapes repeat, its whole sequence of device kernels is
-   captured once as a CUDA graph (tn_backend.graph_*) and then replayed: one
+   captured once as a CUDA graph (tn_backend.replay_*) and then replayed: one
    launch per call instead of one per kernel. A graph bakes in every pointer
    and stride its kernels saw, so each call first probes: tn__steps assembles
    every step's arrays as a run would (running the views, which only compute
@@ -3759,58 +3771,58 @@ static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **output
    produced by a step borrowed (a copied output is a new buffer each call),
    and none of cuda_graph=0, launch_blocking=1, profiling, mode=check. A
    capture that fails (an op that synchronises or allocates) turns graphs off
-   for that function for good, silently (tn__graph_stats says why); that
+   for that function for good, silently (tn__replay_stats says why); that
    call runs its kernels plainly. */
 
-#define TN__GRAPH_SLOTS 4          /* signatures remembered per function */
-#define TN__GRAPH_MISS_LIMIT 16    /* calls in a row with an unseen signature: off until the next plan */
+#define TN__REPLAY_SLOTS 4          /* signatures remembered per function */
+#define TN__REPLAY_MISS_LIMIT 16    /* calls in a row with an unseen signature: off until the next plan */
 
-typedef struct tn__gentry {
+typedef struct tn__replay_entry {
     uint64_t *sig;                 /* NULL: a free slot */
     void *exec;                    /* NULL: seen once, not captured yet */
     uint64_t used;                 /* LRU tick */
-} tn__gentry;
+} tn__replay_entry;
 
-enum { TN__G_UNKNOWN = 0, TN__G_ON, TN__G_PLAN_OFF, TN__G_OFF };
+enum { TN__REPLAY_UNKNOWN = 0, TN__REPLAY_ON, TN__REPLAY_PLAN_OFF, TN__REPLAY_OFF };
 
-typedef struct tn__gcache {
-    tn__gentry e[TN__GRAPH_SLOTS];
+typedef struct tn__replay_cache {
+    tn__replay_entry e[TN__REPLAY_SLOTS];
     uint64_t *sig;                 /* this call's signature (the probe's) */
     size_t n_sig, cap_sig;
     uint64_t tick;
-    int state;                     /* TN__G_*: eligibility, decided at the first call after a plan */
+    int state;                     /* TN__REPLAY_*: eligibility, decided at the first call after a plan */
     int misses;
     bool sig_overflow;
     int64_t replays, captures;
     char why[256];
-} tn__gcache;
+} tn__replay_cache;
 
-static void tn__graph_drop(tn_func *f) {
-    tn__gcache *gc = f->gcache;
+static void tn__replay_drop(tn_func *f) {
+    tn__replay_cache *gc = f->rcache;
     if (!gc) return;
-    for (int i = 0; i < TN__GRAPH_SLOTS; i++) {
-        tn__gentry *e = &gc->e[i];
-        if (e->exec && f->backend && f->backend->graph_release) f->backend->graph_release(e->exec);
+    for (int i = 0; i < TN__REPLAY_SLOTS; i++) {
+        tn__replay_entry *e = &gc->e[i];
+        if (e->exec && f->backend && f->backend->replay_release) f->backend->replay_release(e->exec);
         tn__free(e->sig);
         memset(e, 0, sizeof *e);
     }
     gc->misses = 0;
-    if (gc->state != TN__G_OFF) { gc->state = TN__G_UNKNOWN; gc->why[0] = 0; }
+    if (gc->state != TN__REPLAY_OFF) { gc->state = TN__REPLAY_UNKNOWN; gc->why[0] = 0; }
 }
 
-static void tn__graph_free(tn_func *f) {
-    if (!f->gcache) return;
-    tn__graph_drop(f);
-    tn__free(f->gcache->sig);
-    tn__free(f->gcache);
-    f->gcache = NULL;
+static void tn__replay_free(tn_func *f) {
+    if (!f->rcache) return;
+    tn__replay_drop(f);
+    tn__free(f->rcache->sig);
+    tn__free(f->rcache);
+    f->rcache = NULL;
 }
 
 /* What keeps this call from using graphs whatever the function (NULL: nothing). */
-static const char *tn__graph_blocker(const tn_func *f) {
+static const char *tn__replay_blocker(const tn_func *f) {
     const tn_backend *b = f->backend;
     const tn_config *c = tn_get_config();
-    if (!b || !b->graph_begin || !b->graph_end || !b->graph_launch || !b->graph_release) return "no device back end with CUDA graphs";
+    if (!b || !b->replay_begin || !b->replay_end || !b->replay_launch || !b->replay_release) return "no device back end with CUDA graphs";
     if (c->no_cuda_graph) return "cuda_graph=0";
     if (c->launch_blocking) return "launch_blocking=1";
     if (f->prof) return "profiled";
@@ -3819,7 +3831,7 @@ static const char *tn__graph_blocker(const tn_func *f) {
 }
 
 /* Whether f's steps can be captured; else why not, in why. */
-static bool tn__graph_eligible(const tn_func *f, char *why, size_t cap) {
+static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
     int kernels = 0;
     char lb[160];
     for (int k = 0; k < f->n_steps; k++) {
@@ -3845,21 +3857,21 @@ static bool tn__graph_eligible(const tn_func *f, char *why, size_t cap) {
     return true;
 }
 
-static tn__gcache *tn__graph_cache(tn_func *f) {
-    if (f->gcache) return f->gcache;
+static tn__replay_cache *tn__replay_cache_get(tn_func *f) {
+    if (f->rcache) return f->rcache;
     size_t cap = 1;
     for (int k = 0; k < f->n_steps; k++) cap += (size_t)(f->steps[k].n_in + f->steps[k].n_out) * (1 + TN_MAX_DIMS);
-    tn__gcache *gc = (tn__gcache *)tn__calloc(1, sizeof *gc);
+    tn__replay_cache *gc = (tn__replay_cache *)tn__calloc(1, sizeof *gc);
     uint64_t *sig = (uint64_t *)tn__malloc(cap * sizeof *sig);
     if (!gc || !sig) { tn__free(gc); tn__free(sig); return NULL; }
     gc->sig = sig;
     gc->cap_sig = cap;
-    return f->gcache = gc;
+    return f->rcache = gc;
 }
 
 /* The probe: one kernel's operands into the signature. */
-static void tn__graph_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
-    tn__gcache *gc = f->gcache;
+static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    tn__replay_cache *gc = f->rcache;
     if (st->view) return;
     for (int i = 0; i < st->n_in + st->n_out; i++) {
         const tn_array *a = i < st->n_in ? in[i] : out[i - st->n_in];
@@ -3869,89 +3881,89 @@ static void tn__graph_note(tn_func *f, const tn__step *st, tn_array *const *in, 
     }
 }
 
-static tn__gentry *tn__graph_find(tn__gcache *gc) {
-    for (int i = 0; i < TN__GRAPH_SLOTS; i++)
+static tn__replay_entry *tn__replay_find(tn__replay_cache *gc) {
+    for (int i = 0; i < TN__REPLAY_SLOTS; i++)
         if (gc->e[i].sig && !memcmp(gc->e[i].sig, gc->sig, gc->n_sig * sizeof *gc->sig)) return &gc->e[i];
     return NULL;
 }
 
 /* Remembers this call's signature as seen (not captured), evicting the least recently used. */
-static void tn__graph_remember(tn_func *f, tn__gcache *gc) {
-    tn__gentry *e = &gc->e[0];
-    for (int i = 0; i < TN__GRAPH_SLOTS; i++) {
+static void tn__replay_remember(tn_func *f, tn__replay_cache *gc) {
+    tn__replay_entry *e = &gc->e[0];
+    for (int i = 0; i < TN__REPLAY_SLOTS; i++) {
         if (!gc->e[i].sig) { e = &gc->e[i]; break; }
         if (gc->e[i].used < e->used) e = &gc->e[i];
     }
     uint64_t *sig = e->sig ? e->sig : (uint64_t *)tn__malloc(gc->cap_sig * sizeof *sig);
     if (!sig) return;                                 /* out of memory: simply not remembered */
-    if (e->exec) f->backend->graph_release(e->exec);
+    if (e->exec) f->backend->replay_release(e->exec);
     memcpy(sig, gc->sig, gc->n_sig * sizeof *sig);
     e->sig = sig;
     e->exec = NULL;
     e->used = ++gc->tick;
 }
 
-static tn_result tn__graph_launch(tn_func *f, tn__gcache *gc, tn__gentry *e) {
+static tn_result tn__replay_launch(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
     e->used = ++gc->tick;
     gc->misses = 0;
-    tn_result r = f->backend->graph_launch(e->exec);
+    tn_result r = f->backend->replay_launch(e->exec);
     return r == TN_OK ? TN_OK : tn__err(r, "%s: launching its CUDA graph: %s", f->name, tn_last_error());
 }
 
 /* Runs the steps under capture into e, then launches the graph. A step or
    the capture failing turns graphs off for f; nothing ran on the device
    then, so the steps run again plainly. */
-static tn_result tn__graph_capture(tn_func *f, tn__gcache *gc, tn__gentry *e) {
+static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
     const tn_backend *b = f->backend;
-    tn_result r = b->graph_begin();
+    tn_result r = b->replay_begin();
     if (r == TN_OK) {
         r = tn__steps(f, TN__STEPS_RUN);
         void *exec = NULL;
-        tn_result re = b->graph_end(r == TN_OK ? &exec : NULL);
+        tn_result re = b->replay_end(r == TN_OK ? &exec : NULL);
         if (r == TN_OK && re == TN_OK && exec) {
             e->exec = exec;
             gc->captures++;
-            return tn__graph_launch(f, gc, e);
+            return tn__replay_launch(f, gc, e);
         }
         if (r == TN_OK) r = re != TN_OK ? re : TN_ERR_INTERNAL;
     }
-    tn__graph_drop(f);
-    gc->state = TN__G_OFF;
+    tn__replay_drop(f);
+    gc->state = TN__REPLAY_OFF;
     snprintf(gc->why, sizeof gc->why, "its capture failed (%.20s): %.200s", tn_result_string(r), tn_last_error());
     tn_clear_error();
     return tn__steps(f, TN__STEPS_RUN);
 }
 
-static tn_result tn__graph_run(tn_func *f) {
-    tn__gcache *gc = f->gcache;
-    if ((gc && gc->state >= TN__G_PLAN_OFF) || f->n_steps == 0 || tn__graph_blocker(f) || (!gc && !(gc = tn__graph_cache(f))))
+static tn_result tn__replay_run(tn_func *f) {
+    tn__replay_cache *gc = f->rcache;
+    if ((gc && gc->state >= TN__REPLAY_PLAN_OFF) || f->n_steps == 0 || tn__replay_blocker(f) || (!gc && !(gc = tn__replay_cache_get(f))))
         return tn__steps(f, TN__STEPS_RUN);
-    if (gc->state == TN__G_UNKNOWN) {
-        gc->state = tn__graph_eligible(f, gc->why, sizeof gc->why) ? TN__G_ON : TN__G_PLAN_OFF;
-        if (gc->state != TN__G_ON) return tn__steps(f, TN__STEPS_RUN);
+    if (gc->state == TN__REPLAY_UNKNOWN) {
+        gc->state = tn__replay_eligible(f, gc->why, sizeof gc->why) ? TN__REPLAY_ON : TN__REPLAY_PLAN_OFF;
+        if (gc->state != TN__REPLAY_ON) return tn__steps(f, TN__STEPS_RUN);
     }
     gc->n_sig = 0;
     gc->sig_overflow = false;
     tn_result r = tn__steps(f, TN__STEPS_PROBE);
     if (r != TN_OK) return r;
     TN_ASSERT(!gc->sig_overflow);
-    tn__gentry *e = gc->sig_overflow ? NULL : tn__graph_find(gc);
-    if (e && e->exec) { gc->replays++; return tn__graph_launch(f, gc, e); }
-    if (e) return tn__graph_capture(f, gc, e);
-    tn__graph_remember(f, gc);
-    if (++gc->misses >= TN__GRAPH_MISS_LIMIT) {
-        gc->state = TN__G_PLAN_OFF;
+    tn__replay_entry *e = gc->sig_overflow ? NULL : tn__replay_find(gc);
+    if (e && e->exec) { gc->replays++; return tn__replay_launch(f, gc, e); }
+    if (e) return tn__replay_capture(f, gc, e);
+    tn__replay_remember(f, gc);
+    if (++gc->misses >= TN__REPLAY_MISS_LIMIT) {
+        gc->state = TN__REPLAY_PLAN_OFF;
         snprintf(gc->why, sizeof gc->why, "its kernels' pointers changed on %d calls in a row", gc->misses);
     }
     return tn__steps(f, TN__STEPS_RUN);
 }
 
-TN_API void tn__graph_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why) {
-    const tn__gcache *gc = f ? f->gcache : NULL;
-    const char *b = f ? tn__graph_blocker(f) : "no function";
+TN_API void tn__replay_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why) {
+    const tn__replay_cache *gc = f ? f->rcache : NULL;
+    const char *b = f ? tn__replay_blocker(f) : "no function";
     if (replays) *replays = gc ? gc->replays : 0;
     if (captures) *captures = gc ? gc->captures : 0;
-    if (why) *why = gc && gc->state >= TN__G_PLAN_OFF ? gc->why : b ? b : "";
+    if (why) *why = gc && gc->state >= TN__REPLAY_PLAN_OFF ? gc->why : b ? b : "";
 }
 
 /* >>check_mode ----------------------------------------------------------- */
@@ -5902,13 +5914,9 @@ static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
    Theano does. Device placement (node->device) decides where the output
    lives: the executor allocates it there. GPU_FROM_HOST on the device runs
    through the back end (tn_backend.run); HOST_FROM_GPU is a host node whose
-   kernel asks the back end for a staged, stream-ordered copy (tn__d2h_hook),
+   kernel asks the back end for a staged, stream-ordered copy (tn_device_ops.d2h),
    or falls back to the device ops' blocking copy. Without a back end both
    are host copies, so a graph that asks for a device result still runs. */
-
-/* Set by tensor_cuda.h: device-to-host copy of in into the host array out
-   (contiguous, same shape and dtype), waiting for the stream. */
-static tn_result (*tn__d2h_hook)(const tn_var *node, const tn_array *in, tn_array *out);
 
 static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_type *out) {
     (void)node;
@@ -5918,8 +5926,9 @@ static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_ty
 
 /* Host kernel of both ops: a copy into out[0] (converting nothing: same type). */
 static tn_result tn__cpu_transfer(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && tn__d2h_hook)
-        return tn__d2h_hook(node, in[0], out[0]);
+    const tn_device_ops *ops = tn__lib.device_ops;
+    if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && ops && ops->d2h)
+        return ops->d2h(node, in[0], out[0]);
     return tn_array_assign(out[0], in[0]);
 }
 
@@ -6497,7 +6506,7 @@ static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array 
 
 /* Placement (tensor_cuda.h): a scan whose step was compiled for device
    arrays runs on the device, its loop queued on the back end's stream. */
-static bool tn__scan_device_ok(const tn_var *node) {
+TN_API bool tn__scan_device_ok(const tn_var *node) {
     const tn__scan *s = node->op == TN_OP_SCAN ? (const tn__scan *)node->ext : NULL;
     return s && s->dfn;
 }

@@ -51,17 +51,20 @@
    CUDA graphs: a function whose steps all run on the GPU (no transfers; its
    outputs borrowed) is captured as a CUDA graph the second time its
    kernels see the same pointers, and replayed from then on (tensor.h's
-   >>graph_replay section says exactly when). cuda_graph=0 turns this off;
+   >>replay section says exactly when). cuda_graph=0 turns this off;
    launch_blocking=1, profiling and mode=check do too.
    mode=check runs each GPU op's CPU kernel on host copies of its inputs and
    fails the call with TN_ERR_CHECK at the first op whose outputs differ
    beyond the dtype's tolerance (tensor.h's >>check_mode section).
 
-   What it does not do: multiple GPUs in one function, peer copies, MIG
-   selection, Windows (no LoadLibrary path yet), calls of GPU functions from
-   several threads at once (kernel and graph state are per back end, the
-   current stream is one per back end, and capture assumes one thread uses
-   it), so functions' streams never overlap in time.
+   State is per device (the >>cuda_state section): each opened ordinal has its
+   own context, streams, memory pools, modules and cuBLAS handles (one per
+   stream), so functions called from different threads overlap on the GPU,
+   products included. Placement uses the configured device (device=cudaN).
+
+   What it does not do: multiple GPUs in one function, placement on a device
+   other than the configured one, peer copies, MIG selection, Windows (no
+   LoadLibrary path yet).
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H
@@ -263,6 +266,10 @@ TN__NVRTC_FUNCS(TN__X_PFN)
 TN__CUBLAS_FUNCS(TN__X_PFN)
 #undef TN__X_PFN
 
+/* Waits for the calling thread's current stream (tests and benchmarks; the
+   executor never waits on it). */
+TN_API tn_result tn__cuda_synchronize(void);
+
 #ifdef __cplusplus
 }
 #endif
@@ -336,34 +343,105 @@ static const char *tn__cublas_syms(void *h, tn__cublas_api *api) { const char *m
 #undef TN__X_SYM
 
 /* >>cuda_state ------------------------------------------------------------- */
+/* Process-wide (tn__cuda, the loader): the dlopen'ed driver and cuBLAS APIs,
+   the driver version, the configured ordinal (device=cudaN: where placement
+   puts work) and the table of opened devices. Per device (tn__cuda_dev, one
+   per opened ordinal, reached with tn__cuda_dev_get): its context, properties,
+   home stream, function-stream pool, memory pools, loaded modules, pinned
+   stage and copy kernels. Code finds the device from the array or node it
+   works on (its `device` ordinal), or from the function being called. */
 
-struct tn__cuda_fstream;
-typedef struct tn__cuda_state {
+#define TN__CUDA_MAX_DEVICES 64
+
+struct tn__cuda_dev;
+/* A stream and what is bound to it: the function streams (>>cuda_streams) and
+   each device's home stream. cuBLAS gets one handle per stream, made at the
+   first product there, set to this stream for good with a workspace of its
+   own, so products on different streams never share a handle or a workspace. */
+typedef struct tn__cuda_fstream {
+    struct tn__cuda_dev *dev;
+    tn__CUstream s;
+    tn__CUevent ev;
+    tn__cublasHandle_t blas;    /* NULL until the first product (__atomic: made under dev->mu) */
+    void *blas_ws;              /* its workspace (device memory of dev) */
+    struct tn__cuda_fstream *next;
+} tn__cuda_fstream;
+
+/* >>cuda_memory's pools, one set per device. */
+typedef struct tn__dblock {
+    tn__CUdeviceptr ptr;
+    size_t size;
+    struct tn__dblock *next;
+    tn__CUstream stream;        /* freed on it (cached blocks) */
+    tn__CUevent ev;             /* orders another stream's reuse: made and recorded then */
+} tn__dblock;
+#define TN__DMAP_BUCKETS 1024
+typedef struct tn__cuda_dmem {
+    pthread_mutex_t mu;
+    tn__dblock *live[TN__DMAP_BUCKETS];     /* by pointer */
+    tn__dblock *free_list;                  /* cached blocks, any size */
+    size_t cached_bytes, live_bytes;
+    uint64_t driver_allocs;
+} tn__cuda_dmem;
+
+typedef struct tn__hblock { void *ptr; size_t size; struct tn__hblock *next; } tn__hblock;
+#define TN__HMEM_BUCKETS 64
+typedef struct tn__cuda_hmem {
+    pthread_mutex_t mu;
+    tn__hblock *bucket[TN__HMEM_BUCKETS];   /* cached blocks, by rounded size */
+    tn__hblock *spare;                      /* unused list nodes: no malloc per free */
+    size_t cached_bytes, live_bytes;
+    uint64_t driver_allocs;
+} tn__cuda_hmem;
+
+/* A module is loaded per context: the kernel cache (>>cuda_cache) holds
+   cubins for the process, each device its modules and functions of them. */
+typedef struct tn__kmod {
+    const void *entry;          /* the tn__kentry */
+    char *name;
+    tn__CUmodule mod;
+    tn__CUfunction fn;
+    bool owns_mod;              /* loaded it (other names of the entry share it) */
+    struct tn__kmod *next;
+} tn__kmod;
+#define TN__KMOD_BUCKETS 256
+
+typedef struct tn__cuda_dev {
+    int ordinal;
+    tn__CUdevice dev;
+    tn__CUcontext ctx;
+    int cc_major, cc_minor, sm_count, max_threads;
+    char name[128];
+    char arch[16];              /* "sm_90" */
+    pthread_mutex_t mu;         /* spare_streams; making cuBLAS handles */
+    tn__cuda_fstream home;      /* the device's own stream (a thread's work outside compiled functions) */
+    tn__cuda_fstream *spare_streams;   /* freed functions' streams, reused */
+    tn__cuda_dmem dmem;
+    tn__cuda_hmem hmem;
+    struct { pthread_mutex_t mu; tn__kmod *bucket[TN__KMOD_BUCKETS]; } kmod;
+    struct { pthread_mutex_t mu; void *pin; size_t cap; } stage;   /* device-to-host copies into pageable memory */
+    pthread_mutex_t aux_mu;
+    struct tn__cuda_aux *aux;   /* identity and add kernels (>>cuda_copy), made on first use (aux_mu) */
+} tn__cuda_dev;
+
+typedef struct tn__cuda_loader {
     pthread_mutex_t mu;
     int state;                  /* 0 not tried, 1 usable, -1 not usable */
     char status[768];
     void *h_cuda;
     tn__cu_api cu;
     int driver_version;         /* 13000 for 13.0 */
-    int ordinal;
-    tn__CUdevice dev;
-    tn__CUcontext ctx;
-    tn__CUstream home;          /* the back end's own stream (a thread's work outside compiled functions) */
-    atomic_uint_fast64_t epoch; /* bumped by tn_shutdown: threads forget their current stream */
-    struct tn__cuda_fstream *spare_streams;   /* freed functions' streams, reused (mu) */
-    int cc_major, cc_minor, sm_count, max_threads;
-    char name[128];
-    char arch[16];              /* "sm_90" */
+    int device_count;
+    int ordinal;                /* the configured device: placement's target */
+    atomic_uint_fast64_t epoch; /* bumped by tn_shutdown: threads forget their current streams */
+    tn__cuda_dev *dev[TN__CUDA_MAX_DEVICES];   /* opened devices (__atomic; set once under mu) */
     /* cuBLAS: loaded on first use */
-    int cublas_state;           /* 0 not tried, 1 ok, -1 missing */
+    int cublas_state;           /* 0 not tried, 1 ok, -1 missing (__atomic) */
     void *h_cublas;
     tn__cublas_api blas;
-    tn__cublasHandle_t blas_handle;         /* shared by all threads: used under tn__cublas_mu */
-    tn__CUstream blas_stream;               /* the stream the handle is set to */
-    tn__CUevent blas_ev;                    /* orders products across streams */
     char cublas_path[256];
-} tn__cuda_state;
-static tn__cuda_state tn__cuda = { .mu = PTHREAD_MUTEX_INITIALIZER };
+} tn__cuda_loader;
+static tn__cuda_loader tn__cuda = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 typedef struct tn__nvrtc_state {
     pthread_mutex_t mu;
@@ -445,21 +523,86 @@ static const char *tn__cu_errstr(tn__CUresult r, char *buf, size_t cap) {
 static void tn__cuda_shutdown(void);
 static void tn__cuda_register_backend(void);
 
-/* Opens the configured device; fills tn__cuda.status either way. Called with
-   tn__cuda.mu held. Returns the reason text on failure, NULL on success. */
+/* The context this thread has current (tn__cuda_bind). */
+static _Thread_local tn__CUcontext tn__cuda_bound;
+
+/* Opens device `ordinal` (its primary context and home stream) into
+   tn__cuda.dev[]. Called with tn__cuda.mu held, the driver loaded. Returns
+   NULL with the reason in why on failure. */
+static tn__cuda_dev *tn__cuda_dev_open(int ordinal, char *why, size_t cap) {
+    tn__cuda_loader *c = &tn__cuda;
+    char eb[160];
+    if (ordinal < 0 || ordinal >= c->device_count || ordinal >= TN__CUDA_MAX_DEVICES) {
+        snprintf(why, cap, "device=cuda%d asked for, but there %s only %d CUDA device%s", ordinal,
+                 c->device_count == 1 ? "is" : "are", c->device_count, c->device_count == 1 ? "" : "s");
+        return NULL;
+    }
+    if (c->dev[ordinal]) return c->dev[ordinal];
+    tn__cuda_dev *D = (tn__cuda_dev *)tn__calloc(1, sizeof *D);
+    if (!D) { snprintf(why, cap, "out of memory for the device's state"); return NULL; }
+    D->ordinal = ordinal;
+    tn__CUresult r;
+    if ((r = c->cu.cuDeviceGet(&D->dev, ordinal)) != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "cuDeviceGet(%d) failed: %s", ordinal, tn__cu_errstr(r, eb, sizeof eb));
+        tn__free(D);
+        return NULL;
+    }
+    c->cu.cuDeviceGetName(D->name, (int)sizeof D->name, D->dev);
+    c->cu.cuDeviceGetAttribute(&D->cc_major, TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, D->dev);
+    c->cu.cuDeviceGetAttribute(&D->cc_minor, TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, D->dev);
+    c->cu.cuDeviceGetAttribute(&D->sm_count, TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, D->dev);
+    c->cu.cuDeviceGetAttribute(&D->max_threads, TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, D->dev);
+    snprintf(D->arch, sizeof D->arch, "sm_%d%d", D->cc_major, D->cc_minor);
+    if ((r = c->cu.cuDevicePrimaryCtxRetain(&D->ctx, D->dev)) != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "cuDevicePrimaryCtxRetain failed: %s", tn__cu_errstr(r, eb, sizeof eb));
+        tn__free(D);
+        return NULL;
+    }
+    tn__cuda_bound = NULL;      /* the current context changes here */
+    if ((r = c->cu.cuCtxSetCurrent(D->ctx)) != TN__CUDA_SUCCESS ||
+        (r = c->cu.cuStreamCreate(&D->home.s, TN__CU_STREAM_NON_BLOCKING)) != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "creating the context's stream failed: %s", tn__cu_errstr(r, eb, sizeof eb));
+        c->cu.cuDevicePrimaryCtxRelease_v2(D->dev);
+        tn__free(D);
+        return NULL;
+    }
+    if ((r = c->cu.cuEventCreate(&D->home.ev, TN__CU_EVENT_DISABLE_TIMING)) != TN__CUDA_SUCCESS) {
+        snprintf(why, cap, "creating the home stream's event failed: %s", tn__cu_errstr(r, eb, sizeof eb));
+        c->cu.cuStreamDestroy_v2(D->home.s);
+        c->cu.cuDevicePrimaryCtxRelease_v2(D->dev);
+        tn__free(D);
+        return NULL;
+    }
+    tn__cuda_bound = D->ctx;
+    D->home.dev = D;
+    pthread_mutex_init(&D->mu, NULL);
+    pthread_mutex_init(&D->dmem.mu, NULL);
+    pthread_mutex_init(&D->hmem.mu, NULL);
+    pthread_mutex_init(&D->kmod.mu, NULL);
+    pthread_mutex_init(&D->stage.mu, NULL);
+    pthread_mutex_init(&D->aux_mu, NULL);
+    __atomic_store_n(&c->dev[ordinal], D, __ATOMIC_RELEASE);
+    return D;
+}
+
+/* Loads the driver and NVRTC and opens the configured device; fills
+   tn__cuda.status either way. Called with tn__cuda.mu held. Returns the
+   reason text on failure, NULL on success. */
 static const char *tn__cuda_open(const tn_config *cfg, char *why, size_t cap) {
-    tn__cuda_state *c = &tn__cuda;
+    tn__cuda_loader *c = &tn__cuda;
     char path[256], eb[160];
     const char *libcuda[] = { "libcuda.so.1", "libcuda.so" };
-    c->h_cuda = tn__dlopen_first("TN_LIBCUDA_PATH", libcuda, 2, path, sizeof path);
     if (!c->h_cuda) {
-        snprintf(why, cap, "libcuda.so.1 was not found (no NVIDIA driver)");
-        return why;
-    }
-    const char *missing = tn__cu_syms(c->h_cuda, &c->cu);
-    if (missing) {
-        snprintf(why, cap, "%s lacks %s (NVIDIA driver too old: tensor.h needs CUDA 11.4 or newer)", path, missing);
-        return why;
+        c->h_cuda = tn__dlopen_first("TN_LIBCUDA_PATH", libcuda, 2, path, sizeof path);
+        if (!c->h_cuda) {
+            snprintf(why, cap, "libcuda.so.1 was not found (no NVIDIA driver)");
+            return why;
+        }
+        const char *missing = tn__cu_syms(c->h_cuda, &c->cu);
+        if (missing) {
+            snprintf(why, cap, "%s lacks %s (NVIDIA driver too old: tensor.h needs CUDA 11.4 or newer)", path, missing);
+            return why;
+        }
     }
     tn__CUresult r = c->cu.cuInit(0);
     if (r != TN__CUDA_SUCCESS) {
@@ -478,22 +621,13 @@ static const char *tn__cuda_open(const tn_config *cfg, char *why, size_t cap) {
         snprintf(why, cap, "no CUDA device was found%s%s", r ? ": " : "", r ? tn__cu_errstr(r, eb, sizeof eb) : "");
         return why;
     }
+    c->device_count = count;
     c->ordinal = cfg->device == TN_DEVICE_CUDA ? cfg->device_ordinal : 0;
     if (c->ordinal >= count) {
         snprintf(why, cap, "device=cuda%d asked for, but there %s only %d CUDA device%s", c->ordinal,
                  count == 1 ? "is" : "are", count, count == 1 ? "" : "s");
         return why;
     }
-    if ((r = c->cu.cuDeviceGet(&c->dev, c->ordinal)) != TN__CUDA_SUCCESS) {
-        snprintf(why, cap, "cuDeviceGet(%d) failed: %s", c->ordinal, tn__cu_errstr(r, eb, sizeof eb));
-        return why;
-    }
-    c->cu.cuDeviceGetName(c->name, (int)sizeof c->name, c->dev);
-    c->cu.cuDeviceGetAttribute(&c->cc_major, TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev);
-    c->cu.cuDeviceGetAttribute(&c->cc_minor, TN__CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev);
-    c->cu.cuDeviceGetAttribute(&c->sm_count, TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev);
-    c->cu.cuDeviceGetAttribute(&c->max_threads, TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, c->dev);
-    snprintf(c->arch, sizeof c->arch, "sm_%d%d", c->cc_major, c->cc_minor);
     if (tn__nvrtc_load(c->driver_version / 1000) != TN_OK) {
         snprintf(why, cap, "%s", tn__nvrtc.why);
         return why;
@@ -502,26 +636,17 @@ static const char *tn__cuda_open(const tn_config *cfg, char *why, size_t cap) {
         tn__warn("NVRTC %d.%d (%s) is newer than the driver's CUDA %d.%d: kernels may fail to load; "
                  "set TN_LIBNVRTC_PATH to a libnvrtc.so.%d", tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path,
                  c->driver_version / 1000, c->driver_version % 1000 / 10, c->driver_version / 1000);
-    if ((r = c->cu.cuDevicePrimaryCtxRetain(&c->ctx, c->dev)) != TN__CUDA_SUCCESS) {
-        snprintf(why, cap, "cuDevicePrimaryCtxRetain failed: %s", tn__cu_errstr(r, eb, sizeof eb));
-        return why;
-    }
-    if ((r = c->cu.cuCtxSetCurrent(c->ctx)) != TN__CUDA_SUCCESS ||
-        (r = c->cu.cuStreamCreate(&c->home, TN__CU_STREAM_NON_BLOCKING)) != TN__CUDA_SUCCESS) {
-        snprintf(why, cap, "creating the context's stream failed: %s", tn__cu_errstr(r, eb, sizeof eb));
-        c->cu.cuDevicePrimaryCtxRelease_v2(c->dev);
-        c->ctx = NULL;
-        return why;
-    }
+    tn__cuda_dev *D = tn__cuda_dev_open(c->ordinal, why, cap);
+    if (!D) return why;
     snprintf(c->status, sizeof c->status, "cuda%d: %.100s (%s, %d SMs), driver %d.%d, nvrtc %d.%d (%.200s)",
-             c->ordinal, c->name, c->arch, c->sm_count, c->driver_version / 1000, c->driver_version % 1000 / 10,
+             D->ordinal, D->name, D->arch, D->sm_count, c->driver_version / 1000, c->driver_version % 1000 / 10,
              tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path);
     return NULL;
 }
 
 TN_API tn_result tn_cuda_init(void) {
     const tn_config *cfg = tn_get_config();
-    tn__cuda_state *c = &tn__cuda;
+    tn__cuda_loader *c = &tn__cuda;
     pthread_mutex_lock(&c->mu);
     if (c->state == 0) {
         char why[400];
@@ -534,8 +659,13 @@ TN_API tn_result tn_cuda_init(void) {
         }
         if (fail) {
             snprintf(c->status, sizeof c->status, "%s", fail);
-            if (c->h_cuda) { dlclose(c->h_cuda); c->h_cuda = NULL; }
-            memset(&c->cu, 0, sizeof c->cu);
+            bool opened = false;   /* a device opened before (another configuration) keeps the driver */
+            for (int i = 0; i < TN__CUDA_MAX_DEVICES; i++) opened |= c->dev[i] != NULL;
+            if (c->h_cuda && !opened) {
+                dlclose(c->h_cuda);
+                c->h_cuda = NULL;
+                memset(&c->cu, 0, sizeof c->cu);
+            }
             c->state = -1;
             if (cfg->device == TN_DEVICE_CUDA)   /* asked for explicitly: say why, once */
             {
@@ -557,6 +687,24 @@ TN_API tn_result tn_cuda_init(void) {
 
 TN_API bool tn_cuda_available(void) { return tn_cuda_init() == TN_OK; }
 
+/* The context of device `ordinal`, opened on first use (NULL, error set,
+   when the driver or that device cannot be used). */
+static tn__cuda_dev *tn__cuda_dev_get(int ordinal) {
+    if (ordinal < 0 || ordinal >= TN__CUDA_MAX_DEVICES) {
+        tn__err(TN_ERR_DEVICE, "tn_cuda: %d is not a CUDA device ordinal", ordinal);
+        return NULL;
+    }
+    tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[ordinal], __ATOMIC_ACQUIRE);
+    if (D) return D;
+    if (tn_cuda_init() != TN_OK) return NULL;
+    char why[400];
+    pthread_mutex_lock(&tn__cuda.mu);
+    D = tn__cuda_dev_open(ordinal, why, sizeof why);
+    pthread_mutex_unlock(&tn__cuda.mu);
+    if (!D) tn__err(TN_ERR_DEVICE, "tn_cuda: cuda%d: %s", ordinal, why);
+    return D;
+}
+
 /* Tests: forget a failed initialisation so the next tn_cuda_init() tries
    again (under another configuration). A working device is kept. */
 static void tn__cuda_forget_failure(void) {
@@ -570,24 +718,54 @@ TN_API const char *tn_cuda_status(void) {
     return tn__cuda.status;
 }
 
-/* Makes the primary context current on the calling thread (once per thread). */
-static _Thread_local tn__CUcontext tn__cuda_bound;
-static tn_result tn__cuda_bind(void) {
-    if (tn__cuda.state <= 0 && tn_cuda_init() != TN_OK) return TN_ERR_DEVICE;
-    if (tn__cuda_bound == tn__cuda.ctx) return TN_OK;
-    TN__CU_CHECK(tn__cuda.cu.cuCtxSetCurrent(tn__cuda.ctx), "binding the CUDA context to this thread");
-    tn__cuda_bound = tn__cuda.ctx;
+/* Makes D's context current on the calling thread (once per thread and device). */
+static tn_result tn__cuda_bind(tn__cuda_dev *D) {
+    if (tn__cuda_bound == D->ctx) return TN_OK;
+    TN__CU_CHECK(tn__cuda.cu.cuCtxSetCurrent(D->ctx), "binding the CUDA context to this thread");
+    tn__cuda_bound = D->ctx;
     return TN_OK;
 }
 
-/* The stream this thread queues work on (the >>cuda_streams section): the
-   stream of the last function it called, else the home stream. Per thread,
-   so functions called from different threads queue on their own streams. */
-static _Thread_local tn__CUstream tn__cuda_cur;
+/* The device of an array or node (`device` ordinal), its context bound. */
+static tn_result tn__cuda_enter(int device, tn__cuda_dev **out, const char *who) {
+    *out = NULL;
+    if (device == TN_HOST) return tn__err(TN_ERR_DEVICE, "%s: the data lives on the host, not on a CUDA device", who);
+    tn__cuda_dev *D = tn__cuda_dev_get(device);
+    if (!D) return tn__err(TN_ERR_DEVICE, "%s: %s", who, tn_last_error());
+    *out = D;
+    return tn__cuda_bind(D);
+}
+
+/* The stream record this thread queues work on for D (the >>cuda_streams
+   section): the stream of the last function it called on D, else D's home
+   stream. Per thread and device, so functions called from different threads
+   queue on their own streams. tn__cuda_cur_dev is the device of the function
+   this thread called last: the back-end entry points without an array or node
+   (replay, events, shared variables) work there. */
+static _Thread_local tn__cuda_fstream *tn__cuda_cur[TN__CUDA_MAX_DEVICES];
 static _Thread_local uint64_t tn__cuda_cur_epoch;
-static tn__CUstream tn__cuda_stream(void) {
-    return tn__cuda_cur && tn__cuda_cur_epoch == atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed) ? tn__cuda_cur
-                                                                                                               : tn__cuda.home;
+static _Thread_local tn__cuda_dev *tn__cuda_cur_dev;
+static void tn__cuda_cur_check(void) {
+    uint64_t e = atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed);
+    if (tn__cuda_cur_epoch != e) {
+        memset(tn__cuda_cur, 0, sizeof tn__cuda_cur);
+        tn__cuda_cur_dev = NULL;
+        tn__cuda_cur_epoch = e;
+    }
+}
+static tn__cuda_fstream *tn__cuda_fs(tn__cuda_dev *D) {
+    tn__cuda_cur_check();
+    tn__cuda_fstream *f = tn__cuda_cur[D->ordinal];
+    return f ? f : &D->home;
+}
+static tn__CUstream tn__cuda_stream(tn__cuda_dev *D) { return tn__cuda_fs(D)->s; }
+
+/* The device of the function this thread is calling (else the configured
+   one), its context bound. */
+static tn_result tn__cuda_enter_current(tn__cuda_dev **out, const char *who) {
+    tn__cuda_cur_check();
+    if (tn__cuda_cur_dev) { *out = tn__cuda_cur_dev; return tn__cuda_bind(tn__cuda_cur_dev); }
+    return tn__cuda_enter(tn__cuda.ordinal, out, who);
 }
 
 /* >>cuda_codegen: a tn_ew_program as one CUDA C kernel ----------------------- */
@@ -1071,8 +1249,6 @@ typedef struct tn__kentry {
     size_t key_len;
     void *cubin;
     size_t size;
-    tn__CUmodule mod;            /* loaded on first use on a device */
-    tn__CUfunction fn;
     struct tn__kentry *next;
 } tn__kentry;
 
@@ -1288,13 +1464,33 @@ static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fas
     return TN_OK;
 }
 
-/* Frees every entry (modules first, when a context exists). */
+/* Unloads device D's modules (its streams idle) and forgets its functions. */
+static void tn__cuda_kmod_clear(tn__cuda_dev *D) {
+    bool bound = tn__cuda_bind(D) == TN_OK;
+    pthread_mutex_lock(&D->kmod.mu);
+    for (int i = 0; i < TN__KMOD_BUCKETS; i++) {
+        for (tn__kmod *m = D->kmod.bucket[i], *nx; m; m = nx) {
+            nx = m->next;
+            if (m->owns_mod && bound) tn__cuda.cu.cuModuleUnload(m->mod);
+            tn__free(m->name);
+            tn__free(m);
+        }
+        D->kmod.bucket[i] = NULL;
+    }
+    pthread_mutex_unlock(&D->kmod.mu);
+    if (!bound) tn_clear_error();
+}
+
+/* Frees every entry (every device's modules first). */
 static void tn__cuda_kcache_clear(void) {
+    for (int d = 0; d < TN__CUDA_MAX_DEVICES; d++) {
+        tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[d], __ATOMIC_ACQUIRE);
+        if (D) tn__cuda_kmod_clear(D);
+    }
     pthread_mutex_lock(&tn__kcache.mu);
     for (int i = 0; i < TN__KCACHE_BUCKETS; i++) {
         for (tn__kentry *e = tn__kcache.bucket[i], *nx; e; e = nx) {
             nx = e->next;
-            if (e->mod && tn__cuda.cu.cuModuleUnload) tn__cuda.cu.cuModuleUnload(e->mod);
             tn__free(e->key);
             tn__free(e->cubin);
             tn__free(e);
@@ -1309,10 +1505,10 @@ static void tn__cuda_kcache_clear(void) {
    through both caches. The pointer stays valid until tn_shutdown(). */
 TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void **cubin, size_t *size) {
     if (!src || !cubin || !size) return tn__err(TN_ERR_NULL, "tn_cuda_compile: src, cubin or size is NULL");
-    if (!arch) {
-        if (tn_cuda_init() != TN_OK)
-            return tn__err(TN_ERR_DEVICE, "tn_cuda_compile: no arch given and no usable GPU (%s)", tn__cuda.status);
-        arch = tn__cuda.arch;
+    if (!arch) {   /* the configured device's */
+        tn__cuda_dev *D = tn_cuda_init() == TN_OK ? tn__cuda_dev_get(tn__cuda.ordinal) : NULL;
+        if (!D) return tn__err(TN_ERR_DEVICE, "tn_cuda_compile: no arch given and no usable GPU (%s)", tn__cuda.status);
+        arch = D->arch;
     }
     tn__kentry *e;
     tn_result r = tn__cuda_kernel_get(src, arch, tn_get_config()->fast_math, &e);
@@ -1326,28 +1522,12 @@ TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void *
 /* A steady loop allocates the same sizes every call: freed blocks are kept
    in lists by rounded size and handed out again, so no cuMemAlloc happens
    after the first call. A freed block remembers the stream that freed it
-   (the freeing thread's current stream, where its last work was queued) and
-   an event recorded there: reused on that stream it needs nothing, reused on
-   another the new stream first waits for the event, so work queued on
-   stream A never sees its block handed to stream B early. A block freed
-   while capturing has no event and is reused only on its own stream.
-   On out-of-memory the cache is returned to the driver and the call retried. */
-
-typedef struct tn__dblock {
-    tn__CUdeviceptr ptr;
-    size_t size;
-    struct tn__dblock *next;
-    tn__CUstream stream;        /* freed on it (cached blocks) */
-    tn__CUevent ev;             /* orders another stream's reuse: made and recorded then */
-} tn__dblock;
-#define TN__DMAP_BUCKETS 1024
-static struct {
-    pthread_mutex_t mu;
-    tn__dblock *live[TN__DMAP_BUCKETS];     /* by pointer */
-    tn__dblock *free_list;                  /* cached blocks, any size */
-    size_t cached_bytes, live_bytes;
-    uint64_t driver_allocs;
-} tn__dmem = { .mu = PTHREAD_MUTEX_INITIALIZER };
+   (the freeing thread's current stream, where its last work was queued):
+   reused on that stream it needs nothing; reused on another, an event is
+   recorded on the old stream then and the new one waits for it, so work
+   queued on stream A never sees its block handed to stream B early.
+   On out-of-memory the cache is returned to the driver and the call retried.
+   Each device has its own pools (tn__cuda_dev.dmem, .hmem). */
 
 static size_t tn__dround(size_t n) {
     if (n <= ((size_t)1 << 20)) return (n + 511) & ~(size_t)511;
@@ -1355,19 +1535,19 @@ static size_t tn__dround(size_t n) {
 }
 static size_t tn__dhash(tn__CUdeviceptr p) { return (size_t)((p >> 9) * 0x9e3779b97f4a7c15ull >> 54) % TN__DMAP_BUCKETS; }
 
-static void tn__dmem_release_cache(void) {   /* with tn__dmem.mu held */
-    if (tn__dmem.free_list) tn__cuda.cu.cuCtxSynchronize();   /* no stream still uses a cached block */
-    for (tn__dblock *b = tn__dmem.free_list, *nx; b; b = nx) {
+static void tn__dmem_release_cache(tn__cuda_dmem *M) {   /* with M->mu held, the device's context bound */
+    if (M->free_list) tn__cuda.cu.cuCtxSynchronize();   /* no stream still uses a cached block */
+    for (tn__dblock *b = M->free_list, *nx; b; b = nx) {
         nx = b->next;
         if (b->ev) tn__cuda.cu.cuEventDestroy_v2(b->ev);
         tn__cuda.cu.cuMemFree_v2(b->ptr);
         tn__free(b);
     }
-    tn__dmem.free_list = NULL;
-    tn__dmem.cached_bytes = 0;
+    M->free_list = NULL;
+    M->cached_bytes = 0;
 }
 
-/* Set while this thread captures a CUDA graph (the >>cuda_graph section): an
+/* Set while this thread captures a CUDA graph (the >>cuda_replay section): an
    allocation then fails, since the graph would keep its pointer after the
    block went back to the cache. */
 static _Thread_local bool tn__cuda_capturing;
@@ -1388,85 +1568,94 @@ static void *tn__cuda_alloc(int device, size_t bytes) {
         tn__err(TN_ERR_UNSUPPORTED, "tn_cuda: %zu bytes of device memory asked for while capturing a CUDA graph", bytes);
         return NULL;
     }
-    if (device != tn__cuda.ordinal || tn__cuda_bind() != TN_OK) {
-        tn__err(TN_ERR_DEVICE, "tn_cuda: cannot allocate on device %d (%s)", device, tn__cuda.status);
+    tn__cuda_dev *D;
+    if (tn__cuda_enter(device, &D, "tn_cuda: allocating device memory") != TN_OK) {
+        tn__err(TN_ERR_DEVICE, "tn_cuda: cannot allocate on device %d (%s)", device, tn_last_error());
         return NULL;
     }
+    tn__cuda_dmem *M = &D->dmem;
     size_t want = tn__dround(bytes);
-    tn__CUstream s = tn__cuda_stream();
-    pthread_mutex_lock(&tn__dmem.mu);
-    tn__dblock **pp = &tn__dmem.free_list, *b = NULL;
+    tn__CUstream s = tn__cuda_stream(D);
+    pthread_mutex_lock(&M->mu);
+    tn__dblock **pp = &M->free_list, *b = NULL;
     for (; *pp; pp = &(*pp)->next)      /* exact size on this stream first: the steady-loop case */
         if ((*pp)->size == want && (*pp)->stream == s) { b = *pp; *pp = b->next; break; }
-    for (pp = &tn__dmem.free_list; !b && *pp; pp = &(*pp)->next)    /* another stream's: after its work so far */
+    for (pp = &M->free_list; !b && *pp; pp = &(*pp)->next)    /* another stream's: after its work so far */
         if ((*pp)->size == want && tn__dblock_order(*pp, s)) {
             b = *pp;
             *pp = b->next;
             break;
         }
-    if (b) tn__dmem.cached_bytes -= b->size;
+    if (b) M->cached_bytes -= b->size;
     else {
         b = (tn__dblock *)tn__calloc(1, sizeof *b);
         /* a request the device cannot hold fails here, without a failing driver
            call (compute-sanitizer reports those as errors) */
         size_t mfree = 0, mtotal = 0;
-        if (tn__cuda.cu.cuMemGetInfo_v2(&mfree, &mtotal) == TN__CUDA_SUCCESS && want > mfree && tn__dmem.free_list) {
-            tn__dmem_release_cache();
+        if (tn__cuda.cu.cuMemGetInfo_v2(&mfree, &mtotal) == TN__CUDA_SUCCESS && want > mfree && M->free_list) {
+            tn__dmem_release_cache(M);
             tn__cuda.cu.cuMemGetInfo_v2(&mfree, &mtotal);
         }
         bool fits = mtotal == 0 || want <= mfree;
         tn__CUresult r = b && fits ? tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want) : TN__CUDA_ERROR_OUT_OF_MEMORY;
-        if (b && r == TN__CUDA_ERROR_OUT_OF_MEMORY && tn__dmem.free_list) {
-            tn__dmem_release_cache();
+        if (b && r == TN__CUDA_ERROR_OUT_OF_MEMORY && M->free_list) {
+            tn__dmem_release_cache(M);
             r = tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want);
         }
         if (!b || r != TN__CUDA_SUCCESS) {
             char eb[160];
-            pthread_mutex_unlock(&tn__dmem.mu);
+            size_t live = M->live_bytes;
+            pthread_mutex_unlock(&M->mu);
             tn__free(b);
             tn__err(r == TN__CUDA_ERROR_OUT_OF_MEMORY || !b ? TN_ERR_OOM : TN_ERR_DEVICE,
                     "tn_cuda: cuMemAlloc of %zu bytes on cuda%d failed: %s (%zu bytes in use by tensor.h)", want,
-                    device, tn__cu_errstr(r, eb, sizeof eb), tn__dmem.live_bytes);
+                    device, tn__cu_errstr(r, eb, sizeof eb), live);
             return NULL;
         }
         b->size = want;
-        tn__dmem.driver_allocs++;
+        M->driver_allocs++;
     }
     size_t h = tn__dhash(b->ptr);
-    b->next = tn__dmem.live[h];
-    tn__dmem.live[h] = b;
-    tn__dmem.live_bytes += b->size;
-    pthread_mutex_unlock(&tn__dmem.mu);
+    b->next = M->live[h];
+    M->live[h] = b;
+    M->live_bytes += b->size;
+    pthread_mutex_unlock(&M->mu);
     return (void *)(uintptr_t)b->ptr;
 }
 
 static void tn__cuda_free(int device, void *ptr) {
-    (void)device;
     if (!ptr) return;
+    tn__cuda_dev *D = device >= 0 && device < TN__CUDA_MAX_DEVICES ? __atomic_load_n(&tn__cuda.dev[device], __ATOMIC_ACQUIRE) : NULL;
+    TN_ASSERT(D && "tn__cuda_free: no such device");
+    if (!D) return;
+    tn__cuda_dmem *M = &D->dmem;
     tn__CUdeviceptr p = (tn__CUdeviceptr)(uintptr_t)ptr;
-    pthread_mutex_lock(&tn__dmem.mu);
-    tn__dblock **pp = &tn__dmem.live[tn__dhash(p)];
+    bool bound = tn__cuda_bind(D) == TN_OK;
+    pthread_mutex_lock(&M->mu);
+    tn__dblock **pp = &M->live[tn__dhash(p)];
     while (*pp && (*pp)->ptr != p) pp = &(*pp)->next;
     tn__dblock *b = *pp;
     TN_ASSERT(b && "tn__cuda_free: pointer not from tn__cuda_alloc");
     if (b) {
         *pp = b->next;
-        tn__dmem.live_bytes -= b->size;
-        b->stream = tn__cuda_stream();
-        b->next = tn__dmem.free_list;
-        tn__dmem.free_list = b;
-        tn__dmem.cached_bytes += b->size;
+        M->live_bytes -= b->size;
+        b->stream = tn__cuda_stream(D);
+        b->next = M->free_list;
+        M->free_list = b;
+        M->cached_bytes += b->size;
     }
-    pthread_mutex_unlock(&tn__dmem.mu);
+    pthread_mutex_unlock(&M->mu);
+    if (!bound) tn_clear_error();
 }
 
-/* Copies on the back end's stream, then waits (the tn_device_ops contract). */
+/* Copies on the stream of the device involved, then waits (the tn_device_ops contract). */
 static tn_result tn__cuda_copy(void *dst, int dst_device, const void *src, int src_device, size_t bytes) {
-    tn_result r = tn__cuda_bind();
+    if (dst_device == TN_HOST && src_device == TN_HOST) { if (bytes) memcpy(dst, src, bytes); return TN_OK; }
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(dst_device != TN_HOST ? dst_device : src_device, &D, "tn_cuda: copying");
     if (r != TN_OK) return r;
     if (!bytes) return TN_OK;
-    tn__CUstream s = tn__cuda_stream();
-    if (dst_device == TN_HOST && src_device == TN_HOST) { memcpy(dst, src, bytes); return TN_OK; }
+    tn__CUstream s = tn__cuda_stream(D);
     if (dst_device == TN_HOST)
         TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoHAsync_v2(dst, (tn__CUdeviceptr)(uintptr_t)src, bytes, s), "copying device to host");
     else if (src_device == TN_HOST)
@@ -1478,91 +1667,86 @@ static tn_result tn__cuda_copy(void *dst, int dst_device, const void *src, int s
     return TN_OK;
 }
 
-static const tn_device_ops tn__cuda_device_ops = { tn__cuda_alloc, tn__cuda_free, tn__cuda_copy };
-
 /* Pinned host blocks (cuMemAllocHost) for arrays that device-to-host copies
    land in (a function's host outputs): a caller that frees each result gives
    its block back here, and the next call takes it again, so a steady loop
-   makes no driver call. Cached blocks wait in buckets by rounded size; a
-   tn_buffer made from one frees through tn__cuda_host_free (its free_fn). */
-typedef struct tn__hblock { void *ptr; size_t size; struct tn__hblock *next; } tn__hblock;
-#define TN__HMEM_BUCKETS 64
-static struct {
-    pthread_mutex_t mu;
-    tn__hblock *bucket[TN__HMEM_BUCKETS];   /* cached blocks, by rounded size */
-    tn__hblock *spare;                      /* unused list nodes: no malloc per free */
-    size_t cached_bytes, live_bytes;
-    uint64_t driver_allocs;
-} tn__hmem = { .mu = PTHREAD_MUTEX_INITIALIZER };
-
+   makes no driver call. Cached blocks wait in buckets by rounded size, in the
+   pool of the device the copies come from; a tn_buffer made from one frees
+   through tn__cuda_host_free (its free_fn, with that device). */
 static size_t tn__hbucket(size_t size) { return (size_t)((size >> 9) * 0x9e3779b97f4a7c15ull >> 58) % TN__HMEM_BUCKETS; }
 
-static void tn__hmem_release_cache(void) {   /* with tn__hmem.mu held */
+static void tn__hmem_release_cache(tn__cuda_hmem *M) {   /* with M->mu held, the device's context bound */
     for (int k = 0; k < TN__HMEM_BUCKETS; k++) {
-        for (tn__hblock *b = tn__hmem.bucket[k], *nx; b; b = nx) {
+        for (tn__hblock *b = M->bucket[k], *nx; b; b = nx) {
             nx = b->next;
             tn__cuda.cu.cuMemFreeHost(b->ptr);
             tn__free(b);
         }
-        tn__hmem.bucket[k] = NULL;
+        M->bucket[k] = NULL;
     }
-    for (tn__hblock *b = tn__hmem.spare, *nx; b; b = nx) { nx = b->next; tn__free(b); }
-    tn__hmem.spare = NULL;
-    tn__hmem.cached_bytes = 0;
+    for (tn__hblock *b = M->spare, *nx; b; b = nx) { nx = b->next; tn__free(b); }
+    M->spare = NULL;
+    M->cached_bytes = 0;
 }
 
 /* NULL (error set) when pinned memory cannot be had: the caller falls back. */
-static void *tn__cuda_host_alloc(size_t bytes) {
-    if (tn__cuda_bind() != TN_OK) return NULL;
+static void *tn__cuda_host_alloc(int device, size_t bytes) {
+    tn__cuda_dev *D;
+    if (tn__cuda_enter(device, &D, "tn_cuda: allocating pinned memory") != TN_OK) return NULL;
+    tn__cuda_hmem *M = &D->hmem;
     size_t want = tn__dround(bytes ? bytes : 1);
-    pthread_mutex_lock(&tn__hmem.mu);
-    tn__hblock **pp = &tn__hmem.bucket[tn__hbucket(want)], *b = NULL;
+    pthread_mutex_lock(&M->mu);
+    tn__hblock **pp = &M->bucket[tn__hbucket(want)], *b = NULL;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->size == want) { b = *pp; *pp = b->next; break; }
     void *p = NULL;
     if (b) {
         p = b->ptr;
-        tn__hmem.cached_bytes -= want;
-        b->next = tn__hmem.spare;
-        tn__hmem.spare = b;
+        M->cached_bytes -= want;
+        b->next = M->spare;
+        M->spare = b;
     } else {
         tn__CUresult r = tn__cuda.cu.cuMemAllocHost_v2(&p, want);
-        if (r != TN__CUDA_SUCCESS && tn__hmem.cached_bytes) {
-            tn__hmem_release_cache();
+        if (r != TN__CUDA_SUCCESS && M->cached_bytes) {
+            tn__hmem_release_cache(M);
             r = tn__cuda.cu.cuMemAllocHost_v2(&p, want);
         }
         if (r != TN__CUDA_SUCCESS) {
             char eb[160];
-            pthread_mutex_unlock(&tn__hmem.mu);
+            pthread_mutex_unlock(&M->mu);
             tn__err(TN_ERR_OOM, "tn_cuda: cuMemAllocHost of %zu bytes failed: %s", want, tn__cu_errstr(r, eb, sizeof eb));
             return NULL;
         }
-        tn__hmem.driver_allocs++;
+        M->driver_allocs++;
     }
-    tn__hmem.live_bytes += want;
-    pthread_mutex_unlock(&tn__hmem.mu);
+    M->live_bytes += want;
+    pthread_mutex_unlock(&M->mu);
     return p;
 }
 
-/* Back to the cache (any thread; the copy that filled it was waited for). */
-static void tn__cuda_host_free(void *p, size_t bytes) {
+/* Back to the cache of `device` (any thread; the copy that filled it was waited for). */
+static void tn__cuda_host_free(int device, void *p, size_t bytes) {
     if (!p) return;
+    tn__cuda_dev *D = device >= 0 && device < TN__CUDA_MAX_DEVICES ? __atomic_load_n(&tn__cuda.dev[device], __ATOMIC_ACQUIRE) : NULL;
+    TN_ASSERT(D && "tn__cuda_host_free: no such device");
+    if (!D) return;
+    tn__cuda_hmem *M = &D->hmem;
     size_t want = tn__dround(bytes ? bytes : 1);
-    pthread_mutex_lock(&tn__hmem.mu);
-    tn__hblock *b = tn__hmem.spare;
-    if (b) tn__hmem.spare = b->next;
+    pthread_mutex_lock(&M->mu);
+    tn__hblock *b = M->spare;
+    if (b) M->spare = b->next;
     else b = (tn__hblock *)tn__malloc(sizeof *b);
     if (!b) tn__cuda.cu.cuMemFreeHost(p);     /* no node to keep it: give it back */
     else {
         b->ptr = p;
         b->size = want;
         size_t k = tn__hbucket(want);
-        b->next = tn__hmem.bucket[k];
-        tn__hmem.bucket[k] = b;
-        tn__hmem.cached_bytes += want;
+        b->next = M->bucket[k];
+        M->bucket[k] = b;
+        M->cached_bytes += want;
     }
-    tn__hmem.live_bytes -= want;
-    pthread_mutex_unlock(&tn__hmem.mu);
+    M->live_bytes -= want;
+    pthread_mutex_unlock(&M->mu);
 }
 
 /* >>cuda_launch: run a tn_ew_program on device arrays ------------------------ */
@@ -1576,23 +1760,53 @@ typedef struct tn__cuda_ew_state {
     struct { tn__cuda_layout L; tn__CUfunction fn; } k[TN__EW_STATE_KERNELS];
 } tn__cuda_ew_state;
 
-/* The function of a cache entry on this device (module loaded once). */
-static tn_result tn__cuda_entry_function(tn__kentry *e, const char *name, tn__CUfunction *fn) {
-    pthread_mutex_lock(&tn__kcache.mu);
+/* Function `name` of a cache entry on device D (its module loaded once per
+   device, its context bound). */
+static tn_result tn__cuda_entry_function(tn__cuda_dev *D, tn__kentry *e, const char *name, tn__CUfunction *fn) {
+    *fn = NULL;
+    size_t h = (size_t)(e->h1 % TN__KMOD_BUCKETS);
+    pthread_mutex_lock(&D->kmod.mu);
+    tn__kmod *m = D->kmod.bucket[h], *same = NULL;
+    for (; m; m = m->next) {
+        if (m->entry != (const void *)e) continue;
+        if (!strcmp(m->name, name)) break;
+        same = m;
+    }
     tn__CUresult r = TN__CUDA_SUCCESS;
-    if (!e->mod) r = tn__cuda.cu.cuModuleLoadData(&e->mod, e->cubin);
-    if (r == TN__CUDA_SUCCESS && !e->fn) r = tn__cuda.cu.cuModuleGetFunction(&e->fn, e->mod, name);
-    *fn = e->fn;
-    pthread_mutex_unlock(&tn__kcache.mu);
+    if (!m) {
+        size_t nl = strlen(name) + 1;
+        m = (tn__kmod *)tn__calloc(1, sizeof *m);
+        char *nm = m ? (char *)tn__malloc(nl) : NULL;
+        if (!nm) {
+            tn__free(m);
+            pthread_mutex_unlock(&D->kmod.mu);
+            return tn__err(TN_ERR_OOM, "tn_cuda: no memory for kernel %s", name);
+        }
+        memcpy(nm, name, nl);
+        m->entry = e;
+        m->name = nm;
+        if (same) m->mod = same->mod;
+        else if ((r = tn__cuda.cu.cuModuleLoadData(&m->mod, e->cubin)) == TN__CUDA_SUCCESS) m->owns_mod = true;
+        if (r == TN__CUDA_SUCCESS) r = tn__cuda.cu.cuModuleGetFunction(&m->fn, m->mod, name);
+        if (r == TN__CUDA_SUCCESS) { m->next = D->kmod.bucket[h]; D->kmod.bucket[h] = m; }
+        else {
+            if (m->owns_mod) tn__cuda.cu.cuModuleUnload(m->mod);
+            tn__free(nm);
+            tn__free(m);
+            m = NULL;
+        }
+    }
+    if (m) *fn = m->fn;
+    pthread_mutex_unlock(&D->kmod.mu);
     if (r != TN__CUDA_SUCCESS) {
         char eb[160];
-        return tn__err(TN_ERR_DEVICE, "tn_cuda: loading kernel %s for %s failed: %s", name, tn__cuda.arch,
+        return tn__err(TN_ERR_DEVICE, "tn_cuda: loading kernel %s for %s (cuda%d) failed: %s", name, D->arch, D->ordinal,
                        tn__cu_errstr(r, eb, sizeof eb));
     }
     return TN_OK;
 }
 
-static tn_result tn__cuda_ew_function(tn__cuda_ew_state *st, const tn__cuda_layout *L, tn__CUfunction *fn) {
+static tn_result tn__cuda_ew_function(tn__cuda_dev *D, tn__cuda_ew_state *st, const tn__cuda_layout *L, tn__CUfunction *fn) {
     for (int i = 0; i < st->n; i++)
         if (st->k[i].L.kind == L->kind && st->k[i].L.ndim == L->ndim && st->k[i].L.scalar_in == L->scalar_in) {
             *fn = st->k[i].fn;
@@ -1603,9 +1817,9 @@ static tn_result tn__cuda_ew_function(tn__cuda_ew_state *st, const tn__cuda_layo
     if (r != TN_OK) return r;
     if (tn_get_config()->print_kernels) fprintf(stderr, "tensor.h: kernel source:\n%s\n", src);
     tn__kentry *e;
-    r = tn__cuda_kernel_get(src, tn__cuda.arch, tn_get_config()->fast_math, &e);
+    r = tn__cuda_kernel_get(src, D->arch, tn_get_config()->fast_math, &e);
     tn__free(src);
-    if (r == TN_OK) r = tn__cuda_entry_function(e, "tn_ew", fn);
+    if (r == TN_OK) r = tn__cuda_entry_function(D, e, "tn_ew", fn);
     if (r != TN_OK) return r;
     int slot = st->n < TN__EW_STATE_KERNELS ? st->n++ : TN__EW_STATE_KERNELS - 1;
     st->k[slot].L = *L;
@@ -1613,11 +1827,13 @@ static tn_result tn__cuda_ew_function(tn__cuda_ew_state *st, const tn__cuda_layo
     return TN_OK;
 }
 
-/* Runs the program over out[0]'s shape on the back end's stream (async). */
+/* Runs the program over out[0]'s shape on out[0]'s device, on this thread's
+   stream there (async). */
 static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_array *const *out, const char *who) {
     const tn_ew_program *p = st->prog;
     const int n_in = p->n_in, nops = p->n_in + p->n_out;
-    tn_result r = tn__cuda_bind();
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
     if (r != TN_OK) return r;
     const tn_array *arr[TN__CUDA_MAX_OPERANDS];
     const tn_array *o0 = out[0];
@@ -1627,9 +1843,9 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     for (int o = 0; o < nops; o++) {
         const tn_array *a = arr[o] = o < n_in ? in[o] : out[o - n_in];
         tn_dtype want = o < n_in ? p->in_dtype[o] : p->out_dtype[o - n_in];
-        if (a->device != tn__cuda.ordinal)
+        if (a->device != D->ordinal)
             return tn__err(TN_ERR_DEVICE, "%s: %s %d lives on %s, not cuda%d", who, o < n_in ? "input" : "output",
-                           o < n_in ? o : o - n_in, a->device == TN_HOST ? "the host" : "another device", tn__cuda.ordinal);
+                           o < n_in ? o : o - n_in, a->device == TN_HOST ? "the host" : "another device", D->ordinal);
         if (a->dtype != want)
             return tn__err(TN_ERR_DTYPE, "%s: %s %d is %s, the kernel expects %s", who, o < n_in ? "input" : "output",
                            o < n_in ? o : o - n_in, tn_dtype_name(a->dtype), tn_dtype_name(want));
@@ -1672,7 +1888,7 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
         L.ndim = cd;
     }
     tn__CUfunction fn;
-    if ((r = tn__cuda_ew_function(st, &L, &fn)) != TN_OK) return r;
+    if ((r = tn__cuda_ew_function(D, st, &L, &fn)) != TN_OK) return r;
 
     /* Parameters: n or the args struct (int64 fields only: no padding), then pointers. */
     int64_t args[1 + TN_MAX_DIMS + TN__CUDA_MAX_OPERANDS * TN_MAX_DIMS];
@@ -1687,12 +1903,12 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     params[0] = args;
     for (int o = 0; o < nops; o++) { ptrs[o] = arr[o]->data; params[1 + o] = &ptrs[o]; }
     int64_t work = L.kind == TN__CUDA_CONTIG ? (total + 3) / 4 : total;
-    int64_t blocks = (work + 255) / 256, cap = (int64_t)tn__cuda.sm_count * 16;
+    int64_t blocks = (work + 255) / 256, cap = (int64_t)D->sm_count * 16;
     if (blocks > cap && cap > 0) blocks = cap;
     if (blocks < 1) blocks = 1;
-    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, tn__cuda_stream(), params, NULL), who);
+    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, tn__cuda_stream(D), params, NULL), who);
     if (tn_get_config()->launch_blocking)
-        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
     return TN_OK;
 }
 
@@ -2267,6 +2483,7 @@ typedef struct tn__cred_state {
     size_t part_bytes;
     void *cnt;
     size_t cnt_bytes;
+    int dev;                     /* the node's device (the scratch's) */
 } tn__cred_state;
 
 static bool tn__cuda_reduce_supports(const tn_var *node) {
@@ -2295,6 +2512,7 @@ static tn_result tn__cuda_reduce_prepare(const tn_var *node, void **state) {
     tn__cred_state *st = (tn__cred_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
     st->prog = p;
+    st->dev = node->device;
     *state = st;
     return TN_OK;
 }
@@ -2302,15 +2520,15 @@ static tn_result tn__cuda_reduce_prepare(const tn_var *node, void **state) {
 static void tn__cuda_reduce_release(void *state) {
     tn__cred_state *st = (tn__cred_state *)state;
     if (!st) return;
-    if (st->part) tn__cuda_free(tn__cuda.ordinal, st->part);
-    if (st->cnt) tn__cuda_free(tn__cuda.ordinal, st->cnt);
+    if (st->part) tn__cuda_free(st->dev, st->part);
+    if (st->cnt) tn__cuda_free(st->dev, st->cnt);
     tn__free(st);
 }
 
 /* The function of layout L, and how many of its 256-thread blocks fit on an
    SM at once (from its register count), so a split grid is one full wave. */
-static tn_result tn__cred_function(tn__cred_state *st, int op, tn_dtype xt, const tn__cred_layout *L, tn__CUfunction *fn,
-                                   int *bps) {
+static tn_result tn__cred_function(tn__cuda_dev *D, tn__cred_state *st, int op, tn_dtype xt, const tn__cred_layout *L,
+                                   tn__CUfunction *fn, int *bps) {
     for (int i = 0; i < st->n; i++) {
         const tn__cred_layout *K = &st->k[i].L;
         if (K->kind == L->kind && K->nk == L->nk && K->nr == L->nr && K->vec == L->vec && K->bmask == L->bmask) {
@@ -2324,9 +2542,9 @@ static tn_result tn__cred_function(tn__cred_state *st, int op, tn_dtype xt, cons
     if (r != TN_OK) return r;
     if (tn_get_config()->print_kernels) fprintf(stderr, "tensor.h: kernel source:\n%s\n", src);
     tn__kentry *e;
-    r = tn__cuda_kernel_get(src, tn__cuda.arch, tn_get_config()->fast_math, &e);
+    r = tn__cuda_kernel_get(src, D->arch, tn_get_config()->fast_math, &e);
     tn__free(src);
-    if (r == TN_OK) r = tn__cuda_entry_function(e, "tn_red", fn);
+    if (r == TN_OK) r = tn__cuda_entry_function(D, e, "tn_red", fn);
     if (r != TN_OK) return r;
     int regs = 0;
     *bps = 8;
@@ -2342,14 +2560,14 @@ static tn_result tn__cred_function(tn__cred_state *st, int op, tn_dtype xt, cons
 }
 
 /* Grows a scratch buffer of the state (contents undefined; counters zeroed). */
-static tn_result tn__cred_scratch(void **buf, size_t *have, size_t need, bool zero, const char *who) {
+static tn_result tn__cred_scratch(tn__cuda_dev *D, void **buf, size_t *have, size_t need, bool zero, const char *who) {
     if (*have >= need) return TN_OK;
-    if (*buf) tn__cuda_free(tn__cuda.ordinal, *buf);
+    if (*buf) tn__cuda_free(D->ordinal, *buf);
     *buf = NULL;
     *have = 0;
-    void *p = tn__cuda_alloc(tn__cuda.ordinal, need);
+    void *p = tn__cuda_alloc(D->ordinal, need);
     if (!p) return tn__err(TN_ERR_OOM, "%s: no device memory for %zu bytes of reduction scratch", who, need);
-    if (zero) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)p, 0, need, tn__cuda_stream()), who);
+    if (zero) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)p, 0, need, tn__cuda_stream(D)), who);
     *buf = p;
     *have = need;
     return TN_OK;
@@ -2363,17 +2581,20 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
     char lab[96], who[128];
     tn__reduce_label(node, lab, sizeof lab);
     snprintf(who, sizeof who, "Gpu%s (node %d)", lab, node->id);
-    tn_result r = tn__cuda_bind();
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
     if (r != TN_OK) return r;
+    if (st->dev != D->ordinal)    /* its scratch lives there */
+        return tn__err(TN_ERR_DEVICE, "%s: prepared for cuda%d, run on cuda%d", who, st->dev, D->ordinal);
     const int op = node->op;
     const bool sm = tn__cred_is_softmax(op);
     const tn_ew_program *p = st->prog;
     const int ns = p ? p->n_in : 1;
     for (int i = 0; i <= ns; i++) {
         const tn_array *a = i < ns ? in[i] : out[0];
-        if (a->device != tn__cuda.ordinal)
+        if (a->device != D->ordinal)
             return tn__err(TN_ERR_DEVICE, "%s: %s lives on %s, not cuda%d", who, i < ns ? "an input" : "the output",
-                           a->device == TN_HOST ? "the host" : "another device", tn__cuda.ordinal);
+                           a->device == TN_HOST ? "the host" : "another device", D->ordinal);
         if (i < ns && p && a->dtype != p->in_dtype[i])
             return tn__err(TN_ERR_DTYPE, "%s: input %d is %s, the prologue expects %s", who, i, tn_dtype_name(a->dtype),
                            tn_dtype_name(p->in_dtype[i]));
@@ -2440,11 +2661,11 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
 
     tn__CUfunction fn;
     int bps = 8;
-    if ((r = tn__cred_function(st, op, xt, &L, &fn, &bps)) != TN_OK) return r;
+    if ((r = tn__cred_function(D, st, op, xt, &L, &fn, &bps)) != TN_OK) return r;
 
     /* grid: G threads per item; a long box with few outputs is split in S
        chunks, as many as the blocks that run at once (one wave) */
-    const int64_t target = (int64_t)(tn__cuda.sm_count > 0 ? tn__cuda.sm_count : 80) * bps;
+    const int64_t target = (int64_t)(D->sm_count > 0 ? D->sm_count : 80) * bps;
     int64_t S = 1, C = P.N, G = 32, gx = 1, gy = 1, slots = 0;
     switch (L.kind) {
     case TN__CRED_ROW:
@@ -2482,8 +2703,8 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
     if (gx > 0x7fffffff || gy > 65535)
         return tn__err(TN_ERR_UNSUPPORTED, "%s: %lld outputs are more than one launch takes", who, (long long)P.M);
     if (slots) {
-        if ((r = tn__cred_scratch(&st->part, &st->part_bytes, (size_t)(S * P.M) * TN__CRED_ACC_BYTES, false, who)) != TN_OK) return r;
-        if ((r = tn__cred_scratch(&st->cnt, &st->cnt_bytes, (size_t)slots * sizeof(unsigned int), true, who)) != TN_OK) return r;
+        if ((r = tn__cred_scratch(D, &st->part, &st->part_bytes, (size_t)(S * P.M) * TN__CRED_ACC_BYTES, false, who)) != TN_OK) return r;
+        if ((r = tn__cred_scratch(D, &st->cnt, &st->cnt_bytes, (size_t)slots * sizeof(unsigned int), true, who)) != TN_OK) return r;
     }
     /* parameters: the tn_args struct, then the pointers */
     int64_t args[6 + 2 * TN_MAX_DIMS + TN_MAX_DIMS + TN__RED_MAX_SRC * 2 * TN_MAX_DIMS];
@@ -2505,9 +2726,9 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
         ptrs[ns + 1] = st->part; params[np++] = &ptrs[ns + 1];
         ptrs[ns + 2] = st->cnt; params[np++] = &ptrs[ns + 2];
     }
-    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)gx, (unsigned)gy, 1, TN__CRED_THREADS, 1, 1, 0, tn__cuda_stream(),
+    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, (unsigned)gx, (unsigned)gy, 1, TN__CRED_THREADS, 1, 1, 0, tn__cuda_stream(D),
                                             params, NULL), who);
-    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
+    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
     return TN_OK;
 }
 
@@ -2519,9 +2740,9 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
  * Included by tensor_cuda.h inside its implementation section, after
  * tn__cuda_kernel_get and tn__cuda_entry_function. The user's source is
  * compiled with NVRTC through the back end's memory and disk kernel caches at
- * prepare (compile) time; run launches the kernel on the back end's stream
- * with the inputs' then the outputs' device pointers and out[0]'s element
- * count. Output buffers are allocated by the executor (contiguous). */
+ * prepare (compile) time; run launches the kernel on the calling thread's
+ * stream of the node's device with the inputs' then the outputs' device
+ * pointers and out[0]'s element count. Output buffers are allocated by the executor (contiguous). */
 
 typedef struct tn__cuda_custom_state {
     const tn_custom_op *op;
@@ -2538,12 +2759,15 @@ static tn_result tn__cuda_custom_prepare(const tn_var *node, void **state) {
     const tn_custom_op *op = tn_custom_of(node);
     if (!op || !op->cuda_source || !op->cuda_kernel)
         return tn__err(TN_ERR_INTERNAL, "tn_cuda: node %d is not a custom op with CUDA source", node->id);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(node->device, &D, "tn_custom");
+    if (r != TN_OK) return r;
     tn__kentry *e;
-    tn_result r = tn__cuda_kernel_get(op->cuda_source, tn__cuda.arch, tn_get_config()->fast_math, &e);
+    r = tn__cuda_kernel_get(op->cuda_source, D->arch, tn_get_config()->fast_math, &e);
     if (r != TN_OK)
         return tn__err(r, "tn_custom: op '%s': compiling its CUDA source failed: %s", op->name, tn_last_error());
     tn__CUfunction fn;
-    if ((r = tn__cuda_entry_function(e, op->cuda_kernel, &fn)) != TN_OK)
+    if ((r = tn__cuda_entry_function(D, e, op->cuda_kernel, &fn)) != TN_OK)
         return tn__err(r, "tn_custom: op '%s': kernel '%s' not found in its source (is it extern \"C\"?): %s",
                        op->name, op->cuda_kernel, tn_last_error());
     tn__cuda_custom_state *st = (tn__cuda_custom_state *)tn__calloc(1, sizeof *st);
@@ -2557,16 +2781,17 @@ static tn_result tn__cuda_custom_prepare(const tn_var *node, void **state) {
 static tn_result tn__cuda_custom_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     tn__cuda_custom_state *st = (tn__cuda_custom_state *)state;
     const tn_custom_op *op = st->op;
-    tn_result r = tn__cuda_bind();
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, "tn_custom");
     if (r != TN_OK) return r;
     int n_in = node->n_in, n_out = node->n_out > 0 ? node->n_out : 1;
     void *ptrs[64], *params[65];
     long long n = (long long)tn_array_size(out[0]);
     for (int o = 0; o < n_in + n_out; o++) {
         const tn_array *a = o < n_in ? in[o] : out[o - n_in];
-        if (a->device != tn__cuda.ordinal)
+        if (a->device != D->ordinal)
             return tn__err(TN_ERR_DEVICE, "tn_custom: op '%s': %s %d lives on %s, not cuda%d", op->name, o < n_in ? "input" : "output",
-                           o < n_in ? o : o - n_in, a->device == TN_HOST ? "the host" : "another device", tn__cuda.ordinal);
+                           o < n_in ? o : o - n_in, a->device == TN_HOST ? "the host" : "another device", D->ordinal);
         if (!tn_array_is_contiguous(a))
             return tn__err(TN_ERR_UNSUPPORTED, "tn_custom: op '%s': %s %d is not contiguous", op->name, o < n_in ? "input" : "output",
                            o < n_in ? o : o - n_in);
@@ -2584,8 +2809,8 @@ static tn_result tn__cuda_custom_run(const tn_var *node, void *state, tn_array *
     char who[128];
     snprintf(who, sizeof who, "tn_custom: op '%s' (kernel %s, node %d)", op->name, op->cuda_kernel, node->id);
     TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(st->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
-                                            tn__cuda_stream(), params, NULL), who);
-    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
+                                            tn__cuda_stream(D), params, NULL), who);
+    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
     return TN_OK;
 }
 
@@ -2595,13 +2820,32 @@ static void tn__cuda_custom_release(void *state) { tn__free(state); }
 /* >>cuda_copy: device copies through the elementwise engine -------------------- */
 /* An identity program per dtype: a strided or broadcast device array copied
    into a contiguous one by the same generated kernels (no transpose copies
-   elsewhere need their own code). The kernel states are shared by every
-   thread: tn__cuda_aux_mu guards them (held while a launch is queued). */
-static pthread_mutex_t tn__cuda_aux_mu = PTHREAD_MUTEX_INITIALIZER;
-static tn_dtype tn__cuda_id_dtype[TN_DTYPE_COUNT];
-static int32_t tn__cuda_id_reg[1];
-static tn_ew_program tn__cuda_id_prog[TN_DTYPE_COUNT];
-static tn__cuda_ew_state tn__cuda_id_state[TN_DTYPE_COUNT];
+   elsewhere need their own code); and the scan's add program per dtype
+   (>>cuda_scan). Their kernel states are per device (their functions are
+   the device's) and shared by every thread: the device's aux_mu guards them
+   (held while a launch is queued). */
+typedef struct tn__cuda_aux {
+    tn_dtype id_dtype[TN_DTYPE_COUNT];
+    int32_t id_reg[1];
+    tn_ew_program id_prog[TN_DTYPE_COUNT];
+    tn__cuda_ew_state id_state[TN_DTYPE_COUNT];
+    tn_dtype add_dt[TN_DTYPE_COUNT][2];
+    tn_ew_instr add_ins[TN_DTYPE_COUNT];
+    int32_t add_reg[1];
+    tn_ew_program add_prog[TN_DTYPE_COUNT];
+    tn__cuda_ew_state add_state[TN_DTYPE_COUNT];
+} tn__cuda_aux;
+
+/* D's kernel states, with D->aux_mu locked (NULL, unlocked, error set: no memory). */
+static tn__cuda_aux *tn__cuda_aux_lock(tn__cuda_dev *D, const char *who) {
+    pthread_mutex_lock(&D->aux_mu);
+    if (!D->aux && (D->aux = (tn__cuda_aux *)tn__calloc(1, sizeof *D->aux)) != NULL) D->aux->add_reg[0] = 2;
+    if (!D->aux) {
+        pthread_mutex_unlock(&D->aux_mu);
+        tn__err(TN_ERR_OOM, "%s: out of memory for the copy kernels' state", who);
+    }
+    return D->aux;
+}
 
 /* dst (contiguous, on the device) = src broadcast to dst's shape, same dtype. */
 static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const char *who) {
@@ -2609,33 +2853,37 @@ static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const ch
     if (src->dtype != t || (unsigned)t >= TN_DTYPE_COUNT)
         return tn__err(TN_ERR_INTERNAL, "%s: device copy from %s to %s", who, tn_dtype_name(src->dtype), tn_dtype_name(t));
     tn_array *in[1] = { (tn_array *)src }, *out[1] = { dst };
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(dst->device, &D, who);
+    if (r != TN_OK) return r;
     if (src->device == dst->device && tn_array_is_contiguous(src) && tn_array_size(src) == tn_array_size(dst)) {
         size_t n = tn_array_nbytes(dst);
         if (n) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)dst->data,
-                                                              (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream()), who);
+                                                              (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream(D)), who);
         return TN_OK;
     }
-    pthread_mutex_lock(&tn__cuda_aux_mu);
-    if (!tn__cuda_id_prog[t].n_out) {
-        tn__cuda_id_dtype[t] = t;
-        tn__cuda_id_prog[t] = (tn_ew_program){ 1, &tn__cuda_id_dtype[t], 0, NULL, 1, tn__cuda_id_reg, &tn__cuda_id_dtype[t] };
-        tn__cuda_id_state[t].prog = &tn__cuda_id_prog[t];
+    tn__cuda_aux *A = tn__cuda_aux_lock(D, who);
+    if (!A) return tn_last_result();
+    if (!A->id_prog[t].n_out) {
+        A->id_dtype[t] = t;
+        A->id_prog[t] = (tn_ew_program){ 1, &A->id_dtype[t], 0, NULL, 1, A->id_reg, &A->id_dtype[t] };
+        A->id_state[t].prog = &A->id_prog[t];
     }
-    tn_result r = tn__cuda_ew_run(&tn__cuda_id_state[t], in, out, who);
-    pthread_mutex_unlock(&tn__cuda_aux_mu);
+    r = tn__cuda_ew_run(&A->id_state[t], in, out, who);
+    pthread_mutex_unlock(&D->aux_mu);
     return r;
 }
 
-/* A contiguous device copy of a (caller frees), from the caching allocator. */
+/* A contiguous device copy of a (caller frees), on a's device, from the caching allocator. */
 static tn_array *tn__cuda_contiguous(const tn_array *a, const char *who) {
-    tn_array *c = tn__array_alloc(a->dtype, a->ndim, a->shape, tn__cuda.ordinal);
+    tn_array *c = tn__array_alloc(a->dtype, a->ndim, a->shape, a->device);
     if (c && tn__cuda_copy_into(c, a, who) != TN_OK) { tn_array_free(c); c = NULL; }
     return c;
 }
 
-static tn_result tn__cuda_sync_if_blocking(const char *who) {
-    if (tn_get_config()->launch_blocking)
-        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), who);
+static tn_result tn__cuda_sync_if_blocking(tn__cuda_dev *D, const char *who) {
+    if (D && tn_get_config()->launch_blocking)
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
     return TN_OK;
 }
 
@@ -2685,54 +2933,55 @@ static tn_result tn__cuda_alloc_run(tn__cuda_alloc_state *st, tn_array *const *i
     memcpy(v.shape, o->shape, sizeof v.shape);
     tn_array *vin[1] = { tn_array_size(in[0]) == 1 ? in[0] : &v };   /* one value: the kernels' scalar path */
     tn_result r = tn__cuda_ew_run(&st->ew, vin, out, who);
-    return r == TN_OK ? tn__cuda_sync_if_blocking(who) : r;
+    return r == TN_OK ? tn__cuda_sync_if_blocking(tn__cuda_dev_get(o->device), who) : r;
 }
 
 /* >>cuda_scan: a scan loop on the device (the >>scan section's tn__scan_run) --- */
 /* The loop's copies (step results into stacked outputs and carried states),
    its gradient sums and zeroing are queued on the stream like every kernel:
    the host only walks the steps, it never waits. Accumulation is one
-   generated add kernel per dtype, in place (dst is input 0 and the output). */
-static tn_dtype tn__cuda_add_dt[TN_DTYPE_COUNT][2];
-static tn_ew_instr tn__cuda_add_ins[TN_DTYPE_COUNT];
-static int32_t tn__cuda_add_reg[1] = { 2 };
-static tn_ew_program tn__cuda_add_prog[TN_DTYPE_COUNT];
-static tn__cuda_ew_state tn__cuda_add_state[TN_DTYPE_COUNT];
-
+   generated add kernel per dtype and device (tn__cuda_aux), in place (dst is
+   input 0 and the output). */
 static tn_result tn__cuda_scan_copy(tn_array *dst, const tn_array *src) {
     tn_result r = tn__cuda_copy_into(dst, src, "GpuScan: copying a step's result");
-    return r == TN_OK ? tn__cuda_sync_if_blocking("GpuScan") : r;
+    return r == TN_OK ? tn__cuda_sync_if_blocking(tn__cuda_dev_get(dst->device), "GpuScan") : r;
 }
 
 static tn_result tn__cuda_scan_acc(tn_array *dst, const tn_array *src) {
     tn_dtype t = dst->dtype;
     if (src->dtype != t || (unsigned)t >= TN_DTYPE_COUNT)
         return tn__err(TN_ERR_INTERNAL, "GpuScan: gradient sum of %s into %s", tn_dtype_name(src->dtype), tn_dtype_name(t));
-    tn_result r = TN_OK;
-    pthread_mutex_lock(&tn__cuda_aux_mu);
-    if (!tn__cuda_add_prog[t].n_out) {
-        tn__cuda_add_dt[t][0] = tn__cuda_add_dt[t][1] = t;
-        tn__cuda_add_ins[t] = (tn_ew_instr){ TN_OP_ADD, (int8_t)t, (int8_t)t, 0, 1, -1, 0 };
-        tn_ew_program p = { 2, tn__cuda_add_dt[t], 1, &tn__cuda_add_ins[t], 1, tn__cuda_add_reg, &tn__cuda_add_dt[t][0] };
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(dst->device, &D, "GpuScan: summing a step's gradient");
+    if (r != TN_OK) return r;
+    tn__cuda_aux *A = tn__cuda_aux_lock(D, "GpuScan");
+    if (!A) return tn_last_result();
+    if (!A->add_prog[t].n_out) {
+        A->add_dt[t][0] = A->add_dt[t][1] = t;
+        A->add_ins[t] = (tn_ew_instr){ TN_OP_ADD, (int8_t)t, (int8_t)t, 0, 1, -1, 0 };
+        tn_ew_program p = { 2, A->add_dt[t], 1, &A->add_ins[t], 1, A->add_reg, &A->add_dt[t][0] };
         if ((r = tn__cuda_check_program(&p)) == TN_OK) {
-            tn__cuda_add_prog[t] = p;
-            tn__cuda_add_state[t].prog = &tn__cuda_add_prog[t];
+            A->add_prog[t] = p;
+            A->add_state[t].prog = &A->add_prog[t];
         }
     }
     tn_array *in[2] = { dst, (tn_array *)src }, *out[1] = { dst };
-    if (r == TN_OK) r = tn__cuda_ew_run(&tn__cuda_add_state[t], in, out, "GpuScan: summing a step's gradient");
-    pthread_mutex_unlock(&tn__cuda_aux_mu);
-    return r == TN_OK ? tn__cuda_sync_if_blocking("GpuScan") : r;
+    if (r == TN_OK) r = tn__cuda_ew_run(&A->add_state[t], in, out, "GpuScan: summing a step's gradient");
+    pthread_mutex_unlock(&D->aux_mu);
+    return r == TN_OK ? tn__cuda_sync_if_blocking(D, "GpuScan") : r;
 }
 
 static tn_result tn__cuda_scan_zero(tn_array *a) {
     size_t n = tn_array_nbytes(a);
-    if (n) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)a->data, 0, n, tn__cuda_stream()), "GpuScan: zeroing a gradient");
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(a->device, &D, "GpuScan: zeroing a gradient");
+    if (r != TN_OK) return r;
+    if (n) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)a->data, 0, n, tn__cuda_stream(D)), "GpuScan: zeroing a gradient");
     return TN_OK;
 }
 
 static tn_result tn__cuda_scan_run(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    tn__scan_mem m = { tn__cuda.ordinal, true, tn__cuda_scan_copy, tn__cuda_scan_acc, tn__cuda_scan_zero };
+    tn__scan_mem m = { node->device, true, tn__cuda_scan_copy, tn__cuda_scan_acc, tn__cuda_scan_zero };
     return tn__scan_run(node, in, out, &m);
 }
 
@@ -2744,38 +2993,27 @@ static tn_result tn__cuda_scan_run(const tn_var *node, tn_array *const *in, tn_a
    X with ld s1 (a transposed view: CUBLAS_OP_T). Anything else (steps in
    both dims, broadcast rows) is first copied contiguous on the device. */
 
-static pthread_mutex_t tn__cublas_mu = PTHREAD_MUTEX_INITIALIZER;
-static void *tn__cuda_blas_ws;           /* cuBLAS workspace, set on the handle before capturing (>>cuda_graph) */
-static size_t tn__cuda_blas_ws_bytes;
+static pthread_mutex_t tn__cublas_mu = PTHREAD_MUTEX_INITIALIZER;   /* loading the library, once */
 
+/* Loads cuBLAS (process-wide, once); handles are per stream (tn__cublas_handle). */
 static tn_result tn__cublas_load(void) {
-    tn_result r = tn__cuda_bind();
-    if (r != TN_OK) return r;
+    if (__atomic_load_n(&tn__cuda.cublas_state, __ATOMIC_ACQUIRE) > 0) return TN_OK;
     pthread_mutex_lock(&tn__cublas_mu);
-    tn__cuda_state *c = &tn__cuda;
+    tn__cuda_loader *c = &tn__cuda;
     if (c->cublas_state == 0) {
         const char *names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so" };
         const char *missing = NULL;
-        tn__cublasStatus_t st = 0;
+        int st = -1;
         c->h_cublas = tn__dlopen_first("TN_LIBCUBLAS_PATH", names, 4, c->cublas_path, sizeof c->cublas_path);
         if (!c->h_cublas) tn__err(TN_ERR_DEVICE, "tn_cuda: cuBLAS (libcublas.so.13 or .12) was not found; set CUDA_PATH or TN_LIBCUBLAS_PATH");
         else if ((missing = tn__cublas_syms(c->h_cublas, &c->blas)) != NULL)
             tn__err(TN_ERR_DEVICE, "tn_cuda: %s lacks %s", c->cublas_path, missing);
-        else if ((st = c->blas.cublasCreate_v2(&c->blas_handle)) != TN__CUBLAS_STATUS_SUCCESS)
-            tn__err(TN_ERR_DEVICE, "tn_cuda: cublasCreate failed (status %u) with %s", st, c->cublas_path);
-        else if ((st = c->blas.cublasSetStream_v2(c->blas_handle, c->blas_stream = tn__cuda_stream())) != TN__CUBLAS_STATUS_SUCCESS ||
-                 (st = c->blas.cublasSetMathMode(c->blas_handle, tn_get_config()->allow_tf32 ? TN__CUBLAS_TF32_TENSOR_OP_MATH
-                                                                                           : TN__CUBLAS_DEFAULT_MATH)) != TN__CUBLAS_STATUS_SUCCESS) {
-            tn__err(TN_ERR_DEVICE, "tn_cuda: configuring the cuBLAS handle failed (status %u)", st);
-            c->blas.cublasDestroy_v2(c->blas_handle);
-            c->blas_handle = NULL;
-        }
-        if (c->blas_handle) c->cublas_state = 1;
-        else {
-            c->cublas_state = -1;
+        else st = 1;
+        if (st < 0) {
             if (c->h_cublas) { dlclose(c->h_cublas); c->h_cublas = NULL; }
+            snprintf(c->cublas_path, sizeof c->cublas_path, "%.200s", tn_last_error());
         }
-        if (c->cublas_state < 0) snprintf(c->cublas_path, sizeof c->cublas_path, "%.200s", tn_last_error());
+        __atomic_store_n(&c->cublas_state, st, __ATOMIC_RELEASE);
     }
     int st = c->cublas_state;
     pthread_mutex_unlock(&tn__cublas_mu);
@@ -2833,44 +3071,79 @@ static tn_result tn__mm_operand(const tn_array *a, tn__mm_op *o, const char *who
     return tn__err(TN_ERR_INTERNAL, "%s: a contiguous copy is still not a cuBLAS operand", who);
 }
 
-/* The one cuBLAS handle (and its one workspace) serves every thread: with
-   tn__cublas_mu held, it is pointed at the calling thread's stream, which is
-   first ordered after the products queued on the previous one (two streams
-   must not use the workspace at once). */
-static tn_result tn__cublas_follow(const char *who) {
-    tn__cuda_state *c = &tn__cuda;
-    tn__CUstream s = tn__cuda_stream();
-    if (c->blas_stream == s) return TN_OK;
-    if (!c->blas_ev) TN__CU_CHECK(c->cu.cuEventCreate(&c->blas_ev, TN__CU_EVENT_DISABLE_TIMING), who);
-    TN__CU_CHECK(c->cu.cuEventRecord(c->blas_ev, c->blas_stream), who);
-    TN__CU_CHECK(c->cu.cuStreamWaitEvent(s, c->blas_ev, 0), who);
-    tn__cublasStatus_t st = c->blas.cublasSetStream_v2(c->blas_handle, s);
-    if (st == TN__CUBLAS_STATUS_SUCCESS && tn__cuda_blas_ws)    /* cublasSetStream resets the workspace */
-        st = c->blas.cublasSetWorkspace_v2(c->blas_handle, tn__cuda_blas_ws, tn__cuda_blas_ws_bytes);
-    if (st != TN__CUBLAS_STATUS_SUCCESS) return tn__err(TN_ERR_DEVICE, "%s: cublasSetStream failed (status %u)", who, st);
-    c->blas_stream = s;
-    return TN_OK;
+/* The cuBLAS handle of stream record f, made at its first product: set to
+   f's stream for good, with the device's math mode and a workspace of its
+   own (cuBLAS's advice: 32 MiB on Hopper, else 4), as its documentation asks
+   for products captured into CUDA graphs. Handles of different streams share
+   nothing, so products on different streams overlap; a handle is used only
+   on its own stream, so its workspace is stream-ordered. */
+static tn_result tn__cublas_handle(tn__cuda_fstream *f, tn__cublasHandle_t *out, const char *who) {
+    tn__cublasHandle_t h = __atomic_load_n(&f->blas, __ATOMIC_ACQUIRE);
+    if (h) { *out = h; return TN_OK; }
+    *out = NULL;
+    tn_result r = tn__cublas_load();
+    if (r != TN_OK) return r;
+    tn__cuda_dev *D = f->dev;
+    const tn__cublas_api *bl = &tn__cuda.blas;
+    pthread_mutex_lock(&D->mu);
+    if (!(h = f->blas)) {
+        tn__cublasStatus_t st = bl->cublasCreate_v2(&h);
+        size_t bytes = (size_t)(D->cc_major >= 9 ? 32 : 4) << 20;
+        void *ws = NULL;
+        if (st != TN__CUBLAS_STATUS_SUCCESS) {
+            h = NULL;
+            r = tn__err(TN_ERR_DEVICE, "%s: cublasCreate failed (status %u) with %s", who, st, tn__cuda.cublas_path);
+        } else if ((st = bl->cublasSetStream_v2(h, f->s)) != TN__CUBLAS_STATUS_SUCCESS ||
+                   (st = bl->cublasSetMathMode(h, tn_get_config()->allow_tf32 ? TN__CUBLAS_TF32_TENSOR_OP_MATH
+                                                                           : TN__CUBLAS_DEFAULT_MATH)) != TN__CUBLAS_STATUS_SUCCESS) {
+            r = tn__err(TN_ERR_DEVICE, "%s: configuring a cuBLAS handle failed (status %u)", who, st);
+        } else if (bl->cublasSetWorkspace_v2) {
+            if (!(ws = tn__cuda_alloc(D->ordinal, bytes)))
+                r = tn__err(tn_last_result(), "%s: a workspace for cuBLAS: %s", who, tn_last_error());
+            else if ((st = bl->cublasSetWorkspace_v2(h, ws, bytes)) != TN__CUBLAS_STATUS_SUCCESS)
+                r = tn__err(TN_ERR_DEVICE, "%s: cublasSetWorkspace failed (status %u)", who, st);
+        }
+        if (r != TN_OK) {
+            if (h) bl->cublasDestroy_v2(h);
+            if (ws) tn__cuda_free(D->ordinal, ws);
+            h = NULL;
+        } else {
+            f->blas_ws = ws;
+            __atomic_store_n(&f->blas, h, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&D->mu);
+    *out = h;
+    return r;
+}
+
+/* Destroys f's handle and gives its workspace back (f's stream idle). */
+static void tn__cublas_handle_drop(tn__cuda_fstream *f) {
+    if (f->blas) tn__cuda.blas.cublasDestroy_v2(f->blas);
+    if (f->blas_ws) tn__cuda_free(f->dev->ordinal, f->blas_ws);
+    f->blas = NULL;
+    f->blas_ws = NULL;
 }
 static tn_result tn__cuda_gemm_on(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int M, int N,
                                   int K, int lda, int ldb, int ldc, long long sC, tn__cublasHandle_t h,
                                   const tn__cublas_api *bl, double alpha, double beta, const char *who);
 
-/* C (contiguous, (batch,) m x n) = alpha * A B + beta * C on the stream. */
-static tn_result tn__cuda_gemm(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int64_t m,
-                               int64_t n, int64_t k, double alpha, double beta, const char *who) {
+/* C (contiguous, (batch,) m x n, on D) = alpha * A B + beta * C on this
+   thread's stream of D, with that stream's handle: no lock. */
+static tn_result tn__cuda_gemm(tn__cuda_dev *D, tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C,
+                               int64_t m, int64_t n, int64_t k, double alpha, double beta, const char *who) {
     if (m == 0 || n == 0 || batch == 0) return TN_OK;
     if (m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff || batch > 0x7fffffff)
         return tn__err(TN_ERR_UNSUPPORTED, "%s: dimensions beyond cuBLAS's int range (m %lld, n %lld, k %lld)", who,
                        (long long)m, (long long)n, (long long)k);
-    tn__cublasHandle_t h = tn__cuda.blas_handle;
+    tn__cublasHandle_t h;
+    tn_result r = tn__cublas_handle(tn__cuda_fs(D), &h, who);
+    if (r != TN_OK) return r;
     const tn__cublas_api *bl = &tn__cuda.blas;
     int M = (int)n, N = (int)m, K = (int)k, ldc = n > 1 ? (int)n : 1, lda = (int)B->ld, ldb = (int)A->ld;
     long long sC = (long long)(m * n);
-    pthread_mutex_lock(&tn__cublas_mu);
-    tn_result r = tn__cublas_follow(who);
-    if (r == TN_OK) r = tn__cuda_gemm_on(t, batch, A, B, C, M, N, K, lda, ldb, ldc, sC, h, bl, alpha, beta, who);
-    pthread_mutex_unlock(&tn__cublas_mu);
-    return r == TN_OK ? tn__cuda_sync_if_blocking(who) : r;
+    r = tn__cuda_gemm_on(t, batch, A, B, C, M, N, K, lda, ldb, ldc, sC, h, bl, alpha, beta, who);
+    return r == TN_OK ? tn__cuda_sync_if_blocking(D, who) : r;
 }
 
 static tn_result tn__cuda_gemm_on(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int M, int N,
@@ -2931,8 +3204,10 @@ static bool tn__cuda_la_supports(const tn_var *node) {
 }
 
 static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_array *const *out, const char *who) {
-    tn_result r = tn__cublas_load();
-    if (r != TN_OK) return tn__err(r, "%s: %s", who, tn_last_error());
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    if ((r = tn__cublas_load()) != TN_OK) return tn__err(r, "%s: %s", who, tn_last_error());
     tn_array *o = out[0];
     tn_dtype t = o->dtype;
     double alpha = 1, beta = 0;
@@ -2975,7 +3250,7 @@ static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_arr
     tn__mm_op A, B;
     if ((r = tn__mm_operand(&a, &A, who)) != TN_OK) return r;
     if ((r = tn__mm_operand(&b, &B, who)) != TN_OK) { tn_array_free(A.tmp); return r; }
-    r = tn__cuda_gemm(t, batch, &A, &B, o->data, m, n, k, alpha, beta, who);
+    r = tn__cuda_gemm(D, t, batch, &A, &B, o->data, m, n, k, alpha, beta, who);
     tn_array_free(A.tmp);      /* back to the cache: stream order keeps the product's reads first */
     tn_array_free(B.tmp);
     return r;
@@ -2987,18 +3262,16 @@ static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_arr
    done), then copied asynchronously. The caller's memory is not read after
    tn_call returns. Device to host: straight into the host array when it is
    pinned (a function's outputs and HostFromGpu's plan buffers come from
-   tn__cuda_host_alloc), else through one pinned stage shared by the back end;
-   the copy waits for the stream, since the host reads the result next. */
+   tn__cuda_host_alloc), else through the device's pinned stage (shared by its
+   threads); the copy waits for the stream, since the host reads the result next. */
 
 typedef struct tn__cuda_h2d_state {
     void *pin;
     size_t cap;
     tn__CUevent ev;
     bool ev_live;
+    int dev;                    /* the node's device: pin and ev belong to its context */
 } tn__cuda_h2d_state;
-
-
-static struct { pthread_mutex_t mu; void *pin; size_t cap; } tn__cuda_stage = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* A pinned buffer of at least n bytes in *pin (grown by doubling). */
 static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *who) {
@@ -3014,29 +3287,33 @@ static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *
 }
 
 static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who) {
-    if (in->device == tn__cuda.ordinal) return tn__cuda_copy_into(out, in, who);
-    if (in->device != TN_HOST) return tn__err(TN_ERR_DEVICE, "%s: input lives on device %d, not cuda%d", who, in->device, tn__cuda.ordinal);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out->device, &D, who);
+    if (r != TN_OK) return r;
+    if (out->device != st->dev) return tn__err(TN_ERR_DEVICE, "%s: prepared for cuda%d, run on cuda%d", who, st->dev, out->device);
+    if (in->device == D->ordinal) return tn__cuda_copy_into(out, in, who);
+    if (in->device != TN_HOST) return tn__err(TN_ERR_DEVICE, "%s: input lives on device %d, not cuda%d", who, in->device, D->ordinal);
     size_t n = tn_array_nbytes(out);
     if (n == 0) return TN_OK;
     if (st->ev_live) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(st->ev), who);   /* the last copy out of pin is done */
     st->ev_live = false;
-    tn_result r = tn__cuda_pinned(&st->pin, &st->cap, n, who);
+    r = tn__cuda_pinned(&st->pin, &st->cap, n, who);
     if (r != TN_OK) return r;
     if (tn_array_is_contiguous(in) && tn_array_size(in) == tn_array_size(out)) memcpy(st->pin, in->data, n);
     else if ((r = tn_array_copy_to(in, out->dtype, st->pin, st->cap)) != TN_OK) return r;   /* packs views, broadcasts */
-    TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)out->data, st->pin, n, tn__cuda_stream()), who);
-    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(st->ev, tn__cuda_stream()), who);
+    TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)out->data, st->pin, n, tn__cuda_stream(D)), who);
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(st->ev, tn__cuda_stream(D)), who);
     st->ev_live = true;
-    return tn__cuda_sync_if_blocking(who);
+    return tn__cuda_sync_if_blocking(D, who);
 }
 
-/* HostFromGpu's kernel (the >>transfer section calls it through tn__d2h_hook). */
+/* HostFromGpu's kernel (tn_device_ops.d2h: the >>transfer section calls it). */
 static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *out) {
     char who[96];
     snprintf(who, sizeof who, "HostFromGpu (node %d)", node ? node->id : -1);
-    tn_result r = tn__cuda_bind();
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(in->device, &D, who);
     if (r != TN_OK) return r;
-    if (in->device != tn__cuda.ordinal) return tn__err(TN_ERR_DEVICE, "%s: input lives on device %d, not cuda%d", who, in->device, tn__cuda.ordinal);
     if (!tn_array_is_contiguous(out) || out->dtype != in->dtype)
         return tn__err(TN_ERR_INTERNAL, "%s: the host output must be contiguous %s", who, tn_dtype_name(in->dtype));
     size_t n = tn_array_nbytes(out);
@@ -3044,23 +3321,23 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
     tn_array *tmp = NULL;
     const tn_array *src = in;
     if (!tn_array_is_contiguous(in) || tn_array_size(in) != tn_array_size(out)) {
-        if (!(tmp = tn__array_alloc(out->dtype, out->ndim, out->shape, tn__cuda.ordinal))) return tn_last_result();
+        if (!(tmp = tn__array_alloc(out->dtype, out->ndim, out->shape, D->ordinal))) return tn_last_result();
         if ((r = tn__cuda_copy_into(tmp, in, who)) != TN_OK) { tn_array_free(tmp); return r; }
         src = tmp;
     }
     tn__CUresult cr = TN__CUDA_SUCCESS;
     if (out->base && out->base->free_fn == tn__cuda_host_free) {
         /* pinned (a function's output or plan buffer): one DMA straight into it */
-        cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(out->data, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream());
-        if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
+        cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(out->data, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream(D));
+        if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D));
     } else {
-        /* pageable: through the shared pinned stage (faster than the driver's own staging) */
-        pthread_mutex_lock(&tn__cuda_stage.mu);
-        r = tn__cuda_pinned(&tn__cuda_stage.pin, &tn__cuda_stage.cap, n, who);
-        if (r == TN_OK) cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(tn__cuda_stage.pin, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream());
-        if (r == TN_OK && cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
-        if (r == TN_OK && cr == TN__CUDA_SUCCESS) memcpy(out->data, tn__cuda_stage.pin, n);
-        pthread_mutex_unlock(&tn__cuda_stage.mu);
+        /* pageable: through the device's pinned stage (faster than the driver's own staging) */
+        pthread_mutex_lock(&D->stage.mu);
+        r = tn__cuda_pinned(&D->stage.pin, &D->stage.cap, n, who);
+        if (r == TN_OK) cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(D->stage.pin, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream(D));
+        if (r == TN_OK && cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D));
+        if (r == TN_OK && cr == TN__CUDA_SUCCESS) memcpy(out->data, D->stage.pin, n);
+        pthread_mutex_unlock(&D->stage.mu);
     }
     tn_array_free(tmp);
     if (r == TN_OK && cr != TN__CUDA_SUCCESS) {
@@ -3072,56 +3349,51 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
     return r;
 }
 
-/* >>cuda_graph: capture and replay (tn_backend.graph_*) ------------------------ */
-/* The executor (the >>graph_replay section of tensor.h) decides what to
+/* >>cuda_replay: CUDA graph capture and replay (tn_backend.replay_*) ------------ */
+/* The executor (the >>replay section of tensor.h) decides what to
    capture and when; this is the driver side. Capture runs in thread-local
-   mode on the back end's stream: work queued there is recorded, not run, and
-   a call that would synchronise fails (the executor then runs the function
-   plainly for good). Allocations are refused while capturing
-   (tn__cuda_capturing): a graph keeps its pointers. cuBLAS gets a workspace
-   of its own before the first capture, as its documentation asks for
-   captured products (else it may allocate one inside the capture). */
+   mode on the calling thread's stream of the device of the function being
+   called: work queued there is recorded, not run, and a call that would
+   synchronise fails (the executor then runs the function plainly for good).
+   Allocations are refused while capturing (tn__cuda_capturing): a graph
+   keeps its pointers. The stream's cuBLAS handle and its workspace are made
+   before the capture starts, as cuBLAS's documentation asks for captured
+   products (else it may allocate one inside the capture). An instantiated
+   graph remembers its device (tn__cuda_replay). */
 
-static tn_result tn__cuda_graph_ws(void) {
-    tn__cuda_state *c = &tn__cuda;
-    pthread_mutex_lock(&tn__cublas_mu);        /* the handle is shared by all threads */
-    tn_result r = TN_OK;
-    if (c->cublas_state > 0 && !tn__cuda_blas_ws && c->blas.cublasSetWorkspace_v2) {
-        size_t bytes = (size_t)(c->cc_major >= 9 ? 32 : 4) << 20;     /* cuBLAS's advice: 32 MiB on Hopper, else 4 */
-        void *ws = tn__cuda_alloc(c->ordinal, bytes);
-        tn__cublasStatus_t st = ws ? c->blas.cublasSetWorkspace_v2(c->blas_handle, ws, bytes) : TN__CUBLAS_STATUS_SUCCESS;
-        if (!ws) r = tn__err(tn_last_result(), "tn_cuda: a workspace for cuBLAS under graph capture: %s", tn_last_error());
-        else if (st != TN__CUBLAS_STATUS_SUCCESS) {
-            tn__cuda_free(c->ordinal, ws);
-            r = tn__err(TN_ERR_DEVICE, "tn_cuda: cublasSetWorkspace failed (status %u)", st);
-        } else {
-            tn__cuda_blas_ws = ws;
-            tn__cuda_blas_ws_bytes = bytes;
-        }
-    }
-    pthread_mutex_unlock(&tn__cublas_mu);
-    return r;
-}
+typedef struct tn__cuda_replay { tn__cuda_dev *dev; tn__CUgraphExec x; } tn__cuda_replay;
+static _Thread_local tn__cuda_fstream *tn__cuda_capture_fs;   /* the stream being captured */
 
-static tn_result tn__cuda_graph_begin(void) {
-    tn_result r = tn__cuda_bind();
-    if (r == TN_OK) r = tn__cuda_graph_ws();
+static tn_result tn__cuda_replay_begin(void) {
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter_current(&D, "tn_cuda: beginning a capture");
     if (r != TN_OK) return r;
-    TN__CU_CHECK(tn__cuda.cu.cuStreamBeginCapture_v2(tn__cuda_stream(), TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+    tn__cuda_fstream *f = tn__cuda_fs(D);
+    tn__cublasHandle_t h;
+    if (__atomic_load_n(&tn__cuda.cublas_state, __ATOMIC_ACQUIRE) > 0 &&
+        (r = tn__cublas_handle(f, &h, "tn_cuda: a cuBLAS handle for graph capture")) != TN_OK)
+        return r;
+    TN__CU_CHECK(tn__cuda.cu.cuStreamBeginCapture_v2(f->s, TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                  "beginning a CUDA graph capture");
     tn__cuda_capturing = true;
+    tn__cuda_capture_fs = f;
     return TN_OK;
 }
 
-static tn_result tn__cuda_graph_end(void **exec) {
+static tn_result tn__cuda_replay_end(void **exec) {
+    tn__cuda_fstream *f = tn__cuda_capture_fs;
     tn__cuda_capturing = false;
+    tn__cuda_capture_fs = NULL;
+    if (exec) *exec = NULL;
+    if (!f) return tn__err(TN_ERR_INTERNAL, "tn_cuda: replay_end without replay_begin");
+    tn_result r = tn__cuda_bind(f->dev);
+    if (r != TN_OK) return r;
     tn__CUgraph g = NULL;
-    tn__CUresult cr = tn__cuda.cu.cuStreamEndCapture(tn__cuda_stream(), &g);
+    tn__CUresult cr = tn__cuda.cu.cuStreamEndCapture(f->s, &g);
     if (!exec) {                          /* an aborted capture: nothing to keep */
         if (g) tn__cuda.cu.cuGraphDestroy(g);
         return TN_OK;
     }
-    *exec = NULL;
     char eb[160];
     if (cr != TN__CUDA_SUCCESS || !g) {
         if (g) tn__cuda.cu.cuGraphDestroy(g);
@@ -3139,73 +3411,75 @@ static tn_result tn__cuda_graph_end(void **exec) {
         tn__cuda.cu.cuGraphExecDestroy(x);
         return tn__err(TN_ERR_DEVICE, "cuGraphDestroy failed (%s:%d): %s", __FILE__, __LINE__, tn__cu_errstr(cd, eb, sizeof eb));
     }
-    *exec = x;
+    tn__cuda_replay *R = (tn__cuda_replay *)tn__malloc(sizeof *R);
+    if (!R) {
+        tn__cuda.cu.cuGraphExecDestroy(x);
+        return tn__err(TN_ERR_OOM, "tn_cuda: out of memory for a captured graph");
+    }
+    R->dev = f->dev;
+    R->x = x;
+    *exec = R;
     return TN_OK;
 }
 
-static tn_result tn__cuda_graph_launch(void *exec) {
-    tn_result r = tn__cuda_bind();
+static tn_result tn__cuda_replay_launch(void *exec) {
+    tn__cuda_replay *R = (tn__cuda_replay *)exec;
+    tn_result r = tn__cuda_bind(R->dev);
     if (r != TN_OK) return r;
-    TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)exec, tn__cuda_stream()), "replaying a captured CUDA graph");
+    TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch(R->x, tn__cuda_stream(R->dev)), "replaying a captured CUDA graph");
     return TN_OK;
 }
 
 /* A graph still running is freed by the driver when it completes. */
-static void tn__cuda_graph_release(void *exec) {
-    if (exec && tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) tn__cuda.cu.cuGraphExecDestroy((tn__CUgraphExec)exec);
-}
-
-/* At shutdown (the stream is idle): the workspace goes back with the cache. */
-static void tn__cuda_graph_shutdown(void) {
-    if (!tn__cuda_blas_ws) return;
-    if (tn__cuda.blas_handle && tn__cuda.blas.cublasSetWorkspace_v2)
-        tn__cuda.blas.cublasSetWorkspace_v2(tn__cuda.blas_handle, NULL, 0);
-    tn__cuda_free(tn__cuda.ordinal, tn__cuda_blas_ws);
-    tn__cuda_blas_ws = NULL;
+static void tn__cuda_replay_release(void *exec) {
+    tn__cuda_replay *R = (tn__cuda_replay *)exec;
+    if (!R) return;
+    if (tn__cuda_bind(R->dev) == TN_OK) tn__cuda.cu.cuGraphExecDestroy(R->x);
+    else tn_clear_error();
+    tn__free(R);
 }
 
 /* >>cuda_streams: one stream per compiled function --------------------------- */
 /* Each compiled function with device steps queues its work on a stream of its
-   own (tn_backend.func_new); entering a call makes it the calling thread's
-   current stream (tn__cuda_stream), so functions called from different
-   threads queue on different streams and overlap. A switch orders the new
-   stream after all work this thread queued so far on the old one (an event
-   of the entered function, recorded there, waited for here): functions
-   called one after another on one thread see each other's updates in order,
-   and so do host reads afterwards. Across threads, shared variables carry
-   their own events (tn_backend.shared_*, below), and the caching allocator
-   orders a block's reuse on another stream after its last use (the
-   >>cuda_memory section). A function called in a loop switches nothing. A
-   scan's step function runs on its caller's stream (tn__func_share_stream).
-   A freed function's stream and event are kept for the next function (a
-   thread may still have the stream current); tn_shutdown destroys them. */
+   own on its device (tn_backend.func_new); entering a call makes it the
+   calling thread's current stream there (tn__cuda_fs), so functions called
+   from different threads queue on different streams and overlap. A switch
+   orders the new stream after all work this thread queued so far on the old
+   one of that device (an event of the entered function, recorded there,
+   waited for here): functions called one after another on one thread see
+   each other's updates in order, and so do host reads afterwards. Across
+   threads, shared variables carry their own events (tn_backend.shared_*,
+   below), and the caching allocator orders a block's reuse on another stream
+   after its last use (the >>cuda_memory section). A function called in a
+   loop switches nothing. A scan's step function runs on its caller's stream
+   (tn__func_share_stream). A freed function's stream, event and cuBLAS
+   handle are kept for the next function of the device (a thread may still
+   have the stream current); tn_shutdown destroys them. */
 
-typedef struct tn__cuda_fstream { tn__CUstream s; tn__CUevent ev; struct tn__cuda_fstream *next; } tn__cuda_fstream;
-
-static tn_result tn__cuda_use_stream(tn__CUstream s, tn__CUevent ev, const char *who) {
-    tn__cuda_state *c = &tn__cuda;
-    tn__CUstream cur = tn__cuda_stream();
-    if (cur == s) return TN_OK;
-    TN__CU_CHECK(c->cu.cuEventRecord(ev, cur), who);
-    TN__CU_CHECK(c->cu.cuStreamWaitEvent(s, ev, 0), who);
-    tn__cuda_cur = s;
-    tn__cuda_cur_epoch = atomic_load_explicit(&c->epoch, memory_order_relaxed);
+static tn_result tn__cuda_use_stream(tn__cuda_dev *D, tn__cuda_fstream *f, tn__CUevent ev, const char *who) {
+    tn__cuda_fstream *cur = tn__cuda_fs(D);
+    tn__cuda_cur_dev = D;
+    if (cur == f) return TN_OK;
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(ev, cur->s), who);
+    TN__CU_CHECK(tn__cuda.cu.cuStreamWaitEvent(f->s, ev, 0), who);
+    tn__cuda_cur[D->ordinal] = f == &D->home ? NULL : f;
     return TN_OK;
 }
 
-static void *tn__cuda_func_new(void) {
-    if (tn__cuda.state <= 0 || tn__cuda_bind() != TN_OK) return NULL;
-    tn__cuda_state *c = &tn__cuda;
-    pthread_mutex_lock(&c->mu);
-    tn__cuda_fstream *f = c->spare_streams;
-    if (f) c->spare_streams = f->next;
-    pthread_mutex_unlock(&c->mu);
+static void *tn__cuda_func_new(int device) {
+    tn__cuda_dev *D;
+    if (tn__cuda.state <= 0 || tn__cuda_enter(device, &D, "tn_function") != TN_OK) { tn_clear_error(); return NULL; }
+    pthread_mutex_lock(&D->mu);
+    tn__cuda_fstream *f = D->spare_streams;
+    if (f) D->spare_streams = f->next;
+    pthread_mutex_unlock(&D->mu);
     if (f) { f->next = NULL; return f; }
     f = (tn__cuda_fstream *)tn__calloc(1, sizeof *f);
     if (!f) return NULL;
-    if (c->cu.cuStreamCreate(&f->s, TN__CU_STREAM_NON_BLOCKING) != TN__CUDA_SUCCESS) { tn__free(f); return NULL; }
-    if (c->cu.cuEventCreate(&f->ev, TN__CU_EVENT_DISABLE_TIMING) != TN__CUDA_SUCCESS) {
-        c->cu.cuStreamDestroy_v2(f->s);
+    f->dev = D;
+    if (tn__cuda.cu.cuStreamCreate(&f->s, TN__CU_STREAM_NON_BLOCKING) != TN__CUDA_SUCCESS) { tn__free(f); return NULL; }
+    if (tn__cuda.cu.cuEventCreate(&f->ev, TN__CU_EVENT_DISABLE_TIMING) != TN__CUDA_SUCCESS) {
+        tn__cuda.cu.cuStreamDestroy_v2(f->s);
         tn__free(f);
         return NULL;
     }
@@ -3214,40 +3488,43 @@ static void *tn__cuda_func_new(void) {
 
 static tn_result tn__cuda_func_enter(void *state) {
     tn__cuda_fstream *f = (tn__cuda_fstream *)state;
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_bind(f->dev);
     if (r != TN_OK) return r;
-    return tn__cuda_use_stream(f->s, f->ev, "tn_call: switching to the function's stream");
+    return tn__cuda_use_stream(f->dev, f, f->ev, "tn_call: switching to the function's stream");
 }
 
 static void tn__cuda_func_free(void *state) {
     tn__cuda_fstream *f = (tn__cuda_fstream *)state;
     if (!f) return;
+    tn__cuda_dev *D = f->dev;
     /* this thread goes back to the home stream, after f's work */
-    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK && tn__cuda_stream() == f->s &&
-        tn__cuda_use_stream(tn__cuda.home, f->ev, "tn_function_free") != TN_OK) {
+    if (tn__cuda_bind(D) == TN_OK && tn__cuda_fs(D) == f &&
+        tn__cuda_use_stream(D, &D->home, f->ev, "tn_function_free") != TN_OK) {
         tn__cuda.cu.cuStreamSynchronize(f->s);       /* could not hand over: finish here */
-        tn__cuda_cur = NULL;
+        tn__cuda_cur[D->ordinal] = NULL;
         tn_clear_error();
     }
-    pthread_mutex_lock(&tn__cuda.mu);
-    f->next = tn__cuda.spare_streams;
-    tn__cuda.spare_streams = f;
-    pthread_mutex_unlock(&tn__cuda.mu);
+    pthread_mutex_lock(&D->mu);
+    f->next = D->spare_streams;
+    D->spare_streams = f;
+    pthread_mutex_unlock(&D->mu);
 }
 
-/* At shutdown, after the whole context is idle. */
-static void tn__cuda_streams_shutdown(void) {
-    tn__cuda_state *c = &tn__cuda;
-    pthread_mutex_lock(&c->mu);
-    for (tn__cuda_fstream *f = c->spare_streams, *nx; f; f = nx) {
+/* At shutdown, after D's whole context is idle: spare streams, and every
+   stream's cuBLAS handle (the home stream's too). */
+static void tn__cuda_streams_shutdown(tn__cuda_dev *D) {
+    pthread_mutex_lock(&D->mu);
+    for (tn__cuda_fstream *f = D->spare_streams, *nx; f; f = nx) {
         nx = f->next;
-        c->cu.cuStreamDestroy_v2(f->s);
-        c->cu.cuEventDestroy_v2(f->ev);
+        tn__cublas_handle_drop(f);
+        tn__cuda.cu.cuStreamDestroy_v2(f->s);
+        tn__cuda.cu.cuEventDestroy_v2(f->ev);
         tn__free(f);
     }
-    c->spare_streams = NULL;
-    atomic_fetch_add(&c->epoch, 1);          /* every thread's current stream is home again */
-    pthread_mutex_unlock(&c->mu);
+    D->spare_streams = NULL;
+    tn__cublas_handle_drop(&D->home);
+    atomic_fetch_add(&tn__cuda.epoch, 1);          /* every thread's current stream is home again */
+    pthread_mutex_unlock(&D->mu);
 }
 
 /* Shared variables (tn_backend.shared_order): each remembers the stream that
@@ -3255,26 +3532,31 @@ static void tn__cuda_streams_shutdown(void) {
    (after everything queued on it so far, its use of the variable included)
    and waits for it; on the same stream nothing is done, so a function called
    in a loop makes no driver call for its shared variables. Function streams
-   live until shutdown (the epoch says when they are gone). */
-typedef struct tn__cuda_shuse { tn__CUstream last; uint64_t epoch; tn__CUevent ev; } tn__cuda_shuse;
+   live until shutdown (the epoch says when they are gone). The record
+   belongs to the device it was last used on; ordering work across devices
+   is the multi-GPU work's (a variable moving to another device starts
+   afresh there). */
+typedef struct tn__cuda_shuse { tn__cuda_dev *dev; tn__CUstream last; uint64_t epoch; tn__CUevent ev; } tn__cuda_shuse;
 
 static tn_result tn__cuda_shared_order(void **state) {
     tn__cuda_shuse *u = (tn__cuda_shuse *)*state;
-    tn__CUstream cur = tn__cuda_stream();
-    uint64_t ep = atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed);
-    if (u && u->last == cur && u->epoch == ep) return TN_OK;
-    tn_result r = tn__cuda_bind();
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter_current(&D, "tn_call: ordering after a shared variable's last user");
     if (r != TN_OK) return r;
+    tn__CUstream cur = tn__cuda_stream(D);
+    uint64_t ep = atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed);
+    if (u && u->dev == D && u->last == cur && u->epoch == ep) return TN_OK;
+    if (u && u->dev != D) {
+        if (u->ev && tn__cuda_bind(u->dev) == TN_OK) tn__cuda.cu.cuEventDestroy_v2(u->ev);
+        *u = (tn__cuda_shuse){ D, NULL, 0, NULL };
+        if ((r = tn__cuda_bind(D)) != TN_OK) return r;
+    }
     if (!u) {
-        if (!(u = (tn__cuda_shuse *)tn__calloc(1, sizeof *u))) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory for a shared variable's event");
-        tn__CUresult cr = tn__cuda.cu.cuEventCreate(&u->ev, TN__CU_EVENT_DISABLE_TIMING);
-        if (cr != TN__CUDA_SUCCESS) {
-            char eb[160];
-            tn__free(u);
-            return tn__err(TN_ERR_DEVICE, "cuEventCreate failed for a shared variable's event: %s", tn__cu_errstr(cr, eb, sizeof eb));
-        }
+        if (!(u = (tn__cuda_shuse *)tn__calloc(1, sizeof *u))) return tn__err(TN_ERR_OOM, "tn_call: out of memory for a shared variable's event");
+        u->dev = D;
         *state = u;
     }
+    if (!u->ev) TN__CU_CHECK(tn__cuda.cu.cuEventCreate(&u->ev, TN__CU_EVENT_DISABLE_TIMING), "creating a shared variable's event");
     if (u->last && u->epoch == ep) {
         TN__CU_CHECK(tn__cuda.cu.cuEventRecord(u->ev, u->last), "ordering after a shared variable's last user");
         TN__CU_CHECK(tn__cuda.cu.cuStreamWaitEvent(cur, u->ev, 0), "ordering after a shared variable's last user");
@@ -3287,7 +3569,7 @@ static tn_result tn__cuda_shared_order(void **state) {
 static void tn__cuda_shared_free(void *state) {
     tn__cuda_shuse *u = (tn__cuda_shuse *)state;
     if (!u) return;
-    if (u->ev && tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) tn__cuda.cu.cuEventDestroy_v2(u->ev);
+    if (u->ev && tn__cuda_bind(u->dev) == TN_OK) tn__cuda.cu.cuEventDestroy_v2(u->ev);
     tn__free(u);
 }
 
@@ -3309,11 +3591,16 @@ static const char *tn__cuda_who(const tn_var *node, char *who, size_t cap) {
     return who;
 }
 
+/* Binds the context of the node's device (placement set node->device). */
+static tn_result tn__cuda_node_bind(const tn_var *node) {
+    tn__cuda_dev *D;
+    return tn__cuda_enter(node->device, &D, "tn_cuda");
+}
+
 /* No state: the context is bound now, not mid-call. */
 static tn_result tn__cuda_bind_prepare(const tn_var *node, void **state) {
-    (void)node;
     *state = NULL;
-    return tn__cuda_bind();
+    return tn__cuda_node_bind(node);
 }
 
 /* elementwise ops and COMPOSITE (fused elementwise programs) */
@@ -3327,7 +3614,7 @@ static bool tn__cuda_ew_supports(const tn_var *node) {
 
 static tn_result tn__cuda_ew_prepare(const tn_var *node, void **state) {
     *state = NULL;
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     if (r != TN_OK) return r;
     const tn_ew_program *p = node->op == TN_OP_COMPOSITE ? (const tn_ew_program *)node->ext
                                                          : tn__ew_program_of((tn_var *)node);
@@ -3342,22 +3629,22 @@ static tn_result tn__cuda_ew_prepare(const tn_var *node, void **state) {
 
 static tn_result tn__cuda_ew_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     char who[128];
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     return r != TN_OK ? r : tn__cuda_ew_run((tn__cuda_ew_state *)state, in, out, tn__cuda_who(node, who, sizeof who));
 }
 
 /* reductions (with or without an elementwise prologue), softmax, log_softmax */
 static tn_result tn__cuda_reduce_node_prepare(const tn_var *node, void **state) {
     *state = NULL;
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     return r != TN_OK ? r : tn__cuda_reduce_prepare(node, state);
 }
 
 static tn_result tn__cuda_reduce_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     char who[128];
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     if (r == TN_OK) r = tn__cuda_reduce_run(node, state, in, out);
-    return r != TN_OK ? r : tn__cuda_sync_if_blocking(tn__cuda_who(node, who, sizeof who));
+    return r != TN_OK ? r : tn__cuda_sync_if_blocking(tn__cuda_dev_get(node->device), tn__cuda_who(node, who, sizeof who));
 }
 
 /* products (cuBLAS, loaded at prepare time, not mid-call) */
@@ -3369,7 +3656,7 @@ static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
 static tn_result tn__cuda_la_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     (void)state;
     char who[128];
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     return r != TN_OK ? r : tn__cuda_la_run(node, in, out, tn__cuda_who(node, who, sizeof who));
 }
 
@@ -3381,7 +3668,7 @@ static tn_result tn__cuda_alloc_node_prepare(const tn_var *node, void **state) {
 
 static tn_result tn__cuda_alloc_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     char who[128];
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     return r != TN_OK ? r : tn__cuda_alloc_run((tn__cuda_alloc_state *)state, in, out, tn__cuda_who(node, who, sizeof who));
 }
 
@@ -3391,6 +3678,7 @@ static tn_result tn__cuda_h2d_prepare(const tn_var *node, void **state) {
     if (r != TN_OK) return r;
     tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
+    st->dev = node->device;
     tn__CUresult cr = tn__cuda.cu.cuEventCreate(&st->ev, TN__CU_EVENT_DISABLE_TIMING);
     if (cr != TN__CUDA_SUCCESS) {
         char eb[160];
@@ -3403,14 +3691,15 @@ static tn_result tn__cuda_h2d_prepare(const tn_var *node, void **state) {
 
 static tn_result tn__cuda_h2d_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     char who[128];
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     return r != TN_OK ? r : tn__cuda_h2d_run((tn__cuda_h2d_state *)state, in[0], out[0], tn__cuda_who(node, who, sizeof who));
 }
 
 static void tn__cuda_h2d_release(void *state) {
     tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
     if (!st) return;
-    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
+    tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[st->dev], __ATOMIC_ACQUIRE);
+    if (D && tn__cuda_bind(D) == TN_OK) {
         if (st->ev_live) tn__cuda.cu.cuEventSynchronize(st->ev);
         if (st->ev) tn__cuda.cu.cuEventDestroy_v2(st->ev);
         if (st->pin) tn__cuda.cu.cuMemFreeHost(st->pin);
@@ -3425,14 +3714,14 @@ static tn_result tn__cuda_custom_node_prepare(const tn_var *node, void **state) 
 }
 
 static tn_result tn__cuda_custom_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     return r != TN_OK ? r : tn__cuda_custom_run(node, state, in, out);
 }
 
 /* scan: the loop on the device, when its step was compiled for device arrays */
 static tn_result tn__cuda_scan_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     (void)state;
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_node_bind(node);
     return r != TN_OK ? r : tn__cuda_scan_run(node, in, out);
 }
 
@@ -3468,9 +3757,16 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
 };
 #undef TN__CUDA_EW_ROW
 
-/* Waits for the current stream (tests; the executor never waits on it). */
-static tn_result tn__cuda_synchronize(void) {
-    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), "synchronizing the stream");
+/* Waits for this thread's current stream on every opened device (tests; the
+   executor never waits on it). */
+TN_API tn_result tn__cuda_synchronize(void) {
+    for (int d = 0; d < TN__CUDA_MAX_DEVICES; d++) {
+        tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[d], __ATOMIC_ACQUIRE);
+        if (!D) continue;
+        tn_result r = tn__cuda_bind(D);
+        if (r != TN_OK) return r;
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), "synchronizing the stream");
+    }
     return TN_OK;
 }
 
@@ -3481,8 +3777,9 @@ static tn_result tn__cuda_synchronize(void) {
    before, which the GPU has almost always passed, so profiling keeps the host
    up to a call ahead of the stream. An event is created at its first use and
    reused for the function's life (a step that never runs on the device never
-   makes one). */
+   makes one). The events belong to the device of the function profiled. */
 typedef struct tn__cuda_prof {
+    tn__cuda_dev *dev;
     int n_marks;                /* per set: 2 per step */
     int cur;                    /* the set this call records into */
     tn__CUevent *ev[2];
@@ -3493,7 +3790,7 @@ typedef struct tn__cuda_prof {
 static void tn__cuda_prof_free(void *ps) {
     tn__cuda_prof *P = (tn__cuda_prof *)ps;
     if (!P) return;
-    bool live = tn__cuda.state > 0 && tn__cuda_bind() == TN_OK;
+    bool live = P->dev && tn__cuda_bind(P->dev) == TN_OK;
     for (int s = 0; s < 2; s++) {
         for (int m = 0; live && P->ev[s] && m < P->n_marks; m++)
             if (P->ev[s][m]) tn__cuda.cu.cuEventDestroy_v2(P->ev[s][m]);   /* a pending one is freed once reached */
@@ -3504,8 +3801,11 @@ static void tn__cuda_prof_free(void *ps) {
 }
 
 static void *tn__cuda_prof_new(int n_steps) {
+    tn__cuda_dev *D;
+    if (tn__cuda_enter_current(&D, "tn_profile") != TN_OK) { tn_clear_error(); return NULL; }
     tn__cuda_prof *P = (tn__cuda_prof *)tn__calloc(1, sizeof *P);
     if (!P) return NULL;
+    P->dev = D;
     P->n_marks = 2 * (n_steps > 0 ? n_steps : 1);
     for (int s = 0; s < 2; s++) {
         P->ev[s] = (tn__CUevent *)tn__calloc((size_t)P->n_marks, sizeof *P->ev[s]);
@@ -3519,11 +3819,11 @@ static void *tn__cuda_prof_new(int n_steps) {
 static tn_result tn__cuda_prof_mark(void *ps, int m) {
     tn__cuda_prof *P = (tn__cuda_prof *)ps;
     if (m < 0 || m >= P->n_marks) return tn__err(TN_ERR_INTERNAL, "profiler mark %d out of range (%d marks)", m, P->n_marks);
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_bind(P->dev);
     if (r != TN_OK) return r;
     tn__CUevent *e = &P->ev[P->cur][m];
     if (!*e) TN__CU_CHECK(tn__cuda.cu.cuEventCreate(e, TN__CU_EVENT_DEFAULT), "creating a profiler event");
-    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(*e, tn__cuda_stream()), "recording a profiler event");
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(*e, tn__cuda_stream(P->dev)), "recording a profiler event");
     P->rec[P->cur][m] = 1;
     P->last[P->cur] = m;
     return TN_OK;
@@ -3551,7 +3851,7 @@ static tn_result tn__cuda_prof_collect_set(tn__cuda_prof *P, int s, double *t) {
 
 static tn_result tn__cuda_prof_collect(void *ps, double *t, bool all) {
     tn__cuda_prof *P = (tn__cuda_prof *)ps;
-    tn_result r = tn__cuda_bind();
+    tn_result r = tn__cuda_bind(P->dev);
     if (r != TN_OK) return r;
     if (all && (r = tn__cuda_prof_collect_set(P, P->cur, t)) != TN_OK) return r;
     P->cur ^= 1;   /* the next call records into the set collected now */
@@ -3788,17 +4088,18 @@ done:
 static const tn_backend tn__cuda_backend = {
     "cuda", tn__cuda_ops, TN__CUDA_MAX_OPERANDS, tn__cuda_place,
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
-    tn__cuda_graph_begin, tn__cuda_graph_end, tn__cuda_graph_launch, tn__cuda_graph_release,
+    tn__cuda_replay_begin, tn__cuda_replay_end, tn__cuda_replay_launch, tn__cuda_replay_release,
     tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free,
     tn__cuda_shared_order, tn__cuda_shared_free
+};
+
+static const tn_device_ops tn__cuda_device_ops = {
+    tn__cuda_alloc, tn__cuda_free, tn__cuda_copy, tn__cuda_host_alloc, tn__cuda_host_free, tn__cuda_d2h
 };
 
 static void tn__cuda_register_backend(void) {
     tn__set_device_ops(&tn__cuda_device_ops);
     tn__set_backend(&tn__cuda_backend);
-    tn__d2h_hook = tn__cuda_d2h;
-    tn__pinned_alloc_hook = tn__cuda_host_alloc;
-    tn__pinned_free_hook = tn__cuda_host_free;
 }
 
 /* >>cuda_register: TENSOR_FLAGS device=... takes effect at tn_init --------------- */
@@ -3822,29 +4123,42 @@ __attribute__((constructor))
 #endif
 static void tn__cuda_hook_ctor(void) { tn__lib.device_init_hook = tn__cuda_device_init; }
 
+/* tn_shutdown: every opened device's caches go back to the driver (its
+   context, home stream and properties stay: the next tn_init reuses them). */
+static void tn__cuda_dev_shutdown(tn__cuda_dev *D) {
+    if (tn__cuda_bind(D) != TN_OK) { tn_clear_error(); return; }
+    tn__cuda.cu.cuCtxSynchronize();           /* every thread's streams are idle */
+    tn__cuda_streams_shutdown(D);             /* cuBLAS workspaces go back to the cache */
+    pthread_mutex_lock(&D->stage.mu);
+    if (D->stage.pin) tn__cuda.cu.cuMemFreeHost(D->stage.pin);
+    D->stage.pin = NULL;
+    D->stage.cap = 0;
+    pthread_mutex_unlock(&D->stage.mu);
+    pthread_mutex_lock(&D->hmem.mu);
+    tn__hmem_release_cache(&D->hmem);
+    pthread_mutex_unlock(&D->hmem.mu);
+    pthread_mutex_lock(&D->dmem.mu);
+    tn__dmem_release_cache(&D->dmem);
+    pthread_mutex_unlock(&D->dmem.mu);
+}
+
 static void tn__cuda_shutdown(void) {
-    if (tn__cuda.state > 0 && tn__cuda_bind() == TN_OK) {
-        tn__cuda.cu.cuCtxSynchronize();           /* every thread's streams are idle */
-        tn__cuda_streams_shutdown();
-        if (tn__cuda.blas_ev) { tn__cuda.cu.cuEventDestroy_v2(tn__cuda.blas_ev); tn__cuda.blas_ev = NULL; }
-        tn__cuda_graph_shutdown();
-        if (tn__cuda.blas_handle) { tn__cuda.blas.cublasDestroy_v2(tn__cuda.blas_handle); tn__cuda.blas_handle = NULL; }
-        pthread_mutex_lock(&tn__cuda_stage.mu);
-        if (tn__cuda_stage.pin) tn__cuda.cu.cuMemFreeHost(tn__cuda_stage.pin);
-        tn__cuda_stage.pin = NULL;
-        tn__cuda_stage.cap = 0;
-        pthread_mutex_unlock(&tn__cuda_stage.mu);
-        pthread_mutex_lock(&tn__hmem.mu);
-        tn__hmem_release_cache();
-        pthread_mutex_unlock(&tn__hmem.mu);
-        pthread_mutex_lock(&tn__dmem.mu);
-        tn__dmem_release_cache();
-        pthread_mutex_unlock(&tn__dmem.mu);
+    for (int d = 0; d < TN__CUDA_MAX_DEVICES; d++) {
+        tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[d], __ATOMIC_ACQUIRE);
+        if (D) tn__cuda_dev_shutdown(D);
     }
-    tn__cuda_kcache_clear();     /* unloads modules (the stream is idle now) */
-    for (int t = 0; t < TN_DTYPE_COUNT; t++) tn__cuda_id_state[t].n = 0;   /* their functions were unloaded */
-    for (int t = 0; t < TN_DTYPE_COUNT; t++) tn__cuda_add_state[t].n = 0;
+    tn__cuda_kcache_clear();     /* unloads modules (the streams are idle now) */
+    for (int d = 0; d < TN__CUDA_MAX_DEVICES; d++) {
+        tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[d], __ATOMIC_ACQUIRE);
+        if (!D) continue;
+        pthread_mutex_lock(&D->aux_mu);
+        tn__free(D->aux);        /* their functions were unloaded */
+        D->aux = NULL;
+        pthread_mutex_unlock(&D->aux_mu);
+    }
+    pthread_mutex_lock(&tn__cublas_mu);
     if (tn__cuda.h_cublas) { dlclose(tn__cuda.h_cublas); tn__cuda.h_cublas = NULL; }
-    tn__cuda.cublas_state = 0;
+    __atomic_store_n(&tn__cuda.cublas_state, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&tn__cublas_mu);
 }
 #endif /* TENSOR_IMPLEMENTATION */

@@ -16,6 +16,9 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
+
+/* The configured device's context (opened by tn_cuda_init). */
+#define CUDA_DEV() tn__cuda_dev_get(tn__cuda.ordinal)
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -238,10 +241,10 @@ typedef struct copyctx { size_t bytes; char *dst, *src; tn__CUdeviceptr ddst, ds
 static tn_result copy_loop(void *p, int iters) {
     copyctx *c = (copyctx *)p;
     for (int i = 0; i < iters; i++) {
-        if (GPU) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2(c->ddst, c->dsrc, c->bytes, tn__cuda_stream()), "bench: copy");
+        if (GPU) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2(c->ddst, c->dsrc, c->bytes, tn__cuda_stream(CUDA_DEV())), "bench: copy");
         else { pcopy pc = { c->dst, c->src }; tn__parallel_for((int64_t)c->bytes, (int64_t)1 << 20, pcopy_range, &pc); }
     }
-    if (GPU) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), "bench: copy");
+    if (GPU) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(CUDA_DEV())), "bench: copy");
     return TN_OK;
 }
 
@@ -256,7 +259,7 @@ static void fusion_cases(void) {
     tn_result e = TN_OK;
     if (GPU) {
         if (tn__cuda.cu.cuMemAlloc_v2(&cc.ddst, bytes) || tn__cuda.cu.cuMemAlloc_v2(&cc.dsrc, bytes)) { na(L, "cuMemAlloc"); return; }
-        tn__cuda.cu.cuMemsetD8Async(cc.dsrc, 1, bytes, tn__cuda_stream());
+        tn__cuda.cu.cuMemsetD8Async(cc.dsrc, 1, bytes, tn__cuda_stream(CUDA_DEV()));
     } else {
         cc.dst = (char *)malloc(bytes); cc.src = (char *)malloc(bytes);
         if (!cc.dst || !cc.src) { na(L, "out of memory"); free(cc.dst); free(cc.src); return; }
@@ -403,7 +406,7 @@ static void logreg_cases(void) {
                 if (GPU) { set_limit(r, "issue 7 (JAX jit 79 us on H200)", 0, T_ABS, 40e-6); }
                 int64_t rep = 0;
                 const char *gwhy = "";
-                tn__graph_stats(f, &rep, NULL, &gwhy);
+                tn__replay_stats(f, &rep, NULL, &gwhy);
                 if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
                 else if (GPU) snprintf(r->note, sizeof r->note, "%d ops, %lld replays%s%.60s", f->n_steps, (long long)rep, *gwhy ? ": " : "", gwhy);
                 else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
@@ -492,7 +495,7 @@ static void nvrtc_cases(void) {
         na(r1, "%s", tn_last_error()); snprintf(r2->na, sizeof r2->na, "%s", r1->na); snprintf(r3->na, sizeof r3->na, "%s", r1->na);
         return;
     }
-    const char *arch = GPU ? tn__cuda.arch : "sm_90";
+    const char *arch = GPU ? CUDA_DEV()->arch : "sm_90";
     /* the chain's fused program, from a host compile */
     const tn_backend *be = tn__get_backend();
     tn__set_backend(NULL);
@@ -596,7 +599,7 @@ static const char *cublas_open(void) {
     else if (missing) snprintf(why, sizeof why, "%.200s lacks %.40s", path, missing);
     else if (cb.cublasCreate_v2(&cbh) != TN__CUBLAS_STATUS_SUCCESS) snprintf(why, sizeof why, "cublasCreate failed");
     else {
-        cb.cublasSetStream_v2(cbh, tn__cuda_stream());
+        cb.cublasSetStream_v2(cbh, tn__cuda_stream(CUDA_DEV()));
         cb.cublasSetMathMode(cbh, TN__CUBLAS_DEFAULT_MATH);   /* TF32 off, as the back end's default */
         state = 1;
     }
@@ -623,7 +626,7 @@ typedef struct bare {
 
 static tn_result bare_loop(void *p, int iters) {
     bare *b = (bare *)p;
-    tn__CUstream s = tn__cuda_stream();
+    tn__CUstream s = tn__cuda_stream(CUDA_DEV());
     const float one = 1.0f;
     for (int i = 0; i < iters; i++) {
         for (int k = 0; k < b->n_h2d; k++)
@@ -654,13 +657,13 @@ static tn_result bare_kernel(const tn_ew_program *p, tn__CUfunction *fn) {
     char *src = NULL;
     tn_result r = tn__cuda_ew_source(p, &L, &src);
     tn__kentry *e = NULL;
-    if (r == TN_OK) r = tn__cuda_kernel_get(src, tn__cuda.arch, tn_get_config()->fast_math, &e);
+    if (r == TN_OK) r = tn__cuda_kernel_get(src, CUDA_DEV()->arch, tn_get_config()->fast_math, &e);
     tn__free(src);
-    return r == TN_OK ? tn__cuda_entry_function(e, "tn_ew", fn) : r;
+    return r == TN_OK ? tn__cuda_entry_function(CUDA_DEV(), e, "tn_ew", fn) : r;
 }
 /* The grid tn__cuda_ew_run launches for n contiguous elements. */
 static unsigned bare_blocks(int64_t n) {
-    int64_t blocks = ((n + 3) / 4 + 255) / 256, cap = (int64_t)tn__cuda.sm_count * 16;
+    int64_t blocks = ((n + 3) / 4 + 255) / 256, cap = (int64_t)CUDA_DEV()->sm_count * 16;
     if (blocks > cap && cap > 0) blocks = cap;
     return blocks < 1 ? 1u : (unsigned)blocks;
 }
@@ -705,7 +708,7 @@ static void gpu_exp_cases(void) {
     else if (tn__cuda.cu.cuMemAlloc_v2(&din, bytes) || tn__cuda.cu.cuMemAlloc_v2(&dout, bytes) ||
              tn__cuda.cu.cuMemAllocHost_v2(&pin, bytes)) { na(L1, "device allocation failed"); na(L2, "device allocation failed"); }
     else {
-        tn__cuda.cu.cuMemsetD8Async(din, 0, bytes, tn__cuda_stream());
+        tn__cuda.cu.cuMemsetD8Async(din, 0, bytes, tn__cuda_stream(CUDA_DEV()));
         void *params[3] = { &n, &din, &dout };
         bare b = { .fn = fn, .blocks = bare_blocks(n), .params = params };
         if (bare_run(L1, &b, iters)) snprintf(L1->note, sizeof L1->note, "%s kernel, %u blocks", p ? "the function's" : "a generated exp", b.blocks);
@@ -795,12 +798,12 @@ static tn_func *graph_step(tn_graph *g, gfh_fn gfh) {
 
 /* The function's captured graphs launched in turn (an update swap makes it
    alternate between two), as it launches them. */
-typedef struct gloop { void *exec[TN__GRAPH_SLOTS]; int n; } gloop;
+typedef struct gloop { void *exec[TN__REPLAY_SLOTS]; int n; } gloop;
 static tn_result graph_loop(void *p, int iters) {
     gloop *g = (gloop *)p;
     for (int i = 0; i < iters; i++)
-        TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch((tn__CUgraphExec)g->exec[i % g->n], tn__cuda_stream()), "bare graph launch");
-    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream()), "bare sync");
+        TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch(((tn__cuda_replay *)g->exec[i % g->n])->x, tn__cuda_stream(CUDA_DEV())), "bare graph launch");
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(CUDA_DEV())), "bare sync");
     return TN_OK;
 }
 
@@ -827,9 +830,9 @@ static void gpu_graph_cases(void) {
             run_func(A, f, NULL, iters);
             int64_t rep = 0, cap = 0;
             const char *gwhy = "";
-            tn__graph_stats(f, &rep, &cap, &gwhy);
+            tn__replay_stats(f, &rep, &cap, &gwhy);
             gloop gl = { { NULL }, 0 };
-            for (int i = 0; f->gcache && i < TN__GRAPH_SLOTS; i++) if (f->gcache->e[i].exec) gl.exec[gl.n++] = f->gcache->e[i].exec;
+            for (int i = 0; f->rcache && i < TN__REPLAY_SLOTS; i++) if (f->rcache->e[i].exec) gl.exec[gl.n++] = f->rcache->e[i].exec;
             if (!gl.n) na(L, "no graph captured: %.100s", gwhy);
             else if (measure(graph_loop, &gl, iters, L) != TN_OK) err(L, "in the bare graph loop");
             else {
@@ -880,9 +883,9 @@ static void gpu_gemm_cases(void) {
              tn__cuda.cu.cuMemAllocHost_v2(&pin_out, bytes)) { na(L1, "allocation failed"); na(L2, "allocation failed"); na(L3, "allocation failed"); }
     else {
         memset(pin_in, 0, 3 * bytes);         /* zeros: a bare loop's values do not matter, only their cost */
-        tn__cuda.cu.cuMemsetD8Async(dm, 0, bytes, tn__cuda_stream());
-        tn__cuda.cu.cuMemsetD8Async(dx, 0, bytes, tn__cuda_stream());
-        tn__cuda.cu.cuMemsetD8Async(dy, 0, bytes, tn__cuda_stream());
+        tn__cuda.cu.cuMemsetD8Async(dm, 0, bytes, tn__cuda_stream(CUDA_DEV()));
+        tn__cuda.cu.cuMemsetD8Async(dx, 0, bytes, tn__cuda_stream(CUDA_DEV()));
+        tn__cuda.cu.cuMemsetD8Async(dy, 0, bytes, tn__cuda_stream(CUDA_DEV()));
         bare b = { .gemm_n = N, .A = dm, .B = dx, .C = dy };
         if (bare_run(L1, &b, iters)) rate(L1, flops, "FLOP/s");
         bare b2 = { .n_h2d = 3, .h2d_dst = { dm, dx, db }, .h2d_bytes = bytes, .pin_in = (char *)pin_in, .gemm_n = N, .A = dm, .B = dx, .C = dy,
@@ -976,7 +979,7 @@ int main(int argc, char **argv) {
         tn_init(&c);
         if (tn_cuda_available()) {
             GPU = true;
-            tn__cuda_bind();
+            tn__cuda_bind(CUDA_DEV());
             printf("gpu: %s\n", tn_cuda_status());
             fflush(stdout);
             gpu_exp_cases();

@@ -11,7 +11,7 @@ CC=${CC:-cc}
 BUILD=${BUILD:-build}
 mkdir -p "$BUILD"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
-$CC -std=c11 -Wall -Wextra -Werror -Wno-unused-function -O2 -I. -rdynamic -o "$BUILD/bench" bench/bench.c -lm -lpthread -ldl \
+$CC -std=c11 -Wall -Wextra -Werror -O2 -I. -rdynamic -o "$BUILD/bench" bench/bench.c -lm -lpthread -ldl \
     || { echo "BUILD FAILED: bench/bench.c"; exit 1; }
 export TENSOR_FLAGS=${TENSOR_FLAGS:-device=cuda}
 exec "$BUILD/bench" "$@"

@@ -382,7 +382,7 @@ static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t n)
 }
 
 TEST(test_device_arrays) {
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy };
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL };
     tn__set_device_ops(&ops);
     int64_t sh[] = {5, 6};
     tn_array *h = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 11);

@@ -9,8 +9,12 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
+
+/* The configured device's context (opened by tn_cuda_init). */
+#define CUDA_DEV() tn__cuda_dev_get(tn__cuda.ordinal)
 #include "harness.h"
 #include "gpu/ew_programs.h"
+#include "gpu/ew_fused.h"
 #include <time.h>
 
 static const int DEV = 0;
@@ -178,10 +182,10 @@ TEST(test_steady_loop_allocates_nothing_and_compiles_nothing) {
         y = tn__array_alloc(TN_F32, 1, &n, DEV);
         CHECK(y && tn__cuda_ew_run(&st, &x, &y, "loop") == TN_OK, "%s", tn_last_error());
         tn_array_free(y);
-        if (it == 0) { a0 = tn__dmem.driver_allocs; tn_cuda_get_cache_stats(&s0); }
+        if (it == 0) { a0 = CUDA_DEV()->dmem.driver_allocs; tn_cuda_get_cache_stats(&s0); }
     }
     tn_cuda_get_cache_stats(&s1);
-    CHECK(tn__dmem.driver_allocs == a0, "driver allocations in the steady loop: %llu", (unsigned long long)(tn__dmem.driver_allocs - a0));
+    CHECK(CUDA_DEV()->dmem.driver_allocs == a0, "driver allocations in the steady loop: %llu", (unsigned long long)(CUDA_DEV()->dmem.driver_allocs - a0));
     CHECK(s1.compiles == s0.compiles && s1.disk_reads == s0.disk_reads, "nothing compiled or read after the first call");
 
     /* timing: bare launches of the generated exp kernel, events after a warm-up */
@@ -190,9 +194,9 @@ TEST(test_steady_loop_allocates_nothing_and_compiles_nothing) {
     tn__cuda.cu.cuEventCreate(&e1, 0);
     y = tn__array_alloc(TN_F32, 1, &n, DEV);
     for (int it = 0; it < 100; it++) tn__cuda_ew_run(&st, &x, &y, "warm");
-    tn__cuda.cu.cuEventRecord(e0, tn__cuda_stream());
+    tn__cuda.cu.cuEventRecord(e0, tn__cuda_stream(CUDA_DEV()));
     for (int it = 0; it < 1000; it++) tn__cuda_ew_run(&st, &x, &y, "timed");
-    tn__cuda.cu.cuEventRecord(e1, tn__cuda_stream());
+    tn__cuda.cu.cuEventRecord(e1, tn__cuda_stream(CUDA_DEV()));
     tn__cuda.cu.cuEventSynchronize(e1);
     float ms = 0;
     tn__cuda.cu.cuEventElapsedTime(&ms, e0, e1);

@@ -16,8 +16,12 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
+
+/* The configured device's context (opened by tn_cuda_init). */
+#define CUDA_DEV() tn__cuda_dev_get(tn__cuda.ordinal)
 #include "harness.h"
 #include "scan_seed.h"
+#include "scan_device.h"
 #include <time.h>
 
 static tn_config base_cfg;   /* device=cuda plus TENSOR_FLAGS (launch_blocking=1 in one run) */
@@ -97,15 +101,15 @@ TEST(test_seed_exp_loop) {
         CHECK(e <= 2e-6, "%s: max error %g", names[w], e);
         if (w < 2) CHECK(r->base && r->base->free_fn == tn__cuda_host_free, "%s: HostFromGpu wrote pinned memory", names[w]);
         if (w == 0) tn_array_free(r);
-        uint64_t a0 = tn__dmem.driver_allocs;
+        uint64_t a0 = CUDA_DEV()->dmem.driver_allocs;
         for (int it = 0; it < 10; it++) { CHECK(tn_call(fs[w], NULL, &r) == TN_OK, "%s", tn_last_error()); if (w == 0) tn_array_free(r); }
         tn__cuda_synchronize();
         double t0 = now_us();
         for (int it = 0; it < 1000; it++) { tn_call(fs[w], NULL, &r); if (w == 0) tn_array_free(r); }
         tn__cuda_synchronize();
         double t1 = now_us();
-        CHECK(tn__dmem.driver_allocs == a0, "%s: %llu driver allocations in the steady loop", names[w],
-              (unsigned long long)(tn__dmem.driver_allocs - a0));
+        CHECK(CUDA_DEV()->dmem.driver_allocs == a0, "%s: %llu driver allocations in the steady loop", names[w],
+              (unsigned long long)(CUDA_DEV()->dmem.driver_allocs - a0));
         printf("  func exp 230400 f32, result %-14s %8.2f us per call (1000 calls, wall clock)\n", names[w], (t1 - t0) / 1000);
     }
     /* get_value copies back; set_value copies in and keeps the variable on the device */
@@ -199,9 +203,9 @@ TEST(test_linear_shared_update) {
             if (bn) { double *bb = as_f64(bn); memcpy(b, bb, M * sizeof *b); free(bb); }   /* follow the device's rounding */
             tn_array_free(bn);
         }
-        uint64_t a0 = tn__dmem.driver_allocs;
+        uint64_t a0 = CUDA_DEV()->dmem.driver_allocs;
         for (int it = 0; it < 100; it++) { tn_array *r = NULL; tn_call(f, NULL, &r); tn_array_free(r); }
-        CHECK(tn__dmem.driver_allocs == a0, "%llu driver allocations in 100 steady calls", (unsigned long long)(tn__dmem.driver_allocs - a0));
+        CHECK(CUDA_DEV()->dmem.driver_allocs == a0, "%llu driver allocations in 100 steady calls", (unsigned long long)(CUDA_DEV()->dmem.driver_allocs - a0));
     }
     tn_function_free(f);
     tn_graph_free(g);
@@ -386,23 +390,23 @@ TEST(test_fresh_outputs_on_device_and_pinned) {
                           "host outputs are pinned blocks of the back end's cache");
         else CHECK(r1->base->free_fn == NULL, "device outputs come from the device allocator");
         CHECK(max_err(r1, ref, n) <= 2e-6 && max_err(r2, ref, n) <= 2e-6, "%s: errors %g %g", names[w], max_err(r1, ref, n), max_err(r2, ref, n));
-        size_t cached = tn__hmem.cached_bytes, dlive = tn__dmem.live_bytes, hlive = tn__hmem.live_bytes;
+        size_t cached = CUDA_DEV()->hmem.cached_bytes, dlive = CUDA_DEV()->dmem.live_bytes, hlive = CUDA_DEV()->hmem.live_bytes;
         tn_array_free(r1);
         tn_array_free(r2);
-        if (w == 0) CHECK(tn__hmem.cached_bytes >= cached + 2 * (size_t)n * 4 && tn__hmem.live_bytes + 2 * (size_t)n * 4 <= hlive,
-                          "freed pinned outputs went back to the cache (cached %zu -> %zu)", cached, tn__hmem.cached_bytes);
-        else CHECK(tn__dmem.live_bytes + 2 * (size_t)n * 4 <= dlive, "freed device outputs went back to the cache");
-        uint64_t d0 = tn__dmem.driver_allocs, h0 = tn__hmem.driver_allocs;
-        size_t dl0 = tn__dmem.live_bytes, hl0 = tn__hmem.live_bytes;
+        if (w == 0) CHECK(CUDA_DEV()->hmem.cached_bytes >= cached + 2 * (size_t)n * 4 && CUDA_DEV()->hmem.live_bytes + 2 * (size_t)n * 4 <= hlive,
+                          "freed pinned outputs went back to the cache (cached %zu -> %zu)", cached, CUDA_DEV()->hmem.cached_bytes);
+        else CHECK(CUDA_DEV()->dmem.live_bytes + 2 * (size_t)n * 4 <= dlive, "freed device outputs went back to the cache");
+        uint64_t d0 = CUDA_DEV()->dmem.driver_allocs, h0 = CUDA_DEV()->hmem.driver_allocs;
+        size_t dl0 = CUDA_DEV()->dmem.live_bytes, hl0 = CUDA_DEV()->hmem.live_bytes;
         tn__cuda_synchronize();
         double t0 = now_us();
         tn_array *r = NULL;
         for (int it = 0; it < 500; it++) { if (tn_call(fs[w], NULL, &r) != TN_OK) break; tn_array_free(r); }
         tn__cuda_synchronize();
         double t1 = now_us();
-        CHECK(tn__dmem.driver_allocs == d0 && tn__hmem.driver_allocs == h0, "%s: %llu device and %llu pinned driver allocations in a steady loop",
-              names[w], (unsigned long long)(tn__dmem.driver_allocs - d0), (unsigned long long)(tn__hmem.driver_allocs - h0));
-        CHECK(tn__dmem.live_bytes == dl0 && tn__hmem.live_bytes == hl0, "%s: the loop kept no memory", names[w]);
+        CHECK(CUDA_DEV()->dmem.driver_allocs == d0 && CUDA_DEV()->hmem.driver_allocs == h0, "%s: %llu device and %llu pinned driver allocations in a steady loop",
+              names[w], (unsigned long long)(CUDA_DEV()->dmem.driver_allocs - d0), (unsigned long long)(CUDA_DEV()->hmem.driver_allocs - h0));
+        CHECK(CUDA_DEV()->dmem.live_bytes == dl0 && CUDA_DEV()->hmem.live_bytes == hl0, "%s: the loop kept no memory", names[w]);
         printf("  func exp 230400 f32, result %-14s %8.2f us per call (500 calls, copied, freed each call)\n", names[w], (t1 - t0) / 500);
     }
 out:
@@ -454,11 +458,11 @@ TEST(test_update_targets_on_device) {
                   gl ? max_err(gl, rl, (int64_t)M * N) : INFINITY);
             tn_array_free(gy); tn_array_free(gl);
         }
-        uint64_t d0 = tn__dmem.driver_allocs, h0 = tn__hmem.driver_allocs;
+        uint64_t d0 = CUDA_DEV()->dmem.driver_allocs, h0 = CUDA_DEV()->hmem.driver_allocs;
         for (int it = 0; it < 100; it++) tn_call(f, NULL, NULL);
         tn__cuda_synchronize();
-        CHECK(tn__dmem.driver_allocs == d0 && tn__hmem.driver_allocs == h0, "%llu driver allocations in 100 steady calls",
-              (unsigned long long)(tn__dmem.driver_allocs - d0 + tn__hmem.driver_allocs - h0));
+        CHECK(CUDA_DEV()->dmem.driver_allocs == d0 && CUDA_DEV()->hmem.driver_allocs == h0, "%llu driver allocations in 100 steady calls",
+              (unsigned long long)(CUDA_DEV()->dmem.driver_allocs - d0 + CUDA_DEV()->hmem.driver_allocs - h0));
         /* set_value keeps the target on the device; the next call overwrites it */
         CHECK(tn_shared_set_value(sl, Bv) == TN_OK && tn_shared_get(sl)->device == 0, "set_value: %s", tn_last_error());
         CHECK(tn_call(f, NULL, NULL) == TN_OK, "%s", tn_last_error());
@@ -592,10 +596,10 @@ static double event_ms(tn_func *f, int calls) {
     if (tn__cuda.cu.cuEventCreate(&a, TN__CU_EVENT_DEFAULT) || tn__cuda.cu.cuEventCreate(&b, TN__CU_EVENT_DEFAULT)) return -1;
     double sum = 0;
     for (int i = 0; i < calls && ms != -2; i++) {
-        tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
-        tn__cuda.cu.cuEventRecord(a, tn__cuda_stream());
+        tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(CUDA_DEV()));
+        tn__cuda.cu.cuEventRecord(a, tn__cuda_stream(CUDA_DEV()));
         if (tn_call(f, NULL, &o) != TN_OK) ms = -2;
-        tn__cuda.cu.cuEventRecord(b, tn__cuda_stream());
+        tn__cuda.cu.cuEventRecord(b, tn__cuda_stream(CUDA_DEV()));
         tn__cuda.cu.cuEventSynchronize(b);
         if (ms != -2 && tn__cuda.cu.cuEventElapsedTime(&ms, a, b) == TN__CUDA_SUCCESS) sum += ms;
     }
@@ -623,7 +627,7 @@ TEST(test_profile_event_times) {
     CHECK(want > 0, "reference timing: %s", tn_last_error());
     CHECK(tn_profile_enable(f, true) == TN_OK, "enable");
     enum { CALLS = 12 };
-    tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream());
+    tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(CUDA_DEV()));
     double t0 = now_us(), t_two = 0;
     for (int i = 0; i < CALLS; i++) {
         CHECK(tn_call(f, NULL, &o) == TN_OK, "call: %s", tn_last_error());
@@ -705,7 +709,7 @@ TEST(test_check_mode) {
             }
             int64_t rep = -1;
             const char *why = NULL;
-            tn__graph_stats(f, &rep, NULL, &why);
+            tn__replay_stats(f, &rep, NULL, &why);
             CHECK(rep == 0 && (strstr(why, "mode=check") || strstr(why, "launch_blocking") || strstr(why, "cuda_graph=0")),
                   "check mode replays no graph: %lld (%s)", (long long)rep, why);
         }
@@ -779,18 +783,18 @@ TEST(test_graph_replay) {
     double e = tstep_run(&t, R, C, 10);
     int64_t rep = 0, cap = 0;
     const char *why = NULL;
-    tn__graph_stats(t.f, &rep, &cap, &why);
+    tn__replay_stats(t.f, &rep, &cap, &why);
     CHECK(e <= 1, "10 steps against float64: error %g x 1e-5 (%s)", e, tn_last_error());
     if (blocking) CHECK(rep == 0 && strstr(why, "launch_blocking=1"), "launch_blocking: %lld replays (%s)", (long long)rep, why);
     else if (base_cfg.no_cuda_graph) CHECK(rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: %lld replays (%s)", (long long)rep, why);
     else CHECK(cap == 2 && rep == 6, "captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
     /* steady loop: no driver allocation, then the state still matches float64 */
-    uint64_t a0 = tn__dmem.driver_allocs;
+    uint64_t a0 = CUDA_DEV()->dmem.driver_allocs;
     double t0 = now_us();
     for (int i = 0; i < 200; i++) { tn_array *r = NULL; CHECK(tn_call(t.f, NULL, &r) == TN_OK, "%s", tn_last_error()); }
     tn__cuda_synchronize();
     double us_graph = (now_us() - t0) / 200;
-    CHECK(tn__dmem.driver_allocs == a0, "%llu driver allocations in 200 steady calls", (unsigned long long)(tn__dmem.driver_allocs - a0));
+    CHECK(CUDA_DEV()->dmem.driver_allocs == a0, "%llu driver allocations in 200 steady calls", (unsigned long long)(CUDA_DEV()->dmem.driver_allocs - a0));
     e = tstep_run(&t, R, C, 3);
     CHECK(e <= 1, "after 200 replays: error %g x 1e-5", e);
     int steps = t.f->n_steps;
@@ -801,7 +805,7 @@ TEST(test_graph_replay) {
     tn_init(&off);
     tstep_build(&t, R, C);
     e = t.f ? tstep_run(&t, R, C, 6) : INFINITY;
-    tn__graph_stats(t.f, &rep, &cap, &why);
+    tn__replay_stats(t.f, &rep, &cap, &why);
     CHECK(e <= 1 && rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: error %g, %lld replays (%s)", e, (long long)rep, why);
     t0 = now_us();
     for (int i = 0; t.f && i < 200; i++) { tn_array *r = NULL; tn_call(t.f, NULL, &r); }
@@ -830,14 +834,14 @@ TEST(test_streams_per_function) {
     CHECK(f1 && f2 && f1->bfstate && f2->bfstate, "both functions have streams: %s", tn_last_error());
     if (f1 && f2 && f1->bfstate && f2->bfstate) {
         tn__CUstream s1 = ((tn__cuda_fstream *)f1->bfstate)->s, s2 = ((tn__cuda_fstream *)f2->bfstate)->s;
-        CHECK(s1 != s2 && s1 != tn__cuda.home && s2 != tn__cuda.home, "distinct streams");
+        CHECK(s1 != s2 && s1 != CUDA_DEV()->home.s && s2 != CUDA_DEV()->home.s, "distinct streams");
         double worst = 0;
         for (int it = 0; it < 40; it++) {
             CHECK(tn_call(f1, NULL, NULL) == TN_OK, "f1: %s", tn_last_error());
-            CHECK(tn__cuda_stream() == s1, "f1's call ran on f1's stream");
+            CHECK(tn__cuda_stream(CUDA_DEV()) == s1, "f1's call ran on f1's stream");
             tn_array *r = NULL;
             CHECK(tn_call(f2, NULL, &r) == TN_OK && r, "f2: %s", tn_last_error());
-            CHECK(tn__cuda_stream() == s2, "f2's call ran on f2's stream");
+            CHECK(tn__cuda_stream(CUDA_DEV()) == s2, "f2's call ran on f2's stream");
             double ref = 0;
             for (int64_t i = 0; i < n; i++) { w[i] = w[i] * 0.5f + 1.0f; ref += (double)w[i] * w[i]; }
             if (r) worst = fmax(worst, fabs(((const float *)r->data)[0] - ref) / ref);
@@ -846,9 +850,9 @@ TEST(test_streams_per_function) {
         CHECK(worst < 1e-4, "f2 saw every update of f1: worst relative error %g", worst);
     }
     tn_function_free(f1);
-    CHECK(tn__cuda_stream() != NULL, "a current stream remains after freeing f1");
+    CHECK(tn__cuda_stream(CUDA_DEV()) != NULL, "a current stream remains after freeing f1");
     tn_function_free(f2);
-    CHECK(tn__cuda_stream() == tn__cuda.home, "freeing the current function hands back to the home stream");
+    CHECK(tn__cuda_stream(CUDA_DEV()) == CUDA_DEV()->home.s, "freeing the current function hands back to the home stream");
     tn_graph_free(g);
     tn_array_free(wv);
     free(w);
@@ -882,6 +886,58 @@ static void *gpu_run(void *arg) {
         j->ok++;
     }
     return NULL;
+}
+
+/* Products from two threads: each function's stream has a cuBLAS handle of
+   its own (no shared handle or workspace), and both results stay right. */
+typedef struct blas_job { tn_func *f; tn_array *x; const tn_array *W; int calls, bad; } blas_job;
+static void *blas_run(void *arg) {
+    blas_job *j = (blas_job *)arg;
+    pthread_barrier_wait(&gpu_bar);
+    for (int c = 0; c < j->calls; c++) {
+        tn_array *y = NULL;
+        if (tn_call(j->f, &j->x, &y) != TN_OK || !y) { j->bad++; continue; }
+        for (int64_t r = 0; r < y->shape[0]; r++) {    /* float64 row sums, not cuBLAS's blocking */
+            double ref = 0;
+            for (int64_t k = 0; k < j->W->shape[1]; k++)
+                ref += tn_array_get(j->W, (int64_t[]){ r, k }) * tn_array_get(j->x, &k);
+            if (!th_close(tn_array_get(y, &r), ref, 1e-4, 1e-4)) { j->bad++; break; }
+        }
+        tn_array_free(y);
+    }
+    return NULL;
+}
+
+TEST(test_products_on_two_streams) {
+    const int64_t M = 96, K = 200;
+    tn_graph *g = tn_graph_new();
+    tn_array *Wv[2], *xv[2];
+    tn_func *f[2];
+    for (int i = 0; i < 2; i++) {
+        Wv[i] = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ M, K }, -1, 1, 40 + (uint64_t)i);
+        xv[i] = tn_array_rand_uniform(TN_F32, 1, &K, -2, 2, 50 + (uint64_t)i);
+        tn_array_set(xv[i], (int64_t[]){ 0 }, -0.0);
+        tn_var *W = tn_shared(g, i ? "W1" : "W0", Wv[i]), *x = tn_vector(g, "x", TN_F32), *y = tn_dot(W, x);
+        f[i] = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .name = i ? "mv1" : "mv0" });
+    }
+    CHECK(f[0] && f[1] && f[0]->bfstate && f[1]->bfstate, "two device functions: %s", tn_last_error());
+    if (f[0] && f[1] && f[0]->bfstate && f[1]->bfstate) {
+        blas_job jobs[2];
+        pthread_t t[2];
+        pthread_barrier_init(&gpu_bar, NULL, 2);
+        for (int i = 0; i < 2; i++) {
+            jobs[i] = (blas_job){ .f = f[i], .x = xv[i], .W = Wv[i], .calls = 50 };
+            pthread_create(&t[i], NULL, blas_run, &jobs[i]);
+        }
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&gpu_bar);
+        CHECK(jobs[0].bad == 0 && jobs[1].bad == 0, "wrong or failed products: %d and %d of 50", jobs[0].bad, jobs[1].bad);
+        const tn__cuda_fstream *s0 = (const tn__cuda_fstream *)f[0]->bfstate, *s1 = (const tn__cuda_fstream *)f[1]->bfstate;
+        CHECK(s0->blas && s1->blas && s0->blas != s1->blas && s0->blas_ws != s1->blas_ws,
+              "each function's stream has its own cuBLAS handle and workspace");
+    }
+    for (int i = 0; i < 2; i++) { tn_function_free(f[i]); tn_array_free(Wv[i]); tn_array_free(xv[i]); }
+    tn_graph_free(g);
 }
 
 TEST(test_threads_on_gpu) {
@@ -960,6 +1016,7 @@ int main(void) {
     TH_RUN(test_fresh_outputs_on_device_and_pinned);
     TH_RUN(test_update_targets_on_device);
     TH_RUN(test_threads_on_gpu);
+    TH_RUN(test_products_on_two_streams);
     tn_shutdown();
     TH_END();
 }

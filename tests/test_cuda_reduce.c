@@ -16,6 +16,9 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "tensor_cuda.h"
+
+/* The configured device's context (opened by tn_cuda_init). */
+#define CUDA_DEV() tn__cuda_dev_get(tn__cuda.ordinal)
 #include "harness.h"
 #include "gpu/ew_programs.h"
 
@@ -96,7 +99,8 @@ enum { LAY_CONTIG, LAY_TRANSPOSED, LAY_SLICED };
 static const char *lay_name[] = { "contiguous", "transposed", "sliced" };
 
 /* One case: op over inputs of shape (nd, shape) laid out as lay; prologue
-   kind 0 none, 1 x*b with b of shape bshape (nb dims). param: axis mask, or
+   kind 0 none, 1 x*b with b of shape bshape (nb dims), 2 maximum(x*b, -0.25)
+   (an immediate in the prologue). param: axis mask, or
    the softmax axis. */
 typedef struct rcase {
     int op;
@@ -128,7 +132,13 @@ static bool run_case(const rcase *c, char *why, size_t cap) {
     why[0] = 0;
     int ns = c->pro ? 2 : 1;
     prog_buf pb;
-    if (c->pro) build_op_program(&pb, TN_OP_MUL, c->t);
+    if (c->pro == 1) build_op_program(&pb, TN_OP_MUL, c->t);
+    else if (c->pro == 2) {
+        const tn_dtype in2[2] = { c->t, c->t };
+        pb_init(&pb, 2, in2);
+        int m = pb_op(&pb, TN_OP_MUL, c->t, c->t, 0, 1, -1);
+        pb_out(&pb, pb_op(&pb, TN_OP_MAXIMUM, c->t, c->t, m, pb_imm(&pb, c->t, -0.25), -1), c->t);
+    }
     for (int i = 0; i < ns && ok; i++) {
         int nd = i ? c->nb : c->nd;
         const int64_t *sh = i ? c->bshape : c->shape;
@@ -253,6 +263,7 @@ TEST(test_fused_prologue) {
                     memcpy(c.bshape, bshapes[bi], sizeof c.bshape);
                     check_case(&c);
                     if (bi == 0 && mask == 4) { c.lay = LAY_TRANSPOSED; check_case(&c); c.lay = LAY_SLICED; check_case(&c); }
+                    if (bi == 0 && ts[ti] != TN_I64) { c.lay = LAY_CONTIG; c.pro = 2; check_case(&c); }
                 }
             }
     printf("  %d prologue cases, %d mismatches\n", cases, bad);
@@ -356,9 +367,9 @@ static float time_ms(tn_result (*fn)(void *), void *ctx, int reps) {
     tn__cuda.cu.cuEventCreate(&e0, 0);
     tn__cuda.cu.cuEventCreate(&e1, 0);
     for (int i = 0; i < 10; i++) fn(ctx);
-    tn__cuda.cu.cuEventRecord(e0, tn__cuda_stream());
+    tn__cuda.cu.cuEventRecord(e0, tn__cuda_stream(CUDA_DEV()));
     for (int i = 0; i < reps; i++) fn(ctx);
-    tn__cuda.cu.cuEventRecord(e1, tn__cuda_stream());
+    tn__cuda.cu.cuEventRecord(e1, tn__cuda_stream(CUDA_DEV()));
     tn__cuda.cu.cuEventSynchronize(e1);
     float ms = 0;
     tn__cuda.cu.cuEventElapsedTime(&ms, e0, e1);
@@ -372,7 +383,7 @@ static tn_result run_sum(void *p) { tctx *c = (tctx *)p; return tn__cuda_reduce_
 static tn_result run_copy(void *p) {
     tctx *c = (tctx *)p;
     return tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)c->dst->data, (tn__CUdeviceptr)(uintptr_t)c->x->data,
-                                            c->bytes, tn__cuda_stream()) == TN__CUDA_SUCCESS ? TN_OK : TN_ERR_DEVICE;
+                                            c->bytes, tn__cuda_stream(CUDA_DEV())) == TN__CUDA_SUCCESS ? TN_OK : TN_ERR_DEVICE;
 }
 
 TEST(test_sum_bandwidth) {

@@ -16,6 +16,7 @@
 static char th_dir[256];        /* a fresh cache_dir for this run */
 
 #include "gpu/ew_programs.h"
+#include "gpu/ew_fused.h"
 
 /* Wraps kernel k's source in a namespace with a unique kernel name, so one
    NVRTC run compiles many (an NVRTC run costs ~50 ms; the table has ~600). */

@@ -13,6 +13,7 @@
 #include "tensor_cuda.h"
 #include "harness.h"
 #include "scan_seed.h"
+#include "scan_device.h"
 
 static tn_result fake_prepare(const tn_var *n, void **s) { (void)n; *s = NULL; return TN_OK; }
 static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
@@ -62,11 +63,11 @@ static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_arra
     for (int o = 0; o < n->n_out; o++) r->arr[n->n_in + o] = *out[o];
     return TN_OK;
 }
-static tn_result fake_graph_begin(void) {
+static tn_result fake_replay_begin(void) {
     capturing = (fake_graph *)calloc(1, sizeof *capturing);
     return capturing ? TN_OK : TN_ERR_OOM;
 }
-static tn_result fake_graph_end(void **exec) {
+static tn_result fake_replay_end(void **exec) {
     fake_graph *g = capturing;
     capturing = NULL;
     if (!exec || fake_fail_capture) { free(g); return exec ? tn__err(TN_ERR_DEVICE, "fake capture refused") : TN_OK; }
@@ -74,7 +75,7 @@ static tn_result fake_graph_end(void **exec) {
     graphs_live++;
     return TN_OK;
 }
-static tn_result fake_graph_launch(void *exec) {
+static tn_result fake_replay_launch(void *exec) {
     fake_graph *g = (fake_graph *)exec;
     for (int k = 0; k < g->n; k++) {
         fake_rec *r = &g->rec[k];
@@ -86,12 +87,12 @@ static tn_result fake_graph_launch(void *exec) {
     }
     return TN_OK;
 }
-static void fake_graph_release(void *exec) { free(exec); graphs_live--; }
+static void fake_replay_release(void *exec) { free(exec); graphs_live--; }
 
 /* Stand-in streams: counted, so a test can see each function get one, enter
    it at every call and drop it when freed. */
 static int streams_made, streams_live, stream_enters;
-static void *fake_func_new(void) { streams_made++; streams_live++; return malloc(1); }
+static void *fake_func_new(int device) { (void)device; streams_made++; streams_live++; return malloc(1); }
 static tn_result fake_func_enter(void *s) { (void)s; stream_enters++; return TN_OK; }
 static void fake_func_free(void *s) { if (s) streams_live--; free(s); }
 
@@ -113,15 +114,15 @@ static const tn_backend_op *const *fake_table(void) {
 
 static void use_fake_device(void) {
     static tn_backend be;
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy };
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL };
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
     be.ops = fake_table();
-    be.graph_begin = fake_graph_begin;
-    be.graph_end = fake_graph_end;
-    be.graph_launch = fake_graph_launch;
-    be.graph_release = fake_graph_release;
+    be.replay_begin = fake_replay_begin;
+    be.replay_end = fake_replay_end;
+    be.replay_launch = fake_replay_launch;
+    be.replay_release = fake_replay_release;
     be.func_new = fake_func_new;
     be.func_enter = fake_func_enter;
     be.func_free = fake_func_free;
@@ -375,7 +376,7 @@ TEST(test_check_mode_catches_a_wrong_kernel) {
     CHECK(strcmp(tn_result_string(TN_ERR_CHECK), "TN_ERR_CHECK") == 0, "%s", tn_result_string(TN_ERR_CHECK));
 }
 
-/* >>graph_replay ---------------------------------------------------------- */
+/* >>replay ---------------------------------------------------------- */
 
 /* A training-like step with only device kernels: x <- 0.5 x + tanh(y),
    y <- y + 0.01 sum(x^2), output (borrowed, on the device) 2 x' + 1.
@@ -428,7 +429,7 @@ TEST(test_graph_replay_alternating_buffers) {
     double e = gstep_run(&s, 12);
     int64_t rep = 0, cap = 0;
     const char *why = NULL;
-    tn__graph_stats(s.f, &rep, &cap, &why);
+    tn__replay_stats(s.f, &rep, &cap, &why);
     CHECK(e < 1e-5, "12 calls against float64: error %g (%s)", e, tn_last_error());
     /* calls 1-2 run plainly (two signatures seen), 3-4 capture them, 5-12 replay */
     CHECK(cap == 2 && rep == 8, "captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
@@ -438,7 +439,7 @@ TEST(test_graph_replay_alternating_buffers) {
     tn_array *nx = tn_array_rand_uniform(TN_F32, 1, &n2, -1, 1, 63), *ny = tn_array_rand_uniform(TN_F32, 1, &n2, -1, 1, 64);
     CHECK(tn_shared_set_value(s.x, nx) == TN_OK && tn_shared_set_value(s.y, ny) == TN_OK, "%s", tn_last_error());
     e = gstep_run(&s, 6);
-    tn__graph_stats(s.f, &rep, &cap, &why);
+    tn__replay_stats(s.f, &rep, &cap, &why);
     CHECK(e < 1e-5, "after a new shape: error %g", e);
     CHECK(cap == 4 && rep == 10, "after re-plan: captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
     CHECK(graphs_live == 2, "%d graphs alive after the re-plan", graphs_live);
@@ -458,7 +459,7 @@ TEST(test_graph_off_cases) {
     double e = s.f ? gstep_run(&s, 6) : INFINITY;
     int64_t rep = -1, cap = -1;
     const char *why = NULL;
-    tn__graph_stats(s.f, &rep, &cap, &why);
+    tn__replay_stats(s.f, &rep, &cap, &why);
     CHECK(e < 1e-5 && rep == 0 && cap == 0 && strstr(why, "cuda_graph=0"), "cuda_graph=0: error %g, %lld/%lld (%s)", e,
           (long long)rep, (long long)cap, why);
     gstep_free(&s);
@@ -467,7 +468,7 @@ TEST(test_graph_off_cases) {
     /* a copied output: not eligible, and says why */
     gstep_build(&s, 29, false);
     e = s.f ? gstep_run(&s, 6) : INFINITY;
-    tn__graph_stats(s.f, &rep, &cap, &why);
+    tn__replay_stats(s.f, &rep, &cap, &why);
     CHECK(e < 1e-5 && rep == 0 && cap == 0 && strstr(why, "output 0 is copied"), "copied output: error %g, %lld/%lld (%s)", e,
           (long long)rep, (long long)cap, why);
     gstep_free(&s);
@@ -475,7 +476,7 @@ TEST(test_graph_off_cases) {
     fake_fail_capture = 1;
     gstep_build(&s, 29, true);
     e = s.f ? gstep_run(&s, 8) : INFINITY;
-    tn__graph_stats(s.f, &rep, &cap, &why);
+    tn__replay_stats(s.f, &rep, &cap, &why);
     CHECK(e < 1e-5 && rep == 0 && cap == 0 && strstr(why, "capture failed") && strstr(why, "fake capture refused"),
           "failed capture: error %g, %lld/%lld (%s)", e, (long long)rep, (long long)cap, why);
     CHECK(tn_last_result() == TN_OK, "no error left: %s", tn_last_error());
@@ -490,7 +491,7 @@ TEST(test_graph_off_cases) {
         CHECK(tn_call(c.f, in, r) == TN_OK && chk_err(r[0], c.z, 35) < 1e-5, "call %d: %s", k, tn_last_error());
         for (int i = 0; i < 3; i++) tn_array_free(r[i]);
     }
-    tn__graph_stats(c.f, &rep, &cap, &why);
+    tn__replay_stats(c.f, &rep, &cap, &why);
     CHECK(rep == 0 && strstr(why, "GpuFromHost"), "inputs passed each call: %lld replays (%s)", (long long)rep, why);
     chk_free(&c);
 }

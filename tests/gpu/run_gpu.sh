@@ -20,7 +20,7 @@ CC=${CC:-cc}
 BUILD=${BUILD:-build-gpu}
 CUDA_INC=${CUDA_PATH:-/usr/local/cuda}/include
 mkdir -p "$BUILD"
-FLAGS="-std=c11 -Wall -Wextra -Werror -Wno-unused-function -O2 -g -I."
+FLAGS="-std=c11 -Wall -Wextra -Werror -O2 -g -I."
 status=0
 rows=()
 run() {   # name, command...
