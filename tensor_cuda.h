@@ -3573,6 +3573,72 @@ static void tn__cuda_shared_free(void *state) {
     tn__free(u);
 }
 
+/* >>cuda_cumulative: cumsum and cumprod --------------------------------------- */
+/* The kernel is tensor_ops.h's (>>cum_cuda: the CPU kernel's loop as CUDA C),
+   compiled once per op and dtype at prepare time. One thread per line,
+   sequential along the axis, so the bits are the CPU's; a strided input is
+   first copied to a contiguous one. A line thousands of elements long keeps
+   one thread busy: a parallel scan would be faster there but would change
+   float results (it reassociates the sums). */
+typedef struct tn__cuda_cum_state { tn__CUfunction fn; } tn__cuda_cum_state;
+static const char *tn__cuda_who(const tn_var *node, char *who, size_t cap);   /* >>cuda_backend */
+
+static bool tn__cuda_cum_supports(const tn_var *node) {
+    return node->n_in == 1 && node->in[0]->type.ndim >= 1 && tn__cuda_stype(node->in[0]->type.dtype) &&
+           tn__cum_cuda_source(node->op, node->in[0]->type.dtype, NULL, 0) > 0;
+}
+
+static tn_result tn__cuda_cum_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    char who[128], src[2048];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(node->device, &D, who);
+    if (r != TN_OK) return r;
+    int n = tn__cum_cuda_source(node->op, node->in[0]->type.dtype, src, sizeof src);
+    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->in[0]->type.dtype));
+    tn__kentry *e;
+    tn__CUfunction fn;
+    if ((r = tn__cuda_kernel_get(src, D->arch, tn_get_config()->fast_math, &e)) != TN_OK ||
+        (r = tn__cuda_entry_function(D, e, "tn_cum", &fn)) != TN_OK)
+        return tn__err(r, "%s: %s", who, tn_last_error());
+    tn__cuda_cum_state *st = (tn__cuda_cum_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    st->fn = fn;
+    *state = st;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_cum_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    const tn__cuda_cum_state *st = (const tn__cuda_cum_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    const tn_array *x = in[0], *y = out[0];
+    int axis = tn__p_axis(&node->p);
+    long long outer = 1, n = x->shape[axis], inner = 1;
+    for (int d = 0; d < x->ndim; d++)
+        if (d < axis) outer *= x->shape[d];
+        else if (d > axis) inner *= x->shape[d];
+    long long lines = outer * inner;
+    if (lines == 0 || n == 0) return TN_OK;
+    if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    if ((lines + 255) / 256 > 2147483647LL) return tn__err(TN_ERR_UNSUPPORTED, "%s: %lld lines are more than one launch takes", who, lines);
+    tn_array *tmp = NULL;
+    if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
+    void *xp = x->data, *yp = y->data;
+    void *params[5] = { &xp, &yp, &lines, &n, &inner };
+    tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(st->fn, (unsigned)((lines + 255) / 256), 1, 1, 256, 1, 1, 0, tn__cuda_stream(D), params, NULL);
+    tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
+    if (cr != TN__CUDA_SUCCESS) {
+        char eb[160];
+        return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "cuLaunchKernel failed in %s: %s", who, tn__cu_errstr(cr, eb, sizeof eb));
+    }
+    return tn__cuda_sync_if_blocking(D, who);
+}
+
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
 
 /* The back end's per-op table (tn_backend.ops): one row per op with a GPU
@@ -3739,6 +3805,7 @@ static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__
 static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release };
 static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL };
 static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn__cuda_view_run, NULL };
+static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free };
 
 #define TN__CUDA_EW_ROW(E, ...) [TN_OP_##E] = &tn__cuda_row_ew,
 static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
@@ -3754,6 +3821,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
     [TN_OP_GPU_FROM_HOST] = &tn__cuda_row_h2d,
     [TN_OP_CUSTOM] = &tn__cuda_row_custom,
     [TN_OP_SCAN] = &tn__cuda_row_scan,
+    [TN_OP_CUMSUM] = &tn__cuda_row_cum, [TN_OP_CUMPROD] = &tn__cuda_row_cum,
 };
 #undef TN__CUDA_EW_ROW
 

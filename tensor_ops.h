@@ -3023,8 +3023,8 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
      vjp: gx_i = sum_{j >= i} g_j M[i, j]     jvp: dy_j = sum_{i <= j} t_i M[i, j].
    That is O(n^2) time and memory per line of n elements: meant for the
    lengths products are taken over (a product of thousands of factors under-
-   or overflows anyway). The CUDA back end does not claim these ops yet
-   (TN_OPK_OTHER): they run on the CPU. */
+   or overflows anyway). GPU: the same loop as CUDA C (>>cum_cuda), which the
+   CUDA back end's row (tensor_cuda.h >>cuda_cumulative) compiles. */
 
 /* >>cum_kernel ------------------------------------------------------------ */
 #define TN__CUM_LANES 256
@@ -3179,6 +3179,41 @@ static tn_result tn__cum_cpu(const tn_var *node, tn_array *const *in, tn_array *
         tn__parallel_for(P.lines, TN__CUM_GRAIN / P.n + 1, tn__cum_rows_range, &P);
     }
     return TN_OK;
+}
+
+/* >>cum_cuda ---------------------------------------------------------------- */
+/* The same loop as CUDA C, for a back end that generates kernels (tensor_cuda.h's
+   >>cuda_cumulative section compiles it with NVRTC): one thread per line of a
+   contiguous (lines / inner, n, inner) array, sequential along the axis in the
+   accumulator's type of the CPU kernel above (the TN__CUM_OP rows), so the GPU
+   gives the CPU's bits. The kernel is extern "C" tn_cum(x, y, lines, n, inner).
+   Returns the length snprintf reports, or -1 for a dtype without a kernel. */
+TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap) {
+    static const char *const in_t[TN_DTYPE_COUNT]  = { NULL, "unsigned char", "int", "long long", "unsigned short", "float", "double" };
+    static const char *const acc_t[TN_DTYPE_COUNT] = { NULL, "unsigned long long", "unsigned long long", "unsigned long long", "float", "float", "double" };
+    static const char *const out_t[TN_DTYPE_COUNT] = { NULL, "long long", "long long", "long long", "unsigned short", "float", "double" };
+    static const char *const load[TN_DTYPE_COUNT]  = { NULL, "(unsigned long long)(long long)", "(unsigned long long)(long long)", "(unsigned long long)(long long)", "tn_h2f", "", "" };
+    static const char *const store[TN_DTYPE_COUNT] = { NULL, "(long long)", "(long long)", "(long long)", "tn_f2h", "", "" };
+    if ((unsigned)t >= TN_DTYPE_COUNT || !in_t[t] || (op != TN_OP_CUMSUM && op != TN_OP_CUMPROD)) return -1;
+    return snprintf(buf, cap,
+        "%s"
+        "extern \"C\" __global__ void tn_cum(const %s *__restrict__ x, %s *__restrict__ y, long long lines, long long n, long long inner) {\n"
+        "    const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (t >= lines) return;\n"
+        "    const long long o = t / inner;\n"
+        "    long long k = o * n * inner + (t - o * inner);\n"
+        "    %s a = %s(x[k]);\n"
+        "    y[k] = %s(a);\n"
+        "    for (long long j = 1; j < n; j++) {\n"
+        "        k += inner;\n"
+        "        a = a %c %s(x[k]);\n"
+        "        y[k] = %s(a);\n"
+        "    }\n"
+        "}\n",
+        t == TN_F16 ? "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+                      "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+                    : "",
+        in_t[t], out_t[t], acc_t[t], load[t], store[t], op == TN_OP_CUMSUM ? '+' : '*', load[t], store[t]);
 }
 
 /* >>cum_infer_label --------------------------------------------------------- */

@@ -313,10 +313,9 @@ TEST(test_fused_chain_and_reduction) {
 }
 
 /* The inverse trigonometric and hyperbolic ops, erfc and relu run in GPU
-   kernels; cumsum and cumprod have no CUDA kernel yet, so placement keeps
-   them on the host between GPU ops (a HostFromGpu before, a GpuFromHost
-   after), and the results still match float64. */
-TEST(test_new_ops_and_cumulative_placement) {
+   kernels, and so do cumsum and cumprod between them (no host round trip);
+   the results match float64. */
+TEST(test_new_ops_and_cumulative_on_gpu) {
     int64_t shape[2] = { 64, 257 }, n = shape[0] * shape[1];
     tn_array *xv = tn_array_rand_uniform(TN_F32, 2, shape, -0.9, 0.9, 61);
     double *x = as_f64(xv), *rz = (double *)malloc((size_t)n * sizeof *rz), *rq = (double *)malloc((size_t)n * sizeof *rq);
@@ -345,9 +344,11 @@ TEST(test_new_ops_and_cumulative_placement) {
     CHECK(f, "%s", tn_last_error());
     if (f) {
         char *s = dprint(f);
-        CHECK(strstr(s, "CumSum{axis=1}") && strstr(s, "CumProd{axis=0}") && !strstr(s, "GpuCumSum") && !strstr(s, "GpuCumProd"),
-              "the cumulative ops run on the host:\n%s", s);
-        CHECK(strstr(s, "GpuElemwise") && strstr(s, "HostFromGpu"), "the elementwise ops run on the GPU:\n%s", s);
+        CHECK(strstr(s, "GpuCumSum{axis=1}") && strstr(s, "GpuCumProd{axis=0}"), "the cumulative ops run on the GPU:\n%s", s);
+        CHECK(strstr(s, "GpuElemwise") && tn_function_device_steps(f) > 0, "the elementwise ops run on the GPU:\n%s", s);
+        int h2d = 0;
+        for (const char *p = s; (p = strstr(p, "GpuFromHost")); p++) h2d++;
+        CHECK(h2d == 1, "one transfer to the device (the input), %d found:\n%s", h2d, s);
         free(s);
         tn_array *r[2] = { 0 };
         CHECK(tn_call(f, &xv, r) == TN_OK, "%s", tn_last_error());
@@ -359,6 +360,70 @@ TEST(test_new_ops_and_cumulative_placement) {
     tn_graph_free(g);
     tn_array_free(xv);
     free(x); free(rz); free(rq);
+}
+
+/* cumsum and cumprod on the GPU give the CPU kernel's bits (the same
+   sequential loop in the same accumulator type), for every dtype, both
+   axes, contiguous and transposed inputs, lines longer and shorter than a
+   block; values drawn so products neither vanish nor overflow. */
+static tn_array *cum_run(int op, tn_array *x, int axis, bool transpose, char *dp, size_t cap) {
+    tn_graph *g = tn_graph_new();
+    tn_var *a = tn_matrix(g, "x", x->dtype);
+    tn_var *v = transpose ? tn_transpose(a, NULL) : a;
+    tn_var *y = tn_gpu_from_host(op == TN_OP_CUMSUM ? tn_cumsum(v, axis) : tn_cumprod(v, axis));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &a, .n_outputs = 1, .outputs = &y });
+    tn_array *r = NULL, *h = NULL;
+    if (f && dp) {
+        FILE *m = fmemopen(dp, cap, "w");
+        if (m) { tn_debugprint_function(f, m); fclose(m); }
+    }
+    if (f && tn_call(f, &x, &r) == TN_OK) h = r && r->device != TN_HOST ? tn_array_to_host(r) : (r ? tn_array_copy(r) : NULL);
+    tn_array_free(r);
+    tn_function_free(f);
+    tn_graph_free(g);
+    return h;
+}
+
+TEST(test_cumulative_gpu_equals_cpu) {
+    static const tn_dtype dts[] = { TN_BOOL, TN_I32, TN_I64, TN_F16, TN_F32, TN_F64 };
+    static const int64_t shapes[][2] = { { 3, 700 }, { 300, 5 } };
+    int cases = 0;
+    for (int di = 0; di < 6; di++)
+        for (int si = 0; si < 2; si++)
+            for (int op = TN_OP_CUMSUM; op <= TN_OP_CUMPROD; op++)
+                for (int axis = 0; axis < 2; axis++)
+                    for (int tr = 0; tr < 2; tr++) {
+                        tn_dtype t = dts[di];
+                        bool prod = op == TN_OP_CUMPROD;
+                        tn_array *u = tn_array_rand_uniform(TN_F64, 2, shapes[si], prod ? 0.9 : -3, prod ? 1.1 : 3, 900 + (uint64_t)cases);
+                        if (t == TN_BOOL || t == TN_I32 || t == TN_I64) {   /* small ints, negatives too; bools 0/1 */
+                            for (int64_t k = 0; k < tn_array_size(u); k++) {
+                                int64_t idx[2] = { k / shapes[si][1], k % shapes[si][1] };
+                                double v = tn_array_get(u, idx);
+                                tn_array_set(u, idx, t == TN_BOOL ? (double)(v > 0) : floor(v * 3));
+                            }
+                        }
+                        tn_array *x = tn_array_astype(u, t);
+                        char dp[4096] = "";
+                        tn_array *rg = cum_run(op, x, axis, tr, dp, sizeof dp);
+                        tn_config cpu = base_cfg;
+                        cpu.device = TN_DEVICE_CPU;
+                        tn_init(&cpu);
+                        tn_array *rc = cum_run(op, x, axis, tr, NULL, 0);
+                        tn_init(&base_cfg);
+                        CHECK(rg && rc, "%s %s axis %d: %s", tn_dtype_name(t), prod ? "cumprod" : "cumsum", axis, tn_last_error());
+                        CHECK(strstr(dp, prod ? "GpuCumProd" : "GpuCumSum"), "%s on the GPU:\n%s", prod ? "cumprod" : "cumsum", dp);
+                        if (rg && rc) {
+                            CHECK(rg->dtype == rc->dtype && tn_array_size(rg) == tn_array_size(rc), "dtype/size");
+                            size_t bytes = (size_t)tn_array_size(rc) * tn_dtype_size(rc->dtype);
+                            CHECK(tn_array_is_contiguous(rg) && tn_array_is_contiguous(rc) && memcmp(rg->data, rc->data, bytes) == 0,
+                                  "%s %s axis %d%s shape (%lld, %lld): GPU bits differ from the CPU's", tn_dtype_name(t),
+                                  prod ? "cumprod" : "cumsum", axis, tr ? " transposed" : "", (long long)shapes[si][0], (long long)shapes[si][1]);
+                        }
+                        tn_array_free(rg); tn_array_free(rc); tn_array_free(x); tn_array_free(u);
+                        cases++;
+                    }
+    printf("  %d cumulative cases, GPU bits equal the CPU's\n", cases);
 }
 
 /* Copied outputs are the arrays their steps wrote: a device output is a new
@@ -1005,7 +1070,8 @@ int main(void) {
     TH_RUN(test_linear_shared_update);
     TH_RUN(test_products);
     TH_RUN(test_fused_chain_and_reduction);
-    TH_RUN(test_new_ops_and_cumulative_placement);
+    TH_RUN(test_new_ops_and_cumulative_on_gpu);
+    TH_RUN(test_cumulative_gpu_equals_cpu);
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
