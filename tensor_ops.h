@@ -38,12 +38,16 @@
      5. a new section's rows macro goes into tn__op_rows (tensor.h);
      6. the flags the passes read: TN_OPF_PROLOGUE (a reduction that takes a
         fused elementwise prologue), TN_OPF_INPLACE and TN_OPF_INPLACE_ACC
-        (the inplace pass), TN_OPF_NO_KERNEL. The kind decides placement: the
-        CUDA back end runs ELEMWISE, COMPOSITE, LINALG, VIEW, ALLOC, the
-        transfers and the reductions; an op of TN_OPK_OTHER stays on the CPU
-        until tensor_cuda.h has a kernel for it (tn__cuda_supports);
-     7. tests: values against a float64 reference with edge values, on every
-        dtype it takes and strided layouts; errors; tn_verify_grad; tn_rop.
+        (the inplace pass), TN_OPF_NO_KERNEL; a flagged op also joins its
+        flag's list in tests/test_op_table.c;
+     7. a GPU kernel: its functions and one row in tensor_cuda.h's tn__cuda_ops
+        (supports, prepare, run, release; cumsum's is >>cuda_cumulative, its
+        CUDA C written here next to the CPU loop, >>cum_cuda). Without a row
+        the op runs on the CPU, and placement, assert_no_cpu_op and the
+        profiler say so;
+     8. tests: values against a float64 reference with edge values, on every
+        dtype it takes and strided layouts; errors; tn_verify_grad; tn_rop;
+        on the GPU, tests/test_cuda_func.c against the CPU.
 */
 #ifndef TENSOR_OPS_H
 #define TENSOR_OPS_H
@@ -3303,7 +3307,8 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 }
 
 /* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
-/* TN_OPK_OTHER: a kind the CUDA back end does not claim, so these stay on the CPU. */
+/* TN_OPK_OTHER: neither a reduction nor a shape op; the GPU runs them through their own
+   row of the CUDA table (tensor_cuda.h >>cuda_cumulative). */
 #define TN__CUM_OP_ROWS \
     [TN_OP_CUMSUM] = { .name = "CumSum", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
                        .label = tn__cum_label, .vjp = tn__cumsum_vjp, .flags = TN_OPF_LINEAR }, \

@@ -7,8 +7,9 @@
    in float32). Edge values (NaN, +-inf, -0, zeros, int64 wrap), NumPy's dtype
    rules, labels, errors naming the constructor and the shape, compiled
    functions, gradients (tn_verify_grad, with zeros in cumprod's input, and
-   exact values at zeros), second derivatives, and that the CUDA back end's
-   op kind leaves them on the CPU. */
+   exact values at zeros) and second derivatives. The GPU kernel is checked
+   against this one in tests/test_cuda_func.c and compiled in
+   tests/test_cuda_place.c. */
 #define _GNU_SOURCE
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
@@ -286,7 +287,7 @@ TEST(test_types_labels_errors) {
     tn__op_def(TN_OP_CUMPROD)->label(p, buf, sizeof buf);
     CHECK(strcmp(buf, "CumProd{axis=0}") == 0, "label '%s'", buf);
     CHECK(tn__op_kind(TN_OP_CUMSUM) == TN_OPK_OTHER && tn__op_kind(TN_OP_CUMPROD) == TN_OPK_OTHER,
-          "a kind the CUDA back end does not claim");
+          "cumulative ops are of kind TN_OPK_OTHER");
     /* errors name the constructor, the variable and its shape */
     CHECK(tn_cumsum(x, 2) == NULL, "axis 2 of a matrix");
     CHECK_ERR(TN_ERR_AXIS, "tn_cumsum");
