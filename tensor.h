@@ -58,7 +58,7 @@
 extern "C" {
 #endif
 
-/* >>types ---------------------------------------------------------------- */
+/* >>api_types ------------------------------------------------------------ */
 
 #define TN_MAX_DIMS 8
 
@@ -121,7 +121,7 @@ typedef struct tn_graph tn_graph;
 typedef struct tn_func tn_func;
 typedef struct tn_var tn_var;
 
-/* >>errors --------------------------------------------------------------- */
+/* >>api_errors ----------------------------------------------------------- */
 
 TN_API const char *tn_result_string(tn_result r);
 TN_API const char *tn_last_error(void);        /* full message of this thread's last failure */
@@ -131,7 +131,7 @@ typedef enum tn_log_level { TN_LOG_ERROR = 1, TN_LOG_WARN, TN_LOG_INFO } tn_log_
 typedef void (*tn_log_fn)(tn_log_level level, const char *msg, void *user);
 TN_API void tn_set_log(tn_log_fn fn, void *user);   /* NULL: warnings to stderr, errors silent */
 
-/* >>config --------------------------------------------------------------- */
+/* >>api_config ----------------------------------------------------------- */
 
 typedef enum tn_device_kind { TN_DEVICE_AUTO = 0, TN_DEVICE_CPU, TN_DEVICE_CUDA } tn_device_kind;
 typedef enum tn_mode { TN_MODE_DEFAULT = 0, TN_MODE_FAST_RUN, TN_MODE_FAST_COMPILE, TN_MODE_CHECK } tn_mode;
@@ -162,7 +162,7 @@ TN_API const tn_config *tn_get_config(void);
 TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg); /* for tests and tools */
 TN_API void tn_shutdown(void);                    /* frees global pools; optional */
 
-/* >>dtype ---------------------------------------------------------------- */
+/* >>api_dtype ------------------------------------------------------------ */
 
 TN_API size_t tn_dtype_size(tn_dtype t);
 TN_API const char *tn_dtype_name(tn_dtype t);     /* "float32", ... as NumPy spells them */
@@ -171,7 +171,7 @@ TN_API bool tn_dtype_is_float(tn_dtype t);
 TN_API uint16_t tn_f32_to_f16(float f);           /* round to nearest even */
 TN_API float tn_f16_to_f32(uint16_t h);
 
-/* >>array ---------------------------------------------------------------- */
+/* >>api_array ------------------------------------------------------------ */
 
 TN_API tn_array *tn_array_empty(tn_dtype t, int ndim, const int64_t *shape);   /* uninitialised */
 TN_API tn_array *tn_array_zeros(tn_dtype t, int ndim, const int64_t *shape);
@@ -212,7 +212,7 @@ TN_API tn_result tn_array_print(const tn_array *a, FILE *out);          /* like 
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap);  /* as snprintf */
 TN_API tn_array *tn_array_to_host(const tn_array *a);    /* copy of a device array (or a host one) */
 
-/* >>graph ---------------------------------------------------------------- */
+/* >>api_graph ------------------------------------------------------------ */
 
 TN_API tn_graph *tn_graph_new(void);
 TN_API void tn_graph_free(tn_graph *g);          /* frees every variable; shared values too */
@@ -244,7 +244,7 @@ TN_API const char *tn_var_name(const tn_var *v);
 TN_API tn_var *tn_var_set_name(tn_var *v, const char *name);
 TN_API tn_graph *tn_var_graph(const tn_var *v);
 
-/* >>function ------------------------------------------------------------- */
+/* >>api_function --------------------------------------------------------- */
 
 typedef struct tn_update { tn_var *shared; tn_var *value; } tn_update;
 
@@ -275,7 +275,7 @@ TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, in
 TN_API void tn_function_free(tn_func *f);
 
 
-/* >>internal ------------------------------------------------------------- */
+/* >>api_internal --------------------------------------------------------- */
 /* Visible so tensor_ops.h, tensor_cuda.h and tools can walk graphs; read-only
    for users, and not a stable API. */
 
@@ -361,20 +361,20 @@ TN_API int tn__num_threads(void);
 TN_API void tn__blas_enable(bool on);      /* tests: false forces the built-in kernels */
 TN_API const char *tn__blas_name(void);    /* the library in use, NULL if none or disabled */
 
-/* >>printing ------------------------------------------------------------- */
+/* >>api_printing --------------------------------------------------------- */
 
 TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
 TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out);
 TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 
-/* >>dot: Graphviz pictures (the >>printers section), as Theano's pydotprint.
+/* >>api_dot: Graphviz pictures (the >>printers section), as Theano's pydotprint.
    Ellipses are variables (inputs blue, shared green, constants grey), boxes
    ops (green: on a GPU, red: transfers, fused Composites list their scalar
    program); edges carry dtype and shape. Render: dot -Tpng f.dot -o f.png */
 TN_API tn_result tn_write_dot(const tn_func *f, FILE *out);       /* the compiled (rewritten) graph */
 TN_API tn_result tn_write_dot_var(const tn_var *v, FILE *out);    /* the graph under v, as built */
 
-/* >>profile (the >>profile section). The flag profile=1 profiles every function and
+/* >>api_profile (the >>profile section). The flag profile=1 profiles every function and
    prints its report to stderr when it is freed; tn_profile_enable profiles
    one. The report: totals (calls, executor, ops, compile time split into
    rewrites and preparation), then time per op class, per op and per apply
@@ -557,7 +557,7 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #if defined(TENSOR_IMPLEMENTATION) && !defined(TENSOR_IMPLEMENTATION_DONE)
 #define TENSOR_IMPLEMENTATION_DONE
 /* >>core ============================================================== */
-/* >>core: errors, config and flags, memory hooks, dtypes, float16, threads */
+/* Errors, config and flags, memory hooks, dtypes, float16, threads */
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
@@ -1077,7 +1077,7 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 }
 
 /* >>array ============================================================= */
-/* >>arrays: buffers, creation, views, conversion, random, printing */
+/* Buffers, creation, views, conversion, random, printing */
 #include <float.h>
 
 /* >>buffer: refcounted storage. Host memory is 64-byte aligned (SIMD loads,
@@ -2238,7 +2238,7 @@ TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
 }
 
 /* >>graph ============================================================= */
-/* >>graph: arena-owned nodes, leaves (inputs, constants, shared variables),
+/* Arena-owned nodes, leaves (inputs, constants, shared variables),
    the compiler front end (tn_function), the executor (tn_call) and debugprint. */
 #include <string.h>
 #include <stdlib.h>
@@ -4360,7 +4360,7 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
     return TN_OK;
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+/* >>graph_rows: this part's rows of the op table (the >>ops_table section) */
 /* Leaves hold values and a PROJ reads its source's output: no kernels. Only a
    scan's outputs have gradients through their PROJ (the >>scan_grad section). */
 #define TN__GRAPH_OP_ROWS \
@@ -4374,7 +4374,7 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
                      .vjp = tn__scan_proj_vjp, .flags = TN_OPF_NO_KERNEL },
 
 /* >>rewrite =========================================================== */
-/* >>rewrite: the optimizer: one rewrite engine and the passes built on it.
+/* The optimizer: one rewrite engine and the passes built on it.
 
    tn__optimize(fg, roots) rewrites a function-private graph in place. Passes,
    in this order (DESIGN.md):
@@ -5830,7 +5830,7 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
 }
 
 /* >>grad_helpers ====================================================== */
-/* >>grad_helpers: what the gradient rules of many ops share (the rules
+/* What the gradient rules of many ops share (the rules
    themselves live with their ops in tensor_ops.h, reached through the op
    table's vjp and jvp; the drivers are the >>grad section). Gradients are
    built with the public constructors, in the graph of the node. */
@@ -5907,7 +5907,7 @@ static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
 #define TENSOR_OPS_IMPLEMENTATION_HERE
 #include "tensor_ops.h"
 /* >>transfer ========================================================== */
-/* >>transfer: host <-> device copy ops.
+/* Host <-> device copy ops.
 
    GPU_FROM_HOST and HOST_FROM_GPU are ordinary nodes, so placement can insert
    and cancel them, the profiler times them and debugprint shows them as
@@ -5954,7 +5954,7 @@ static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_
     return TN_OK;
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+/* >>transfer_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__TRANSFER_OP_ROWS \
     [TN_OP_GPU_FROM_HOST] = { .name = "GpuFromHost", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
                               .cpu = tn__cpu_transfer, .label = tn__label_gpu_from_host, .vjp = tn__transfer_vjp, \
@@ -5964,7 +5964,7 @@ static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_
                               .flags = TN_OPF_LINEAR },
 
 /* >>scan ============================================================== */
-/* >>scan: loops inside the graph (Theano's scan), with taps, updates and
+/* Loops inside the graph (Theano's scan), with taps, updates and
    back-propagation through time.
 
    tn_scan calls the user's step callback once, on placeholders (INPUT nodes
@@ -6511,7 +6511,7 @@ TN_API bool tn__scan_device_ok(const tn_var *node) {
     return s && s->dfn;
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section); its
+/* >>scan_rows: this part's rows of the op table (the >>ops_table section); its
    gradient is the >>scan_grad section's (no forward mode). */
 #define TN__SCAN_OP_ROWS \
     [TN_OP_SCAN] = { .name = "Scan", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__scan_infer, .cpu = tn__scan_cpu, \
@@ -7273,7 +7273,7 @@ TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
 }
 
 /* >>grad ============================================================== */
-/* >>grad: symbolic differentiation (tn_grad, tn_rop, tn_stop_gradient,
+/* Symbolic differentiation (tn_grad, tn_rop, tn_stop_gradient,
    tn_verify_grad).
 
    Reverse accumulation runs over the user's graph as built: a node's id is its
@@ -7763,7 +7763,7 @@ done:
 }
 
 /* >>profile =========================================================== */
-/* >>profile: per-function timing, as Theano's ProfileStats printed it.
+/* Per-function timing, as Theano's ProfileStats printed it.
 
    Turned on for every function by the flag profile=1 (the report goes to
    stderr when the function is freed), or for one function by
@@ -7955,7 +7955,7 @@ static void tn__prof_finish(tn_func *f) {
     f->prof = NULL;
 }
 
-/* >>profile: public ----------------------------------------------------- */
+/* >>profile_public ----------------------------------------------------- */
 
 TN_API tn_result tn_profile_enable(tn_func *f, bool on) {
     if (!f) return tn__err(TN_ERR_NULL, "tn_profile_enable: function is NULL");
@@ -8195,7 +8195,7 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
 }
 
 /* >>printers ========================================================== */
-/* >>dot: Graphviz pictures of graphs, as Theano's pydotprint.
+/* Graphviz pictures of graphs, as Theano's pydotprint.
    Variables are ellipses (inputs blue, shared variables green, constants
    grey, function outputs white; after a call, with the shapes of that call); ops are boxes (white on the CPU, green on a
    GPU, red for host <-> device transfers); a fused Composite, or a reduction
@@ -8383,7 +8383,7 @@ TN_API tn_result tn_write_dot_var(const tn_var *root, FILE *out) {
 }
 
 /* >>custom ============================================================ */
-/* >>custom: user ops, CPU side. A CUSTOM node's ext is an arena copy of the
+/* User ops, CPU side. A CUSTOM node's ext is an arena copy of the
    user's tn_custom_op (strings copied too), so the user's description may be
    a stack temporary. The GPU side (NVRTC compile and launch of cuda_source)
    is the >>cuda_custom section, included by tensor_cuda.h. */
@@ -8516,15 +8516,15 @@ static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_va
                    op && op->name ? op->name : "?", tn__gname(node, nb));
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+/* >>custom_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__CUSTOM_OP_ROWS \
     [TN_OP_CUSTOM] = { .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
                        .label = tn__custom_label, .vjp = tn__custom_vjp },
 
 /* >>ops_table ========================================================= */
-/* >>op_table: the registry of every op. One master table: each part of the
-   catalogue writes the rows of its ops next to their code (its >>op_rows
-   block) and the table lists the parts. A row is the whole op (tn_op_def):
+/* The registry of every op. One master table: each part of the
+   catalogue writes the rows of its ops next to their code (its rows block,
+   e.g. >>ew_rows) and the table lists the parts. A row is the whole op (tn_op_def):
    name, kind, arity, type rule, CPU kernel, label, vjp, jvp and flags. The
    array's length is pinned to TN_OP_COUNT at compile time (an op added to the
    enums without a row fails to compile when it is the last; a duplicate row

@@ -75,7 +75,7 @@
 extern "C" {
 #endif
 
-/* >>cuda_api: public ------------------------------------------------------ */
+/* >>cuda_api -------------------------------------------------------------- */
 
 /* Loads the libraries and opens the configured device (idempotent). TN_OK
    when the GPU will be used; otherwise TN_ERR_DEVICE with the reason, and
@@ -105,7 +105,7 @@ TN_API const char *tn_cuda_last_compile_log(void);
    NVRTC but no GPU. *cubin stays valid until tn_shutdown(). */
 TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void **cubin, size_t *size);
 
-/* >>cuda_api: internal ---------------------------------------------------- */
+/* >>cuda_api_internal ----------------------------------------------------- */
 /* Our own declarations of the few CUDA types and entry points we use, so no
    CUDA header is needed. The opaque handles use the SDK's struct tags and the
    enums the SDK's values (tests/test_cuda_decls.c checks both against the
@@ -367,7 +367,7 @@ typedef struct tn__cuda_fstream {
     struct tn__cuda_fstream *next;
 } tn__cuda_fstream;
 
-/* >>cuda_memory's pools, one set per device. */
+/* Pools of the >>cuda_memory section, one set per device. */
 typedef struct tn__dblock {
     tn__CUdeviceptr ptr;
     size_t size;
@@ -1912,9 +1912,8 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     return TN_OK;
 }
 
-/* >>cuda_reduce: reductions and softmax (the >>cuda_reduce section, its own owner) */
 /* >>cuda_reduce ======================================================= */
-/* >>cuda_reduce: reductions and softmax as generated CUDA kernels -----------------
+/* Reductions and softmax as generated CUDA kernels -----------------
    Included by tensor_cuda.h inside its implementation section (after the
    elementwise code generator, the NVRTC path and the kernel cache, which it
    reuses). Ops: Sum, Prod, Mean, Max, Min, Argmax, Argmin, All, Any,
@@ -2734,9 +2733,8 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
 
 #endif /* TN__CUDA_REDUCE_INCLUDED */
 
-/* >>cuda_custom: user ops from CUDA C source (the >>cuda_custom section) */
 /* >>cuda_custom ======================================================= */
-/* >>cuda_custom: the GPU side of custom ops (tn_custom_op.cuda_source).
+/* The GPU side of custom ops (tn_custom_op.cuda_source).
  * Included by tensor_cuda.h inside its implementation section, after
  * tn__cuda_kernel_get and tn__cuda_entry_function. The user's source is
  * compiled with NVRTC through the back end's memory and disk kernel caches at

@@ -34,7 +34,7 @@
         constructor (errors name the constructor, the variable and its shape),
         the vjp (or the TN_OPF_DISCRETE flag: no gradient) and the jvp (or the
         TN_OPF_LINEAR flag: the op applied to the tangent; or none: tn_rop
-        refuses it), and its row in the section's >>op_rows macro;
+        refuses it), and its row in the section's rows macro (as >>cum_rows);
      5. a new section's rows macro goes into tn__op_rows (tensor.h);
      6. the flags the passes read: TN_OPF_PROLOGUE (a reduction that takes a
         fused elementwise prologue), TN_OPF_INPLACE and TN_OPF_INPLACE_ACC
@@ -366,7 +366,7 @@ typedef enum tn_op_kind {
     TN_OPK_OTHER
 } tn_op_kind;
 
-/* >>ew_program ----------------------------------------------------------- */
+/* >>api_ew_program ------------------------------------------------------- */
 /* A fused elementwise program. Registers 0..n_in-1 hold the inputs (loaded
    from their storage dtype); instruction k writes register n_in+k. The CPU
    runs it over blocks of elements; tensor_cuda.h turns it into one kernel. */
@@ -391,7 +391,7 @@ typedef struct tn_ew_program {
 /* >>op_def --------------------------------------------------------------- */
 /* Everything an op is: one row of the op table (the >>ops_table section of
    tensor.h), which tn__op_def returns. Each part of the catalogue writes the
-   rows of its ops next to their code (its >>op_rows block). */
+   rows of its ops next to their code (its rows block, e.g. >>ew_rows). */
 typedef enum tn_op_flags {
     TN_OPF_ELEMWISE   = 1 << 0,  /* a row of TN_EW_OPS: fuses into Composite programs */
     TN_OPF_DISCRETE   = 1 << 1,  /* no gradient passes (integer, boolean or piecewise constant results):
@@ -531,7 +531,7 @@ TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, dou
 TN_API tn_var *tn_gpu_from_host(tn_var *x);
 TN_API tn_var *tn_host_from_gpu(tn_var *x);
 
-/* >>grad ----------------------------------------------------------------- */
+/* >>api_grad ------------------------------------------------------------- */
 /* Symbolic differentiation (the >>grad section). Gradients are ordinary nodes of
    the cost's graph (arena-owned): compile them with tn_function like any
    other output, or differentiate them again. Gradients flow through float
@@ -591,7 +591,7 @@ typedef struct tn_verify_grad_report {
    not; other errors from building or running. report may be NULL. */
 TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *desc, tn_verify_grad_report *report);
 
-/* >>custom --------------------------------------------------------------- */
+/* >>api_custom ----------------------------------------------------------- */
 /* A user op (the >>custom section): a type rule, a CPU function and optionally CUDA
    C source, used in a graph like any op (Theano's custom Op, the seed's
    multiply_them and GpuEye). tn_custom copies the description and its strings
@@ -628,7 +628,7 @@ TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_
 /* The description a custom node carries (NULL for other nodes). */
 TN_API const tn_custom_op *tn_custom_of(const tn_var *node);
 
-/* >>scan ----------------------------------------------------------------- */
+/* >>api_scan ------------------------------------------------------------- */
 /* Loops inside the graph, as Theano's scan. The step callback builds one
    step from symbolic slices, once; the step is compiled with tn_function and
    run by one Scan node. Taps: a sequence tap a reads u(t+a) (taps {-4, 0}:
@@ -689,12 +689,12 @@ TN_API void tn__scan_release_graph(tn_graph *g);
 #endif
 #endif /* TENSOR_OPS_H */
 
-/* >>implementation ======================================================= */
+/* >>ops_implementation ===================================================== */
 /* Pulled in by tensor.h's implementation, after the core it builds on. */
 #if defined(TENSOR_OPS_IMPLEMENTATION_HERE) && !defined(TENSOR_OPS_IMPLEMENTATION_DONE)
 #define TENSOR_OPS_IMPLEMENTATION_DONE
 /* >>ops_ew ============================================================ */
-/* >>elementwise: the TN_EW_OPS table as data (names, kinds, expression text),
+/* The TN_EW_OPS table as data (names, kinds, expression text),
    the CPU elementwise engine (tn__cpu_ew_run), the type rules, labels and CPU
    entry points of every elementwise op and of COMPOSITE, and the public
    constructors (tn_add, tn_exp, ..., tn_cast). */
@@ -1867,7 +1867,7 @@ static tn_result tn__composite_vjp(tn_var *node, tn_var *g, const bool *need, tn
                    "differentiate the graph before tn_function", tn__gname(node, nb));
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>ew_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__EW_NAME_TN_EWK_ARITH(n) #n
 #define TN__EW_NAME_TN_EWK_FLOAT(n) #n
 #define TN__EW_NAME_TN_EWK_CMP(n)   #n
@@ -1887,7 +1887,7 @@ static tn_result tn__composite_vjp(tn_var *node, tn_var *g, const bool *need, tn
                           .flags = TN_OPF_INPLACE },
 
 /* >>ops_reduce ======================================================== */
-/* >>reductions: sum, prod, mean, max, min, argmax, argmin, all, any,
+/* Sum, prod, mean, max, min, argmax, argmin, all, any,
    logsumexp (params: tn__p_red_mask, the reduced axes, and
    tn__p_red_keepdims) and softmax, log_softmax (tn__p_axis). Type rules, CPU
    kernels, labels, constructors, gradients.
@@ -2977,7 +2977,7 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return *out ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>reduce_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* arity -1: a fused prologue brings its own inputs (the type rule checks).
    softmax is no reduction to the fusion pass: it has an axis, not a mask. */
 #define TN__REDUCE_ROW(E, NAME, FLAGS, VJP, JVP) \
@@ -3001,7 +3001,7 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__SOFTMAX_ROW(LOG_SOFTMAX, "LogSoftmax")
 
 /* >>ops_cumulative ==================================================== */
-/* >>cumulative: cumsum and cumprod along one axis, NumPy's cumsum(x, axis)
+/* Cumsum and cumprod along one axis, NumPy's cumsum(x, axis)
    and cumprod(x, axis). Param: tn__p_axis (>= 0; the constructors take
    negative axes from the end). Type: x's shape; bool and int inputs give
    int64 (wrapping like NumPy's), floats keep their dtype.
@@ -3267,7 +3267,7 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return *out ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>cum_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* TN_OPK_OTHER: a kind the CUDA back end does not claim, so these stay on the CPU. */
 #define TN__CUM_OP_ROWS \
     [TN_OP_CUMSUM] = { .name = "CumSum", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
@@ -3276,7 +3276,7 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
                         .label = tn__cum_label, .vjp = tn__cumprod_vjp, .jvp = tn__cumprod_jvp },
 
 /* >>ops_linalg ======================================================== */
-/* >>linalg: dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.
+/* Dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.
 
    Every product, whatever the op, becomes one "plan": a batch of 2-d products
    out[b] = alpha * A[b] @ B[b] (+ beta * Cin[b]) given by byte strides, so 1-d
@@ -4366,7 +4366,7 @@ static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return r ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>linalg_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__LINALG_ROW(E, NAME, ARITY, FLAGS) \
     [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_LINALG, .arity = ARITY, .infer = tn__la_infer, .cpu = tn__la_cpu, \
                     .label = tn__la_label, .vjp = tn__la_vjp, .jvp = tn__la_jvp, .flags = FLAGS },
@@ -4377,7 +4377,7 @@ static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__LINALG_ROW(OUTER, "Outer", 2, 0)
 
 /* >>ops_shape ========================================================= */
-/* >>shape ops: reshape, dimshuffle, slice, flatten, broadcast_to,
+/* Shape ops: reshape, dimshuffle, slice, flatten, broadcast_to,
    concatenate, stack, alloc/fill, eye, arange.
 
    View ops (TN_OPK_VIEW: DIMSHUFFLE, SLICE, BROADCAST_TO) never copy: the
@@ -5157,7 +5157,7 @@ static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return *out ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>shape_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* Eye and arange have no inputs: nothing to differentiate. */
 #define TN__SHAPE_ROW(E, NAME, KIND, ARITY, OP, VJP, JVP, FLAGS) \
     [TN_OP_##E] = { .name = NAME, .kind = KIND, .arity = ARITY, .infer = tn__infer_##OP, .cpu = tn__cpu_##OP, \
