@@ -318,8 +318,6 @@ struct tn_var {
     const char *name;             /* arena copy or NULL */
     int device;                   /* placement: TN_HOST or a CUDA ordinal (set by the placement pass) */
     int inplace;                  /* destroy map: 0 none; k+1: the output overwrites in[k]'s buffer */
-    int mark;                     /* scratch for passes: zero between passes */
-    void *aux;                    /* scratch for passes */
 };
 
 /* Graph internals shared with the other headers. */
@@ -543,8 +541,8 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    constant node and its value in a graph), tn__broadcast_strides (strides of
    an array broadcast to a shape), tn__scan_run and tn__scan_mem (a scan
    loop with device memory), tn__func_share_stream,
-   the hooks tn__device_init_hook and tn__shutdown_hook, the log callback
-   (tn__log_fn, tn__log_user), and the reduction planner of tensor_ops.h
+   the hooks tn__lib.device_init_hook and tn__lib.shutdown_hook, the log
+   callback (tn__lib.log_fn, log_user), and the reduction planner of tensor_ops.h
    (tn__rplan, tn__rplan_build, tn__rk_of, tn__reduce_dtype, tn__rfinish,
    tn__rstore, the fold table TN__RFOLDS, tn__ew_casts). */
 
