@@ -419,6 +419,20 @@ TN_API void *tn__malloc(size_t n);
 TN_API void *tn__calloc(size_t n, size_t size);
 TN_API void *tn__realloc(void *p, size_t n);
 TN_API void tn__free(void *p);
+/* Growable arrays: p (NULL or from tn__malloc) with room for at least need
+   elements of elem bytes, *cap doubling from at least min_cap. NULL when out
+   of memory (p and *cap left as they were). */
+TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem);
+/* String building: a growable, NUL-terminated buffer; after a failed
+   allocation oom is set and further writes do nothing. Free s with tn__free. */
+typedef struct tn__sb { char *s; size_t n, cap; bool oom; } tn__sb;
+TN_API void tn__sb_putn(tn__sb *b, const char *text, size_t n);
+TN_API void tn__sb_puts(tn__sb *b, const char *text);
+TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* Graph walking and building (placement rewires the function's private graph). */
 TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who);  /* records a node, type inferred; NULL (error set) on failure */
@@ -562,6 +576,7 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <unistd.h>
 
 #if defined(TN_MALLOC) || defined(TN_REALLOC) || defined(TN_FREE)
@@ -718,6 +733,50 @@ TN_API void *tn__calloc(size_t n, size_t size) {
 }
 TN_API void *tn__realloc(void *p, size_t n) { return TN_REALLOC(p, n ? n : 1); }
 TN_API void tn__free(void *p) { if (p) TN_FREE(p); }
+
+TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem) {
+    if (need <= *cap && p) return p;
+    int64_t c = *cap > 0 ? *cap : min_cap > 0 ? min_cap : 1;
+    while (c < need) c *= 2;
+    if (c > INT_MAX || (elem && (uint64_t)c > SIZE_MAX / elem)) return NULL;
+    void *q = tn__realloc(p, (size_t)c * elem);
+    if (q) *cap = (int)c;
+    return q;
+}
+
+/* Room for extra more bytes and the terminating NUL. */
+static bool tn__sb_reserve(tn__sb *b, size_t extra) {
+    if (b->oom) return false;
+    if (b->s && b->n + extra < b->cap) return true;
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    while (cap < b->n + extra + 1) cap *= 2;
+    char *s = (char *)tn__realloc(b->s, cap);
+    if (!s) { b->oom = true; return false; }
+    b->s = s;
+    b->cap = cap;
+    return true;
+}
+TN_API void tn__sb_putn(tn__sb *b, const char *text, size_t n) {
+    if (!tn__sb_reserve(b, n)) return;
+    memcpy(b->s + b->n, text, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+TN_API void tn__sb_puts(tn__sb *b, const char *text) { tn__sb_putn(b, text, strlen(text)); }
+TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
+    if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) { b->oom = true; return; }
+    if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
+    if (!tn__sb_reserve(b, (size_t)k)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
 
 /* >>dtype */
 
@@ -1921,24 +1980,7 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v) {
    their dtype, at most 8 after the point; a column switches to scientific
    notation when max >= 1e8, min < 1e-4 or max/min > 1e3 (nonzero |values|). */
 
-typedef struct tn__str { char *p; size_t n, cap; bool oom; } tn__str;
-
-static void tn__str_put(tn__str *s, const char *t, size_t n) {
-    if (s->oom) return;
-    if (s->n + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 256;
-        while (cap < s->n + n + 1) cap *= 2;
-        char *p = (char *)tn__realloc(s->p, cap);
-        if (!p) { s->oom = true; return; }
-        s->p = p;
-        s->cap = cap;
-    }
-    memcpy(s->p + s->n, t, n);
-    s->n += n;
-    s->p[s->n] = 0;
-}
-static void tn__str_puts(tn__str *s, const char *t) { tn__str_put(s, t, strlen(t)); }
-static void tn__str_spaces(tn__str *s, int n) { for (int i = 0; i < n; i++) tn__str_put(s, " ", 1); }
+static void tn__sb_spaces(tn__sb *s, int n) { for (int i = 0; i < n; i++) tn__sb_putn(s, " ", 1); }
 
 typedef struct tn__fmt {
     tn_dtype t;
@@ -2069,7 +2111,7 @@ static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary) {
 }
 
 /* One element, padded to the column width. */
-static void tn__fmt_elem(const tn__fmt *f, const char *p, tn__str *s) {
+static void tn__fmt_elem(const tn__fmt *f, const char *p, tn__sb *s) {
     char buf[1200];
     if (f->t == TN_BOOL) {
         snprintf(buf, sizeof buf, "%*s", f->int_width, *(const uint8_t *)p ? "True" : "False");
@@ -2097,79 +2139,79 @@ static void tn__fmt_elem(const tn__fmt *f, const char *p, tn__str *s) {
             }
         }
     }
-    tn__str_puts(s, buf);
+    tn__sb_puts(s, buf);
 }
 
 /* numpy's _extendLine: wrap before `word` when the line would pass width. */
-static void tn__extend_line(tn__str *s, tn__str *line, const char *word, int width, int indent) {
+static void tn__extend_line(tn__sb *s, tn__sb *line, const char *word, int width, int indent) {
     bool wrap = (int)(line->n + strlen(word)) > width && (int)line->n > indent;
     if (wrap) {
         size_t n = line->n;
-        while (n > 0 && line->p[n - 1] == ' ') n--;
-        tn__str_put(s, line->p, n);
-        tn__str_puts(s, "\n");
+        while (n > 0 && line->s[n - 1] == ' ') n--;
+        tn__sb_putn(s, line->s, n);
+        tn__sb_puts(s, "\n");
         line->n = 0;
-        tn__str_spaces(line, indent);
+        tn__sb_spaces(line, indent);
     }
-    tn__str_puts(line, word);
+    tn__sb_puts(line, word);
 }
 
 /* numpy's _formatArray recurser; appends the text of the sub-array at `p`
    (axis d) to out. indent is the hanging indent's length. */
 static void tn__fmt_rec(const tn__fmt *f, const tn_array *a, int d, const char *p, bool summary, int indent,
-                        int width, tn__str *out) {
+                        int width, tn__sb *out) {
     if (d == a->ndim) { tn__fmt_elem(f, p, out); return; }
     int64_t n = a->shape[d];
     bool show = summary && n > 6;
     int64_t lead = show ? 3 : 0, trail = show ? 3 : n;
     int axes_left = a->ndim - d;
-    tn__str s = {0};
-    tn__str_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
+    tn__sb s = {0};
+    tn__sb_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
     if (axes_left == 1) {
         int ew = width - 1;
-        tn__str line = {0}, word = {0};
+        tn__sb line = {0}, word = {0};
         s.n = 0;
-        tn__str_spaces(&line, indent);
+        tn__sb_spaces(&line, indent);
         for (int64_t i = 0; i < n; i++) {
             if (i == lead && show) {
                 tn__extend_line(&s, &line, "...", ew, indent);
-                tn__str_puts(&line, " ");
+                tn__sb_puts(&line, " ");
                 i = n - trail;
             }
             word.n = 0;
-            if (word.p) word.p[0] = 0;
+            if (word.s) word.s[0] = 0;
             tn__fmt_elem(f, p + i * a->strides[d], &word);
-            tn__extend_line(&s, &line, word.p ? word.p : "", ew, indent);
-            if (i + 1 < n) tn__str_puts(&line, " ");
+            tn__extend_line(&s, &line, word.s ? word.s : "", ew, indent);
+            if (i + 1 < n) tn__sb_puts(&line, " ");
             if (word.oom) s.oom = true;
         }
-        tn__str_put(&s, line.p ? line.p : "", line.n);
+        tn__sb_putn(&s, line.s ? line.s : "", line.n);
         if (line.oom) s.oom = true;
-        tn__free(line.p);
-        tn__free(word.p);
+        tn__free(line.s);
+        tn__free(word.s);
     } else {
         s.n = 0;
         for (int64_t i = 0; i < n; i++) {
             if (i == lead && show) {
-                tn__str_spaces(&s, indent);
-                tn__str_puts(&s, "...");
-                for (int k = 0; k < axes_left - 1; k++) tn__str_puts(&s, "\n");
+                tn__sb_spaces(&s, indent);
+                tn__sb_puts(&s, "...");
+                for (int k = 0; k < axes_left - 1; k++) tn__sb_puts(&s, "\n");
                 i = n - trail;
             }
-            tn__str_spaces(&s, indent);
+            tn__sb_spaces(&s, indent);
             tn__fmt_rec(f, a, d + 1, p + i * a->strides[d], summary, indent + 1, width - 1, &s);
-            if (i + 1 < n) for (int k = 0; k < axes_left - 1; k++) tn__str_puts(&s, "\n");
+            if (i + 1 < n) for (int k = 0; k < axes_left - 1; k++) tn__sb_puts(&s, "\n");
         }
     }
-    tn__str_puts(out, "[");
-    if (s.n >= (size_t)indent) tn__str_put(out, s.p + indent, s.n - (size_t)indent);
-    tn__str_puts(out, "]");
+    tn__sb_puts(out, "[");
+    if (s.n >= (size_t)indent) tn__sb_putn(out, s.s + indent, s.n - (size_t)indent);
+    tn__sb_puts(out, "]");
     if (s.oom) out->oom = true;
-    tn__free(s.p);
+    tn__free(s.s);
 }
 
 /* The 0-d case prints like a NumPy scalar's str: 1.5, 1.0, 1e-05. */
-static void tn__fmt_scalar(const tn_array *h, tn__str *out) {
+static void tn__fmt_scalar(const tn_array *h, tn__sb *out) {
     char buf[512];
     const char *p = (const char *)h->data;
     if (h->dtype == TN_BOOL) snprintf(buf, sizeof buf, "%s", *(const uint8_t *)p ? "True" : "False");
@@ -2191,17 +2233,17 @@ static void tn__fmt_scalar(const tn_array *h, tn__str *out) {
             }
         }
     }
-    tn__str_puts(out, buf);
+    tn__sb_puts(out, buf);
 }
 
-static tn_result tn__array_format(const tn_array *a, tn__str *out, const char *who) {
+static tn_result tn__array_format(const tn_array *a, tn__sb *out, const char *who) {
     tn_result r = tn__array_readable(a, who);
     if (r != TN_OK) return r;
     tn_array *h = tn__host_view(a, who);
     if (!h) return tn_last_result();
     int64_t n = tn_array_size(h);
     if (h->ndim == 0) tn__fmt_scalar(h, out);
-    else if (n == 0) tn__str_puts(out, "[]");
+    else if (n == 0) tn__sb_puts(out, "[]");
     else {
         bool summary = n > 1000;
         tn__fmt f;
@@ -2214,24 +2256,24 @@ static tn_result tn__array_format(const tn_array *a, tn__str *out, const char *w
 }
 
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
-    tn__str s = {0};
-    if (tn__array_format(a, &s, "tn_array_snprint") != TN_OK) { tn__free(s.p); if (buf && cap) buf[0] = 0; return -1; }
+    tn__sb s = {0};
+    if (tn__array_format(a, &s, "tn_array_snprint") != TN_OK) { tn__free(s.s); if (buf && cap) buf[0] = 0; return -1; }
     int n = (int)s.n;
     if (buf && cap) {
         size_t k = s.n < cap - 1 ? s.n : cap - 1;
-        memcpy(buf, s.p, k);
+        memcpy(buf, s.s, k);
         buf[k] = 0;
     }
-    tn__free(s.p);
+    tn__free(s.s);
     return n;
 }
 
 TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
     if (!out) return tn__err(TN_ERR_NULL, "tn_array_print: out is NULL");
-    tn__str s = {0};
+    tn__sb s = {0};
     tn_result r = tn__array_format(a, &s, "tn_array_print");
-    if (r == TN_OK) { fwrite(s.p, 1, s.n, out); fputc('\n', out); }
-    tn__free(s.p);
+    if (r == TN_OK) { fwrite(s.s, 1, s.n, out); fputc('\n', out); }
+    tn__free(s.s);
     return r;
 }
 

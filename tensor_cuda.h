@@ -770,30 +770,9 @@ static tn_result tn__cuda_enter_current(tn__cuda_dev **out, const char *who) {
 
 /* >>cuda_codegen: a tn_ew_program as one CUDA C kernel ----------------------- */
 
-/* A growable string; on allocation failure it stays marked failed and the
-   caller reports TN_ERR_OOM once at the end. */
-typedef struct tn__sb { char *s; size_t n, cap; bool oom; } tn__sb;
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) { b->oom = true; return; }
-        if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
-        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
-        char *s = (char *)tn__realloc(b->s, cap);
-        if (!s) { b->oom = true; return; }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-static void tn__sb_puts(tn__sb *b, const char *text) { tn__sb_printf(b, "%s", text); }
-
+/* Sources are written into a tn__sb (tensor.h's string builder); on an
+   allocation failure it stays marked failed and the caller reports TN_ERR_OOM
+   once at the end. */
 enum { TN__CUDA_CONTIG = 1, TN__CUDA_STRIDED = 2 };
 
 /* The structure a kernel is specialised for (never sizes). Contiguous: every

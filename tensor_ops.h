@@ -1571,7 +1571,7 @@ static tn_result tn__composite_cpu(const tn_var *node, tn_array *const *in, tn_a
 
 typedef struct tn__sbuf { char *buf; size_t cap, len; } tn__sbuf;
 
-static void tn__sb_put(tn__sbuf *b, const char *fmt, ...) {
+static void tn__sbuf_put(tn__sbuf *b, const char *fmt, ...) {
     if (b->len + 1 >= b->cap) return;
     va_list ap;
     va_start(ap, fmt);
@@ -1594,50 +1594,50 @@ static const char *tn__ew_infix(int op) {
 /* Register r of prog as an expression, Theano style: (i0 * i1), exp(i0). */
 static void tn__ew_expr(const tn_ew_program *prog, int r, tn__sbuf *b) {
     if (b->len + 1 >= b->cap) return;                /* full: stop expanding shared subtrees */
-    if (r < prog->n_in) { tn__sb_put(b, "i%d", r); return; }
-    if (r - prog->n_in >= prog->n_instr) { tn__sb_put(b, "?"); return; }
+    if (r < prog->n_in) { tn__sbuf_put(b, "i%d", r); return; }
+    if (r - prog->n_in >= prog->n_instr) { tn__sbuf_put(b, "?"); return; }
     const tn_ew_instr *in = &prog->instr[r - prog->n_in];
     if (in->op == TN_OP_CONSTANT) {
         char v[40];
         tn__fmt_value((tn_dtype)in->dtype, in->imm, v, sizeof v);
-        tn__sb_put(b, "%s", v);
+        tn__sbuf_put(b, "%s", v);
         return;
     }
     const tn_ew_info *e = tn__ew_info(in->op);
-    if (!e) { tn__sb_put(b, "?"); return; }
+    if (!e) { tn__sbuf_put(b, "?"); return; }
     const char *inf = tn__ew_infix(in->op);
     if (inf) {
-        tn__sb_put(b, "(");
+        tn__sbuf_put(b, "(");
         tn__ew_expr(prog, in->a, b);
-        tn__sb_put(b, " %s ", inf);
+        tn__sbuf_put(b, " %s ", inf);
         tn__ew_expr(prog, in->b, b);
-        tn__sb_put(b, ")");
+        tn__sbuf_put(b, ")");
         return;
     }
     if (in->op == TN_OP_NEG || in->op == TN_OP_NOT) {
-        tn__sb_put(b, in->op == TN_OP_NEG ? "(-" : "(~");
+        tn__sbuf_put(b, in->op == TN_OP_NEG ? "(-" : "(~");
         tn__ew_expr(prog, in->a, b);
-        tn__sb_put(b, ")");
+        tn__sbuf_put(b, ")");
         return;
     }
-    if (in->op == TN_OP_CAST) tn__sb_put(b, "Cast{%s}(", tn_dtype_name((tn_dtype)in->dtype));
-    else tn__sb_put(b, "%s(", e->name);
+    if (in->op == TN_OP_CAST) tn__sbuf_put(b, "Cast{%s}(", tn_dtype_name((tn_dtype)in->dtype));
+    else tn__sbuf_put(b, "%s(", e->name);
     int opr[3] = { in->a, in->b, in->c };
     for (int x = 0; x < e->arity; x++) {
-        if (x) tn__sb_put(b, ", ");
+        if (x) tn__sbuf_put(b, ", ");
         tn__ew_expr(prog, opr[x], b);
     }
-    tn__sb_put(b, ")");
+    tn__sbuf_put(b, ")");
 }
 
 /* "Composite{exp((i0 * i1))}"; several outputs are separated by commas. */
 static void tn__ew_program_label(const tn_ew_program *prog, tn__sbuf *b) {
-    tn__sb_put(b, "Composite{");
+    tn__sbuf_put(b, "Composite{");
     for (int j = 0; j < prog->n_out; j++) {
-        if (j) tn__sb_put(b, ", ");
+        if (j) tn__sbuf_put(b, ", ");
         tn__ew_expr(prog, prog->out_reg[j], b);
     }
-    tn__sb_put(b, "}");
+    tn__sbuf_put(b, "}");
 }
 
 static void tn__ew_label(const tn_var *node, char *buf, size_t cap) {
@@ -1651,11 +1651,11 @@ static void tn__composite_label(const tn_var *node, char *buf, size_t cap) {
     if (!cap) return;
     tn__sbuf b = { buf, cap, 0 };
     buf[0] = 0;
-    tn__sb_put(&b, "Elemwise{");
+    tn__sbuf_put(&b, "Elemwise{");
     if (node->ext) tn__ew_program_label((const tn_ew_program *)node->ext, &b);
-    else tn__sb_put(&b, "Composite{?}");
-    tn__sb_put(&b, "}");
-    if (node->inplace) tn__sb_put(&b, "[(0, %d)]", node->inplace - 1);
+    else tn__sbuf_put(&b, "Composite{?}");
+    tn__sbuf_put(&b, "}");
+    if (node->inplace) tn__sbuf_put(&b, "[(0, %d)]", node->inplace - 1);
 }
 
 /* >>ew_constructors ----------------------------------------------------------- */
