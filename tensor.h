@@ -2383,10 +2383,9 @@ TN_API tn_var *tn__graph_var(const tn_graph *g, int i) {
 
 static bool tn__graph_own(tn_graph *g, tn_array *a) {
     if (g->nowned == g->cap_owned) {
-        int cap = g->cap_owned ? 2 * g->cap_owned : 16;
-        tn_array **n = (tn_array **)tn__realloc(g->owned, (size_t)cap * sizeof *n);
+        tn_array **n = (tn_array **)tn__grow(g->owned, &g->cap_owned, g->nowned + 1, 16, sizeof *n);
         if (!n) return false;
-        g->owned = n; g->cap_owned = cap;
+        g->owned = n;
     }
     g->owned[g->nowned++] = a;
     return true;
@@ -2413,10 +2412,9 @@ static tn_array *tn__copy_on(const tn_array *a, int device) {
 /* A zeroed var registered in g (id = its index). */
 static tn_var *tn__var_new(tn_graph *g, int op, const char *who) {
     if (g->nvars == g->cap_vars) {
-        int cap = g->cap_vars ? 2 * g->cap_vars : 64;
-        tn_var **n = (tn_var **)tn__realloc(g->vars, (size_t)cap * sizeof *n);
+        tn_var **n = (tn_var **)tn__grow(g->vars, &g->cap_vars, g->nvars + 1, 64, sizeof *n);
         if (!n) { tn__err(TN_ERR_OOM, "%s: out of memory", who); return NULL; }
-        g->vars = n; g->cap_vars = cap;
+        g->vars = n;
     }
     tn_var *v = (tn_var *)tn__graph_alloc(g, sizeof *v);
     if (!v) return NULL;
@@ -3373,9 +3371,9 @@ static int tn__phys_get(tn_func *f, size_t bytes, int device, bool exact) {
         return ph;
     }
     if (f->n_phys == f->cap_phys) {
-        int cap = f->cap_phys ? 2 * f->cap_phys : 16;
-        tn__phys *n = (tn__phys *)tn__realloc(f->phys, (size_t)cap * sizeof *n);
-        int *pool = (int *)tn__realloc(f->pool, (size_t)cap * sizeof *pool);
+        int cap = f->cap_phys, cap_pool = f->cap_phys;
+        tn__phys *n = (tn__phys *)tn__grow(f->phys, &cap, f->n_phys + 1, 16, sizeof *n);
+        int *pool = (int *)tn__grow(f->pool, &cap_pool, f->n_phys + 1, 16, sizeof *pool);
         if (n) f->phys = n;
         if (pool) f->pool = pool;
         if (!n || !pool) return -1;
@@ -4316,9 +4314,9 @@ static tn_result tn__print_tree(tn__printer *pr, const tn_var *root) {
         if (!tn__prefix_reserve(pr, plen + 3)) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
         memcpy(pr->prefix + plen, i == n - 1 ? "  " : " |", 2);
         if (sp == cap) {
-            struct tn__pframe *ns = (struct tn__pframe *)tn__realloc(stack, (size_t)cap * 2 * sizeof *stack);
+            struct tn__pframe *ns = (struct tn__pframe *)tn__grow(stack, &cap, sp + 1, 64, sizeof *stack);
             if (!ns) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
-            stack = ns; cap *= 2;
+            stack = ns;
         }
         stack[sp++] = (struct tn__pframe){ c, 0, plen + 2 };
     }
@@ -4504,21 +4502,18 @@ static int tn__rw_nuses(tn__rw *c, const tn_var *v) { return c->ni[v->id].n_use;
 
 static bool tn__rw_stk_reserve(tn__rw *c, int n) {
     if (n <= c->stk_cap) return true;
-    int cap = c->stk_cap ? c->stk_cap : 64;
-    while (cap < n) cap *= 2;
-    tn_var **s = (tn_var **)tn__realloc(c->stk, (size_t)cap * sizeof *s);
+    tn_var **s = (tn_var **)tn__grow(c->stk, &c->stk_cap, n, 64, sizeof *s);
     if (!s) { c->oom = true; return false; }
-    c->stk = s; c->stk_cap = cap;
+    c->stk = s;
     return true;
 }
 
 static void tn__rw_add_use(tn__rw *c, tn_var *x, tn_var *client, int k) {
     tn__ninfo *X = tn__ni(c, x);
     if (X->n_use == X->cap_use) {
-        int cap = X->cap_use ? 2 * X->cap_use : 2;
-        tn__use *u = (tn__use *)tn__realloc(X->use, (size_t)cap * sizeof *u);
+        tn__use *u = (tn__use *)tn__grow(X->use, &X->cap_use, X->n_use + 1, 2, sizeof *u);
         if (!u) { c->oom = true; return; }
-        X->use = u; X->cap_use = cap;
+        X->use = u;
     }
     tn__ni(c, client)->pos[k] = X->n_use;
     X->use[X->n_use++] = (tn__use){ client, k };
@@ -4561,12 +4556,11 @@ static tn_var *tn__rw_dequeue(tn__rw *c) {
 static void tn__rw_sync(tn__rw *c) {
     int n = tn__graph_nvars(c->g);
     if (n > c->cap_ni) {
-        int cap = c->cap_ni ? c->cap_ni : 256;
-        while (cap < n) cap *= 2;
-        tn__ninfo *ni = (tn__ninfo *)tn__realloc(c->ni, (size_t)cap * sizeof *ni);
+        int old = c->cap_ni;
+        tn__ninfo *ni = (tn__ninfo *)tn__grow(c->ni, &c->cap_ni, n, 256, sizeof *ni);
         if (!ni) { c->oom = true; return; }
-        memset(ni + c->cap_ni, 0, (size_t)(cap - c->cap_ni) * sizeof *ni);
-        c->ni = ni; c->cap_ni = cap;
+        memset(ni + old, 0, (size_t)(c->cap_ni - old) * sizeof *ni);
+        c->ni = ni;
     }
     /* Entries first, uses second: a pass outside the engine (placement) may
        have rewired a node to read one created after it. */
@@ -6633,9 +6627,9 @@ static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
 static tn_result tn__scan_add_ns(tn__scan_b *b, tn_var *outer, tn_var *ph) {
     tn__scan *s = b->s;
     if (s->n_ns == b->cap_ns) {
-        int cap = b->cap_ns ? 2 * b->cap_ns : 8;
-        tn_var **n = (tn_var **)tn__realloc(b->ns, (size_t)cap * sizeof *n);
-        int *u = (int *)tn__realloc(s->ns_upd, (size_t)cap * sizeof *u);
+        int cap = b->cap_ns, cap_upd = b->cap_ns;
+        tn_var **n = (tn_var **)tn__grow(b->ns, &cap, s->n_ns + 1, 8, sizeof *n);
+        int *u = (int *)tn__grow(s->ns_upd, &cap_upd, s->n_ns + 1, 8, sizeof *u);
         if (n) b->ns = n;
         if (u) s->ns_upd = u;
         if (!n || !u) return tn__scan_oom(s);
@@ -7229,10 +7223,10 @@ typedef struct tn__scan_pq { const tn_var **v; bool *compiled; int n, cap; } tn_
 
 static tn_result tn__scan_pq_push(tn__scan_pq *q, const tn_var *v, bool compiled) {
     if (q->n == q->cap) {
-        int cap = q->cap ? 2 * q->cap : 8;
-        const tn_var **nv = (const tn_var **)tn__realloc(q->v, (size_t)cap * sizeof *nv);
+        int cap = q->cap, cap_c = q->cap;
+        const tn_var **nv = (const tn_var **)tn__grow((void *)q->v, &cap, q->n + 1, 8, sizeof *nv);
         if (nv) q->v = nv;
-        bool *c = nv ? (bool *)tn__realloc(q->compiled, (size_t)cap * sizeof *c) : NULL;
+        bool *c = nv ? (bool *)tn__grow(q->compiled, &cap_c, q->n + 1, 8, sizeof *c) : NULL;
         if (c) q->compiled = c;
         if (!nv || !c) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
         q->cap = cap;
