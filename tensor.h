@@ -433,6 +433,12 @@ TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+/* Dimension merging: drops the size-1 dims of an iteration space (shape,
+   and st[o] the strides of each of nops operands, 0 where broadcast) and
+   merges each dim into the one before where every operand's strides chain
+   (st[o][prev] == st[o][d] * shape[d]), in place, so a contiguous walk is one
+   row. Returns the dims left: 0 when every dim was 1. */
+TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_MAX_DIMS]);
 
 /* Graph walking and building (placement rewires the function's private graph). */
 TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who);  /* records a node, type inferred; NULL (error set) on failure */
@@ -734,6 +740,8 @@ TN_API void *tn__calloc(size_t n, size_t size) {
 TN_API void *tn__realloc(void *p, size_t n) { return TN_REALLOC(p, n ? n : 1); }
 TN_API void tn__free(void *p) { if (p) TN_FREE(p); }
 
+/* >>core_helpers: growable arrays, string building, dimension merging */
+
 TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem) {
     if (need <= *cap && p) return p;
     int64_t c = *cap > 0 ? *cap : min_cap > 0 ? min_cap : 1;
@@ -776,6 +784,20 @@ TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
     vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
     va_end(ap);
     b->n += (size_t)k;
+}
+
+TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_MAX_DIMS]) {
+    int cd = 0;
+    for (int d = 0; d < ndim; d++) {
+        int64_t n = shape[d];
+        if (n == 1) continue;
+        bool merge = cd > 0;
+        for (int o = 0; o < nops && merge; o++) merge = st[o][cd - 1] == st[o][d] * n;
+        if (merge) shape[cd - 1] *= n;
+        else shape[cd++] = n;
+        for (int o = 0; o < nops; o++) st[o][cd - 1] = st[o][d];
+    }
+    return cd;
 }
 
 /* >>dtype */
@@ -1465,19 +1487,13 @@ static void tn__copy_strided(tn_dtype dt, void *dst, const int64_t *dstr, tn_dty
     j.dst = (char *)dst; j.src = (const char *)src; j.dt = dt; j.st = st;
     int64_t n = tn__shape_size(ndim, shape);
     if (n == 0) return;
-    /* Drop size-1 dims, then merge a dim into the next when both sides allow. */
-    int nd = 0;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 1) continue;
-        if (nd > 0 && j.dst_strides[nd - 1] == dstr[d] * shape[d] && j.src_strides[nd - 1] == sstr[d] * shape[d]) {
-            j.shape[nd - 1] *= shape[d];
-            j.dst_strides[nd - 1] = dstr[d];
-            j.src_strides[nd - 1] = sstr[d];
-            continue;
-        }
-        j.shape[nd] = shape[d]; j.dst_strides[nd] = dstr[d]; j.src_strides[nd] = sstr[d];
-        nd++;
-    }
+    int64_t ds[2][TN_MAX_DIMS];     /* dst, src */
+    memcpy(j.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(ds[0], dstr, sizeof(int64_t) * (size_t)ndim);
+    memcpy(ds[1], sstr, sizeof(int64_t) * (size_t)ndim);
+    int nd = tn__merge_dims(ndim, j.shape, 2, ds);
+    memcpy(j.dst_strides, ds[0], sizeof(int64_t) * (size_t)nd);
+    memcpy(j.src_strides, ds[1], sizeof(int64_t) * (size_t)nd);
     if (nd == 0) { j.shape[0] = 1; j.dst_strides[0] = j.src_strides[0] = 0; nd = 1; }
     j.ndim = nd;
     int64_t rows = n / j.shape[nd - 1];

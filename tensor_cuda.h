@@ -1845,24 +1845,18 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     if (L.kind == TN__CUDA_STRIDED) {
         L.scalar_in = 0;
         for (int d = 0; d < nd; d++) {
-            int64_t n = o0->shape[d];
-            if (n == 1) continue;
-            bool merge = cd > 0;
-            int64_t s[TN__CUDA_MAX_OPERANDS];
+            shape[d] = o0->shape[d];
             for (int o = 0; o < nops; o++) {
                 const tn_array *a = arr[o];
                 int ad = d - (nd - a->ndim);
                 int64_t es = (int64_t)tn_dtype_size(a->dtype);
-                s[o] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad] / es;
-                if (ad >= 0 && a->shape[ad] != 1 && a->strides[ad] % es)
+                st_[o][d] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad] / es;
+                if (shape[d] != 1 && ad >= 0 && a->shape[ad] != 1 && a->strides[ad] % es)
                     return tn__err(TN_ERR_UNSUPPORTED, "%s: operand %d has a stride of %lld bytes, not a multiple of its "
                                    "element size", who, o, (long long)a->strides[ad]);
-                if (merge && st_[o][cd - 1] != s[o] * n) merge = false;
             }
-            if (merge) shape[cd - 1] *= n;
-            else shape[cd++] = n;
-            for (int o = 0; o < nops; o++) st_[o][cd - 1] = s[o];
         }
+        cd = tn__merge_dims(nd, shape, nops, st_);
         if (cd == 0) { cd = 1; shape[0] = 1; for (int o = 0; o < nops; o++) st_[o][0] = 0; }
         L.ndim = cd;
     }

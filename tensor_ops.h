@@ -1301,23 +1301,16 @@ TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, 
     for (int d = 0; d < nd; d++) total *= o0->shape[d];
     if (total == 0) return TN_OK;
 
-    /* Align, then coalesce: drop size-1 dims, merge dims whose strides chain. */
-    int cd = 0;
+    /* Align (broadcast dims get stride 0), then merge dims (tn__merge_dims). */
     for (int d = 0; d < nd; d++) {
-        int64_t n = o0->shape[d];
-        if (n == 1) continue;
-        bool merge = cd > 0;
-        int64_t s[TN__EW_MAX_OPERANDS];
+        P.shape[d] = o0->shape[d];
         for (int o = 0; o < nops; o++) {
             const tn_array *a = arr[o];
             int ad = d - (nd - a->ndim);
-            s[o] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad];
-            if (merge && P.st[o][cd - 1] != s[o] * n) merge = false;
+            P.st[o][d] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad];
         }
-        if (merge) P.shape[cd - 1] *= n;
-        else P.shape[cd++] = n;
-        for (int o = 0; o < nops; o++) P.st[o][cd - 1] = s[o];
     }
+    int cd = tn__merge_dims(nd, P.shape, nops, P.st);
     if (cd == 0) {
         cd = 1;
         P.shape[0] = 1;
