@@ -2215,12 +2215,6 @@ static void tn__rbcast_strides(const tn_array *a, int ndim, const int64_t *shape
     }
 }
 
-static bool tn__rmergeable(const int64_t *n, const int64_t (*st)[TN_MAX_DIMS], int nsrc,
-                           const int64_t *extra, int a, int b) {
-    for (int s = 0; s < nsrc; s++) if (st[s][a] != n[b] * st[s][b]) return false;
-    return !extra || extra[a] == n[b] * extra[b];
-}
-
 /* Builds the plan: logical input shape, per-source strides, kept/reduced dims. */
 static tn_result tn__rplan_build(tn__rplan *P, const tn_var *node, tn_array *const *in,
                                  const tn_array *y, uint64_t mask, bool keepdims) {
@@ -2270,24 +2264,21 @@ static tn_result tn__rplan_build(tn__rplan *P, const tn_var *node, tn_array *con
             int r = P->nr++;
             P->rn[r] = shape[d];
             for (int s = 0; s < P->nsrc; s++) P->rx[s][r] = st[s][d];
-            if (r > 0 && tn__rmergeable(P->rn, (const int64_t (*)[TN_MAX_DIMS])P->rx, P->nsrc, NULL, r - 1, r)) {
-                P->rn[r - 1] *= P->rn[r];
-                for (int s = 0; s < P->nsrc; s++) P->rx[s][r - 1] = P->rx[s][r];
-                P->nr--;
-            }
         } else {
             int k = P->nk++;
             P->kn[k] = shape[d]; P->ky[k] = ys;
             for (int s = 0; s < P->nsrc; s++) P->kx[s][k] = st[s][d];
-            if (k > 0 && tn__rmergeable(P->kn, (const int64_t (*)[TN_MAX_DIMS])P->kx, P->nsrc, P->ky, k - 1, k)) {
-                P->kn[k - 1] *= P->kn[k];
-                P->ky[k - 1] = P->ky[k];
-                for (int s = 0; s < P->nsrc; s++) P->kx[s][k - 1] = P->kx[s][k];
-                P->nk--;
-            }
         }
     }
     TN_ASSERT(od == y->ndim);
+    /* Merge chained dims within each group; a kept dim's output stride chains too. */
+    P->nr = tn__merge_dims(P->nr, P->rn, P->nsrc, P->rx);
+    int64_t kst[TN__RED_MAX_SRC + 1][TN_MAX_DIMS];
+    for (int s = 0; s < P->nsrc; s++) memcpy(kst[s], P->kx[s], sizeof(int64_t) * (size_t)P->nk);
+    memcpy(kst[P->nsrc], P->ky, sizeof(int64_t) * (size_t)P->nk);
+    P->nk = tn__merge_dims(P->nk, P->kn, P->nsrc + 1, kst);
+    for (int s = 0; s < P->nsrc; s++) memcpy(P->kx[s], kst[s], sizeof(int64_t) * (size_t)P->nk);
+    memcpy(P->ky, kst[P->nsrc], sizeof(int64_t) * (size_t)P->nk);
     if (P->nr == 0) {   /* nothing left to reduce: one run of one element */
         P->nr = 1; P->rn[0] = 1;
         for (int s = 0; s < P->nsrc; s++) P->rx[s][0] = 0;
@@ -3146,19 +3137,16 @@ static tn_result tn__cum_cpu(const tn_var *node, tn_array *const *in, tn_array *
     P.ys = y->strides[axis];
     P.nk = 0;
     P.lines = 1;
+    int64_t ks[2][TN_MAX_DIMS];     /* x, y */
     for (int d = 0; d < x->ndim; d++) {
         if (d == axis || x->shape[d] == 1) continue;
-        int k = P.nk;
-        if (k > 0 && P.kx[k - 1] == x->strides[d] * x->shape[d] && P.ky[k - 1] == y->strides[d] * x->shape[d]) {
-            P.kn[k - 1] *= x->shape[d];     /* merges with the previous dim: their strides chain */
-            P.kx[k - 1] = x->strides[d];
-            P.ky[k - 1] = y->strides[d];
-        } else {
-            P.kn[k] = x->shape[d]; P.kx[k] = x->strides[d]; P.ky[k] = y->strides[d];
-            P.nk++;
-        }
+        P.kn[P.nk] = x->shape[d]; ks[0][P.nk] = x->strides[d]; ks[1][P.nk] = y->strides[d];
+        P.nk++;
         P.lines *= x->shape[d];
     }
+    P.nk = tn__merge_dims(P.nk, P.kn, 2, ks);     /* dims whose strides chain merge */
+    memcpy(P.kx, ks[0], sizeof(int64_t) * (size_t)P.nk);
+    memcpy(P.ky, ks[1], sizeof(int64_t) * (size_t)P.nk);
     if (P.n == 0 || P.lines == 0) return TN_OK;
     P.row = tn__cumrow[prod][x->dtype];
     P.lanes = tn__cumlanes[prod][x->dtype];

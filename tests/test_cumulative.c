@@ -105,9 +105,6 @@ static tn_array *run_kernel(int op, int axis, tn_array *x, bool strided_out) {
 
 /* The element of a at flat (row-major) index k, as double, or as an exact
    int64 for int arrays. */
-static void unravel(const tn_array *a, int64_t k, int64_t *idx) {
-    for (int d = a->ndim - 1; d >= 0; d--) { idx[d] = k % a->shape[d]; k /= a->shape[d]; }
-}
 static int64_t get_i64(const tn_array *a, const int64_t *idx) {
     const char *p = (const char *)a->data;
     for (int d = 0; d < a->ndim; d++) p += idx[d] * a->strides[d];
