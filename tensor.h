@@ -650,6 +650,82 @@ static struct tn__lib {
 #endif
 };
 
+/* >>core_helpers: growable arrays, string building, dimension merging */
+
+TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem) {
+    if (need <= *cap && p) return p;
+    int64_t c = *cap > 0 ? *cap : min_cap > 0 ? min_cap : 1;
+    while (c < need) c *= 2;
+    if (c > INT_MAX || (elem && (uint64_t)c > SIZE_MAX / elem)) return NULL;
+    void *q = tn__realloc(p, (size_t)c * elem);
+    if (q) *cap = (int)c;
+    return q;
+}
+
+/* Room for extra more bytes and the terminating NUL. */
+static bool tn__sb_reserve(tn__sb *b, size_t extra) {
+    if (b->oom) return false;
+    if (b->s && b->n + extra < b->cap) return true;
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    while (cap < b->n + extra + 1) cap *= 2;
+    char *s = (char *)tn__realloc(b->s, cap);
+    if (!s) { b->oom = true; return false; }
+    b->s = s;
+    b->cap = cap;
+    return true;
+}
+TN_API void tn__sb_putn(tn__sb *b, const char *text, size_t n) {
+    if (!tn__sb_reserve(b, n)) return;
+    memcpy(b->s + b->n, text, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+TN_API void tn__sb_puts(tn__sb *b, const char *text) { tn__sb_putn(b, text, strlen(text)); }
+TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
+    if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) { b->oom = true; return; }
+    if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
+    if (!tn__sb_reserve(b, (size_t)k)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
+
+/* Bounded string building: appends into a caller's buf[cap] (labels,
+   messages), truncating when it is full; buf stays NUL-terminated once
+   anything was written. */
+typedef struct tn__sbuf { char *buf; size_t cap, len; } tn__sbuf;
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void tn__sbuf_put(tn__sbuf *b, const char *fmt, ...) {
+    if (b->len + 1 >= b->cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
+TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_MAX_DIMS]) {
+    int cd = 0;
+    for (int d = 0; d < ndim; d++) {
+        int64_t n = shape[d];
+        if (n == 1) continue;
+        bool merge = cd > 0;
+        for (int o = 0; o < nops && merge; o++) merge = st[o][cd - 1] == st[o][d] * n;
+        if (merge) shape[cd - 1] *= n;
+        else shape[cd++] = n;
+        for (int o = 0; o < nops; o++) st[o][cd - 1] = st[o][d];
+    }
+    return cd;
+}
+
 /* >>errors */
 
 static _Thread_local tn_result tn__last_result;
@@ -716,14 +792,14 @@ TN_API void tn__warn(const char *fmt, ...) {
 }
 
 TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]) {
-    size_t n = 0;
-    buf[n++] = '(';
-    for (int d = 0; d < ndim && n < 100; d++) {
-        if (shape[d] < 0) n += (size_t)snprintf(buf + n, 128 - n, "?");
-        else n += (size_t)snprintf(buf + n, 128 - n, "%lld", (long long)shape[d]);
-        if (d + 1 < ndim || ndim == 1) n += (size_t)snprintf(buf + n, 128 - n, ndim == 1 ? "," : ", ");
+    tn__sbuf b = { buf, 128, 0 };
+    tn__sbuf_put(&b, "(");
+    for (int d = 0; d < ndim && b.len < 100; d++) {
+        if (shape[d] < 0) tn__sbuf_put(&b, "?");
+        else tn__sbuf_put(&b, "%lld", (long long)shape[d]);
+        if (d + 1 < ndim || ndim == 1) tn__sbuf_put(&b, ndim == 1 ? "," : ", ");
     }
-    snprintf(buf + n, 128 - n, ")");
+    tn__sbuf_put(&b, ")");
     return buf;
 }
 
@@ -739,66 +815,6 @@ TN_API void *tn__calloc(size_t n, size_t size) {
 }
 TN_API void *tn__realloc(void *p, size_t n) { return TN_REALLOC(p, n ? n : 1); }
 TN_API void tn__free(void *p) { if (p) TN_FREE(p); }
-
-/* >>core_helpers: growable arrays, string building, dimension merging */
-
-TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem) {
-    if (need <= *cap && p) return p;
-    int64_t c = *cap > 0 ? *cap : min_cap > 0 ? min_cap : 1;
-    while (c < need) c *= 2;
-    if (c > INT_MAX || (elem && (uint64_t)c > SIZE_MAX / elem)) return NULL;
-    void *q = tn__realloc(p, (size_t)c * elem);
-    if (q) *cap = (int)c;
-    return q;
-}
-
-/* Room for extra more bytes and the terminating NUL. */
-static bool tn__sb_reserve(tn__sb *b, size_t extra) {
-    if (b->oom) return false;
-    if (b->s && b->n + extra < b->cap) return true;
-    size_t cap = b->cap ? b->cap * 2 : 256;
-    while (cap < b->n + extra + 1) cap *= 2;
-    char *s = (char *)tn__realloc(b->s, cap);
-    if (!s) { b->oom = true; return false; }
-    b->s = s;
-    b->cap = cap;
-    return true;
-}
-TN_API void tn__sb_putn(tn__sb *b, const char *text, size_t n) {
-    if (!tn__sb_reserve(b, n)) return;
-    memcpy(b->s + b->n, text, n);
-    b->n += n;
-    b->s[b->n] = 0;
-}
-TN_API void tn__sb_puts(tn__sb *b, const char *text) { tn__sb_putn(b, text, strlen(text)); }
-TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) { b->oom = true; return; }
-    if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
-    if (!tn__sb_reserve(b, (size_t)k)) return;
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-}
-
-TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_MAX_DIMS]) {
-    int cd = 0;
-    for (int d = 0; d < ndim; d++) {
-        int64_t n = shape[d];
-        if (n == 1) continue;
-        bool merge = cd > 0;
-        for (int o = 0; o < nops && merge; o++) merge = st[o][cd - 1] == st[o][d] * n;
-        if (merge) shape[cd - 1] *= n;
-        else shape[cd++] = n;
-        for (int o = 0; o < nops; o++) st[o][cd - 1] = st[o][d];
-    }
-    return cd;
-}
 
 /* >>dtype */
 
@@ -1146,11 +1162,12 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
         snprintf(buf, cap, "no GPU kernel in the %s back end", name);
         return buf;
     }
-    size_t n = (size_t)snprintf(buf, cap, "the %s back end has a row for this op, but it declined these inputs:", name);
-    for (int i = 0; i < node->n_in && n < cap; i++) {
+    tn__sbuf sbuf = { buf, cap, 0 };
+    tn__sbuf_put(&sbuf, "the %s back end has a row for this op, but it declined these inputs:", name);
+    for (int i = 0; i < node->n_in; i++) {
         char sb[128];
         const tn_type *t = &node->in[i]->type;
-        n += (size_t)snprintf(buf + n, cap - n, "%s %s %s", i ? "," : "", tn_dtype_name(t->dtype), tn__shape_str(t->ndim, t->shape, sb));
+        tn__sbuf_put(&sbuf, "%s %s %s", i ? "," : "", tn_dtype_name(t->dtype), tn__shape_str(t->ndim, t->shape, sb));
     }
     return buf;
 }
@@ -8264,12 +8281,13 @@ static void tn__dot_str(FILE *out, const char *s) {
 
 /* "float32 (400, 784)" with ? for unknown dims. */
 static void tn__dot_type(const tn_type *t, char *buf, size_t cap) {
-    size_t k = (size_t)snprintf(buf, cap, "%s (", tn_dtype_name(t->dtype));
-    for (int d = 0; d < t->ndim && k < cap; d++) {
-        if (t->shape[d] >= 0) k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        else k += (size_t)snprintf(buf + k, cap - k, "%s?", d ? ", " : "");
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "%s (", tn_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] >= 0) tn__sbuf_put(&b, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        else tn__sbuf_put(&b, "%s?", d ? ", " : "");
     }
-    if (k < cap) snprintf(buf + k, cap - k, "%s)", t->ndim == 1 ? "," : "");
+    tn__sbuf_put(&b, "%s)", t->ndim == 1 ? "," : "");
 }
 
 typedef enum { TN__DOT_CPU = 0, TN__DOT_GPU, TN__DOT_XFER } tn__dot_where;

@@ -1562,17 +1562,6 @@ static tn_result tn__composite_cpu(const tn_var *node, tn_array *const *in, tn_a
 
 /* >>ew_labels ---------------------------------------------------------------- */
 
-typedef struct tn__sbuf { char *buf; size_t cap, len; } tn__sbuf;
-
-static void tn__sbuf_put(tn__sbuf *b, const char *fmt, ...) {
-    if (b->len + 1 >= b->cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n > 0) b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
-}
-
 static const char *tn__ew_infix(int op) {
     switch (op) {
     case TN_OP_ADD: return "+";      case TN_OP_SUB: return "-";     case TN_OP_MUL: return "*";
@@ -2784,21 +2773,20 @@ static tn_result tn__softmax_infer(const tn_var *node, const tn_type *in, tn_typ
 static void tn__reduce_label(const tn_var *node, char *buf, size_t cap) {
     const tn_op_def *d = tn__op_def(node->op);
     const char *name = d && d->name ? d->name : "Reduce";
-    size_t n;
     if (node->op == TN_OP_SOFTMAX || node->op == TN_OP_LOG_SOFTMAX) {
         snprintf(buf, cap, "%s{axis=%d}", name, tn__p_axis(&node->p));
         return;
     }
-    n = (size_t)snprintf(buf, cap, "%s{axis=[", name);
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "%s{axis=[", name);
     uint64_t mask = tn__p_red_mask(&node->p);
     bool first = true;
-    for (int d = 0; d < 64 && n < cap; d++) {
+    for (int d = 0; d < 64; d++) {
         if (!((mask >> d) & 1)) continue;
-        n += (size_t)snprintf(buf + n, cap - n, first ? "%d" : ",%d", d);
+        tn__sbuf_put(&b, first ? "%d" : ",%d", d);
         first = false;
     }
-    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "",
-                                       node->ext ? ",prologue" : "");
+    tn__sbuf_put(&b, "]%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "", node->ext ? ",prologue" : "");
 }
 
 /* >>reduce_constructors */
@@ -4725,14 +4713,15 @@ static void tn__label_reshape(const tn_var *node, char *buf, size_t cap) {
 }
 
 static void tn__label_dimshuffle(const tn_var *node, char *buf, size_t cap) {
-    size_t n = (size_t)snprintf(buf, cap, "%sDimShuffle{", node->inplace ? "Inplace" : "");
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "%sDimShuffle{", node->inplace ? "Inplace" : "");
     int nd = tn__p_ndim(&node->p);
-    for (int k = 0; k < nd && n < cap; k++) {
+    for (int k = 0; k < nd; k++) {
         int src = tn__p_shuffle_src(&node->p, k);
-        if (src < 0) n += (size_t)snprintf(buf + n, cap - n, "%sx", k ? "," : "");
-        else n += (size_t)snprintf(buf + n, cap - n, "%s%d", k ? "," : "", src);
+        if (src < 0) tn__sbuf_put(&b, "%sx", k ? "," : "");
+        else tn__sbuf_put(&b, "%s%d", k ? "," : "", src);
     }
-    if (n < cap) snprintf(buf + n, cap - n, "}");
+    tn__sbuf_put(&b, "}");
 }
 
 /* Subtensor{::, 1:3:} - one "start:stop:step" per dim up to the last sliced one. */
@@ -4740,18 +4729,19 @@ static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
     int nd = node->in && node->in[0] ? node->in[0]->type.ndim : TN_MAX_DIMS, last = -1;
     for (int d = 0; d < nd; d++)
         if (!tn__p_slice_whole(&node->p, d)) last = d;
-    size_t n = (size_t)snprintf(buf, cap, "Subtensor{");
-    if (last < 0 && n < cap) n += (size_t)snprintf(buf + n, cap - n, "::");
-    for (int d = 0; d <= last && n < cap; d++) {
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "Subtensor{");
+    if (last < 0) tn__sbuf_put(&b, "::");
+    for (int d = 0; d <= last; d++) {
         const int64_t s[3] = { tn__p_slice_start(&node->p, d), tn__p_slice_stop(&node->p, d), tn__p_slice_step(&node->p, d) };
-        if (d) n += (size_t)snprintf(buf + n, cap - n, ", ");
-        for (int j = 0; j < 3 && n < cap; j++) {
+        if (d) tn__sbuf_put(&b, ", ");
+        for (int j = 0; j < 3; j++) {
             bool omit = s[j] == TN_NONE || (j == 2 && s[j] == 1);
-            if (!omit) n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)s[j]);
-            if (j < 2 && n < cap) n += (size_t)snprintf(buf + n, cap - n, ":");
+            if (!omit) tn__sbuf_put(&b, "%lld", (long long)s[j]);
+            if (j < 2) tn__sbuf_put(&b, ":");
         }
     }
-    if (n < cap) snprintf(buf + n, cap - n, "}");
+    tn__sbuf_put(&b, "}");
 }
 
 static void tn__label_flatten(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Flatten{%d}", tn__p_flatten_outdim(&node->p)); }
