@@ -8305,10 +8305,11 @@ static void tn__dot_program(FILE *out, const tn_ew_program *p) {
         if (in->op == TN_OP_CONSTANT) snprintf(line, sizeof line, "r%d = %g", p->n_in + k, in->imm);
         else {
             const tn_ew_info *e = tn__ew_info(in->op);
-            int n = snprintf(line, sizeof line, "r%d = %s(r%d", p->n_in + k, e ? e->name : "?", in->a);
-            if (in->b >= 0 && n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", r%d", in->b);
-            if (in->c >= 0 && n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", r%d", in->c);
-            if (n > 0 && (size_t)n < sizeof line) snprintf(line + n, sizeof line - (size_t)n, ")");
+            tn__sbuf b = { line, sizeof line, 0 };
+            tn__sbuf_put(&b, "r%d = %s(r%d", p->n_in + k, e ? e->name : "?", in->a);
+            if (in->b >= 0) tn__sbuf_put(&b, ", r%d", in->b);
+            if (in->c >= 0) tn__sbuf_put(&b, ", r%d", in->c);
+            tn__sbuf_put(&b, ")");
         }
         tn__dot_str(out, line);
         fputs("\\l", out);

@@ -1379,12 +1379,11 @@ static const char *tn__ew_argname(int op, int i) {
 static const char *tn__ew_operand_str(const tn_var *node, int i, const tn_type *t, char buf[200]) {
     char sb[128];
     const char *vn = node && node->in && i < node->n_in && node->in[i] ? node->in[i]->name : NULL;
-    if (node && node->op == TN_OP_COMPOSITE) snprintf(buf, 200, "input %d", i);
-    else snprintf(buf, 200, "%s", tn__ew_argname(node ? node->op : 0, i));
-    size_t n = strlen(buf);
-    if (vn) snprintf(buf + n, 200 - n, " '%s'", vn);
-    n = strlen(buf);
-    snprintf(buf + n, 200 - n, " %s", tn__shape_str(t->ndim, t->shape, sb));
+    tn__sbuf b = { buf, 200, 0 };
+    if (node && node->op == TN_OP_COMPOSITE) tn__sbuf_put(&b, "input %d", i);
+    else tn__sbuf_put(&b, "%s", tn__ew_argname(node ? node->op : 0, i));
+    if (vn) tn__sbuf_put(&b, " '%s'", vn);
+    tn__sbuf_put(&b, " %s", tn__shape_str(t->ndim, t->shape, sb));
     return buf;
 }
 
