@@ -58,7 +58,7 @@
 extern "C" {
 #endif
 
-/* >>types ---------------------------------------------------------------- */
+/* >>api_types ------------------------------------------------------------ */
 
 #define TN_MAX_DIMS 8
 
@@ -121,7 +121,7 @@ typedef struct tn_graph tn_graph;
 typedef struct tn_func tn_func;
 typedef struct tn_var tn_var;
 
-/* >>errors --------------------------------------------------------------- */
+/* >>api_errors ----------------------------------------------------------- */
 
 TN_API const char *tn_result_string(tn_result r);
 TN_API const char *tn_last_error(void);        /* full message of this thread's last failure */
@@ -131,7 +131,7 @@ typedef enum tn_log_level { TN_LOG_ERROR = 1, TN_LOG_WARN, TN_LOG_INFO } tn_log_
 typedef void (*tn_log_fn)(tn_log_level level, const char *msg, void *user);
 TN_API void tn_set_log(tn_log_fn fn, void *user);   /* NULL: warnings to stderr, errors silent */
 
-/* >>config --------------------------------------------------------------- */
+/* >>api_config ----------------------------------------------------------- */
 
 typedef enum tn_device_kind { TN_DEVICE_AUTO = 0, TN_DEVICE_CPU, TN_DEVICE_CUDA } tn_device_kind;
 typedef enum tn_mode { TN_MODE_DEFAULT = 0, TN_MODE_FAST_RUN, TN_MODE_FAST_COMPILE, TN_MODE_CHECK } tn_mode;
@@ -162,7 +162,7 @@ TN_API const tn_config *tn_get_config(void);
 TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg); /* for tests and tools */
 TN_API void tn_shutdown(void);                    /* frees global pools; optional */
 
-/* >>dtype ---------------------------------------------------------------- */
+/* >>api_dtype ------------------------------------------------------------ */
 
 TN_API size_t tn_dtype_size(tn_dtype t);
 TN_API const char *tn_dtype_name(tn_dtype t);     /* "float32", ... as NumPy spells them */
@@ -171,7 +171,7 @@ TN_API bool tn_dtype_is_float(tn_dtype t);
 TN_API uint16_t tn_f32_to_f16(float f);           /* round to nearest even */
 TN_API float tn_f16_to_f32(uint16_t h);
 
-/* >>array ---------------------------------------------------------------- */
+/* >>api_array ------------------------------------------------------------ */
 
 TN_API tn_array *tn_array_empty(tn_dtype t, int ndim, const int64_t *shape);   /* uninitialised */
 TN_API tn_array *tn_array_zeros(tn_dtype t, int ndim, const int64_t *shape);
@@ -212,7 +212,7 @@ TN_API tn_result tn_array_print(const tn_array *a, FILE *out);          /* like 
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap);  /* as snprintf */
 TN_API tn_array *tn_array_to_host(const tn_array *a);    /* copy of a device array (or a host one) */
 
-/* >>graph ---------------------------------------------------------------- */
+/* >>api_graph ------------------------------------------------------------ */
 
 TN_API tn_graph *tn_graph_new(void);
 TN_API void tn_graph_free(tn_graph *g);          /* frees every variable; shared values too */
@@ -244,7 +244,7 @@ TN_API const char *tn_var_name(const tn_var *v);
 TN_API tn_var *tn_var_set_name(tn_var *v, const char *name);
 TN_API tn_graph *tn_var_graph(const tn_var *v);
 
-/* >>function ------------------------------------------------------------- */
+/* >>api_function --------------------------------------------------------- */
 
 typedef struct tn_update { tn_var *shared; tn_var *value; } tn_update;
 
@@ -275,7 +275,7 @@ TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, in
 TN_API void tn_function_free(tn_func *f);
 
 
-/* >>internal ------------------------------------------------------------- */
+/* >>api_internal --------------------------------------------------------- */
 /* Visible so tensor_ops.h, tensor_cuda.h and tools can walk graphs; read-only
    for users, and not a stable API. */
 
@@ -318,8 +318,6 @@ struct tn_var {
     const char *name;             /* arena copy or NULL */
     int device;                   /* placement: TN_HOST or a CUDA ordinal (set by the placement pass) */
     int inplace;                  /* destroy map: 0 none; k+1: the output overwrites in[k]'s buffer */
-    int mark;                     /* scratch for passes: zero between passes */
-    void *aux;                    /* scratch for passes */
 };
 
 /* Graph internals shared with the other headers. */
@@ -361,20 +359,20 @@ TN_API int tn__num_threads(void);
 TN_API void tn__blas_enable(bool on);      /* tests: false forces the built-in kernels */
 TN_API const char *tn__blas_name(void);    /* the library in use, NULL if none or disabled */
 
-/* >>printing ------------------------------------------------------------- */
+/* >>api_printing --------------------------------------------------------- */
 
 TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
 TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out);
 TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
 
-/* >>dot: Graphviz pictures (the >>printers section), as Theano's pydotprint.
+/* >>api_dot: Graphviz pictures (the >>printers section), as Theano's pydotprint.
    Ellipses are variables (inputs blue, shared green, constants grey), boxes
    ops (green: on a GPU, red: transfers, fused Composites list their scalar
    program); edges carry dtype and shape. Render: dot -Tpng f.dot -o f.png */
 TN_API tn_result tn_write_dot(const tn_func *f, FILE *out);       /* the compiled (rewritten) graph */
 TN_API tn_result tn_write_dot_var(const tn_var *v, FILE *out);    /* the graph under v, as built */
 
-/* >>profile (the >>profile section). The flag profile=1 profiles every function and
+/* >>api_profile (the >>profile section). The flag profile=1 profiles every function and
    prints its report to stderr when it is freed; tn_profile_enable profiles
    one. The report: totals (calls, executor, ops, compile time split into
    rewrites and preparation), then time per op class, per op and per apply
@@ -421,6 +419,26 @@ TN_API void *tn__malloc(size_t n);
 TN_API void *tn__calloc(size_t n, size_t size);
 TN_API void *tn__realloc(void *p, size_t n);
 TN_API void tn__free(void *p);
+/* Growable arrays: p (NULL or from tn__malloc) with room for at least need
+   elements of elem bytes, *cap doubling from at least min_cap. NULL when out
+   of memory (p and *cap left as they were). */
+TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem);
+/* String building: a growable, NUL-terminated buffer; after a failed
+   allocation oom is set and further writes do nothing. Free s with tn__free. */
+typedef struct tn__sb { char *s; size_t n, cap; bool oom; } tn__sb;
+TN_API void tn__sb_putn(tn__sb *b, const char *text, size_t n);
+TN_API void tn__sb_puts(tn__sb *b, const char *text);
+TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Dimension merging: drops the size-1 dims of an iteration space (shape,
+   and st[o] the strides of each of nops operands, 0 where broadcast) and
+   merges each dim into the one before where every operand's strides chain
+   (st[o][prev] == st[o][d] * shape[d]), in place, so a contiguous walk is one
+   row. Returns the dims left: 0 when every dim was 1. */
+TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_MAX_DIMS]);
 
 /* Graph walking and building (placement rewires the function's private graph). */
 TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who);  /* records a node, type inferred; NULL (error set) on failure */
@@ -544,8 +562,8 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    constant node and its value in a graph), tn__broadcast_strides (strides of
    an array broadcast to a shape), tn__scan_run and tn__scan_mem (a scan
    loop with device memory), tn__func_share_stream,
-   the hooks tn__device_init_hook and tn__shutdown_hook, the log callback
-   (tn__log_fn, tn__log_user), and the reduction planner of tensor_ops.h
+   the hooks tn__lib.device_init_hook and tn__lib.shutdown_hook, the log
+   callback (tn__lib.log_fn, log_user), and the reduction planner of tensor_ops.h
    (tn__rplan, tn__rplan_build, tn__rk_of, tn__reduce_dtype, tn__rfinish,
    tn__rstore, the fold table TN__RFOLDS, tn__ew_casts). */
 
@@ -558,13 +576,14 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #if defined(TENSOR_IMPLEMENTATION) && !defined(TENSOR_IMPLEMENTATION_DONE)
 #define TENSOR_IMPLEMENTATION_DONE
 /* >>core ============================================================== */
-/* >>core: errors, config and flags, memory hooks, dtypes, float16, threads */
+/* Errors, config and flags, memory hooks, dtypes, float16, threads */
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <unistd.h>
 
 #if defined(TN_MALLOC) || defined(TN_REALLOC) || defined(TN_FREE)
@@ -632,6 +651,82 @@ static struct tn__lib {
 #endif
 };
 
+/* >>core_helpers: growable arrays, string building, dimension merging */
+
+TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem) {
+    if (need <= *cap && p) return p;
+    int64_t c = *cap > 0 ? *cap : min_cap > 0 ? min_cap : 1;
+    while (c < need) c *= 2;
+    if (c > INT_MAX || (elem && (uint64_t)c > SIZE_MAX / elem)) return NULL;
+    void *q = tn__realloc(p, (size_t)c * elem);
+    if (q) *cap = (int)c;
+    return q;
+}
+
+/* Room for extra more bytes and the terminating NUL. */
+static bool tn__sb_reserve(tn__sb *b, size_t extra) {
+    if (b->oom) return false;
+    if (b->s && b->n + extra < b->cap) return true;
+    size_t cap = b->cap ? b->cap * 2 : 256;
+    while (cap < b->n + extra + 1) cap *= 2;
+    char *s = (char *)tn__realloc(b->s, cap);
+    if (!s) { b->oom = true; return false; }
+    b->s = s;
+    b->cap = cap;
+    return true;
+}
+TN_API void tn__sb_putn(tn__sb *b, const char *text, size_t n) {
+    if (!tn__sb_reserve(b, n)) return;
+    memcpy(b->s + b->n, text, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+TN_API void tn__sb_puts(tn__sb *b, const char *text) { tn__sb_putn(b, text, strlen(text)); }
+TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
+    if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) { b->oom = true; return; }
+    if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
+    if (!tn__sb_reserve(b, (size_t)k)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
+
+/* Bounded string building: appends into a caller's buf[cap] (labels,
+   messages), truncating when it is full; buf stays NUL-terminated once
+   anything was written. */
+typedef struct tn__sbuf { char *buf; size_t cap, len; } tn__sbuf;
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void tn__sbuf_put(tn__sbuf *b, const char *fmt, ...) {
+    if (b->len + 1 >= b->cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
+}
+
+TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_MAX_DIMS]) {
+    int cd = 0;
+    for (int d = 0; d < ndim; d++) {
+        int64_t n = shape[d];
+        if (n == 1) continue;
+        bool merge = cd > 0;
+        for (int o = 0; o < nops && merge; o++) merge = st[o][cd - 1] == st[o][d] * n;
+        if (merge) shape[cd - 1] *= n;
+        else shape[cd++] = n;
+        for (int o = 0; o < nops; o++) st[o][cd - 1] = st[o][d];
+    }
+    return cd;
+}
+
 /* >>errors */
 
 static _Thread_local tn_result tn__last_result;
@@ -698,14 +793,14 @@ TN_API void tn__warn(const char *fmt, ...) {
 }
 
 TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]) {
-    size_t n = 0;
-    buf[n++] = '(';
-    for (int d = 0; d < ndim && n < 100; d++) {
-        if (shape[d] < 0) n += (size_t)snprintf(buf + n, 128 - n, "?");
-        else n += (size_t)snprintf(buf + n, 128 - n, "%lld", (long long)shape[d]);
-        if (d + 1 < ndim || ndim == 1) n += (size_t)snprintf(buf + n, 128 - n, ndim == 1 ? "," : ", ");
+    tn__sbuf b = { buf, 128, 0 };
+    tn__sbuf_put(&b, "(");
+    for (int d = 0; d < ndim && b.len < 100; d++) {
+        if (shape[d] < 0) tn__sbuf_put(&b, "?");
+        else tn__sbuf_put(&b, "%lld", (long long)shape[d]);
+        if (d + 1 < ndim || ndim == 1) tn__sbuf_put(&b, ndim == 1 ? "," : ", ");
     }
-    snprintf(buf + n, 128 - n, ")");
+    tn__sbuf_put(&b, ")");
     return buf;
 }
 
@@ -1068,17 +1163,18 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
         snprintf(buf, cap, "no GPU kernel in the %s back end", name);
         return buf;
     }
-    size_t n = (size_t)snprintf(buf, cap, "the %s back end has a row for this op, but it declined these inputs:", name);
-    for (int i = 0; i < node->n_in && n < cap; i++) {
+    tn__sbuf sbuf = { buf, cap, 0 };
+    tn__sbuf_put(&sbuf, "the %s back end has a row for this op, but it declined these inputs:", name);
+    for (int i = 0; i < node->n_in; i++) {
         char sb[128];
         const tn_type *t = &node->in[i]->type;
-        n += (size_t)snprintf(buf + n, cap - n, "%s %s %s", i ? "," : "", tn_dtype_name(t->dtype), tn__shape_str(t->ndim, t->shape, sb));
+        tn__sbuf_put(&sbuf, "%s %s %s", i ? "," : "", tn_dtype_name(t->dtype), tn__shape_str(t->ndim, t->shape, sb));
     }
     return buf;
 }
 
 /* >>array ============================================================= */
-/* >>arrays: buffers, creation, views, conversion, random, printing */
+/* Buffers, creation, views, conversion, random, printing */
 #include <float.h>
 
 /* >>buffer: refcounted storage. Host memory is 64-byte aligned (SIMD loads,
@@ -1409,19 +1505,13 @@ static void tn__copy_strided(tn_dtype dt, void *dst, const int64_t *dstr, tn_dty
     j.dst = (char *)dst; j.src = (const char *)src; j.dt = dt; j.st = st;
     int64_t n = tn__shape_size(ndim, shape);
     if (n == 0) return;
-    /* Drop size-1 dims, then merge a dim into the next when both sides allow. */
-    int nd = 0;
-    for (int d = 0; d < ndim; d++) {
-        if (shape[d] == 1) continue;
-        if (nd > 0 && j.dst_strides[nd - 1] == dstr[d] * shape[d] && j.src_strides[nd - 1] == sstr[d] * shape[d]) {
-            j.shape[nd - 1] *= shape[d];
-            j.dst_strides[nd - 1] = dstr[d];
-            j.src_strides[nd - 1] = sstr[d];
-            continue;
-        }
-        j.shape[nd] = shape[d]; j.dst_strides[nd] = dstr[d]; j.src_strides[nd] = sstr[d];
-        nd++;
-    }
+    int64_t ds[2][TN_MAX_DIMS];     /* dst, src */
+    memcpy(j.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    memcpy(ds[0], dstr, sizeof(int64_t) * (size_t)ndim);
+    memcpy(ds[1], sstr, sizeof(int64_t) * (size_t)ndim);
+    int nd = tn__merge_dims(ndim, j.shape, 2, ds);
+    memcpy(j.dst_strides, ds[0], sizeof(int64_t) * (size_t)nd);
+    memcpy(j.src_strides, ds[1], sizeof(int64_t) * (size_t)nd);
     if (nd == 0) { j.shape[0] = 1; j.dst_strides[0] = j.src_strides[0] = 0; nd = 1; }
     j.ndim = nd;
     int64_t rows = n / j.shape[nd - 1];
@@ -1924,24 +2014,7 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v) {
    their dtype, at most 8 after the point; a column switches to scientific
    notation when max >= 1e8, min < 1e-4 or max/min > 1e3 (nonzero |values|). */
 
-typedef struct tn__str { char *p; size_t n, cap; bool oom; } tn__str;
-
-static void tn__str_put(tn__str *s, const char *t, size_t n) {
-    if (s->oom) return;
-    if (s->n + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 256;
-        while (cap < s->n + n + 1) cap *= 2;
-        char *p = (char *)tn__realloc(s->p, cap);
-        if (!p) { s->oom = true; return; }
-        s->p = p;
-        s->cap = cap;
-    }
-    memcpy(s->p + s->n, t, n);
-    s->n += n;
-    s->p[s->n] = 0;
-}
-static void tn__str_puts(tn__str *s, const char *t) { tn__str_put(s, t, strlen(t)); }
-static void tn__str_spaces(tn__str *s, int n) { for (int i = 0; i < n; i++) tn__str_put(s, " ", 1); }
+static void tn__sb_spaces(tn__sb *s, int n) { for (int i = 0; i < n; i++) tn__sb_putn(s, " ", 1); }
 
 typedef struct tn__fmt {
     tn_dtype t;
@@ -2072,7 +2145,7 @@ static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary) {
 }
 
 /* One element, padded to the column width. */
-static void tn__fmt_elem(const tn__fmt *f, const char *p, tn__str *s) {
+static void tn__fmt_elem(const tn__fmt *f, const char *p, tn__sb *s) {
     char buf[1200];
     if (f->t == TN_BOOL) {
         snprintf(buf, sizeof buf, "%*s", f->int_width, *(const uint8_t *)p ? "True" : "False");
@@ -2100,79 +2173,79 @@ static void tn__fmt_elem(const tn__fmt *f, const char *p, tn__str *s) {
             }
         }
     }
-    tn__str_puts(s, buf);
+    tn__sb_puts(s, buf);
 }
 
 /* numpy's _extendLine: wrap before `word` when the line would pass width. */
-static void tn__extend_line(tn__str *s, tn__str *line, const char *word, int width, int indent) {
+static void tn__extend_line(tn__sb *s, tn__sb *line, const char *word, int width, int indent) {
     bool wrap = (int)(line->n + strlen(word)) > width && (int)line->n > indent;
     if (wrap) {
         size_t n = line->n;
-        while (n > 0 && line->p[n - 1] == ' ') n--;
-        tn__str_put(s, line->p, n);
-        tn__str_puts(s, "\n");
+        while (n > 0 && line->s[n - 1] == ' ') n--;
+        tn__sb_putn(s, line->s, n);
+        tn__sb_puts(s, "\n");
         line->n = 0;
-        tn__str_spaces(line, indent);
+        tn__sb_spaces(line, indent);
     }
-    tn__str_puts(line, word);
+    tn__sb_puts(line, word);
 }
 
 /* numpy's _formatArray recurser; appends the text of the sub-array at `p`
    (axis d) to out. indent is the hanging indent's length. */
 static void tn__fmt_rec(const tn__fmt *f, const tn_array *a, int d, const char *p, bool summary, int indent,
-                        int width, tn__str *out) {
+                        int width, tn__sb *out) {
     if (d == a->ndim) { tn__fmt_elem(f, p, out); return; }
     int64_t n = a->shape[d];
     bool show = summary && n > 6;
     int64_t lead = show ? 3 : 0, trail = show ? 3 : n;
     int axes_left = a->ndim - d;
-    tn__str s = {0};
-    tn__str_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
+    tn__sb s = {0};
+    tn__sb_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
     if (axes_left == 1) {
         int ew = width - 1;
-        tn__str line = {0}, word = {0};
+        tn__sb line = {0}, word = {0};
         s.n = 0;
-        tn__str_spaces(&line, indent);
+        tn__sb_spaces(&line, indent);
         for (int64_t i = 0; i < n; i++) {
             if (i == lead && show) {
                 tn__extend_line(&s, &line, "...", ew, indent);
-                tn__str_puts(&line, " ");
+                tn__sb_puts(&line, " ");
                 i = n - trail;
             }
             word.n = 0;
-            if (word.p) word.p[0] = 0;
+            if (word.s) word.s[0] = 0;
             tn__fmt_elem(f, p + i * a->strides[d], &word);
-            tn__extend_line(&s, &line, word.p ? word.p : "", ew, indent);
-            if (i + 1 < n) tn__str_puts(&line, " ");
+            tn__extend_line(&s, &line, word.s ? word.s : "", ew, indent);
+            if (i + 1 < n) tn__sb_puts(&line, " ");
             if (word.oom) s.oom = true;
         }
-        tn__str_put(&s, line.p ? line.p : "", line.n);
+        tn__sb_putn(&s, line.s ? line.s : "", line.n);
         if (line.oom) s.oom = true;
-        tn__free(line.p);
-        tn__free(word.p);
+        tn__free(line.s);
+        tn__free(word.s);
     } else {
         s.n = 0;
         for (int64_t i = 0; i < n; i++) {
             if (i == lead && show) {
-                tn__str_spaces(&s, indent);
-                tn__str_puts(&s, "...");
-                for (int k = 0; k < axes_left - 1; k++) tn__str_puts(&s, "\n");
+                tn__sb_spaces(&s, indent);
+                tn__sb_puts(&s, "...");
+                for (int k = 0; k < axes_left - 1; k++) tn__sb_puts(&s, "\n");
                 i = n - trail;
             }
-            tn__str_spaces(&s, indent);
+            tn__sb_spaces(&s, indent);
             tn__fmt_rec(f, a, d + 1, p + i * a->strides[d], summary, indent + 1, width - 1, &s);
-            if (i + 1 < n) for (int k = 0; k < axes_left - 1; k++) tn__str_puts(&s, "\n");
+            if (i + 1 < n) for (int k = 0; k < axes_left - 1; k++) tn__sb_puts(&s, "\n");
         }
     }
-    tn__str_puts(out, "[");
-    if (s.n >= (size_t)indent) tn__str_put(out, s.p + indent, s.n - (size_t)indent);
-    tn__str_puts(out, "]");
+    tn__sb_puts(out, "[");
+    if (s.n >= (size_t)indent) tn__sb_putn(out, s.s + indent, s.n - (size_t)indent);
+    tn__sb_puts(out, "]");
     if (s.oom) out->oom = true;
-    tn__free(s.p);
+    tn__free(s.s);
 }
 
 /* The 0-d case prints like a NumPy scalar's str: 1.5, 1.0, 1e-05. */
-static void tn__fmt_scalar(const tn_array *h, tn__str *out) {
+static void tn__fmt_scalar(const tn_array *h, tn__sb *out) {
     char buf[512];
     const char *p = (const char *)h->data;
     if (h->dtype == TN_BOOL) snprintf(buf, sizeof buf, "%s", *(const uint8_t *)p ? "True" : "False");
@@ -2194,17 +2267,17 @@ static void tn__fmt_scalar(const tn_array *h, tn__str *out) {
             }
         }
     }
-    tn__str_puts(out, buf);
+    tn__sb_puts(out, buf);
 }
 
-static tn_result tn__array_format(const tn_array *a, tn__str *out, const char *who) {
+static tn_result tn__array_format(const tn_array *a, tn__sb *out, const char *who) {
     tn_result r = tn__array_readable(a, who);
     if (r != TN_OK) return r;
     tn_array *h = tn__host_view(a, who);
     if (!h) return tn_last_result();
     int64_t n = tn_array_size(h);
     if (h->ndim == 0) tn__fmt_scalar(h, out);
-    else if (n == 0) tn__str_puts(out, "[]");
+    else if (n == 0) tn__sb_puts(out, "[]");
     else {
         bool summary = n > 1000;
         tn__fmt f;
@@ -2217,29 +2290,29 @@ static tn_result tn__array_format(const tn_array *a, tn__str *out, const char *w
 }
 
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
-    tn__str s = {0};
-    if (tn__array_format(a, &s, "tn_array_snprint") != TN_OK) { tn__free(s.p); if (buf && cap) buf[0] = 0; return -1; }
+    tn__sb s = {0};
+    if (tn__array_format(a, &s, "tn_array_snprint") != TN_OK) { tn__free(s.s); if (buf && cap) buf[0] = 0; return -1; }
     int n = (int)s.n;
     if (buf && cap) {
         size_t k = s.n < cap - 1 ? s.n : cap - 1;
-        memcpy(buf, s.p, k);
+        memcpy(buf, s.s, k);
         buf[k] = 0;
     }
-    tn__free(s.p);
+    tn__free(s.s);
     return n;
 }
 
 TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
     if (!out) return tn__err(TN_ERR_NULL, "tn_array_print: out is NULL");
-    tn__str s = {0};
+    tn__sb s = {0};
     tn_result r = tn__array_format(a, &s, "tn_array_print");
-    if (r == TN_OK) { fwrite(s.p, 1, s.n, out); fputc('\n', out); }
-    tn__free(s.p);
+    if (r == TN_OK) { fwrite(s.s, 1, s.n, out); fputc('\n', out); }
+    tn__free(s.s);
     return r;
 }
 
 /* >>graph ============================================================= */
-/* >>graph: arena-owned nodes, leaves (inputs, constants, shared variables),
+/* Arena-owned nodes, leaves (inputs, constants, shared variables),
    the compiler front end (tn_function), the executor (tn_call) and debugprint. */
 #include <string.h>
 #include <stdlib.h>
@@ -2344,10 +2417,9 @@ TN_API tn_var *tn__graph_var(const tn_graph *g, int i) {
 
 static bool tn__graph_own(tn_graph *g, tn_array *a) {
     if (g->nowned == g->cap_owned) {
-        int cap = g->cap_owned ? 2 * g->cap_owned : 16;
-        tn_array **n = (tn_array **)tn__realloc(g->owned, (size_t)cap * sizeof *n);
+        tn_array **n = (tn_array **)tn__grow(g->owned, &g->cap_owned, g->nowned + 1, 16, sizeof *n);
         if (!n) return false;
-        g->owned = n; g->cap_owned = cap;
+        g->owned = n;
     }
     g->owned[g->nowned++] = a;
     return true;
@@ -2374,10 +2446,9 @@ static tn_array *tn__copy_on(const tn_array *a, int device) {
 /* A zeroed var registered in g (id = its index). */
 static tn_var *tn__var_new(tn_graph *g, int op, const char *who) {
     if (g->nvars == g->cap_vars) {
-        int cap = g->cap_vars ? 2 * g->cap_vars : 64;
-        tn_var **n = (tn_var **)tn__realloc(g->vars, (size_t)cap * sizeof *n);
+        tn_var **n = (tn_var **)tn__grow(g->vars, &g->cap_vars, g->nvars + 1, 64, sizeof *n);
         if (!n) { tn__err(TN_ERR_OOM, "%s: out of memory", who); return NULL; }
-        g->vars = n; g->cap_vars = cap;
+        g->vars = n;
     }
     tn_var *v = (tn_var *)tn__graph_alloc(g, sizeof *v);
     if (!v) return NULL;
@@ -3334,9 +3405,9 @@ static int tn__phys_get(tn_func *f, size_t bytes, int device, bool exact) {
         return ph;
     }
     if (f->n_phys == f->cap_phys) {
-        int cap = f->cap_phys ? 2 * f->cap_phys : 16;
-        tn__phys *n = (tn__phys *)tn__realloc(f->phys, (size_t)cap * sizeof *n);
-        int *pool = (int *)tn__realloc(f->pool, (size_t)cap * sizeof *pool);
+        int cap = f->cap_phys, cap_pool = f->cap_phys;
+        tn__phys *n = (tn__phys *)tn__grow(f->phys, &cap, f->n_phys + 1, 16, sizeof *n);
+        int *pool = (int *)tn__grow(f->pool, &cap_pool, f->n_phys + 1, 16, sizeof *pool);
         if (n) f->phys = n;
         if (pool) f->pool = pool;
         if (!n || !pool) return -1;
@@ -4277,9 +4348,9 @@ static tn_result tn__print_tree(tn__printer *pr, const tn_var *root) {
         if (!tn__prefix_reserve(pr, plen + 3)) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
         memcpy(pr->prefix + plen, i == n - 1 ? "  " : " |", 2);
         if (sp == cap) {
-            struct tn__pframe *ns = (struct tn__pframe *)tn__realloc(stack, (size_t)cap * 2 * sizeof *stack);
+            struct tn__pframe *ns = (struct tn__pframe *)tn__grow(stack, &cap, sp + 1, 64, sizeof *stack);
             if (!ns) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
-            stack = ns; cap *= 2;
+            stack = ns;
         }
         stack[sp++] = (struct tn__pframe){ c, 0, plen + 2 };
     }
@@ -4361,7 +4432,7 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
     return TN_OK;
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+/* >>graph_rows: this part's rows of the op table (the >>ops_table section) */
 /* Leaves hold values and a PROJ reads its source's output: no kernels. Only a
    scan's outputs have gradients through their PROJ (the >>scan_grad section). */
 #define TN__GRAPH_OP_ROWS \
@@ -4375,7 +4446,7 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
                      .vjp = tn__scan_proj_vjp, .flags = TN_OPF_NO_KERNEL },
 
 /* >>rewrite =========================================================== */
-/* >>rewrite: the optimizer: one rewrite engine and the passes built on it.
+/* The optimizer: one rewrite engine and the passes built on it.
 
    tn__optimize(fg, roots) rewrites a function-private graph in place. Passes,
    in this order (DESIGN.md):
@@ -4465,21 +4536,18 @@ static int tn__rw_nuses(tn__rw *c, const tn_var *v) { return c->ni[v->id].n_use;
 
 static bool tn__rw_stk_reserve(tn__rw *c, int n) {
     if (n <= c->stk_cap) return true;
-    int cap = c->stk_cap ? c->stk_cap : 64;
-    while (cap < n) cap *= 2;
-    tn_var **s = (tn_var **)tn__realloc(c->stk, (size_t)cap * sizeof *s);
+    tn_var **s = (tn_var **)tn__grow(c->stk, &c->stk_cap, n, 64, sizeof *s);
     if (!s) { c->oom = true; return false; }
-    c->stk = s; c->stk_cap = cap;
+    c->stk = s;
     return true;
 }
 
 static void tn__rw_add_use(tn__rw *c, tn_var *x, tn_var *client, int k) {
     tn__ninfo *X = tn__ni(c, x);
     if (X->n_use == X->cap_use) {
-        int cap = X->cap_use ? 2 * X->cap_use : 2;
-        tn__use *u = (tn__use *)tn__realloc(X->use, (size_t)cap * sizeof *u);
+        tn__use *u = (tn__use *)tn__grow(X->use, &X->cap_use, X->n_use + 1, 2, sizeof *u);
         if (!u) { c->oom = true; return; }
-        X->use = u; X->cap_use = cap;
+        X->use = u;
     }
     tn__ni(c, client)->pos[k] = X->n_use;
     X->use[X->n_use++] = (tn__use){ client, k };
@@ -4522,12 +4590,11 @@ static tn_var *tn__rw_dequeue(tn__rw *c) {
 static void tn__rw_sync(tn__rw *c) {
     int n = tn__graph_nvars(c->g);
     if (n > c->cap_ni) {
-        int cap = c->cap_ni ? c->cap_ni : 256;
-        while (cap < n) cap *= 2;
-        tn__ninfo *ni = (tn__ninfo *)tn__realloc(c->ni, (size_t)cap * sizeof *ni);
+        int old = c->cap_ni;
+        tn__ninfo *ni = (tn__ninfo *)tn__grow(c->ni, &c->cap_ni, n, 256, sizeof *ni);
         if (!ni) { c->oom = true; return; }
-        memset(ni + c->cap_ni, 0, (size_t)(cap - c->cap_ni) * sizeof *ni);
-        c->ni = ni; c->cap_ni = cap;
+        memset(ni + old, 0, (size_t)(c->cap_ni - old) * sizeof *ni);
+        c->ni = ni;
     }
     /* Entries first, uses second: a pass outside the engine (placement) may
        have rewired a node to read one created after it. */
@@ -5831,7 +5898,7 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
 }
 
 /* >>grad_helpers ====================================================== */
-/* >>grad_helpers: what the gradient rules of many ops share (the rules
+/* What the gradient rules of many ops share (the rules
    themselves live with their ops in tensor_ops.h, reached through the op
    table's vjp and jvp; the drivers are the >>grad section). Gradients are
    built with the public constructors, in the graph of the node. */
@@ -5908,7 +5975,7 @@ static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
 #define TENSOR_OPS_IMPLEMENTATION_HERE
 #include "tensor_ops.h"
 /* >>transfer ========================================================== */
-/* >>transfer: host <-> device copy ops.
+/* Host <-> device copy ops.
 
    GPU_FROM_HOST and HOST_FROM_GPU are ordinary nodes, so placement can insert
    and cancel them, the profiler times them and debugprint shows them as
@@ -5955,7 +6022,7 @@ static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_
     return TN_OK;
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+/* >>transfer_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__TRANSFER_OP_ROWS \
     [TN_OP_GPU_FROM_HOST] = { .name = "GpuFromHost", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
                               .cpu = tn__cpu_transfer, .label = tn__label_gpu_from_host, .vjp = tn__transfer_vjp, \
@@ -5965,7 +6032,7 @@ static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_
                               .flags = TN_OPF_LINEAR },
 
 /* >>scan ============================================================== */
-/* >>scan: loops inside the graph (Theano's scan), with taps, updates and
+/* Loops inside the graph (Theano's scan), with taps, updates and
    back-propagation through time.
 
    tn_scan calls the user's step callback once, on placeholders (INPUT nodes
@@ -6512,7 +6579,7 @@ TN_API bool tn__scan_device_ok(const tn_var *node) {
     return s && s->dfn;
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section); its
+/* >>scan_rows: this part's rows of the op table (the >>ops_table section); its
    gradient is the >>scan_grad section's (no forward mode). */
 #define TN__SCAN_OP_ROWS \
     [TN_OP_SCAN] = { .name = "Scan", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__scan_infer, .cpu = tn__scan_cpu, \
@@ -6594,9 +6661,9 @@ static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
 static tn_result tn__scan_add_ns(tn__scan_b *b, tn_var *outer, tn_var *ph) {
     tn__scan *s = b->s;
     if (s->n_ns == b->cap_ns) {
-        int cap = b->cap_ns ? 2 * b->cap_ns : 8;
-        tn_var **n = (tn_var **)tn__realloc(b->ns, (size_t)cap * sizeof *n);
-        int *u = (int *)tn__realloc(s->ns_upd, (size_t)cap * sizeof *u);
+        int cap = b->cap_ns, cap_upd = b->cap_ns;
+        tn_var **n = (tn_var **)tn__grow(b->ns, &cap, s->n_ns + 1, 8, sizeof *n);
+        int *u = (int *)tn__grow(s->ns_upd, &cap_upd, s->n_ns + 1, 8, sizeof *u);
         if (n) b->ns = n;
         if (u) s->ns_upd = u;
         if (!n || !u) return tn__scan_oom(s);
@@ -7190,10 +7257,10 @@ typedef struct tn__scan_pq { const tn_var **v; bool *compiled; int n, cap; } tn_
 
 static tn_result tn__scan_pq_push(tn__scan_pq *q, const tn_var *v, bool compiled) {
     if (q->n == q->cap) {
-        int cap = q->cap ? 2 * q->cap : 8;
-        const tn_var **nv = (const tn_var **)tn__realloc(q->v, (size_t)cap * sizeof *nv);
+        int cap = q->cap, cap_c = q->cap;
+        const tn_var **nv = (const tn_var **)tn__grow((void *)q->v, &cap, q->n + 1, 8, sizeof *nv);
         if (nv) q->v = nv;
-        bool *c = nv ? (bool *)tn__realloc(q->compiled, (size_t)cap * sizeof *c) : NULL;
+        bool *c = nv ? (bool *)tn__grow(q->compiled, &cap_c, q->n + 1, 8, sizeof *c) : NULL;
         if (c) q->compiled = c;
         if (!nv || !c) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
         q->cap = cap;
@@ -7274,7 +7341,7 @@ TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
 }
 
 /* >>grad ============================================================== */
-/* >>grad: symbolic differentiation (tn_grad, tn_rop, tn_stop_gradient,
+/* Symbolic differentiation (tn_grad, tn_rop, tn_stop_gradient,
    tn_verify_grad).
 
    Reverse accumulation runs over the user's graph as built: a node's id is its
@@ -7764,7 +7831,7 @@ done:
 }
 
 /* >>profile =========================================================== */
-/* >>profile: per-function timing, as Theano's ProfileStats printed it.
+/* Per-function timing, as Theano's ProfileStats printed it.
 
    Turned on for every function by the flag profile=1 (the report goes to
    stderr when the function is freed), or for one function by
@@ -7956,7 +8023,7 @@ static void tn__prof_finish(tn_func *f) {
     f->prof = NULL;
 }
 
-/* >>profile: public ----------------------------------------------------- */
+/* >>profile_public ----------------------------------------------------- */
 
 TN_API tn_result tn_profile_enable(tn_func *f, bool on) {
     if (!f) return tn__err(TN_ERR_NULL, "tn_profile_enable: function is NULL");
@@ -8196,7 +8263,7 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
 }
 
 /* >>printers ========================================================== */
-/* >>dot: Graphviz pictures of graphs, as Theano's pydotprint.
+/* Graphviz pictures of graphs, as Theano's pydotprint.
    Variables are ellipses (inputs blue, shared variables green, constants
    grey, function outputs white; after a call, with the shapes of that call); ops are boxes (white on the CPU, green on a
    GPU, red for host <-> device transfers); a fused Composite, or a reduction
@@ -8215,12 +8282,13 @@ static void tn__dot_str(FILE *out, const char *s) {
 
 /* "float32 (400, 784)" with ? for unknown dims. */
 static void tn__dot_type(const tn_type *t, char *buf, size_t cap) {
-    size_t k = (size_t)snprintf(buf, cap, "%s (", tn_dtype_name(t->dtype));
-    for (int d = 0; d < t->ndim && k < cap; d++) {
-        if (t->shape[d] >= 0) k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-        else k += (size_t)snprintf(buf + k, cap - k, "%s?", d ? ", " : "");
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "%s (", tn_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] >= 0) tn__sbuf_put(&b, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        else tn__sbuf_put(&b, "%s?", d ? ", " : "");
     }
-    if (k < cap) snprintf(buf + k, cap - k, "%s)", t->ndim == 1 ? "," : "");
+    tn__sbuf_put(&b, "%s)", t->ndim == 1 ? "," : "");
 }
 
 typedef enum { TN__DOT_CPU = 0, TN__DOT_GPU, TN__DOT_XFER } tn__dot_where;
@@ -8238,10 +8306,11 @@ static void tn__dot_program(FILE *out, const tn_ew_program *p) {
         if (in->op == TN_OP_CONSTANT) snprintf(line, sizeof line, "r%d = %g", p->n_in + k, in->imm);
         else {
             const tn_ew_info *e = tn__ew_info(in->op);
-            int n = snprintf(line, sizeof line, "r%d = %s(r%d", p->n_in + k, e ? e->name : "?", in->a);
-            if (in->b >= 0 && n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", r%d", in->b);
-            if (in->c >= 0 && n > 0 && (size_t)n < sizeof line) n += snprintf(line + n, sizeof line - (size_t)n, ", r%d", in->c);
-            if (n > 0 && (size_t)n < sizeof line) snprintf(line + n, sizeof line - (size_t)n, ")");
+            tn__sbuf b = { line, sizeof line, 0 };
+            tn__sbuf_put(&b, "r%d = %s(r%d", p->n_in + k, e ? e->name : "?", in->a);
+            if (in->b >= 0) tn__sbuf_put(&b, ", r%d", in->b);
+            if (in->c >= 0) tn__sbuf_put(&b, ", r%d", in->c);
+            tn__sbuf_put(&b, ")");
         }
         tn__dot_str(out, line);
         fputs("\\l", out);
@@ -8384,7 +8453,7 @@ TN_API tn_result tn_write_dot_var(const tn_var *root, FILE *out) {
 }
 
 /* >>custom ============================================================ */
-/* >>custom: user ops, CPU side. A CUSTOM node's ext is an arena copy of the
+/* User ops, CPU side. A CUSTOM node's ext is an arena copy of the
    user's tn_custom_op (strings copied too), so the user's description may be
    a stack temporary. The GPU side (NVRTC compile and launch of cuda_source)
    is the >>cuda_custom section, included by tensor_cuda.h. */
@@ -8517,15 +8586,15 @@ static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_va
                    op && op->name ? op->name : "?", tn__gname(node, nb));
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) */
+/* >>custom_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__CUSTOM_OP_ROWS \
     [TN_OP_CUSTOM] = { .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
                        .label = tn__custom_label, .vjp = tn__custom_vjp },
 
 /* >>ops_table ========================================================= */
-/* >>op_table: the registry of every op. One master table: each part of the
-   catalogue writes the rows of its ops next to their code (its >>op_rows
-   block) and the table lists the parts. A row is the whole op (tn_op_def):
+/* The registry of every op. One master table: each part of the
+   catalogue writes the rows of its ops next to their code (its rows block,
+   e.g. >>ew_rows) and the table lists the parts. A row is the whole op (tn_op_def):
    name, kind, arity, type rule, CPU kernel, label, vjp, jvp and flags. The
    array's length is pinned to TN_OP_COUNT at compile time (an op added to the
    enums without a row fails to compile when it is the last; a duplicate row

@@ -75,7 +75,7 @@
 extern "C" {
 #endif
 
-/* >>cuda_api: public ------------------------------------------------------ */
+/* >>cuda_api -------------------------------------------------------------- */
 
 /* Loads the libraries and opens the configured device (idempotent). TN_OK
    when the GPU will be used; otherwise TN_ERR_DEVICE with the reason, and
@@ -105,7 +105,7 @@ TN_API const char *tn_cuda_last_compile_log(void);
    NVRTC but no GPU. *cubin stays valid until tn_shutdown(). */
 TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void **cubin, size_t *size);
 
-/* >>cuda_api: internal ---------------------------------------------------- */
+/* >>cuda_api_internal ----------------------------------------------------- */
 /* Our own declarations of the few CUDA types and entry points we use, so no
    CUDA header is needed. The opaque handles use the SDK's struct tags and the
    enums the SDK's values (tests/test_cuda_decls.c checks both against the
@@ -367,7 +367,7 @@ typedef struct tn__cuda_fstream {
     struct tn__cuda_fstream *next;
 } tn__cuda_fstream;
 
-/* >>cuda_memory's pools, one set per device. */
+/* Pools of the >>cuda_memory section, one set per device. */
 typedef struct tn__dblock {
     tn__CUdeviceptr ptr;
     size_t size;
@@ -770,30 +770,9 @@ static tn_result tn__cuda_enter_current(tn__cuda_dev **out, const char *who) {
 
 /* >>cuda_codegen: a tn_ew_program as one CUDA C kernel ----------------------- */
 
-/* A growable string; on allocation failure it stays marked failed and the
-   caller reports TN_ERR_OOM once at the end. */
-typedef struct tn__sb { char *s; size_t n, cap; bool oom; } tn__sb;
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((format(printf, 2, 3)))
-#endif
-static void tn__sb_printf(tn__sb *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) { b->oom = true; return; }
-        if (b->s && b->n + (size_t)k < b->cap) { b->n += (size_t)k; return; }
-        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
-        char *s = (char *)tn__realloc(b->s, cap);
-        if (!s) { b->oom = true; return; }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-static void tn__sb_puts(tn__sb *b, const char *text) { tn__sb_printf(b, "%s", text); }
-
+/* Sources are written into a tn__sb (tensor.h's string builder); on an
+   allocation failure it stays marked failed and the caller reports TN_ERR_OOM
+   once at the end. */
 enum { TN__CUDA_CONTIG = 1, TN__CUDA_STRIDED = 2 };
 
 /* The structure a kernel is specialised for (never sizes). Contiguous: every
@@ -1866,24 +1845,18 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     if (L.kind == TN__CUDA_STRIDED) {
         L.scalar_in = 0;
         for (int d = 0; d < nd; d++) {
-            int64_t n = o0->shape[d];
-            if (n == 1) continue;
-            bool merge = cd > 0;
-            int64_t s[TN__CUDA_MAX_OPERANDS];
+            shape[d] = o0->shape[d];
             for (int o = 0; o < nops; o++) {
                 const tn_array *a = arr[o];
                 int ad = d - (nd - a->ndim);
                 int64_t es = (int64_t)tn_dtype_size(a->dtype);
-                s[o] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad] / es;
-                if (ad >= 0 && a->shape[ad] != 1 && a->strides[ad] % es)
+                st_[o][d] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad] / es;
+                if (shape[d] != 1 && ad >= 0 && a->shape[ad] != 1 && a->strides[ad] % es)
                     return tn__err(TN_ERR_UNSUPPORTED, "%s: operand %d has a stride of %lld bytes, not a multiple of its "
                                    "element size", who, o, (long long)a->strides[ad]);
-                if (merge && st_[o][cd - 1] != s[o] * n) merge = false;
             }
-            if (merge) shape[cd - 1] *= n;
-            else shape[cd++] = n;
-            for (int o = 0; o < nops; o++) st_[o][cd - 1] = s[o];
         }
+        cd = tn__merge_dims(nd, shape, nops, st_);
         if (cd == 0) { cd = 1; shape[0] = 1; for (int o = 0; o < nops; o++) st_[o][0] = 0; }
         L.ndim = cd;
     }
@@ -1912,9 +1885,8 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     return TN_OK;
 }
 
-/* >>cuda_reduce: reductions and softmax (the >>cuda_reduce section, its own owner) */
 /* >>cuda_reduce ======================================================= */
-/* >>cuda_reduce: reductions and softmax as generated CUDA kernels -----------------
+/* Reductions and softmax as generated CUDA kernels -----------------
    Included by tensor_cuda.h inside its implementation section (after the
    elementwise code generator, the NVRTC path and the kernel cache, which it
    reuses). Ops: Sum, Prod, Mean, Max, Min, Argmax, Argmin, All, Any,
@@ -2734,9 +2706,8 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
 
 #endif /* TN__CUDA_REDUCE_INCLUDED */
 
-/* >>cuda_custom: user ops from CUDA C source (the >>cuda_custom section) */
 /* >>cuda_custom ======================================================= */
-/* >>cuda_custom: the GPU side of custom ops (tn_custom_op.cuda_source).
+/* The GPU side of custom ops (tn_custom_op.cuda_source).
  * Included by tensor_cuda.h inside its implementation section, after
  * tn__cuda_kernel_get and tn__cuda_entry_function. The user's source is
  * compiled with NVRTC through the back end's memory and disk kernel caches at

@@ -34,7 +34,7 @@
         constructor (errors name the constructor, the variable and its shape),
         the vjp (or the TN_OPF_DISCRETE flag: no gradient) and the jvp (or the
         TN_OPF_LINEAR flag: the op applied to the tangent; or none: tn_rop
-        refuses it), and its row in the section's >>op_rows macro;
+        refuses it), and its row in the section's rows macro (as >>cum_rows);
      5. a new section's rows macro goes into tn__op_rows (tensor.h);
      6. the flags the passes read: TN_OPF_PROLOGUE (a reduction that takes a
         fused elementwise prologue), TN_OPF_INPLACE and TN_OPF_INPLACE_ACC
@@ -370,7 +370,7 @@ typedef enum tn_op_kind {
     TN_OPK_OTHER
 } tn_op_kind;
 
-/* >>ew_program ----------------------------------------------------------- */
+/* >>api_ew_program ------------------------------------------------------- */
 /* A fused elementwise program. Registers 0..n_in-1 hold the inputs (loaded
    from their storage dtype); instruction k writes register n_in+k. The CPU
    runs it over blocks of elements; tensor_cuda.h turns it into one kernel. */
@@ -395,7 +395,7 @@ typedef struct tn_ew_program {
 /* >>op_def --------------------------------------------------------------- */
 /* Everything an op is: one row of the op table (the >>ops_table section of
    tensor.h), which tn__op_def returns. Each part of the catalogue writes the
-   rows of its ops next to their code (its >>op_rows block). */
+   rows of its ops next to their code (its rows block, e.g. >>ew_rows). */
 typedef enum tn_op_flags {
     TN_OPF_ELEMWISE   = 1 << 0,  /* a row of TN_EW_OPS: fuses into Composite programs */
     TN_OPF_DISCRETE   = 1 << 1,  /* no gradient passes (integer, boolean or piecewise constant results):
@@ -535,7 +535,7 @@ TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, dou
 TN_API tn_var *tn_gpu_from_host(tn_var *x);
 TN_API tn_var *tn_host_from_gpu(tn_var *x);
 
-/* >>grad ----------------------------------------------------------------- */
+/* >>api_grad ------------------------------------------------------------- */
 /* Symbolic differentiation (the >>grad section). Gradients are ordinary nodes of
    the cost's graph (arena-owned): compile them with tn_function like any
    other output, or differentiate them again. Gradients flow through float
@@ -595,7 +595,7 @@ typedef struct tn_verify_grad_report {
    not; other errors from building or running. report may be NULL. */
 TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *desc, tn_verify_grad_report *report);
 
-/* >>custom --------------------------------------------------------------- */
+/* >>api_custom ----------------------------------------------------------- */
 /* A user op (the >>custom section): a type rule, a CPU function and optionally CUDA
    C source, used in a graph like any op (Theano's custom Op, the seed's
    multiply_them and GpuEye). tn_custom copies the description and its strings
@@ -632,7 +632,7 @@ TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_
 /* The description a custom node carries (NULL for other nodes). */
 TN_API const tn_custom_op *tn_custom_of(const tn_var *node);
 
-/* >>scan ----------------------------------------------------------------- */
+/* >>api_scan ------------------------------------------------------------- */
 /* Loops inside the graph, as Theano's scan. The step callback builds one
    step from symbolic slices, once; the step is compiled with tn_function and
    run by one Scan node. Taps: a sequence tap a reads u(t+a) (taps {-4, 0}:
@@ -693,12 +693,12 @@ TN_API void tn__scan_release_graph(tn_graph *g);
 #endif
 #endif /* TENSOR_OPS_H */
 
-/* >>implementation ======================================================= */
+/* >>ops_implementation ===================================================== */
 /* Pulled in by tensor.h's implementation, after the core it builds on. */
 #if defined(TENSOR_OPS_IMPLEMENTATION_HERE) && !defined(TENSOR_OPS_IMPLEMENTATION_DONE)
 #define TENSOR_OPS_IMPLEMENTATION_DONE
 /* >>ops_ew ============================================================ */
-/* >>elementwise: the TN_EW_OPS table as data (names, kinds, expression text),
+/* The TN_EW_OPS table as data (names, kinds, expression text),
    the CPU elementwise engine (tn__cpu_ew_run), the type rules, labels and CPU
    entry points of every elementwise op and of COMPOSITE, and the public
    constructors (tn_add, tn_exp, ..., tn_cast). */
@@ -1305,23 +1305,16 @@ TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, 
     for (int d = 0; d < nd; d++) total *= o0->shape[d];
     if (total == 0) return TN_OK;
 
-    /* Align, then coalesce: drop size-1 dims, merge dims whose strides chain. */
-    int cd = 0;
+    /* Align (broadcast dims get stride 0), then merge dims (tn__merge_dims). */
     for (int d = 0; d < nd; d++) {
-        int64_t n = o0->shape[d];
-        if (n == 1) continue;
-        bool merge = cd > 0;
-        int64_t s[TN__EW_MAX_OPERANDS];
+        P.shape[d] = o0->shape[d];
         for (int o = 0; o < nops; o++) {
             const tn_array *a = arr[o];
             int ad = d - (nd - a->ndim);
-            s[o] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad];
-            if (merge && P.st[o][cd - 1] != s[o] * n) merge = false;
+            P.st[o][d] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad];
         }
-        if (merge) P.shape[cd - 1] *= n;
-        else P.shape[cd++] = n;
-        for (int o = 0; o < nops; o++) P.st[o][cd - 1] = s[o];
     }
+    int cd = tn__merge_dims(nd, P.shape, nops, P.st);
     if (cd == 0) {
         cd = 1;
         P.shape[0] = 1;
@@ -1390,12 +1383,11 @@ static const char *tn__ew_argname(int op, int i) {
 static const char *tn__ew_operand_str(const tn_var *node, int i, const tn_type *t, char buf[200]) {
     char sb[128];
     const char *vn = node && node->in && i < node->n_in && node->in[i] ? node->in[i]->name : NULL;
-    if (node && node->op == TN_OP_COMPOSITE) snprintf(buf, 200, "input %d", i);
-    else snprintf(buf, 200, "%s", tn__ew_argname(node ? node->op : 0, i));
-    size_t n = strlen(buf);
-    if (vn) snprintf(buf + n, 200 - n, " '%s'", vn);
-    n = strlen(buf);
-    snprintf(buf + n, 200 - n, " %s", tn__shape_str(t->ndim, t->shape, sb));
+    tn__sbuf b = { buf, 200, 0 };
+    if (node && node->op == TN_OP_COMPOSITE) tn__sbuf_put(&b, "input %d", i);
+    else tn__sbuf_put(&b, "%s", tn__ew_argname(node ? node->op : 0, i));
+    if (vn) tn__sbuf_put(&b, " '%s'", vn);
+    tn__sbuf_put(&b, " %s", tn__shape_str(t->ndim, t->shape, sb));
     return buf;
 }
 
@@ -1573,17 +1565,6 @@ static tn_result tn__composite_cpu(const tn_var *node, tn_array *const *in, tn_a
 
 /* >>ew_labels ---------------------------------------------------------------- */
 
-typedef struct tn__sbuf { char *buf; size_t cap, len; } tn__sbuf;
-
-static void tn__sb_put(tn__sbuf *b, const char *fmt, ...) {
-    if (b->len + 1 >= b->cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->buf + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    if (n > 0) b->len = b->len + (size_t)n < b->cap ? b->len + (size_t)n : b->cap - 1;
-}
-
 static const char *tn__ew_infix(int op) {
     switch (op) {
     case TN_OP_ADD: return "+";      case TN_OP_SUB: return "-";     case TN_OP_MUL: return "*";
@@ -1598,50 +1579,50 @@ static const char *tn__ew_infix(int op) {
 /* Register r of prog as an expression, Theano style: (i0 * i1), exp(i0). */
 static void tn__ew_expr(const tn_ew_program *prog, int r, tn__sbuf *b) {
     if (b->len + 1 >= b->cap) return;                /* full: stop expanding shared subtrees */
-    if (r < prog->n_in) { tn__sb_put(b, "i%d", r); return; }
-    if (r - prog->n_in >= prog->n_instr) { tn__sb_put(b, "?"); return; }
+    if (r < prog->n_in) { tn__sbuf_put(b, "i%d", r); return; }
+    if (r - prog->n_in >= prog->n_instr) { tn__sbuf_put(b, "?"); return; }
     const tn_ew_instr *in = &prog->instr[r - prog->n_in];
     if (in->op == TN_OP_CONSTANT) {
         char v[40];
         tn__fmt_value((tn_dtype)in->dtype, in->imm, v, sizeof v);
-        tn__sb_put(b, "%s", v);
+        tn__sbuf_put(b, "%s", v);
         return;
     }
     const tn_ew_info *e = tn__ew_info(in->op);
-    if (!e) { tn__sb_put(b, "?"); return; }
+    if (!e) { tn__sbuf_put(b, "?"); return; }
     const char *inf = tn__ew_infix(in->op);
     if (inf) {
-        tn__sb_put(b, "(");
+        tn__sbuf_put(b, "(");
         tn__ew_expr(prog, in->a, b);
-        tn__sb_put(b, " %s ", inf);
+        tn__sbuf_put(b, " %s ", inf);
         tn__ew_expr(prog, in->b, b);
-        tn__sb_put(b, ")");
+        tn__sbuf_put(b, ")");
         return;
     }
     if (in->op == TN_OP_NEG || in->op == TN_OP_NOT) {
-        tn__sb_put(b, in->op == TN_OP_NEG ? "(-" : "(~");
+        tn__sbuf_put(b, in->op == TN_OP_NEG ? "(-" : "(~");
         tn__ew_expr(prog, in->a, b);
-        tn__sb_put(b, ")");
+        tn__sbuf_put(b, ")");
         return;
     }
-    if (in->op == TN_OP_CAST) tn__sb_put(b, "Cast{%s}(", tn_dtype_name((tn_dtype)in->dtype));
-    else tn__sb_put(b, "%s(", e->name);
+    if (in->op == TN_OP_CAST) tn__sbuf_put(b, "Cast{%s}(", tn_dtype_name((tn_dtype)in->dtype));
+    else tn__sbuf_put(b, "%s(", e->name);
     int opr[3] = { in->a, in->b, in->c };
     for (int x = 0; x < e->arity; x++) {
-        if (x) tn__sb_put(b, ", ");
+        if (x) tn__sbuf_put(b, ", ");
         tn__ew_expr(prog, opr[x], b);
     }
-    tn__sb_put(b, ")");
+    tn__sbuf_put(b, ")");
 }
 
 /* "Composite{exp((i0 * i1))}"; several outputs are separated by commas. */
 static void tn__ew_program_label(const tn_ew_program *prog, tn__sbuf *b) {
-    tn__sb_put(b, "Composite{");
+    tn__sbuf_put(b, "Composite{");
     for (int j = 0; j < prog->n_out; j++) {
-        if (j) tn__sb_put(b, ", ");
+        if (j) tn__sbuf_put(b, ", ");
         tn__ew_expr(prog, prog->out_reg[j], b);
     }
-    tn__sb_put(b, "}");
+    tn__sbuf_put(b, "}");
 }
 
 static void tn__ew_label(const tn_var *node, char *buf, size_t cap) {
@@ -1655,11 +1636,11 @@ static void tn__composite_label(const tn_var *node, char *buf, size_t cap) {
     if (!cap) return;
     tn__sbuf b = { buf, cap, 0 };
     buf[0] = 0;
-    tn__sb_put(&b, "Elemwise{");
+    tn__sbuf_put(&b, "Elemwise{");
     if (node->ext) tn__ew_program_label((const tn_ew_program *)node->ext, &b);
-    else tn__sb_put(&b, "Composite{?}");
-    tn__sb_put(&b, "}");
-    if (node->inplace) tn__sb_put(&b, "[(0, %d)]", node->inplace - 1);
+    else tn__sbuf_put(&b, "Composite{?}");
+    tn__sbuf_put(&b, "}");
+    if (node->inplace) tn__sbuf_put(&b, "[(0, %d)]", node->inplace - 1);
 }
 
 /* >>ew_constructors ----------------------------------------------------------- */
@@ -1871,7 +1852,7 @@ static tn_result tn__composite_vjp(tn_var *node, tn_var *g, const bool *need, tn
                    "differentiate the graph before tn_function", tn__gname(node, nb));
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>ew_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__EW_NAME_TN_EWK_ARITH(n) #n
 #define TN__EW_NAME_TN_EWK_FLOAT(n) #n
 #define TN__EW_NAME_TN_EWK_CMP(n)   #n
@@ -1891,7 +1872,7 @@ static tn_result tn__composite_vjp(tn_var *node, tn_var *g, const bool *need, tn
                           .flags = TN_OPF_INPLACE },
 
 /* >>ops_reduce ======================================================== */
-/* >>reductions: sum, prod, mean, max, min, argmax, argmin, all, any,
+/* Sum, prod, mean, max, min, argmax, argmin, all, any,
    logsumexp (params: tn__p_red_mask, the reduced axes, and
    tn__p_red_keepdims) and softmax, log_softmax (tn__p_axis). Type rules, CPU
    kernels, labels, constructors, gradients.
@@ -2226,12 +2207,6 @@ static void tn__rbcast_strides(const tn_array *a, int ndim, const int64_t *shape
     }
 }
 
-static bool tn__rmergeable(const int64_t *n, const int64_t (*st)[TN_MAX_DIMS], int nsrc,
-                           const int64_t *extra, int a, int b) {
-    for (int s = 0; s < nsrc; s++) if (st[s][a] != n[b] * st[s][b]) return false;
-    return !extra || extra[a] == n[b] * extra[b];
-}
-
 /* Builds the plan: logical input shape, per-source strides, kept/reduced dims. */
 static tn_result tn__rplan_build(tn__rplan *P, const tn_var *node, tn_array *const *in,
                                  const tn_array *y, uint64_t mask, bool keepdims) {
@@ -2281,24 +2256,21 @@ static tn_result tn__rplan_build(tn__rplan *P, const tn_var *node, tn_array *con
             int r = P->nr++;
             P->rn[r] = shape[d];
             for (int s = 0; s < P->nsrc; s++) P->rx[s][r] = st[s][d];
-            if (r > 0 && tn__rmergeable(P->rn, (const int64_t (*)[TN_MAX_DIMS])P->rx, P->nsrc, NULL, r - 1, r)) {
-                P->rn[r - 1] *= P->rn[r];
-                for (int s = 0; s < P->nsrc; s++) P->rx[s][r - 1] = P->rx[s][r];
-                P->nr--;
-            }
         } else {
             int k = P->nk++;
             P->kn[k] = shape[d]; P->ky[k] = ys;
             for (int s = 0; s < P->nsrc; s++) P->kx[s][k] = st[s][d];
-            if (k > 0 && tn__rmergeable(P->kn, (const int64_t (*)[TN_MAX_DIMS])P->kx, P->nsrc, P->ky, k - 1, k)) {
-                P->kn[k - 1] *= P->kn[k];
-                P->ky[k - 1] = P->ky[k];
-                for (int s = 0; s < P->nsrc; s++) P->kx[s][k - 1] = P->kx[s][k];
-                P->nk--;
-            }
         }
     }
     TN_ASSERT(od == y->ndim);
+    /* Merge chained dims within each group; a kept dim's output stride chains too. */
+    P->nr = tn__merge_dims(P->nr, P->rn, P->nsrc, P->rx);
+    int64_t kst[TN__RED_MAX_SRC + 1][TN_MAX_DIMS];
+    for (int s = 0; s < P->nsrc; s++) memcpy(kst[s], P->kx[s], sizeof(int64_t) * (size_t)P->nk);
+    memcpy(kst[P->nsrc], P->ky, sizeof(int64_t) * (size_t)P->nk);
+    P->nk = tn__merge_dims(P->nk, P->kn, P->nsrc + 1, kst);
+    for (int s = 0; s < P->nsrc; s++) memcpy(P->kx[s], kst[s], sizeof(int64_t) * (size_t)P->nk);
+    memcpy(P->ky, kst[P->nsrc], sizeof(int64_t) * (size_t)P->nk);
     if (P->nr == 0) {   /* nothing left to reduce: one run of one element */
         P->nr = 1; P->rn[0] = 1;
         for (int s = 0; s < P->nsrc; s++) P->rx[s][0] = 0;
@@ -2804,21 +2776,20 @@ static tn_result tn__softmax_infer(const tn_var *node, const tn_type *in, tn_typ
 static void tn__reduce_label(const tn_var *node, char *buf, size_t cap) {
     const tn_op_def *d = tn__op_def(node->op);
     const char *name = d && d->name ? d->name : "Reduce";
-    size_t n;
     if (node->op == TN_OP_SOFTMAX || node->op == TN_OP_LOG_SOFTMAX) {
         snprintf(buf, cap, "%s{axis=%d}", name, tn__p_axis(&node->p));
         return;
     }
-    n = (size_t)snprintf(buf, cap, "%s{axis=[", name);
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "%s{axis=[", name);
     uint64_t mask = tn__p_red_mask(&node->p);
     bool first = true;
-    for (int d = 0; d < 64 && n < cap; d++) {
+    for (int d = 0; d < 64; d++) {
         if (!((mask >> d) & 1)) continue;
-        n += (size_t)snprintf(buf + n, cap - n, first ? "%d" : ",%d", d);
+        tn__sbuf_put(&b, first ? "%d" : ",%d", d);
         first = false;
     }
-    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "]%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "",
-                                       node->ext ? ",prologue" : "");
+    tn__sbuf_put(&b, "]%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "", node->ext ? ",prologue" : "");
 }
 
 /* >>reduce_constructors */
@@ -2981,7 +2952,7 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return *out ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>reduce_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* arity -1: a fused prologue brings its own inputs (the type rule checks).
    softmax is no reduction to the fusion pass: it has an axis, not a mask. */
 #define TN__REDUCE_ROW(E, NAME, FLAGS, VJP, JVP) \
@@ -3005,7 +2976,7 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__SOFTMAX_ROW(LOG_SOFTMAX, "LogSoftmax")
 
 /* >>ops_cumulative ==================================================== */
-/* >>cumulative: cumsum and cumprod along one axis, NumPy's cumsum(x, axis)
+/* Cumsum and cumprod along one axis, NumPy's cumsum(x, axis)
    and cumprod(x, axis). Param: tn__p_axis (>= 0; the constructors take
    negative axes from the end). Type: x's shape; bool and int inputs give
    int64 (wrapping like NumPy's), floats keep their dtype.
@@ -3157,19 +3128,16 @@ static tn_result tn__cum_cpu(const tn_var *node, tn_array *const *in, tn_array *
     P.ys = y->strides[axis];
     P.nk = 0;
     P.lines = 1;
+    int64_t ks[2][TN_MAX_DIMS];     /* x, y */
     for (int d = 0; d < x->ndim; d++) {
         if (d == axis || x->shape[d] == 1) continue;
-        int k = P.nk;
-        if (k > 0 && P.kx[k - 1] == x->strides[d] * x->shape[d] && P.ky[k - 1] == y->strides[d] * x->shape[d]) {
-            P.kn[k - 1] *= x->shape[d];     /* merges with the previous dim: their strides chain */
-            P.kx[k - 1] = x->strides[d];
-            P.ky[k - 1] = y->strides[d];
-        } else {
-            P.kn[k] = x->shape[d]; P.kx[k] = x->strides[d]; P.ky[k] = y->strides[d];
-            P.nk++;
-        }
+        P.kn[P.nk] = x->shape[d]; ks[0][P.nk] = x->strides[d]; ks[1][P.nk] = y->strides[d];
+        P.nk++;
         P.lines *= x->shape[d];
     }
+    P.nk = tn__merge_dims(P.nk, P.kn, 2, ks);     /* dims whose strides chain merge */
+    memcpy(P.kx, ks[0], sizeof(int64_t) * (size_t)P.nk);
+    memcpy(P.ky, ks[1], sizeof(int64_t) * (size_t)P.nk);
     if (P.n == 0 || P.lines == 0) return TN_OK;
     P.row = tn__cumrow[prod][x->dtype];
     P.lanes = tn__cumlanes[prod][x->dtype];
@@ -3306,7 +3274,7 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return *out ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>cum_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* TN_OPK_OTHER: neither a reduction nor a shape op; the GPU runs them through their own
    row of the CUDA table (tensor_cuda.h >>cuda_cumulative). */
 #define TN__CUM_OP_ROWS \
@@ -3316,7 +3284,7 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
                         .label = tn__cum_label, .vjp = tn__cumprod_vjp, .jvp = tn__cumprod_jvp },
 
 /* >>ops_linalg ======================================================== */
-/* >>linalg: dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.
+/* Dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.
 
    Every product, whatever the op, becomes one "plan": a batch of 2-d products
    out[b] = alpha * A[b] @ B[b] (+ beta * Cin[b]) given by byte strides, so 1-d
@@ -4406,7 +4374,7 @@ static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return r ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>linalg_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__LINALG_ROW(E, NAME, ARITY, FLAGS) \
     [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_LINALG, .arity = ARITY, .infer = tn__la_infer, .cpu = tn__la_cpu, \
                     .label = tn__la_label, .vjp = tn__la_vjp, .jvp = tn__la_jvp, .flags = FLAGS },
@@ -4417,7 +4385,7 @@ static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__LINALG_ROW(OUTER, "Outer", 2, 0)
 
 /* >>ops_shape ========================================================= */
-/* >>shape ops: reshape, dimshuffle, slice, flatten, broadcast_to,
+/* Shape ops: reshape, dimshuffle, slice, flatten, broadcast_to,
    concatenate, stack, alloc/fill, eye, arange.
 
    View ops (TN_OPK_VIEW: DIMSHUFFLE, SLICE, BROADCAST_TO) never copy: the
@@ -4784,14 +4752,15 @@ static void tn__label_reshape(const tn_var *node, char *buf, size_t cap) {
 }
 
 static void tn__label_dimshuffle(const tn_var *node, char *buf, size_t cap) {
-    size_t n = (size_t)snprintf(buf, cap, "%sDimShuffle{", node->inplace ? "Inplace" : "");
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "%sDimShuffle{", node->inplace ? "Inplace" : "");
     int nd = tn__p_ndim(&node->p);
-    for (int k = 0; k < nd && n < cap; k++) {
+    for (int k = 0; k < nd; k++) {
         int src = tn__p_shuffle_src(&node->p, k);
-        if (src < 0) n += (size_t)snprintf(buf + n, cap - n, "%sx", k ? "," : "");
-        else n += (size_t)snprintf(buf + n, cap - n, "%s%d", k ? "," : "", src);
+        if (src < 0) tn__sbuf_put(&b, "%sx", k ? "," : "");
+        else tn__sbuf_put(&b, "%s%d", k ? "," : "", src);
     }
-    if (n < cap) snprintf(buf + n, cap - n, "}");
+    tn__sbuf_put(&b, "}");
 }
 
 /* Subtensor{::, 1:3:} - one "start:stop:step" per dim up to the last sliced one. */
@@ -4799,18 +4768,19 @@ static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
     int nd = node->in && node->in[0] ? node->in[0]->type.ndim : TN_MAX_DIMS, last = -1;
     for (int d = 0; d < nd; d++)
         if (!tn__p_slice_whole(&node->p, d)) last = d;
-    size_t n = (size_t)snprintf(buf, cap, "Subtensor{");
-    if (last < 0 && n < cap) n += (size_t)snprintf(buf + n, cap - n, "::");
-    for (int d = 0; d <= last && n < cap; d++) {
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "Subtensor{");
+    if (last < 0) tn__sbuf_put(&b, "::");
+    for (int d = 0; d <= last; d++) {
         const int64_t s[3] = { tn__p_slice_start(&node->p, d), tn__p_slice_stop(&node->p, d), tn__p_slice_step(&node->p, d) };
-        if (d) n += (size_t)snprintf(buf + n, cap - n, ", ");
-        for (int j = 0; j < 3 && n < cap; j++) {
+        if (d) tn__sbuf_put(&b, ", ");
+        for (int j = 0; j < 3; j++) {
             bool omit = s[j] == TN_NONE || (j == 2 && s[j] == 1);
-            if (!omit) n += (size_t)snprintf(buf + n, cap - n, "%lld", (long long)s[j]);
-            if (j < 2 && n < cap) n += (size_t)snprintf(buf + n, cap - n, ":");
+            if (!omit) tn__sbuf_put(&b, "%lld", (long long)s[j]);
+            if (j < 2) tn__sbuf_put(&b, ":");
         }
     }
-    if (n < cap) snprintf(buf + n, cap - n, "}");
+    tn__sbuf_put(&b, "}");
 }
 
 static void tn__label_flatten(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Flatten{%d}", tn__p_flatten_outdim(&node->p)); }
@@ -5197,7 +5167,7 @@ static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     return *out ? TN_OK : tn__gfail("a tangent", node);
 }
 
-/* >>op_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* >>shape_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* Eye and arange have no inputs: nothing to differentiate. */
 #define TN__SHAPE_ROW(E, NAME, KIND, ARITY, OP, VJP, JVP, FLAGS) \
     [TN_OP_##E] = { .name = NAME, .kind = KIND, .arity = ARITY, .infer = tn__infer_##OP, .cpu = tn__cpu_##OP, \

@@ -102,8 +102,7 @@ TEST(test_cumulative_gpu_row) {
     tn_var *x = tn_matrix(g, "x", TN_F32);
     tn_var *s = tn_cumsum(x, 1), *p = tn_cumprod(x, 0);
     CHECK(s && p, "%s", tn_last_error());
-    const tn_backend_op *rs = tn__cuda_ops[TN_OP_CUMSUM], *rp = tn__cuda_ops[TN_OP_CUMPROD];
-    CHECK(rs && rp && rs->supports && rs->supports(s) && rp->supports(p), "the CUDA back end has no cumulative row");
+    CHECK(tn__backend_runs(&tn__cuda_backend, s) && tn__backend_runs(&tn__cuda_backend, p), "the CUDA back end has no cumulative row");
     if (tn__nvrtc_load(0) != TN_OK) { printf("  (NVRTC not found: cumulative kernels not compiled)\n"); tn_clear_error(); tn_graph_free(g); return; }
     for (int op = TN_OP_CUMSUM; op <= TN_OP_CUMPROD; op++)
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t++) {
