@@ -561,11 +561,13 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    tn__toposort (a graph's nodes in order), tn__var_new and tn__graph_own (a
    constant node and its value in a graph), tn__broadcast_strides (strides of
    an array broadcast to a shape), tn__scan_run and tn__scan_mem (a scan
-   loop with device memory), tn__func_share_stream,
-   the hooks tn__lib.device_init_hook and tn__lib.shutdown_hook, the log
-   callback (tn__lib.log_fn, log_user), and the reduction planner of tensor_ops.h
-   (tn__rplan, tn__rplan_build, tn__rk_of, tn__reduce_dtype, tn__rfinish,
-   tn__rstore, the fold table TN__RFOLDS, tn__ew_casts). */
+   loop with device memory), tn__func_share_stream, tn__log (a line through
+   the log callback), the hooks tn__lib.device_init_hook and
+   tn__lib.shutdown_hook, and the reduction planner of tensor_ops.h
+   (tn__rplan, tn__rplan_build, tn__rk_of, TN__RK_MAX, tn__reduce_dtype,
+   tn__reduce_label, tn__rfinish, tn__rstore, tn__rop_needs_nonempty,
+   TN__RED_MAX_SRC, the fold table as text: tn__rfold_src, tn__rfold_text;
+   tn__ew_casts). */
 
 #ifdef __cplusplus
 }
@@ -4451,14 +4453,16 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
    tn__optimize(fg, roots) rewrites a function-private graph in place. Passes,
    in this order (DESIGN.md):
      1 canonicalize  x*1, x+0, x-x, --x, x**k, constant chains, shape-op pairs
-     2 merge         CSE by hash-consing; equal constants become one node
-     3 fold          nodes whose inputs are all constants run at compile time
-     4 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp
-     5 specialize    dot + bias -> gemm / gemv
-     6 place         the back end's placement pass (tn_backend.place), if any
-     7 fuse          elementwise groups -> Composite (several outputs allowed);
+     2 scan rules    on scan nodes (>>scan_rewrite)
+     3 merge         CSE by hash-consing; equal constants become one node
+     4 fold          nodes whose inputs are all constants run at compile time
+     5 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp;
+                     then canonicalize again (stabilize leaves x+(-c) forms)
+     6 specialize    dot + bias -> gemm / gemv (two rule groups), then merge
+     7 place         the back end's placement pass (tn_backend.place), if any
+     8 fuse          elementwise groups -> Composite (several outputs allowed);
                      a group feeding a reduction becomes its prologue
-     8 inplace       destroy map (node->inplace) where an input dies here
+     9 inplace       destroy map (node->inplace) where an input dies here
    TN_MODE_FAST_COMPILE runs merge, fold and place (data already on a device
    must stay readable).
 
