@@ -575,6 +575,11 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #endif /* TENSOR_H */
 
 /* >>implementation ======================================================= */
+/* Bodies in dependency order: core, arrays, graph (with the compiled
+   function's data, >>func_types), ops (the catalogue of tensor_ops.h, then
+   transfers, custom ops, scan loops), compiler (rewrites, gradients),
+   executor (>>function .. >>check_mode), tools (debugprint, profiler,
+   printers), and last the op table that lists every part's rows. */
 #if defined(TENSOR_IMPLEMENTATION) && !defined(TENSOR_IMPLEMENTATION_DONE)
 #define TENSOR_IMPLEMENTATION_DONE
 /* >>core ============================================================== */
@@ -2828,7 +2833,7 @@ static tn_result tn__toposort(tn_var *const *roots, int n_roots, int nvars, tn_v
     return TN_OK;
 }
 
-/* >>function ----------------------------------------------------------- */
+/* >>func_types: a compiled function's data; the executor below runs it -- */
 
 enum { TN__SLOT_INTERNAL = 0, TN__SLOT_INPUT, TN__SLOT_CONST, TN__SLOT_SHARED };
 #define TN__RING 8   /* borrowed output structs per output: a stale one stays detectable for 7 calls */
@@ -2928,1228 +2933,9 @@ static tn_result tn__replay_run(tn_func *f);
 static bool tn__check_wanted(const tn_func *f, const tn__step *st);
 static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
 
-static void tn__plan_release(tn_func *f) {
-    tn__replay_drop(f);                 /* its graphs baked in the buffers freed here */
-    for (int s = 0; f->slots && s < f->n_slots; s++) { tn_array_free(f->slots[s].own); f->slots[s].own = NULL; }
-    for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
-    f->n_phys = 0;
-    f->n_pool = 0;
-    f->planned = false;
-}
-
-/* >>shared_locks --------------------------------------------------------- */
-/* A call holds the locks of every shared variable its function reads or
-   updates, from reading their values to writing the updates, so concurrent
-   functions see each update whole. Locks are taken in one global order (the
-   variables' creation numbers): no deadlock. On a device, each variable's
-   event orders the next user's stream after the last one's work (readers
-   mark it too: the next writer may reuse the buffer they read). A function
-   with no shared variables takes no lock. */
-static tn_result tn__func_locks(tn_func *f) {
-    int cap = f->n_updates, n = 0;
-    for (int s = 0; s < f->n_slots; s++) cap += f->slots[s].kind == TN__SLOT_SHARED;
-    if (cap == 0) return TN_OK;
-    f->locks = (tn__shvar **)tn__calloc((size_t)cap, sizeof *f->locks);
-    if (!f->locks) return tn__err(TN_ERR_OOM, "%s: out of memory", f->name);
-    for (int i = 0, s = 0; i < cap; i++) {
-        const tn_var *u = NULL;
-        if (i < f->n_updates) u = f->upd_user[i];
-        else {
-            while (f->slots[s].kind != TN__SLOT_SHARED) s++;
-            u = f->slots[s++].user;
-        }
-        tn__shvar *sh = u ? (tn__shvar *)u->ext : NULL;
-        bool dup = false;
-        for (int k = 0; k < n && sh; k++) dup |= f->locks[k] == sh;
-        if (!sh || dup) continue;
-        int j = n++;          /* insertion by seq */
-        while (j > 0 && f->locks[j - 1]->seq > sh->seq) { f->locks[j] = f->locks[j - 1]; j--; }
-        f->locks[j] = sh;
-    }
-    f->n_locks = n;
-    return TN_OK;
-}
-
-static void tn__shvar_release(tn__shvar *sh) {
-    const tn_backend *b = tn__get_backend();
-    if (sh->bs && b && b->shared_free) b->shared_free(sh->bs);
-    sh->bs = NULL;
-    pthread_mutex_destroy(&sh->mu);
-}
-
-static void tn__func_lock(tn_func *f) {
-    for (int i = 0; i < f->n_locks; i++) tn__shvar_lock(f->locks[i]);
-}
-static void tn__func_unlock(tn_func *f) {
-    for (int i = f->n_locks - 1; i >= 0; i--) tn__shvar_unlock(f->locks[i]);
-}
-
-/* After func_enter made f's stream current: order it after the last work on
-   each variable (nothing to do while the same stream keeps using them). */
-static tn_result tn__func_shared_order(tn_func *f) {
-    if (!f->bfstate || !f->backend->shared_order) return TN_OK;
-    for (int i = 0; i < f->n_locks; i++) {
-        tn_result r = f->backend->shared_order(&f->locks[i]->bs);
-        if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
-    }
-    return TN_OK;
-}
-
-static void tn__retired_release(tn_func *f) {
-    for (int i = 0; i < f->n_retired; i++) tn_array_free(f->retired[i]);
-    f->n_retired = 0;
-}
-
-/* f runs on its caller's stream (a scan's step function): no stream of its own. */
-static void tn__func_share_stream(tn_func *f) {
-    if (f && f->bfstate && f->backend && f->backend->func_free) f->backend->func_free(f->bfstate);
-    if (f) f->bfstate = NULL;
-}
-
-TN_API void tn_function_free(tn_func *f) {
-    if (!f) return;
-    if (f->prof) tn__prof_finish(f);
-    tn__plan_release(f);
-    tn__replay_free(f);
-    tn__retired_release(f);
-    for (int i = 0; i < f->n_steps; i++)
-        if (f->steps[i].bstate && f->steps[i].brow && f->steps[i].brow->release) f->steps[i].brow->release(f->steps[i].bstate);
-    tn__func_share_stream(f);
-    tn__free(f->retired);
-    tn__free(f->phys);
-    tn__free(f->pool);
-    tn__free(f->cache);
-    tn__free(f->ext_slots);
-    tn__free(f->args);
-    tn__free(f->steps);
-    tn__free(f->slotp);
-    tn__free(f->slots);
-    tn__free(f->roots);
-    tn__free(f->upd_new);
-    tn__free(f->upd_swappable);
-    tn__free(f->upd_slot);
-    tn__free(f->upd_user);
-    tn__free(f->locks);
-    if (f->ring_ref) for (int i = 0; i < f->n_outputs * TN__RING; i++) tn__buffer_release(f->ring_ref[i]);
-    tn__free(f->ring_ref);
-    tn__free(f->ring);
-    tn__free(f->out_borrow);
-    tn__free(f->out_slot);
-    tn__free(f->in_name);
-    tn__free(f->in_type);
-    tn__free(f->in_slot);
-    tn_graph_free(f->fg);
-    tn__free(f);
-}
-
-static const char *tn__root_desc(int r, int n_outputs, const tn_update *ups, char *buf, size_t cap) {
-    if (r < n_outputs) snprintf(buf, cap, "output %d", r);
-    else snprintf(buf, cap, "update %d (of '%s')", r - n_outputs, tn__var_label_name(ups[r - n_outputs].shared));
-    return buf;
-}
-
-static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
-    const char *W = "tn_function";
-    if (!g) return tn__err(TN_ERR_NULL, "%s: graph is NULL", W);
-    if (!d) return tn__err(TN_ERR_NULL, "%s: desc is NULL", W);
-    if (d->n_inputs < 0 || d->n_outputs < 0 || d->n_updates < 0)
-        return tn__err(TN_ERR_NUM_INPUTS, "%s: negative count (n_inputs %d, n_outputs %d, n_updates %d)", W, d->n_inputs, d->n_outputs, d->n_updates);
-    if (d->n_inputs > 0 && !d->inputs) return tn__err(TN_ERR_NULL, "%s: n_inputs is %d but inputs is NULL", W, d->n_inputs);
-    if (d->n_outputs > 0 && !d->outputs) return tn__err(TN_ERR_NULL, "%s: n_outputs is %d but outputs is NULL", W, d->n_outputs);
-    if (d->n_updates > 0 && !d->updates) return tn__err(TN_ERR_NULL, "%s: n_updates is %d but updates is NULL", W, d->n_updates);
-    if (d->n_outputs == 0 && d->n_updates == 0) return tn__err(TN_ERR_INVALID, "%s: no outputs and no updates", W);
-    for (int i = 0; i < d->n_inputs; i++) {
-        tn_var *v = d->inputs[i];
-        if (!v) return tn__err(TN_ERR_NULL, "%s: input %d is NULL", W, i);
-        if (v->graph != g) return tn__err(TN_ERR_GRAPH, "%s: input %d ('%s') belongs to another graph", W, i, tn__var_label_name(v));
-        if (v->op != TN_OP_INPUT) {
-            const tn_op_def *def = tn__op_def(v->op);
-            return tn__err(TN_ERR_INVALID, "%s: input %d ('%s') is a %s, not a symbolic input (tn_input, tn_vector, ...)%s", W, i,
-                           tn__var_label_name(v), def && def->name ? def->name : "node",
-                           v->op == TN_OP_SHARED ? ": shared variables are implicit inputs" : "");
-        }
-        for (int j = 0; j < i; j++)
-            if (d->inputs[j] == v) return tn__err(TN_ERR_INVALID, "%s: input '%s' is listed twice (positions %d and %d)", W, tn__var_label_name(v), j, i);
-    }
-    for (int i = 0; i < d->n_outputs; i++) {
-        tn_var *v = d->outputs[i];
-        if (!v) return tn__err(TN_ERR_NULL, "%s: output %d is NULL (did its constructor fail?)", W, i);
-        if (v->graph != g) return tn__err(TN_ERR_GRAPH, "%s: output %d ('%s') belongs to another graph", W, i, tn__var_label_name(v));
-        if (v->n_out > 1) return tn__err(TN_ERR_INVALID, "%s: output %d is a node with %d outputs; pick one", W, i, v->n_out);
-    }
-    for (int i = 0; i < d->n_updates; i++) {
-        tn_var *s = d->updates[i].shared, *v = d->updates[i].value;
-        if (!s) return tn__err(TN_ERR_NULL, "%s: update %d: shared variable is NULL", W, i);
-        if (!v) return tn__err(TN_ERR_NULL, "%s: update %d ('%s'): value is NULL (did its constructor fail?)", W, i, tn__var_label_name(s));
-        if (s->graph != g || v->graph != g)
-            return tn__err(TN_ERR_GRAPH, "%s: update %d ('%s'): variables from another graph", W, i, tn__var_label_name(s));
-        if (s->op != TN_OP_SHARED)
-            return tn__err(TN_ERR_UPDATE, "%s: update %d: target '%s' is not a shared variable", W, i, tn__var_label_name(s));
-        if (v->type.dtype != s->type.dtype || v->type.ndim != s->type.ndim) {
-            char a[160], b[160];
-            return tn__err(TN_ERR_UPDATE, "%s: update %d: shared variable '%s' has type %s but the new value has type %s (dtype and ndim must match; cast the value)",
-                           W, i, tn__var_label_name(s), tn__type_str(&s->type, a), tn__type_str(&v->type, b));
-        }
-        for (int j = 0; j < i; j++)
-            if (d->updates[j].shared == s)
-                return tn__err(TN_ERR_UPDATE, "%s: shared variable '%s' is updated twice (updates %d and %d)", W, tn__var_label_name(s), j, i);
-    }
-    return TN_OK;
-}
-
-/* Copies one user node into the function's graph, inputs mapped by id. */
-static tn_var *tn__clone_var(tn_graph *fg, const tn_var *u, tn_var *const *map) {
-    tn_var *v;
-    if (u->op == TN_OP_CONSTANT) {
-        v = tn_constant(fg, u->value);
-        if (!v) return NULL;
-    } else {
-        v = tn__var_new(fg, u->op, "tn_function");
-        if (!v) return NULL;
-    }
-    v->type = u->type;
-    v->n_out = u->n_out;
-    v->flags = u->flags;
-    v->p = u->p;
-    v->ext = u->ext;
-    v->device = u->device;
-    v->inplace = u->inplace;
-    if (u->name && !(v->name = tn__graph_strdup(fg, u->name))) return NULL;
-    if (u->op == TN_OP_INPUT || u->op == TN_OP_SHARED) v->ext = (void *)u;   /* link to the user's leaf */
-    if (u->n_in > 0) {
-        v->in = (tn_var **)tn__graph_alloc(fg, (size_t)u->n_in * sizeof *v->in);
-        if (!v->in) return NULL;
-        v->n_in = u->n_in;
-        for (int i = 0; i < u->n_in; i++) v->in[i] = map[u->in[i]->id];
-    }
-    return v;
-}
-
-/* Clones what the roots reach (and every listed input) into f->fg. */
-static tn_result tn__clone_subgraph(tn_graph *g, const tn_func_desc *d, tn_func *f, tn_var **roots, int n_roots) {
-    int nv = g->nvars;
-    int *root_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *root_of);
-    int *in_pos = (int *)tn__malloc((size_t)(nv + 1) * sizeof *in_pos);
-    tn_var **map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
-    tn_var **order = NULL;
-    int n_order = 0;
-    tn_result r = TN_OK;
-    if (!root_of || !in_pos || !map) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory"); goto done; }
-    for (int i = 0; i < nv; i++) in_pos[i] = -1;
-    for (int i = 0; i < d->n_inputs; i++) in_pos[d->inputs[i]->id] = i;
-    if ((r = tn__toposort(roots, n_roots, nv, &order, &n_order, root_of, "tn_function")) != TN_OK) goto done;
-    for (int k = 0; k < n_order; k++) {
-        tn_var *u = order[k];
-        if (u->graph != g) { r = tn__err(TN_ERR_GRAPH, "tn_function: node %d belongs to another graph", u->id); goto done; }
-        if (u->op == TN_OP_INPUT && in_pos[u->id] < 0) {
-            char rb[200];
-            r = tn__err(TN_ERR_INVALID, "tn_function: %s depends on input '%s', which is not in inputs",
-                        tn__root_desc(root_of[u->id], d->n_outputs, d->updates, rb, sizeof rb), tn__var_label_name(u));
-            goto done;
-        }
-    }
-    for (int k = 0; k < n_order; k++) {
-        tn_var *u = order[k];
-        if (!(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
-    }
-    for (int i = 0; i < d->n_inputs; i++) {      /* inputs the outputs do not use still have a slot */
-        tn_var *u = d->inputs[i];
-        if (!map[u->id] && !(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
-    }
-    for (int i = 0; i < n_roots; i++) f->roots[i] = map[roots[i]->id];
-    /* the listed inputs' clones, by position, ride after the roots */
-    for (int i = 0; i < d->n_inputs; i++) f->roots[n_roots + i] = map[d->inputs[i]->id];
-done:
-    tn__free(order);
-    tn__free(map);
-    tn__free(in_pos);
-    tn__free(root_of);
-    return r;
-}
-
-static size_t tn__type_bytes(const tn_type *t) {
-    size_t n = tn_dtype_size(t->dtype);
-    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
-    return n;
-}
-
-/* Steps and slots from the optimised graph. */
-static tn_result tn__schedule(tn_func *f, int n_roots) {
-    const char *W = "tn_function";
-    tn_var **order = NULL;
-    int n_order = 0;
-    int nv = f->fg->nvars;
-    tn_result r = tn__toposort(f->roots, n_roots + f->n_inputs, nv, &order, &n_order, NULL, W);
-    if (r != TN_OK) return r;
-    int *slot_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *slot_of);
-    if (!slot_of) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", W); }
-    int n_slots = 0, n_steps = 0, n_idx = 0;
-    for (int k = 0; k < n_order; k++) {
-        tn_var *v = order[k];
-        if (v->op == TN_OP_PROJ) continue;
-        n_slots += v->n_out;
-        if (tn__op_kind(v->op) != TN_OPK_LEAF) { n_steps++; n_idx += v->n_in; }
-    }
-    f->slots = (tn__slot *)tn__calloc((size_t)n_slots + 1, sizeof *f->slots);
-    f->slotp = (tn_array **)tn__calloc((size_t)n_slots + 1, sizeof *f->slotp);
-    f->steps = (tn__step *)tn__calloc((size_t)n_steps + 1, sizeof *f->steps);
-    int *idx = (int *)tn__graph_alloc(f->fg, ((size_t)n_idx + 1) * sizeof *idx);
-    if (!f->slots || !f->slotp || !f->steps || !idx) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
-    f->n_slots = 0;
-    f->max_args = 1;
-    for (int k = 0; k < n_order; k++) {
-        tn_var *v = order[k];
-        if (v->op == TN_OP_PROJ) {
-            tn_var *src = v->in[0];
-            int k = tn__p_proj_index(&v->p);
-            if (src->op == TN_OP_PROJ || k < 0 || k >= src->n_out) {
-                r = tn__err(TN_ERR_GRAPH, "%s: malformed PROJ node %d", W, v->id);
-                goto done;
-            }
-            slot_of[v->id] = slot_of[src->id] + k;
-            continue;
-        }
-        int s0 = f->n_slots;
-        slot_of[v->id] = s0;
-        for (int k2 = 0; k2 < v->n_out; k2++) {
-            tn__slot *s = &f->slots[f->n_slots++];
-            s->var = v;
-            s->view_of = -1;
-            s->phys = -1;
-            s->index = -1;
-            f->slotp[s0 + k2] = &s->arr;
-        }
-        tn__slot *s = &f->slots[s0];
-        const tn_op_def *def = tn__op_def(v->op);
-        if (!def) { r = tn__err(TN_ERR_INTERNAL, "%s: node %d has unknown op %d", W, v->id, v->op); goto done; }
-        switch (v->op) {
-        case TN_OP_INPUT: s->kind = TN__SLOT_INPUT; continue;
-        case TN_OP_CONSTANT: s->kind = TN__SLOT_CONST; f->slotp[s0] = v->value; continue;
-        case TN_OP_SHARED: s->kind = TN__SLOT_SHARED; s->user = (tn_var *)v->ext; continue;
-        default: break;
-        }
-        if (def->kind == TN_OPK_LEAF) { r = tn__err(TN_ERR_INTERNAL, "%s: unknown leaf op %s", W, def->name); goto done; }
-        bool on_device = v->device != TN_HOST && f->backend;
-        if (!def->cpu && !on_device) {
-            r = tn__err(TN_ERR_UNSUPPORTED, "%s: op %s has no CPU kernel", W, def->name ? def->name : "?");
-            goto done;
-        }
-        tn__step *st = &f->steps[f->n_steps++];
-        st->node = v;
-        st->def = def;
-        st->n_in = v->n_in;
-        st->n_out = v->n_out;
-        st->in_slot = idx;
-        idx += v->n_in;
-        st->out_slot = s0;
-        st->view = def->kind == TN_OPK_VIEW;
-        for (int i = 0; i < v->n_in; i++) {
-            st->in_slot[i] = slot_of[v->in[i]->id];
-            f->slots[st->in_slot[i]].nreaders++;
-        }
-        if (st->view) s->view_of = st->in_slot[0];
-        if (v->n_in + v->n_out > f->max_args) f->max_args = v->n_in + v->n_out;
-        if (on_device && !(st->brow = tn__backend_row(f->backend, v->op))) {
-            r = tn__err(TN_ERR_INTERNAL, "%s: %s (node %d) was placed on the device, but the %s back end has no kernel for it",
-                        W, def->name, v->id, f->backend->name);
-            goto done;
-        }
-        if (on_device && st->brow->prepare) {
-            r = st->brow->prepare(v, &st->bstate);
-            if (r != TN_OK) { r = tn__err(r, "%s: back end %s cannot prepare %s: %s", W, f->backend->name, def->name, tn_last_error()); goto done; }
-        }
-    }
-    for (int i = 0; i < f->n_inputs; i++) {
-        f->in_slot[i] = slot_of[f->roots[n_roots + i]->id];
-        f->slots[f->in_slot[i]].index = i;
-    }
-    for (int i = 0; i < f->n_outputs; i++) {
-        f->out_slot[i] = slot_of[f->roots[i]->id];
-        f->slots[f->out_slot[i]].pinned = true;
-    }
-    for (int i = 0; i < f->n_updates; i++) {
-        f->upd_slot[i] = slot_of[f->roots[f->n_outputs + i]->id];
-        f->slots[f->upd_slot[i]].pinned = true;
-    }
-    /* an update may swap its buffer into the shared variable when nothing else returns it */
-    for (int i = 0; i < f->n_updates; i++) {
-        int s = f->upd_slot[i];
-        bool ok = f->slots[s].kind == TN__SLOT_INTERNAL && f->slots[s].view_of < 0;
-        for (int j = 0; ok && j < f->n_outputs; j++) ok = f->out_slot[j] != s;
-        for (int j = 0; ok && j < f->n_updates; j++) ok = j == i || f->upd_slot[j] != s;
-        f->upd_swappable[i] = ok;
-    }
-    f->n_ext = 0;
-    f->ext_slots = (int *)tn__malloc(((size_t)f->n_slots + 1) * sizeof *f->ext_slots);
-    f->args = (tn_array **)tn__malloc((size_t)f->max_args * sizeof *f->args);
-    if (!f->ext_slots || !f->args) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
-    for (int s = 0; s < f->n_slots; s++)
-        if (f->slots[s].kind == TN__SLOT_INPUT || f->slots[s].kind == TN__SLOT_SHARED) f->ext_slots[f->n_ext++] = s;
-    f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
-    if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
-    if ((r = tn__func_locks(f)) != TN_OK) goto done;
-    int dev = TN_HOST;            /* a function with device steps gets its own stream there */
-    for (int k = 0; k < f->n_steps && dev == TN_HOST; k++) dev = f->steps[k].node->device;
-    if (dev != TN_HOST && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new(dev);
-done:
-    tn__free(slot_of);
-    tn__free(order);
-    return r;
-}
-
-TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
-    if (tn__check_desc(g, d) != TN_OK) return NULL;
-    tn_func *f = (tn_func *)tn__calloc(1, sizeof *f);
-    if (!f) { tn__err(TN_ERR_OOM, "tn_function: out of memory"); return NULL; }
-    int no = d->n_outputs, nu = d->n_updates, ni = d->n_inputs;
-    int n_roots = no + nu;
-    f->n_inputs = ni; f->n_outputs = no; f->n_updates = nu;
-    f->fg = tn_graph_new();
-    f->in_slot = (int *)tn__calloc((size_t)ni + 1, sizeof *f->in_slot);
-    f->in_type = (tn_type *)tn__calloc((size_t)ni + 1, sizeof *f->in_type);
-    f->in_name = (const char **)tn__calloc((size_t)ni + 1, sizeof *f->in_name);
-    f->out_slot = (int *)tn__calloc((size_t)no + 1, sizeof *f->out_slot);
-    f->out_borrow = (bool *)tn__calloc((size_t)no + 1, sizeof *f->out_borrow);
-    f->ring = (tn_array *)tn__calloc((size_t)no * TN__RING + 1, sizeof *f->ring);
-    f->ring_ref = (tn_buffer **)tn__calloc((size_t)no * TN__RING + 1, sizeof *f->ring_ref);
-    f->upd_user = (tn_var **)tn__calloc((size_t)nu + 1, sizeof *f->upd_user);
-    f->upd_slot = (int *)tn__calloc((size_t)nu + 1, sizeof *f->upd_slot);
-    f->upd_swappable = (bool *)tn__calloc((size_t)nu + 1, sizeof *f->upd_swappable);
-    f->upd_new = (tn_array **)tn__calloc((size_t)nu + 1, sizeof *f->upd_new);
-    f->roots = (tn_var **)tn__calloc((size_t)(n_roots + ni) + 1, sizeof *f->roots);
-    tn_var **uroots = (tn_var **)tn__calloc((size_t)n_roots + 1, sizeof *uroots);
-    if (!f->fg || !f->in_slot || !f->in_type || !f->in_name || !f->out_slot || !f->out_borrow || !f->ring || !f->ring_ref ||
-        !f->upd_user || !f->upd_slot || !f->upd_swappable || !f->upd_new || !f->roots || !uroots) {
-        tn__err(TN_ERR_OOM, "tn_function: out of memory");
-        goto fail;
-    }
-    f->name = d->name ? tn__graph_strdup(f->fg, d->name) : "tn_call";
-    if (!f->name) goto fail;
-    f->backend = tn__get_backend();
-    for (int i = 0; i < no; i++) {
-        uroots[i] = d->outputs[i];
-        f->out_borrow[i] = d->borrow_outputs ? d->borrow_outputs[i] : d->borrow;
-    }
-    for (int i = 0; i < nu; i++) { uroots[no + i] = d->updates[i].value; f->upd_user[i] = d->updates[i].shared; }
-    for (int i = 0; i < ni; i++) {
-        f->in_type[i] = d->inputs[i]->type;
-        f->in_name[i] = d->inputs[i]->name ? tn__graph_strdup(f->fg, d->inputs[i]->name) : "";
-        if (!f->in_name[i]) goto fail;
-    }
-    if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK) goto fail;
-    tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
-    f->mode = mode;
-    double t_opt = tn__prof_now();
-    tn_place_args pa = { no, f->upd_user, 64, true };
-    const tn_backend *be = f->backend;
-    if (be && be->max_operands > 0 && pa.max_fused_inputs > be->max_operands - 8)   /* room for the outputs */
-        pa.max_fused_inputs = be->max_operands - 8 > 0 ? be->max_operands - 8 : 0;
-    if (d->max_fused_inputs) pa.max_fused_inputs = d->max_fused_inputs > 0 ? d->max_fused_inputs : 0;
-    tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode, &pa);
-    t_opt = tn__prof_now() - t_opt;
-    if (r != TN_OK) {
-        if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
-        goto fail;
-    }
-    for (int i = 0; i < n_roots; i++) {
-        tn_var *v = f->roots[i];
-        if (!v || v->graph != f->fg || v->type.dtype != uroots[i]->type.dtype || v->type.ndim != uroots[i]->type.ndim) {
-            tn__err(TN_ERR_INTERNAL, "tn_function: the optimizer replaced root %d with a variable of another type", i);
-            goto fail;
-        }
-        if (!v->name && uroots[i]->name && !(v->name = tn__graph_strdup(f->fg, uroots[i]->name))) goto fail;
-    }
-    f->n_roots = n_roots;
-    double t_sched = tn__prof_now();
-    if (tn__schedule(f, n_roots) != TN_OK) goto fail;
-    if (tn_get_config()->profile) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
-    tn__free(uroots);
-    return f;
-fail:
-    tn__free(uroots);
-    tn_function_free(f);
-    return NULL;
-}
-
-/* >>executor ----------------------------------------------------------- */
-
-static void tn__node_label(const tn_var *v, char *buf, size_t cap) {
-    const tn_op_def *d = tn__op_def(v->op);
-    /* ops placed on a GPU print as Theano's: GpuElemwise{exp,no_inplace} */
-    const tn_var *src = v->op == TN_OP_PROJ && v->n_in == 1 ? v->in[0] : v;
-    tn_op_kind k = d ? d->kind : TN_OPK_OTHER;
-    size_t n = 0;
-    if (src->device != TN_HOST && k != TN_OPK_LEAF && k != TN_OPK_TRANSFER && cap > 4) { memcpy(buf, "Gpu", 3); n = 3; }
-    if (d && d->label) d->label(v, buf + n, cap - n);
-    else snprintf(buf + n, cap - n, "%s", d && d->name ? d->name : "?");
-}
-
-/* The concrete type of an external array under a var's static type: sizes
-   from the array; broadcastable where static or where the size is 1. */
-static tn_type tn__concrete_type(const tn_array *a, const tn_type *st) {
-    tn_type t = tn__type_of_array(a);
-    for (int d = 0; d < t.ndim; d++) t.bcast[d] = (d < st->ndim && st->bcast[d]) || t.shape[d] == 1;
-    return t;
-}
-
-/* Free buffers wait in a pool (indices into phys); a step takes the smallest
-   one that fits, else a new buffer joins the plan. */
-static int tn__phys_get(tn_func *f, size_t bytes, int device, bool exact) {
-    int best = -1;
-    for (int k = 0; k < f->n_pool; k++) {
-        const tn__phys *p = &f->phys[f->pool[k]];
-        if (p->device == device && (exact ? p->cap == bytes : p->cap >= bytes) && (best < 0 || p->cap < f->phys[f->pool[best]].cap)) best = k;
-    }
-    if (best >= 0) {
-        int ph = f->pool[best];
-        f->pool[best] = f->pool[--f->n_pool];
-        f->phys[ph].in_pool = false;
-        return ph;
-    }
-    if (f->n_phys == f->cap_phys) {
-        int cap = f->cap_phys, cap_pool = f->cap_phys;
-        tn__phys *n = (tn__phys *)tn__grow(f->phys, &cap, f->n_phys + 1, 16, sizeof *n);
-        int *pool = (int *)tn__grow(f->pool, &cap_pool, f->n_phys + 1, 16, sizeof *pool);
-        if (n) f->phys = n;
-        if (pool) f->pool = pool;
-        if (!n || !pool) return -1;
-        f->cap_phys = cap;
-    }
-    tn__phys *p = &f->phys[f->n_phys];
-    memset(p, 0, sizeof *p);
-    p->cap = bytes;
-    p->device = device;
-    p->pin_device = TN_HOST;
-    return f->n_phys++;
-}
-
-static void tn__phys_to_pool(tn_func *f, int ph) {
-    tn__phys *p = &f->phys[ph];
-    if (p->in_pool || p->pinned || p->pending > 0) return;
-    p->in_pool = true;
-    f->pool[f->n_pool++] = ph;
-}
-
-static void tn__phys_drop_reader(tn_func *f, int ph, bool gc) {
-    if (ph < 0) return;
-    f->phys[ph].pending--;
-    if (gc) tn__phys_to_pool(f, ph);
-}
-
-/* May output 0 of step st overwrite the buffer of input k? Only when this
-   step is the last reader of an internal, unaliased buffer of the same type. */
-static bool tn__inplace_ok(tn_func *f, const tn__step *st, int k, const tn_type *ot) {
-    if (k < 0 || k >= st->n_in) return false;
-    int si = st->in_slot[k];
-    const tn__slot *s = &f->slots[si];
-    if (s->kind != TN__SLOT_INTERNAL || s->view_of >= 0 || s->phys < 0) return false;
-    const tn__phys *p = &f->phys[s->phys];
-    if (p->pinned || p->device != st->node->device) return false;
-    long uses = 0;
-    for (int i = 0; i < st->n_in; i++) if (f->slots[st->in_slot[i]].phys == s->phys) uses++;
-    if (p->pending != uses) return false;
-    if (s->ct.dtype != ot->dtype || s->ct.ndim != ot->ndim) return false;
-    for (int d = 0; d < ot->ndim; d++) if (s->ct.shape[d] != ot->shape[d]) return false;
-    return true;
-}
-
-/* A copied output needs no copy when its step can write straight into a new
-   array each call, which the caller then owns: an internal slot that is no
-   view (its own storage) and is returned once. Readers later in the call
-   read that array; the plan gives the slot no buffer, so nothing else (and
-   no in-place step) can reuse it. An output that is an input, a shared value
-   or a constant, a view, or listed twice is copied in tn__make_outputs. */
-static void tn__mark_fresh(tn_func *f) {
-    for (int s = 0; s < f->n_slots; s++) f->slots[s].fresh = false;
-    for (int i = 0; i < f->n_outputs; i++) {
-        int s = f->out_slot[i];
-        tn__slot *sl = &f->slots[s];
-        bool ok = !f->out_borrow[i] && sl->kind == TN__SLOT_INTERNAL && sl->view_of < 0;
-        for (int j = 0; ok && j < f->n_outputs; j++) ok = j == i || f->out_slot[j] != s;
-        sl->fresh = ok;
-    }
-}
-
-/* This call's array for fresh slot sl of step st: device outputs from the
-   back end's caching allocator, a device-to-host copy's output in pinned host
-   memory, anything else on the host. One left by a failed call is reused. */
-static tn_result tn__fresh_output(tn_func *f, const tn__step *st, tn__slot *sl) {
-    if (!sl->own) {
-        const tn_array *a = &sl->arr;
-        sl->own = st->node->op == TN_OP_HOST_FROM_GPU && a->device == TN_HOST
-                ? tn__array_alloc_pinned(st->node->in[0]->device, a->dtype, a->ndim, a->shape)
-                : tn__array_alloc(a->dtype, a->ndim, a->shape, a->device);
-        if (!sl->own) return tn__err(TN_ERR_OOM, "%s: out of memory for an output: %s", f->name, tn_last_error());
-    }
-    return TN_OK;
-}
-
-/* Shapes of every intermediate from the current inputs, then buffers. */
-static tn_result tn__plan(tn_func *f) {
-    const char *W = f->name;
-    tn__plan_release(f);
-    bool gc = tn_get_config()->allow_gc;
-    tn_type stack_types[16];
-    tn_type *types = stack_types;
-    if (f->max_args > 16 && !(types = (tn_type *)tn__malloc((size_t)f->max_args * sizeof *types)))
-        return tn__err(TN_ERR_OOM, "%s: out of memory", W);
-    tn_result r = TN_OK;
-    for (int s = 0; s < f->n_slots; s++) {
-        tn__slot *sl = &f->slots[s];
-        sl->phys = -1;
-        if (sl->kind != TN__SLOT_INTERNAL) sl->ct = tn__concrete_type(f->slotp[s], &sl->var->type);
-    }
-    tn__mark_fresh(f);
-    for (int k = 0; k < f->n_steps; k++) {
-        tn__step *st = &f->steps[k];
-        tn_var *v = st->node;
-        for (int i = 0; i < st->n_in; i++) types[i] = f->slots[st->in_slot[i]].ct;
-        tn_type *outs = types + st->n_in;
-        memset(outs, 0, (size_t)st->n_out * sizeof *outs);
-        char lb[256];
-        if ((r = tn__infer_outputs(v, types, outs)) != TN_OK) {
-            tn__node_label(v, lb, sizeof lb);
-            r = tn__err(r, "%s: %s: %s", W, lb, tn_last_error());
-            goto fail;
-        }
-        for (int o = 0; o < st->n_out; o++) {
-            tn__slot *sl = &f->slots[st->out_slot + o];
-            const tn_type *stat = o == 0 ? &v->type : NULL;
-            if (stat) {
-                bool bad = outs[o].dtype != stat->dtype || outs[o].ndim != stat->ndim;
-                for (int d = 0; !bad && d < stat->ndim; d++) bad = stat->shape[d] >= 0 && stat->shape[d] != outs[o].shape[d];
-                if (bad) {
-                    char a[160], b[160];
-                    tn__node_label(v, lb, sizeof lb);
-                    r = tn__err(TN_ERR_SHAPE, "%s: %s computes %s where the graph promised %s", W, lb,
-                                tn__type_str(&outs[o], a), tn__type_str(stat, b));
-                    goto fail;
-                }
-            }
-            for (int d = 0; d < outs[o].ndim; d++)
-                if (outs[o].shape[d] < 0) {
-                    tn__node_label(v, lb, sizeof lb);
-                    r = tn__err(TN_ERR_INTERNAL, "%s: %s left dim %d unknown at call time", W, lb, d);
-                    goto fail;
-                }
-            sl->ct = outs[o];
-        }
-        /* buffers: outputs first (an input's buffer is free only after the step ran) */
-        for (int o = 0; o < st->n_out; o++) {
-            int s = st->out_slot + o;
-            tn__slot *sl = &f->slots[s];
-            int ph;
-            if (st->view && o == 0) ph = f->slots[sl->view_of].phys;
-            else if (sl->fresh) ph = -1;       /* tn__fresh_output: a new array each call */
-            else if (o == 0 && v->inplace > 0 && tn__inplace_ok(f, st, v->inplace - 1, &sl->ct) &&
-                     (!sl->pinned || f->phys[f->slots[st->in_slot[v->inplace - 1]].phys].cap == tn__type_bytes(&sl->ct)))
-                ph = f->slots[st->in_slot[v->inplace - 1]].phys;
-            /* a kept value (output, update) gets a buffer of its exact size, so
-               an update can swap it with the shared variable's own buffer */
-            else if ((ph = tn__phys_get(f, tn__type_bytes(&sl->ct), v->device, sl->pinned)) < 0) {
-                r = tn__err(TN_ERR_OOM, "%s: out of memory", W);
-                goto fail;
-            }
-            sl->phys = ph;
-            if (ph >= 0) {
-                f->phys[ph].pending += sl->nreaders;
-                if (sl->pinned) f->phys[ph].pinned = true;
-                if (v->op == TN_OP_HOST_FROM_GPU && f->phys[ph].device == TN_HOST) f->phys[ph].pin_device = v->in[0]->device;
-            }
-        }
-        for (int i = 0; i < st->n_in; i++) tn__phys_drop_reader(f, f->slots[st->in_slot[i]].phys, gc);
-        for (int o = 0; o < st->n_out; o++) {      /* outputs nobody reads */
-            tn__slot *sl = &f->slots[st->out_slot + o];
-            if (sl->phys >= 0 && sl->nreaders == 0 && !st->view && gc) tn__phys_to_pool(f, sl->phys);
-        }
-    }
-    for (int i = 0; i < f->n_phys; i++) {
-        tn__phys *p = &f->phys[i];
-        int64_t n = (int64_t)p->cap;
-        tn_array *a = p->pin_device != TN_HOST ? tn__array_alloc_pinned(p->pin_device, TN_BOOL, 1, &n)
-                                                 : tn__array_alloc(TN_BOOL, 1, &n, p->device);
-        if (!a) { r = tn__err(TN_ERR_OOM, "%s: out of memory for intermediate buffers: %s", W, tn_last_error()); goto fail; }
-        p->base = a->base;
-        p->data = a->data;
-        tn__buffer_retain(p->base);
-        tn_array_free(a);
-    }
-    for (int s = 0; s < f->n_slots; s++) {
-        tn__slot *sl = &f->slots[s];
-        if (sl->kind != TN__SLOT_INTERNAL) continue;
-        tn_array *a = &sl->arr;
-        memset(a, 0, sizeof *a);
-        a->dtype = sl->ct.dtype;
-        a->ndim = sl->ct.ndim;
-        for (int d = 0; d < a->ndim; d++) a->shape[d] = sl->ct.shape[d];
-        tn__contiguous_strides(a->dtype, a->ndim, a->shape, a->strides);
-        a->device = sl->var->device;
-    }
-    if (types != stack_types) tn__free(types);
-    f->planned = true;
-    return TN_OK;
-fail:
-    if (types != stack_types) tn__free(types);
-    tn__plan_release(f);
-    return r;
-}
-
-/* Checks one input against its static type; messages name the function,
-   the input and both shapes. */
-static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
-    const char *W = f->name, *nm = f->in_name[i];
-    const tn_type *t = &f->in_type[i];
-    char want[160], got[128];
-    if (!a) return tn__err(TN_ERR_NULL, "%s: input %d ('%s') is NULL", W, i, nm);
-    if (a->live_gen && a->gen != *a->live_gen)
-        return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a stale borrowed array (from call %llu; its function is now at call %llu)",
-                       W, i, nm, (unsigned long long)a->gen, (unsigned long long)*a->live_gen);
-    if (a->dtype != t->dtype || a->ndim != t->ndim) {
-        tn__shape_str(a->ndim, a->shape, got);
-        return tn__err(a->dtype != t->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE,
-                       "%s: input %d ('%s') expects %s but got a %s array of %d dims %s", W, i, nm,
-                       tn__type_str(t, want), tn_dtype_name(a->dtype), a->ndim, got);
-    }
-    for (int d = 0; d < t->ndim; d++) {
-        if ((t->bcast[d] && a->shape[d] != 1) || (t->shape[d] >= 0 && a->shape[d] != t->shape[d])) {
-            tn__shape_str(a->ndim, a->shape, got);
-            return tn__err(TN_ERR_SHAPE, "%s: input %d ('%s') expects shape %s but got %s (dim %d is %lld, must be %lld%s)",
-                           W, i, nm, tn__shape_str(t->ndim, t->shape, want), got, d, (long long)a->shape[d],
-                           (long long)(t->bcast[d] ? 1 : t->shape[d]), t->bcast[d] ? ": broadcastable" : "");
-        }
-    }
-    if (a->ndim > 0 && !a->data && tn_array_size(a) > 0) return tn__err(TN_ERR_NULL, "%s: input %d ('%s') has no data", W, i, nm);
-    return TN_OK;
-}
-
-/* True when an external array's shape differs from the one the plan used. */
-static bool tn__shapes_changed(tn_func *f) {
-    bool changed = !f->planned;
-    for (int e = 0; e < f->n_ext; e++) {
-        const tn_array *a = f->slotp[f->ext_slots[e]];
-        int64_t *c = f->cache + (size_t)e * (1 + TN_MAX_DIMS);
-        if (c[0] != a->ndim) { changed = true; c[0] = a->ndim; }
-        for (int d = 0; d < a->ndim; d++)
-            if (c[1 + d] != a->shape[d]) { changed = true; c[1 + d] = a->shape[d]; }
-    }
-    return changed;
-}
-
-/* How tn__steps runs: every step, or (the >>replay section's probe)
-   only the views, noting each kernel's operands instead of launching it. */
-enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
-static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
-
-static tn_result tn__steps(tn_func *f, int how) {
-    for (int k = 0; k < f->n_steps; k++) {
-        tn__step *st = &f->steps[k];
-        tn_array **in = f->args, **out = f->args + st->n_in;
-        for (int i = 0; i < st->n_in; i++) in[i] = f->slotp[st->in_slot[i]];
-        for (int o = 0; o < st->n_out; o++) {
-            tn__slot *sl = &f->slots[st->out_slot + o];
-            tn_array *a = &sl->arr;
-            if (st->view && o == 0) {
-                /* aliases the input, wherever it lives this call; the kernel sets data and strides */
-                a->base = in[0]->base;
-                a->data = in[0]->data;
-                a->device = in[0]->device;
-                tn__contiguous_strides(a->dtype, a->ndim, a->shape, a->strides);
-            } else if (sl->fresh) {
-                tn_result r = tn__fresh_output(f, st, sl);
-                if (r != TN_OK) return r;
-                a->base = sl->own->base;
-                a->data = sl->own->data;
-            } else {
-                a->base = f->phys[sl->phys].base;
-                a->data = f->phys[sl->phys].data;
-            }
-            out[o] = a;
-        }
-        tn_var *v = st->node;
-        if (how == TN__STEPS_PROBE) { tn__replay_note(f, st, in, out); if (!st->view) continue; }
-        double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
-        tn_result r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
-                    : st->brow ? st->brow->run(v, st->bstate, in, out)
-                    : st->def->cpu(v, in, out);
-        if (f->prof) tn__prof_step(f, k, t0);
-        if (r != TN_OK) {
-            char lb[256];
-            tn__node_label(v, lb, sizeof lb);
-            return tn__err(r, "%s: %s (step %d of %d): %s", f->name, lb, k, f->n_steps, tn_last_error());
-        }
-    }
-    /* Device work stays queued: HostFromGpu waits for the stream itself, and
-       device outputs and updates are ordered on it. The profiler times device
-       steps with events, so it does not wait either. */
-    return TN_OK;
-}
-
-/* Every step, once; through a captured CUDA graph where f has one (the
-   >>replay section). */
-static tn_result tn__run_steps(tn_func *f) { return tn__replay_run(f); }
-
-/* The shared value can take the update's buffer, and give its own buffer
-   (big enough for the plan) to the function in exchange. */
-static bool tn__can_swap(const tn_func *f, int u) {
-    if (!f->upd_swappable[u]) return false;
-    const tn__slot *sl = &f->slots[f->upd_slot[u]];
-    const tn_array *S = f->upd_user[u]->value;
-    const tn__phys *p = &f->phys[sl->phys];
-    return S && S->base && S->base->owns && S->live_gen == NULL && S->device == p->device &&
-           S->data == S->base->data && S->base->bytes >= p->cap && tn_array_is_contiguous(S);
-}
-
-/* Every new value is ready before the first shared variable changes. */
-static tn_result tn__apply_updates(tn_func *f) {
-    int nu = f->n_updates;
-    if (nu == 0) return TN_OK;
-    if (f->cap_retired < nu) {
-        tn_array **n = (tn_array **)tn__realloc(f->retired, (size_t)nu * sizeof *n);
-        if (!n) return tn__err(TN_ERR_OOM, "%s: out of memory for updates", f->name);
-        f->retired = n; f->cap_retired = nu;
-    }
-    for (int u = 0; u < nu; u++) {
-        f->upd_new[u] = NULL;
-        if (tn__can_swap(f, u)) continue;
-        const tn_array *S = f->upd_user[u]->value;        /* the copy goes where the variable lives */
-        if (!(f->upd_new[u] = tn__copy_on(f->slotp[f->upd_slot[u]], S ? S->device : TN_HOST))) {
-            for (int j = 0; j < u; j++) { tn_array_free(f->upd_new[j]); f->upd_new[j] = NULL; }
-            return tn__err(TN_ERR_OOM, "%s: out of memory for update %d ('%s')", f->name, u, tn__var_label_name(f->upd_user[u]));
-        }
-    }
-    for (int u = 0; u < nu; u++) {
-        tn_array *S = f->upd_user[u]->value;
-        if (f->upd_new[u]) {
-            /* swap contents so tn_shared_get pointers stay valid; the old value may
-               back a borrowed output of this call: keep it until the next one */
-            tn_array tmp = *S;
-            *S = *f->upd_new[u];
-            *f->upd_new[u] = tmp;
-            f->retired[f->n_retired++] = f->upd_new[u];
-            f->upd_new[u] = NULL;
-            continue;
-        }
-        tn__slot *sl = &f->slots[f->upd_slot[u]];
-        tn__phys *p = &f->phys[sl->phys];
-        tn_buffer *old_base = S->base;
-        void *old_data = S->data;
-        *S = sl->arr;
-        S->base = p->base;           /* S takes the function's reference ... */
-        S->data = p->data;
-        S->live_gen = NULL;
-        S->gen = 0;
-        p->base = old_base;          /* ... and the function takes S's */
-        p->data = old_data;
-    }
-    return TN_OK;
-}
-
-static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
-    for (int i = 0; i < f->n_outputs; i++) {
-        outputs[i] = NULL;
-        if (f->out_borrow[i]) continue;
-        tn__slot *sl = &f->slots[f->out_slot[i]];
-        if (sl->fresh && sl->own) {                    /* written in place by its step: the caller takes it */
-            outputs[i] = sl->own;
-            sl->own = NULL;
-            continue;
-        }
-        const tn_array *o = f->slotp[f->out_slot[i]];
-        tn_array *c = tn__copy_on(o, o->device);       /* a device output (tn_gpu_from_host) stays there */
-        if (!c) {
-            for (int j = 0; j < i; j++) { tn_array_free(outputs[j]); outputs[j] = NULL; }
-            return tn__err(TN_ERR_OOM, "%s: out of memory copying output %d: %s", f->name, i, tn_last_error());
-        }
-        outputs[i] = c;
-    }
-    for (int i = 0; i < f->n_outputs; i++) {
-        if (!f->out_borrow[i]) continue;
-        size_t at = (size_t)i * TN__RING + (size_t)(f->gen % TN__RING);
-        tn_array *b = &f->ring[at];
-        *b = *f->slotp[f->out_slot[i]];
-        /* an alias of a user's input or a shared value keeps that storage alive
-           (the user may free the input or set the shared value) */
-        tn__buffer_release(f->ring_ref[at]);
-        f->ring_ref[at] = NULL;
-        if (f->slots[f->out_slot[i]].phys < 0 && b->base) { tn__buffer_retain(b->base); f->ring_ref[at] = b->base; }
-        b->live_gen = &f->gen;
-        b->gen = f->gen;
-        outputs[i] = b;
-    }
-    return TN_OK;
-}
-
-static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs);
-
-/* One call at a time per function (an atomic flag, no lock on this path);
-   see "Threads" at the top of this file. */
-TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
-    if (!f) return tn__err(TN_ERR_NULL, "tn_call: function is NULL");
-    if (atomic_flag_test_and_set_explicit(&f->busy, memory_order_acquire))
-        return tn__err(TN_ERR_BUSY, "tn_call: function '%s' is running in another thread; a function takes one call at a time "
-                       "(compile one per thread to run them concurrently)", f->name);
-    tn__func_lock(f);
-    tn_result r = tn__call(f, inputs, outputs);
-    tn__func_unlock(f);
-    atomic_flag_clear_explicit(&f->busy, memory_order_release);
-    return r;
-}
-
-static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
-    const char *W = f->name;
-    if (f->n_inputs > 0 && !inputs)
-        return tn__err(TN_ERR_NUM_INPUTS, "%s: expects %d input%s but inputs is NULL", W, f->n_inputs, f->n_inputs == 1 ? "" : "s");
-    if (f->n_outputs > 0 && !outputs)
-        return tn__err(TN_ERR_NULL, "%s: outputs is NULL (it needs room for %d arrays)", W, f->n_outputs);
-    for (int i = 0; i < f->n_inputs; i++) {
-        tn_result r = tn__check_input(f, i, inputs[i]);
-        if (r != TN_OK) return r;
-    }
-    double t_call = f->prof ? tn__prof_begin_call(f, inputs) : 0, t_run = 0;
-    f->gen++;                        /* borrowed outputs of earlier calls are stale from here on */
-    tn__retired_release(f);
-    for (int i = 0; i < f->n_inputs; i++) f->slotp[f->in_slot[i]] = inputs[i];
-    for (int s = 0; s < f->n_slots; s++)
-        if (f->slots[s].kind == TN__SLOT_SHARED) f->slotp[s] = f->slots[s].user->value;
-    tn_result r;
-    if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
-    if (f->bfstate && (r = f->backend->func_enter(f->bfstate)) != TN_OK) return tn__err(r, "%s: %s", W, tn_last_error());
-    if ((r = tn__func_shared_order(f)) != TN_OK) return r;
-    if (f->prof) t_run = tn__prof_now();
-    if ((r = tn__run_steps(f)) != TN_OK) return r;
-    if (f->prof) t_run = tn__prof_now() - t_run;
-    if ((r = tn__make_outputs(f, outputs)) != TN_OK) return r;
-    if ((r = tn__apply_updates(f)) != TN_OK) {
-        for (int i = 0; i < f->n_outputs; i++) { if (!f->out_borrow[i]) tn_array_free(outputs[i]); outputs[i] = NULL; }
-        return r;
-    }
-    if (f->prof) tn__prof_end_call(f, t_call, t_run);
-    return TN_OK;
-}
-
-/* >>replay: CUDA graph capture and replay of a function's steps ------------ */
-/* When a function's shapes repeat, its whole sequence of device kernels is
-   captured once as a CUDA graph (tn_backend.replay_*) and then replayed: one
-   launch per call instead of one per kernel. A graph bakes in every pointer
-   and stride its kernels saw, so each call first probes: tn__steps assembles
-   every step's arrays as a run would (running the views, which only compute
-   strides) and notes each kernel operand's data pointer and strides in a
-   signature. A graph is replayed only when its signature is this call's
-   exactly. Updates swap buffers with their shared variables, so a training
-   step alternates between two signatures: a few are kept, least recently
-   used first out. A signature is captured the second time it is seen (its
-   first run compiled the kernels and sized their scratch, so nothing is
-   allocated under capture; the back end refuses allocations there).
-   Eligible: every step but the views runs on the device, no transfers (they
-   stage through host memory and wait), at least two kernels, every output
-   produced by a step borrowed (a copied output is a new buffer each call),
-   and none of cuda_graph=0, launch_blocking=1, profiling, mode=check. A
-   capture that fails (an op that synchronises or allocates) turns graphs off
-   for that function for good, silently (tn__replay_stats says why); that
-   call runs its kernels plainly. */
-
-#define TN__REPLAY_SLOTS 4          /* signatures remembered per function */
-#define TN__REPLAY_MISS_LIMIT 16    /* calls in a row with an unseen signature: off until the next plan */
-
-typedef struct tn__replay_entry {
-    uint64_t *sig;                 /* NULL: a free slot */
-    void *exec;                    /* NULL: seen once, not captured yet */
-    uint64_t used;                 /* LRU tick */
-} tn__replay_entry;
-
-enum { TN__REPLAY_UNKNOWN = 0, TN__REPLAY_ON, TN__REPLAY_PLAN_OFF, TN__REPLAY_OFF };
-
-typedef struct tn__replay_cache {
-    tn__replay_entry e[TN__REPLAY_SLOTS];
-    uint64_t *sig;                 /* this call's signature (the probe's) */
-    size_t n_sig, cap_sig;
-    uint64_t tick;
-    int state;                     /* TN__REPLAY_*: eligibility, decided at the first call after a plan */
-    int misses;
-    bool sig_overflow;
-    int64_t replays, captures;
-    char why[256];
-} tn__replay_cache;
-
-static void tn__replay_drop(tn_func *f) {
-    tn__replay_cache *gc = f->rcache;
-    if (!gc) return;
-    for (int i = 0; i < TN__REPLAY_SLOTS; i++) {
-        tn__replay_entry *e = &gc->e[i];
-        if (e->exec && f->backend && f->backend->replay_release) f->backend->replay_release(e->exec);
-        tn__free(e->sig);
-        memset(e, 0, sizeof *e);
-    }
-    gc->misses = 0;
-    if (gc->state != TN__REPLAY_OFF) { gc->state = TN__REPLAY_UNKNOWN; gc->why[0] = 0; }
-}
-
-static void tn__replay_free(tn_func *f) {
-    if (!f->rcache) return;
-    tn__replay_drop(f);
-    tn__free(f->rcache->sig);
-    tn__free(f->rcache);
-    f->rcache = NULL;
-}
-
-/* What keeps this call from using graphs whatever the function (NULL: nothing). */
-static const char *tn__replay_blocker(const tn_func *f) {
-    const tn_backend *b = f->backend;
-    const tn_config *c = tn_get_config();
-    if (!b || !b->replay_begin || !b->replay_end || !b->replay_launch || !b->replay_release) return "no device back end with CUDA graphs";
-    if (c->no_cuda_graph) return "cuda_graph=0";
-    if (c->launch_blocking) return "launch_blocking=1";
-    if (f->prof) return "profiled";
-    if (f->mode == TN_MODE_CHECK) return "mode=check";
-    return NULL;
-}
-
-/* Whether f's steps can be captured; else why not, in why. */
-static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
-    int kernels = 0;
-    char lb[160];
-    for (int k = 0; k < f->n_steps; k++) {
-        const tn__step *st = &f->steps[k];
-        if (st->view) continue;
-        const tn_var *v = st->node;
-        if (tn__op_kind(v->op) == TN_OPK_TRANSFER || v->device == TN_HOST || v->op == TN_OP_SCAN) {
-            tn__node_label(v, lb, sizeof lb);
-            snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
-                     tn__op_kind(v->op) == TN_OPK_TRANSFER ? "copies through host memory"
-                     : v->op == TN_OP_SCAN ? "walks its steps from the host (its step function may replay graphs)"
-                     : "runs on the host");
-            return false;
-        }
-        kernels++;
-    }
-    if (kernels < 2) { snprintf(why, cap, "%d device kernel%s: a graph saves nothing", kernels, kernels == 1 ? "" : "s"); return false; }
-    for (int i = 0; i < f->n_outputs; i++)
-        if (!f->out_borrow[i] && f->slots[f->out_slot[i]].kind == TN__SLOT_INTERNAL) {
-            snprintf(why, cap, "output %d is copied for the caller each call (borrow it to replay graphs)", i);
-            return false;
-        }
-    return true;
-}
-
-static tn__replay_cache *tn__replay_cache_get(tn_func *f) {
-    if (f->rcache) return f->rcache;
-    size_t cap = 1;
-    for (int k = 0; k < f->n_steps; k++) cap += (size_t)(f->steps[k].n_in + f->steps[k].n_out) * (1 + TN_MAX_DIMS);
-    tn__replay_cache *gc = (tn__replay_cache *)tn__calloc(1, sizeof *gc);
-    uint64_t *sig = (uint64_t *)tn__malloc(cap * sizeof *sig);
-    if (!gc || !sig) { tn__free(gc); tn__free(sig); return NULL; }
-    gc->sig = sig;
-    gc->cap_sig = cap;
-    return f->rcache = gc;
-}
-
-/* The probe: one kernel's operands into the signature. */
-static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
-    tn__replay_cache *gc = f->rcache;
-    if (st->view) return;
-    for (int i = 0; i < st->n_in + st->n_out; i++) {
-        const tn_array *a = i < st->n_in ? in[i] : out[i - st->n_in];
-        if (gc->n_sig + 1 + (size_t)a->ndim > gc->cap_sig) { gc->sig_overflow = true; return; }
-        gc->sig[gc->n_sig++] = (uint64_t)(uintptr_t)a->data;
-        for (int d = 0; d < a->ndim; d++) gc->sig[gc->n_sig++] = (uint64_t)a->strides[d];
-    }
-}
-
-static tn__replay_entry *tn__replay_find(tn__replay_cache *gc) {
-    for (int i = 0; i < TN__REPLAY_SLOTS; i++)
-        if (gc->e[i].sig && !memcmp(gc->e[i].sig, gc->sig, gc->n_sig * sizeof *gc->sig)) return &gc->e[i];
-    return NULL;
-}
-
-/* Remembers this call's signature as seen (not captured), evicting the least recently used. */
-static void tn__replay_remember(tn_func *f, tn__replay_cache *gc) {
-    tn__replay_entry *e = &gc->e[0];
-    for (int i = 0; i < TN__REPLAY_SLOTS; i++) {
-        if (!gc->e[i].sig) { e = &gc->e[i]; break; }
-        if (gc->e[i].used < e->used) e = &gc->e[i];
-    }
-    uint64_t *sig = e->sig ? e->sig : (uint64_t *)tn__malloc(gc->cap_sig * sizeof *sig);
-    if (!sig) return;                                 /* out of memory: simply not remembered */
-    if (e->exec) f->backend->replay_release(e->exec);
-    memcpy(sig, gc->sig, gc->n_sig * sizeof *sig);
-    e->sig = sig;
-    e->exec = NULL;
-    e->used = ++gc->tick;
-}
-
-static tn_result tn__replay_launch(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
-    e->used = ++gc->tick;
-    gc->misses = 0;
-    tn_result r = f->backend->replay_launch(e->exec);
-    return r == TN_OK ? TN_OK : tn__err(r, "%s: launching its CUDA graph: %s", f->name, tn_last_error());
-}
-
-/* Runs the steps under capture into e, then launches the graph. A step or
-   the capture failing turns graphs off for f; nothing ran on the device
-   then, so the steps run again plainly. */
-static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
-    const tn_backend *b = f->backend;
-    tn_result r = b->replay_begin();
-    if (r == TN_OK) {
-        r = tn__steps(f, TN__STEPS_RUN);
-        void *exec = NULL;
-        tn_result re = b->replay_end(r == TN_OK ? &exec : NULL);
-        if (r == TN_OK && re == TN_OK && exec) {
-            e->exec = exec;
-            gc->captures++;
-            return tn__replay_launch(f, gc, e);
-        }
-        if (r == TN_OK) r = re != TN_OK ? re : TN_ERR_INTERNAL;
-    }
-    tn__replay_drop(f);
-    gc->state = TN__REPLAY_OFF;
-    snprintf(gc->why, sizeof gc->why, "its capture failed (%.20s): %.200s", tn_result_string(r), tn_last_error());
-    tn_clear_error();
-    return tn__steps(f, TN__STEPS_RUN);
-}
-
-static tn_result tn__replay_run(tn_func *f) {
-    tn__replay_cache *gc = f->rcache;
-    if ((gc && gc->state >= TN__REPLAY_PLAN_OFF) || f->n_steps == 0 || tn__replay_blocker(f) || (!gc && !(gc = tn__replay_cache_get(f))))
-        return tn__steps(f, TN__STEPS_RUN);
-    if (gc->state == TN__REPLAY_UNKNOWN) {
-        gc->state = tn__replay_eligible(f, gc->why, sizeof gc->why) ? TN__REPLAY_ON : TN__REPLAY_PLAN_OFF;
-        if (gc->state != TN__REPLAY_ON) return tn__steps(f, TN__STEPS_RUN);
-    }
-    gc->n_sig = 0;
-    gc->sig_overflow = false;
-    tn_result r = tn__steps(f, TN__STEPS_PROBE);
-    if (r != TN_OK) return r;
-    TN_ASSERT(!gc->sig_overflow);
-    tn__replay_entry *e = gc->sig_overflow ? NULL : tn__replay_find(gc);
-    if (e && e->exec) { gc->replays++; return tn__replay_launch(f, gc, e); }
-    if (e) return tn__replay_capture(f, gc, e);
-    tn__replay_remember(f, gc);
-    if (++gc->misses >= TN__REPLAY_MISS_LIMIT) {
-        gc->state = TN__REPLAY_PLAN_OFF;
-        snprintf(gc->why, sizeof gc->why, "its kernels' pointers changed on %d calls in a row", gc->misses);
-    }
-    return tn__steps(f, TN__STEPS_RUN);
-}
-
-TN_API void tn__replay_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why) {
-    const tn__replay_cache *gc = f ? f->rcache : NULL;
-    const char *b = f ? tn__replay_blocker(f) : "no function";
-    if (replays) *replays = gc ? gc->replays : 0;
-    if (captures) *captures = gc ? gc->captures : 0;
-    if (why) *why = gc && gc->state >= TN__REPLAY_PLAN_OFF ? gc->why : b ? b : "";
-}
-
-/* >>check_mode ----------------------------------------------------------- */
-/* mode=check (Theano's DebugMode, for the device): each op that runs on the
-   device is run again through its CPU kernel on host copies of the same
-   inputs, and the outputs are compared. The first difference beyond the
-   output dtype's tolerance fails the call with TN_ERR_CHECK, naming the op,
-   its node, its inputs' types, the error and where. The inputs are copied
-   before the device kernel runs, since an inplace op overwrites one. The
-   error of an element is |device - cpu| / max(|cpu|, rms(cpu), floor): the
-   relative error, or for elements small next to the output's typical size
-   (sums that cancel) the error relative to that size. Slow by design: each
-   step waits for the device. Graph replay is off in this mode. */
-
-static bool tn__check_wanted(const tn_func *f, const tn__step *st) {
-    if (f->mode != TN_MODE_CHECK || st->view || st->node->device == TN_HOST || !st->def->cpu) return false;
-    return f->backend && st->brow && tn__op_kind(st->node->op) != TN_OPK_TRANSFER;
-}
-
-/* Tolerance of an output dtype (0: exact) and the smallest scale an error is measured against. */
-static double tn__check_tol(tn_dtype t, double *floor) {
-    switch (t) {
-    case TN_F16: *floor = 1e-3; return 1e-2;
-    case TN_F32: *floor = 1e-6; return 1e-4;
-    case TN_F64: *floor = 1e-12; return 1e-10;
-    default: *floor = 0; return 0;
-    }
-}
-
-typedef struct tn__check_diff { double err, dev, cpu; int64_t at; } tn__check_diff;
-
-/* The worst element of dev against ref (same shape): float dtypes through
-   float64, the others exactly through int64. */
-static tn_result tn__check_compare(const tn_array *dev, const tn_array *ref, tn__check_diff *w) {
-    bool fl = tn_dtype_is_float(ref->dtype);
-    tn_array *a = tn_array_astype(dev, fl ? TN_F64 : TN_I64), *c = a ? tn_array_astype(ref, fl ? TN_F64 : TN_I64) : NULL;
-    if (!a || !c) { tn_array_free(a); return tn_last_result() ? tn_last_result() : TN_ERR_OOM; }
-    int64_t n = tn_array_size(c);
-    memset(w, 0, sizeof *w);
-    w->at = -1;
-    if (fl) {
-        const double *d = (const double *)a->data, *x = (const double *)c->data;
-        double floor, ss = 0;
-        tn__check_tol(ref->dtype, &floor);
-        int64_t finite = 0;
-        for (int64_t i = 0; i < n; i++) if (isfinite(x[i])) { ss += x[i] * x[i]; finite++; }
-        double rms = finite ? sqrt(ss / (double)finite) : 0;
-        for (int64_t i = 0; i < n; i++) {
-            double e;
-            if (isnan(x[i]) || isnan(d[i])) e = isnan(x[i]) && isnan(d[i]) ? 0 : INFINITY;
-            else if (isinf(x[i]) || isinf(d[i])) e = x[i] == d[i] ? 0 : INFINITY;
-            else e = fabs(d[i] - x[i]) / fmax(fmax(fabs(x[i]), rms), floor);
-            if (e > w->err || (w->at < 0 && e > 0)) { w->err = e; w->dev = d[i]; w->cpu = x[i]; w->at = i; }
-        }
-    } else {
-        const int64_t *d = (const int64_t *)a->data, *x = (const int64_t *)c->data;
-        for (int64_t i = 0; i < n; i++)
-            if (d[i] != x[i]) {
-                double e = fabs((double)d[i] - (double)x[i]);
-                if (e > w->err || w->at < 0) { w->err = e ? e : 1; w->dev = (double)d[i]; w->cpu = (double)x[i]; w->at = i; }
-            }
-    }
-    tn_array_free(a);
-    tn_array_free(c);
-    return TN_OK;
-}
-
-static tn_result tn__check_report(const tn__step *st, tn_array *const *in, const tn_array *o, int k, const tn__check_diff *w, double tol) {
-    char ins[480], where[128], sb[128];
-    int64_t idx[TN_MAX_DIMS], rest = w->at;
-    for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = o->shape[d] ? rest % o->shape[d] : 0; rest = o->shape[d] ? rest / o->shape[d] : 0; }
-    tn__shape_str(o->ndim, idx, where);
-    size_t n = 0;
-    ins[0] = 0;
-    for (int i = 0; i < st->n_in && n < sizeof ins - 1; i++)
-        n += (size_t)snprintf(ins + n, sizeof ins - n, "%s%s %s", i ? ", " : "", tn_dtype_name(in[i]->dtype),
-                              tn__shape_str(in[i]->ndim, in[i]->shape, sb));
-    /* tn__steps prefixes the function and the op's label */
-    return tn__err(TN_ERR_CHECK, "mode=check: node %d differs from its CPU reference: output %d (%s %s) at %s: "
-                   "device %.9g, CPU %.9g (error %.3g, tolerance %.3g); inputs: %s",
-                   st->node->id, k, tn_dtype_name(o->dtype), tn__shape_str(o->ndim, o->shape, sb), where, w->dev, w->cpu,
-                   w->err, tol, st->n_in ? ins : "none");
-}
-
-/* Runs one device step, then its CPU kernel on host copies, and compares. */
-static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
-    (void)f;
-    tn_var *v = st->node;
-    int ni = st->n_in, no = st->n_out;
-    tn_array **h = (tn_array **)tn__calloc((size_t)(ni + no) + 1, sizeof *h), **hout = h ? h + ni : NULL;
-    if (!h) return tn__err(TN_ERR_OOM, "mode=check: out of memory");
-    tn_result r = TN_OK;
-    char lb[256];
-    for (int i = 0; i < ni && r == TN_OK; i++)
-        if (!(h[i] = tn_array_to_host(in[i]))) r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "mode=check: copying input %d to the host: %s", i, tn_last_error());
-    if (r == TN_OK) r = st->brow->run(v, st->bstate, in, out);
-    for (int o = 0; o < no && r == TN_OK; o++)
-        if (!(hout[o] = tn__array_alloc(out[o]->dtype, out[o]->ndim, out[o]->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "mode=check: out of memory");
-    if (r == TN_OK && (r = st->def->cpu(v, h, hout)) != TN_OK) {
-        tn__node_label(v, lb, sizeof lb);
-        r = tn__err(r, "mode=check: the CPU reference of %s (node %d) failed: %s", lb, v->id, tn_last_error());
-    }
-    for (int o = 0; o < no && r == TN_OK; o++) {
-        tn__check_diff w;
-        double floor, tol = tn__check_tol(out[o]->dtype, &floor);
-        if ((r = tn__check_compare(out[o], hout[o], &w)) != TN_OK) r = tn__err(r, "mode=check: comparing output %d: %s", o, tn_last_error());
-        else if (w.at >= 0 && !(w.err <= tol)) r = tn__check_report(st, in, out[o], o, &w, tol);
-    }
-    for (int i = 0; i < ni + no; i++) tn_array_free(h[i]);
-    tn__free(h);
-    return r;
-}
+/* Defined with the executor and the debugprint further down, used before. */
+static void tn__func_share_stream(tn_func *f);
+static void tn__node_label(const tn_var *v, char *buf, size_t cap);
 
 /* >>leaf_ops ----------------------------------------------------------- */
 
@@ -4262,178 +3048,6 @@ TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, in
     return tn_call(f, inputs, outputs);
 }
 
-/* >>debugprint --------------------------------------------------------- */
-
-/* Theano's ids: A..Z, then BA, BB, ... (base 26, A is 0). */
-static void tn__id_str(int n, char *buf) {
-    char tmp[16];
-    int k = 0;
-    do { tmp[k++] = (char)('A' + n % 26); n /= 26; } while (n > 0);
-    for (int i = 0; i < k; i++) buf[i] = tmp[k - 1 - i];
-    buf[k] = 0;
-}
-
-typedef struct tn__printer {
-    FILE *out;
-    int *ids;            /* by var id: print id, or -1 */
-    int next_id;
-    const int *topo;     /* by var id: step index, or -1 (functions only) */
-    int nvars;
-    char *prefix;
-    size_t cap;
-    const char *lead;    /* printed before every line: " >" for an inner graph */
-} tn__printer;
-
-/* A scan's inner graph prints after the main one, as Theano's "Inner graphs
-   of the scan ops:" (the >>scan_debugprint section). compiled: the roots
-   belong to a compiled function, whose scans print their compiled steps. */
-static tn_result tn__scan_print_inners(tn__printer *pr, tn_var *const *roots, int n_roots, bool compiled);
-
-static bool tn__is_apply(const tn_var *v) { return tn__op_kind(v->op) != TN_OPK_LEAF; }
-
-/* children as printed: a PROJ shows its source's inputs */
-static int tn__print_nchildren(const tn_var *v) {
-    if (v->op == TN_OP_PROJ && v->n_in == 1) return v->in[0]->n_in;
-    return tn__is_apply(v) ? v->n_in : 0;
-}
-static tn_var *tn__print_child(const tn_var *v, int i) {
-    return v->op == TN_OP_PROJ ? v->in[0]->in[i] : v->in[i];
-}
-
-/* Prints one line; returns whether the var's inputs should follow. */
-static bool tn__print_line(tn__printer *pr, const tn_var *v, size_t plen, bool child) {
-    char lb[512], idb[16], tb[160];
-    tn__node_label(v, lb, sizeof lb);
-    bool first = v->id >= 0 && v->id < pr->nvars && pr->ids[v->id] < 0;
-    if (first) pr->ids[v->id] = pr->next_id++;
-    tn__id_str(v->id >= 0 && v->id < pr->nvars ? pr->ids[v->id] : 0, idb);
-    fprintf(pr->out, "%s%.*s%s%s [id %s] <%s>", pr->lead ? pr->lead : "", (int)plen, pr->prefix, child ? " |" : "", lb, idb,
-            tn__type_str(&v->type, tb));
-    if (tn__is_apply(v)) {
-        fprintf(pr->out, " '%s'   ", v->name ? v->name : "");
-        if (pr->topo) {
-            const tn_var *src = v->op == TN_OP_PROJ ? v->in[0] : v;
-            if (src->id >= 0 && src->id < pr->nvars && pr->topo[src->id] >= 0) fprintf(pr->out, "%d", pr->topo[src->id]);
-        }
-    }
-    fputc('\n', pr->out);
-    return first && tn__print_nchildren(v) > 0;
-}
-
-static bool tn__prefix_reserve(tn__printer *pr, size_t n) {
-    if (n <= pr->cap) return true;
-    size_t cap = pr->cap ? pr->cap * 2 : 256;
-    while (cap < n) cap *= 2;
-    char *b = (char *)tn__realloc(pr->prefix, cap);
-    if (!b) return false;
-    pr->prefix = b; pr->cap = cap;
-    return true;
-}
-
-/* One tree, iteratively (graphs may be deep). */
-static tn_result tn__print_tree(tn__printer *pr, const tn_var *root) {
-    struct tn__pframe { const tn_var *v; int next; size_t plen; } *stack = NULL;
-    int sp = 0, cap = 0;
-    if (!tn__print_line(pr, root, 0, false)) return TN_OK;
-    cap = 64;
-    if (!(stack = (struct tn__pframe *)tn__malloc((size_t)cap * sizeof *stack))) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
-    stack[sp++] = (struct tn__pframe){ root, 0, 0 };
-    while (sp > 0) {
-        struct tn__pframe *fr = &stack[sp - 1];
-        int n = tn__print_nchildren(fr->v);
-        if (fr->next >= n) { sp--; continue; }
-        int i = fr->next++;
-        const tn_var *c = tn__print_child(fr->v, i);
-        size_t plen = fr->plen;
-        if (!c) { fprintf(pr->out, "%s%.*s |NULL\n", pr->lead ? pr->lead : "", (int)plen, pr->prefix); continue; }
-        if (!tn__print_line(pr, c, plen, true)) continue;
-        if (!tn__prefix_reserve(pr, plen + 3)) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
-        memcpy(pr->prefix + plen, i == n - 1 ? "  " : " |", 2);
-        if (sp == cap) {
-            struct tn__pframe *ns = (struct tn__pframe *)tn__grow(stack, &cap, sp + 1, 64, sizeof *stack);
-            if (!ns) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
-            stack = ns;
-        }
-        stack[sp++] = (struct tn__pframe){ c, 0, plen + 2 };
-    }
-    tn__free(stack);
-    return TN_OK;
-}
-
-static tn_result tn__printer_init(tn__printer *pr, FILE *out, int nvars) {
-    memset(pr, 0, sizeof *pr);
-    pr->out = out;
-    pr->nvars = nvars;
-    pr->ids = (int *)tn__malloc(((size_t)nvars + 1) * sizeof *pr->ids);
-    if (!pr->ids || !tn__prefix_reserve(pr, 256)) { tn__free(pr->ids); tn__free(pr->prefix); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
-    for (int i = 0; i < nvars; i++) pr->ids[i] = -1;
-    return TN_OK;
-}
-
-static void tn__printer_free(tn__printer *pr) { tn__free(pr->ids); tn__free(pr->prefix); }
-
-TN_API tn_result tn_debugprint(const tn_var *v, FILE *out) {
-    if (!v) return tn__err(TN_ERR_NULL, "tn_debugprint: variable is NULL");
-    if (!out) return tn__err(TN_ERR_NULL, "tn_debugprint: out is NULL");
-    tn__printer pr;
-    tn_result r = tn__printer_init(&pr, out, v->graph ? v->graph->nvars : 0);
-    if (r != TN_OK) return r;
-    r = tn__print_tree(&pr, v);
-    tn_var *root = (tn_var *)v;
-    if (r == TN_OK) r = tn__scan_print_inners(&pr, &root, 1, false);
-    tn__printer_free(&pr);
-    return r;
-}
-
-TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out) {
-    if (!f) return tn__err(TN_ERR_NULL, "tn_debugprint_function: function is NULL");
-    if (!out) return tn__err(TN_ERR_NULL, "tn_debugprint_function: out is NULL");
-    tn__printer pr;
-    int nv = f->fg->nvars;
-    tn_result r = tn__printer_init(&pr, out, nv);
-    if (r != TN_OK) return r;
-    int *topo = (int *)tn__malloc(((size_t)nv + 1) * sizeof *topo);
-    if (!topo) { tn__printer_free(&pr); return tn__err(TN_ERR_OOM, "tn_debugprint_function: out of memory"); }
-    for (int i = 0; i < nv; i++) topo[i] = -1;
-    for (int k = 0; k < f->n_steps; k++) topo[f->steps[k].node->id] = k;
-    pr.topo = topo;
-    for (int i = 0; i < f->n_roots && r == TN_OK; i++) {
-        if (i >= f->n_outputs) fprintf(out, "update of %s:\n", tn__var_label_name(f->upd_user[i - f->n_outputs]));
-        r = tn__print_tree(&pr, f->roots[i]);
-    }
-    if (r == TN_OK) r = tn__scan_print_inners(&pr, f->roots, f->n_roots, true);
-    tn__free(topo);
-    tn__printer_free(&pr);
-    return r;
-}
-
-/* How an input reads in an apply's text: name, constant, or producer.k */
-static void tn__apply_arg_str(const tn_var *v, char *buf, size_t cap) {
-    if (v->name) { snprintf(buf, cap, "%s", v->name); return; }
-    tn__node_label(v, buf, cap);
-    if (tn__is_apply(v) && v->op != TN_OP_PROJ) {
-        size_t n = strlen(buf);
-        if (n + 3 < cap) memcpy(buf + n, ".0", 3);
-    }
-}
-
-TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
-    if (!f) return tn__err(TN_ERR_NULL, "tn_print_toposort: function is NULL");
-    if (!out) return tn__err(TN_ERR_NULL, "tn_print_toposort: out is NULL");
-    char lb[512], ab[512];
-    for (int k = 0; k < f->n_steps; k++) {
-        const tn_var *v = f->steps[k].node;
-        tn__node_label(v, lb, sizeof lb);
-        fprintf(out, "%s(", lb);
-        for (int i = 0; i < v->n_in; i++) {
-            tn__apply_arg_str(v->in[i], ab, sizeof ab);
-            fprintf(out, "%s%s", i ? ", " : "", ab);
-        }
-        fputs(")\n", out);
-    }
-    return TN_OK;
-}
-
 /* >>graph_rows: this part's rows of the op table (the >>ops_table section) */
 /* Leaves hold values and a PROJ reads its source's output: no kernels. Only a
    scan's outputs have gradients through their PROJ (the >>scan_grad section). */
@@ -4446,6 +3060,1460 @@ TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
                        .flags = TN_OPF_NO_KERNEL }, \
     [TN_OP_PROJ] = { .name = "Proj", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__infer_proj, .label = tn__label_proj, \
                      .vjp = tn__scan_proj_vjp, .flags = TN_OPF_NO_KERNEL },
+
+/* >>grad_helpers ====================================================== */
+/* What the gradient rules of many ops share (the rules
+   themselves live with their ops in tensor_ops.h, reached through the op
+   table's vjp and jvp; the drivers are the >>grad section). Gradients are
+   built with the public constructors, in the graph of the node. */
+
+static const char *tn__gname(const tn_var *v, char buf[64]) {
+    if (v && v->name) return v->name;
+    snprintf(buf, 64, "<unnamed var %d>", v ? v->id : -1);
+    return buf;
+}
+
+/* A failed constructor's error, or an internal one naming the node. */
+static tn_result tn__gfail(const char *what, const tn_var *node) {
+    char nb[64];
+    tn_result r = tn_last_result();
+    if (r != TN_OK) return r;
+    return tn__err(TN_ERR_INTERNAL, "tn_grad: building the gradient of %s node '%s' failed", what, tn__gname(node, nb));
+}
+
+/* A 0-d constant of dtype t (a weak literal cast once; folded at compile). */
+static tn_var *tn__glit(tn_var *like, tn_dtype t, double v) {
+    tn_var *c = tn_lit(like, v);
+    return c && c->type.dtype != t ? tn_cast(c, t) : c;
+}
+static tn_var *tn__gzeros_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 0.0)) : NULL; }
+static tn_var *tn__gones_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 1.0)) : NULL; }
+static tn_var *tn__gmask(tn_var *cond, tn_var *g) { return tn_where(cond, g, tn_lit(g, 0.0)); }
+static tn_var *tn__gscale(tn_var *g, double s) { return !g || s == 1.0 ? g : tn_mul(g, tn_lit(g, s)); }
+static tn_var *tn__gadd(tn_var *a, tn_var *b) { return !a ? b : !b ? a : tn_add(a, b); }
+
+/* The same op and params applied to new inputs (linear ops: their own JVP). */
+static tn_var *tn__gclone(tn_var *node, tn_var *const *ins) {
+    return tn__node(node->graph, node->op, node->n_in, ins, &node->p, NULL, "tn_rop");
+}
+
+static bool tn__gtype_same_bcast(const tn_type *a, const tn_type *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if ((a->shape[d] == 1) != (b->shape[d] == 1)) return false;
+    return true;
+}
+
+/* g, of a shape that broadcasts to x's, broadcast to x's full shape. */
+static tn_var *tn__gbcast_like(tn_var *g, tn_var *x) {
+    if (!g || !x) return NULL;
+    if (tn__gtype_same_bcast(&g->type, &x->type)) return g;
+    return tn_fill(x, g);
+}
+
+/* Sums g (the gradient of a value that t broadcast into) back to type t: over
+   the leading dims t lacks, and with keepdims over the dims where t is 1 and
+   g is not; then casts to t's dtype. */
+static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
+    if (!g) return NULL;
+    int lead = g->type.ndim - t->ndim, ax[TN_MAX_DIMS], na = 0;
+    if (lead < 0) {   /* a smaller gradient: give it t's rank ('x' dims in front) */
+        int pat[TN_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++) pat[d] = d < -lead ? -1 : d + lead;
+        g = tn_dimshuffle(g, t->ndim, pat);
+        if (!g) return NULL;
+        lead = 0;
+    }
+    for (int d = 0; d < t->ndim; d++)
+        if ((t->bcast[d] || t->shape[d] == 1) && g->type.shape[lead + d] != 1) ax[na++] = lead + d;
+    if (na) g = tn_sum(g, ax, na, true);
+    if (g && lead) {
+        for (int d = 0; d < lead; d++) ax[d] = d;
+        g = tn_sum(g, ax, lead, false);
+    }
+    if (g && g->type.dtype != t->dtype) g = tn_cast(g, t->dtype);
+    return g;
+}
+
+/* >>ops: the op catalogue's bodies live in tensor_ops.h */
+#define TENSOR_OPS_IMPLEMENTATION_HERE
+#include "tensor_ops.h"
+/* >>transfer ========================================================== */
+/* Host <-> device copy ops.
+
+   GPU_FROM_HOST and HOST_FROM_GPU are ordinary nodes, so placement can insert
+   and cancel them, the profiler times them and debugprint shows them as
+   Theano does. Device placement (node->device) decides where the output
+   lives: the executor allocates it there. GPU_FROM_HOST on the device runs
+   through the back end (tn_backend.run); HOST_FROM_GPU is a host node whose
+   kernel asks the back end for a staged, stream-ordered copy (tn_device_ops.d2h),
+   or falls back to the device ops' blocking copy. Without a back end both
+   are host copies, so a graph that asks for a device result still runs. */
+
+static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_type *out) {
+    (void)node;
+    *out = in[0];
+    return TN_OK;
+}
+
+/* Host kernel of both ops: a copy into out[0] (converting nothing: same type). */
+static tn_result tn__cpu_transfer(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_device_ops *ops = tn__lib.device_ops;
+    if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && ops && ops->d2h)
+        return ops->d2h(node, in[0], out[0]);
+    return tn_array_assign(out[0], in[0]);
+}
+
+static void tn__label_gpu_from_host(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "GpuFromHost<None>"); }
+static void tn__label_host_from_gpu(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "HostFromGpu(gpuarray)"); }
+
+static tn_var *tn__transfer_node(tn_var *x, int op, const char *who) {
+    if (!x) {
+        if (tn_last_result() == TN_OK) tn__err(TN_ERR_NULL, "%s: x is NULL", who);
+        return NULL;
+    }
+    return tn__node(x->graph, op, 1, &x, NULL, NULL, who);
+}
+
+TN_API tn_var *tn_gpu_from_host(tn_var *x) { return tn__transfer_node(x, TN_OP_GPU_FROM_HOST, "tn_gpu_from_host"); }
+TN_API tn_var *tn_host_from_gpu(tn_var *x) { return tn__transfer_node(x, TN_OP_HOST_FROM_GPU, "tn_host_from_gpu"); }
+
+/* A copy: the gradient passes unchanged (its own placement is the optimizer's
+   business), and so does a tangent (TN_OPF_LINEAR). */
+static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)node; (void)need;
+    gin[0] = g;
+    return TN_OK;
+}
+
+/* >>transfer_rows: this part's rows of the op table (the >>ops_table section) */
+#define TN__TRANSFER_OP_ROWS \
+    [TN_OP_GPU_FROM_HOST] = { .name = "GpuFromHost", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
+                              .cpu = tn__cpu_transfer, .label = tn__label_gpu_from_host, .vjp = tn__transfer_vjp, \
+                              .flags = TN_OPF_LINEAR }, \
+    [TN_OP_HOST_FROM_GPU] = { .name = "HostFromGpu", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
+                              .cpu = tn__cpu_transfer, .label = tn__label_host_from_gpu, .vjp = tn__transfer_vjp, \
+                              .flags = TN_OPF_LINEAR },
+
+/* >>custom ============================================================ */
+/* User ops, CPU side. A CUSTOM node's ext is an arena copy of the
+   user's tn_custom_op (strings copied too), so the user's description may be
+   a stack temporary. The GPU side (NVRTC compile and launch of cuda_source)
+   is the >>cuda_custom section, included by tensor_cuda.h. */
+
+#define TN__CUSTOM_WHY 512
+
+static const tn_custom_op *tn__custom_op(const tn_var *node) {
+    return node && node->op == TN_OP_CUSTOM ? (const tn_custom_op *)node->ext : NULL;
+}
+
+TN_API const tn_custom_op *tn_custom_of(const tn_var *node) { return tn__custom_op(node); }
+
+static int tn__custom_nout(const tn_custom_op *op) { return op->n_outputs > 0 ? op->n_outputs : 1; }
+
+static tn_result tn__custom_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const tn_custom_op *op = tn__custom_op(node);
+    if (!op) return tn__err(TN_ERR_INTERNAL, "tn_custom: node %d carries no op description", node->id);
+    char why[TN__CUSTOM_WHY] = "";
+    int nout = tn__custom_nout(op);
+    for (int k = 0; k < nout; k++) out[k] = (tn_type){ TN_DTYPE_NONE, 0, {0}, {0} };
+    tn_result r = op->infer(op, in, out, why, sizeof why);
+    if (r != TN_OK)
+        return tn__err(r, "tn_custom: op '%s': type rule failed: %s", op->name, why[0] ? why : tn_result_string(r));
+    for (int k = 0; k < nout; k++) {
+        const tn_type *t = &out[k];
+        if (t->dtype <= TN_DTYPE_NONE || t->dtype >= TN_DTYPE_COUNT || t->ndim < 0 || t->ndim > TN_MAX_DIMS)
+            return tn__err(TN_ERR_INVALID, "tn_custom: op '%s': type rule gave output %d an invalid type (dtype %d, ndim %d)",
+                           op->name, k, (int)t->dtype, t->ndim);
+        for (int d = 0; d < t->ndim; d++)
+            if (t->shape[d] < -1)
+                return tn__err(TN_ERR_INVALID, "tn_custom: op '%s': type rule gave output %d dim %d the size %lld",
+                               op->name, k, d, (long long)t->shape[d]);
+    }
+    return TN_OK;
+}
+
+/* Inputs a user function reads are contiguous host arrays: strided views are
+   copied first (only then does a call allocate). */
+static tn_result tn__custom_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_custom_op *op = tn__custom_op(node);
+    if (!op) return tn__err(TN_ERR_INTERNAL, "tn_custom: node %d carries no op description", node->id);
+    if (!op->cpu)
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_custom: op '%s' has no CPU function (cpu is NULL) and no GPU is in use", op->name);
+    tn_array *stack_in[8], **cin = stack_in, *copies[8] = {0}, **cp = copies;
+    int n = node->n_in;
+    if (n > 8) {
+        cin = (tn_array **)tn__calloc((size_t)n, sizeof *cin);
+        cp = (tn_array **)tn__calloc((size_t)n, sizeof *cp);
+        if (!cin || !cp) { tn__free(cin); tn__free(cp); return tn__err(TN_ERR_OOM, "tn_custom: op '%s': out of memory", op->name); }
+    }
+    tn_result r = TN_OK;
+    for (int i = 0; i < n && r == TN_OK; i++) {
+        cin[i] = in[i];
+        if (in[i]->device != TN_HOST || !tn_array_is_contiguous(in[i])) {
+            if (!(cp[i] = tn_array_copy(in[i]))) r = tn__err(TN_ERR_OOM, "tn_custom: op '%s': copying input %d: %s", op->name, i, tn_last_error());
+            cin[i] = cp[i];
+        }
+    }
+    if (r == TN_OK) {
+        char why[TN__CUSTOM_WHY] = "";
+        r = op->cpu(op, cin, out, why, sizeof why);
+        if (r != TN_OK) r = tn__err(r, "tn_custom: op '%s': CPU function failed: %s", op->name, why[0] ? why : tn_result_string(r));
+    }
+    for (int i = 0; i < n; i++) tn_array_free(cp[i]);
+    if (cin != stack_in) { tn__free(cin); tn__free(cp); }
+    return r;
+}
+
+static void tn__custom_label(const tn_var *node, char *buf, size_t cap) {
+    const tn_custom_op *op = tn__custom_op(node);
+    snprintf(buf, cap, "Custom{%s}", op && op->name ? op->name : "?");
+}
+
+/* Arena copy of the description: the user's may be a temporary. */
+static tn_custom_op *tn__custom_copy(tn_graph *g, const tn_custom_op *op) {
+    tn_custom_op *c = (tn_custom_op *)tn__graph_alloc(g, sizeof *c);
+    if (!c) return NULL;
+    *c = *op;
+    if (!(c->name = tn__graph_strdup(g, op->name))) return NULL;
+    if (op->cuda_source && !(c->cuda_source = tn__graph_strdup(g, op->cuda_source))) return NULL;
+    if (op->cuda_kernel && !(c->cuda_kernel = tn__graph_strdup(g, op->cuda_kernel))) return NULL;
+    return c;
+}
+
+TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in, tn_var **outs) {
+    const char *W = "tn_custom";
+    if (!op) return tn__err(TN_ERR_NULL, "%s: op is NULL", W);
+    if (!outs) return tn__err(TN_ERR_NULL, "%s: op '%s': outs is NULL", W, op->name ? op->name : "?");
+    if (!op->name || !op->name[0]) return tn__err(TN_ERR_INVALID, "%s: op has no name", W);
+    if (!op->infer) return tn__err(TN_ERR_NULL, "%s: op '%s' has no type rule (infer is NULL)", W, op->name);
+    if (!op->cpu && !(op->cuda_source && op->cuda_kernel))
+        return tn__err(TN_ERR_INVALID, "%s: op '%s' has neither a CPU function nor CUDA source and kernel name", W, op->name);
+    if ((op->cuda_source == NULL) != (op->cuda_kernel == NULL))
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': cuda_source and cuda_kernel go together", W, op->name);
+    if (n < 0 || (n > 0 && !in)) return tn__err(TN_ERR_NULL, "%s: op '%s': inputs are NULL", W, op->name);
+    if (op->n_inputs >= 0 && n != op->n_inputs)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: op '%s' takes %d input%s, got %d", W, op->name, op->n_inputs, op->n_inputs == 1 ? "" : "s", n);
+    if (op->n_outputs < 0) return tn__err(TN_ERR_INVALID, "%s: op '%s': n_outputs is %d", W, op->name, op->n_outputs);
+    for (int i = 0; i < n; i++)
+        if (!in[i]) return tn__err(TN_ERR_NULL, "%s: op '%s': input %d is NULL (did an earlier call fail? %s)", W, op->name, i, tn_last_error());
+    if (!g) g = n > 0 ? in[0]->graph : NULL;
+    if (!g) return tn__err(TN_ERR_NULL, "%s: op '%s' has no inputs: pass its graph", W, op->name);
+    tn_custom_op *c = tn__custom_copy(g, op);
+    if (!c) return tn__err(TN_ERR_OOM, "%s: op '%s': out of memory", W, op->name);
+    int nout = tn__custom_nout(op);
+    tn_var *v = tn__node_multi(g, TN_OP_CUSTOM, n, in, NULL, c, nout, W);
+    if (!v) return tn_last_result();
+    if (nout == 1) { outs[0] = v; return TN_OK; }
+    for (int k = 0; k < nout; k++)
+        if (!(outs[k] = tn__proj(v, k))) return tn_last_result();
+    return TN_OK;
+}
+
+TN_API tn_var *tn_custom(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in) {
+    if (op && op->n_outputs > 1) {
+        tn__err(TN_ERR_INVALID, "tn_custom: op '%s' has %d outputs: use tn_custom_multi", op->name ? op->name : "?", op->n_outputs);
+        return NULL;
+    }
+    tn_var *out = NULL;
+    return tn_custom_multi(g, op, n, in, &out) == TN_OK ? out : NULL;
+}
+
+/* A user op has no derivative: tn_custom_op describes none. */
+static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)g; (void)need; (void)gin;
+    const tn_custom_op *op = tn__custom_op(node);
+    char nb[64];
+    return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: custom op '%s' (node '%s') has no gradient rule: a tn_custom_op has "
+                   "no derivative (wrap it in tn_stop_gradient or pass it in consider_constant to treat it as a constant)",
+                   op && op->name ? op->name : "?", tn__gname(node, nb));
+}
+
+/* >>custom_rows: this part's rows of the op table (the >>ops_table section) */
+#define TN__CUSTOM_OP_ROWS \
+    [TN_OP_CUSTOM] = { .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
+                       .label = tn__custom_label, .vjp = tn__custom_vjp },
+
+/* >>scan ============================================================== */
+/* Loops inside the graph (Theano's scan), with taps, updates and
+   back-propagation through time.
+
+   tn_scan calls the user's step callback once, on placeholders (INPUT nodes
+   of the user's own graph, created after everything the step may read), and
+   compiles the step's outputs with tn_function, so the step goes through the
+   same optimizer and back end as any function. One SCAN node then stands for
+   the whole loop; its CPU kernel runs the compiled step once per step:
+
+   - sequences are read as row views (no copies), go_backwards maps row r to
+     L-1-r; a sequence with taps {a_j} gives L - (max(0,max a) - min(0,min a))
+     steps, and at step t tap a reads row t + a - min(0, min a) (Theano's rule);
+   - an output with taps keeps its history in its stacked result: the node's
+     output k is the buffer of init_len + T rows (the initial rows first), a
+     tap -j at step t reads row init_len + t - j, and step t writes row
+     init_len + t; tn_scan returns the rows after the initial ones as a view;
+   - an update (a non_sequence that is a shared variable, given a new value by
+     the step) is a state carried between steps in two scratch buffers; the
+     node's output is its last value, returned as a tn_update.
+   Nothing is allocated per step in a steady loop: the step's inputs are
+   preallocated view structs whose data pointers move, its outputs are
+   borrowed and copied into the stacked buffers.
+
+   Free variables: anything of the user's graph the step reads that is not
+   one of its placeholders (a shared weight, an outer input, an outer
+   expression) is captured as an implicit non_sequence. Hoisting: a step
+   expression that depends only on non_sequences (and constants) is computed
+   once outside the loop and fed in as a non_sequence. Both are done by
+   rebuilding the loop-variant part of the step after new placeholders.
+
+   The gradient is a second SCAN node (ext->bwd) that runs backwards over the
+   stored outputs with an inner function built by tn_grad on the step (known
+   gradients of the step's outputs), accumulating d(sequences), d(init rows)
+   and d(non_sequences); truncate_gradient bounds how many steps it runs.
+
+   Lifetime: a scan's compiled step lives in a registry (not in the graph
+   arena, which has no destructors); tn__scan_release_graph(g) frees the
+   scans of g and should be called from tn_graph_free (see the report). */
+
+#include <string.h>
+#include <pthread.h>
+
+typedef struct tn__scan tn__scan;
+struct tn__scan {
+    tn__scan *next;              /* registry */
+    tn_graph *g;
+    char name[64];
+    bool bwd;                    /* the gradient op of fwd */
+    tn__scan *fwd;               /* bwd: its forward scan */
+    tn__scan *grad;              /* fwd: its gradient scan, built at the first tn_grad */
+    int n_seq, n_out, n_ns, n_upd, n_init;
+    int *seq_nt, *seq_off, *seq_lo, *seq_hi;   /* taps of sequence i: tap[seq_off[i] + j] */
+    int *out_nt, *out_off, *out_len0;          /* taps of output k: tap[out_off[k] + j] */
+    bool *out_stacked;           /* the init has a leading time dim (else it is the state) */
+    int *init_in;                /* output k -> node input of its init, or -1 */
+    int *tap;
+    int *ns_upd;                 /* non_sequence i -> update index, or -1 */
+    int *upd_ns;                 /* update u -> non_sequence index */
+    int64_t n_steps;             /* -1: from the sequences */
+    bool backwards;
+    int64_t truncate;            /* 0: every step */
+    int n_ph;                    /* placeholders: sequence taps, output taps, non_sequences (bwd: + gradients of outputs) */
+    tn_var **ph;
+    int n_res;                   /* results: outputs, then update values (bwd: gradients of fwd's float placeholders) */
+    tn_var **res;
+    int *res_ph;                 /* bwd: result r is the gradient of fwd placeholder res_ph[r] */
+    int *g_of_out;               /* bwd: output k -> its gradient placeholder, or -1 (not float) */
+    int n_inner;                 /* step nodes in topological order, for concrete type inference */
+    tn_var **inner;
+    int *inner_in;               /* per inner node, per input: -1-ph, an inner index, or INT32_MAX (a leaf: its own type) */
+    int *inner_in_off;
+    int *inner_t_off;            /* first type of inner node i in the type table (n_out of them) */
+    int n_types;
+    tn_func *fn;
+    tn_func *dfn;                /* the step for a device loop: device placeholders and results (NULL: none) */
+    tn_array *args;              /* n_ph view structs fed to fn */
+    tn_array **argp;
+    tn_array **resp;
+    tn_var **gpend;              /* fwd, during tn_grad: gradients reaching each output through PROJ */
+};
+
+static pthread_mutex_t tn__scan_lock = PTHREAD_MUTEX_INITIALIZER;
+static tn__scan *tn__scan_list;
+
+static void tn__scan_free_one(tn__scan *s) {
+    if (!s) return;
+    tn_function_free(s->fn);
+    tn_function_free(s->dfn);
+    void *arrs[] = { s->seq_nt, s->seq_off, s->seq_lo, s->seq_hi, s->out_nt, s->out_off, s->out_len0, s->out_stacked,
+                     s->init_in, s->tap, s->ns_upd, s->upd_ns, s->ph, s->res, s->res_ph, s->g_of_out, s->inner,
+                     s->inner_in, s->inner_in_off, s->inner_t_off, s->args, s->argp, s->resp, s->gpend };
+    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) tn__free(arrs[i]);
+    tn__free(s);
+}
+
+static void tn__scan_register(tn__scan *s) {
+    pthread_mutex_lock(&tn__scan_lock);
+    s->next = tn__scan_list;
+    tn__scan_list = s;
+    pthread_mutex_unlock(&tn__scan_lock);
+}
+
+static void tn__scan_unregister_free(tn__scan *s) {
+    if (!s) return;
+    pthread_mutex_lock(&tn__scan_lock);
+    for (tn__scan **p = &tn__scan_list; *p; p = &(*p)->next)
+        if (*p == s) { *p = s->next; break; }
+    pthread_mutex_unlock(&tn__scan_lock);
+    tn__scan_free_one(s);
+}
+
+TN_API void tn__scan_release_graph(tn_graph *g) {
+    pthread_mutex_lock(&tn__scan_lock);
+    tn__scan *keep = NULL, *drop = NULL;
+    for (tn__scan *s = tn__scan_list, *n; s; s = n) {
+        n = s->next;
+        if (s->g == g) { s->next = drop; drop = s; } else { s->next = keep; keep = s; }
+    }
+    tn__scan_list = keep;
+    pthread_mutex_unlock(&tn__scan_lock);
+    for (tn__scan *s = drop, *n; s; s = n) { n = s->next; tn__scan_free_one(s); }
+}
+
+static const char *tn__scan_vname(const tn_var *v) { return v && v->name ? v->name : "?"; }
+
+/* >>scan_types ----------------------------------------------------------- */
+
+static tn_type tn__type_drop0(const tn_type *t) {
+    tn_type r = *t;
+    r.ndim = t->ndim - 1;
+    for (int d = 0; d < r.ndim; d++) { r.shape[d] = t->shape[d + 1]; r.bcast[d] = t->bcast[d + 1]; }
+    r.shape[r.ndim] = 0; r.bcast[r.ndim] = false;
+    return r;
+}
+
+static tn_type tn__type_add0(const tn_type *t, int64_t n) {
+    tn_type r = *t;
+    r.ndim = t->ndim + 1;
+    r.shape[0] = n; r.bcast[0] = n == 1;
+    for (int d = 0; d < t->ndim; d++) { r.shape[d + 1] = t->shape[d]; r.bcast[d + 1] = t->bcast[d]; }
+    return r;
+}
+
+/* The number of steps from the sequences' types (in[0..n_seq)); -1 when a
+   length is unknown at build time. Mismatched lengths are errors. */
+static tn_result tn__scan_steps(const tn__scan *s, const tn_var *node, const tn_type *in, int64_t *T) {
+    int64_t t = s->n_steps;
+    int first = -1;
+    int64_t first_n = -1;
+    for (int i = 0; i < s->n_seq; i++) {
+        int64_t L = in[i].shape[0];
+        if (L < 0) continue;
+        int64_t span = s->seq_hi[i] - s->seq_lo[i];
+        int64_t avail = L - span;
+        const char *nm = tn__scan_vname(node ? node->in[i] : NULL);
+        if (avail < 0) avail = 0;
+        if (s->n_steps >= 0) {
+            if (avail < s->n_steps)
+                return tn__err(TN_ERR_SHAPE, "tn_scan '%s': n_steps is %lld but sequence %d ('%s') has %lld rows, "
+                               "enough for %lld steps with taps %d..%d", s->name, (long long)s->n_steps, i, nm,
+                               (long long)L, (long long)avail, s->seq_lo[i], s->seq_hi[i]);
+            continue;
+        }
+        if (first >= 0 && avail != first_n)
+            return tn__err(TN_ERR_SHAPE, "tn_scan '%s': sequences have different lengths: sequence %d ('%s') has %lld rows "
+                           "(taps %d..%d: %lld steps) but sequence %d ('%s') gives %lld steps; slice them to one length "
+                           "or give n_steps", s->name, i, nm, (long long)L, s->seq_lo[i], s->seq_hi[i], (long long)avail,
+                           first, tn__scan_vname(node ? node->in[first] : NULL), (long long)first_n);
+        if (first < 0) { first = i; first_n = avail; }
+    }
+    if (s->n_steps < 0) {
+        t = first_n;
+        for (int i = 0; i < s->n_seq; i++) if (in[i].shape[0] < 0) t = -1;
+    }
+    *T = t;
+    return TN_OK;
+}
+
+/* Types of the placeholders from the node's input types (fwd layout). */
+static tn_result tn__scan_ph_types(const tn__scan *s, const tn_var *node, const tn_type *in, tn_type *pt) {
+    int p = 0;
+    char a[128];
+    for (int i = 0; i < s->n_seq; i++) {
+        tn_type row = tn__type_drop0(&in[i]);
+        for (int j = 0; j < s->seq_nt[i]; j++) pt[p++] = row;
+    }
+    for (int k = 0; k < s->n_out; k++) {
+        if (s->init_in[k] < 0) continue;
+        const tn_type *it = &in[s->init_in[k]];
+        if (s->out_stacked[k] && it->shape[0] >= 0 && it->shape[0] < s->out_len0[k])
+            return tn__err(TN_ERR_SHAPE, "tn_scan '%s': output %d reads back %d steps (taps down to %d) but its initial "
+                           "value '%s' has %lld rows %s", s->name, k, s->out_len0[k], -s->out_len0[k],
+                           tn__scan_vname(node ? node->in[s->init_in[k]] : NULL), (long long)it->shape[0],
+                           tn__shape_str(it->ndim, it->shape, a));
+        tn_type st = s->out_stacked[k] ? tn__type_drop0(it) : *it;
+        for (int j = 0; j < s->out_nt[k]; j++) pt[p++] = st;
+    }
+    for (int i = 0; i < s->n_ns; i++) pt[p++] = in[s->n_seq + s->n_init + i];
+    TN_ASSERT(p == (s->bwd ? s->fwd->n_ph : s->n_ph));
+    return TN_OK;
+}
+
+/* The step's result types for placeholder types pt (walks the step's nodes
+   with their own type rules; at call time every dim is known). */
+static tn_result tn__scan_res_types(const tn__scan *s, const tn_type *pt, tn_type *rt) {
+    tn_type *tt = (tn_type *)tn__malloc(((size_t)s->n_types + 16) * sizeof *tt);
+    tn_type ins[64], *inb = ins;
+    int max_in = 0;
+    for (int i = 0; i < s->n_inner; i++) if (s->inner[i]->n_in > max_in) max_in = s->inner[i]->n_in;
+    if (max_in > 64 && tt) inb = (tn_type *)tn__malloc((size_t)max_in * sizeof *inb);
+    if (!tt || !inb) { tn__free(tt); return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
+    tn_result r = TN_OK;
+    for (int i = 0; i < s->n_inner && r == TN_OK; i++) {
+        tn_var *v = s->inner[i];
+        const int *ix = s->inner_in + s->inner_in_off[i];
+        for (int k = 0; k < v->n_in; k++)
+            inb[k] = ix[k] == INT32_MAX ? v->in[k]->type : ix[k] < 0 ? pt[-1 - ix[k]] : tt[s->inner_t_off[ix[k]]];
+        tn_type *o = tt + s->inner_t_off[i];
+        if (v->op == TN_OP_PROJ) {
+            int src = ix[0];
+            *o = src >= 0 && src != INT32_MAX ? tt[s->inner_t_off[src] + tn__p_proj_index(&v->p)] : v->type;
+            continue;
+        }
+        memset(o, 0, (size_t)v->n_out * sizeof *o);
+        r = tn__infer_outputs(v, inb, o);
+    }
+    for (int k = 0; k < s->n_res && r == TN_OK; k++) {
+        tn_var *x = s->res[k];
+        rt[k] = x->type;
+        for (int p = 0; p < s->n_ph; p++) if (s->ph[p] == x) rt[k] = pt[p];
+        for (int i = 0; i < s->n_inner; i++) if (s->inner[i] == x) rt[k] = tt[s->inner_t_off[i]];
+    }
+    if (inb != ins) tn__free(inb);
+    tn__free(tt);
+    if (r != TN_OK) return tn__err(r, "tn_scan '%s': the step: %s", s->name, tn_last_error());
+    return TN_OK;
+}
+
+static tn_result tn__scan_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const tn__scan *s = (const tn__scan *)node->ext;
+    if (!s) return tn__err(TN_ERR_INTERNAL, "Scan: node without its loop");
+    if (s->bwd) {   /* one gradient per forward input */
+        int nfin = node->n_in - 2 * s->fwd->n_out;
+        for (int j = 0; j < nfin; j++) out[j] = in[j];
+        return TN_OK;
+    }
+    int64_t T = -1;
+    tn_result r = tn__scan_steps(s, node, in, &T);
+    if (r != TN_OK) return r;
+    tn_type pt_s[32], rt_s[32];
+    tn_type *pt = s->n_ph <= 32 ? pt_s : (tn_type *)tn__malloc((size_t)s->n_ph * sizeof *pt);
+    tn_type *rt = s->n_res <= 32 ? rt_s : (tn_type *)tn__malloc((size_t)s->n_res * sizeof *rt);
+    if (!pt || !rt) { r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); goto done; }
+    if ((r = tn__scan_ph_types(s, node, in, pt)) != TN_OK) goto done;
+    if ((r = tn__scan_res_types(s, pt, rt)) != TN_OK) goto done;
+    int p = 0;
+    for (int i = 0; i < s->n_seq; i++) p += s->seq_nt[i];
+    for (int k = 0; k < s->n_out; k++) {
+        tn_type st = rt[k];
+        if (s->init_in[k] >= 0) {
+            const tn_type *pk = &pt[p];
+            p += s->out_nt[k];
+            for (int d = 0; d < st.ndim && d < pk->ndim; d++) {
+                if (st.shape[d] >= 0 && pk->shape[d] >= 0 && st.shape[d] != pk->shape[d]) {
+                    char a[128], b[128];
+                    r = tn__err(TN_ERR_SHAPE, "tn_scan '%s': step output %d has shape %s but its state (initial value) has "
+                                "shape %s", s->name, k, tn__shape_str(st.ndim, st.shape, a), tn__shape_str(pk->ndim, pk->shape, b));
+                    goto done;
+                }
+            }
+            st = *pk;   /* the state's shape is the initial value's */
+        }
+        int64_t n = T < 0 ? -1 : T + s->out_len0[k];
+        out[k] = tn__type_add0(&st, n);
+    }
+    for (int u = 0; u < s->n_upd; u++) {
+        out[s->n_out + u] = in[s->n_seq + s->n_init + s->upd_ns[u]];
+    }
+done:
+    if (pt != pt_s) tn__free(pt);
+    if (rt != rt_s) tn__free(rt);
+    return r;
+}
+
+static void tn__scan_label(const tn_var *node, char *buf, size_t cap) {
+    const tn__scan *s = (const tn__scan *)node->ext;
+    if (!s) { snprintf(buf, cap, "Scan"); return; }
+    const tn__scan *f = s->bwd ? s->fwd : s;
+    char steps[32] = "";
+    if (f->n_steps >= 0) snprintf(steps, sizeof steps, ", n_steps=%lld", (long long)f->n_steps);
+    char tr[40] = "";
+    if (s->bwd && f->truncate > 0) snprintf(tr, sizeof tr, ", truncate=%lld", (long long)f->truncate);
+    snprintf(buf, cap, "%s{%s%s%s%s}", s->bwd ? "ScanGrad" : "Scan", f->name, steps, f->backwards ? ", go_backwards" : "", tr);
+}
+
+/* >>scan_kernel ---------------------------------------------------------- */
+
+/* *v = row r of a (a view without dim 0). */
+static void tn__scan_row(tn_array *v, const tn_array *a, int64_t r) {
+    memset(v, 0, sizeof *v);
+    v->dtype = a->dtype;
+    v->ndim = a->ndim - 1;
+    for (int d = 0; d < v->ndim; d++) { v->shape[d] = a->shape[d + 1]; v->strides[d] = a->strides[d + 1]; }
+    v->data = (char *)a->data + r * a->strides[0];
+    v->base = a->base;
+    v->device = a->device;
+}
+
+static bool tn__scan_same_shape(const tn_array *a, const tn_array *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++) if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+/* Where a loop's memory lives and how data moves there: the host's memcpy and
+   CPU kernels, or a back end's copies and kernels queued on its stream
+   (tensor_cuda.h), so a device loop never waits for the host. dst is
+   contiguous in every call (executor outputs, their rows, scratch buffers). */
+typedef struct tn__scan_mem {
+    int device;                                              /* scratch buffers: TN_HOST or an ordinal */
+    bool device_step;                                        /* run the step compiled for device arrays (dfn) */
+    tn_result (*copy)(tn_array *dst, const tn_array *src);   /* same shape */
+    tn_result (*acc)(tn_array *dst, const tn_array *src);    /* dst += src, same shape */
+    tn_result (*zero)(tn_array *dst);
+} tn__scan_mem;
+
+static tn_result tn__scan_host_copy(tn_array *dst, const tn_array *src) {
+    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src))
+        memcpy(dst->data, src->data, tn_array_nbytes(dst));
+    else
+        tn__copy_strided(dst->dtype, dst->data, dst->strides, src->dtype, src->data, src->strides, dst->ndim, dst->shape);
+    return TN_OK;
+}
+
+static tn_result tn__scan_copy(const tn__scan *s, const tn__scan_mem *m, tn_array *dst, const tn_array *src, const char *what, int k) {
+    char a[128], b[128];
+    if (!tn__scan_same_shape(dst, src))
+        return tn__err(TN_ERR_SHAPE, "tn_scan '%s': %s %d has shape %s at this step but %s is expected (states and "
+                       "outputs keep one shape)", s->name, what, k, tn__shape_str(src->ndim, src->shape, a),
+                       tn__shape_str(dst->ndim, dst->shape, b));
+    if (tn_array_size(dst) == 0) return TN_OK;
+    return m->copy(dst, src);
+}
+
+/* dst += src (same shape). */
+static tn_result tn__scan_acc(tn_array *dst, const tn_array *src) {
+    if (tn_array_size(dst) == 0) return TN_OK;
+    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src)) {
+        int64_t n = tn_array_size(dst);
+        if (dst->dtype == TN_F64) {
+            double *d = (double *)dst->data; const double *x = (const double *)src->data;
+            for (int64_t i = 0; i < n; i++) d[i] += x[i];
+            return TN_OK;
+        }
+        if (dst->dtype == TN_F32) {
+            float *d = (float *)dst->data; const float *x = (const float *)src->data;
+            for (int64_t i = 0; i < n; i++) d[i] += x[i];
+            return TN_OK;
+        }
+    }
+    tn_dtype idt[2] = { dst->dtype, src->dtype };
+    tn_ew_instr ins;
+    memset(&ins, 0, sizeof ins);
+    ins.op = TN_OP_ADD; ins.dtype = (int8_t)dst->dtype; ins.in_dtype = (int8_t)dst->dtype; ins.a = 0; ins.b = 1; ins.c = -1;
+    int32_t oreg = 2;
+    tn_dtype odt = dst->dtype;
+    tn_ew_program p = { 2, idt, 1, &ins, 1, &oreg, &odt };
+    tn_array *in[2] = { dst, (tn_array *)src };
+    return tn__cpu_ew_run(&p, in, &dst);
+}
+
+static int64_t tn__scan_seq_row(const tn__scan *s, int i, int j, int64_t t, int64_t L) {
+    int64_t r = t + s->tap[s->seq_off[i] + j] - s->seq_lo[i];
+    return s->backwards ? L - 1 - r : r;
+}
+
+/* Points the step's inputs (fwd placeholders) at step t's rows. states[u]:
+   the current value of update u. */
+static void tn__scan_fill_args(const tn__scan *s, tn_array *args, tn_array *const *in, tn_array *const *bufs,
+                               tn_array *const *states, int64_t t) {
+    int p = 0;
+    for (int i = 0; i < s->n_seq; i++)
+        for (int j = 0; j < s->seq_nt[i]; j++) tn__scan_row(&args[p++], in[i], tn__scan_seq_row(s, i, j, t, in[i]->shape[0]));
+    for (int k = 0; k < s->n_out; k++)
+        for (int j = 0; j < s->out_nt[k]; j++)
+            tn__scan_row(&args[p++], bufs[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]);
+    for (int i = 0; i < s->n_ns; i++) {
+        const tn_array *a = s->ns_upd[i] >= 0 ? states[s->ns_upd[i]] : in[s->n_seq + s->n_init + i];
+        args[p] = *a;
+        args[p].live_gen = NULL;
+        p++;
+    }
+}
+
+static int64_t tn__scan_T(const tn__scan *s, tn_array *const *in) {
+    if (s->n_steps >= 0 || s->n_seq == 0) return s->n_steps < 0 ? 0 : s->n_steps;
+    int64_t L = in[0]->shape[0] - (s->seq_hi[0] - s->seq_lo[0]);
+    return L < 0 ? 0 : L;
+}
+
+/* The initial rows of output k's buffer from its init. */
+static tn_result tn__scan_put_init(const tn__scan *s, const tn__scan_mem *m, int k, const tn_array *init, tn_array *buf) {
+    tn_array d, src;
+    int len0 = s->out_len0[k];
+    for (int r = 0; r < len0; r++) {
+        tn__scan_row(&d, buf, r);
+        if (s->out_stacked[k]) tn__scan_row(&src, init, init->shape[0] - len0 + r);
+        else src = *init;
+        tn_result e = tn__scan_copy(s, m, &d, &src, "initial value of output", k);
+        if (e != TN_OK) return e;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
+    tn__scan *s = (tn__scan *)node->ext;
+    tn_func *fn = m->device_step ? s->dfn : s->fn;
+    int64_t T = tn__scan_T(s, in);
+    tn_result r = TN_OK;
+    for (int k = 0; k < s->n_out; k++)
+        if (s->init_in[k] >= 0 && (r = tn__scan_put_init(s, m, k, in[s->init_in[k]], out[k])) != TN_OK) return r;
+    /* update states: two buffers each, swapped every step */
+    tn_array *st_s[8], **st = s->n_upd <= 4 ? st_s : (tn_array **)tn__calloc((size_t)s->n_upd * 2, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    for (int u = 0; u < 2 * s->n_upd; u++) st[u] = NULL;
+    for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
+        const tn_array *init = in[s->n_seq + s->n_init + s->upd_ns[u]];
+        for (int h = 0; h < 2; h++)
+            if (!(st[2 * u + h] = tn__array_alloc(init->dtype, init->ndim, init->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        if (r == TN_OK) r = tn__scan_copy(s, m, st[2 * u], init, "update", u);
+    }
+    tn_array *cur_s[4], **cur = s->n_upd <= 4 ? cur_s : (tn_array **)tn__calloc((size_t)s->n_upd + 1, sizeof *cur);
+    if (!cur && r == TN_OK) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    for (int u = 0; u < s->n_upd && r == TN_OK; u++) cur[u] = st[2 * u];
+    for (int64_t t = 0; t < T && r == TN_OK; t++) {
+        tn__scan_fill_args(s, s->args, in, out, cur, t);
+        if ((r = tn_call(fn, s->argp, s->resp)) != TN_OK) {
+            r = tn__err(r, "tn_scan '%s': step %lld of %lld: %s", s->name, (long long)t, (long long)T, tn_last_error());
+            break;
+        }
+        for (int k = 0; k < s->n_out && r == TN_OK; k++) {
+            tn_array d;
+            tn__scan_row(&d, out[k], s->out_len0[k] + t);
+            r = tn__scan_copy(s, m, &d, s->resp[k], "output", k);
+        }
+        for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
+            tn_array *nx = cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u];
+            if ((r = tn__scan_copy(s, m, nx, s->resp[s->n_out + u], "update", u)) == TN_OK) cur[u] = nx;
+        }
+    }
+    for (int u = 0; u < s->n_upd && r == TN_OK; u++) r = tn__scan_copy(s, m, out[s->n_out + u], cur[u], "update", u);
+    for (int u = 0; u < 2 * s->n_upd; u++) tn_array_free(st[u]);
+    if (st != st_s) tn__free(st);
+    if (cur != cur_s) tn__free(cur);
+    return r;
+}
+
+static tn_result tn__scan_zero(tn_array *a) {
+    if (tn_array_size(a) > 0) memset(a->data, 0, tn_array_nbytes(a));   /* executor outputs are contiguous */
+    return TN_OK;
+}
+
+static const tn__scan_mem tn__scan_host_mem = { TN_HOST, false, tn__scan_host_copy, tn__scan_acc, tn__scan_zero };
+
+/* Backward: inputs are fwd's inputs, fwd's stacked outputs and their
+   gradients; outputs the gradients of fwd's inputs. */
+static tn_result tn__scan_bwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
+    tn__scan *b = (tn__scan *)node->ext;
+    const tn__scan *s = b->fwd;
+    tn_func *fn = m->device_step ? b->dfn : b->fn;
+    int nfin = node->n_in - 2 * s->n_out;
+    tn_array *const *bufs = in + nfin, *const *gbufs = in + nfin + s->n_out;
+    int64_t T = tn__scan_T(s, in);
+    tn_result r = TN_OK;
+    for (int j = 0; j < nfin && r == TN_OK; j++) r = m->zero(out[j]);
+    if (r != TN_OK) return r;
+    tn_array *dB_s[8], **dB = s->n_out <= 8 ? dB_s : (tn_array **)tn__calloc((size_t)s->n_out, sizeof *dB);
+    if (!dB) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    for (int k = 0; k < s->n_out; k++) dB[k] = NULL;
+    for (int k = 0; k < s->n_out && r == TN_OK; k++) {
+        if (b->g_of_out[k] < 0) continue;
+        if (!(dB[k] = tn__array_alloc(bufs[k]->dtype, bufs[k]->ndim, bufs[k]->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        else r = tn__scan_copy(s, m, dB[k], gbufs[k], "output gradient", k);
+    }
+    int64_t stop = s->truncate > 0 && s->truncate < T ? T - s->truncate : 0;
+    int nfph = s->n_ph;
+    for (int64_t t = T - 1; t >= stop && r == TN_OK; t--) {
+        tn__scan_fill_args(s, b->args, in, bufs, NULL, t);
+        for (int k = 0; k < s->n_out; k++)
+            if (b->g_of_out[k] >= 0) tn__scan_row(&b->args[b->g_of_out[k]], dB[k], s->out_len0[k] + t);
+        if ((r = tn_call(fn, b->argp, b->resp)) != TN_OK) {
+            r = tn__err(r, "tn_scan '%s' gradient: step %lld: %s", s->name, (long long)t, tn_last_error());
+            break;
+        }
+        for (int q = 0; q < b->n_res && r == TN_OK; q++) {
+            int p = b->res_ph[q];
+            tn_array d;
+            int pp = 0;
+            bool done = false;
+            for (int i = 0; i < s->n_seq && !done; i++)
+                for (int j = 0; j < s->seq_nt[i] && !done; j++, pp++)
+                    if (pp == p) { tn__scan_row(&d, out[i], tn__scan_seq_row(s, i, j, t, in[i]->shape[0])); done = true; }
+            for (int k = 0; k < s->n_out && !done; k++)
+                for (int j = 0; j < s->out_nt[k] && !done; j++, pp++)
+                    if (pp == p) { tn__scan_row(&d, dB[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]); done = true; }
+            if (!done) { d = *out[s->n_seq + s->n_init + (p - pp)]; }
+            TN_ASSERT(p < nfph);
+            r = m->acc(&d, b->resp[q]);
+        }
+    }
+    /* gradients of the initial values: the first rows of each dB */
+    for (int k = 0; k < s->n_out && r == TN_OK; k++) {
+        if (s->init_in[k] < 0 || !dB[k]) continue;
+        tn_array *gi = out[s->init_in[k]];
+        for (int q = 0; q < s->out_len0[k] && r == TN_OK; q++) {
+            tn_array src, d;
+            tn__scan_row(&src, dB[k], q);
+            if (s->out_stacked[k]) tn__scan_row(&d, gi, gi->shape[0] - s->out_len0[k] + q);
+            else d = *gi;
+            r = tn__scan_copy(s, m, &d, &src, "initial gradient", k);
+        }
+    }
+    for (int k = 0; k < s->n_out; k++) tn_array_free(dB[k]);
+    if (dB != dB_s) tn__free(dB);
+    return r;
+}
+
+/* The loop with its memory where m says (tensor_cuda.h runs a device loop
+   through this with its stream-ordered copies). */
+static tn_result tn__scan_run(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
+    const tn__scan *s = (const tn__scan *)node->ext;
+    if (!s || !s->fn) return tn__err(TN_ERR_INTERNAL, "Scan: node without a compiled step");
+    if (m->device_step && !s->dfn) return tn__err(TN_ERR_INTERNAL, "Scan '%s': placed on a device without a device step", s->name);
+    return s->bwd ? tn__scan_bwd(node, in, out, m) : tn__scan_fwd(node, in, out, m);
+}
+
+static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    return tn__scan_run(node, in, out, &tn__scan_host_mem);
+}
+
+/* Placement (tensor_cuda.h): a scan whose step was compiled for device
+   arrays runs on the device, its loop queued on the back end's stream. */
+TN_API bool tn__scan_device_ok(const tn_var *node) {
+    const tn__scan *s = node->op == TN_OP_SCAN ? (const tn__scan *)node->ext : NULL;
+    return s && s->dfn;
+}
+
+/* >>scan_rows: this part's rows of the op table (the >>ops_table section); its
+   gradient is the >>scan_grad section's (no forward mode). */
+#define TN__SCAN_OP_ROWS \
+    [TN_OP_SCAN] = { .name = "Scan", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__scan_infer, .cpu = tn__scan_cpu, \
+                     .label = tn__scan_label, .vjp = tn__scan_vjp },
+
+/* >>scan_build ----------------------------------------------------------- */
+
+typedef struct tn__scan_b {      /* build-time state of tn_scan */
+    tn__scan *s;
+    tn_graph *g;
+    tn_var **ns;                 /* outer non_sequences (user's, then captured and hoisted) */
+    int cap_ns;
+    int *phidx;                  /* by var id: placeholder index or -1 */
+    int n_idx;
+} tn__scan_b;
+
+static tn_result tn__scan_oom(const tn__scan *s) { return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
+
+static tn_result tn__scan_phidx(tn__scan_b *b) {
+    tn__scan *s = b->s;
+    int nv = tn__graph_nvars(b->g);
+    tn__free(b->phidx);
+    if (!(b->phidx = (int *)tn__malloc(((size_t)nv + 1) * sizeof *b->phidx))) return tn__scan_oom(s);
+    b->n_idx = nv;
+    for (int i = 0; i < nv; i++) b->phidx[i] = -1;
+    for (int p = 0; p < s->n_ph; p++) b->phidx[s->ph[p]->id] = p;
+    return TN_OK;
+}
+
+static bool tn__scan_is_ph(const tn__scan_b *b, const tn_var *v) { return v->id < b->n_idx && b->phidx[v->id] >= 0; }
+
+/* The step's nodes reachable from the results (ascending ids: topological),
+   stopping at placeholders, constants and variables older than the step
+   (first_id): those are free (*freev, constants excluded). */
+static tn_result tn__scan_collect(tn__scan_b *b, int first_id, tn_var ***inner, int *n_inner, tn_var ***freev, int *n_free) {
+    tn__scan *s = b->s;
+    int nv = tn__graph_nvars(b->g);
+    uint8_t *seen = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
+    tn_var **stack = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *stack);
+    tn_var **in = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *in);
+    tn_var **fr = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *fr);
+    if (!seen || !stack || !in || !fr) { tn__free(seen); tn__free(stack); tn__free(in); tn__free(fr); return tn__scan_oom(s); }
+    int sp = 0, ni = 0, nf = 0;
+    for (int k = 0; k < s->n_res; k++) if (!seen[s->res[k]->id]) { seen[s->res[k]->id] = 1; stack[sp++] = s->res[k]; }
+    while (sp) {
+        tn_var *v = stack[--sp];
+        if (tn__scan_is_ph(b, v) || v->op == TN_OP_CONSTANT) continue;
+        if (v->id < first_id) { fr[nf++] = v; continue; }
+        in[ni++] = v;
+        for (int k = 0; k < v->n_in; k++)
+            if (!seen[v->in[k]->id]) { seen[v->in[k]->id] = 1; stack[sp++] = v->in[k]; }
+    }
+    /* ascending ids (counting sort through seen[]) */
+    memset(seen, 0, (size_t)nv + 1);
+    for (int i = 0; i < ni; i++) seen[in[i]->id] = 1;
+    ni = 0;
+    for (int id = 0; id < nv; id++) if (seen[id] == 1) in[ni++] = tn__graph_var(b->g, id);
+    memset(seen, 0, (size_t)nv + 1);
+    for (int i = 0; i < nf; i++) seen[fr[i]->id] = 1;
+    nf = 0;
+    for (int id = 0; id < nv; id++) if (seen[id] == 1) fr[nf++] = tn__graph_var(b->g, id);
+    tn__free(seen); tn__free(stack);
+    *inner = in; *n_inner = ni; *freev = fr; *n_free = nf;
+    return TN_OK;
+}
+
+/* A copy of v (same op, params, ext) on inputs map[in[k]->id] (or in[k]). */
+static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
+    tn_var *ins_s[16], **ins = v->n_in <= 16 ? ins_s : (tn_var **)tn__malloc((size_t)v->n_in * sizeof *ins);
+    if (!ins) { tn__err(TN_ERR_OOM, "tn_scan: out of memory"); return NULL; }
+    for (int k = 0; k < v->n_in; k++) ins[k] = map[v->in[k]->id] ? map[v->in[k]->id] : v->in[k];
+    tn_var *c = v->op == TN_OP_PROJ ? tn__proj(ins[0], tn__p_proj_index(&v->p))
+                                    : tn__node_multi(v->graph, v->op, v->n_in, ins, &v->p, v->ext, v->n_out, "tn_scan");
+    if (ins != ins_s) tn__free(ins);
+    if (c) { c->flags = v->flags; c->name = v->name; }
+    return c;
+}
+
+static tn_result tn__scan_add_ns(tn__scan_b *b, tn_var *outer, tn_var *ph) {
+    tn__scan *s = b->s;
+    if (s->n_ns == b->cap_ns) {
+        int cap = b->cap_ns, cap_upd = b->cap_ns;
+        tn_var **n = (tn_var **)tn__grow(b->ns, &cap, s->n_ns + 1, 8, sizeof *n);
+        int *u = (int *)tn__grow(s->ns_upd, &cap_upd, s->n_ns + 1, 8, sizeof *u);
+        if (n) b->ns = n;
+        if (u) s->ns_upd = u;
+        if (!n || !u) return tn__scan_oom(s);
+        b->cap_ns = cap;
+    }
+    tn_var **p = (tn_var **)tn__realloc(s->ph, ((size_t)s->n_ph + 1) * sizeof *p);
+    if (!p) return tn__scan_oom(s);
+    s->ph = p;
+    s->ph[s->n_ph++] = ph;
+    b->ns[s->n_ns] = outer;
+    s->ns_upd[s->n_ns++] = -1;
+    return TN_OK;
+}
+
+/* Captures free variables and hoists loop-invariant step expressions:
+   both become non_sequences, and the loop-variant part of the step is
+   rebuilt after their placeholders (so ids stay topological). */
+static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
+    tn__scan *s = b->s;
+    tn_var **inner = NULL, **freev = NULL, **map = NULL, **lift = NULL;
+    int ni = 0, nf = 0, nl = 0;
+    uint8_t *inv = NULL;
+    tn_result r = tn__scan_collect(b, first_id, &inner, &ni, &freev, &nf);
+    if (r != TN_OK) return r;
+    int nv = tn__graph_nvars(b->g);
+    inv = (uint8_t *)tn__calloc((size_t)nv + 1, 1);       /* 1 invariant, 2 variant (by id) */
+    lift = (tn_var **)tn__malloc(((size_t)ni + nf + 1) * sizeof *lift);
+    map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
+    if (!inv || !lift || !map) { r = tn__scan_oom(s); goto done; }
+    int nvar_ph = s->n_ph - s->n_ns;
+    for (int p = 0; p < s->n_ph; p++)
+        inv[s->ph[p]->id] = p >= nvar_ph && s->ns_upd[p - nvar_ph] < 0 ? 1 : 2;
+    for (int i = 0; i < nf; i++) inv[freev[i]->id] = 1;
+    for (int i = 0; i < ni; i++) {
+        tn_var *v = inner[i];
+        uint8_t st = 1;
+        for (int k = 0; k < v->n_in; k++) if (inv[v->in[k]->id] == 2) st = 2;
+        inv[v->id] = st;
+    }
+    /* lifted: invariant non-constant values read by a variant node or returned */
+    uint8_t *want = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
+    if (!want) { r = tn__scan_oom(s); goto done; }
+    for (int i = 0; i < ni; i++) {
+        if (inv[inner[i]->id] != 2) continue;
+        for (int k = 0; k < inner[i]->n_in; k++) want[inner[i]->in[k]->id] = 1;
+    }
+    for (int k = 0; k < s->n_res; k++) want[s->res[k]->id] = 1;
+    for (int id = 0; id < nv; id++) {
+        tn_var *v = tn__graph_var(b->g, id);
+        if (want[id] && inv[id] == 1 && v->op != TN_OP_CONSTANT && !tn__scan_is_ph(b, v)) lift[nl++] = v;
+    }
+    tn__free(want);
+    if (nl == 0) goto done;
+    /* invariant nodes, outside: non_sequence placeholders read their outer variables */
+    for (int p = nvar_ph; p < s->n_ph; p++) map[s->ph[p]->id] = b->ns[p - nvar_ph];
+    for (int i = 0; i < ni; i++) {
+        if (inv[inner[i]->id] != 1) continue;
+        if (!(map[inner[i]->id] = tn__scan_clone(inner[i], map))) { r = tn_last_result(); goto done; }
+    }
+    tn_var **map2 = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map2);
+    if (!map2) { r = tn__scan_oom(s); goto done; }
+    for (int i = 0; i < nl && r == TN_OK; i++) {
+        tn_var *x = lift[i], *outer = map[x->id] ? map[x->id] : x;
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s", x->name ? x->name : "hoisted");
+        tn_var *ph = tn_input(b->g, nm, x->type.dtype, x->type.ndim, x->type.shape, x->type.bcast);
+        if (!ph) r = tn_last_result();
+        else if ((r = tn__scan_add_ns(b, outer, ph)) == TN_OK) map2[x->id] = ph;
+    }
+    for (int i = 0; i < ni && r == TN_OK; i++) {
+        if (inv[inner[i]->id] != 2) continue;
+        if (!(map2[inner[i]->id] = tn__scan_clone(inner[i], map2))) r = tn_last_result();
+    }
+    for (int k = 0; k < s->n_res && r == TN_OK; k++) if (map2[s->res[k]->id]) s->res[k] = map2[s->res[k]->id];
+    tn__free(map2);
+    if (r == TN_OK) r = tn__scan_phidx(b);
+done:
+    tn__free(inner); tn__free(freev); tn__free(map); tn__free(lift); tn__free(inv);
+    return r;
+}
+
+/* The tables tn__scan_res_types walks. */
+static tn_result tn__scan_tables(tn__scan_b *b) {
+    tn__scan *s = b->s;
+    tn_var **fr = NULL;
+    int nf = 0;
+    tn_result r = tn__scan_collect(b, 0, &s->inner, &s->n_inner, &fr, &nf);
+    tn__free(fr);
+    if (r != TN_OK) return r;
+    int nin = 0;
+    for (int i = 0; i < s->n_inner; i++) nin += s->inner[i]->n_in;
+    s->inner_in = (int *)tn__malloc(((size_t)nin + 1) * sizeof(int));
+    s->inner_in_off = (int *)tn__malloc(((size_t)s->n_inner + 1) * sizeof(int));
+    s->inner_t_off = (int *)tn__malloc(((size_t)s->n_inner + 1) * sizeof(int));
+    if (!s->inner_in || !s->inner_in_off || !s->inner_t_off) return tn__scan_oom(s);
+    int nv = tn__graph_nvars(b->g);
+    int *idx = (int *)tn__malloc(((size_t)nv + 1) * sizeof *idx);
+    if (!idx) return tn__scan_oom(s);
+    for (int i = 0; i < nv; i++) idx[i] = -1;
+    int o = 0, t = 0;
+    for (int i = 0; i < s->n_inner; i++) {
+        tn_var *v = s->inner[i];
+        idx[v->id] = i;
+        s->inner_in_off[i] = o;
+        s->inner_t_off[i] = t;
+        t += v->n_out;
+        for (int k = 0; k < v->n_in; k++) {
+            tn_var *x = v->in[k];
+            s->inner_in[o++] = tn__scan_is_ph(b, x) ? -1 - b->phidx[x->id] : idx[x->id] >= 0 ? idx[x->id] : INT32_MAX;
+        }
+    }
+    s->n_types = t;
+    tn__free(idx);
+    return TN_OK;
+}
+
+/* Steps of f that compute on a device (transfers and views aside). */
+static int tn__scan_device_work(const tn_func *f) {
+    int n = 0;
+    for (int k = 0; f && k < f->n_steps; k++) {
+        const tn_var *v = f->steps[k].node;
+        tn_op_kind kd = tn__op_kind(v->op);
+        n += v->device != TN_HOST && f->backend && kd != TN_OPK_TRANSFER && kd != TN_OPK_VIEW;
+    }
+    return n;
+}
+
+/* With a device back end, the step a second time for a loop on the device:
+   its placeholders marked as device arrays (placement keeps an input leaf's
+   device) and its results wrapped as device outputs (the user's own
+   tn_gpu_from_host, which placement cancels against device data), so a step
+   runs with no transfer. Without device work the loop stays on the host;
+   a failure here only leaves it there. */
+static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
+    const tn_backend *be = tn__get_backend();
+    if (!be || !be->place || tn__scan_device_work(s->fn) == 0) return;
+    tn_var **res = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *res);
+    if (!res) { tn_clear_error(); return; }
+    bool ok = true;
+    for (int k = 0; k < s->n_res && ok; k++) ok = (res[k] = tn_gpu_from_host(s->res[k])) != NULL;
+    if (ok) {
+        for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = 0;   /* any ordinal: placement takes its own */
+        s->dfn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
+                                                 .outputs = res, .borrow = true, .name = s->name });
+        for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = TN_HOST;
+    }
+    tn__free(res);
+    if (s->dfn && tn__scan_device_work(s->dfn) == 0) { tn_function_free(s->dfn); s->dfn = NULL; }
+    if (!s->dfn) tn_clear_error();
+    tn__func_share_stream(s->dfn);      /* the steps run on the stream of the function calling the scan */
+}
+
+static tn_result tn__scan_compile(tn__scan *s, tn_graph *g) {
+    s->fn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
+                                            .outputs = s->res, .borrow = true, .name = s->name });
+    if (!s->fn) return tn__err(tn_last_result(), "tn_scan '%s': compiling the step: %s", s->name, tn_last_error());
+    tn__func_share_stream(s->fn);
+    tn__scan_compile_device(s, g);
+    s->args = (tn_array *)tn__calloc((size_t)s->n_ph + 1, sizeof *s->args);
+    s->argp = (tn_array **)tn__calloc((size_t)s->n_ph + 1, sizeof *s->argp);
+    s->resp = (tn_array **)tn__calloc((size_t)s->n_res + 1, sizeof *s->resp);
+    if (!s->args || !s->argp || !s->resp) return tn__scan_oom(s);
+    for (int p = 0; p < s->n_ph; p++) s->argp[p] = &s->args[p];
+    return TN_OK;
+}
+
+static tn_result tn__scan_check_desc(const tn_scan_desc *d, tn_var **outputs, tn_graph **gp) {
+    const char *W = "tn_scan";
+    if (!d) return tn__err(TN_ERR_NULL, "%s: desc is NULL", W);
+    const char *nm = d->name ? d->name : "scan";
+    if (!d->step) return tn__err(TN_ERR_NULL, "%s '%s': step is NULL", W, nm);
+    if (d->n_sequences < 0 || d->n_outputs < 0 || d->n_non_sequences < 0)
+        return tn__err(TN_ERR_INVALID, "%s '%s': negative count (n_sequences %d, n_outputs %d, n_non_sequences %d)", W, nm,
+                       d->n_sequences, d->n_outputs, d->n_non_sequences);
+    if ((d->n_sequences && !d->sequences) || (d->n_outputs && !d->outputs) || (d->n_non_sequences && !d->non_sequences))
+        return tn__err(TN_ERR_NULL, "%s '%s': sequences, outputs or non_sequences is NULL for a nonzero count", W, nm);
+    if (d->n_outputs && !outputs) return tn__err(TN_ERR_NULL, "%s '%s': outputs is NULL (room for %d variables needed)", W, nm, d->n_outputs);
+    if (d->has_n_steps && d->n_steps < 0) return tn__err(TN_ERR_INVALID, "%s '%s': n_steps is %lld", W, nm, (long long)d->n_steps);
+    if (!d->has_n_steps && d->n_sequences == 0)
+        return tn__err(TN_ERR_INVALID, "%s '%s': no sequences to take the number of steps from: set has_n_steps and n_steps", W, nm);
+    if (d->truncate_gradient < 0) return tn__err(TN_ERR_INVALID, "%s '%s': truncate_gradient is %lld (0: no truncation)", W, nm, (long long)d->truncate_gradient);
+    tn_graph *g = d->graph;
+    char sb[128];
+    for (int i = 0; i < d->n_sequences; i++) {
+        const tn_scan_seq *q = &d->sequences[i];
+        if (!q->var) return tn__err(TN_ERR_NULL, "%s '%s': sequence %d is NULL (did its constructor fail?)", W, nm, i);
+        if (q->var->type.ndim < 1)
+            return tn__err(TN_ERR_SHAPE, "%s '%s': sequence %d ('%s') has shape %s: a sequence needs a leading time dim", W, nm, i,
+                           tn__scan_vname(q->var), tn__shape_str(q->var->type.ndim, q->var->type.shape, sb));
+        if (q->n_taps < 0 || (q->n_taps && !q->taps)) return tn__err(TN_ERR_INVALID, "%s '%s': sequence %d: bad taps", W, nm, i);
+        if (!g) g = q->var->graph;
+    }
+    for (int k = 0; k < d->n_outputs; k++) {
+        const tn_scan_out *o = &d->outputs[k];
+        if (o->n_taps < 0 || (o->n_taps && !o->taps)) return tn__err(TN_ERR_INVALID, "%s '%s': output %d: bad taps", W, nm, k);
+        if (o->n_taps && !o->init) return tn__err(TN_ERR_INVALID, "%s '%s': output %d has taps but no init", W, nm, k);
+        for (int j = 0; j < o->n_taps; j++)
+            if (o->taps[j] >= 0)
+                return tn__err(TN_ERR_INVALID, "%s '%s': output %d: tap %d is not negative (x(t-1) is tap -1; a step "
+                               "cannot read its own output)", W, nm, k, o->taps[j]);
+        bool single = o->n_taps == 0 || (o->n_taps == 1 && o->taps[0] == -1);
+        if (o->init && !single && o->init->type.ndim < 1)
+            return tn__err(TN_ERR_SHAPE, "%s '%s': output %d has taps other than {-1}, so its init ('%s') needs a leading "
+                           "time dim", W, nm, k, tn__scan_vname(o->init));
+        if (o->init && !g) g = o->init->graph;
+    }
+    for (int i = 0; i < d->n_non_sequences; i++) {
+        if (!d->non_sequences[i]) return tn__err(TN_ERR_NULL, "%s '%s': non_sequence %d is NULL", W, nm, i);
+        if (!g) g = d->non_sequences[i]->graph;
+    }
+    if (!g) return tn__err(TN_ERR_NULL, "%s '%s': no variable names the graph: set desc->graph", W, nm);
+    for (int i = 0; i < d->n_sequences; i++)
+        if (d->sequences[i].var->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': sequence %d belongs to another graph", W, nm, i);
+    for (int k = 0; k < d->n_outputs; k++)
+        if (d->outputs[k].init && d->outputs[k].init->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': the init of output %d belongs to another graph", W, nm, k);
+    for (int i = 0; i < d->n_non_sequences; i++)
+        if (d->non_sequences[i]->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': non_sequence %d belongs to another graph", W, nm, i);
+    *gp = g;
+    return TN_OK;
+}
+
+/* Tap tables and placeholders (sequence taps, output taps, non_sequences). */
+static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
+    tn__scan *s = b->s;
+    int nt = 0, nseq = d->n_sequences, nout = d->n_outputs;
+    for (int i = 0; i < nseq; i++) nt += d->sequences[i].n_taps ? d->sequences[i].n_taps : 1;
+    for (int k = 0; k < nout; k++) nt += d->outputs[k].init ? (d->outputs[k].n_taps ? d->outputs[k].n_taps : 1) : 0;
+    s->n_seq = nseq; s->n_out = nout;
+    s->seq_nt = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->seq_off = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->seq_lo = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->seq_hi = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
+    s->out_nt = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->out_off = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->out_len0 = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->out_stacked = (bool *)tn__calloc((size_t)nout + 1, sizeof(bool));
+    s->init_in = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
+    s->tap = (int *)tn__calloc((size_t)nt + 1, sizeof(int));
+    s->ph = (tn_var **)tn__calloc((size_t)nt + 1, sizeof(tn_var *));
+    if (!s->seq_nt || !s->seq_off || !s->seq_lo || !s->seq_hi || !s->out_nt || !s->out_off || !s->out_len0 ||
+        !s->out_stacked || !s->init_in || !s->tap || !s->ph)
+        return tn__scan_oom(s);
+    int t = 0;
+    char nm[160];
+    for (int i = 0; i < nseq; i++) {
+        const tn_scan_seq *q = &d->sequences[i];
+        s->seq_off[i] = t;
+        s->seq_nt[i] = q->n_taps ? q->n_taps : 1;
+        for (int j = 0; j < s->seq_nt[i]; j++) {
+            int a = q->n_taps ? q->taps[j] : 0;
+            s->tap[t++] = a;
+            if (a < s->seq_lo[i]) s->seq_lo[i] = a;
+            if (a > s->seq_hi[i]) s->seq_hi[i] = a;
+        }
+        tn_type row = tn__type_drop0(&q->var->type);
+        for (int j = 0; j < s->seq_nt[i]; j++) {
+            int a = s->tap[s->seq_off[i] + j];
+            if (a) snprintf(nm, sizeof nm, "%s[t%+d]", tn__scan_vname(q->var), a);
+            else snprintf(nm, sizeof nm, "%s[t]", tn__scan_vname(q->var));
+            tn_var *p = tn_input(b->g, nm, row.dtype, row.ndim, row.shape, row.bcast);
+            if (!p) return tn_last_result();
+            s->ph[s->n_ph++] = p;
+        }
+    }
+    int n_init = 0;
+    for (int k = 0; k < nout; k++) {
+        const tn_scan_out *o = &d->outputs[k];
+        s->out_off[k] = t;
+        s->init_in[k] = -1;
+        if (!o->init) continue;
+        s->out_nt[k] = o->n_taps ? o->n_taps : 1;
+        s->out_stacked[k] = !(s->out_nt[k] == 1 && (o->n_taps == 0 || o->taps[0] == -1));
+        s->init_in[k] = nseq + n_init++;
+        for (int j = 0; j < s->out_nt[k]; j++) {
+            int a = o->n_taps ? o->taps[j] : -1;
+            s->tap[t++] = a;
+            if (-a > s->out_len0[k]) s->out_len0[k] = -a;
+        }
+        tn_type st = s->out_stacked[k] ? tn__type_drop0(&o->init->type) : o->init->type;
+        for (int j = 0; j < s->out_nt[k]; j++) {
+            snprintf(nm, sizeof nm, "%s[t%+d]", o->init->name ? o->init->name : "out", s->tap[s->out_off[k] + j]);
+            tn_var *p = tn_input(b->g, nm, st.dtype, st.ndim, st.shape, st.bcast);
+            if (!p) return tn_last_result();
+            s->ph[s->n_ph++] = p;
+        }
+    }
+    s->n_init = n_init;
+    for (int i = 0; i < d->n_non_sequences; i++) {
+        tn_var *v = d->non_sequences[i];
+        tn_var *p = tn_input(b->g, v->name ? v->name : "non_seq", v->type.dtype, v->type.ndim, v->type.shape, v->type.bcast);
+        if (!p) return tn_last_result();
+        tn_result r = tn__scan_add_ns(b, v, p);
+        if (r != TN_OK) return r;
+    }
+    return tn__scan_phidx(b);
+}
+
+/* Calls the step and checks what it returned. */
+static tn_result tn__scan_run_step(tn__scan_b *b, const tn_scan_desc *d) {
+    tn__scan *s = b->s;
+    int nseq = d->n_sequences, nout = d->n_outputs, nns = d->n_non_sequences;
+    tn_var ***seqrows = (tn_var ***)tn__calloc((size_t)nseq + 1, sizeof *seqrows);
+    tn_var ***outrows = (tn_var ***)tn__calloc((size_t)nout + 1, sizeof *outrows);
+    tn_var **outs = (tn_var **)tn__calloc((size_t)nout + 1, sizeof *outs);
+    tn_var **ups = (tn_var **)tn__calloc((size_t)nns + 1, sizeof *ups);
+    tn_result r = TN_OK;
+    if (!seqrows || !outrows || !outs || !ups) { r = tn__scan_oom(s); goto done; }
+    int p = 0;
+    for (int i = 0; i < nseq; i++) { seqrows[i] = &s->ph[p]; p += s->seq_nt[i]; }
+    for (int k = 0; k < nout; k++) { outrows[k] = s->out_nt[k] ? &s->ph[p] : NULL; p += s->out_nt[k]; }
+    tn_scan_step st = { b->g, (tn_var *const *const *)seqrows, (tn_var *const *const *)outrows, s->ph + p, s->n_ph,
+                        s->ph, outs, ups };
+    if ((r = d->step(&st, d->user)) != TN_OK) {
+        r = tn__err(r, "tn_scan '%s': the step callback failed: %s", s->name, tn_last_error());
+        goto done;
+    }
+    int nu = 0;
+    for (int i = 0; i < nns; i++) if (ups[i]) nu++;
+    s->n_upd = nu;
+    s->n_res = nout + nu;
+    s->res = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *s->res);
+    s->upd_ns = (int *)tn__calloc((size_t)nu + 1, sizeof *s->upd_ns);
+    if (!s->res || !s->upd_ns) { r = tn__scan_oom(s); goto done; }
+    char a[160], c[160];
+    for (int k = 0; k < nout && r == TN_OK; k++) {
+        tn_var *y = outs[k];
+        if (!y) { r = tn__err(TN_ERR_NULL, "tn_scan '%s': the step left output %d NULL (%s)", s->name, k, tn_last_error()); break; }
+        if (y->graph != b->g) { r = tn__err(TN_ERR_GRAPH, "tn_scan '%s': step output %d belongs to another graph", s->name, k); break; }
+        if (y->n_out > 1) { r = tn__err(TN_ERR_INVALID, "tn_scan '%s': step output %d is a node with %d outputs; pick one", s->name, k, y->n_out); break; }
+        if (s->out_nt[k]) {
+            const tn_type *pt = &outrows[k][0]->type;
+            if (y->type.dtype != pt->dtype || y->type.ndim != pt->ndim)
+                r = tn__err(y->type.dtype != pt->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE, "tn_scan '%s': step output %d is %s "
+                            "but its state (from its init '%s') is %s: they must match (cast the output or the init)",
+                            s->name, k, tn__type_str(&y->type, a), tn__scan_vname(d->outputs[k].init), tn__type_str(pt, c));
+        }
+        s->res[k] = y;
+    }
+    int u = 0;
+    for (int i = 0; i < nns && r == TN_OK; i++) {
+        if (!ups[i]) continue;
+        tn_var *sv = d->non_sequences[i], *y = ups[i];
+        if (sv->op != TN_OP_SHARED)
+            r = tn__err(TN_ERR_UPDATE, "tn_scan '%s': the step updates non_sequence %d ('%s'), which is not a shared variable",
+                        s->name, i, tn__scan_vname(sv));
+        else if (y->graph != b->g) r = tn__err(TN_ERR_GRAPH, "tn_scan '%s': the update of '%s' belongs to another graph", s->name, tn__scan_vname(sv));
+        else if (y->type.dtype != sv->type.dtype || y->type.ndim != sv->type.ndim)
+            r = tn__err(TN_ERR_UPDATE, "tn_scan '%s': shared variable '%s' is %s but the step's new value is %s", s->name,
+                        tn__scan_vname(sv), tn__type_str(&sv->type, a), tn__type_str(&y->type, c));
+        if (r != TN_OK) break;
+        s->res[nout + u] = y;
+        s->upd_ns[u] = i;
+        s->ns_upd[i] = u++;
+    }
+    if (r == TN_OK && s->n_res == 0) r = tn__err(TN_ERR_INVALID, "tn_scan '%s': no outputs and no updates", s->name);
+done:
+    tn__free(seqrows); tn__free(outrows); tn__free(outs); tn__free(ups);
+    return r;
+}
+
+TN_API tn_result tn_scan(const tn_scan_desc *d, tn_var **outputs, tn_update *updates, int *n_updates) {
+    tn_graph *g = NULL;
+    for (int k = 0; outputs && d && k < d->n_outputs; k++) outputs[k] = NULL;
+    if (n_updates) *n_updates = 0;
+    tn_result r = tn__scan_check_desc(d, outputs, &g);
+    if (r != TN_OK) return r;
+    tn__scan *s = (tn__scan *)tn__calloc(1, sizeof *s);
+    if (!s) return tn__err(TN_ERR_OOM, "tn_scan: out of memory");
+    s->g = g;
+    snprintf(s->name, sizeof s->name, "%s", d->name ? d->name : "scan");
+    s->n_steps = d->has_n_steps ? d->n_steps : -1;
+    s->backwards = d->go_backwards;
+    s->truncate = d->truncate_gradient;
+    tn__scan_b b = { s, g, NULL, 0, NULL, 0 };
+    int first_id = tn__graph_nvars(g);
+    tn_var **ins = NULL, *node = NULL;
+    if ((r = tn__scan_setup(&b, d)) != TN_OK) goto fail;
+    if ((r = tn__scan_run_step(&b, d)) != TN_OK) goto fail;
+    if (s->n_upd && !updates) { r = tn__err(TN_ERR_NULL, "tn_scan '%s': the step makes %d updates but updates is NULL", s->name, s->n_upd); goto fail; }
+    if ((r = tn__scan_hoist(&b, first_id)) != TN_OK) goto fail;
+    if ((r = tn__scan_tables(&b)) != TN_OK) goto fail;
+    if ((r = tn__scan_compile(s, g)) != TN_OK) goto fail;
+    int nin = s->n_seq + s->n_init + s->n_ns;
+    if (!(ins = (tn_var **)tn__malloc(((size_t)nin + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto fail; }
+    for (int i = 0; i < s->n_seq; i++) ins[i] = d->sequences[i].var;
+    for (int k = 0; k < s->n_out; k++) if (s->init_in[k] >= 0) ins[s->init_in[k]] = d->outputs[k].init;
+    for (int i = 0; i < s->n_ns; i++) ins[s->n_seq + s->n_init + i] = b.ns[i];
+    tn__scan_register(s);
+    node = tn__node_multi(g, TN_OP_SCAN, nin, ins, NULL, s, s->n_res, "tn_scan");
+    tn__free(ins);
+    tn__free(b.ns); tn__free(b.phidx);
+    if (!node) { tn__scan_unregister_free(s); return tn_last_result(); }
+    if (d->name) node->name = tn__graph_strdup(g, d->name);
+    for (int k = 0; k < s->n_res; k++) {
+        tn_var *o = s->n_res == 1 ? node : tn__proj(node, k);
+        if (o && k < s->n_out && s->out_len0[k] > 0) o = tn_slice(o, 0, s->out_len0[k], TN_NONE, 1);
+        if (!o) return tn__err(tn_last_result(), "tn_scan '%s': %s", s->name, tn_last_error());
+        if (k < s->n_out) outputs[k] = o;
+        else updates[k - s->n_out] = (tn_update){ d->non_sequences[s->upd_ns[k - s->n_out]], o };
+    }
+    if (n_updates) *n_updates = s->n_upd;
+    return TN_OK;
+fail:
+    tn__free(b.ns); tn__free(b.phidx);
+    tn__scan_free_one(s);
+    return r;
+}
+
+/* >>scan_grad ------------------------------------------------------------ */
+
+static tn_var *tn__scan_zeros_like(tn_var *x) {
+    tn_var *z = tn_lit(x, 0.0);
+    if (z && z->type.dtype != x->type.dtype) z = tn_cast(z, x->type.dtype);
+    return tn_fill(x, z);
+}
+
+/* Gradients reaching output k of a multi-output node through its PROJ wait
+   in the scan (gpend) until the grad driver reaches the scan node itself;
+   the node's own accumulator gets a zero of output 0's type so it is visited. */
+static tn_result tn__scan_proj_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *src = node->in[0];
+    int k = tn__p_proj_index(&node->p);
+    tn__scan *s = src->op == TN_OP_SCAN ? (tn__scan *)src->ext : NULL;
+    if (!s || s->bwd) {
+        const tn_op_def *def = tn__op_def(src->op);
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: output %d of %s (node '%s') has no gradient rule", k,
+                       def && def->name ? def->name : "?", tn__scan_vname(src));
+    }
+    if (!s->gpend && !(s->gpend = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *s->gpend))) return tn__scan_oom(s);
+    s->gpend[k] = s->gpend[k] ? tn_add(s->gpend[k], g) : g;
+    gin[0] = k == 0 ? g : tn__scan_zeros_like(tn__proj(src, 0));
+    if (!s->gpend[k] || !gin[0]) return tn__err(tn_last_result(), "tn_grad: scan '%s': %s", s->name, tn_last_error());
+    return TN_OK;
+}
+
+/* The gradient scan of s, built once: its step is tn_grad of s's step with
+   known gradients of the step's outputs (new placeholders). */
+static tn_result tn__scan_build_grad(tn__scan *s) {
+    if (s->grad) return TN_OK;
+    tn__scan *b = (tn__scan *)tn__calloc(1, sizeof *b);
+    if (!b) return tn__scan_oom(s);
+    b->g = s->g;
+    b->bwd = true;
+    b->fwd = s;
+    memcpy(b->name, s->name, sizeof b->name);
+    int nf = 0;
+    for (int k = 0; k < s->n_out; k++) if (tn_dtype_is_float(s->res[k]->type.dtype)) nf++;
+    b->ph = (tn_var **)tn__calloc((size_t)(s->n_ph + nf) + 1, sizeof *b->ph);
+    b->g_of_out = (int *)tn__calloc((size_t)s->n_out + 1, sizeof(int));
+    b->res = (tn_var **)tn__calloc((size_t)s->n_ph + 1, sizeof *b->res);
+    b->res_ph = (int *)tn__calloc((size_t)s->n_ph + 1, sizeof(int));
+    tn_var **wrt = (tn_var **)tn__calloc((size_t)s->n_ph + 1, sizeof *wrt);
+    tn_var **kv = (tn_var **)tn__calloc((size_t)nf + 1, sizeof *kv);
+    tn_result r = TN_OK;
+    if (!b->ph || !b->g_of_out || !b->res || !b->res_ph || !wrt || !kv) { r = tn__scan_oom(s); goto done; }
+    memcpy(b->ph, s->ph, (size_t)s->n_ph * sizeof *b->ph);
+    b->n_ph = s->n_ph;
+    int nk = 0;
+    for (int k = 0; k < s->n_out; k++) {
+        b->g_of_out[k] = -1;
+        tn_var *y = s->res[k];
+        if (!tn_dtype_is_float(y->type.dtype)) continue;
+        char nm[96];
+        snprintf(nm, sizeof nm, "d_out%d", k);
+        tn_var *gp = tn_input(s->g, nm, y->type.dtype, y->type.ndim, NULL, y->type.bcast);
+        if (!gp) { r = tn_last_result(); goto done; }
+        b->g_of_out[k] = b->n_ph;
+        b->ph[b->n_ph++] = gp;
+        kv[nk++] = y;
+    }
+    int nw = 0;
+    for (int p = 0; p < s->n_ph; p++)
+        if (tn_dtype_is_float(s->ph[p]->type.dtype)) { b->res_ph[nw] = p; wrt[nw++] = s->ph[p]; }
+    b->n_res = nw;
+    if (nk > 0 && nw > 0) {
+        tn_grad_options opt;
+        memset(&opt, 0, sizeof opt);
+        opt.disconnected_inputs = TN_DISCONNECTED_IGNORE;
+        opt.n_known_grads = nk;
+        opt.known_vars = kv;
+        opt.known_grads = b->ph + s->n_ph;
+        if ((r = tn_grad(NULL, nw, wrt, b->res, &opt)) != TN_OK) {
+            r = tn__err(r, "tn_grad: through scan '%s': the step's gradient: %s", s->name, tn_last_error());
+            goto done;
+        }
+        if ((r = tn__scan_compile(b, s->g)) != TN_OK) goto done;
+    } else {
+        b->n_res = 0;
+    }
+done:
+    tn__free(wrt); tn__free(kv);
+    if (r != TN_OK) { tn__scan_free_one(b); return r; }
+    tn__scan_register(b);
+    s->grad = b;
+    return TN_OK;
+}
+
+static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    tn__scan *s = (tn__scan *)node->ext;
+    if (s->bwd)
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of scan '%s' is not differentiable again (second "
+                       "derivatives through scan)", s->name);
+    tn_var **gk = s->gpend;
+    s->gpend = NULL;
+    tn_var *one[1] = { g };
+    if (node->n_out == 1) gk = one;
+    tn_result r = TN_OK;
+    tn_var **ins = NULL;
+    if (s->n_upd > 0) {
+        char names[256];
+        size_t n = 0;
+        names[0] = 0;
+        for (int u = 0; u < s->n_upd && n < sizeof names - 8; u++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", u ? ", " : "",
+                                  tn__scan_vname(node->in[s->n_seq + s->n_init + s->upd_ns[u]]));
+        r = tn__err(TN_ERR_UNSUPPORTED, "tn_grad: through scan '%s', whose step updates shared variable%s %s: not supported "
+                    "(the gradient needs every step's value of the state, which a scan keeps only for its outputs); "
+                    "carry the state as an output with an init (outputs_info) instead of an update", s->name,
+                    s->n_upd == 1 ? "" : "s", names);
+        goto done;
+    }
+    if (!gk) goto done;    /* no gradient reached an output */
+    if ((r = tn__scan_build_grad(s)) != TN_OK) goto done;
+    tn__scan *b = s->grad;
+    if (!b->fn) goto done;   /* nothing float: no gradient */
+    int nfin = node->n_in;
+    if (!(ins = (tn_var **)tn__malloc(((size_t)nfin + 2 * s->n_out + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto done; }
+    for (int j = 0; j < nfin; j++) ins[j] = node->in[j];
+    for (int k = 0; k < s->n_out; k++) {
+        tn_var *P = node->n_out == 1 ? node : tn__proj(node, k);
+        tn_var *G = b->g_of_out[k] < 0 ? P : gk[k] ? gk[k] : tn__scan_zeros_like(P);
+        if (!P || !G) { r = tn__err(tn_last_result(), "tn_grad: scan '%s': %s", s->name, tn_last_error()); goto done; }
+        ins[nfin + k] = P;
+        ins[nfin + s->n_out + k] = G;
+    }
+    tn_var *gn = tn__node_multi(s->g, TN_OP_SCAN, nfin + 2 * s->n_out, ins, NULL, b, nfin, "tn_grad");
+    if (!gn) { r = tn_last_result(); goto done; }
+    for (int j = 0; j < nfin; j++) {
+        if (!need[j]) continue;
+        if (!(gin[j] = nfin == 1 ? gn : tn__proj(gn, j))) { r = tn_last_result(); goto done; }
+    }
+done:
+    tn__free(ins);
+    if (gk != one) tn__free(gk);
+    return r;
+}
 
 /* >>rewrite =========================================================== */
 /* The optimizer: one rewrite engine and the passes built on it.
@@ -5901,1321 +5969,6 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
     return r;
 }
 
-/* >>grad_helpers ====================================================== */
-/* What the gradient rules of many ops share (the rules
-   themselves live with their ops in tensor_ops.h, reached through the op
-   table's vjp and jvp; the drivers are the >>grad section). Gradients are
-   built with the public constructors, in the graph of the node. */
-
-static const char *tn__gname(const tn_var *v, char buf[64]) {
-    if (v && v->name) return v->name;
-    snprintf(buf, 64, "<unnamed var %d>", v ? v->id : -1);
-    return buf;
-}
-
-/* A failed constructor's error, or an internal one naming the node. */
-static tn_result tn__gfail(const char *what, const tn_var *node) {
-    char nb[64];
-    tn_result r = tn_last_result();
-    if (r != TN_OK) return r;
-    return tn__err(TN_ERR_INTERNAL, "tn_grad: building the gradient of %s node '%s' failed", what, tn__gname(node, nb));
-}
-
-/* A 0-d constant of dtype t (a weak literal cast once; folded at compile). */
-static tn_var *tn__glit(tn_var *like, tn_dtype t, double v) {
-    tn_var *c = tn_lit(like, v);
-    return c && c->type.dtype != t ? tn_cast(c, t) : c;
-}
-static tn_var *tn__gzeros_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 0.0)) : NULL; }
-static tn_var *tn__gones_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 1.0)) : NULL; }
-static tn_var *tn__gmask(tn_var *cond, tn_var *g) { return tn_where(cond, g, tn_lit(g, 0.0)); }
-static tn_var *tn__gscale(tn_var *g, double s) { return !g || s == 1.0 ? g : tn_mul(g, tn_lit(g, s)); }
-static tn_var *tn__gadd(tn_var *a, tn_var *b) { return !a ? b : !b ? a : tn_add(a, b); }
-
-/* The same op and params applied to new inputs (linear ops: their own JVP). */
-static tn_var *tn__gclone(tn_var *node, tn_var *const *ins) {
-    return tn__node(node->graph, node->op, node->n_in, ins, &node->p, NULL, "tn_rop");
-}
-
-static bool tn__gtype_same_bcast(const tn_type *a, const tn_type *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if ((a->shape[d] == 1) != (b->shape[d] == 1)) return false;
-    return true;
-}
-
-/* g, of a shape that broadcasts to x's, broadcast to x's full shape. */
-static tn_var *tn__gbcast_like(tn_var *g, tn_var *x) {
-    if (!g || !x) return NULL;
-    if (tn__gtype_same_bcast(&g->type, &x->type)) return g;
-    return tn_fill(x, g);
-}
-
-/* Sums g (the gradient of a value that t broadcast into) back to type t: over
-   the leading dims t lacks, and with keepdims over the dims where t is 1 and
-   g is not; then casts to t's dtype. */
-static tn_var *tn__sum_to(tn_var *g, const tn_type *t) {
-    if (!g) return NULL;
-    int lead = g->type.ndim - t->ndim, ax[TN_MAX_DIMS], na = 0;
-    if (lead < 0) {   /* a smaller gradient: give it t's rank ('x' dims in front) */
-        int pat[TN_MAX_DIMS];
-        for (int d = 0; d < t->ndim; d++) pat[d] = d < -lead ? -1 : d + lead;
-        g = tn_dimshuffle(g, t->ndim, pat);
-        if (!g) return NULL;
-        lead = 0;
-    }
-    for (int d = 0; d < t->ndim; d++)
-        if ((t->bcast[d] || t->shape[d] == 1) && g->type.shape[lead + d] != 1) ax[na++] = lead + d;
-    if (na) g = tn_sum(g, ax, na, true);
-    if (g && lead) {
-        for (int d = 0; d < lead; d++) ax[d] = d;
-        g = tn_sum(g, ax, lead, false);
-    }
-    if (g && g->type.dtype != t->dtype) g = tn_cast(g, t->dtype);
-    return g;
-}
-
-/* >>ops: the op catalogue's bodies live in tensor_ops.h */
-#define TENSOR_OPS_IMPLEMENTATION_HERE
-#include "tensor_ops.h"
-/* >>transfer ========================================================== */
-/* Host <-> device copy ops.
-
-   GPU_FROM_HOST and HOST_FROM_GPU are ordinary nodes, so placement can insert
-   and cancel them, the profiler times them and debugprint shows them as
-   Theano does. Device placement (node->device) decides where the output
-   lives: the executor allocates it there. GPU_FROM_HOST on the device runs
-   through the back end (tn_backend.run); HOST_FROM_GPU is a host node whose
-   kernel asks the back end for a staged, stream-ordered copy (tn_device_ops.d2h),
-   or falls back to the device ops' blocking copy. Without a back end both
-   are host copies, so a graph that asks for a device result still runs. */
-
-static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_type *out) {
-    (void)node;
-    *out = in[0];
-    return TN_OK;
-}
-
-/* Host kernel of both ops: a copy into out[0] (converting nothing: same type). */
-static tn_result tn__cpu_transfer(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    const tn_device_ops *ops = tn__lib.device_ops;
-    if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && ops && ops->d2h)
-        return ops->d2h(node, in[0], out[0]);
-    return tn_array_assign(out[0], in[0]);
-}
-
-static void tn__label_gpu_from_host(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "GpuFromHost<None>"); }
-static void tn__label_host_from_gpu(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "HostFromGpu(gpuarray)"); }
-
-static tn_var *tn__transfer_node(tn_var *x, int op, const char *who) {
-    if (!x) {
-        if (tn_last_result() == TN_OK) tn__err(TN_ERR_NULL, "%s: x is NULL", who);
-        return NULL;
-    }
-    return tn__node(x->graph, op, 1, &x, NULL, NULL, who);
-}
-
-TN_API tn_var *tn_gpu_from_host(tn_var *x) { return tn__transfer_node(x, TN_OP_GPU_FROM_HOST, "tn_gpu_from_host"); }
-TN_API tn_var *tn_host_from_gpu(tn_var *x) { return tn__transfer_node(x, TN_OP_HOST_FROM_GPU, "tn_host_from_gpu"); }
-
-/* A copy: the gradient passes unchanged (its own placement is the optimizer's
-   business), and so does a tangent (TN_OPF_LINEAR). */
-static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    (void)node; (void)need;
-    gin[0] = g;
-    return TN_OK;
-}
-
-/* >>transfer_rows: this part's rows of the op table (the >>ops_table section) */
-#define TN__TRANSFER_OP_ROWS \
-    [TN_OP_GPU_FROM_HOST] = { .name = "GpuFromHost", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
-                              .cpu = tn__cpu_transfer, .label = tn__label_gpu_from_host, .vjp = tn__transfer_vjp, \
-                              .flags = TN_OPF_LINEAR }, \
-    [TN_OP_HOST_FROM_GPU] = { .name = "HostFromGpu", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
-                              .cpu = tn__cpu_transfer, .label = tn__label_host_from_gpu, .vjp = tn__transfer_vjp, \
-                              .flags = TN_OPF_LINEAR },
-
-/* >>scan ============================================================== */
-/* Loops inside the graph (Theano's scan), with taps, updates and
-   back-propagation through time.
-
-   tn_scan calls the user's step callback once, on placeholders (INPUT nodes
-   of the user's own graph, created after everything the step may read), and
-   compiles the step's outputs with tn_function, so the step goes through the
-   same optimizer and back end as any function. One SCAN node then stands for
-   the whole loop; its CPU kernel runs the compiled step once per step:
-
-   - sequences are read as row views (no copies), go_backwards maps row r to
-     L-1-r; a sequence with taps {a_j} gives L - (max(0,max a) - min(0,min a))
-     steps, and at step t tap a reads row t + a - min(0, min a) (Theano's rule);
-   - an output with taps keeps its history in its stacked result: the node's
-     output k is the buffer of init_len + T rows (the initial rows first), a
-     tap -j at step t reads row init_len + t - j, and step t writes row
-     init_len + t; tn_scan returns the rows after the initial ones as a view;
-   - an update (a non_sequence that is a shared variable, given a new value by
-     the step) is a state carried between steps in two scratch buffers; the
-     node's output is its last value, returned as a tn_update.
-   Nothing is allocated per step in a steady loop: the step's inputs are
-   preallocated view structs whose data pointers move, its outputs are
-   borrowed and copied into the stacked buffers.
-
-   Free variables: anything of the user's graph the step reads that is not
-   one of its placeholders (a shared weight, an outer input, an outer
-   expression) is captured as an implicit non_sequence. Hoisting: a step
-   expression that depends only on non_sequences (and constants) is computed
-   once outside the loop and fed in as a non_sequence. Both are done by
-   rebuilding the loop-variant part of the step after new placeholders.
-
-   The gradient is a second SCAN node (ext->bwd) that runs backwards over the
-   stored outputs with an inner function built by tn_grad on the step (known
-   gradients of the step's outputs), accumulating d(sequences), d(init rows)
-   and d(non_sequences); truncate_gradient bounds how many steps it runs.
-
-   Lifetime: a scan's compiled step lives in a registry (not in the graph
-   arena, which has no destructors); tn__scan_release_graph(g) frees the
-   scans of g and should be called from tn_graph_free (see the report). */
-
-#include <string.h>
-#include <pthread.h>
-
-typedef struct tn__scan tn__scan;
-struct tn__scan {
-    tn__scan *next;              /* registry */
-    tn_graph *g;
-    char name[64];
-    bool bwd;                    /* the gradient op of fwd */
-    tn__scan *fwd;               /* bwd: its forward scan */
-    tn__scan *grad;              /* fwd: its gradient scan, built at the first tn_grad */
-    int n_seq, n_out, n_ns, n_upd, n_init;
-    int *seq_nt, *seq_off, *seq_lo, *seq_hi;   /* taps of sequence i: tap[seq_off[i] + j] */
-    int *out_nt, *out_off, *out_len0;          /* taps of output k: tap[out_off[k] + j] */
-    bool *out_stacked;           /* the init has a leading time dim (else it is the state) */
-    int *init_in;                /* output k -> node input of its init, or -1 */
-    int *tap;
-    int *ns_upd;                 /* non_sequence i -> update index, or -1 */
-    int *upd_ns;                 /* update u -> non_sequence index */
-    int64_t n_steps;             /* -1: from the sequences */
-    bool backwards;
-    int64_t truncate;            /* 0: every step */
-    int n_ph;                    /* placeholders: sequence taps, output taps, non_sequences (bwd: + gradients of outputs) */
-    tn_var **ph;
-    int n_res;                   /* results: outputs, then update values (bwd: gradients of fwd's float placeholders) */
-    tn_var **res;
-    int *res_ph;                 /* bwd: result r is the gradient of fwd placeholder res_ph[r] */
-    int *g_of_out;               /* bwd: output k -> its gradient placeholder, or -1 (not float) */
-    int n_inner;                 /* step nodes in topological order, for concrete type inference */
-    tn_var **inner;
-    int *inner_in;               /* per inner node, per input: -1-ph, an inner index, or INT32_MAX (a leaf: its own type) */
-    int *inner_in_off;
-    int *inner_t_off;            /* first type of inner node i in the type table (n_out of them) */
-    int n_types;
-    tn_func *fn;
-    tn_func *dfn;                /* the step for a device loop: device placeholders and results (NULL: none) */
-    tn_array *args;              /* n_ph view structs fed to fn */
-    tn_array **argp;
-    tn_array **resp;
-    tn_var **gpend;              /* fwd, during tn_grad: gradients reaching each output through PROJ */
-};
-
-static pthread_mutex_t tn__scan_lock = PTHREAD_MUTEX_INITIALIZER;
-static tn__scan *tn__scan_list;
-
-static void tn__scan_free_one(tn__scan *s) {
-    if (!s) return;
-    tn_function_free(s->fn);
-    tn_function_free(s->dfn);
-    void *arrs[] = { s->seq_nt, s->seq_off, s->seq_lo, s->seq_hi, s->out_nt, s->out_off, s->out_len0, s->out_stacked,
-                     s->init_in, s->tap, s->ns_upd, s->upd_ns, s->ph, s->res, s->res_ph, s->g_of_out, s->inner,
-                     s->inner_in, s->inner_in_off, s->inner_t_off, s->args, s->argp, s->resp, s->gpend };
-    for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) tn__free(arrs[i]);
-    tn__free(s);
-}
-
-static void tn__scan_register(tn__scan *s) {
-    pthread_mutex_lock(&tn__scan_lock);
-    s->next = tn__scan_list;
-    tn__scan_list = s;
-    pthread_mutex_unlock(&tn__scan_lock);
-}
-
-static void tn__scan_unregister_free(tn__scan *s) {
-    if (!s) return;
-    pthread_mutex_lock(&tn__scan_lock);
-    for (tn__scan **p = &tn__scan_list; *p; p = &(*p)->next)
-        if (*p == s) { *p = s->next; break; }
-    pthread_mutex_unlock(&tn__scan_lock);
-    tn__scan_free_one(s);
-}
-
-TN_API void tn__scan_release_graph(tn_graph *g) {
-    pthread_mutex_lock(&tn__scan_lock);
-    tn__scan *keep = NULL, *drop = NULL;
-    for (tn__scan *s = tn__scan_list, *n; s; s = n) {
-        n = s->next;
-        if (s->g == g) { s->next = drop; drop = s; } else { s->next = keep; keep = s; }
-    }
-    tn__scan_list = keep;
-    pthread_mutex_unlock(&tn__scan_lock);
-    for (tn__scan *s = drop, *n; s; s = n) { n = s->next; tn__scan_free_one(s); }
-}
-
-static const char *tn__scan_vname(const tn_var *v) { return v && v->name ? v->name : "?"; }
-
-/* >>scan_types ----------------------------------------------------------- */
-
-static tn_type tn__type_drop0(const tn_type *t) {
-    tn_type r = *t;
-    r.ndim = t->ndim - 1;
-    for (int d = 0; d < r.ndim; d++) { r.shape[d] = t->shape[d + 1]; r.bcast[d] = t->bcast[d + 1]; }
-    r.shape[r.ndim] = 0; r.bcast[r.ndim] = false;
-    return r;
-}
-
-static tn_type tn__type_add0(const tn_type *t, int64_t n) {
-    tn_type r = *t;
-    r.ndim = t->ndim + 1;
-    r.shape[0] = n; r.bcast[0] = n == 1;
-    for (int d = 0; d < t->ndim; d++) { r.shape[d + 1] = t->shape[d]; r.bcast[d + 1] = t->bcast[d]; }
-    return r;
-}
-
-/* The number of steps from the sequences' types (in[0..n_seq)); -1 when a
-   length is unknown at build time. Mismatched lengths are errors. */
-static tn_result tn__scan_steps(const tn__scan *s, const tn_var *node, const tn_type *in, int64_t *T) {
-    int64_t t = s->n_steps;
-    int first = -1;
-    int64_t first_n = -1;
-    for (int i = 0; i < s->n_seq; i++) {
-        int64_t L = in[i].shape[0];
-        if (L < 0) continue;
-        int64_t span = s->seq_hi[i] - s->seq_lo[i];
-        int64_t avail = L - span;
-        const char *nm = tn__scan_vname(node ? node->in[i] : NULL);
-        if (avail < 0) avail = 0;
-        if (s->n_steps >= 0) {
-            if (avail < s->n_steps)
-                return tn__err(TN_ERR_SHAPE, "tn_scan '%s': n_steps is %lld but sequence %d ('%s') has %lld rows, "
-                               "enough for %lld steps with taps %d..%d", s->name, (long long)s->n_steps, i, nm,
-                               (long long)L, (long long)avail, s->seq_lo[i], s->seq_hi[i]);
-            continue;
-        }
-        if (first >= 0 && avail != first_n)
-            return tn__err(TN_ERR_SHAPE, "tn_scan '%s': sequences have different lengths: sequence %d ('%s') has %lld rows "
-                           "(taps %d..%d: %lld steps) but sequence %d ('%s') gives %lld steps; slice them to one length "
-                           "or give n_steps", s->name, i, nm, (long long)L, s->seq_lo[i], s->seq_hi[i], (long long)avail,
-                           first, tn__scan_vname(node ? node->in[first] : NULL), (long long)first_n);
-        if (first < 0) { first = i; first_n = avail; }
-    }
-    if (s->n_steps < 0) {
-        t = first_n;
-        for (int i = 0; i < s->n_seq; i++) if (in[i].shape[0] < 0) t = -1;
-    }
-    *T = t;
-    return TN_OK;
-}
-
-/* Types of the placeholders from the node's input types (fwd layout). */
-static tn_result tn__scan_ph_types(const tn__scan *s, const tn_var *node, const tn_type *in, tn_type *pt) {
-    int p = 0;
-    char a[128];
-    for (int i = 0; i < s->n_seq; i++) {
-        tn_type row = tn__type_drop0(&in[i]);
-        for (int j = 0; j < s->seq_nt[i]; j++) pt[p++] = row;
-    }
-    for (int k = 0; k < s->n_out; k++) {
-        if (s->init_in[k] < 0) continue;
-        const tn_type *it = &in[s->init_in[k]];
-        if (s->out_stacked[k] && it->shape[0] >= 0 && it->shape[0] < s->out_len0[k])
-            return tn__err(TN_ERR_SHAPE, "tn_scan '%s': output %d reads back %d steps (taps down to %d) but its initial "
-                           "value '%s' has %lld rows %s", s->name, k, s->out_len0[k], -s->out_len0[k],
-                           tn__scan_vname(node ? node->in[s->init_in[k]] : NULL), (long long)it->shape[0],
-                           tn__shape_str(it->ndim, it->shape, a));
-        tn_type st = s->out_stacked[k] ? tn__type_drop0(it) : *it;
-        for (int j = 0; j < s->out_nt[k]; j++) pt[p++] = st;
-    }
-    for (int i = 0; i < s->n_ns; i++) pt[p++] = in[s->n_seq + s->n_init + i];
-    TN_ASSERT(p == (s->bwd ? s->fwd->n_ph : s->n_ph));
-    return TN_OK;
-}
-
-/* The step's result types for placeholder types pt (walks the step's nodes
-   with their own type rules; at call time every dim is known). */
-static tn_result tn__scan_res_types(const tn__scan *s, const tn_type *pt, tn_type *rt) {
-    tn_type *tt = (tn_type *)tn__malloc(((size_t)s->n_types + 16) * sizeof *tt);
-    tn_type ins[64], *inb = ins;
-    int max_in = 0;
-    for (int i = 0; i < s->n_inner; i++) if (s->inner[i]->n_in > max_in) max_in = s->inner[i]->n_in;
-    if (max_in > 64 && tt) inb = (tn_type *)tn__malloc((size_t)max_in * sizeof *inb);
-    if (!tt || !inb) { tn__free(tt); return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
-    tn_result r = TN_OK;
-    for (int i = 0; i < s->n_inner && r == TN_OK; i++) {
-        tn_var *v = s->inner[i];
-        const int *ix = s->inner_in + s->inner_in_off[i];
-        for (int k = 0; k < v->n_in; k++)
-            inb[k] = ix[k] == INT32_MAX ? v->in[k]->type : ix[k] < 0 ? pt[-1 - ix[k]] : tt[s->inner_t_off[ix[k]]];
-        tn_type *o = tt + s->inner_t_off[i];
-        if (v->op == TN_OP_PROJ) {
-            int src = ix[0];
-            *o = src >= 0 && src != INT32_MAX ? tt[s->inner_t_off[src] + tn__p_proj_index(&v->p)] : v->type;
-            continue;
-        }
-        memset(o, 0, (size_t)v->n_out * sizeof *o);
-        r = tn__infer_outputs(v, inb, o);
-    }
-    for (int k = 0; k < s->n_res && r == TN_OK; k++) {
-        tn_var *x = s->res[k];
-        rt[k] = x->type;
-        for (int p = 0; p < s->n_ph; p++) if (s->ph[p] == x) rt[k] = pt[p];
-        for (int i = 0; i < s->n_inner; i++) if (s->inner[i] == x) rt[k] = tt[s->inner_t_off[i]];
-    }
-    if (inb != ins) tn__free(inb);
-    tn__free(tt);
-    if (r != TN_OK) return tn__err(r, "tn_scan '%s': the step: %s", s->name, tn_last_error());
-    return TN_OK;
-}
-
-static tn_result tn__scan_infer(const tn_var *node, const tn_type *in, tn_type *out) {
-    const tn__scan *s = (const tn__scan *)node->ext;
-    if (!s) return tn__err(TN_ERR_INTERNAL, "Scan: node without its loop");
-    if (s->bwd) {   /* one gradient per forward input */
-        int nfin = node->n_in - 2 * s->fwd->n_out;
-        for (int j = 0; j < nfin; j++) out[j] = in[j];
-        return TN_OK;
-    }
-    int64_t T = -1;
-    tn_result r = tn__scan_steps(s, node, in, &T);
-    if (r != TN_OK) return r;
-    tn_type pt_s[32], rt_s[32];
-    tn_type *pt = s->n_ph <= 32 ? pt_s : (tn_type *)tn__malloc((size_t)s->n_ph * sizeof *pt);
-    tn_type *rt = s->n_res <= 32 ? rt_s : (tn_type *)tn__malloc((size_t)s->n_res * sizeof *rt);
-    if (!pt || !rt) { r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); goto done; }
-    if ((r = tn__scan_ph_types(s, node, in, pt)) != TN_OK) goto done;
-    if ((r = tn__scan_res_types(s, pt, rt)) != TN_OK) goto done;
-    int p = 0;
-    for (int i = 0; i < s->n_seq; i++) p += s->seq_nt[i];
-    for (int k = 0; k < s->n_out; k++) {
-        tn_type st = rt[k];
-        if (s->init_in[k] >= 0) {
-            const tn_type *pk = &pt[p];
-            p += s->out_nt[k];
-            for (int d = 0; d < st.ndim && d < pk->ndim; d++) {
-                if (st.shape[d] >= 0 && pk->shape[d] >= 0 && st.shape[d] != pk->shape[d]) {
-                    char a[128], b[128];
-                    r = tn__err(TN_ERR_SHAPE, "tn_scan '%s': step output %d has shape %s but its state (initial value) has "
-                                "shape %s", s->name, k, tn__shape_str(st.ndim, st.shape, a), tn__shape_str(pk->ndim, pk->shape, b));
-                    goto done;
-                }
-            }
-            st = *pk;   /* the state's shape is the initial value's */
-        }
-        int64_t n = T < 0 ? -1 : T + s->out_len0[k];
-        out[k] = tn__type_add0(&st, n);
-    }
-    for (int u = 0; u < s->n_upd; u++) {
-        out[s->n_out + u] = in[s->n_seq + s->n_init + s->upd_ns[u]];
-    }
-done:
-    if (pt != pt_s) tn__free(pt);
-    if (rt != rt_s) tn__free(rt);
-    return r;
-}
-
-static void tn__scan_label(const tn_var *node, char *buf, size_t cap) {
-    const tn__scan *s = (const tn__scan *)node->ext;
-    if (!s) { snprintf(buf, cap, "Scan"); return; }
-    const tn__scan *f = s->bwd ? s->fwd : s;
-    char steps[32] = "";
-    if (f->n_steps >= 0) snprintf(steps, sizeof steps, ", n_steps=%lld", (long long)f->n_steps);
-    char tr[40] = "";
-    if (s->bwd && f->truncate > 0) snprintf(tr, sizeof tr, ", truncate=%lld", (long long)f->truncate);
-    snprintf(buf, cap, "%s{%s%s%s%s}", s->bwd ? "ScanGrad" : "Scan", f->name, steps, f->backwards ? ", go_backwards" : "", tr);
-}
-
-/* >>scan_kernel ---------------------------------------------------------- */
-
-/* *v = row r of a (a view without dim 0). */
-static void tn__scan_row(tn_array *v, const tn_array *a, int64_t r) {
-    memset(v, 0, sizeof *v);
-    v->dtype = a->dtype;
-    v->ndim = a->ndim - 1;
-    for (int d = 0; d < v->ndim; d++) { v->shape[d] = a->shape[d + 1]; v->strides[d] = a->strides[d + 1]; }
-    v->data = (char *)a->data + r * a->strides[0];
-    v->base = a->base;
-    v->device = a->device;
-}
-
-static bool tn__scan_same_shape(const tn_array *a, const tn_array *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++) if (a->shape[d] != b->shape[d]) return false;
-    return true;
-}
-
-/* Where a loop's memory lives and how data moves there: the host's memcpy and
-   CPU kernels, or a back end's copies and kernels queued on its stream
-   (tensor_cuda.h), so a device loop never waits for the host. dst is
-   contiguous in every call (executor outputs, their rows, scratch buffers). */
-typedef struct tn__scan_mem {
-    int device;                                              /* scratch buffers: TN_HOST or an ordinal */
-    bool device_step;                                        /* run the step compiled for device arrays (dfn) */
-    tn_result (*copy)(tn_array *dst, const tn_array *src);   /* same shape */
-    tn_result (*acc)(tn_array *dst, const tn_array *src);    /* dst += src, same shape */
-    tn_result (*zero)(tn_array *dst);
-} tn__scan_mem;
-
-static tn_result tn__scan_host_copy(tn_array *dst, const tn_array *src) {
-    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src))
-        memcpy(dst->data, src->data, tn_array_nbytes(dst));
-    else
-        tn__copy_strided(dst->dtype, dst->data, dst->strides, src->dtype, src->data, src->strides, dst->ndim, dst->shape);
-    return TN_OK;
-}
-
-static tn_result tn__scan_copy(const tn__scan *s, const tn__scan_mem *m, tn_array *dst, const tn_array *src, const char *what, int k) {
-    char a[128], b[128];
-    if (!tn__scan_same_shape(dst, src))
-        return tn__err(TN_ERR_SHAPE, "tn_scan '%s': %s %d has shape %s at this step but %s is expected (states and "
-                       "outputs keep one shape)", s->name, what, k, tn__shape_str(src->ndim, src->shape, a),
-                       tn__shape_str(dst->ndim, dst->shape, b));
-    if (tn_array_size(dst) == 0) return TN_OK;
-    return m->copy(dst, src);
-}
-
-/* dst += src (same shape). */
-static tn_result tn__scan_acc(tn_array *dst, const tn_array *src) {
-    if (tn_array_size(dst) == 0) return TN_OK;
-    if (dst->dtype == src->dtype && tn_array_is_contiguous(dst) && tn_array_is_contiguous(src)) {
-        int64_t n = tn_array_size(dst);
-        if (dst->dtype == TN_F64) {
-            double *d = (double *)dst->data; const double *x = (const double *)src->data;
-            for (int64_t i = 0; i < n; i++) d[i] += x[i];
-            return TN_OK;
-        }
-        if (dst->dtype == TN_F32) {
-            float *d = (float *)dst->data; const float *x = (const float *)src->data;
-            for (int64_t i = 0; i < n; i++) d[i] += x[i];
-            return TN_OK;
-        }
-    }
-    tn_dtype idt[2] = { dst->dtype, src->dtype };
-    tn_ew_instr ins;
-    memset(&ins, 0, sizeof ins);
-    ins.op = TN_OP_ADD; ins.dtype = (int8_t)dst->dtype; ins.in_dtype = (int8_t)dst->dtype; ins.a = 0; ins.b = 1; ins.c = -1;
-    int32_t oreg = 2;
-    tn_dtype odt = dst->dtype;
-    tn_ew_program p = { 2, idt, 1, &ins, 1, &oreg, &odt };
-    tn_array *in[2] = { dst, (tn_array *)src };
-    return tn__cpu_ew_run(&p, in, &dst);
-}
-
-static int64_t tn__scan_seq_row(const tn__scan *s, int i, int j, int64_t t, int64_t L) {
-    int64_t r = t + s->tap[s->seq_off[i] + j] - s->seq_lo[i];
-    return s->backwards ? L - 1 - r : r;
-}
-
-/* Points the step's inputs (fwd placeholders) at step t's rows. states[u]:
-   the current value of update u. */
-static void tn__scan_fill_args(const tn__scan *s, tn_array *args, tn_array *const *in, tn_array *const *bufs,
-                               tn_array *const *states, int64_t t) {
-    int p = 0;
-    for (int i = 0; i < s->n_seq; i++)
-        for (int j = 0; j < s->seq_nt[i]; j++) tn__scan_row(&args[p++], in[i], tn__scan_seq_row(s, i, j, t, in[i]->shape[0]));
-    for (int k = 0; k < s->n_out; k++)
-        for (int j = 0; j < s->out_nt[k]; j++)
-            tn__scan_row(&args[p++], bufs[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]);
-    for (int i = 0; i < s->n_ns; i++) {
-        const tn_array *a = s->ns_upd[i] >= 0 ? states[s->ns_upd[i]] : in[s->n_seq + s->n_init + i];
-        args[p] = *a;
-        args[p].live_gen = NULL;
-        p++;
-    }
-}
-
-static int64_t tn__scan_T(const tn__scan *s, tn_array *const *in) {
-    if (s->n_steps >= 0 || s->n_seq == 0) return s->n_steps < 0 ? 0 : s->n_steps;
-    int64_t L = in[0]->shape[0] - (s->seq_hi[0] - s->seq_lo[0]);
-    return L < 0 ? 0 : L;
-}
-
-/* The initial rows of output k's buffer from its init. */
-static tn_result tn__scan_put_init(const tn__scan *s, const tn__scan_mem *m, int k, const tn_array *init, tn_array *buf) {
-    tn_array d, src;
-    int len0 = s->out_len0[k];
-    for (int r = 0; r < len0; r++) {
-        tn__scan_row(&d, buf, r);
-        if (s->out_stacked[k]) tn__scan_row(&src, init, init->shape[0] - len0 + r);
-        else src = *init;
-        tn_result e = tn__scan_copy(s, m, &d, &src, "initial value of output", k);
-        if (e != TN_OK) return e;
-    }
-    return TN_OK;
-}
-
-static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
-    tn__scan *s = (tn__scan *)node->ext;
-    tn_func *fn = m->device_step ? s->dfn : s->fn;
-    int64_t T = tn__scan_T(s, in);
-    tn_result r = TN_OK;
-    for (int k = 0; k < s->n_out; k++)
-        if (s->init_in[k] >= 0 && (r = tn__scan_put_init(s, m, k, in[s->init_in[k]], out[k])) != TN_OK) return r;
-    /* update states: two buffers each, swapped every step */
-    tn_array *st_s[8], **st = s->n_upd <= 4 ? st_s : (tn_array **)tn__calloc((size_t)s->n_upd * 2, sizeof *st);
-    if (!st) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-    for (int u = 0; u < 2 * s->n_upd; u++) st[u] = NULL;
-    for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
-        const tn_array *init = in[s->n_seq + s->n_init + s->upd_ns[u]];
-        for (int h = 0; h < 2; h++)
-            if (!(st[2 * u + h] = tn__array_alloc(init->dtype, init->ndim, init->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-        if (r == TN_OK) r = tn__scan_copy(s, m, st[2 * u], init, "update", u);
-    }
-    tn_array *cur_s[4], **cur = s->n_upd <= 4 ? cur_s : (tn_array **)tn__calloc((size_t)s->n_upd + 1, sizeof *cur);
-    if (!cur && r == TN_OK) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-    for (int u = 0; u < s->n_upd && r == TN_OK; u++) cur[u] = st[2 * u];
-    for (int64_t t = 0; t < T && r == TN_OK; t++) {
-        tn__scan_fill_args(s, s->args, in, out, cur, t);
-        if ((r = tn_call(fn, s->argp, s->resp)) != TN_OK) {
-            r = tn__err(r, "tn_scan '%s': step %lld of %lld: %s", s->name, (long long)t, (long long)T, tn_last_error());
-            break;
-        }
-        for (int k = 0; k < s->n_out && r == TN_OK; k++) {
-            tn_array d;
-            tn__scan_row(&d, out[k], s->out_len0[k] + t);
-            r = tn__scan_copy(s, m, &d, s->resp[k], "output", k);
-        }
-        for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
-            tn_array *nx = cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u];
-            if ((r = tn__scan_copy(s, m, nx, s->resp[s->n_out + u], "update", u)) == TN_OK) cur[u] = nx;
-        }
-    }
-    for (int u = 0; u < s->n_upd && r == TN_OK; u++) r = tn__scan_copy(s, m, out[s->n_out + u], cur[u], "update", u);
-    for (int u = 0; u < 2 * s->n_upd; u++) tn_array_free(st[u]);
-    if (st != st_s) tn__free(st);
-    if (cur != cur_s) tn__free(cur);
-    return r;
-}
-
-static tn_result tn__scan_zero(tn_array *a) {
-    if (tn_array_size(a) > 0) memset(a->data, 0, tn_array_nbytes(a));   /* executor outputs are contiguous */
-    return TN_OK;
-}
-
-static const tn__scan_mem tn__scan_host_mem = { TN_HOST, false, tn__scan_host_copy, tn__scan_acc, tn__scan_zero };
-
-/* Backward: inputs are fwd's inputs, fwd's stacked outputs and their
-   gradients; outputs the gradients of fwd's inputs. */
-static tn_result tn__scan_bwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
-    tn__scan *b = (tn__scan *)node->ext;
-    const tn__scan *s = b->fwd;
-    tn_func *fn = m->device_step ? b->dfn : b->fn;
-    int nfin = node->n_in - 2 * s->n_out;
-    tn_array *const *bufs = in + nfin, *const *gbufs = in + nfin + s->n_out;
-    int64_t T = tn__scan_T(s, in);
-    tn_result r = TN_OK;
-    for (int j = 0; j < nfin && r == TN_OK; j++) r = m->zero(out[j]);
-    if (r != TN_OK) return r;
-    tn_array *dB_s[8], **dB = s->n_out <= 8 ? dB_s : (tn_array **)tn__calloc((size_t)s->n_out, sizeof *dB);
-    if (!dB) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-    for (int k = 0; k < s->n_out; k++) dB[k] = NULL;
-    for (int k = 0; k < s->n_out && r == TN_OK; k++) {
-        if (b->g_of_out[k] < 0) continue;
-        if (!(dB[k] = tn__array_alloc(bufs[k]->dtype, bufs[k]->ndim, bufs[k]->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-        else r = tn__scan_copy(s, m, dB[k], gbufs[k], "output gradient", k);
-    }
-    int64_t stop = s->truncate > 0 && s->truncate < T ? T - s->truncate : 0;
-    int nfph = s->n_ph;
-    for (int64_t t = T - 1; t >= stop && r == TN_OK; t--) {
-        tn__scan_fill_args(s, b->args, in, bufs, NULL, t);
-        for (int k = 0; k < s->n_out; k++)
-            if (b->g_of_out[k] >= 0) tn__scan_row(&b->args[b->g_of_out[k]], dB[k], s->out_len0[k] + t);
-        if ((r = tn_call(fn, b->argp, b->resp)) != TN_OK) {
-            r = tn__err(r, "tn_scan '%s' gradient: step %lld: %s", s->name, (long long)t, tn_last_error());
-            break;
-        }
-        for (int q = 0; q < b->n_res && r == TN_OK; q++) {
-            int p = b->res_ph[q];
-            tn_array d;
-            int pp = 0;
-            bool done = false;
-            for (int i = 0; i < s->n_seq && !done; i++)
-                for (int j = 0; j < s->seq_nt[i] && !done; j++, pp++)
-                    if (pp == p) { tn__scan_row(&d, out[i], tn__scan_seq_row(s, i, j, t, in[i]->shape[0])); done = true; }
-            for (int k = 0; k < s->n_out && !done; k++)
-                for (int j = 0; j < s->out_nt[k] && !done; j++, pp++)
-                    if (pp == p) { tn__scan_row(&d, dB[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]); done = true; }
-            if (!done) { d = *out[s->n_seq + s->n_init + (p - pp)]; }
-            TN_ASSERT(p < nfph);
-            r = m->acc(&d, b->resp[q]);
-        }
-    }
-    /* gradients of the initial values: the first rows of each dB */
-    for (int k = 0; k < s->n_out && r == TN_OK; k++) {
-        if (s->init_in[k] < 0 || !dB[k]) continue;
-        tn_array *gi = out[s->init_in[k]];
-        for (int q = 0; q < s->out_len0[k] && r == TN_OK; q++) {
-            tn_array src, d;
-            tn__scan_row(&src, dB[k], q);
-            if (s->out_stacked[k]) tn__scan_row(&d, gi, gi->shape[0] - s->out_len0[k] + q);
-            else d = *gi;
-            r = tn__scan_copy(s, m, &d, &src, "initial gradient", k);
-        }
-    }
-    for (int k = 0; k < s->n_out; k++) tn_array_free(dB[k]);
-    if (dB != dB_s) tn__free(dB);
-    return r;
-}
-
-/* The loop with its memory where m says (tensor_cuda.h runs a device loop
-   through this with its stream-ordered copies). */
-static tn_result tn__scan_run(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
-    const tn__scan *s = (const tn__scan *)node->ext;
-    if (!s || !s->fn) return tn__err(TN_ERR_INTERNAL, "Scan: node without a compiled step");
-    if (m->device_step && !s->dfn) return tn__err(TN_ERR_INTERNAL, "Scan '%s': placed on a device without a device step", s->name);
-    return s->bwd ? tn__scan_bwd(node, in, out, m) : tn__scan_fwd(node, in, out, m);
-}
-
-static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    return tn__scan_run(node, in, out, &tn__scan_host_mem);
-}
-
-/* Placement (tensor_cuda.h): a scan whose step was compiled for device
-   arrays runs on the device, its loop queued on the back end's stream. */
-TN_API bool tn__scan_device_ok(const tn_var *node) {
-    const tn__scan *s = node->op == TN_OP_SCAN ? (const tn__scan *)node->ext : NULL;
-    return s && s->dfn;
-}
-
-/* >>scan_rows: this part's rows of the op table (the >>ops_table section); its
-   gradient is the >>scan_grad section's (no forward mode). */
-#define TN__SCAN_OP_ROWS \
-    [TN_OP_SCAN] = { .name = "Scan", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__scan_infer, .cpu = tn__scan_cpu, \
-                     .label = tn__scan_label, .vjp = tn__scan_vjp },
-
-/* >>scan_build ----------------------------------------------------------- */
-
-typedef struct tn__scan_b {      /* build-time state of tn_scan */
-    tn__scan *s;
-    tn_graph *g;
-    tn_var **ns;                 /* outer non_sequences (user's, then captured and hoisted) */
-    int cap_ns;
-    int *phidx;                  /* by var id: placeholder index or -1 */
-    int n_idx;
-} tn__scan_b;
-
-static tn_result tn__scan_oom(const tn__scan *s) { return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
-
-static tn_result tn__scan_phidx(tn__scan_b *b) {
-    tn__scan *s = b->s;
-    int nv = tn__graph_nvars(b->g);
-    tn__free(b->phidx);
-    if (!(b->phidx = (int *)tn__malloc(((size_t)nv + 1) * sizeof *b->phidx))) return tn__scan_oom(s);
-    b->n_idx = nv;
-    for (int i = 0; i < nv; i++) b->phidx[i] = -1;
-    for (int p = 0; p < s->n_ph; p++) b->phidx[s->ph[p]->id] = p;
-    return TN_OK;
-}
-
-static bool tn__scan_is_ph(const tn__scan_b *b, const tn_var *v) { return v->id < b->n_idx && b->phidx[v->id] >= 0; }
-
-/* The step's nodes reachable from the results (ascending ids: topological),
-   stopping at placeholders, constants and variables older than the step
-   (first_id): those are free (*freev, constants excluded). */
-static tn_result tn__scan_collect(tn__scan_b *b, int first_id, tn_var ***inner, int *n_inner, tn_var ***freev, int *n_free) {
-    tn__scan *s = b->s;
-    int nv = tn__graph_nvars(b->g);
-    uint8_t *seen = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
-    tn_var **stack = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *stack);
-    tn_var **in = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *in);
-    tn_var **fr = (tn_var **)tn__malloc(((size_t)nv + 1) * sizeof *fr);
-    if (!seen || !stack || !in || !fr) { tn__free(seen); tn__free(stack); tn__free(in); tn__free(fr); return tn__scan_oom(s); }
-    int sp = 0, ni = 0, nf = 0;
-    for (int k = 0; k < s->n_res; k++) if (!seen[s->res[k]->id]) { seen[s->res[k]->id] = 1; stack[sp++] = s->res[k]; }
-    while (sp) {
-        tn_var *v = stack[--sp];
-        if (tn__scan_is_ph(b, v) || v->op == TN_OP_CONSTANT) continue;
-        if (v->id < first_id) { fr[nf++] = v; continue; }
-        in[ni++] = v;
-        for (int k = 0; k < v->n_in; k++)
-            if (!seen[v->in[k]->id]) { seen[v->in[k]->id] = 1; stack[sp++] = v->in[k]; }
-    }
-    /* ascending ids (counting sort through seen[]) */
-    memset(seen, 0, (size_t)nv + 1);
-    for (int i = 0; i < ni; i++) seen[in[i]->id] = 1;
-    ni = 0;
-    for (int id = 0; id < nv; id++) if (seen[id] == 1) in[ni++] = tn__graph_var(b->g, id);
-    memset(seen, 0, (size_t)nv + 1);
-    for (int i = 0; i < nf; i++) seen[fr[i]->id] = 1;
-    nf = 0;
-    for (int id = 0; id < nv; id++) if (seen[id] == 1) fr[nf++] = tn__graph_var(b->g, id);
-    tn__free(seen); tn__free(stack);
-    *inner = in; *n_inner = ni; *freev = fr; *n_free = nf;
-    return TN_OK;
-}
-
-/* A copy of v (same op, params, ext) on inputs map[in[k]->id] (or in[k]). */
-static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
-    tn_var *ins_s[16], **ins = v->n_in <= 16 ? ins_s : (tn_var **)tn__malloc((size_t)v->n_in * sizeof *ins);
-    if (!ins) { tn__err(TN_ERR_OOM, "tn_scan: out of memory"); return NULL; }
-    for (int k = 0; k < v->n_in; k++) ins[k] = map[v->in[k]->id] ? map[v->in[k]->id] : v->in[k];
-    tn_var *c = v->op == TN_OP_PROJ ? tn__proj(ins[0], tn__p_proj_index(&v->p))
-                                    : tn__node_multi(v->graph, v->op, v->n_in, ins, &v->p, v->ext, v->n_out, "tn_scan");
-    if (ins != ins_s) tn__free(ins);
-    if (c) { c->flags = v->flags; c->name = v->name; }
-    return c;
-}
-
-static tn_result tn__scan_add_ns(tn__scan_b *b, tn_var *outer, tn_var *ph) {
-    tn__scan *s = b->s;
-    if (s->n_ns == b->cap_ns) {
-        int cap = b->cap_ns, cap_upd = b->cap_ns;
-        tn_var **n = (tn_var **)tn__grow(b->ns, &cap, s->n_ns + 1, 8, sizeof *n);
-        int *u = (int *)tn__grow(s->ns_upd, &cap_upd, s->n_ns + 1, 8, sizeof *u);
-        if (n) b->ns = n;
-        if (u) s->ns_upd = u;
-        if (!n || !u) return tn__scan_oom(s);
-        b->cap_ns = cap;
-    }
-    tn_var **p = (tn_var **)tn__realloc(s->ph, ((size_t)s->n_ph + 1) * sizeof *p);
-    if (!p) return tn__scan_oom(s);
-    s->ph = p;
-    s->ph[s->n_ph++] = ph;
-    b->ns[s->n_ns] = outer;
-    s->ns_upd[s->n_ns++] = -1;
-    return TN_OK;
-}
-
-/* Captures free variables and hoists loop-invariant step expressions:
-   both become non_sequences, and the loop-variant part of the step is
-   rebuilt after their placeholders (so ids stay topological). */
-static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
-    tn__scan *s = b->s;
-    tn_var **inner = NULL, **freev = NULL, **map = NULL, **lift = NULL;
-    int ni = 0, nf = 0, nl = 0;
-    uint8_t *inv = NULL;
-    tn_result r = tn__scan_collect(b, first_id, &inner, &ni, &freev, &nf);
-    if (r != TN_OK) return r;
-    int nv = tn__graph_nvars(b->g);
-    inv = (uint8_t *)tn__calloc((size_t)nv + 1, 1);       /* 1 invariant, 2 variant (by id) */
-    lift = (tn_var **)tn__malloc(((size_t)ni + nf + 1) * sizeof *lift);
-    map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
-    if (!inv || !lift || !map) { r = tn__scan_oom(s); goto done; }
-    int nvar_ph = s->n_ph - s->n_ns;
-    for (int p = 0; p < s->n_ph; p++)
-        inv[s->ph[p]->id] = p >= nvar_ph && s->ns_upd[p - nvar_ph] < 0 ? 1 : 2;
-    for (int i = 0; i < nf; i++) inv[freev[i]->id] = 1;
-    for (int i = 0; i < ni; i++) {
-        tn_var *v = inner[i];
-        uint8_t st = 1;
-        for (int k = 0; k < v->n_in; k++) if (inv[v->in[k]->id] == 2) st = 2;
-        inv[v->id] = st;
-    }
-    /* lifted: invariant non-constant values read by a variant node or returned */
-    uint8_t *want = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
-    if (!want) { r = tn__scan_oom(s); goto done; }
-    for (int i = 0; i < ni; i++) {
-        if (inv[inner[i]->id] != 2) continue;
-        for (int k = 0; k < inner[i]->n_in; k++) want[inner[i]->in[k]->id] = 1;
-    }
-    for (int k = 0; k < s->n_res; k++) want[s->res[k]->id] = 1;
-    for (int id = 0; id < nv; id++) {
-        tn_var *v = tn__graph_var(b->g, id);
-        if (want[id] && inv[id] == 1 && v->op != TN_OP_CONSTANT && !tn__scan_is_ph(b, v)) lift[nl++] = v;
-    }
-    tn__free(want);
-    if (nl == 0) goto done;
-    /* invariant nodes, outside: non_sequence placeholders read their outer variables */
-    for (int p = nvar_ph; p < s->n_ph; p++) map[s->ph[p]->id] = b->ns[p - nvar_ph];
-    for (int i = 0; i < ni; i++) {
-        if (inv[inner[i]->id] != 1) continue;
-        if (!(map[inner[i]->id] = tn__scan_clone(inner[i], map))) { r = tn_last_result(); goto done; }
-    }
-    tn_var **map2 = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map2);
-    if (!map2) { r = tn__scan_oom(s); goto done; }
-    for (int i = 0; i < nl && r == TN_OK; i++) {
-        tn_var *x = lift[i], *outer = map[x->id] ? map[x->id] : x;
-        char nm[96];
-        snprintf(nm, sizeof nm, "%s", x->name ? x->name : "hoisted");
-        tn_var *ph = tn_input(b->g, nm, x->type.dtype, x->type.ndim, x->type.shape, x->type.bcast);
-        if (!ph) r = tn_last_result();
-        else if ((r = tn__scan_add_ns(b, outer, ph)) == TN_OK) map2[x->id] = ph;
-    }
-    for (int i = 0; i < ni && r == TN_OK; i++) {
-        if (inv[inner[i]->id] != 2) continue;
-        if (!(map2[inner[i]->id] = tn__scan_clone(inner[i], map2))) r = tn_last_result();
-    }
-    for (int k = 0; k < s->n_res && r == TN_OK; k++) if (map2[s->res[k]->id]) s->res[k] = map2[s->res[k]->id];
-    tn__free(map2);
-    if (r == TN_OK) r = tn__scan_phidx(b);
-done:
-    tn__free(inner); tn__free(freev); tn__free(map); tn__free(lift); tn__free(inv);
-    return r;
-}
-
-/* The tables tn__scan_res_types walks. */
-static tn_result tn__scan_tables(tn__scan_b *b) {
-    tn__scan *s = b->s;
-    tn_var **fr = NULL;
-    int nf = 0;
-    tn_result r = tn__scan_collect(b, 0, &s->inner, &s->n_inner, &fr, &nf);
-    tn__free(fr);
-    if (r != TN_OK) return r;
-    int nin = 0;
-    for (int i = 0; i < s->n_inner; i++) nin += s->inner[i]->n_in;
-    s->inner_in = (int *)tn__malloc(((size_t)nin + 1) * sizeof(int));
-    s->inner_in_off = (int *)tn__malloc(((size_t)s->n_inner + 1) * sizeof(int));
-    s->inner_t_off = (int *)tn__malloc(((size_t)s->n_inner + 1) * sizeof(int));
-    if (!s->inner_in || !s->inner_in_off || !s->inner_t_off) return tn__scan_oom(s);
-    int nv = tn__graph_nvars(b->g);
-    int *idx = (int *)tn__malloc(((size_t)nv + 1) * sizeof *idx);
-    if (!idx) return tn__scan_oom(s);
-    for (int i = 0; i < nv; i++) idx[i] = -1;
-    int o = 0, t = 0;
-    for (int i = 0; i < s->n_inner; i++) {
-        tn_var *v = s->inner[i];
-        idx[v->id] = i;
-        s->inner_in_off[i] = o;
-        s->inner_t_off[i] = t;
-        t += v->n_out;
-        for (int k = 0; k < v->n_in; k++) {
-            tn_var *x = v->in[k];
-            s->inner_in[o++] = tn__scan_is_ph(b, x) ? -1 - b->phidx[x->id] : idx[x->id] >= 0 ? idx[x->id] : INT32_MAX;
-        }
-    }
-    s->n_types = t;
-    tn__free(idx);
-    return TN_OK;
-}
-
-/* Steps of f that compute on a device (transfers and views aside). */
-static int tn__scan_device_work(const tn_func *f) {
-    int n = 0;
-    for (int k = 0; f && k < f->n_steps; k++) {
-        const tn_var *v = f->steps[k].node;
-        tn_op_kind kd = tn__op_kind(v->op);
-        n += v->device != TN_HOST && f->backend && kd != TN_OPK_TRANSFER && kd != TN_OPK_VIEW;
-    }
-    return n;
-}
-
-/* With a device back end, the step a second time for a loop on the device:
-   its placeholders marked as device arrays (placement keeps an input leaf's
-   device) and its results wrapped as device outputs (the user's own
-   tn_gpu_from_host, which placement cancels against device data), so a step
-   runs with no transfer. Without device work the loop stays on the host;
-   a failure here only leaves it there. */
-static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
-    const tn_backend *be = tn__get_backend();
-    if (!be || !be->place || tn__scan_device_work(s->fn) == 0) return;
-    tn_var **res = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *res);
-    if (!res) { tn_clear_error(); return; }
-    bool ok = true;
-    for (int k = 0; k < s->n_res && ok; k++) ok = (res[k] = tn_gpu_from_host(s->res[k])) != NULL;
-    if (ok) {
-        for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = 0;   /* any ordinal: placement takes its own */
-        s->dfn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
-                                                 .outputs = res, .borrow = true, .name = s->name });
-        for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = TN_HOST;
-    }
-    tn__free(res);
-    if (s->dfn && tn__scan_device_work(s->dfn) == 0) { tn_function_free(s->dfn); s->dfn = NULL; }
-    if (!s->dfn) tn_clear_error();
-    tn__func_share_stream(s->dfn);      /* the steps run on the stream of the function calling the scan */
-}
-
-static tn_result tn__scan_compile(tn__scan *s, tn_graph *g) {
-    s->fn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
-                                            .outputs = s->res, .borrow = true, .name = s->name });
-    if (!s->fn) return tn__err(tn_last_result(), "tn_scan '%s': compiling the step: %s", s->name, tn_last_error());
-    tn__func_share_stream(s->fn);
-    tn__scan_compile_device(s, g);
-    s->args = (tn_array *)tn__calloc((size_t)s->n_ph + 1, sizeof *s->args);
-    s->argp = (tn_array **)tn__calloc((size_t)s->n_ph + 1, sizeof *s->argp);
-    s->resp = (tn_array **)tn__calloc((size_t)s->n_res + 1, sizeof *s->resp);
-    if (!s->args || !s->argp || !s->resp) return tn__scan_oom(s);
-    for (int p = 0; p < s->n_ph; p++) s->argp[p] = &s->args[p];
-    return TN_OK;
-}
-
-static tn_result tn__scan_check_desc(const tn_scan_desc *d, tn_var **outputs, tn_graph **gp) {
-    const char *W = "tn_scan";
-    if (!d) return tn__err(TN_ERR_NULL, "%s: desc is NULL", W);
-    const char *nm = d->name ? d->name : "scan";
-    if (!d->step) return tn__err(TN_ERR_NULL, "%s '%s': step is NULL", W, nm);
-    if (d->n_sequences < 0 || d->n_outputs < 0 || d->n_non_sequences < 0)
-        return tn__err(TN_ERR_INVALID, "%s '%s': negative count (n_sequences %d, n_outputs %d, n_non_sequences %d)", W, nm,
-                       d->n_sequences, d->n_outputs, d->n_non_sequences);
-    if ((d->n_sequences && !d->sequences) || (d->n_outputs && !d->outputs) || (d->n_non_sequences && !d->non_sequences))
-        return tn__err(TN_ERR_NULL, "%s '%s': sequences, outputs or non_sequences is NULL for a nonzero count", W, nm);
-    if (d->n_outputs && !outputs) return tn__err(TN_ERR_NULL, "%s '%s': outputs is NULL (room for %d variables needed)", W, nm, d->n_outputs);
-    if (d->has_n_steps && d->n_steps < 0) return tn__err(TN_ERR_INVALID, "%s '%s': n_steps is %lld", W, nm, (long long)d->n_steps);
-    if (!d->has_n_steps && d->n_sequences == 0)
-        return tn__err(TN_ERR_INVALID, "%s '%s': no sequences to take the number of steps from: set has_n_steps and n_steps", W, nm);
-    if (d->truncate_gradient < 0) return tn__err(TN_ERR_INVALID, "%s '%s': truncate_gradient is %lld (0: no truncation)", W, nm, (long long)d->truncate_gradient);
-    tn_graph *g = d->graph;
-    char sb[128];
-    for (int i = 0; i < d->n_sequences; i++) {
-        const tn_scan_seq *q = &d->sequences[i];
-        if (!q->var) return tn__err(TN_ERR_NULL, "%s '%s': sequence %d is NULL (did its constructor fail?)", W, nm, i);
-        if (q->var->type.ndim < 1)
-            return tn__err(TN_ERR_SHAPE, "%s '%s': sequence %d ('%s') has shape %s: a sequence needs a leading time dim", W, nm, i,
-                           tn__scan_vname(q->var), tn__shape_str(q->var->type.ndim, q->var->type.shape, sb));
-        if (q->n_taps < 0 || (q->n_taps && !q->taps)) return tn__err(TN_ERR_INVALID, "%s '%s': sequence %d: bad taps", W, nm, i);
-        if (!g) g = q->var->graph;
-    }
-    for (int k = 0; k < d->n_outputs; k++) {
-        const tn_scan_out *o = &d->outputs[k];
-        if (o->n_taps < 0 || (o->n_taps && !o->taps)) return tn__err(TN_ERR_INVALID, "%s '%s': output %d: bad taps", W, nm, k);
-        if (o->n_taps && !o->init) return tn__err(TN_ERR_INVALID, "%s '%s': output %d has taps but no init", W, nm, k);
-        for (int j = 0; j < o->n_taps; j++)
-            if (o->taps[j] >= 0)
-                return tn__err(TN_ERR_INVALID, "%s '%s': output %d: tap %d is not negative (x(t-1) is tap -1; a step "
-                               "cannot read its own output)", W, nm, k, o->taps[j]);
-        bool single = o->n_taps == 0 || (o->n_taps == 1 && o->taps[0] == -1);
-        if (o->init && !single && o->init->type.ndim < 1)
-            return tn__err(TN_ERR_SHAPE, "%s '%s': output %d has taps other than {-1}, so its init ('%s') needs a leading "
-                           "time dim", W, nm, k, tn__scan_vname(o->init));
-        if (o->init && !g) g = o->init->graph;
-    }
-    for (int i = 0; i < d->n_non_sequences; i++) {
-        if (!d->non_sequences[i]) return tn__err(TN_ERR_NULL, "%s '%s': non_sequence %d is NULL", W, nm, i);
-        if (!g) g = d->non_sequences[i]->graph;
-    }
-    if (!g) return tn__err(TN_ERR_NULL, "%s '%s': no variable names the graph: set desc->graph", W, nm);
-    for (int i = 0; i < d->n_sequences; i++)
-        if (d->sequences[i].var->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': sequence %d belongs to another graph", W, nm, i);
-    for (int k = 0; k < d->n_outputs; k++)
-        if (d->outputs[k].init && d->outputs[k].init->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': the init of output %d belongs to another graph", W, nm, k);
-    for (int i = 0; i < d->n_non_sequences; i++)
-        if (d->non_sequences[i]->graph != g) return tn__err(TN_ERR_GRAPH, "%s '%s': non_sequence %d belongs to another graph", W, nm, i);
-    *gp = g;
-    return TN_OK;
-}
-
-/* Tap tables and placeholders (sequence taps, output taps, non_sequences). */
-static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
-    tn__scan *s = b->s;
-    int nt = 0, nseq = d->n_sequences, nout = d->n_outputs;
-    for (int i = 0; i < nseq; i++) nt += d->sequences[i].n_taps ? d->sequences[i].n_taps : 1;
-    for (int k = 0; k < nout; k++) nt += d->outputs[k].init ? (d->outputs[k].n_taps ? d->outputs[k].n_taps : 1) : 0;
-    s->n_seq = nseq; s->n_out = nout;
-    s->seq_nt = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
-    s->seq_off = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
-    s->seq_lo = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
-    s->seq_hi = (int *)tn__calloc((size_t)nseq + 1, sizeof(int));
-    s->out_nt = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
-    s->out_off = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
-    s->out_len0 = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
-    s->out_stacked = (bool *)tn__calloc((size_t)nout + 1, sizeof(bool));
-    s->init_in = (int *)tn__calloc((size_t)nout + 1, sizeof(int));
-    s->tap = (int *)tn__calloc((size_t)nt + 1, sizeof(int));
-    s->ph = (tn_var **)tn__calloc((size_t)nt + 1, sizeof(tn_var *));
-    if (!s->seq_nt || !s->seq_off || !s->seq_lo || !s->seq_hi || !s->out_nt || !s->out_off || !s->out_len0 ||
-        !s->out_stacked || !s->init_in || !s->tap || !s->ph)
-        return tn__scan_oom(s);
-    int t = 0;
-    char nm[160];
-    for (int i = 0; i < nseq; i++) {
-        const tn_scan_seq *q = &d->sequences[i];
-        s->seq_off[i] = t;
-        s->seq_nt[i] = q->n_taps ? q->n_taps : 1;
-        for (int j = 0; j < s->seq_nt[i]; j++) {
-            int a = q->n_taps ? q->taps[j] : 0;
-            s->tap[t++] = a;
-            if (a < s->seq_lo[i]) s->seq_lo[i] = a;
-            if (a > s->seq_hi[i]) s->seq_hi[i] = a;
-        }
-        tn_type row = tn__type_drop0(&q->var->type);
-        for (int j = 0; j < s->seq_nt[i]; j++) {
-            int a = s->tap[s->seq_off[i] + j];
-            if (a) snprintf(nm, sizeof nm, "%s[t%+d]", tn__scan_vname(q->var), a);
-            else snprintf(nm, sizeof nm, "%s[t]", tn__scan_vname(q->var));
-            tn_var *p = tn_input(b->g, nm, row.dtype, row.ndim, row.shape, row.bcast);
-            if (!p) return tn_last_result();
-            s->ph[s->n_ph++] = p;
-        }
-    }
-    int n_init = 0;
-    for (int k = 0; k < nout; k++) {
-        const tn_scan_out *o = &d->outputs[k];
-        s->out_off[k] = t;
-        s->init_in[k] = -1;
-        if (!o->init) continue;
-        s->out_nt[k] = o->n_taps ? o->n_taps : 1;
-        s->out_stacked[k] = !(s->out_nt[k] == 1 && (o->n_taps == 0 || o->taps[0] == -1));
-        s->init_in[k] = nseq + n_init++;
-        for (int j = 0; j < s->out_nt[k]; j++) {
-            int a = o->n_taps ? o->taps[j] : -1;
-            s->tap[t++] = a;
-            if (-a > s->out_len0[k]) s->out_len0[k] = -a;
-        }
-        tn_type st = s->out_stacked[k] ? tn__type_drop0(&o->init->type) : o->init->type;
-        for (int j = 0; j < s->out_nt[k]; j++) {
-            snprintf(nm, sizeof nm, "%s[t%+d]", o->init->name ? o->init->name : "out", s->tap[s->out_off[k] + j]);
-            tn_var *p = tn_input(b->g, nm, st.dtype, st.ndim, st.shape, st.bcast);
-            if (!p) return tn_last_result();
-            s->ph[s->n_ph++] = p;
-        }
-    }
-    s->n_init = n_init;
-    for (int i = 0; i < d->n_non_sequences; i++) {
-        tn_var *v = d->non_sequences[i];
-        tn_var *p = tn_input(b->g, v->name ? v->name : "non_seq", v->type.dtype, v->type.ndim, v->type.shape, v->type.bcast);
-        if (!p) return tn_last_result();
-        tn_result r = tn__scan_add_ns(b, v, p);
-        if (r != TN_OK) return r;
-    }
-    return tn__scan_phidx(b);
-}
-
-/* Calls the step and checks what it returned. */
-static tn_result tn__scan_run_step(tn__scan_b *b, const tn_scan_desc *d) {
-    tn__scan *s = b->s;
-    int nseq = d->n_sequences, nout = d->n_outputs, nns = d->n_non_sequences;
-    tn_var ***seqrows = (tn_var ***)tn__calloc((size_t)nseq + 1, sizeof *seqrows);
-    tn_var ***outrows = (tn_var ***)tn__calloc((size_t)nout + 1, sizeof *outrows);
-    tn_var **outs = (tn_var **)tn__calloc((size_t)nout + 1, sizeof *outs);
-    tn_var **ups = (tn_var **)tn__calloc((size_t)nns + 1, sizeof *ups);
-    tn_result r = TN_OK;
-    if (!seqrows || !outrows || !outs || !ups) { r = tn__scan_oom(s); goto done; }
-    int p = 0;
-    for (int i = 0; i < nseq; i++) { seqrows[i] = &s->ph[p]; p += s->seq_nt[i]; }
-    for (int k = 0; k < nout; k++) { outrows[k] = s->out_nt[k] ? &s->ph[p] : NULL; p += s->out_nt[k]; }
-    tn_scan_step st = { b->g, (tn_var *const *const *)seqrows, (tn_var *const *const *)outrows, s->ph + p, s->n_ph,
-                        s->ph, outs, ups };
-    if ((r = d->step(&st, d->user)) != TN_OK) {
-        r = tn__err(r, "tn_scan '%s': the step callback failed: %s", s->name, tn_last_error());
-        goto done;
-    }
-    int nu = 0;
-    for (int i = 0; i < nns; i++) if (ups[i]) nu++;
-    s->n_upd = nu;
-    s->n_res = nout + nu;
-    s->res = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *s->res);
-    s->upd_ns = (int *)tn__calloc((size_t)nu + 1, sizeof *s->upd_ns);
-    if (!s->res || !s->upd_ns) { r = tn__scan_oom(s); goto done; }
-    char a[160], c[160];
-    for (int k = 0; k < nout && r == TN_OK; k++) {
-        tn_var *y = outs[k];
-        if (!y) { r = tn__err(TN_ERR_NULL, "tn_scan '%s': the step left output %d NULL (%s)", s->name, k, tn_last_error()); break; }
-        if (y->graph != b->g) { r = tn__err(TN_ERR_GRAPH, "tn_scan '%s': step output %d belongs to another graph", s->name, k); break; }
-        if (y->n_out > 1) { r = tn__err(TN_ERR_INVALID, "tn_scan '%s': step output %d is a node with %d outputs; pick one", s->name, k, y->n_out); break; }
-        if (s->out_nt[k]) {
-            const tn_type *pt = &outrows[k][0]->type;
-            if (y->type.dtype != pt->dtype || y->type.ndim != pt->ndim)
-                r = tn__err(y->type.dtype != pt->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE, "tn_scan '%s': step output %d is %s "
-                            "but its state (from its init '%s') is %s: they must match (cast the output or the init)",
-                            s->name, k, tn__type_str(&y->type, a), tn__scan_vname(d->outputs[k].init), tn__type_str(pt, c));
-        }
-        s->res[k] = y;
-    }
-    int u = 0;
-    for (int i = 0; i < nns && r == TN_OK; i++) {
-        if (!ups[i]) continue;
-        tn_var *sv = d->non_sequences[i], *y = ups[i];
-        if (sv->op != TN_OP_SHARED)
-            r = tn__err(TN_ERR_UPDATE, "tn_scan '%s': the step updates non_sequence %d ('%s'), which is not a shared variable",
-                        s->name, i, tn__scan_vname(sv));
-        else if (y->graph != b->g) r = tn__err(TN_ERR_GRAPH, "tn_scan '%s': the update of '%s' belongs to another graph", s->name, tn__scan_vname(sv));
-        else if (y->type.dtype != sv->type.dtype || y->type.ndim != sv->type.ndim)
-            r = tn__err(TN_ERR_UPDATE, "tn_scan '%s': shared variable '%s' is %s but the step's new value is %s", s->name,
-                        tn__scan_vname(sv), tn__type_str(&sv->type, a), tn__type_str(&y->type, c));
-        if (r != TN_OK) break;
-        s->res[nout + u] = y;
-        s->upd_ns[u] = i;
-        s->ns_upd[i] = u++;
-    }
-    if (r == TN_OK && s->n_res == 0) r = tn__err(TN_ERR_INVALID, "tn_scan '%s': no outputs and no updates", s->name);
-done:
-    tn__free(seqrows); tn__free(outrows); tn__free(outs); tn__free(ups);
-    return r;
-}
-
-TN_API tn_result tn_scan(const tn_scan_desc *d, tn_var **outputs, tn_update *updates, int *n_updates) {
-    tn_graph *g = NULL;
-    for (int k = 0; outputs && d && k < d->n_outputs; k++) outputs[k] = NULL;
-    if (n_updates) *n_updates = 0;
-    tn_result r = tn__scan_check_desc(d, outputs, &g);
-    if (r != TN_OK) return r;
-    tn__scan *s = (tn__scan *)tn__calloc(1, sizeof *s);
-    if (!s) return tn__err(TN_ERR_OOM, "tn_scan: out of memory");
-    s->g = g;
-    snprintf(s->name, sizeof s->name, "%s", d->name ? d->name : "scan");
-    s->n_steps = d->has_n_steps ? d->n_steps : -1;
-    s->backwards = d->go_backwards;
-    s->truncate = d->truncate_gradient;
-    tn__scan_b b = { s, g, NULL, 0, NULL, 0 };
-    int first_id = tn__graph_nvars(g);
-    tn_var **ins = NULL, *node = NULL;
-    if ((r = tn__scan_setup(&b, d)) != TN_OK) goto fail;
-    if ((r = tn__scan_run_step(&b, d)) != TN_OK) goto fail;
-    if (s->n_upd && !updates) { r = tn__err(TN_ERR_NULL, "tn_scan '%s': the step makes %d updates but updates is NULL", s->name, s->n_upd); goto fail; }
-    if ((r = tn__scan_hoist(&b, first_id)) != TN_OK) goto fail;
-    if ((r = tn__scan_tables(&b)) != TN_OK) goto fail;
-    if ((r = tn__scan_compile(s, g)) != TN_OK) goto fail;
-    int nin = s->n_seq + s->n_init + s->n_ns;
-    if (!(ins = (tn_var **)tn__malloc(((size_t)nin + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto fail; }
-    for (int i = 0; i < s->n_seq; i++) ins[i] = d->sequences[i].var;
-    for (int k = 0; k < s->n_out; k++) if (s->init_in[k] >= 0) ins[s->init_in[k]] = d->outputs[k].init;
-    for (int i = 0; i < s->n_ns; i++) ins[s->n_seq + s->n_init + i] = b.ns[i];
-    tn__scan_register(s);
-    node = tn__node_multi(g, TN_OP_SCAN, nin, ins, NULL, s, s->n_res, "tn_scan");
-    tn__free(ins);
-    tn__free(b.ns); tn__free(b.phidx);
-    if (!node) { tn__scan_unregister_free(s); return tn_last_result(); }
-    if (d->name) node->name = tn__graph_strdup(g, d->name);
-    for (int k = 0; k < s->n_res; k++) {
-        tn_var *o = s->n_res == 1 ? node : tn__proj(node, k);
-        if (o && k < s->n_out && s->out_len0[k] > 0) o = tn_slice(o, 0, s->out_len0[k], TN_NONE, 1);
-        if (!o) return tn__err(tn_last_result(), "tn_scan '%s': %s", s->name, tn_last_error());
-        if (k < s->n_out) outputs[k] = o;
-        else updates[k - s->n_out] = (tn_update){ d->non_sequences[s->upd_ns[k - s->n_out]], o };
-    }
-    if (n_updates) *n_updates = s->n_upd;
-    return TN_OK;
-fail:
-    tn__free(b.ns); tn__free(b.phidx);
-    tn__scan_free_one(s);
-    return r;
-}
-
-/* >>scan_grad ------------------------------------------------------------ */
-
-static tn_var *tn__scan_zeros_like(tn_var *x) {
-    tn_var *z = tn_lit(x, 0.0);
-    if (z && z->type.dtype != x->type.dtype) z = tn_cast(z, x->type.dtype);
-    return tn_fill(x, z);
-}
-
-/* Gradients reaching output k of a multi-output node through its PROJ wait
-   in the scan (gpend) until the grad driver reaches the scan node itself;
-   the node's own accumulator gets a zero of output 0's type so it is visited. */
-static tn_result tn__scan_proj_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    (void)need;
-    tn_var *src = node->in[0];
-    int k = tn__p_proj_index(&node->p);
-    tn__scan *s = src->op == TN_OP_SCAN ? (tn__scan *)src->ext : NULL;
-    if (!s || s->bwd) {
-        const tn_op_def *def = tn__op_def(src->op);
-        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: output %d of %s (node '%s') has no gradient rule", k,
-                       def && def->name ? def->name : "?", tn__scan_vname(src));
-    }
-    if (!s->gpend && !(s->gpend = (tn_var **)tn__calloc((size_t)s->n_res + 1, sizeof *s->gpend))) return tn__scan_oom(s);
-    s->gpend[k] = s->gpend[k] ? tn_add(s->gpend[k], g) : g;
-    gin[0] = k == 0 ? g : tn__scan_zeros_like(tn__proj(src, 0));
-    if (!s->gpend[k] || !gin[0]) return tn__err(tn_last_result(), "tn_grad: scan '%s': %s", s->name, tn_last_error());
-    return TN_OK;
-}
-
-/* The gradient scan of s, built once: its step is tn_grad of s's step with
-   known gradients of the step's outputs (new placeholders). */
-static tn_result tn__scan_build_grad(tn__scan *s) {
-    if (s->grad) return TN_OK;
-    tn__scan *b = (tn__scan *)tn__calloc(1, sizeof *b);
-    if (!b) return tn__scan_oom(s);
-    b->g = s->g;
-    b->bwd = true;
-    b->fwd = s;
-    memcpy(b->name, s->name, sizeof b->name);
-    int nf = 0;
-    for (int k = 0; k < s->n_out; k++) if (tn_dtype_is_float(s->res[k]->type.dtype)) nf++;
-    b->ph = (tn_var **)tn__calloc((size_t)(s->n_ph + nf) + 1, sizeof *b->ph);
-    b->g_of_out = (int *)tn__calloc((size_t)s->n_out + 1, sizeof(int));
-    b->res = (tn_var **)tn__calloc((size_t)s->n_ph + 1, sizeof *b->res);
-    b->res_ph = (int *)tn__calloc((size_t)s->n_ph + 1, sizeof(int));
-    tn_var **wrt = (tn_var **)tn__calloc((size_t)s->n_ph + 1, sizeof *wrt);
-    tn_var **kv = (tn_var **)tn__calloc((size_t)nf + 1, sizeof *kv);
-    tn_result r = TN_OK;
-    if (!b->ph || !b->g_of_out || !b->res || !b->res_ph || !wrt || !kv) { r = tn__scan_oom(s); goto done; }
-    memcpy(b->ph, s->ph, (size_t)s->n_ph * sizeof *b->ph);
-    b->n_ph = s->n_ph;
-    int nk = 0;
-    for (int k = 0; k < s->n_out; k++) {
-        b->g_of_out[k] = -1;
-        tn_var *y = s->res[k];
-        if (!tn_dtype_is_float(y->type.dtype)) continue;
-        char nm[96];
-        snprintf(nm, sizeof nm, "d_out%d", k);
-        tn_var *gp = tn_input(s->g, nm, y->type.dtype, y->type.ndim, NULL, y->type.bcast);
-        if (!gp) { r = tn_last_result(); goto done; }
-        b->g_of_out[k] = b->n_ph;
-        b->ph[b->n_ph++] = gp;
-        kv[nk++] = y;
-    }
-    int nw = 0;
-    for (int p = 0; p < s->n_ph; p++)
-        if (tn_dtype_is_float(s->ph[p]->type.dtype)) { b->res_ph[nw] = p; wrt[nw++] = s->ph[p]; }
-    b->n_res = nw;
-    if (nk > 0 && nw > 0) {
-        tn_grad_options opt;
-        memset(&opt, 0, sizeof opt);
-        opt.disconnected_inputs = TN_DISCONNECTED_IGNORE;
-        opt.n_known_grads = nk;
-        opt.known_vars = kv;
-        opt.known_grads = b->ph + s->n_ph;
-        if ((r = tn_grad(NULL, nw, wrt, b->res, &opt)) != TN_OK) {
-            r = tn__err(r, "tn_grad: through scan '%s': the step's gradient: %s", s->name, tn_last_error());
-            goto done;
-        }
-        if ((r = tn__scan_compile(b, s->g)) != TN_OK) goto done;
-    } else {
-        b->n_res = 0;
-    }
-done:
-    tn__free(wrt); tn__free(kv);
-    if (r != TN_OK) { tn__scan_free_one(b); return r; }
-    tn__scan_register(b);
-    s->grad = b;
-    return TN_OK;
-}
-
-static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    tn__scan *s = (tn__scan *)node->ext;
-    if (s->bwd)
-        return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: the gradient of scan '%s' is not differentiable again (second "
-                       "derivatives through scan)", s->name);
-    tn_var **gk = s->gpend;
-    s->gpend = NULL;
-    tn_var *one[1] = { g };
-    if (node->n_out == 1) gk = one;
-    tn_result r = TN_OK;
-    tn_var **ins = NULL;
-    if (s->n_upd > 0) {
-        char names[256];
-        size_t n = 0;
-        names[0] = 0;
-        for (int u = 0; u < s->n_upd && n < sizeof names - 8; u++)
-            n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", u ? ", " : "",
-                                  tn__scan_vname(node->in[s->n_seq + s->n_init + s->upd_ns[u]]));
-        r = tn__err(TN_ERR_UNSUPPORTED, "tn_grad: through scan '%s', whose step updates shared variable%s %s: not supported "
-                    "(the gradient needs every step's value of the state, which a scan keeps only for its outputs); "
-                    "carry the state as an output with an init (outputs_info) instead of an update", s->name,
-                    s->n_upd == 1 ? "" : "s", names);
-        goto done;
-    }
-    if (!gk) goto done;    /* no gradient reached an output */
-    if ((r = tn__scan_build_grad(s)) != TN_OK) goto done;
-    tn__scan *b = s->grad;
-    if (!b->fn) goto done;   /* nothing float: no gradient */
-    int nfin = node->n_in;
-    if (!(ins = (tn_var **)tn__malloc(((size_t)nfin + 2 * s->n_out + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto done; }
-    for (int j = 0; j < nfin; j++) ins[j] = node->in[j];
-    for (int k = 0; k < s->n_out; k++) {
-        tn_var *P = node->n_out == 1 ? node : tn__proj(node, k);
-        tn_var *G = b->g_of_out[k] < 0 ? P : gk[k] ? gk[k] : tn__scan_zeros_like(P);
-        if (!P || !G) { r = tn__err(tn_last_result(), "tn_grad: scan '%s': %s", s->name, tn_last_error()); goto done; }
-        ins[nfin + k] = P;
-        ins[nfin + s->n_out + k] = G;
-    }
-    tn_var *gn = tn__node_multi(s->g, TN_OP_SCAN, nfin + 2 * s->n_out, ins, NULL, b, nfin, "tn_grad");
-    if (!gn) { r = tn_last_result(); goto done; }
-    for (int j = 0; j < nfin; j++) {
-        if (!need[j]) continue;
-        if (!(gin[j] = nfin == 1 ? gn : tn__proj(gn, j))) { r = tn_last_result(); goto done; }
-    }
-done:
-    tn__free(ins);
-    if (gk != one) tn__free(gk);
-    return r;
-}
-
 /* >>scan_rewrite --------------------------------------------------------- */
 /* Rules the optimizer runs on SCAN nodes of a function's private graph (the
    node's ext is the loop; its inputs are the function's own variables). */
@@ -7247,101 +6000,6 @@ static tn_var *tn__b_scan_dot(tn__rw *c, tn_var *v) {
     if (X && s->n_steps >= 0) X = tn_slice(X, 0, TN_NONE, s->n_steps, 1);
     if (!X) return NULL;
     return xi == 1 ? tn_dot(X, tn_transpose(W, NULL)) : tn_dot(X, W);
-}
-
-/* >>scan_debugprint ------------------------------------------------------ */
-/* tn_debugprint and tn_debugprint_function call this after the main graph:
-   every scan the roots reach prints its line again (same id), then its
-   inner graph with each line led by " >", as Theano's debugprint does. A
-   symbolic graph shows the step as built; a compiled function the step as
-   compiled (the device step of a scan placed on the device), with its own
-   ids and step numbers. Scans inside a step follow in the same list. */
-
-typedef struct tn__scan_pq { const tn_var **v; bool *compiled; int n, cap; } tn__scan_pq;
-
-static tn_result tn__scan_pq_push(tn__scan_pq *q, const tn_var *v, bool compiled) {
-    if (q->n == q->cap) {
-        int cap = q->cap, cap_c = q->cap;
-        const tn_var **nv = (const tn_var **)tn__grow((void *)q->v, &cap, q->n + 1, 8, sizeof *nv);
-        if (nv) q->v = nv;
-        bool *c = nv ? (bool *)tn__grow(q->compiled, &cap_c, q->n + 1, 8, sizeof *c) : NULL;
-        if (c) q->compiled = c;
-        if (!nv || !c) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
-        q->cap = cap;
-    }
-    q->v[q->n] = v;
-    q->compiled[q->n++] = compiled;
-    return TN_OK;
-}
-
-/* The scans the roots reach, in topological order. */
-static tn_result tn__scan_pq_add(tn__scan_pq *q, tn_var *const *roots, int n_roots, int nvars, bool compiled) {
-    tn_var **order = NULL;
-    int n = 0;
-    tn_result r = tn__toposort((tn_var **)roots, n_roots, nvars, &order, &n, NULL, "tn_debugprint");
-    for (int i = 0; i < n && r == TN_OK; i++)
-        if (order[i]->op == TN_OP_SCAN && order[i]->ext) r = tn__scan_pq_push(q, order[i], compiled);
-    tn__free(order);
-    return r;
-}
-
-static tn_result tn__scan_print_inners(tn__printer *pr, tn_var *const *roots, int n_roots, bool compiled) {
-    tn__scan_pq q = { NULL, NULL, 0, 0 };
-    tn_result r = tn__scan_pq_add(&q, roots, n_roots, pr->nvars, compiled);
-    int n_main = q.n;          /* nodes of the printer's graph; later ones may sit in compiled steps */
-    if (r == TN_OK && q.n) fprintf(pr->out, "\nInner graphs of the scan ops:\n");
-    for (int i = 0; i < q.n && r == TN_OK; i++) {
-        const tn_var *node = q.v[i];
-        const tn__scan *s = (const tn__scan *)node->ext;
-        fputc('\n', pr->out);
-        if (i < n_main || !q.compiled[i]) {   /* a node of the printer's graph: its id from there */
-            const char *lead = pr->lead;
-            pr->lead = NULL;
-            tn__print_line(pr, node, 0, false);
-            pr->lead = lead;
-        } else {
-            char lb[256];
-            tn__node_label(node, lb, sizeof lb);
-            fprintf(pr->out, "%s\n", lb);
-        }
-        if (!q.compiled[i]) {      /* the step as built: the user's graph, the printer's ids */
-            const char *lead = pr->lead;
-            pr->lead = " >";
-            for (int k = 0; k < s->n_res && r == TN_OK; k++) r = tn__print_tree(pr, s->res[k]);
-            pr->lead = lead;
-            if (r == TN_OK) r = tn__scan_pq_add(&q, s->res, s->n_res, pr->nvars, false);
-            continue;
-        }
-        const tn_func *fn = node->device != TN_HOST && s->dfn ? s->dfn : s->fn;
-        if (!fn) continue;
-        tn__printer ip;       /* the compiled step: its own graph, ids and step numbers */
-        int nv = fn->fg->nvars;
-        if ((r = tn__printer_init(&ip, pr->out, nv)) != TN_OK) break;
-        int *topo = (int *)tn__malloc(((size_t)nv + 1) * sizeof *topo);
-        if (!topo) { tn__printer_free(&ip); r = tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); break; }
-        for (int j = 0; j < nv; j++) topo[j] = -1;
-        for (int k = 0; k < fn->n_steps; k++) topo[fn->steps[k].node->id] = k;
-        ip.topo = topo;
-        ip.lead = " >";
-        ip.next_id = pr->next_id;      /* ids go on from the main graph's: no two lines share one */
-        for (int k = 0; k < fn->n_roots && r == TN_OK; k++) r = tn__print_tree(&ip, fn->roots[k]);
-        pr->next_id = ip.next_id;
-        tn__free(topo);
-        tn__printer_free(&ip);
-        /* scans inside the compiled step: listed after, labelled without ids */
-        for (int k = 0; k < fn->n_steps && r == TN_OK; k++) {
-            tn_var *sv = fn->steps[k].node;
-            if (sv->op == TN_OP_SCAN && sv->ext) r = tn__scan_pq_push(&q, sv, true);
-        }
-    }
-    tn__free(q.v);
-    tn__free(q.compiled);
-    return r;
-}
-
-TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
-    if (!v || !out) return tn__err(TN_ERR_NULL, "tn_scan_debugprint: %s is NULL", v ? "out" : "variable");
-    return tn_debugprint(v, out);     /* which prints the inner graphs */
 }
 
 /* >>grad ============================================================== */
@@ -7832,6 +6490,1498 @@ done:
     tn__free(ga); tn__free(gv);
     tn__vg_free(&v);
     return r;
+}
+
+/* >>function ----------------------------------------------------------- */
+
+static void tn__plan_release(tn_func *f) {
+    tn__replay_drop(f);                 /* its graphs baked in the buffers freed here */
+    for (int s = 0; f->slots && s < f->n_slots; s++) { tn_array_free(f->slots[s].own); f->slots[s].own = NULL; }
+    for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
+    f->n_phys = 0;
+    f->n_pool = 0;
+    f->planned = false;
+}
+
+/* >>shared_locks --------------------------------------------------------- */
+/* A call holds the locks of every shared variable its function reads or
+   updates, from reading their values to writing the updates, so concurrent
+   functions see each update whole. Locks are taken in one global order (the
+   variables' creation numbers): no deadlock. On a device, each variable's
+   event orders the next user's stream after the last one's work (readers
+   mark it too: the next writer may reuse the buffer they read). A function
+   with no shared variables takes no lock. */
+static tn_result tn__func_locks(tn_func *f) {
+    int cap = f->n_updates, n = 0;
+    for (int s = 0; s < f->n_slots; s++) cap += f->slots[s].kind == TN__SLOT_SHARED;
+    if (cap == 0) return TN_OK;
+    f->locks = (tn__shvar **)tn__calloc((size_t)cap, sizeof *f->locks);
+    if (!f->locks) return tn__err(TN_ERR_OOM, "%s: out of memory", f->name);
+    for (int i = 0, s = 0; i < cap; i++) {
+        const tn_var *u = NULL;
+        if (i < f->n_updates) u = f->upd_user[i];
+        else {
+            while (f->slots[s].kind != TN__SLOT_SHARED) s++;
+            u = f->slots[s++].user;
+        }
+        tn__shvar *sh = u ? (tn__shvar *)u->ext : NULL;
+        bool dup = false;
+        for (int k = 0; k < n && sh; k++) dup |= f->locks[k] == sh;
+        if (!sh || dup) continue;
+        int j = n++;          /* insertion by seq */
+        while (j > 0 && f->locks[j - 1]->seq > sh->seq) { f->locks[j] = f->locks[j - 1]; j--; }
+        f->locks[j] = sh;
+    }
+    f->n_locks = n;
+    return TN_OK;
+}
+
+static void tn__shvar_release(tn__shvar *sh) {
+    const tn_backend *b = tn__get_backend();
+    if (sh->bs && b && b->shared_free) b->shared_free(sh->bs);
+    sh->bs = NULL;
+    pthread_mutex_destroy(&sh->mu);
+}
+
+static void tn__func_lock(tn_func *f) {
+    for (int i = 0; i < f->n_locks; i++) tn__shvar_lock(f->locks[i]);
+}
+static void tn__func_unlock(tn_func *f) {
+    for (int i = f->n_locks - 1; i >= 0; i--) tn__shvar_unlock(f->locks[i]);
+}
+
+/* After func_enter made f's stream current: order it after the last work on
+   each variable (nothing to do while the same stream keeps using them). */
+static tn_result tn__func_shared_order(tn_func *f) {
+    if (!f->bfstate || !f->backend->shared_order) return TN_OK;
+    for (int i = 0; i < f->n_locks; i++) {
+        tn_result r = f->backend->shared_order(&f->locks[i]->bs);
+        if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
+    }
+    return TN_OK;
+}
+
+static void tn__retired_release(tn_func *f) {
+    for (int i = 0; i < f->n_retired; i++) tn_array_free(f->retired[i]);
+    f->n_retired = 0;
+}
+
+/* f runs on its caller's stream (a scan's step function): no stream of its own. */
+static void tn__func_share_stream(tn_func *f) {
+    if (f && f->bfstate && f->backend && f->backend->func_free) f->backend->func_free(f->bfstate);
+    if (f) f->bfstate = NULL;
+}
+
+TN_API void tn_function_free(tn_func *f) {
+    if (!f) return;
+    if (f->prof) tn__prof_finish(f);
+    tn__plan_release(f);
+    tn__replay_free(f);
+    tn__retired_release(f);
+    for (int i = 0; i < f->n_steps; i++)
+        if (f->steps[i].bstate && f->steps[i].brow && f->steps[i].brow->release) f->steps[i].brow->release(f->steps[i].bstate);
+    tn__func_share_stream(f);
+    tn__free(f->retired);
+    tn__free(f->phys);
+    tn__free(f->pool);
+    tn__free(f->cache);
+    tn__free(f->ext_slots);
+    tn__free(f->args);
+    tn__free(f->steps);
+    tn__free(f->slotp);
+    tn__free(f->slots);
+    tn__free(f->roots);
+    tn__free(f->upd_new);
+    tn__free(f->upd_swappable);
+    tn__free(f->upd_slot);
+    tn__free(f->upd_user);
+    tn__free(f->locks);
+    if (f->ring_ref) for (int i = 0; i < f->n_outputs * TN__RING; i++) tn__buffer_release(f->ring_ref[i]);
+    tn__free(f->ring_ref);
+    tn__free(f->ring);
+    tn__free(f->out_borrow);
+    tn__free(f->out_slot);
+    tn__free(f->in_name);
+    tn__free(f->in_type);
+    tn__free(f->in_slot);
+    tn_graph_free(f->fg);
+    tn__free(f);
+}
+
+static const char *tn__root_desc(int r, int n_outputs, const tn_update *ups, char *buf, size_t cap) {
+    if (r < n_outputs) snprintf(buf, cap, "output %d", r);
+    else snprintf(buf, cap, "update %d (of '%s')", r - n_outputs, tn__var_label_name(ups[r - n_outputs].shared));
+    return buf;
+}
+
+static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
+    const char *W = "tn_function";
+    if (!g) return tn__err(TN_ERR_NULL, "%s: graph is NULL", W);
+    if (!d) return tn__err(TN_ERR_NULL, "%s: desc is NULL", W);
+    if (d->n_inputs < 0 || d->n_outputs < 0 || d->n_updates < 0)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: negative count (n_inputs %d, n_outputs %d, n_updates %d)", W, d->n_inputs, d->n_outputs, d->n_updates);
+    if (d->n_inputs > 0 && !d->inputs) return tn__err(TN_ERR_NULL, "%s: n_inputs is %d but inputs is NULL", W, d->n_inputs);
+    if (d->n_outputs > 0 && !d->outputs) return tn__err(TN_ERR_NULL, "%s: n_outputs is %d but outputs is NULL", W, d->n_outputs);
+    if (d->n_updates > 0 && !d->updates) return tn__err(TN_ERR_NULL, "%s: n_updates is %d but updates is NULL", W, d->n_updates);
+    if (d->n_outputs == 0 && d->n_updates == 0) return tn__err(TN_ERR_INVALID, "%s: no outputs and no updates", W);
+    for (int i = 0; i < d->n_inputs; i++) {
+        tn_var *v = d->inputs[i];
+        if (!v) return tn__err(TN_ERR_NULL, "%s: input %d is NULL", W, i);
+        if (v->graph != g) return tn__err(TN_ERR_GRAPH, "%s: input %d ('%s') belongs to another graph", W, i, tn__var_label_name(v));
+        if (v->op != TN_OP_INPUT) {
+            const tn_op_def *def = tn__op_def(v->op);
+            return tn__err(TN_ERR_INVALID, "%s: input %d ('%s') is a %s, not a symbolic input (tn_input, tn_vector, ...)%s", W, i,
+                           tn__var_label_name(v), def && def->name ? def->name : "node",
+                           v->op == TN_OP_SHARED ? ": shared variables are implicit inputs" : "");
+        }
+        for (int j = 0; j < i; j++)
+            if (d->inputs[j] == v) return tn__err(TN_ERR_INVALID, "%s: input '%s' is listed twice (positions %d and %d)", W, tn__var_label_name(v), j, i);
+    }
+    for (int i = 0; i < d->n_outputs; i++) {
+        tn_var *v = d->outputs[i];
+        if (!v) return tn__err(TN_ERR_NULL, "%s: output %d is NULL (did its constructor fail?)", W, i);
+        if (v->graph != g) return tn__err(TN_ERR_GRAPH, "%s: output %d ('%s') belongs to another graph", W, i, tn__var_label_name(v));
+        if (v->n_out > 1) return tn__err(TN_ERR_INVALID, "%s: output %d is a node with %d outputs; pick one", W, i, v->n_out);
+    }
+    for (int i = 0; i < d->n_updates; i++) {
+        tn_var *s = d->updates[i].shared, *v = d->updates[i].value;
+        if (!s) return tn__err(TN_ERR_NULL, "%s: update %d: shared variable is NULL", W, i);
+        if (!v) return tn__err(TN_ERR_NULL, "%s: update %d ('%s'): value is NULL (did its constructor fail?)", W, i, tn__var_label_name(s));
+        if (s->graph != g || v->graph != g)
+            return tn__err(TN_ERR_GRAPH, "%s: update %d ('%s'): variables from another graph", W, i, tn__var_label_name(s));
+        if (s->op != TN_OP_SHARED)
+            return tn__err(TN_ERR_UPDATE, "%s: update %d: target '%s' is not a shared variable", W, i, tn__var_label_name(s));
+        if (v->type.dtype != s->type.dtype || v->type.ndim != s->type.ndim) {
+            char a[160], b[160];
+            return tn__err(TN_ERR_UPDATE, "%s: update %d: shared variable '%s' has type %s but the new value has type %s (dtype and ndim must match; cast the value)",
+                           W, i, tn__var_label_name(s), tn__type_str(&s->type, a), tn__type_str(&v->type, b));
+        }
+        for (int j = 0; j < i; j++)
+            if (d->updates[j].shared == s)
+                return tn__err(TN_ERR_UPDATE, "%s: shared variable '%s' is updated twice (updates %d and %d)", W, tn__var_label_name(s), j, i);
+    }
+    return TN_OK;
+}
+
+/* Copies one user node into the function's graph, inputs mapped by id. */
+static tn_var *tn__clone_var(tn_graph *fg, const tn_var *u, tn_var *const *map) {
+    tn_var *v;
+    if (u->op == TN_OP_CONSTANT) {
+        v = tn_constant(fg, u->value);
+        if (!v) return NULL;
+    } else {
+        v = tn__var_new(fg, u->op, "tn_function");
+        if (!v) return NULL;
+    }
+    v->type = u->type;
+    v->n_out = u->n_out;
+    v->flags = u->flags;
+    v->p = u->p;
+    v->ext = u->ext;
+    v->device = u->device;
+    v->inplace = u->inplace;
+    if (u->name && !(v->name = tn__graph_strdup(fg, u->name))) return NULL;
+    if (u->op == TN_OP_INPUT || u->op == TN_OP_SHARED) v->ext = (void *)u;   /* link to the user's leaf */
+    if (u->n_in > 0) {
+        v->in = (tn_var **)tn__graph_alloc(fg, (size_t)u->n_in * sizeof *v->in);
+        if (!v->in) return NULL;
+        v->n_in = u->n_in;
+        for (int i = 0; i < u->n_in; i++) v->in[i] = map[u->in[i]->id];
+    }
+    return v;
+}
+
+/* Clones what the roots reach (and every listed input) into f->fg. */
+static tn_result tn__clone_subgraph(tn_graph *g, const tn_func_desc *d, tn_func *f, tn_var **roots, int n_roots) {
+    int nv = g->nvars;
+    int *root_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *root_of);
+    int *in_pos = (int *)tn__malloc((size_t)(nv + 1) * sizeof *in_pos);
+    tn_var **map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
+    tn_var **order = NULL;
+    int n_order = 0;
+    tn_result r = TN_OK;
+    if (!root_of || !in_pos || !map) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory"); goto done; }
+    for (int i = 0; i < nv; i++) in_pos[i] = -1;
+    for (int i = 0; i < d->n_inputs; i++) in_pos[d->inputs[i]->id] = i;
+    if ((r = tn__toposort(roots, n_roots, nv, &order, &n_order, root_of, "tn_function")) != TN_OK) goto done;
+    for (int k = 0; k < n_order; k++) {
+        tn_var *u = order[k];
+        if (u->graph != g) { r = tn__err(TN_ERR_GRAPH, "tn_function: node %d belongs to another graph", u->id); goto done; }
+        if (u->op == TN_OP_INPUT && in_pos[u->id] < 0) {
+            char rb[200];
+            r = tn__err(TN_ERR_INVALID, "tn_function: %s depends on input '%s', which is not in inputs",
+                        tn__root_desc(root_of[u->id], d->n_outputs, d->updates, rb, sizeof rb), tn__var_label_name(u));
+            goto done;
+        }
+    }
+    for (int k = 0; k < n_order; k++) {
+        tn_var *u = order[k];
+        if (!(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
+    }
+    for (int i = 0; i < d->n_inputs; i++) {      /* inputs the outputs do not use still have a slot */
+        tn_var *u = d->inputs[i];
+        if (!map[u->id] && !(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
+    }
+    for (int i = 0; i < n_roots; i++) f->roots[i] = map[roots[i]->id];
+    /* the listed inputs' clones, by position, ride after the roots */
+    for (int i = 0; i < d->n_inputs; i++) f->roots[n_roots + i] = map[d->inputs[i]->id];
+done:
+    tn__free(order);
+    tn__free(map);
+    tn__free(in_pos);
+    tn__free(root_of);
+    return r;
+}
+
+static size_t tn__type_bytes(const tn_type *t) {
+    size_t n = tn_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+    return n;
+}
+
+/* Steps and slots from the optimised graph. */
+static tn_result tn__schedule(tn_func *f, int n_roots) {
+    const char *W = "tn_function";
+    tn_var **order = NULL;
+    int n_order = 0;
+    int nv = f->fg->nvars;
+    tn_result r = tn__toposort(f->roots, n_roots + f->n_inputs, nv, &order, &n_order, NULL, W);
+    if (r != TN_OK) return r;
+    int *slot_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *slot_of);
+    if (!slot_of) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", W); }
+    int n_slots = 0, n_steps = 0, n_idx = 0;
+    for (int k = 0; k < n_order; k++) {
+        tn_var *v = order[k];
+        if (v->op == TN_OP_PROJ) continue;
+        n_slots += v->n_out;
+        if (tn__op_kind(v->op) != TN_OPK_LEAF) { n_steps++; n_idx += v->n_in; }
+    }
+    f->slots = (tn__slot *)tn__calloc((size_t)n_slots + 1, sizeof *f->slots);
+    f->slotp = (tn_array **)tn__calloc((size_t)n_slots + 1, sizeof *f->slotp);
+    f->steps = (tn__step *)tn__calloc((size_t)n_steps + 1, sizeof *f->steps);
+    int *idx = (int *)tn__graph_alloc(f->fg, ((size_t)n_idx + 1) * sizeof *idx);
+    if (!f->slots || !f->slotp || !f->steps || !idx) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    f->n_slots = 0;
+    f->max_args = 1;
+    for (int k = 0; k < n_order; k++) {
+        tn_var *v = order[k];
+        if (v->op == TN_OP_PROJ) {
+            tn_var *src = v->in[0];
+            int k = tn__p_proj_index(&v->p);
+            if (src->op == TN_OP_PROJ || k < 0 || k >= src->n_out) {
+                r = tn__err(TN_ERR_GRAPH, "%s: malformed PROJ node %d", W, v->id);
+                goto done;
+            }
+            slot_of[v->id] = slot_of[src->id] + k;
+            continue;
+        }
+        int s0 = f->n_slots;
+        slot_of[v->id] = s0;
+        for (int k2 = 0; k2 < v->n_out; k2++) {
+            tn__slot *s = &f->slots[f->n_slots++];
+            s->var = v;
+            s->view_of = -1;
+            s->phys = -1;
+            s->index = -1;
+            f->slotp[s0 + k2] = &s->arr;
+        }
+        tn__slot *s = &f->slots[s0];
+        const tn_op_def *def = tn__op_def(v->op);
+        if (!def) { r = tn__err(TN_ERR_INTERNAL, "%s: node %d has unknown op %d", W, v->id, v->op); goto done; }
+        switch (v->op) {
+        case TN_OP_INPUT: s->kind = TN__SLOT_INPUT; continue;
+        case TN_OP_CONSTANT: s->kind = TN__SLOT_CONST; f->slotp[s0] = v->value; continue;
+        case TN_OP_SHARED: s->kind = TN__SLOT_SHARED; s->user = (tn_var *)v->ext; continue;
+        default: break;
+        }
+        if (def->kind == TN_OPK_LEAF) { r = tn__err(TN_ERR_INTERNAL, "%s: unknown leaf op %s", W, def->name); goto done; }
+        bool on_device = v->device != TN_HOST && f->backend;
+        if (!def->cpu && !on_device) {
+            r = tn__err(TN_ERR_UNSUPPORTED, "%s: op %s has no CPU kernel", W, def->name ? def->name : "?");
+            goto done;
+        }
+        tn__step *st = &f->steps[f->n_steps++];
+        st->node = v;
+        st->def = def;
+        st->n_in = v->n_in;
+        st->n_out = v->n_out;
+        st->in_slot = idx;
+        idx += v->n_in;
+        st->out_slot = s0;
+        st->view = def->kind == TN_OPK_VIEW;
+        for (int i = 0; i < v->n_in; i++) {
+            st->in_slot[i] = slot_of[v->in[i]->id];
+            f->slots[st->in_slot[i]].nreaders++;
+        }
+        if (st->view) s->view_of = st->in_slot[0];
+        if (v->n_in + v->n_out > f->max_args) f->max_args = v->n_in + v->n_out;
+        if (on_device && !(st->brow = tn__backend_row(f->backend, v->op))) {
+            r = tn__err(TN_ERR_INTERNAL, "%s: %s (node %d) was placed on the device, but the %s back end has no kernel for it",
+                        W, def->name, v->id, f->backend->name);
+            goto done;
+        }
+        if (on_device && st->brow->prepare) {
+            r = st->brow->prepare(v, &st->bstate);
+            if (r != TN_OK) { r = tn__err(r, "%s: back end %s cannot prepare %s: %s", W, f->backend->name, def->name, tn_last_error()); goto done; }
+        }
+    }
+    for (int i = 0; i < f->n_inputs; i++) {
+        f->in_slot[i] = slot_of[f->roots[n_roots + i]->id];
+        f->slots[f->in_slot[i]].index = i;
+    }
+    for (int i = 0; i < f->n_outputs; i++) {
+        f->out_slot[i] = slot_of[f->roots[i]->id];
+        f->slots[f->out_slot[i]].pinned = true;
+    }
+    for (int i = 0; i < f->n_updates; i++) {
+        f->upd_slot[i] = slot_of[f->roots[f->n_outputs + i]->id];
+        f->slots[f->upd_slot[i]].pinned = true;
+    }
+    /* an update may swap its buffer into the shared variable when nothing else returns it */
+    for (int i = 0; i < f->n_updates; i++) {
+        int s = f->upd_slot[i];
+        bool ok = f->slots[s].kind == TN__SLOT_INTERNAL && f->slots[s].view_of < 0;
+        for (int j = 0; ok && j < f->n_outputs; j++) ok = f->out_slot[j] != s;
+        for (int j = 0; ok && j < f->n_updates; j++) ok = j == i || f->upd_slot[j] != s;
+        f->upd_swappable[i] = ok;
+    }
+    f->n_ext = 0;
+    f->ext_slots = (int *)tn__malloc(((size_t)f->n_slots + 1) * sizeof *f->ext_slots);
+    f->args = (tn_array **)tn__malloc((size_t)f->max_args * sizeof *f->args);
+    if (!f->ext_slots || !f->args) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    for (int s = 0; s < f->n_slots; s++)
+        if (f->slots[s].kind == TN__SLOT_INPUT || f->slots[s].kind == TN__SLOT_SHARED) f->ext_slots[f->n_ext++] = s;
+    f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
+    if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
+    if ((r = tn__func_locks(f)) != TN_OK) goto done;
+    int dev = TN_HOST;            /* a function with device steps gets its own stream there */
+    for (int k = 0; k < f->n_steps && dev == TN_HOST; k++) dev = f->steps[k].node->device;
+    if (dev != TN_HOST && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new(dev);
+done:
+    tn__free(slot_of);
+    tn__free(order);
+    return r;
+}
+
+TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
+    if (tn__check_desc(g, d) != TN_OK) return NULL;
+    tn_func *f = (tn_func *)tn__calloc(1, sizeof *f);
+    if (!f) { tn__err(TN_ERR_OOM, "tn_function: out of memory"); return NULL; }
+    int no = d->n_outputs, nu = d->n_updates, ni = d->n_inputs;
+    int n_roots = no + nu;
+    f->n_inputs = ni; f->n_outputs = no; f->n_updates = nu;
+    f->fg = tn_graph_new();
+    f->in_slot = (int *)tn__calloc((size_t)ni + 1, sizeof *f->in_slot);
+    f->in_type = (tn_type *)tn__calloc((size_t)ni + 1, sizeof *f->in_type);
+    f->in_name = (const char **)tn__calloc((size_t)ni + 1, sizeof *f->in_name);
+    f->out_slot = (int *)tn__calloc((size_t)no + 1, sizeof *f->out_slot);
+    f->out_borrow = (bool *)tn__calloc((size_t)no + 1, sizeof *f->out_borrow);
+    f->ring = (tn_array *)tn__calloc((size_t)no * TN__RING + 1, sizeof *f->ring);
+    f->ring_ref = (tn_buffer **)tn__calloc((size_t)no * TN__RING + 1, sizeof *f->ring_ref);
+    f->upd_user = (tn_var **)tn__calloc((size_t)nu + 1, sizeof *f->upd_user);
+    f->upd_slot = (int *)tn__calloc((size_t)nu + 1, sizeof *f->upd_slot);
+    f->upd_swappable = (bool *)tn__calloc((size_t)nu + 1, sizeof *f->upd_swappable);
+    f->upd_new = (tn_array **)tn__calloc((size_t)nu + 1, sizeof *f->upd_new);
+    f->roots = (tn_var **)tn__calloc((size_t)(n_roots + ni) + 1, sizeof *f->roots);
+    tn_var **uroots = (tn_var **)tn__calloc((size_t)n_roots + 1, sizeof *uroots);
+    if (!f->fg || !f->in_slot || !f->in_type || !f->in_name || !f->out_slot || !f->out_borrow || !f->ring || !f->ring_ref ||
+        !f->upd_user || !f->upd_slot || !f->upd_swappable || !f->upd_new || !f->roots || !uroots) {
+        tn__err(TN_ERR_OOM, "tn_function: out of memory");
+        goto fail;
+    }
+    f->name = d->name ? tn__graph_strdup(f->fg, d->name) : "tn_call";
+    if (!f->name) goto fail;
+    f->backend = tn__get_backend();
+    for (int i = 0; i < no; i++) {
+        uroots[i] = d->outputs[i];
+        f->out_borrow[i] = d->borrow_outputs ? d->borrow_outputs[i] : d->borrow;
+    }
+    for (int i = 0; i < nu; i++) { uroots[no + i] = d->updates[i].value; f->upd_user[i] = d->updates[i].shared; }
+    for (int i = 0; i < ni; i++) {
+        f->in_type[i] = d->inputs[i]->type;
+        f->in_name[i] = d->inputs[i]->name ? tn__graph_strdup(f->fg, d->inputs[i]->name) : "";
+        if (!f->in_name[i]) goto fail;
+    }
+    if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK) goto fail;
+    tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
+    f->mode = mode;
+    double t_opt = tn__prof_now();
+    tn_place_args pa = { no, f->upd_user, 64, true };
+    const tn_backend *be = f->backend;
+    if (be && be->max_operands > 0 && pa.max_fused_inputs > be->max_operands - 8)   /* room for the outputs */
+        pa.max_fused_inputs = be->max_operands - 8 > 0 ? be->max_operands - 8 : 0;
+    if (d->max_fused_inputs) pa.max_fused_inputs = d->max_fused_inputs > 0 ? d->max_fused_inputs : 0;
+    tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode, &pa);
+    t_opt = tn__prof_now() - t_opt;
+    if (r != TN_OK) {
+        if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
+        goto fail;
+    }
+    for (int i = 0; i < n_roots; i++) {
+        tn_var *v = f->roots[i];
+        if (!v || v->graph != f->fg || v->type.dtype != uroots[i]->type.dtype || v->type.ndim != uroots[i]->type.ndim) {
+            tn__err(TN_ERR_INTERNAL, "tn_function: the optimizer replaced root %d with a variable of another type", i);
+            goto fail;
+        }
+        if (!v->name && uroots[i]->name && !(v->name = tn__graph_strdup(f->fg, uroots[i]->name))) goto fail;
+    }
+    f->n_roots = n_roots;
+    double t_sched = tn__prof_now();
+    if (tn__schedule(f, n_roots) != TN_OK) goto fail;
+    if (tn_get_config()->profile) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
+    tn__free(uroots);
+    return f;
+fail:
+    tn__free(uroots);
+    tn_function_free(f);
+    return NULL;
+}
+
+/* >>executor ----------------------------------------------------------- */
+
+static void tn__node_label(const tn_var *v, char *buf, size_t cap) {
+    const tn_op_def *d = tn__op_def(v->op);
+    /* ops placed on a GPU print as Theano's: GpuElemwise{exp,no_inplace} */
+    const tn_var *src = v->op == TN_OP_PROJ && v->n_in == 1 ? v->in[0] : v;
+    tn_op_kind k = d ? d->kind : TN_OPK_OTHER;
+    size_t n = 0;
+    if (src->device != TN_HOST && k != TN_OPK_LEAF && k != TN_OPK_TRANSFER && cap > 4) { memcpy(buf, "Gpu", 3); n = 3; }
+    if (d && d->label) d->label(v, buf + n, cap - n);
+    else snprintf(buf + n, cap - n, "%s", d && d->name ? d->name : "?");
+}
+
+/* The concrete type of an external array under a var's static type: sizes
+   from the array; broadcastable where static or where the size is 1. */
+static tn_type tn__concrete_type(const tn_array *a, const tn_type *st) {
+    tn_type t = tn__type_of_array(a);
+    for (int d = 0; d < t.ndim; d++) t.bcast[d] = (d < st->ndim && st->bcast[d]) || t.shape[d] == 1;
+    return t;
+}
+
+/* Free buffers wait in a pool (indices into phys); a step takes the smallest
+   one that fits, else a new buffer joins the plan. */
+static int tn__phys_get(tn_func *f, size_t bytes, int device, bool exact) {
+    int best = -1;
+    for (int k = 0; k < f->n_pool; k++) {
+        const tn__phys *p = &f->phys[f->pool[k]];
+        if (p->device == device && (exact ? p->cap == bytes : p->cap >= bytes) && (best < 0 || p->cap < f->phys[f->pool[best]].cap)) best = k;
+    }
+    if (best >= 0) {
+        int ph = f->pool[best];
+        f->pool[best] = f->pool[--f->n_pool];
+        f->phys[ph].in_pool = false;
+        return ph;
+    }
+    if (f->n_phys == f->cap_phys) {
+        int cap = f->cap_phys, cap_pool = f->cap_phys;
+        tn__phys *n = (tn__phys *)tn__grow(f->phys, &cap, f->n_phys + 1, 16, sizeof *n);
+        int *pool = (int *)tn__grow(f->pool, &cap_pool, f->n_phys + 1, 16, sizeof *pool);
+        if (n) f->phys = n;
+        if (pool) f->pool = pool;
+        if (!n || !pool) return -1;
+        f->cap_phys = cap;
+    }
+    tn__phys *p = &f->phys[f->n_phys];
+    memset(p, 0, sizeof *p);
+    p->cap = bytes;
+    p->device = device;
+    p->pin_device = TN_HOST;
+    return f->n_phys++;
+}
+
+static void tn__phys_to_pool(tn_func *f, int ph) {
+    tn__phys *p = &f->phys[ph];
+    if (p->in_pool || p->pinned || p->pending > 0) return;
+    p->in_pool = true;
+    f->pool[f->n_pool++] = ph;
+}
+
+static void tn__phys_drop_reader(tn_func *f, int ph, bool gc) {
+    if (ph < 0) return;
+    f->phys[ph].pending--;
+    if (gc) tn__phys_to_pool(f, ph);
+}
+
+/* May output 0 of step st overwrite the buffer of input k? Only when this
+   step is the last reader of an internal, unaliased buffer of the same type. */
+static bool tn__inplace_ok(tn_func *f, const tn__step *st, int k, const tn_type *ot) {
+    if (k < 0 || k >= st->n_in) return false;
+    int si = st->in_slot[k];
+    const tn__slot *s = &f->slots[si];
+    if (s->kind != TN__SLOT_INTERNAL || s->view_of >= 0 || s->phys < 0) return false;
+    const tn__phys *p = &f->phys[s->phys];
+    if (p->pinned || p->device != st->node->device) return false;
+    long uses = 0;
+    for (int i = 0; i < st->n_in; i++) if (f->slots[st->in_slot[i]].phys == s->phys) uses++;
+    if (p->pending != uses) return false;
+    if (s->ct.dtype != ot->dtype || s->ct.ndim != ot->ndim) return false;
+    for (int d = 0; d < ot->ndim; d++) if (s->ct.shape[d] != ot->shape[d]) return false;
+    return true;
+}
+
+/* A copied output needs no copy when its step can write straight into a new
+   array each call, which the caller then owns: an internal slot that is no
+   view (its own storage) and is returned once. Readers later in the call
+   read that array; the plan gives the slot no buffer, so nothing else (and
+   no in-place step) can reuse it. An output that is an input, a shared value
+   or a constant, a view, or listed twice is copied in tn__make_outputs. */
+static void tn__mark_fresh(tn_func *f) {
+    for (int s = 0; s < f->n_slots; s++) f->slots[s].fresh = false;
+    for (int i = 0; i < f->n_outputs; i++) {
+        int s = f->out_slot[i];
+        tn__slot *sl = &f->slots[s];
+        bool ok = !f->out_borrow[i] && sl->kind == TN__SLOT_INTERNAL && sl->view_of < 0;
+        for (int j = 0; ok && j < f->n_outputs; j++) ok = j == i || f->out_slot[j] != s;
+        sl->fresh = ok;
+    }
+}
+
+/* This call's array for fresh slot sl of step st: device outputs from the
+   back end's caching allocator, a device-to-host copy's output in pinned host
+   memory, anything else on the host. One left by a failed call is reused. */
+static tn_result tn__fresh_output(tn_func *f, const tn__step *st, tn__slot *sl) {
+    if (!sl->own) {
+        const tn_array *a = &sl->arr;
+        sl->own = st->node->op == TN_OP_HOST_FROM_GPU && a->device == TN_HOST
+                ? tn__array_alloc_pinned(st->node->in[0]->device, a->dtype, a->ndim, a->shape)
+                : tn__array_alloc(a->dtype, a->ndim, a->shape, a->device);
+        if (!sl->own) return tn__err(TN_ERR_OOM, "%s: out of memory for an output: %s", f->name, tn_last_error());
+    }
+    return TN_OK;
+}
+
+/* Shapes of every intermediate from the current inputs, then buffers. */
+static tn_result tn__plan(tn_func *f) {
+    const char *W = f->name;
+    tn__plan_release(f);
+    bool gc = tn_get_config()->allow_gc;
+    tn_type stack_types[16];
+    tn_type *types = stack_types;
+    if (f->max_args > 16 && !(types = (tn_type *)tn__malloc((size_t)f->max_args * sizeof *types)))
+        return tn__err(TN_ERR_OOM, "%s: out of memory", W);
+    tn_result r = TN_OK;
+    for (int s = 0; s < f->n_slots; s++) {
+        tn__slot *sl = &f->slots[s];
+        sl->phys = -1;
+        if (sl->kind != TN__SLOT_INTERNAL) sl->ct = tn__concrete_type(f->slotp[s], &sl->var->type);
+    }
+    tn__mark_fresh(f);
+    for (int k = 0; k < f->n_steps; k++) {
+        tn__step *st = &f->steps[k];
+        tn_var *v = st->node;
+        for (int i = 0; i < st->n_in; i++) types[i] = f->slots[st->in_slot[i]].ct;
+        tn_type *outs = types + st->n_in;
+        memset(outs, 0, (size_t)st->n_out * sizeof *outs);
+        char lb[256];
+        if ((r = tn__infer_outputs(v, types, outs)) != TN_OK) {
+            tn__node_label(v, lb, sizeof lb);
+            r = tn__err(r, "%s: %s: %s", W, lb, tn_last_error());
+            goto fail;
+        }
+        for (int o = 0; o < st->n_out; o++) {
+            tn__slot *sl = &f->slots[st->out_slot + o];
+            const tn_type *stat = o == 0 ? &v->type : NULL;
+            if (stat) {
+                bool bad = outs[o].dtype != stat->dtype || outs[o].ndim != stat->ndim;
+                for (int d = 0; !bad && d < stat->ndim; d++) bad = stat->shape[d] >= 0 && stat->shape[d] != outs[o].shape[d];
+                if (bad) {
+                    char a[160], b[160];
+                    tn__node_label(v, lb, sizeof lb);
+                    r = tn__err(TN_ERR_SHAPE, "%s: %s computes %s where the graph promised %s", W, lb,
+                                tn__type_str(&outs[o], a), tn__type_str(stat, b));
+                    goto fail;
+                }
+            }
+            for (int d = 0; d < outs[o].ndim; d++)
+                if (outs[o].shape[d] < 0) {
+                    tn__node_label(v, lb, sizeof lb);
+                    r = tn__err(TN_ERR_INTERNAL, "%s: %s left dim %d unknown at call time", W, lb, d);
+                    goto fail;
+                }
+            sl->ct = outs[o];
+        }
+        /* buffers: outputs first (an input's buffer is free only after the step ran) */
+        for (int o = 0; o < st->n_out; o++) {
+            int s = st->out_slot + o;
+            tn__slot *sl = &f->slots[s];
+            int ph;
+            if (st->view && o == 0) ph = f->slots[sl->view_of].phys;
+            else if (sl->fresh) ph = -1;       /* tn__fresh_output: a new array each call */
+            else if (o == 0 && v->inplace > 0 && tn__inplace_ok(f, st, v->inplace - 1, &sl->ct) &&
+                     (!sl->pinned || f->phys[f->slots[st->in_slot[v->inplace - 1]].phys].cap == tn__type_bytes(&sl->ct)))
+                ph = f->slots[st->in_slot[v->inplace - 1]].phys;
+            /* a kept value (output, update) gets a buffer of its exact size, so
+               an update can swap it with the shared variable's own buffer */
+            else if ((ph = tn__phys_get(f, tn__type_bytes(&sl->ct), v->device, sl->pinned)) < 0) {
+                r = tn__err(TN_ERR_OOM, "%s: out of memory", W);
+                goto fail;
+            }
+            sl->phys = ph;
+            if (ph >= 0) {
+                f->phys[ph].pending += sl->nreaders;
+                if (sl->pinned) f->phys[ph].pinned = true;
+                if (v->op == TN_OP_HOST_FROM_GPU && f->phys[ph].device == TN_HOST) f->phys[ph].pin_device = v->in[0]->device;
+            }
+        }
+        for (int i = 0; i < st->n_in; i++) tn__phys_drop_reader(f, f->slots[st->in_slot[i]].phys, gc);
+        for (int o = 0; o < st->n_out; o++) {      /* outputs nobody reads */
+            tn__slot *sl = &f->slots[st->out_slot + o];
+            if (sl->phys >= 0 && sl->nreaders == 0 && !st->view && gc) tn__phys_to_pool(f, sl->phys);
+        }
+    }
+    for (int i = 0; i < f->n_phys; i++) {
+        tn__phys *p = &f->phys[i];
+        int64_t n = (int64_t)p->cap;
+        tn_array *a = p->pin_device != TN_HOST ? tn__array_alloc_pinned(p->pin_device, TN_BOOL, 1, &n)
+                                                 : tn__array_alloc(TN_BOOL, 1, &n, p->device);
+        if (!a) { r = tn__err(TN_ERR_OOM, "%s: out of memory for intermediate buffers: %s", W, tn_last_error()); goto fail; }
+        p->base = a->base;
+        p->data = a->data;
+        tn__buffer_retain(p->base);
+        tn_array_free(a);
+    }
+    for (int s = 0; s < f->n_slots; s++) {
+        tn__slot *sl = &f->slots[s];
+        if (sl->kind != TN__SLOT_INTERNAL) continue;
+        tn_array *a = &sl->arr;
+        memset(a, 0, sizeof *a);
+        a->dtype = sl->ct.dtype;
+        a->ndim = sl->ct.ndim;
+        for (int d = 0; d < a->ndim; d++) a->shape[d] = sl->ct.shape[d];
+        tn__contiguous_strides(a->dtype, a->ndim, a->shape, a->strides);
+        a->device = sl->var->device;
+    }
+    if (types != stack_types) tn__free(types);
+    f->planned = true;
+    return TN_OK;
+fail:
+    if (types != stack_types) tn__free(types);
+    tn__plan_release(f);
+    return r;
+}
+
+/* Checks one input against its static type; messages name the function,
+   the input and both shapes. */
+static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
+    const char *W = f->name, *nm = f->in_name[i];
+    const tn_type *t = &f->in_type[i];
+    char want[160], got[128];
+    if (!a) return tn__err(TN_ERR_NULL, "%s: input %d ('%s') is NULL", W, i, nm);
+    if (a->live_gen && a->gen != *a->live_gen)
+        return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a stale borrowed array (from call %llu; its function is now at call %llu)",
+                       W, i, nm, (unsigned long long)a->gen, (unsigned long long)*a->live_gen);
+    if (a->dtype != t->dtype || a->ndim != t->ndim) {
+        tn__shape_str(a->ndim, a->shape, got);
+        return tn__err(a->dtype != t->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE,
+                       "%s: input %d ('%s') expects %s but got a %s array of %d dims %s", W, i, nm,
+                       tn__type_str(t, want), tn_dtype_name(a->dtype), a->ndim, got);
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        if ((t->bcast[d] && a->shape[d] != 1) || (t->shape[d] >= 0 && a->shape[d] != t->shape[d])) {
+            tn__shape_str(a->ndim, a->shape, got);
+            return tn__err(TN_ERR_SHAPE, "%s: input %d ('%s') expects shape %s but got %s (dim %d is %lld, must be %lld%s)",
+                           W, i, nm, tn__shape_str(t->ndim, t->shape, want), got, d, (long long)a->shape[d],
+                           (long long)(t->bcast[d] ? 1 : t->shape[d]), t->bcast[d] ? ": broadcastable" : "");
+        }
+    }
+    if (a->ndim > 0 && !a->data && tn_array_size(a) > 0) return tn__err(TN_ERR_NULL, "%s: input %d ('%s') has no data", W, i, nm);
+    return TN_OK;
+}
+
+/* True when an external array's shape differs from the one the plan used. */
+static bool tn__shapes_changed(tn_func *f) {
+    bool changed = !f->planned;
+    for (int e = 0; e < f->n_ext; e++) {
+        const tn_array *a = f->slotp[f->ext_slots[e]];
+        int64_t *c = f->cache + (size_t)e * (1 + TN_MAX_DIMS);
+        if (c[0] != a->ndim) { changed = true; c[0] = a->ndim; }
+        for (int d = 0; d < a->ndim; d++)
+            if (c[1 + d] != a->shape[d]) { changed = true; c[1 + d] = a->shape[d]; }
+    }
+    return changed;
+}
+
+/* How tn__steps runs: every step, or (the >>replay section's probe)
+   only the views, noting each kernel's operands instead of launching it. */
+enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
+static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
+
+static tn_result tn__steps(tn_func *f, int how) {
+    for (int k = 0; k < f->n_steps; k++) {
+        tn__step *st = &f->steps[k];
+        tn_array **in = f->args, **out = f->args + st->n_in;
+        for (int i = 0; i < st->n_in; i++) in[i] = f->slotp[st->in_slot[i]];
+        for (int o = 0; o < st->n_out; o++) {
+            tn__slot *sl = &f->slots[st->out_slot + o];
+            tn_array *a = &sl->arr;
+            if (st->view && o == 0) {
+                /* aliases the input, wherever it lives this call; the kernel sets data and strides */
+                a->base = in[0]->base;
+                a->data = in[0]->data;
+                a->device = in[0]->device;
+                tn__contiguous_strides(a->dtype, a->ndim, a->shape, a->strides);
+            } else if (sl->fresh) {
+                tn_result r = tn__fresh_output(f, st, sl);
+                if (r != TN_OK) return r;
+                a->base = sl->own->base;
+                a->data = sl->own->data;
+            } else {
+                a->base = f->phys[sl->phys].base;
+                a->data = f->phys[sl->phys].data;
+            }
+            out[o] = a;
+        }
+        tn_var *v = st->node;
+        if (how == TN__STEPS_PROBE) { tn__replay_note(f, st, in, out); if (!st->view) continue; }
+        double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
+        tn_result r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
+                    : st->brow ? st->brow->run(v, st->bstate, in, out)
+                    : st->def->cpu(v, in, out);
+        if (f->prof) tn__prof_step(f, k, t0);
+        if (r != TN_OK) {
+            char lb[256];
+            tn__node_label(v, lb, sizeof lb);
+            return tn__err(r, "%s: %s (step %d of %d): %s", f->name, lb, k, f->n_steps, tn_last_error());
+        }
+    }
+    /* Device work stays queued: HostFromGpu waits for the stream itself, and
+       device outputs and updates are ordered on it. The profiler times device
+       steps with events, so it does not wait either. */
+    return TN_OK;
+}
+
+/* Every step, once; through a captured CUDA graph where f has one (the
+   >>replay section). */
+static tn_result tn__run_steps(tn_func *f) { return tn__replay_run(f); }
+
+/* The shared value can take the update's buffer, and give its own buffer
+   (big enough for the plan) to the function in exchange. */
+static bool tn__can_swap(const tn_func *f, int u) {
+    if (!f->upd_swappable[u]) return false;
+    const tn__slot *sl = &f->slots[f->upd_slot[u]];
+    const tn_array *S = f->upd_user[u]->value;
+    const tn__phys *p = &f->phys[sl->phys];
+    return S && S->base && S->base->owns && S->live_gen == NULL && S->device == p->device &&
+           S->data == S->base->data && S->base->bytes >= p->cap && tn_array_is_contiguous(S);
+}
+
+/* Every new value is ready before the first shared variable changes. */
+static tn_result tn__apply_updates(tn_func *f) {
+    int nu = f->n_updates;
+    if (nu == 0) return TN_OK;
+    if (f->cap_retired < nu) {
+        tn_array **n = (tn_array **)tn__realloc(f->retired, (size_t)nu * sizeof *n);
+        if (!n) return tn__err(TN_ERR_OOM, "%s: out of memory for updates", f->name);
+        f->retired = n; f->cap_retired = nu;
+    }
+    for (int u = 0; u < nu; u++) {
+        f->upd_new[u] = NULL;
+        if (tn__can_swap(f, u)) continue;
+        const tn_array *S = f->upd_user[u]->value;        /* the copy goes where the variable lives */
+        if (!(f->upd_new[u] = tn__copy_on(f->slotp[f->upd_slot[u]], S ? S->device : TN_HOST))) {
+            for (int j = 0; j < u; j++) { tn_array_free(f->upd_new[j]); f->upd_new[j] = NULL; }
+            return tn__err(TN_ERR_OOM, "%s: out of memory for update %d ('%s')", f->name, u, tn__var_label_name(f->upd_user[u]));
+        }
+    }
+    for (int u = 0; u < nu; u++) {
+        tn_array *S = f->upd_user[u]->value;
+        if (f->upd_new[u]) {
+            /* swap contents so tn_shared_get pointers stay valid; the old value may
+               back a borrowed output of this call: keep it until the next one */
+            tn_array tmp = *S;
+            *S = *f->upd_new[u];
+            *f->upd_new[u] = tmp;
+            f->retired[f->n_retired++] = f->upd_new[u];
+            f->upd_new[u] = NULL;
+            continue;
+        }
+        tn__slot *sl = &f->slots[f->upd_slot[u]];
+        tn__phys *p = &f->phys[sl->phys];
+        tn_buffer *old_base = S->base;
+        void *old_data = S->data;
+        *S = sl->arr;
+        S->base = p->base;           /* S takes the function's reference ... */
+        S->data = p->data;
+        S->live_gen = NULL;
+        S->gen = 0;
+        p->base = old_base;          /* ... and the function takes S's */
+        p->data = old_data;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
+    for (int i = 0; i < f->n_outputs; i++) {
+        outputs[i] = NULL;
+        if (f->out_borrow[i]) continue;
+        tn__slot *sl = &f->slots[f->out_slot[i]];
+        if (sl->fresh && sl->own) {                    /* written in place by its step: the caller takes it */
+            outputs[i] = sl->own;
+            sl->own = NULL;
+            continue;
+        }
+        const tn_array *o = f->slotp[f->out_slot[i]];
+        tn_array *c = tn__copy_on(o, o->device);       /* a device output (tn_gpu_from_host) stays there */
+        if (!c) {
+            for (int j = 0; j < i; j++) { tn_array_free(outputs[j]); outputs[j] = NULL; }
+            return tn__err(TN_ERR_OOM, "%s: out of memory copying output %d: %s", f->name, i, tn_last_error());
+        }
+        outputs[i] = c;
+    }
+    for (int i = 0; i < f->n_outputs; i++) {
+        if (!f->out_borrow[i]) continue;
+        size_t at = (size_t)i * TN__RING + (size_t)(f->gen % TN__RING);
+        tn_array *b = &f->ring[at];
+        *b = *f->slotp[f->out_slot[i]];
+        /* an alias of a user's input or a shared value keeps that storage alive
+           (the user may free the input or set the shared value) */
+        tn__buffer_release(f->ring_ref[at]);
+        f->ring_ref[at] = NULL;
+        if (f->slots[f->out_slot[i]].phys < 0 && b->base) { tn__buffer_retain(b->base); f->ring_ref[at] = b->base; }
+        b->live_gen = &f->gen;
+        b->gen = f->gen;
+        outputs[i] = b;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs);
+
+/* One call at a time per function (an atomic flag, no lock on this path);
+   see "Threads" at the top of this file. */
+TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_call: function is NULL");
+    if (atomic_flag_test_and_set_explicit(&f->busy, memory_order_acquire))
+        return tn__err(TN_ERR_BUSY, "tn_call: function '%s' is running in another thread; a function takes one call at a time "
+                       "(compile one per thread to run them concurrently)", f->name);
+    tn__func_lock(f);
+    tn_result r = tn__call(f, inputs, outputs);
+    tn__func_unlock(f);
+    atomic_flag_clear_explicit(&f->busy, memory_order_release);
+    return r;
+}
+
+static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
+    const char *W = f->name;
+    if (f->n_inputs > 0 && !inputs)
+        return tn__err(TN_ERR_NUM_INPUTS, "%s: expects %d input%s but inputs is NULL", W, f->n_inputs, f->n_inputs == 1 ? "" : "s");
+    if (f->n_outputs > 0 && !outputs)
+        return tn__err(TN_ERR_NULL, "%s: outputs is NULL (it needs room for %d arrays)", W, f->n_outputs);
+    for (int i = 0; i < f->n_inputs; i++) {
+        tn_result r = tn__check_input(f, i, inputs[i]);
+        if (r != TN_OK) return r;
+    }
+    double t_call = f->prof ? tn__prof_begin_call(f, inputs) : 0, t_run = 0;
+    f->gen++;                        /* borrowed outputs of earlier calls are stale from here on */
+    tn__retired_release(f);
+    for (int i = 0; i < f->n_inputs; i++) f->slotp[f->in_slot[i]] = inputs[i];
+    for (int s = 0; s < f->n_slots; s++)
+        if (f->slots[s].kind == TN__SLOT_SHARED) f->slotp[s] = f->slots[s].user->value;
+    tn_result r;
+    if (tn__shapes_changed(f) && (r = tn__plan(f)) != TN_OK) return r;
+    if (f->bfstate && (r = f->backend->func_enter(f->bfstate)) != TN_OK) return tn__err(r, "%s: %s", W, tn_last_error());
+    if ((r = tn__func_shared_order(f)) != TN_OK) return r;
+    if (f->prof) t_run = tn__prof_now();
+    if ((r = tn__run_steps(f)) != TN_OK) return r;
+    if (f->prof) t_run = tn__prof_now() - t_run;
+    if ((r = tn__make_outputs(f, outputs)) != TN_OK) return r;
+    if ((r = tn__apply_updates(f)) != TN_OK) {
+        for (int i = 0; i < f->n_outputs; i++) { if (!f->out_borrow[i]) tn_array_free(outputs[i]); outputs[i] = NULL; }
+        return r;
+    }
+    if (f->prof) tn__prof_end_call(f, t_call, t_run);
+    return TN_OK;
+}
+
+/* >>replay: CUDA graph capture and replay of a function's steps ------------ */
+/* When a function's shapes repeat, its whole sequence of device kernels is
+   captured once as a CUDA graph (tn_backend.replay_*) and then replayed: one
+   launch per call instead of one per kernel. A graph bakes in every pointer
+   and stride its kernels saw, so each call first probes: tn__steps assembles
+   every step's arrays as a run would (running the views, which only compute
+   strides) and notes each kernel operand's data pointer and strides in a
+   signature. A graph is replayed only when its signature is this call's
+   exactly. Updates swap buffers with their shared variables, so a training
+   step alternates between two signatures: a few are kept, least recently
+   used first out. A signature is captured the second time it is seen (its
+   first run compiled the kernels and sized their scratch, so nothing is
+   allocated under capture; the back end refuses allocations there).
+   Eligible: every step but the views runs on the device, no transfers (they
+   stage through host memory and wait), at least two kernels, every output
+   produced by a step borrowed (a copied output is a new buffer each call),
+   and none of cuda_graph=0, launch_blocking=1, profiling, mode=check. A
+   capture that fails (an op that synchronises or allocates) turns graphs off
+   for that function for good, silently (tn__replay_stats says why); that
+   call runs its kernels plainly. */
+
+#define TN__REPLAY_SLOTS 4          /* signatures remembered per function */
+#define TN__REPLAY_MISS_LIMIT 16    /* calls in a row with an unseen signature: off until the next plan */
+
+typedef struct tn__replay_entry {
+    uint64_t *sig;                 /* NULL: a free slot */
+    void *exec;                    /* NULL: seen once, not captured yet */
+    uint64_t used;                 /* LRU tick */
+} tn__replay_entry;
+
+enum { TN__REPLAY_UNKNOWN = 0, TN__REPLAY_ON, TN__REPLAY_PLAN_OFF, TN__REPLAY_OFF };
+
+typedef struct tn__replay_cache {
+    tn__replay_entry e[TN__REPLAY_SLOTS];
+    uint64_t *sig;                 /* this call's signature (the probe's) */
+    size_t n_sig, cap_sig;
+    uint64_t tick;
+    int state;                     /* TN__REPLAY_*: eligibility, decided at the first call after a plan */
+    int misses;
+    bool sig_overflow;
+    int64_t replays, captures;
+    char why[256];
+} tn__replay_cache;
+
+static void tn__replay_drop(tn_func *f) {
+    tn__replay_cache *gc = f->rcache;
+    if (!gc) return;
+    for (int i = 0; i < TN__REPLAY_SLOTS; i++) {
+        tn__replay_entry *e = &gc->e[i];
+        if (e->exec && f->backend && f->backend->replay_release) f->backend->replay_release(e->exec);
+        tn__free(e->sig);
+        memset(e, 0, sizeof *e);
+    }
+    gc->misses = 0;
+    if (gc->state != TN__REPLAY_OFF) { gc->state = TN__REPLAY_UNKNOWN; gc->why[0] = 0; }
+}
+
+static void tn__replay_free(tn_func *f) {
+    if (!f->rcache) return;
+    tn__replay_drop(f);
+    tn__free(f->rcache->sig);
+    tn__free(f->rcache);
+    f->rcache = NULL;
+}
+
+/* What keeps this call from using graphs whatever the function (NULL: nothing). */
+static const char *tn__replay_blocker(const tn_func *f) {
+    const tn_backend *b = f->backend;
+    const tn_config *c = tn_get_config();
+    if (!b || !b->replay_begin || !b->replay_end || !b->replay_launch || !b->replay_release) return "no device back end with CUDA graphs";
+    if (c->no_cuda_graph) return "cuda_graph=0";
+    if (c->launch_blocking) return "launch_blocking=1";
+    if (f->prof) return "profiled";
+    if (f->mode == TN_MODE_CHECK) return "mode=check";
+    return NULL;
+}
+
+/* Whether f's steps can be captured; else why not, in why. */
+static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
+    int kernels = 0;
+    char lb[160];
+    for (int k = 0; k < f->n_steps; k++) {
+        const tn__step *st = &f->steps[k];
+        if (st->view) continue;
+        const tn_var *v = st->node;
+        if (tn__op_kind(v->op) == TN_OPK_TRANSFER || v->device == TN_HOST || v->op == TN_OP_SCAN) {
+            tn__node_label(v, lb, sizeof lb);
+            snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
+                     tn__op_kind(v->op) == TN_OPK_TRANSFER ? "copies through host memory"
+                     : v->op == TN_OP_SCAN ? "walks its steps from the host (its step function may replay graphs)"
+                     : "runs on the host");
+            return false;
+        }
+        kernels++;
+    }
+    if (kernels < 2) { snprintf(why, cap, "%d device kernel%s: a graph saves nothing", kernels, kernels == 1 ? "" : "s"); return false; }
+    for (int i = 0; i < f->n_outputs; i++)
+        if (!f->out_borrow[i] && f->slots[f->out_slot[i]].kind == TN__SLOT_INTERNAL) {
+            snprintf(why, cap, "output %d is copied for the caller each call (borrow it to replay graphs)", i);
+            return false;
+        }
+    return true;
+}
+
+static tn__replay_cache *tn__replay_cache_get(tn_func *f) {
+    if (f->rcache) return f->rcache;
+    size_t cap = 1;
+    for (int k = 0; k < f->n_steps; k++) cap += (size_t)(f->steps[k].n_in + f->steps[k].n_out) * (1 + TN_MAX_DIMS);
+    tn__replay_cache *gc = (tn__replay_cache *)tn__calloc(1, sizeof *gc);
+    uint64_t *sig = (uint64_t *)tn__malloc(cap * sizeof *sig);
+    if (!gc || !sig) { tn__free(gc); tn__free(sig); return NULL; }
+    gc->sig = sig;
+    gc->cap_sig = cap;
+    return f->rcache = gc;
+}
+
+/* The probe: one kernel's operands into the signature. */
+static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    tn__replay_cache *gc = f->rcache;
+    if (st->view) return;
+    for (int i = 0; i < st->n_in + st->n_out; i++) {
+        const tn_array *a = i < st->n_in ? in[i] : out[i - st->n_in];
+        if (gc->n_sig + 1 + (size_t)a->ndim > gc->cap_sig) { gc->sig_overflow = true; return; }
+        gc->sig[gc->n_sig++] = (uint64_t)(uintptr_t)a->data;
+        for (int d = 0; d < a->ndim; d++) gc->sig[gc->n_sig++] = (uint64_t)a->strides[d];
+    }
+}
+
+static tn__replay_entry *tn__replay_find(tn__replay_cache *gc) {
+    for (int i = 0; i < TN__REPLAY_SLOTS; i++)
+        if (gc->e[i].sig && !memcmp(gc->e[i].sig, gc->sig, gc->n_sig * sizeof *gc->sig)) return &gc->e[i];
+    return NULL;
+}
+
+/* Remembers this call's signature as seen (not captured), evicting the least recently used. */
+static void tn__replay_remember(tn_func *f, tn__replay_cache *gc) {
+    tn__replay_entry *e = &gc->e[0];
+    for (int i = 0; i < TN__REPLAY_SLOTS; i++) {
+        if (!gc->e[i].sig) { e = &gc->e[i]; break; }
+        if (gc->e[i].used < e->used) e = &gc->e[i];
+    }
+    uint64_t *sig = e->sig ? e->sig : (uint64_t *)tn__malloc(gc->cap_sig * sizeof *sig);
+    if (!sig) return;                                 /* out of memory: simply not remembered */
+    if (e->exec) f->backend->replay_release(e->exec);
+    memcpy(sig, gc->sig, gc->n_sig * sizeof *sig);
+    e->sig = sig;
+    e->exec = NULL;
+    e->used = ++gc->tick;
+}
+
+static tn_result tn__replay_launch(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
+    e->used = ++gc->tick;
+    gc->misses = 0;
+    tn_result r = f->backend->replay_launch(e->exec);
+    return r == TN_OK ? TN_OK : tn__err(r, "%s: launching its CUDA graph: %s", f->name, tn_last_error());
+}
+
+/* Runs the steps under capture into e, then launches the graph. A step or
+   the capture failing turns graphs off for f; nothing ran on the device
+   then, so the steps run again plainly. */
+static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
+    const tn_backend *b = f->backend;
+    tn_result r = b->replay_begin();
+    if (r == TN_OK) {
+        r = tn__steps(f, TN__STEPS_RUN);
+        void *exec = NULL;
+        tn_result re = b->replay_end(r == TN_OK ? &exec : NULL);
+        if (r == TN_OK && re == TN_OK && exec) {
+            e->exec = exec;
+            gc->captures++;
+            return tn__replay_launch(f, gc, e);
+        }
+        if (r == TN_OK) r = re != TN_OK ? re : TN_ERR_INTERNAL;
+    }
+    tn__replay_drop(f);
+    gc->state = TN__REPLAY_OFF;
+    snprintf(gc->why, sizeof gc->why, "its capture failed (%.20s): %.200s", tn_result_string(r), tn_last_error());
+    tn_clear_error();
+    return tn__steps(f, TN__STEPS_RUN);
+}
+
+static tn_result tn__replay_run(tn_func *f) {
+    tn__replay_cache *gc = f->rcache;
+    if ((gc && gc->state >= TN__REPLAY_PLAN_OFF) || f->n_steps == 0 || tn__replay_blocker(f) || (!gc && !(gc = tn__replay_cache_get(f))))
+        return tn__steps(f, TN__STEPS_RUN);
+    if (gc->state == TN__REPLAY_UNKNOWN) {
+        gc->state = tn__replay_eligible(f, gc->why, sizeof gc->why) ? TN__REPLAY_ON : TN__REPLAY_PLAN_OFF;
+        if (gc->state != TN__REPLAY_ON) return tn__steps(f, TN__STEPS_RUN);
+    }
+    gc->n_sig = 0;
+    gc->sig_overflow = false;
+    tn_result r = tn__steps(f, TN__STEPS_PROBE);
+    if (r != TN_OK) return r;
+    TN_ASSERT(!gc->sig_overflow);
+    tn__replay_entry *e = gc->sig_overflow ? NULL : tn__replay_find(gc);
+    if (e && e->exec) { gc->replays++; return tn__replay_launch(f, gc, e); }
+    if (e) return tn__replay_capture(f, gc, e);
+    tn__replay_remember(f, gc);
+    if (++gc->misses >= TN__REPLAY_MISS_LIMIT) {
+        gc->state = TN__REPLAY_PLAN_OFF;
+        snprintf(gc->why, sizeof gc->why, "its kernels' pointers changed on %d calls in a row", gc->misses);
+    }
+    return tn__steps(f, TN__STEPS_RUN);
+}
+
+TN_API void tn__replay_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why) {
+    const tn__replay_cache *gc = f ? f->rcache : NULL;
+    const char *b = f ? tn__replay_blocker(f) : "no function";
+    if (replays) *replays = gc ? gc->replays : 0;
+    if (captures) *captures = gc ? gc->captures : 0;
+    if (why) *why = gc && gc->state >= TN__REPLAY_PLAN_OFF ? gc->why : b ? b : "";
+}
+
+/* >>check_mode ----------------------------------------------------------- */
+/* mode=check (Theano's DebugMode, for the device): each op that runs on the
+   device is run again through its CPU kernel on host copies of the same
+   inputs, and the outputs are compared. The first difference beyond the
+   output dtype's tolerance fails the call with TN_ERR_CHECK, naming the op,
+   its node, its inputs' types, the error and where. The inputs are copied
+   before the device kernel runs, since an inplace op overwrites one. The
+   error of an element is |device - cpu| / max(|cpu|, rms(cpu), floor): the
+   relative error, or for elements small next to the output's typical size
+   (sums that cancel) the error relative to that size. Slow by design: each
+   step waits for the device. Graph replay is off in this mode. */
+
+static bool tn__check_wanted(const tn_func *f, const tn__step *st) {
+    if (f->mode != TN_MODE_CHECK || st->view || st->node->device == TN_HOST || !st->def->cpu) return false;
+    return f->backend && st->brow && tn__op_kind(st->node->op) != TN_OPK_TRANSFER;
+}
+
+/* Tolerance of an output dtype (0: exact) and the smallest scale an error is measured against. */
+static double tn__check_tol(tn_dtype t, double *floor) {
+    switch (t) {
+    case TN_F16: *floor = 1e-3; return 1e-2;
+    case TN_F32: *floor = 1e-6; return 1e-4;
+    case TN_F64: *floor = 1e-12; return 1e-10;
+    default: *floor = 0; return 0;
+    }
+}
+
+typedef struct tn__check_diff { double err, dev, cpu; int64_t at; } tn__check_diff;
+
+/* The worst element of dev against ref (same shape): float dtypes through
+   float64, the others exactly through int64. */
+static tn_result tn__check_compare(const tn_array *dev, const tn_array *ref, tn__check_diff *w) {
+    bool fl = tn_dtype_is_float(ref->dtype);
+    tn_array *a = tn_array_astype(dev, fl ? TN_F64 : TN_I64), *c = a ? tn_array_astype(ref, fl ? TN_F64 : TN_I64) : NULL;
+    if (!a || !c) { tn_array_free(a); return tn_last_result() ? tn_last_result() : TN_ERR_OOM; }
+    int64_t n = tn_array_size(c);
+    memset(w, 0, sizeof *w);
+    w->at = -1;
+    if (fl) {
+        const double *d = (const double *)a->data, *x = (const double *)c->data;
+        double floor, ss = 0;
+        tn__check_tol(ref->dtype, &floor);
+        int64_t finite = 0;
+        for (int64_t i = 0; i < n; i++) if (isfinite(x[i])) { ss += x[i] * x[i]; finite++; }
+        double rms = finite ? sqrt(ss / (double)finite) : 0;
+        for (int64_t i = 0; i < n; i++) {
+            double e;
+            if (isnan(x[i]) || isnan(d[i])) e = isnan(x[i]) && isnan(d[i]) ? 0 : INFINITY;
+            else if (isinf(x[i]) || isinf(d[i])) e = x[i] == d[i] ? 0 : INFINITY;
+            else e = fabs(d[i] - x[i]) / fmax(fmax(fabs(x[i]), rms), floor);
+            if (e > w->err || (w->at < 0 && e > 0)) { w->err = e; w->dev = d[i]; w->cpu = x[i]; w->at = i; }
+        }
+    } else {
+        const int64_t *d = (const int64_t *)a->data, *x = (const int64_t *)c->data;
+        for (int64_t i = 0; i < n; i++)
+            if (d[i] != x[i]) {
+                double e = fabs((double)d[i] - (double)x[i]);
+                if (e > w->err || w->at < 0) { w->err = e ? e : 1; w->dev = (double)d[i]; w->cpu = (double)x[i]; w->at = i; }
+            }
+    }
+    tn_array_free(a);
+    tn_array_free(c);
+    return TN_OK;
+}
+
+static tn_result tn__check_report(const tn__step *st, tn_array *const *in, const tn_array *o, int k, const tn__check_diff *w, double tol) {
+    char ins[480], where[128], sb[128];
+    int64_t idx[TN_MAX_DIMS], rest = w->at;
+    for (int d = o->ndim - 1; d >= 0; d--) { idx[d] = o->shape[d] ? rest % o->shape[d] : 0; rest = o->shape[d] ? rest / o->shape[d] : 0; }
+    tn__shape_str(o->ndim, idx, where);
+    size_t n = 0;
+    ins[0] = 0;
+    for (int i = 0; i < st->n_in && n < sizeof ins - 1; i++)
+        n += (size_t)snprintf(ins + n, sizeof ins - n, "%s%s %s", i ? ", " : "", tn_dtype_name(in[i]->dtype),
+                              tn__shape_str(in[i]->ndim, in[i]->shape, sb));
+    /* tn__steps prefixes the function and the op's label */
+    return tn__err(TN_ERR_CHECK, "mode=check: node %d differs from its CPU reference: output %d (%s %s) at %s: "
+                   "device %.9g, CPU %.9g (error %.3g, tolerance %.3g); inputs: %s",
+                   st->node->id, k, tn_dtype_name(o->dtype), tn__shape_str(o->ndim, o->shape, sb), where, w->dev, w->cpu,
+                   w->err, tol, st->n_in ? ins : "none");
+}
+
+/* Runs one device step, then its CPU kernel on host copies, and compares. */
+static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    (void)f;
+    tn_var *v = st->node;
+    int ni = st->n_in, no = st->n_out;
+    tn_array **h = (tn_array **)tn__calloc((size_t)(ni + no) + 1, sizeof *h), **hout = h ? h + ni : NULL;
+    if (!h) return tn__err(TN_ERR_OOM, "mode=check: out of memory");
+    tn_result r = TN_OK;
+    char lb[256];
+    for (int i = 0; i < ni && r == TN_OK; i++)
+        if (!(h[i] = tn_array_to_host(in[i]))) r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "mode=check: copying input %d to the host: %s", i, tn_last_error());
+    if (r == TN_OK) r = st->brow->run(v, st->bstate, in, out);
+    for (int o = 0; o < no && r == TN_OK; o++)
+        if (!(hout[o] = tn__array_alloc(out[o]->dtype, out[o]->ndim, out[o]->shape, TN_HOST))) r = tn__err(TN_ERR_OOM, "mode=check: out of memory");
+    if (r == TN_OK && (r = st->def->cpu(v, h, hout)) != TN_OK) {
+        tn__node_label(v, lb, sizeof lb);
+        r = tn__err(r, "mode=check: the CPU reference of %s (node %d) failed: %s", lb, v->id, tn_last_error());
+    }
+    for (int o = 0; o < no && r == TN_OK; o++) {
+        tn__check_diff w;
+        double floor, tol = tn__check_tol(out[o]->dtype, &floor);
+        if ((r = tn__check_compare(out[o], hout[o], &w)) != TN_OK) r = tn__err(r, "mode=check: comparing output %d: %s", o, tn_last_error());
+        else if (w.at >= 0 && !(w.err <= tol)) r = tn__check_report(st, in, out[o], o, &w, tol);
+    }
+    for (int i = 0; i < ni + no; i++) tn_array_free(h[i]);
+    tn__free(h);
+    return r;
+}
+
+/* >>debugprint --------------------------------------------------------- */
+
+/* Theano's ids: A..Z, then BA, BB, ... (base 26, A is 0). */
+static void tn__id_str(int n, char *buf) {
+    char tmp[16];
+    int k = 0;
+    do { tmp[k++] = (char)('A' + n % 26); n /= 26; } while (n > 0);
+    for (int i = 0; i < k; i++) buf[i] = tmp[k - 1 - i];
+    buf[k] = 0;
+}
+
+typedef struct tn__printer {
+    FILE *out;
+    int *ids;            /* by var id: print id, or -1 */
+    int next_id;
+    const int *topo;     /* by var id: step index, or -1 (functions only) */
+    int nvars;
+    char *prefix;
+    size_t cap;
+    const char *lead;    /* printed before every line: " >" for an inner graph */
+} tn__printer;
+
+/* A scan's inner graph prints after the main one, as Theano's "Inner graphs
+   of the scan ops:" (the >>scan_debugprint section). compiled: the roots
+   belong to a compiled function, whose scans print their compiled steps. */
+static tn_result tn__scan_print_inners(tn__printer *pr, tn_var *const *roots, int n_roots, bool compiled);
+
+static bool tn__is_apply(const tn_var *v) { return tn__op_kind(v->op) != TN_OPK_LEAF; }
+
+/* children as printed: a PROJ shows its source's inputs */
+static int tn__print_nchildren(const tn_var *v) {
+    if (v->op == TN_OP_PROJ && v->n_in == 1) return v->in[0]->n_in;
+    return tn__is_apply(v) ? v->n_in : 0;
+}
+static tn_var *tn__print_child(const tn_var *v, int i) {
+    return v->op == TN_OP_PROJ ? v->in[0]->in[i] : v->in[i];
+}
+
+/* Prints one line; returns whether the var's inputs should follow. */
+static bool tn__print_line(tn__printer *pr, const tn_var *v, size_t plen, bool child) {
+    char lb[512], idb[16], tb[160];
+    tn__node_label(v, lb, sizeof lb);
+    bool first = v->id >= 0 && v->id < pr->nvars && pr->ids[v->id] < 0;
+    if (first) pr->ids[v->id] = pr->next_id++;
+    tn__id_str(v->id >= 0 && v->id < pr->nvars ? pr->ids[v->id] : 0, idb);
+    fprintf(pr->out, "%s%.*s%s%s [id %s] <%s>", pr->lead ? pr->lead : "", (int)plen, pr->prefix, child ? " |" : "", lb, idb,
+            tn__type_str(&v->type, tb));
+    if (tn__is_apply(v)) {
+        fprintf(pr->out, " '%s'   ", v->name ? v->name : "");
+        if (pr->topo) {
+            const tn_var *src = v->op == TN_OP_PROJ ? v->in[0] : v;
+            if (src->id >= 0 && src->id < pr->nvars && pr->topo[src->id] >= 0) fprintf(pr->out, "%d", pr->topo[src->id]);
+        }
+    }
+    fputc('\n', pr->out);
+    return first && tn__print_nchildren(v) > 0;
+}
+
+static bool tn__prefix_reserve(tn__printer *pr, size_t n) {
+    if (n <= pr->cap) return true;
+    size_t cap = pr->cap ? pr->cap * 2 : 256;
+    while (cap < n) cap *= 2;
+    char *b = (char *)tn__realloc(pr->prefix, cap);
+    if (!b) return false;
+    pr->prefix = b; pr->cap = cap;
+    return true;
+}
+
+/* One tree, iteratively (graphs may be deep). */
+static tn_result tn__print_tree(tn__printer *pr, const tn_var *root) {
+    struct tn__pframe { const tn_var *v; int next; size_t plen; } *stack = NULL;
+    int sp = 0, cap = 0;
+    if (!tn__print_line(pr, root, 0, false)) return TN_OK;
+    cap = 64;
+    if (!(stack = (struct tn__pframe *)tn__malloc((size_t)cap * sizeof *stack))) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
+    stack[sp++] = (struct tn__pframe){ root, 0, 0 };
+    while (sp > 0) {
+        struct tn__pframe *fr = &stack[sp - 1];
+        int n = tn__print_nchildren(fr->v);
+        if (fr->next >= n) { sp--; continue; }
+        int i = fr->next++;
+        const tn_var *c = tn__print_child(fr->v, i);
+        size_t plen = fr->plen;
+        if (!c) { fprintf(pr->out, "%s%.*s |NULL\n", pr->lead ? pr->lead : "", (int)plen, pr->prefix); continue; }
+        if (!tn__print_line(pr, c, plen, true)) continue;
+        if (!tn__prefix_reserve(pr, plen + 3)) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
+        memcpy(pr->prefix + plen, i == n - 1 ? "  " : " |", 2);
+        if (sp == cap) {
+            struct tn__pframe *ns = (struct tn__pframe *)tn__grow(stack, &cap, sp + 1, 64, sizeof *stack);
+            if (!ns) { tn__free(stack); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
+            stack = ns;
+        }
+        stack[sp++] = (struct tn__pframe){ c, 0, plen + 2 };
+    }
+    tn__free(stack);
+    return TN_OK;
+}
+
+static tn_result tn__printer_init(tn__printer *pr, FILE *out, int nvars) {
+    memset(pr, 0, sizeof *pr);
+    pr->out = out;
+    pr->nvars = nvars;
+    pr->ids = (int *)tn__malloc(((size_t)nvars + 1) * sizeof *pr->ids);
+    if (!pr->ids || !tn__prefix_reserve(pr, 256)) { tn__free(pr->ids); tn__free(pr->prefix); return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); }
+    for (int i = 0; i < nvars; i++) pr->ids[i] = -1;
+    return TN_OK;
+}
+
+static void tn__printer_free(tn__printer *pr) { tn__free(pr->ids); tn__free(pr->prefix); }
+
+TN_API tn_result tn_debugprint(const tn_var *v, FILE *out) {
+    if (!v) return tn__err(TN_ERR_NULL, "tn_debugprint: variable is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_debugprint: out is NULL");
+    tn__printer pr;
+    tn_result r = tn__printer_init(&pr, out, v->graph ? v->graph->nvars : 0);
+    if (r != TN_OK) return r;
+    r = tn__print_tree(&pr, v);
+    tn_var *root = (tn_var *)v;
+    if (r == TN_OK) r = tn__scan_print_inners(&pr, &root, 1, false);
+    tn__printer_free(&pr);
+    return r;
+}
+
+TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_debugprint_function: function is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_debugprint_function: out is NULL");
+    tn__printer pr;
+    int nv = f->fg->nvars;
+    tn_result r = tn__printer_init(&pr, out, nv);
+    if (r != TN_OK) return r;
+    int *topo = (int *)tn__malloc(((size_t)nv + 1) * sizeof *topo);
+    if (!topo) { tn__printer_free(&pr); return tn__err(TN_ERR_OOM, "tn_debugprint_function: out of memory"); }
+    for (int i = 0; i < nv; i++) topo[i] = -1;
+    for (int k = 0; k < f->n_steps; k++) topo[f->steps[k].node->id] = k;
+    pr.topo = topo;
+    for (int i = 0; i < f->n_roots && r == TN_OK; i++) {
+        if (i >= f->n_outputs) fprintf(out, "update of %s:\n", tn__var_label_name(f->upd_user[i - f->n_outputs]));
+        r = tn__print_tree(&pr, f->roots[i]);
+    }
+    if (r == TN_OK) r = tn__scan_print_inners(&pr, f->roots, f->n_roots, true);
+    tn__free(topo);
+    tn__printer_free(&pr);
+    return r;
+}
+
+/* How an input reads in an apply's text: name, constant, or producer.k */
+static void tn__apply_arg_str(const tn_var *v, char *buf, size_t cap) {
+    if (v->name) { snprintf(buf, cap, "%s", v->name); return; }
+    tn__node_label(v, buf, cap);
+    if (tn__is_apply(v) && v->op != TN_OP_PROJ) {
+        size_t n = strlen(buf);
+        if (n + 3 < cap) memcpy(buf + n, ".0", 3);
+    }
+}
+
+TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out) {
+    if (!f) return tn__err(TN_ERR_NULL, "tn_print_toposort: function is NULL");
+    if (!out) return tn__err(TN_ERR_NULL, "tn_print_toposort: out is NULL");
+    char lb[512], ab[512];
+    for (int k = 0; k < f->n_steps; k++) {
+        const tn_var *v = f->steps[k].node;
+        tn__node_label(v, lb, sizeof lb);
+        fprintf(out, "%s(", lb);
+        for (int i = 0; i < v->n_in; i++) {
+            tn__apply_arg_str(v->in[i], ab, sizeof ab);
+            fprintf(out, "%s%s", i ? ", " : "", ab);
+        }
+        fputs(")\n", out);
+    }
+    return TN_OK;
+}
+
+/* >>scan_debugprint ------------------------------------------------------ */
+/* tn_debugprint and tn_debugprint_function call this after the main graph:
+   every scan the roots reach prints its line again (same id), then its
+   inner graph with each line led by " >", as Theano's debugprint does. A
+   symbolic graph shows the step as built; a compiled function the step as
+   compiled (the device step of a scan placed on the device), with its own
+   ids and step numbers. Scans inside a step follow in the same list. */
+
+typedef struct tn__scan_pq { const tn_var **v; bool *compiled; int n, cap; } tn__scan_pq;
+
+static tn_result tn__scan_pq_push(tn__scan_pq *q, const tn_var *v, bool compiled) {
+    if (q->n == q->cap) {
+        int cap = q->cap, cap_c = q->cap;
+        const tn_var **nv = (const tn_var **)tn__grow((void *)q->v, &cap, q->n + 1, 8, sizeof *nv);
+        if (nv) q->v = nv;
+        bool *c = nv ? (bool *)tn__grow(q->compiled, &cap_c, q->n + 1, 8, sizeof *c) : NULL;
+        if (c) q->compiled = c;
+        if (!nv || !c) return tn__err(TN_ERR_OOM, "tn_debugprint: out of memory");
+        q->cap = cap;
+    }
+    q->v[q->n] = v;
+    q->compiled[q->n++] = compiled;
+    return TN_OK;
+}
+
+/* The scans the roots reach, in topological order. */
+static tn_result tn__scan_pq_add(tn__scan_pq *q, tn_var *const *roots, int n_roots, int nvars, bool compiled) {
+    tn_var **order = NULL;
+    int n = 0;
+    tn_result r = tn__toposort((tn_var **)roots, n_roots, nvars, &order, &n, NULL, "tn_debugprint");
+    for (int i = 0; i < n && r == TN_OK; i++)
+        if (order[i]->op == TN_OP_SCAN && order[i]->ext) r = tn__scan_pq_push(q, order[i], compiled);
+    tn__free(order);
+    return r;
+}
+
+static tn_result tn__scan_print_inners(tn__printer *pr, tn_var *const *roots, int n_roots, bool compiled) {
+    tn__scan_pq q = { NULL, NULL, 0, 0 };
+    tn_result r = tn__scan_pq_add(&q, roots, n_roots, pr->nvars, compiled);
+    int n_main = q.n;          /* nodes of the printer's graph; later ones may sit in compiled steps */
+    if (r == TN_OK && q.n) fprintf(pr->out, "\nInner graphs of the scan ops:\n");
+    for (int i = 0; i < q.n && r == TN_OK; i++) {
+        const tn_var *node = q.v[i];
+        const tn__scan *s = (const tn__scan *)node->ext;
+        fputc('\n', pr->out);
+        if (i < n_main || !q.compiled[i]) {   /* a node of the printer's graph: its id from there */
+            const char *lead = pr->lead;
+            pr->lead = NULL;
+            tn__print_line(pr, node, 0, false);
+            pr->lead = lead;
+        } else {
+            char lb[256];
+            tn__node_label(node, lb, sizeof lb);
+            fprintf(pr->out, "%s\n", lb);
+        }
+        if (!q.compiled[i]) {      /* the step as built: the user's graph, the printer's ids */
+            const char *lead = pr->lead;
+            pr->lead = " >";
+            for (int k = 0; k < s->n_res && r == TN_OK; k++) r = tn__print_tree(pr, s->res[k]);
+            pr->lead = lead;
+            if (r == TN_OK) r = tn__scan_pq_add(&q, s->res, s->n_res, pr->nvars, false);
+            continue;
+        }
+        const tn_func *fn = node->device != TN_HOST && s->dfn ? s->dfn : s->fn;
+        if (!fn) continue;
+        tn__printer ip;       /* the compiled step: its own graph, ids and step numbers */
+        int nv = fn->fg->nvars;
+        if ((r = tn__printer_init(&ip, pr->out, nv)) != TN_OK) break;
+        int *topo = (int *)tn__malloc(((size_t)nv + 1) * sizeof *topo);
+        if (!topo) { tn__printer_free(&ip); r = tn__err(TN_ERR_OOM, "tn_debugprint: out of memory"); break; }
+        for (int j = 0; j < nv; j++) topo[j] = -1;
+        for (int k = 0; k < fn->n_steps; k++) topo[fn->steps[k].node->id] = k;
+        ip.topo = topo;
+        ip.lead = " >";
+        ip.next_id = pr->next_id;      /* ids go on from the main graph's: no two lines share one */
+        for (int k = 0; k < fn->n_roots && r == TN_OK; k++) r = tn__print_tree(&ip, fn->roots[k]);
+        pr->next_id = ip.next_id;
+        tn__free(topo);
+        tn__printer_free(&ip);
+        /* scans inside the compiled step: listed after, labelled without ids */
+        for (int k = 0; k < fn->n_steps && r == TN_OK; k++) {
+            tn_var *sv = fn->steps[k].node;
+            if (sv->op == TN_OP_SCAN && sv->ext) r = tn__scan_pq_push(&q, sv, true);
+        }
+    }
+    tn__free(q.v);
+    tn__free(q.compiled);
+    return r;
+}
+
+TN_API tn_result tn_scan_debugprint(const tn_var *v, FILE *out) {
+    if (!v || !out) return tn__err(TN_ERR_NULL, "tn_scan_debugprint: %s is NULL", v ? "out" : "variable");
+    return tn_debugprint(v, out);     /* which prints the inner graphs */
 }
 
 /* >>profile =========================================================== */
@@ -8455,145 +8605,6 @@ TN_API tn_result tn_write_dot_var(const tn_var *root, FILE *out) {
     tn__free((void *)stack);
     return TN_OK;
 }
-
-/* >>custom ============================================================ */
-/* User ops, CPU side. A CUSTOM node's ext is an arena copy of the
-   user's tn_custom_op (strings copied too), so the user's description may be
-   a stack temporary. The GPU side (NVRTC compile and launch of cuda_source)
-   is the >>cuda_custom section, included by tensor_cuda.h. */
-
-#define TN__CUSTOM_WHY 512
-
-static const tn_custom_op *tn__custom_op(const tn_var *node) {
-    return node && node->op == TN_OP_CUSTOM ? (const tn_custom_op *)node->ext : NULL;
-}
-
-TN_API const tn_custom_op *tn_custom_of(const tn_var *node) { return tn__custom_op(node); }
-
-static int tn__custom_nout(const tn_custom_op *op) { return op->n_outputs > 0 ? op->n_outputs : 1; }
-
-static tn_result tn__custom_infer(const tn_var *node, const tn_type *in, tn_type *out) {
-    const tn_custom_op *op = tn__custom_op(node);
-    if (!op) return tn__err(TN_ERR_INTERNAL, "tn_custom: node %d carries no op description", node->id);
-    char why[TN__CUSTOM_WHY] = "";
-    int nout = tn__custom_nout(op);
-    for (int k = 0; k < nout; k++) out[k] = (tn_type){ TN_DTYPE_NONE, 0, {0}, {0} };
-    tn_result r = op->infer(op, in, out, why, sizeof why);
-    if (r != TN_OK)
-        return tn__err(r, "tn_custom: op '%s': type rule failed: %s", op->name, why[0] ? why : tn_result_string(r));
-    for (int k = 0; k < nout; k++) {
-        const tn_type *t = &out[k];
-        if (t->dtype <= TN_DTYPE_NONE || t->dtype >= TN_DTYPE_COUNT || t->ndim < 0 || t->ndim > TN_MAX_DIMS)
-            return tn__err(TN_ERR_INVALID, "tn_custom: op '%s': type rule gave output %d an invalid type (dtype %d, ndim %d)",
-                           op->name, k, (int)t->dtype, t->ndim);
-        for (int d = 0; d < t->ndim; d++)
-            if (t->shape[d] < -1)
-                return tn__err(TN_ERR_INVALID, "tn_custom: op '%s': type rule gave output %d dim %d the size %lld",
-                               op->name, k, d, (long long)t->shape[d]);
-    }
-    return TN_OK;
-}
-
-/* Inputs a user function reads are contiguous host arrays: strided views are
-   copied first (only then does a call allocate). */
-static tn_result tn__custom_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    const tn_custom_op *op = tn__custom_op(node);
-    if (!op) return tn__err(TN_ERR_INTERNAL, "tn_custom: node %d carries no op description", node->id);
-    if (!op->cpu)
-        return tn__err(TN_ERR_UNSUPPORTED, "tn_custom: op '%s' has no CPU function (cpu is NULL) and no GPU is in use", op->name);
-    tn_array *stack_in[8], **cin = stack_in, *copies[8] = {0}, **cp = copies;
-    int n = node->n_in;
-    if (n > 8) {
-        cin = (tn_array **)tn__calloc((size_t)n, sizeof *cin);
-        cp = (tn_array **)tn__calloc((size_t)n, sizeof *cp);
-        if (!cin || !cp) { tn__free(cin); tn__free(cp); return tn__err(TN_ERR_OOM, "tn_custom: op '%s': out of memory", op->name); }
-    }
-    tn_result r = TN_OK;
-    for (int i = 0; i < n && r == TN_OK; i++) {
-        cin[i] = in[i];
-        if (in[i]->device != TN_HOST || !tn_array_is_contiguous(in[i])) {
-            if (!(cp[i] = tn_array_copy(in[i]))) r = tn__err(TN_ERR_OOM, "tn_custom: op '%s': copying input %d: %s", op->name, i, tn_last_error());
-            cin[i] = cp[i];
-        }
-    }
-    if (r == TN_OK) {
-        char why[TN__CUSTOM_WHY] = "";
-        r = op->cpu(op, cin, out, why, sizeof why);
-        if (r != TN_OK) r = tn__err(r, "tn_custom: op '%s': CPU function failed: %s", op->name, why[0] ? why : tn_result_string(r));
-    }
-    for (int i = 0; i < n; i++) tn_array_free(cp[i]);
-    if (cin != stack_in) { tn__free(cin); tn__free(cp); }
-    return r;
-}
-
-static void tn__custom_label(const tn_var *node, char *buf, size_t cap) {
-    const tn_custom_op *op = tn__custom_op(node);
-    snprintf(buf, cap, "Custom{%s}", op && op->name ? op->name : "?");
-}
-
-/* Arena copy of the description: the user's may be a temporary. */
-static tn_custom_op *tn__custom_copy(tn_graph *g, const tn_custom_op *op) {
-    tn_custom_op *c = (tn_custom_op *)tn__graph_alloc(g, sizeof *c);
-    if (!c) return NULL;
-    *c = *op;
-    if (!(c->name = tn__graph_strdup(g, op->name))) return NULL;
-    if (op->cuda_source && !(c->cuda_source = tn__graph_strdup(g, op->cuda_source))) return NULL;
-    if (op->cuda_kernel && !(c->cuda_kernel = tn__graph_strdup(g, op->cuda_kernel))) return NULL;
-    return c;
-}
-
-TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in, tn_var **outs) {
-    const char *W = "tn_custom";
-    if (!op) return tn__err(TN_ERR_NULL, "%s: op is NULL", W);
-    if (!outs) return tn__err(TN_ERR_NULL, "%s: op '%s': outs is NULL", W, op->name ? op->name : "?");
-    if (!op->name || !op->name[0]) return tn__err(TN_ERR_INVALID, "%s: op has no name", W);
-    if (!op->infer) return tn__err(TN_ERR_NULL, "%s: op '%s' has no type rule (infer is NULL)", W, op->name);
-    if (!op->cpu && !(op->cuda_source && op->cuda_kernel))
-        return tn__err(TN_ERR_INVALID, "%s: op '%s' has neither a CPU function nor CUDA source and kernel name", W, op->name);
-    if ((op->cuda_source == NULL) != (op->cuda_kernel == NULL))
-        return tn__err(TN_ERR_INVALID, "%s: op '%s': cuda_source and cuda_kernel go together", W, op->name);
-    if (n < 0 || (n > 0 && !in)) return tn__err(TN_ERR_NULL, "%s: op '%s': inputs are NULL", W, op->name);
-    if (op->n_inputs >= 0 && n != op->n_inputs)
-        return tn__err(TN_ERR_NUM_INPUTS, "%s: op '%s' takes %d input%s, got %d", W, op->name, op->n_inputs, op->n_inputs == 1 ? "" : "s", n);
-    if (op->n_outputs < 0) return tn__err(TN_ERR_INVALID, "%s: op '%s': n_outputs is %d", W, op->name, op->n_outputs);
-    for (int i = 0; i < n; i++)
-        if (!in[i]) return tn__err(TN_ERR_NULL, "%s: op '%s': input %d is NULL (did an earlier call fail? %s)", W, op->name, i, tn_last_error());
-    if (!g) g = n > 0 ? in[0]->graph : NULL;
-    if (!g) return tn__err(TN_ERR_NULL, "%s: op '%s' has no inputs: pass its graph", W, op->name);
-    tn_custom_op *c = tn__custom_copy(g, op);
-    if (!c) return tn__err(TN_ERR_OOM, "%s: op '%s': out of memory", W, op->name);
-    int nout = tn__custom_nout(op);
-    tn_var *v = tn__node_multi(g, TN_OP_CUSTOM, n, in, NULL, c, nout, W);
-    if (!v) return tn_last_result();
-    if (nout == 1) { outs[0] = v; return TN_OK; }
-    for (int k = 0; k < nout; k++)
-        if (!(outs[k] = tn__proj(v, k))) return tn_last_result();
-    return TN_OK;
-}
-
-TN_API tn_var *tn_custom(tn_graph *g, const tn_custom_op *op, int n, tn_var *const *in) {
-    if (op && op->n_outputs > 1) {
-        tn__err(TN_ERR_INVALID, "tn_custom: op '%s' has %d outputs: use tn_custom_multi", op->name ? op->name : "?", op->n_outputs);
-        return NULL;
-    }
-    tn_var *out = NULL;
-    return tn_custom_multi(g, op, n, in, &out) == TN_OK ? out : NULL;
-}
-
-/* A user op has no derivative: tn_custom_op describes none. */
-static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    (void)g; (void)need; (void)gin;
-    const tn_custom_op *op = tn__custom_op(node);
-    char nb[64];
-    return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: custom op '%s' (node '%s') has no gradient rule: a tn_custom_op has "
-                   "no derivative (wrap it in tn_stop_gradient or pass it in consider_constant to treat it as a constant)",
-                   op && op->name ? op->name : "?", tn__gname(node, nb));
-}
-
-/* >>custom_rows: this part's rows of the op table (the >>ops_table section) */
-#define TN__CUSTOM_OP_ROWS \
-    [TN_OP_CUSTOM] = { .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
-                       .label = tn__custom_label, .vjp = tn__custom_vjp },
 
 /* >>ops_table ========================================================= */
 /* The registry of every op. One master table: each part of the
