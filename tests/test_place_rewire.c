@@ -12,6 +12,7 @@
 #include "tensor.h"
 #include "tensor_cuda.h"
 #include "harness.h"
+#include "fake_table.h"
 #include "scan_seed.h"
 #include "scan_device.h"
 
@@ -96,21 +97,6 @@ static void *fake_func_new(int device) { (void)device; streams_made++; streams_l
 static tn_result fake_func_enter(void *s) { (void)s; stream_enters++; return TN_OK; }
 static void fake_func_free(void *s) { if (s) streams_live--; free(s); }
 
-/* The CUDA back end's table with the stand-in's kernels in every row (the
-   rows' supports() decide placement as on a GPU). */
-static const tn_backend_op *fake_ops[TN_OP_COUNT];
-static tn_backend_op fake_rows[TN_OP_COUNT];
-static const tn_backend_op *const *fake_table(void) {
-    for (int op = 0; op < TN_OP_COUNT; op++) {
-        if (!tn__cuda_ops[op]) continue;
-        fake_rows[op] = *tn__cuda_ops[op];
-        fake_rows[op].prepare = fake_prepare;
-        fake_rows[op].run = fake_run;
-        fake_rows[op].release = NULL;
-        fake_ops[op] = &fake_rows[op];
-    }
-    return fake_ops;
-}
 
 static void use_fake_device(void) {
     static tn_backend be;
@@ -118,7 +104,7 @@ static void use_fake_device(void) {
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
-    be.ops = fake_table();
+    be.ops = fake_table(fake_prepare, fake_run);
     be.replay_begin = fake_replay_begin;
     be.replay_end = fake_replay_end;
     be.replay_launch = fake_replay_launch;

@@ -4,6 +4,7 @@
 #include "tensor.h"
 #include "tensor_cuda.h"     /* only for the stand-in device of test_profile_events */
 #include "harness.h"
+#include "fake_table.h"
 
 static char *report(const tn_func *f, tn_result *r) {
     FILE *t = tmpfile();
@@ -172,21 +173,6 @@ static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_arra
     for (int o = 0; o < n->n_out; o++) { int d = out[o]->device; *out[o] = co[o]; out[o]->device = d; }
     return r;
 }
-/* The CUDA back end's table with the stand-in's kernels in every row (the
-   rows' supports() decide placement as on a GPU). */
-static const tn_backend_op *fake_ops[TN_OP_COUNT];
-static tn_backend_op fake_rows[TN_OP_COUNT];
-static const tn_backend_op *const *fake_table(void) {
-    for (int op = 0; op < TN_OP_COUNT; op++) {
-        if (!tn__cuda_ops[op]) continue;
-        fake_rows[op] = *tn__cuda_ops[op];
-        fake_rows[op].prepare = fake_prepare;
-        fake_rows[op].run = fake_run;
-        fake_rows[op].release = NULL;
-        fake_ops[op] = &fake_rows[op];
-    }
-    return fake_ops;
-}
 static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
 static void fake_free(int d, void *p) { (void)d; free(p); }
 static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t b) { (void)dd; (void)sd; memcpy(dst, src, b); return TN_OK; }
@@ -207,7 +193,7 @@ TEST(test_profile_events) {
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
-    be.ops = fake_table();
+    be.ops = fake_table(fake_prepare, fake_run);
     be.prof_new = fake_prof_new; be.prof_mark = fake_prof_mark; be.prof_collect = fake_prof_collect; be.prof_free = fake_prof_free;
     be.func_new = NULL; be.func_enter = NULL; be.func_free = NULL;     /* no driver here: no streams */
     tn__set_backend(&be);

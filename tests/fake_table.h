@@ -1,0 +1,21 @@
+/* A stand-in device's op table for tests that run on the CPU: the CUDA back
+   end's rows, with the stand-in's prepare and run in each (the rows'
+   supports() still decide placement, as on a GPU). Include after
+   tensor_cuda.h. */
+#ifndef TN_TEST_FAKE_TABLE_H
+#define TN_TEST_FAKE_TABLE_H
+static const tn_backend_op *const *fake_table(tn_result (*prepare)(const tn_var *, void **),
+                                              tn_result (*run)(const tn_var *, void *, tn_array *const *, tn_array *const *)) {
+    static const tn_backend_op *ops[TN_OP_COUNT];
+    static tn_backend_op rows[TN_OP_COUNT];
+    for (int op = 0; op < TN_OP_COUNT; op++) {
+        if (!tn__cuda_ops[op]) continue;
+        rows[op] = *tn__cuda_ops[op];
+        rows[op].prepare = prepare;
+        rows[op].run = run;
+        rows[op].release = NULL;
+        ops[op] = &rows[op];
+    }
+    return ops;
+}
+#endif
