@@ -2838,11 +2838,15 @@ TN_API tn_var *tn_logsumexp(tn_var *x, const int *axes, int naxes, bool keepdims
 TN_API tn_var *tn_argmax(tn_var *x, int axis, bool keepdims) { return tn__reduce_make("tn_argmax", TN_OP_ARGMAX, x, &axis, 1, keepdims); }
 TN_API tn_var *tn_argmin(tn_var *x, int axis, bool keepdims) { return tn__reduce_make("tn_argmin", TN_OP_ARGMIN, x, &axis, 1, keepdims); }
 
-static tn_var *tn__softmax_make(const char *who, int op, tn_var *x, int axis) {
+/* An op of one input and one axis (softmax, log_softmax, cumsum, cumprod):
+   the axis checked against x's rank (negative from the end) and stored. */
+static tn_var *tn__axis_op_make(const char *who, int op, tn_var *x, int axis) {
     if (!x) { tn__err(TN_ERR_NULL, "%s: x is NULL (did an earlier constructor fail?)", who); return NULL; }
     int nd = x->type.ndim;
     if (axis < -nd || axis >= nd) {
-        tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of ndim %d", who, axis, tn__rvar_name(x), nd);
+        char sb[128];
+        tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of shape %s", who, axis, tn__rvar_name(x),
+                tn__shape_str(nd, x->type.shape, sb));
         return NULL;
     }
     tn_params p;
@@ -2850,8 +2854,8 @@ static tn_var *tn__softmax_make(const char *who, int op, tn_var *x, int axis) {
     tn__p_set_axis(&p, axis < 0 ? axis + nd : axis);
     return tn__node(x->graph, op, 1, &x, &p, NULL, who);
 }
-TN_API tn_var *tn_softmax(tn_var *x, int axis) { return tn__softmax_make("tn_softmax", TN_OP_SOFTMAX, x, axis); }
-TN_API tn_var *tn_log_softmax(tn_var *x, int axis) { return tn__softmax_make("tn_log_softmax", TN_OP_LOG_SOFTMAX, x, axis); }
+TN_API tn_var *tn_softmax(tn_var *x, int axis) { return tn__axis_op_make("tn_softmax", TN_OP_SOFTMAX, x, axis); }
+TN_API tn_var *tn_log_softmax(tn_var *x, int axis) { return tn__axis_op_make("tn_log_softmax", TN_OP_LOG_SOFTMAX, x, axis); }
 
 /* >>reduce_grad ----------------------------------------------------------- */
 
@@ -3207,22 +3211,8 @@ static void tn__cum_label(const tn_var *node, char *buf, size_t cap) {
 }
 
 /* >>cum_constructors ------------------------------------------------------- */
-static tn_var *tn__cum_make(const char *who, int op, tn_var *x, int axis) {
-    if (!x) { tn__err(TN_ERR_NULL, "%s: x is NULL (did an earlier constructor fail? %s)", who, tn_last_error()); return NULL; }
-    int nd = x->type.ndim;
-    if (axis < -nd || axis >= nd) {
-        char sb[128];
-        tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of shape %s", who, axis, x->name ? x->name : "x",
-                tn__shape_str(nd, x->type.shape, sb));
-        return NULL;
-    }
-    tn_params p;
-    memset(&p, 0, sizeof p);
-    tn__p_set_axis(&p, axis < 0 ? axis + nd : axis);
-    return tn__node(x->graph, op, 1, &x, &p, NULL, who);
-}
-TN_API tn_var *tn_cumsum(tn_var *x, int axis) { return tn__cum_make("tn_cumsum", TN_OP_CUMSUM, x, axis); }
-TN_API tn_var *tn_cumprod(tn_var *x, int axis) { return tn__cum_make("tn_cumprod", TN_OP_CUMPROD, x, axis); }
+TN_API tn_var *tn_cumsum(tn_var *x, int axis) { return tn__axis_op_make("tn_cumsum", TN_OP_CUMSUM, x, axis); }
+TN_API tn_var *tn_cumprod(tn_var *x, int axis) { return tn__axis_op_make("tn_cumprod", TN_OP_CUMPROD, x, axis); }
 
 /* >>cum_grad --------------------------------------------------------------- */
 static tn_var *tn__cum_flip(tn_var *v, int axis) { return v ? tn_slice(v, axis, TN_NONE, TN_NONE, -1) : NULL; }
