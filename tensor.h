@@ -7203,6 +7203,9 @@ static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
     if (a->live_gen && a->gen != *a->live_gen)
         return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a stale borrowed array (from call %llu; its function is now at call %llu)",
                        W, i, nm, (unsigned long long)a->gen, (unsigned long long)*a->live_gen);
+    if (a->live_gen == &f->gen)     /* valid until this call, which overwrites (or frees) its buffer */
+        return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a borrowed output of this function, which this call "
+                       "overwrites: pass a copy (tn_array_copy)", W, i, nm);
     if (a->dtype != t->dtype || a->ndim != t->ndim) {
         tn__shape_str(a->ndim, a->shape, got);
         return tn__err(a->dtype != t->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE,
