@@ -2962,7 +2962,16 @@ static void tn__fmt_double(double v, char *buf, size_t cap) {
 static void tn__fmt_value(tn_dtype t, double v, char *buf, size_t cap) {
     if (tn_dtype_is_float(t)) tn__fmt_double(v, buf, cap);
     else if (t == TN_BOOL) snprintf(buf, cap, "%s", v != 0 ? "True" : "False");
-    else snprintf(buf, cap, "%lld", (long long)v);
+    else snprintf(buf, cap, "%.0f", v);      /* no cast: a double may be beyond long long (2^63) */
+}
+
+/* Element idx of a as text; a host int exactly, not through a double (where
+   INT64_MAX becomes 2^63). */
+static void tn__fmt_element(const tn_array *a, const int64_t *idx, char *buf, size_t cap) {
+    char *p;
+    if (!tn_dtype_is_float(a->dtype) && a->dtype != TN_BOOL && a->device == TN_HOST && tn__elem_ptr(a, idx, "tn__fmt_element", &p) == TN_OK)
+        snprintf(buf, cap, "%lld", (long long)tn__load_i(a->dtype, p));
+    else tn__fmt_value(a->dtype, tn_array_get(a, idx), buf, cap);
 }
 
 
@@ -2987,7 +2996,7 @@ static void tn__label_constant(const tn_var *node, char *buf, size_t cap) {
     int64_t idx[TN_MAX_DIMS] = { 0 };
     double first = n > 0 ? tn_array_get(a, idx) : 0.0;
     if (n == 1 && a->ndim == 0) {
-        tn__fmt_value(a->dtype, first, vb, sizeof vb);
+        tn__fmt_element(a, idx, vb, sizeof vb);
         snprintf(buf, cap, "TensorConstant{%s}", vb);
         return;
     }
@@ -2999,7 +3008,8 @@ static void tn__label_constant(const tn_var *node, char *buf, size_t cap) {
         same = x == first || (x != x && first != first);
     }
     if (same) {
-        tn__fmt_value(a->dtype, first, vb, sizeof vb);
+        memset(idx, 0, sizeof idx);
+        tn__fmt_element(a, idx, vb, sizeof vb);
         snprintf(buf, cap, "TensorConstant{%s of %s}", tn__shape_str(a->ndim, a->shape, sb), vb);
     } else if (n <= 10) {
         int k = snprintf(buf, cap, "TensorConstant{");
