@@ -4870,6 +4870,14 @@ static bool tn__rw_match(tn__rw *c, const tn__rewrite *r, tn_var *v) {
         if (r->cin > v->n_in || !tn__rw_is_const(v->in[r->cin - 1], r->cval)) return false;
         c->mk = r->cin - 1;
     }
+    /* The rules rebuild the node from its other operand: the constant must not
+       be what gives the node a dim (x + zeros((2, 3)) is not x when x turns out
+       (1, 3) or (3, 3)), so that operand must know every dim the node knows. */
+    if (c->mk >= 0 && v->n_in == 2) {
+        const tn_type *o = &v->in[1 - c->mk]->type;
+        if (o->ndim != v->type.ndim) return false;
+        for (int d = 0; d < o->ndim; d++) if (v->type.shape[d] >= 0 && o->shape[d] != v->type.shape[d]) return false;
+    }
     return true;
 }
 
