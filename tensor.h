@@ -6675,6 +6675,7 @@ static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
     if (d->n_outputs > 0 && !d->outputs) return tn__err(TN_ERR_NULL, "%s: n_outputs is %d but outputs is NULL", W, d->n_outputs);
     if (d->n_updates > 0 && !d->updates) return tn__err(TN_ERR_NULL, "%s: n_updates is %d but updates is NULL", W, d->n_updates);
     if (d->n_outputs == 0 && d->n_updates == 0) return tn__err(TN_ERR_INVALID, "%s: no outputs and no updates", W);
+    if ((unsigned)d->mode > TN_MODE_CHECK) return tn__err(TN_ERR_INVALID, "%s: mode %d is not a tn_mode", W, (int)d->mode);
     for (int i = 0; i < d->n_inputs; i++) {
         tn_var *v = d->inputs[i];
         if (!v) return tn__err(TN_ERR_NULL, "%s: input %d is NULL", W, i);
