@@ -5131,7 +5131,14 @@ static tn_var *tn__b_reshape(tn__rw *c, tn_var *v) {
     for (int d = 0; ident && d < n; d++) ident = shape[d] >= 0 && src->type.shape[d] == shape[d];
     if (ident) return src;
     if (x->op != TN_OP_RESHAPE) return NULL;
-    return tn_reshape(src, n, shape);
+    /* Merging drops x's own reshape, which may fail at call time; only where it
+       cannot fail apart from the merged one: src's size known (both were
+       checked at build time), or both targets given in full (the same size). */
+    bool known = true, given = true;
+    for (int d = 0; d < src->type.ndim; d++) known = known && src->type.shape[d] >= 0;
+    for (int d = 0; d < x->type.ndim; d++) given = given && tn__p_shape(&x->p)[d] >= 0;
+    for (int d = 0; d < n; d++) given = given && shape[d] >= 0;
+    return known || given ? tn_reshape(src, n, shape) : NULL;
 }
 
 /* sum(alloc(s, shape)) over some axes -> s * (count), broadcast to the rest. */

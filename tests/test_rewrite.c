@@ -183,6 +183,29 @@ TEST(test_rewrite_keeps_known_shape) {
     tn_graph_free(g);
 }
 
+/* reshape(reshape(x, A), B) is reshape(x, B) only where reshape(x, A) cannot
+   fail apart from it: x's size known, or A and B given in full. With x of
+   (?, 1), reshape to (-1, 2) fails for 3 elements, and reshape to
+   (3, 4, 0, 0) is (0, 1) after reshape to (-1, 1); merged, both once gave
+   a (3, 1) result (the second against its static type (0, 1)). */
+TEST(test_reshape_merge_keeps_errors) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_col(g, "x", TN_F64);
+    tn_var *ys[2] = { tn_reshape(tn_reshape(x, 2, (int64_t[]){ -1, 2 }), 2, (int64_t[]){ -1, 1 }),
+                      tn_reshape(tn_reshape(x, 4, (int64_t[]){ 3, 4, 0, 0 }), 2, (int64_t[]){ -1, 1 }) };
+    tn_array *x3 = rnd(2, (int64_t[]){ 3, 1 }, -1, 1, 8);
+    for (int k = 0; k < 2; k++) {
+        tn_func *f = compile(1, &x, 1, &ys[k], TN_MODE_FAST_RUN);
+        CHECK(N("local_reshape") == 0, "case %d: merged", k);
+        tn_array *o = NULL;
+        CHECK(f && tn_call(f, &x3, &o) == TN_ERR_SHAPE, "case %d: 3 elements through the first reshape must fail", k);
+        tn_array_free(o);
+        tn_function_free(f);
+    }
+    tn_array_free(x3);
+    tn_graph_free(g);
+}
+
 TEST(test_chain_constants_combined) {
     /* ((x+1)+exp(x))+2: one constant 3 left at the top */
     tn_graph *g = tn_graph_new();
@@ -527,6 +550,7 @@ int main(void) {
     TH_RUN(test_sum_of_alloc);
     TH_RUN(test_merge_and_fold);
     TH_RUN(test_rewrite_keeps_known_shape);
+    TH_RUN(test_reshape_merge_keeps_errors);
     TH_RUN(test_stabilize_rules);
     TH_RUN(test_stability_extremes);
     TH_RUN(test_log_sigmoid_f64_moderate);
