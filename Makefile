@@ -50,13 +50,15 @@ sanitize:
 	@tests/run.sh $(SAN_TESTS)
 
 # The API fuzzer (tests/test_fuzz.c), long: FUZZ_SEEDS programs under the
-# sanitizers (make test and make sanitize run a bounded count). It reports
-# every 1000th seed, so a UBSan report (which ends the run) points at a
-# window; TN_FUZZ_FIRST=k TN_FUZZ_PROGRESS=1 build-san/test_fuzz 1000 finds the seed.
+# sanitizers, float-to-int overflow included (make test and make sanitize run
+# a bounded count). It names every 1000th seed, so a UBSan report (which ends
+# the run) points at a window: TN_FUZZ_FIRST=k TN_FUZZ_PROGRESS=1
+# build-fuzz/test_fuzz 1000 finds the seed, TN_FUZZ_SEED=k replays it.
 FUZZ_SEEDS ?= 100000
+FUZZ_SAN_FLAGS ?= $(SAN_FLAGS) -fsanitize=float-cast-overflow -fno-sanitize-recover=float-cast-overflow
 fuzz:
-	$(MAKE) BUILD=build-san CFLAGS="$(SAN_FLAGS)" build-san/test_fuzz
-	TN_FUZZ_PROGRESS=1000 build-san/test_fuzz $(FUZZ_SEEDS)
+	$(MAKE) BUILD=build-fuzz CFLAGS="$(FUZZ_SAN_FLAGS)" build-fuzz/test_fuzz
+	TN_FUZZ_PROGRESS=1000 build-fuzz/test_fuzz $(FUZZ_SEEDS)
 
 # The same program generator under libFuzzer (clang), guided by coverage, until
 # stopped or FUZZ_ARGS say otherwise (-max_total_time=600, a corpus folder).
@@ -94,4 +96,4 @@ run: $(BUILD)/tour $(BUILD)/check1 $(BUILD)/borrow $(BUILD)/speed_test $(BUILD)/
 	$(BUILD)/gpu_op
 
 clean:
-	rm -rf build build-san build-tsan
+	rm -rf build build-san build-tsan build-fuzz

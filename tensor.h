@@ -3140,7 +3140,16 @@ static void tn__fmt_double(double v, char *buf, size_t cap) {
 static void tn__fmt_value(tn_dtype t, double v, char *buf, size_t cap) {
     if (tn_dtype_is_float(t)) tn__fmt_double(v, buf, cap);
     else if (t == TN_BOOL) snprintf(buf, cap, "%s", v != 0 ? "True" : "False");
-    else snprintf(buf, cap, "%lld", (long long)v);
+    else snprintf(buf, cap, "%.0f", v);      /* no cast: a double may be beyond long long (2^63) */
+}
+
+/* Element idx of a as text; a host int exactly, not through a double (where
+   INT64_MAX becomes 2^63). */
+static void tn__fmt_element(const tn_array *a, const int64_t *idx, char *buf, size_t cap) {
+    char *p;
+    if (!tn_dtype_is_float(a->dtype) && a->dtype != TN_BOOL && a->device == TN_HOST && tn__elem_ptr(a, idx, "tn__fmt_element", &p) == TN_OK)
+        snprintf(buf, cap, "%lld", (long long)tn__load_i(a->dtype, p));
+    else tn__fmt_value(a->dtype, tn_array_get(a, idx), buf, cap);
 }
 
 
@@ -3165,7 +3174,7 @@ static void tn__label_constant(const tn_var *node, char *buf, size_t cap) {
     int64_t idx[TN_MAX_DIMS] = { 0 };
     double first = n > 0 ? tn_array_get(a, idx) : 0.0;
     if (n == 1 && a->ndim == 0) {
-        tn__fmt_value(a->dtype, first, vb, sizeof vb);
+        tn__fmt_element(a, idx, vb, sizeof vb);
         snprintf(buf, cap, "TensorConstant{%s}", vb);
         return;
     }
@@ -3177,7 +3186,8 @@ static void tn__label_constant(const tn_var *node, char *buf, size_t cap) {
         same = x == first || (x != x && first != first);
     }
     if (same) {
-        tn__fmt_value(a->dtype, first, vb, sizeof vb);
+        memset(idx, 0, sizeof idx);
+        tn__fmt_element(a, idx, vb, sizeof vb);
         snprintf(buf, cap, "TensorConstant{%s of %s}", tn__shape_str(a->ndim, a->shape, sb), vb);
     } else if (n <= 10) {
         int k = snprintf(buf, cap, "TensorConstant{");
@@ -5067,6 +5077,14 @@ static bool tn__rw_match(tn__rw *c, const tn__rewrite *r, tn_var *v) {
         if (r->cin > v->n_in || !tn__rw_is_const(v->in[r->cin - 1], r->cval)) return false;
         c->mk = r->cin - 1;
     }
+    /* The rules rebuild the node from its other operand: the constant must not
+       be what gives the node a dim (x + zeros((2, 3)) is not x when x turns out
+       (1, 3) or (3, 3)), so that operand must know every dim the node knows. */
+    if (c->mk >= 0 && v->n_in == 2) {
+        const tn_type *o = &v->in[1 - c->mk]->type;
+        if (o->ndim != v->type.ndim) return false;
+        for (int d = 0; d < o->ndim; d++) if (v->type.shape[d] >= 0 && o->shape[d] != v->type.shape[d]) return false;
+    }
     return true;
 }
 
@@ -5354,7 +5372,14 @@ static tn_var *tn__b_reshape(tn__rw *c, tn_var *v) {
     for (int d = 0; ident && d < n; d++) ident = shape[d] >= 0 && src->type.shape[d] == shape[d];
     if (ident) return src;
     if (x->op != TN_OP_RESHAPE) return NULL;
-    return tn_reshape(src, n, shape);
+    /* Merging drops x's own reshape, which may fail at call time; only where it
+       cannot fail apart from the merged one: src's size known (both were
+       checked at build time), or both targets given in full (the same size). */
+    bool known = true, given = true;
+    for (int d = 0; d < src->type.ndim; d++) known = known && src->type.shape[d] >= 0;
+    for (int d = 0; d < x->type.ndim; d++) given = given && tn__p_shape(&x->p)[d] >= 0;
+    for (int d = 0; d < n; d++) given = given && shape[d] >= 0;
+    return known || given ? tn_reshape(src, n, shape) : NULL;
 }
 
 /* sum(alloc(s, shape)) over some axes -> s * (count) + 0, broadcast to the
@@ -6932,6 +6957,7 @@ static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
     if (d->n_outputs > 0 && !d->outputs) return tn__err(TN_ERR_NULL, "%s: n_outputs is %d but outputs is NULL", W, d->n_outputs);
     if (d->n_updates > 0 && !d->updates) return tn__err(TN_ERR_NULL, "%s: n_updates is %d but updates is NULL", W, d->n_updates);
     if (d->n_outputs == 0 && d->n_updates == 0) return tn__err(TN_ERR_INVALID, "%s: no outputs and no updates", W);
+    if ((unsigned)d->mode > TN_MODE_CHECK) return tn__err(TN_ERR_INVALID, "%s: mode %d is not a tn_mode", W, (int)d->mode);
     for (int i = 0; i < d->n_inputs; i++) {
         tn_var *v = d->inputs[i];
         if (!v) return tn__err(TN_ERR_NULL, "%s: input %d is NULL", W, i);
@@ -7480,6 +7506,9 @@ static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
     if (a->live_gen && a->gen != *a->live_gen)
         return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a stale borrowed array (from call %llu; its function is now at call %llu)",
                        W, i, nm, (unsigned long long)a->gen, (unsigned long long)*a->live_gen);
+    if (a->live_gen == &f->gen)     /* valid until this call, which overwrites (or frees) its buffer */
+        return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a borrowed output of this function, which this call "
+                       "overwrites: pass a copy (tn_array_copy)", W, i, nm);
     if (a->dtype != t->dtype || a->ndim != t->ndim) {
         tn__shape_str(a->ndim, a->shape, got);
         return tn__err(a->dtype != t->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE,

@@ -21,6 +21,8 @@ TEST(test_function_desc_errors) {
     CHECK_ERR(TN_ERR_NUM_INPUTS, "n_inputs -1");
     CHECK(tn_function(g, &(tn_func_desc){ 0 }) == NULL, "nothing to compute");
     CHECK_ERR(TN_ERR_INVALID, "no outputs");
+    CHECK(tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &z, .mode = (tn_mode)7 }) == NULL, "mode 7");
+    CHECK_ERR(TN_ERR_INVALID, "tn_function: mode 7 is not a tn_mode");
     tn_var *nul = NULL;
     CHECK(tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &nul }) == NULL, "NULL output var");
     CHECK_ERR(TN_ERR_NULL, "output 0 is NULL");

@@ -72,6 +72,21 @@ TEST(test_borrowed_output) {
     CHECK_ERR(TN_ERR_STALE, "stale");
     CHECK(tn_array_check(o2) == TN_OK, "second is fresh");
     for (int64_t i = 0; o2 && i < 5; i++) CHECK(at1(o2, i) == at1(b, i) * at1(b, i), "value %lld", (long long)i);
+    /* a borrowed output is valid until the next call: as that call's input it is refused (that
+       call overwrites it, or frees it when shapes change) */
+    CHECK(tn_call(f, &o2, &o1) == TN_ERR_STALE, "the function's own borrowed output as its input");
+    CHECK_ERR(TN_ERR_STALE, "input 0 ('x') is a borrowed output of this function");
+    /* ... also when another input changes shape, where the new plan freed its buffer before
+       the call read it (the sanitizers saw the read) */
+    tn_var *yv = tn_vector(g, "y", TN_F64), *outs3[2] = { tn_neg(x), tn_neg(yv) };
+    tn_func *f3 = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, yv }, .n_outputs = 2,
+                                                  .outputs = outs3, .borrow = true });
+    tn_array *b7 = tn_array_rand_normal(TN_F64, 1, (int64_t[]){ 7 }, 0, 1, 5), *o3[2] = { NULL, NULL };
+    CHECK(f3 && tn_call(f3, (tn_array *[]){ a, b }, o3) == TN_OK, "f3: %s", tn_last_error());
+    CHECK(tn_call(f3, (tn_array *[]){ o3[0], b7 }, o3) == TN_ERR_STALE, "its own output with a new shape beside it");
+    CHECK_ERR(TN_ERR_STALE, "input 0 ('x') is a borrowed output of this function");
+    tn_array_free(b7);
+    tn_function_free(f3);
     tn_array_free(o2);                 /* no-op on a borrowed array */
     /* copy and borrow mixed per output */
     tn_var *outs[2] = { y, tn_neg(x) };

@@ -55,6 +55,15 @@ TEST(test_constants) {
     tn_var *third = tn_scalar_const(g, 0.1);
     tn__op_def(third->op)->label(third, lb, sizeof lb);
     CHECK(strcmp(lb, "TensorConstant{0.1}") == 0, "label %s", lb);
+    /* int64 values print exactly (through a double, INT64_MAX was 2^63, out of long long's range) */
+    int64_t big[2] = { INT64_MAX, INT64_MAX };
+    tn_array *bv = tn_array_from_data(TN_I64, 1, (int64_t[]){ 2 }, big), *bs = tn_array_from_data(TN_I64, 0, NULL, big);
+    tn_var *kb = tn_constant(g, bv), *ks = tn_constant(g, bs);
+    tn__op_def(kb->op)->label(kb, lb, sizeof lb);
+    CHECK(strcmp(lb, "TensorConstant{(2,) of 9223372036854775807}") == 0, "label %s", lb);
+    tn__op_def(ks->op)->label(ks, lb, sizeof lb);
+    CHECK(strcmp(lb, "TensorConstant{9223372036854775807}") == 0, "label %s", lb);
+    tn_array_free(bv); tn_array_free(bs);
     tn_graph_free(g);
 }
 

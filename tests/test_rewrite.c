@@ -191,6 +191,55 @@ TEST(test_canonicalize) {
     set_fast_math(false);
 }
 
+/* x + zeros((2, 3)) is not x: the zeros give the shape when x broadcasts
+   (1, 3) -> (2, 3), and refuse an x of (3, 3). local_add_zero once replaced
+   the (2, 3) node with x of (?, ?); a rule keeps the operand beside its
+   constant only where that operand knows every dim the node knows. */
+TEST(test_rewrite_keeps_known_shape) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F64);
+    tn_array *zv = tn_array_zeros(TN_F64, 2, (int64_t[]){ 2, 3 });
+    tn_var *y = tn_add(x, tn_constant(g, zv));
+    tn_array_free(zv);
+    tn_func *f = compile(1, &x, 1, &y, TN_MODE_FAST_RUN);
+    CHECK(N("local_add_zero") == 0, "local_add_zero fired on a shape-giving zeros");
+    tn_array *x13 = rnd(2, (int64_t[]){ 1, 3 }, -1, 1, 5), *x33 = rnd(2, (int64_t[]){ 3, 3 }, -1, 1, 6), *o = NULL;
+    CHECK(f && tn_call(f, &x13, &o) == TN_OK, "(1, 3) + (2, 3): %s", tn_last_error());
+    CHECK(o && o->ndim == 2 && o->shape[0] == 2 && o->shape[1] == 3, "shape (2, 3)");
+    for (int64_t i = 0; o && i < 2; i++)
+        for (int64_t j = 0; j < 3; j++) CHECK(tn_array_get(o, (int64_t[]){ i, j }) == tn_array_get(x13, (int64_t[]){ 0, j }), "x broadcast");
+    tn_array_free(o);
+    o = NULL;
+    CHECK(f && tn_call(f, &x33, &o) == TN_ERR_SHAPE, "(3, 3) + (2, 3) must fail");
+    CHECK_ERR(TN_ERR_SHAPE, "cannot broadcast");
+    tn_array_free(x13); tn_array_free(x33);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* reshape(reshape(x, A), B) is reshape(x, B) only where reshape(x, A) cannot
+   fail apart from it: x's size known, or A and B given in full. With x of
+   (?, 1), reshape to (-1, 2) fails for 3 elements, and reshape to
+   (3, 4, 0, 0) is (0, 1) after reshape to (-1, 1); merged, both once gave
+   a (3, 1) result (the second against its static type (0, 1)). */
+TEST(test_reshape_merge_keeps_errors) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_col(g, "x", TN_F64);
+    tn_var *ys[2] = { tn_reshape(tn_reshape(x, 2, (int64_t[]){ -1, 2 }), 2, (int64_t[]){ -1, 1 }),
+                      tn_reshape(tn_reshape(x, 4, (int64_t[]){ 3, 4, 0, 0 }), 2, (int64_t[]){ -1, 1 }) };
+    tn_array *x3 = rnd(2, (int64_t[]){ 3, 1 }, -1, 1, 8);
+    for (int k = 0; k < 2; k++) {
+        tn_func *f = compile(1, &x, 1, &ys[k], TN_MODE_FAST_RUN);
+        CHECK(N("local_reshape") == 0, "case %d: merged", k);
+        tn_array *o = NULL;
+        CHECK(f && tn_call(f, &x3, &o) == TN_ERR_SHAPE, "case %d: 3 elements through the first reshape must fail", k);
+        tn_array_free(o);
+        tn_function_free(f);
+    }
+    tn_array_free(x3);
+    tn_graph_free(g);
+}
+
 TEST(test_chain_constants_combined) {
     /* ((x+1)+exp(x))+2 with fast_math: one constant 3 left at the top */
     tn_graph *g = tn_graph_new();
@@ -762,6 +811,8 @@ int main(void) {
     TH_RUN(test_chain_constants_combined);
     TH_RUN(test_sum_of_alloc);
     TH_RUN(test_merge_and_fold);
+    TH_RUN(test_rewrite_keeps_known_shape);
+    TH_RUN(test_reshape_merge_keeps_errors);
     TH_RUN(test_stabilize_rules);
     TH_RUN(test_stability_extremes);
     TH_RUN(test_log_sigmoid_f64_moderate);
