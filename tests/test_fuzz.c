@@ -27,10 +27,10 @@
 
 /* Known bugs being fixed elsewhere: 0 keeps the generator away from them (or
    accepts their messages); set each to 1 once its fix lands. */
-#define FZ_FIXED_FLATTEN_0D 0      /* tn_flatten(s, k >= 2) of a 0-d input writes past the shape */
-#define FZ_FIXED_SHAPE_OVERFLOW 0  /* signed overflow in tn_reshape's size check ({2^62, 8}) and in
+#define FZ_FIXED_FLATTEN_0D 1      /* tn_flatten(s, k >= 2) of a 0-d input writes past the shape */
+#define FZ_FIXED_SHAPE_OVERFLOW 1  /* signed overflow in tn_reshape's size check ({2^62, 8}) and in
                                       tn_array_zeros' strides ({0, 2^62, 2^62}) */
-#define FZ_FIXED_ERROR_NAMES 0     /* out-of-memory messages name tn__array_alloc; errors inside
+#define FZ_FIXED_ERROR_NAMES 1     /* out-of-memory messages name tn__array_alloc; errors inside
                                       tn_grad and tn_rop name the inner constructor */
 /* Found here, left to a design decision: the gradient with respect to a
    variable whose dim is unknown at build time and broadcasts at call time
@@ -902,7 +902,11 @@ static void act_array_new(void) {
         wraps[nwraps++] = mem;
         int64_t st[TN_MAX_DIMS];
         bool zero_strides = fz_u8() < 64;             /* every element the first one: a broadcast */
-        for (int d = 0; d < nd; d++) st[d] = 0;
+        for (int d = 0; d < nd; d++) {
+            st[d] = 0;
+            if (sh[d] > FZ_SMALL) zero_strides = true;  /* an empty array with a huge dim: its contiguous
+                                                           strides overflow here (the library refuses it) */
+        }
         if (!zero_strides) tn__contiguous_strides(t, nd, sh, st);
         a = tn_array_wrap(t, nd, shp, zero_strides ? st : fz_u8() < 128 ? NULL : st, mem);
         break;
