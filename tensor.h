@@ -387,8 +387,12 @@ TN_API tn_result tn_write_dot_var(const tn_var *v, FILE *out);    /* the graph u
 TN_API tn_result tn_profile_enable(tn_func *f, bool on);
 TN_API tn_result tn_profile_print(const tn_func *f, FILE *out);
 TN_API void tn_profile_reset(tn_func *f);
-/* Profiled input i had the same data (pointer and 64-bit checksum of its
-   bytes) on every call since the first (needs at least two calls). */
+/* Profiled input i had the same data on every call since the first (needs
+   at least two calls): the same pointer and size, the same checksum of 1024
+   words spread over it on every call, and the same checksum of all its
+   bytes at calls 1, 2, 4, 8, ... (so profiling reads a large input whole
+   only O(log calls) times). A change confined to unsampled bytes between
+   two whole checks can go unseen; the advice it feeds is a hint. */
 TN_API bool tn_profile_input_unchanged(const tn_func *f, int i);
 /* How many of f's compiled steps run on a device (GPU ops and transfers to
    it): 0 means everything runs on the CPU. What the examples' "Used the gpu"
@@ -8380,9 +8384,10 @@ typedef struct tn__prof {
     /* per input: was it copied to a device, and did its data change between calls */
     bool *in_to_device;
     const void **in_ptr;
-    uint64_t *in_sum;
+    uint64_t *in_sum;          /* sampled checksum, every call */
+    uint64_t *in_full;         /* whole checksum, at calls 0, 1, 2, 4, 8, ... */
     size_t *in_bytes;
-    uint64_t *in_same;         /* calls whose data equalled the previous call's */
+    uint64_t *in_same;         /* calls whose data equalled the previous call's (0 once a whole check differs) */
 } tn__prof;
 
 static double tn__prof_now(void) {
@@ -8392,19 +8397,24 @@ static double tn__prof_now(void) {
 }
 
 /* 64-bit checksum of a host array's bytes (FNV-1a over 8-byte words); 0 for
-   arrays it cannot read (device memory, non-contiguous). */
-static uint64_t tn__prof_checksum(const tn_array *a, size_t *bytes) {
+   arrays it cannot read (device memory, non-contiguous). `sampled`: at most
+   TN__PROF_SAMPLE words evenly spread over the array and its last bytes, so
+   a profiled call does not read its inputs whole (a 1 MB input would cost
+   more than the step); otherwise every byte. */
+#define TN__PROF_SAMPLE 1024
+static uint64_t tn__prof_checksum(const tn_array *a, bool sampled, size_t *bytes) {
     *bytes = 0;
     if (!a || a->device != TN_HOST || !a->data || !tn_array_is_contiguous(a)) return 0;
-    size_t n = tn_array_nbytes(a), i = 0;
+    size_t n = tn_array_nbytes(a), words = n / 8, step = 1;
+    if (sampled && words > 2 * TN__PROF_SAMPLE) step = words / TN__PROF_SAMPLE;
     const unsigned char *p = (const unsigned char *)a->data;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
+    uint64_t h = 0xcbf29ce484222325ull, w;
+    for (size_t k = 0; k < words; k += step) {
+        memcpy(&w, p + 8 * k, 8);
         h = (h ^ w) * 0x100000001b3ull;
     }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    if (n >= 8) { memcpy(&w, p + n - 8, 8); h = (h ^ w) * 0x100000001b3ull; }
+    for (size_t i = 8 * words; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
     *bytes = n;
     return h ^ n;
 }
@@ -8445,7 +8455,7 @@ static void tn__prof_free_data(tn__prof *p) {
     if (!p) return;
     if (p->ev) p->be->prof_free(p->ev);
     tn__free(p->t_step); tn__free(p->n_step); tn__free(p->t_host);
-    tn__free(p->in_to_device); tn__free(p->in_ptr); tn__free(p->in_sum); tn__free(p->in_bytes); tn__free(p->in_same);
+    tn__free(p->in_to_device); tn__free(p->in_ptr); tn__free(p->in_sum); tn__free(p->in_full); tn__free(p->in_bytes); tn__free(p->in_same);
     tn__free(p);
 }
 
@@ -8460,9 +8470,10 @@ static tn__prof *tn__prof_new(const tn_func *f) {
     p->in_to_device = (bool *)tn__calloc(ni, sizeof *p->in_to_device);
     p->in_ptr = (const void **)tn__calloc(ni, sizeof *p->in_ptr);
     p->in_sum = (uint64_t *)tn__calloc(ni, sizeof *p->in_sum);
+    p->in_full = (uint64_t *)tn__calloc(ni, sizeof *p->in_full);
     p->in_bytes = (size_t *)tn__calloc(ni, sizeof *p->in_bytes);
     p->in_same = (uint64_t *)tn__calloc(ni, sizeof *p->in_same);
-    if (!p->t_step || !p->n_step || !p->t_host || !p->in_to_device || !p->in_ptr || !p->in_sum || !p->in_bytes || !p->in_same) {
+    if (!p->t_step || !p->n_step || !p->t_host || !p->in_to_device || !p->in_ptr || !p->in_sum || !p->in_full || !p->in_bytes || !p->in_same) {
         tn__prof_free_data(p);
         return NULL;
     }
@@ -8492,11 +8503,21 @@ static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare) {
 
 static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
     tn__prof *p = f->prof;
+    /* Did each input's data change since the previous call? A sample of its
+       words every call, and the whole array at calls 0, 1, 2, 4, 8, ... (a
+       difference there rules the input out for good), so the profiler reads
+       O(log calls) whole inputs in all. */
+    bool whole = (p->calls & (p->calls - 1)) == 0;
     for (int i = 0; i < f->n_inputs; i++) {
         size_t bytes;
-        uint64_t h = tn__prof_checksum(inputs[i], &bytes);
-        if (p->calls > 0 && bytes > 0 && inputs[i]->data == p->in_ptr[i] && bytes == p->in_bytes[i] && h == p->in_sum[i])
-            p->in_same[i]++;
+        uint64_t h = tn__prof_checksum(inputs[i], true, &bytes);
+        bool same = p->calls > 0 && bytes > 0 && inputs[i]->data == p->in_ptr[i] && bytes == p->in_bytes[i];
+        if (same && h == p->in_sum[i]) p->in_same[i]++;
+        if (whole) {
+            uint64_t full = tn__prof_checksum(inputs[i], false, &bytes);
+            if (p->calls > 0 && full != p->in_full[i]) p->in_same[i] = 0;
+            p->in_full[i] = full;
+        }
         p->in_ptr[i] = inputs[i]->data;
         p->in_sum[i] = h;
         p->in_bytes[i] = bytes;

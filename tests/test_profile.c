@@ -115,6 +115,42 @@ TEST(test_profile_report) {
     tn_graph_free(g);
 }
 
+/* A large input is sampled each call and read whole at calls 1, 2, 4, ...:
+   a change of one element between calls is seen, at whichever call the
+   next whole check falls on. */
+TEST(test_profile_large_input) {
+    enum { N = 1 << 20 };
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32), *y = tn_sum(x, NULL, 0, false);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ N }, -1, 1, 77), *out = NULL;
+    CHECK(f && xv && tn_profile_enable(f, true) == TN_OK, "setup: %s", tn_last_error());
+    /* the element changed lies between two sampled words: N/2 8-byte words,
+       every (N/2/1024)-th sampled, i.e. floats 1024 j and 1024 j + 1 */
+    const int64_t k = 12345;
+    CHECK(k % 1024 > 1 && k < N - 2, "element %lld is not sampled", (long long)k);
+    struct { int calls_before_change; const char *when; } cases[] = { { 2, "before the whole check of call 2" },
+                                                                      { 5, "before call 5 (next whole check at 8)" } };
+    for (int c = 0; c < 2; c++) {
+        tn_profile_reset(f);
+        for (int i = 0; i < 10; i++) {
+            if (i == cases[c].calls_before_change) {
+                float v = (float)tn_array_get(xv, &k) + 0.5f;
+                tn_array_set(xv, &k, v);
+            }
+            CHECK(tn_call(f, &xv, &out) == TN_OK, "call %d", i);
+            tn_array_free(out); out = NULL;
+        }
+        CHECK(!tn_profile_input_unchanged(f, 0), "one element changed %s: not unchanged", cases[c].when);
+    }
+    tn_profile_reset(f);
+    for (int i = 0; i < 10; i++) { CHECK(tn_call(f, &xv, &out) == TN_OK, "call"); tn_array_free(out); out = NULL; }
+    CHECK(tn_profile_input_unchanged(f, 0), "10 calls on the same data: unchanged");
+    tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* profile=1 profiles every function from compilation on (compile times known). */
 TEST(test_profile_flag) {
     tn_config c = *tn_get_config();
@@ -285,6 +321,7 @@ out:
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     TH_RUN(test_profile_report);
+    TH_RUN(test_profile_large_input);
     TH_RUN(test_profile_flag);
     TH_RUN(test_profile_events);
     TH_END();
