@@ -188,6 +188,23 @@ TN_API tn_array *tn_array_arange(tn_dtype t, double start, double stop, double s
 TN_API tn_array *tn_array_rand_uniform(tn_dtype t, int ndim, const int64_t *shape, double lo, double hi, uint64_t seed);
 TN_API tn_array *tn_array_rand_normal(tn_dtype t, int ndim, const int64_t *shape, double mean, double std, uint64_t seed);
 TN_API void tn_array_free(tn_array *a);           /* NULL and borrowed arrays: no-op */
+/* NumPy's legacy numpy.random.RandomState, bit for bit: MT19937 seeded as
+   RandomState(seed) (init_genrand) or RandomState([k0, k1, ...]) (init_by_array),
+   drawing in C order as NumPy does. Float results are NumPy's float64 values
+   converted (rand(...).astype(float32)); randint takes an int dtype (int64 is
+   NumPy's default) and draws [low, high) as RandomState.randint. TN_DTYPE_NONE
+   means float64 here, NumPy's dtype. Not thread-safe: one state per thread. */
+typedef struct tn_random_state tn_random_state;
+TN_API tn_random_state *tn_random_state_new(uint32_t seed);
+TN_API tn_random_state *tn_random_state_new_array(const uint32_t *key, int n);
+TN_API void tn_random_state_free(tn_random_state *rs);
+TN_API tn_array *tn_rs_rand(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape);   /* [0, 1) */
+TN_API tn_array *tn_rs_randn(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape);  /* standard normal */
+TN_API tn_array *tn_rs_uniform(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double low, double high);
+TN_API tn_array *tn_rs_normal(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double loc, double scale);
+TN_API tn_array *tn_rs_randint(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, int64_t low, int64_t high);
+TN_API uint32_t tn_rs_uint32(tn_random_state *rs);   /* the next raw MT19937 output */
+TN_API double tn_rs_double(tn_random_state *rs);     /* random_sample(): one 53-bit double */
 
 /* Views share the buffer and keep it alive. */
 TN_API tn_array *tn_array_view(const tn_array *a);
@@ -1900,6 +1917,177 @@ TN_API tn_array *tn_array_rand_uniform(tn_dtype t, int ndim, const int64_t *shap
 
 TN_API tn_array *tn_array_rand_normal(tn_dtype t, int ndim, const int64_t *shape, double mean, double std, uint64_t seed) {
     return tn__array_rand("tn_array_rand_normal", t, ndim, shape, mean, std, seed, true);
+}
+
+/* >>random_state: NumPy's legacy RandomState (numpy/random/src/mt19937 and
+   legacy/legacy-distributions.c). Sequential by nature: one stream, drawn in
+   C order, the gaussian's second value cached across calls as NumPy does. */
+#define TN__MT_N 624
+#define TN__MT_M 397
+
+struct tn_random_state {
+    uint32_t key[TN__MT_N];
+    int pos;
+    bool has_gauss;
+    double gauss;
+};
+
+static void tn__mt_seed(tn_random_state *rs, uint32_t seed) {
+    for (int i = 0; i < TN__MT_N; i++) {
+        rs->key[i] = seed;
+        seed = 1812433253u * (seed ^ (seed >> 30)) + (uint32_t)i + 1;
+    }
+    rs->pos = TN__MT_N;
+    rs->has_gauss = false;
+    rs->gauss = 0;
+}
+
+static void tn__mt_refill(tn_random_state *rs) {
+    uint32_t *k = rs->key;
+    for (int i = 0; i < TN__MT_N; i++) {
+        uint32_t y = (k[i] & 0x80000000u) | (k[(i + 1) % TN__MT_N] & 0x7fffffffu);
+        k[i] = k[(i + TN__MT_M) % TN__MT_N] ^ (y >> 1) ^ ((0u - (y & 1u)) & 0x9908b0dfu);
+    }
+    rs->pos = 0;
+}
+
+TN_API uint32_t tn_rs_uint32(tn_random_state *rs) {
+    if (!rs) { tn__err_null("tn_rs_uint32", "rs"); return 0; }
+    if (rs->pos == TN__MT_N) tn__mt_refill(rs);
+    uint32_t y = rs->key[rs->pos++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+TN_API double tn_rs_double(tn_random_state *rs) {
+    if (!rs) { tn__err_null("tn_rs_double", "rs"); return NAN; }
+    uint32_t a = tn_rs_uint32(rs) >> 5, b = tn_rs_uint32(rs) >> 6;
+    return ((double)a * 67108864.0 + (double)b) / 9007199254740992.0;
+}
+
+/* legacy_gauss: the polar method; the second value of each pair is kept for the next draw. */
+static double tn__rs_gauss(tn_random_state *rs) {
+    if (rs->has_gauss) {
+        rs->has_gauss = false;
+        double v = rs->gauss;
+        rs->gauss = 0;
+        return v;
+    }
+    double x1, x2, r2;
+    do {
+        x1 = 2.0 * tn_rs_double(rs) - 1.0;
+        x2 = 2.0 * tn_rs_double(rs) - 1.0;
+        r2 = x1 * x1 + x2 * x2;
+    } while (r2 >= 1.0 || r2 == 0.0);
+    double f = sqrt(-2.0 * log(r2) / r2);
+    rs->gauss = f * x1;
+    rs->has_gauss = true;
+    return f * x2;
+}
+
+TN_API tn_random_state *tn_random_state_new(uint32_t seed) {
+    tn_random_state *rs = (tn_random_state *)tn__malloc(sizeof *rs);
+    if (!rs) { tn__err(TN_ERR_OOM, "tn_random_state_new: out of memory"); return NULL; }
+    tn__mt_seed(rs, seed);
+    return rs;
+}
+
+/* init_by_array of the MT19937 reference (Matsumoto and Nishimura, 2002), as NumPy's mt19937_init_by_array. */
+TN_API tn_random_state *tn_random_state_new_array(const uint32_t *key, int n) {
+    if (!key) { tn__err_null("tn_random_state_new_array", "key"); return NULL; }
+    if (n <= 0) { tn__err(TN_ERR_INVALID, "tn_random_state_new_array: n is %d; the seed must be non-empty", n); return NULL; }
+    tn_random_state *rs = tn_random_state_new(19650218u);
+    if (!rs) return NULL;
+    uint32_t *mt = rs->key;
+    int i = 1, j = 0;
+    for (int k = TN__MT_N > n ? TN__MT_N : n; k; k--) {
+        mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1664525u)) + key[j] + (uint32_t)j;
+        i++; j++;
+        if (i >= TN__MT_N) { mt[0] = mt[TN__MT_N - 1]; i = 1; }
+        if (j >= n) j = 0;
+    }
+    for (int k = TN__MT_N - 1; k; k--) {
+        mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1566083941u)) - (uint32_t)i;
+        i++;
+        if (i >= TN__MT_N) { mt[0] = mt[TN__MT_N - 1]; i = 1; }
+    }
+    mt[0] = 0x80000000u;
+    return rs;
+}
+
+TN_API void tn_random_state_free(tn_random_state *rs) { tn__free(rs); }
+
+typedef enum { TN__RS_UNIFORM, TN__RS_NORMAL } tn__rs_kind;
+
+static tn_array *tn__rs_float(const char *who, tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape,
+                              tn__rs_kind kind, double p0, double p1) {
+    if (!rs) { tn__err_null(who, "rs"); return NULL; }
+    if (t == TN_DTYPE_NONE) t = TN_F64;   /* NumPy's dtype */
+    if (!tn_dtype_is_float(t)) { tn__err(TN_ERR_DTYPE, "%s: dtype %s is not a float dtype", who, tn_dtype_name(t)); return NULL; }
+    if (!isfinite(p0) || !isfinite(p1) || (kind == TN__RS_UNIFORM && !isfinite(p1 - p0)) || (kind == TN__RS_NORMAL && p1 < 0)) {
+        tn__err(TN_ERR_INVALID, "%s: parameters %g and %g must be finite%s", who, p0, p1,
+                kind == TN__RS_NORMAL ? ", the scale >= 0" : ", and so their difference");
+        return NULL;
+    }
+    tn_array *a = tn__array_new(who, t, ndim, shape, TN_HOST);
+    if (!a) return NULL;
+    size_t es = tn_dtype_size(t);
+    int64_t n = tn_array_size(a);
+    char *p = (char *)a->data;
+    for (int64_t i = 0; i < n; i++) {
+        double v = kind == TN__RS_NORMAL ? p0 + p1 * tn__rs_gauss(rs) : p0 + (p1 - p0) * tn_rs_double(rs);
+        tn__store_f(t, p + i * (int64_t)es, v);
+    }
+    return a;
+}
+
+TN_API tn_array *tn_rs_rand(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape) {
+    return tn__rs_float("tn_rs_rand", rs, t, ndim, shape, TN__RS_UNIFORM, 0, 1);
+}
+TN_API tn_array *tn_rs_uniform(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double low, double high) {
+    return tn__rs_float("tn_rs_uniform", rs, t, ndim, shape, TN__RS_UNIFORM, low, high);
+}
+/* randn is legacy_gauss itself; normal(loc, scale) is loc + scale * legacy_gauss. */
+TN_API tn_array *tn_rs_randn(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape) {
+    return tn__rs_float("tn_rs_randn", rs, t, ndim, shape, TN__RS_NORMAL, 0, 1);
+}
+TN_API tn_array *tn_rs_normal(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double loc, double scale) {
+    return tn__rs_float("tn_rs_normal", rs, t, ndim, shape, TN__RS_NORMAL, loc, scale);
+}
+
+/* RandomState.randint: random_bounded_uint64_fill with use_masked. rng = high - 1 - low;
+   a range that fits 32 bits draws one 32-bit word per try, a wider one two
+   (high word first); a try is masked to the smallest all-ones mask >= rng and
+   rejected while above rng. */
+TN_API tn_array *tn_rs_randint(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, int64_t low, int64_t high) {
+    static const char who[] = "tn_rs_randint";
+    if (!rs) { tn__err_null(who, "rs"); return NULL; }
+    if (t != TN_I32 && t != TN_I64) { tn__err(TN_ERR_DTYPE, "%s: dtype %s: int32 or int64 only", who, tn_dtype_name(t)); return NULL; }
+    if (low >= high) { tn__err(TN_ERR_INVALID, "%s: low >= high (%lld >= %lld)", who, (long long)low, (long long)high); return NULL; }
+    if (t == TN_I32 && (low < INT32_MIN || high - 1 > INT32_MAX)) {
+        tn__err(TN_ERR_INVALID, "%s: [%lld, %lld) is out of bounds for int32", who, (long long)low, (long long)high);
+        return NULL;
+    }
+    tn_array *a = tn__array_new(who, t, ndim, shape, TN_HOST);
+    if (!a) return NULL;
+    uint64_t rng = (uint64_t)high - 1 - (uint64_t)low, mask = rng;
+    for (int s = 1; s < 64; s <<= 1) mask |= mask >> s;
+    int64_t n = tn_array_size(a);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t v;
+        if (rng == 0) v = 0;
+        else if (rng <= 0xFFFFFFFFu) {
+            do v = tn_rs_uint32(rs) & mask; while (v > rng);
+        } else {
+            do { uint64_t hi = tn_rs_uint32(rs); v = ((hi << 32) | tn_rs_uint32(rs)) & mask; } while (v > rng);
+        }
+        uint64_t r = (uint64_t)low + v;
+        if (t == TN_I32) ((int32_t *)a->data)[i] = (int32_t)(uint32_t)r;
+        else ((int64_t *)a->data)[i] = (int64_t)r;
+    }
+    return a;
 }
 
 /* >>views: share the buffer; never copy. */
