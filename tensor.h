@@ -4911,7 +4911,8 @@ done:
      2 scan rules    on scan nodes (>>scan_rewrite)
      3 merge         CSE by hash-consing; equal constants become one node
      4 fold          nodes whose inputs are all constants run at compile time
-     5 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp;
+     5 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp,
+                     the logistic function written out and its gradient's forms;
                      then canonicalize again (stabilize leaves x+(-c) forms)
      6 specialize    dot + bias -> gemm / gemv (two rule groups), then merge
      7 place         the back end's placement pass (tn_backend.place), if any
@@ -4925,8 +4926,8 @@ done:
    what the graph as written computes, bit for bit, NaN, inf and the sign of
    zero included (the rules above; gemm: only the product's summation order
    is the kernel's, as for dot), or it is a stabilising rewrite, at least as
-   accurate: log1p, expm1, softplus, log_softmax, logsumexp (the stabilize
-   pass), x**2 -> x*x (correctly rounded; pow is within an ulp) and
+   accurate: log1p, expm1, softplus, log_softmax, logsumexp, sigmoid and
+   the cancellations in its gradient (the stabilize pass), x**2 -> x*x (correctly rounded; pow is within an ulp) and
    sum(alloc(s)) -> s*n (rounded once). Those may differ from the formula as
    written by more than an ulp where it is inaccurate, and in a zero's sign.
    Value-changing algebra, rules or forms marked fast_math (TN__RQ_FAST_MATH,
@@ -5677,6 +5678,96 @@ static tn_var *tn__b_logsumexp(tn__rw *c, tn_var *v) {
     return tn__node(c->g, TN_OP_LOGSUMEXP, 1, &s->in[0]->in[0], &s->p, NULL, "optimizer");
 }
 
+/* The logistic function written out, and what its gradient makes of it
+   (Theano's sigm.py rules). e ~ f: the same node, or the same op of the same
+   inputs through negations (rewrites make copies that merge has not met). */
+static bool tn__rw_alike(const tn_var *e, const tn_var *f, int depth) {
+    if (e == f) return true;
+    if (depth <= 0 || e->op != f->op || e->n_in != 1 || f->n_in != 1 || e->type.dtype != f->type.dtype) return false;
+    if (e->op != TN_OP_NEG && e->op != TN_OP_EXP && e->op != TN_OP_SIGMOID) return false;
+    return tn__rw_alike(e->in[0], f->in[0], depth - 1);
+}
+/* d = exp(u) + 1 or 1 + exp(u), one float dtype: its exp(u), else NULL. */
+static tn_var *tn__rw_1p_exp(const tn_var *d) {
+    if (d->op != TN_OP_ADD || !tn_dtype_is_float(d->type.dtype)) return NULL;
+    tn_var *e = tn__rw_other_if_const(d, 1.0);
+    return e && e->op == TN_OP_EXP && e->type.dtype == d->type.dtype && e->in[0]->type.dtype == d->type.dtype ? e : NULL;
+}
+/* 1 / (1 + exp(u)) -> sigmoid(-u): the tutorial's p_1 = 1/(1+exp(-z)) is
+   sigmoid(z). The same bits where u <= 0; where u > 0 sigmoid computes
+   exp(-u)/(1+exp(-u)), as accurate. */
+static tn_var *tn__b_inv_1p_exp(tn__rw *c, tn_var *v) {
+    (void)c;
+    tn_var *e = tn__rw_1p_exp(v->in[1]);
+    return e && e->type.dtype == v->type.dtype ? tn_sigmoid(tn_neg(e->in[0])) : NULL;
+}
+/* 1 - sigmoid(x) -> sigmoid(-x): no cancellation (1 - sigmoid(30) is off by
+   1e-3 in float64, 1 - sigmoid(20) is 0 in float32). Left to
+   local_log_1m_sigmoid where only logs read it. */
+static tn_var *tn__b_1m_sigmoid(tn__rw *c, tn_var *v) {
+    tn_var *s = v->in[1];
+    if (s->op != TN_OP_SIGMOID || s->type.dtype != v->type.dtype) return NULL;
+    const tn__ninfo *ni = tn__ni(c, v);
+    bool only_logs = ni->n_root == 0 && ni->n_use > 0;
+    for (int k = 0; k < ni->n_use && only_logs; k++) only_logs = ni->use[k].c->op == TN_OP_LOG;
+    return only_logs ? NULL : tn_sigmoid(tn_neg(s->in[0]));
+}
+/* exp(u) / (1 + exp(u)) -> sigmoid(u), and (X / (1 + exp(u))) * exp(u) ->
+   X * sigmoid(u), the form the gradient of 1/(1+exp(u)) takes: finite where
+   exp(u) overflows (inf/inf), and rounded fewer times. */
+static tn_var *tn__b_exp_over_1p_exp(tn__rw *c, tn_var *v) {
+    (void)c;
+    if (v->op == TN_OP_TRUE_DIV) {
+        tn_var *e = tn__rw_1p_exp(v->in[1]);
+        return e && tn__rw_alike(e, v->in[0], 2) ? tn_sigmoid(e->in[0]) : NULL;
+    }
+    for (int k = 0; k < 2; k++) {
+        tn_var *q = v->in[k], *f = v->in[1 - k], *e;
+        if (q->op != TN_OP_TRUE_DIV || !(e = tn__rw_1p_exp(q->in[1])) || !tn__rw_alike(e, f, 2)) continue;
+        if (q->type.dtype != e->type.dtype || q->in[0]->type.dtype != e->type.dtype) continue;
+        return tn__rw_bin(TN_OP_MUL, q->in[0], tn_sigmoid(e->in[0]));
+    }
+    return NULL;
+}
+/* T * s for a sigmoid s where T divides by the same sigmoid somewhere in a
+   tree of +, -, *, / and negations: T*s with each X/s cancelled to X, and the
+   other terms of a sum multiplied by s. The gradient of -y log(p) - (1-y)
+   log(1-p), p = sigmoid(z), is (-y/p + (1-y)/(1-p)) * p * (1-p): this makes it
+   -y*(1-p) + (1-y)*p, finite where p rounds to 0 or 1. Exact algebra, rounded
+   no more often than before; the value where the division was by a sigmoid
+   that underflowed to 0 (0/0, x/0 * 0) is the limit. NULL: nothing cancels. */
+static tn_var *tn__rw_cancel(tn_var *t, tn_var *s, int depth) {
+    if (depth <= 0 || t->type.dtype != s->type.dtype) return NULL;
+    tn_var *a, *b;
+    switch (t->op) {
+    case TN_OP_TRUE_DIV:
+        if (t->in[1]->op == TN_OP_SIGMOID && tn__rw_alike(t->in[1], s, 3)) return t->in[0];
+        return (a = tn__rw_cancel(t->in[0], s, depth - 1)) ? tn__rw_bin(TN_OP_TRUE_DIV, a, t->in[1]) : NULL;
+    case TN_OP_NEG:
+        return (a = tn__rw_cancel(t->in[0], s, depth - 1)) ? tn_neg(a) : NULL;
+    case TN_OP_MUL:
+        if ((a = tn__rw_cancel(t->in[0], s, depth - 1))) return tn__rw_bin(TN_OP_MUL, a, t->in[1]);
+        if ((b = tn__rw_cancel(t->in[1], s, depth - 1))) return tn__rw_bin(TN_OP_MUL, t->in[0], b);
+        return NULL;
+    case TN_OP_ADD: case TN_OP_SUB:
+        a = tn__rw_cancel(t->in[0], s, depth - 1);
+        b = tn__rw_cancel(t->in[1], s, depth - 1);
+        if (!a && !b) return NULL;
+        return tn__rw_bin(t->op, a ? a : tn__rw_bin(TN_OP_MUL, t->in[0], s), b ? b : tn__rw_bin(TN_OP_MUL, t->in[1], s));
+    default:
+        return NULL;
+    }
+}
+static tn_var *tn__b_mul_sigmoid_cancel(tn__rw *c, tn_var *v) {
+    (void)c;
+    if (!tn_dtype_is_float(v->type.dtype)) return NULL;
+    for (int k = 0; k < 2; k++) {
+        tn_var *r;
+        if (v->in[k]->op == TN_OP_SIGMOID && (r = tn__rw_cancel(v->in[1 - k], v->in[k], 6))) return r;
+    }
+    return NULL;
+}
+
 static const tn__rewrite tn__stab_rules[] = {
     { "local_log1p", { TN_OP_LOG }, 0, 0, 0, tn__b_log1p },
     { "local_log1p_exp", { TN_OP_LOG1P }, 0, 0, 0, tn__b_log1p_exp },
@@ -5685,6 +5776,10 @@ static const tn__rewrite tn__stab_rules[] = {
     { "local_log_1m_sigmoid", { TN_OP_LOG, TN_OP_LOG1P }, 0, 0, 0, tn__b_log_1m_sigmoid },
     { "local_log_softmax", { TN_OP_LOG }, 0, 0, 0, tn__b_log_softmax },
     { "local_logsumexp", { TN_OP_LOG }, 0, 0, 0, tn__b_logsumexp },
+    { "local_inv_1p_exp", { TN_OP_TRUE_DIV }, 1, 1.0, TN__RQ_FLOAT, tn__b_inv_1p_exp },
+    { "local_1m_sigmoid", { TN_OP_SUB }, 1, 1.0, TN__RQ_FLOAT, tn__b_1m_sigmoid },
+    { "local_exp_over_1p_exp", { TN_OP_TRUE_DIV, TN_OP_MUL }, 0, 0, TN__RQ_FLOAT, tn__b_exp_over_1p_exp },
+    { "local_sigmoid_cancel", { TN_OP_MUL }, 0, 0, TN__RQ_FLOAT, tn__b_mul_sigmoid_cancel },
     /* the neg rules again: they turn the softplus forms of the logistic
        cross-entropy into y*softplus(-z) + (1-y)*softplus(z) */
     { "local_neg_neg", { TN_OP_NEG }, 0, 0, 0, tn__b_neg_neg },
@@ -5930,11 +6025,15 @@ static int tn__fg_find(tn__fgrp *G, int g) {
     return g;
 }
 
-static bool tn__type_same(const tn_type *a, const tn_type *b) {
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+/* The same shape and broadcast pattern; a group's members may differ in
+   dtype (each instruction and output of a program has its own): p > 0.5
+   joins the float chain computing p. */
+static bool tn__type_same_shape(const tn_type *a, const tn_type *b) {
+    if (a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++) if (a->bcast[d] != b->bcast[d] || a->shape[d] != b->shape[d]) return false;
     return true;
 }
+static bool tn__type_same(const tn_type *a, const tn_type *b) { return a->dtype == b->dtype && tn__type_same_shape(a, b); }
 
 static bool tn__rw_fusable(const tn_var *v) { return tn__rw_is_ew(v->op) && v->n_out == 1; }
 /* A member's instructions at most: its op, and per input an immediate or a cast. */
@@ -5992,7 +6091,7 @@ static void tn__fuse_group(tn__fctx *F) {
         for (int k = 0; k < v->n_in; k++) {
             int g = tn__fg_of(F, v->in[k]);
             /* a group runs on one device: members share node->device (placement) */
-            bool ok = g >= 0 && v->in[k]->device == v->device && tn__type_same(&F->G[g].key, &v->type);
+            bool ok = g >= 0 && v->in[k]->device == v->device && tn__type_same_shape(&F->G[g].key, &v->type);
             if (g >= 0 && !ok && tn__type_bcasts_into(&F->G[g].key, &v->type)) {
                 int edges = 0;      /* a smaller group read only by v is computed inside v's group */
                 for (int j = 0; j < v->n_in; j++) edges += tn__fg_of(F, v->in[j]) == g;
