@@ -2191,7 +2191,7 @@ static tn_result tn__reshape_target(const char *who, int64_t size, int ndim_from
             return tn__err(TN_ERR_SHAPE, "%s: negative dimension %lld in target shape", who, (long long)shape[d]);
         }
     }
-    int64_t ext[TN_MAX_DIMS];   /* the known dims, the unknown one as 1 */
+    int64_t ext[TN_MAX_DIMS] = { 0 };   /* the known dims, the unknown one as 1 */
     for (int d = 0; d < ndim; d++) ext[d] = d == neg ? 1 : shape[d];
     if (!tn__extent_fits(ndim, ext))
         return tn__err(TN_ERR_SHAPE, "%s: target shape %s is too large (its strides would overflow 64 bits)", who, tn__shape_str(ndim, shape, s2));
@@ -2813,6 +2813,15 @@ static tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, 
         tn__free(types);
         return NULL;
     }
+    for (int k = 0; k < n_out; k++)
+        if (!tn__extent_fits(outs[k].ndim, outs[k].shape)) {
+            char sb[128];
+            tn__err(TN_ERR_SHAPE, "%s: the result's shape %s is too large (its strides would overflow 64 bits)", who,
+                    tn__shape_str(outs[k].ndim, outs[k].shape, sb));
+            tn__var_drop_last(g, v);
+            tn__free(types);
+            return NULL;
+        }
     v->type = outs[0];
     tn__free(types);
     return v;
@@ -2904,6 +2913,12 @@ TN_API tn_var *tn_input(tn_graph *g, const char *name, tn_dtype dt, int ndim, co
         }
         t.bcast[d] = b || s == 1;
         t.shape[d] = b ? 1 : s;
+    }
+    if (!tn__extent_fits(ndim, t.shape)) {
+        char sb[128];
+        tn__err(TN_ERR_SHAPE, "tn_input: '%s': shape %s is too large (its strides would overflow 64 bits)",
+                name ? name : "", tn__shape_str(ndim, t.shape, sb));
+        return NULL;
     }
     return tn__leaf(g, TN_OP_INPUT, name, &t, "tn_input");
 }

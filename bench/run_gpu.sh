@@ -5,6 +5,8 @@
 #     bench/run_gpu.sh --quick    # smoke run
 # Extra arguments go to build/bench (--quick, --cpu-only, --gpu-only).
 # TENSOR_FLAGS defaults to device=cuda, so a GPU that cannot be used says why.
+# PEERS=1 then runs bench/peers.py (NumPy, PyTorch, torch.compile, JAX, CuPy,
+# whichever the machine's python3 has) in the same run: PEERS_ARGS go to it.
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-cc}
@@ -14,4 +16,10 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 $CC -std=c11 -Wall -Wextra -Werror -O2 -I. -rdynamic -o "$BUILD/bench" bench/bench.c -lm -lpthread -ldl \
     || { echo "BUILD FAILED: bench/bench.c"; exit 1; }
 export TENSOR_FLAGS=${TENSOR_FLAGS:-device=cuda}
-exec "$BUILD/bench" "$@"
+"$BUILD/bench" "$@"
+rc=$?
+if [ "${PEERS:-0}" = 1 ]; then
+    echo "== peers (bench/peers.py) =="
+    python3 bench/peers.py ${PEERS_ARGS:-} || rc=1
+fi
+exit $rc

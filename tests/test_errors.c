@@ -205,6 +205,11 @@ TEST(test_shape_overflow) {
     CHECK(!r, "array reshape to (2^62, 0) has strides past 64 bits");
     CHECK_ERR(TN_ERR_SHAPE, "tn_array_reshape");
     tn_array_free(z);
+    CHECK(tn_input(g, "h", TN_F64, 2, (int64_t[]){ 2, big }, NULL) == NULL, "input of shape (2, 2^62)");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_input: 'h': shape (2, 4611686018427387904) is too large");
+    tn_var *a = tn_input(g, "a", TN_F32, 1, (int64_t[]){ big / 64 }, NULL);
+    CHECK(a && tn_outer(a, a) == NULL, "outer of two (2^56,) vectors is (2^56, 2^56)");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_outer: the result's shape");
     tn_graph_free(g);
 }
 

@@ -704,6 +704,18 @@ static void fz_type_str(tn_var *v, char *buf, size_t cap) {
     snprintf(buf + n, cap - (size_t)n, ")");
 }
 
+/* The library's limit on a shape (its strides must fit 64 bits): the
+   product of the dims, unknown and zero dims as 1, below INT64_MAX / 16. */
+static bool fz_extent_fits(const fz_m *m) {
+    int64_t n = 1;
+    for (int d = 0; d < m->nd; d++) {
+        int64_t k = m->sh[d] > 1 ? m->sh[d] : 1;
+        if (n > INT64_MAX / 16 / k) return false;
+        n *= k;
+    }
+    return true;
+}
+
 /* After a constructor: r is its result for the record R (already in V[nV],
    not yet counted). Checks the result against the operands (NULL or mixed
    graphs must fail) and the static model, and keeps it. */
@@ -736,7 +748,8 @@ static int fz_done(tn_var *r, const char *who, const char *alt) {
         fz_stat[5]++;
         fz_check_error(who, alt);
         tn_result e = tn_last_result();
-        if (m.st == 1 && (e == TN_ERR_SHAPE || e == TN_ERR_AXIS))
+        bool too_large = e == TN_ERR_SHAPE && !fz_extent_fits(&m) && strstr(tn_last_error(), "too large");
+        if (m.st == 1 && (e == TN_ERR_SHAPE || e == TN_ERR_AXIS) && !too_large)
             fz_fail("%s failed (%s) although NumPy's rules accept the shapes", who, tn_result_string(e));
         return -1;
     }

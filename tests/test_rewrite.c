@@ -309,11 +309,14 @@ TEST(test_merge_and_fold) {
     CHECK(N("constant_folding") == 0, "folded an alloc");
     CHECK(agree(f, 1, &x, 2, z, &xv, 0), "numbers");
     tn_function_free(f);
-    /* more elements than int64 counts: not folded, and counting them does not overflow */
-    tn_var *big = tn_alloc(tn_lit(x, 1.0), 2, (int64_t[]){ INT64_MAX, 3 });
+    /* 2^50 elements: not folded (nothing is allocated at compile time) */
+    tn_var *big = tn_alloc(tn_lit(x, 1.0), 2, (int64_t[]){ (int64_t)1 << 40, 1 << 10 });
     f = compile(0, NULL, 1, &big, TN_MODE_FAST_COMPILE);
-    CHECK(f && N("constant_folding") == 0, "folded an alloc of (INT64_MAX, 3)");
+    CHECK(f && N("constant_folding") == 0, "folded an alloc of (2^40, 2^10)");
     tn_function_free(f);
+    /* more elements than strides can address: refused when built */
+    CHECK(!tn_alloc(tn_lit(x, 1.0), 2, (int64_t[]){ INT64_MAX, 3 }), "an alloc of (INT64_MAX, 3)");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_alloc: the result's shape (9223372036854775807, 3) is too large");
     tn_array_free(xv);
     tn_array_free(cv);
     tn_graph_free(g);

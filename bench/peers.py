@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""bench/peers.py: the bench's workloads in the peers, one process, one table.
+
+Runs each case of bench/bench.c that a peer can express in NumPy, PyTorch
+eager, torch.compile, JAX (jit) and CuPy, whichever are installed, on the
+same machine, and prints one table: case, peer, time per call (median of
+repeats, min, max). Put it beside build/bench's table from the same run
+(bench/run_gpu.sh runs both).
+
+    python3 bench/peers.py              # every case every installed peer can run
+    python3 bench/peers.py --quick      # fewer calls and repeats
+    python3 bench/peers.py --cpu-only   # NumPy and PyTorch on the CPU
+    python3 bench/peers.py --only conv  # cases whose name contains 'conv'
+    python3 bench/peers.py --json out.json
+
+Timing: wall clock around a loop of N calls that ends synchronised (the
+device's queue drained), after a warm-up of N/10 calls (compilation,
+allocator, caches); repeated (7 times, 3 with --quick); median, min and max
+per call. float32 products run with TF32 off everywhere (PyTorch, cuDNN,
+JAX's default matmul precision set to 'highest'), as the library's do.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")   # JAX beside PyTorch in one process
+
+ARGS = None
+ROWS = []
+
+
+def peer_modules():
+    """The installed peers: name -> module (or None where missing)."""
+    mods = {"numpy": np}
+    try:
+        import torch
+        mods["torch"] = torch
+    except Exception:
+        mods["torch"] = None
+    try:
+        import jax
+        jax.config.update("jax_default_matmul_precision", "highest")
+        mods["jax"] = jax
+    except Exception:
+        mods["jax"] = None
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+        mods["cupy"] = cupy
+    except Exception:
+        mods["cupy"] = None
+    return mods
+
+
+M = {}
+
+
+def torch_gpu():
+    t = M.get("torch")
+    return t is not None and t.cuda.is_available() and not ARGS.cpu_only
+
+
+def jax_gpu():
+    j = M.get("jax")
+    if j is None or ARGS.cpu_only:
+        return False
+    try:
+        return any(d.platform == "gpu" for d in j.devices())
+    except Exception:
+        return False
+
+
+def measure(case, peer, step, sync, iters, note=""):
+    """Times `step` (iters calls then sync), repeated; records a row."""
+    if ARGS.only and ARGS.only not in case:
+        return
+    reps = 3 if ARGS.quick else 7
+    try:
+        for _ in range(max(1, iters // 10)):
+            step()
+        sync()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                step()
+            sync()
+            times.append((time.perf_counter() - t0) / iters)
+        row = {"case": case, "peer": peer, "median_s": statistics.median(times), "min_s": min(times),
+               "max_s": max(times), "calls": iters, "note": note}
+    except Exception as e:    # a peer that cannot run a case says why
+        row = {"case": case, "peer": peer, "error": f"{type(e).__name__}: {str(e)[:80]}"}
+    ROWS.append(row)
+    print(fmt(row), flush=True)
+
+
+def fmt(r):
+    if "error" in r:
+        return f"{r['case']:<44} {r['peer']:<16} {'n/a':>12}  {r['error']}"
+    def us(s):
+        return f"{s * 1e6:10.2f} us" if s < 1e-2 else f"{s * 1e3:10.3f} ms"
+    return f"{r['case']:<44} {r['peer']:<16} {us(r['median_s'])} {us(r['min_s'])} {us(r['max_s'])}  {r['note']}"
+
+
+def nothing():
+    pass
+
+
+def rng(seed):
+    return np.random.RandomState(seed)
+
+
+# >>exp: the GPU tutorial's loop, 10x30x768 float32 ------------------------------
+def case_exp():
+    x = rng(22).rand(10 * 30 * 768).astype(np.float32)
+    n = 200 if ARGS.quick else 1000
+    measure("exp 230400 f32", "numpy", lambda: np.exp(x), nothing, n)
+    torch = M["torch"]
+    if torch_gpu():
+        xd = torch.from_numpy(x).cuda()
+        sync = torch.cuda.synchronize
+        measure("exp 230400 f32, copied to host", "torch", lambda: torch.exp(xd).cpu(), sync, n)
+        measure("exp 230400 f32, on device", "torch", lambda: torch.exp(xd), sync, n)
+        out = torch.empty_like(xd)
+        measure("exp 230400 f32, into one buffer", "torch", lambda: torch.exp(xd, out=out), sync, n)
+    if jax_gpu():
+        jax, jnp = M["jax"], M["jax"].numpy
+        xj = jax.device_put(x)
+        f = jax.jit(jnp.exp)
+        measure("exp 230400 f32, copied to host", "jax", lambda: np.asarray(f(xj)), nothing, n)
+        last = [None]
+        measure("exp 230400 f32, on device", "jax", lambda: last.__setitem__(0, f(xj)),
+                lambda: last[0].block_until_ready(), n)
+    cp = M["cupy"]
+    if cp is not None and not ARGS.cpu_only:
+        xc = cp.asarray(x)
+        s = cp.cuda.Device().synchronize
+        measure("exp 230400 f32, copied to host", "cupy", lambda: cp.asnumpy(cp.exp(xc)), s, n)
+        measure("exp 230400 f32, on device", "cupy", lambda: cp.exp(xc), s, n)
+
+
+# >>gemm: the blog's y = m.x + b, 1000x1000 float32 ------------------------------
+def case_gemm():
+    r = rng(123)
+    m, x, b = (r.randn(1000, 1000).astype(np.float32) for _ in range(3))
+    n = 50 if ARGS.quick else 500
+    measure("gemm y = m.x + b 1000^2 f32", "numpy", lambda: m @ x + b, nothing, max(10, n // 5))
+    torch = M["torch"]
+    if torch is not None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        mt, xt, bt = (torch.from_numpy(a) for a in (m, x, b))
+        measure("gemm y = m.x + b 1000^2 f32", "torch cpu", lambda: torch.addmm(bt, mt, xt), nothing, max(10, n // 5))
+    if torch_gpu():
+        sync = torch.cuda.synchronize
+        mp, xp, bp = (torch.from_numpy(a).pin_memory() for a in (m, x, b))
+        md, xd, bd = (a.cuda() for a in (mp, xp, bp))
+        yp = torch.empty((1000, 1000), dtype=torch.float32).pin_memory()
+
+        def passed():
+            yd = torch.addmm(bp.cuda(non_blocking=True), mp.cuda(non_blocking=True), xp.cuda(non_blocking=True))
+            yp.copy_(yd, non_blocking=True)
+        measure("gemm all inputs passed (pinned), y to host", "torch", passed, sync, n)
+        measure("gemm all inputs passed (pageable), y to host", "torch",
+                lambda: torch.addmm(torch.from_numpy(b).cuda(), torch.from_numpy(m).cuda(), torch.from_numpy(x).cuda()).cpu(),
+                sync, n)
+        measure("gemm m, b shared, x passed, y to host", "torch",
+                lambda: torch.addmm(bd, md, torch.from_numpy(x).cuda()).cpu(), sync, n)
+        yd = bd.clone()
+        measure("gemm all shared, y = m.x + y in place", "torch", lambda: yd.addmm_(md, xd), sync, n)
+        measure("gemm all shared, y = m.x + b new", "torch", lambda: torch.addmm(bd, md, xd), sync, n)
+    if jax_gpu():
+        jax = M["jax"]
+        f = jax.jit(lambda m, x, b: m @ x + b)
+        md, xd, bd = (jax.device_put(a) for a in (m, x, b))
+        measure("gemm all inputs passed (pageable), y to host", "jax", lambda: np.asarray(f(m, x, b)), nothing, n)
+        measure("gemm m, b shared, x passed, y to host", "jax", lambda: np.asarray(f(md, x, bd)), nothing, n)
+        last = [None]
+        measure("gemm all shared, y = m.x + b new", "jax", lambda: last.__setitem__(0, f(md, xd, bd)),
+                lambda: last[0].block_until_ready(), n)
+    cp = M["cupy"]
+    if cp is not None and not ARGS.cpu_only:
+        md, xd, bd = (cp.asarray(a) for a in (m, x, b))
+        s = cp.cuda.Device().synchronize
+        measure("gemm all inputs passed (pageable), y to host", "cupy",
+                lambda: cp.asnumpy(cp.asarray(m) @ cp.asarray(x) + cp.asarray(b)), s, n)
+        measure("gemm all shared, y = m.x + b new", "cupy", lambda: md @ xd + bd, s, n)
+
+
+# >>chain: bench.c's fusion chain, 2^24 float32 ----------------------------------
+def chain(xp, a, b, c, sigmoid):
+    t = xp.tanh(a * b + c)
+    s = xp.sqrt(xp.abs(b))
+    return sigmoid(t * xp.exp(-a) + s - c * 0.5)
+
+
+def case_chain():
+    n = 1 << 24
+    r = rng(101)
+    a, b, c = (r.uniform(-2, 2, n).astype(np.float32) for _ in range(3))
+    it = 4 if ARGS.quick else 10
+    np_sig = lambda v: 1 / (1 + np.exp(-v))
+    measure("chain 12 ops 2^24 f32", "numpy", lambda: chain(np, a, b, c, np_sig), nothing, it)
+    measure("chain feeding a sum 2^24 f32", "numpy", lambda: chain(np, a, b, c, np_sig).sum(), nothing, it)
+    torch = M["torch"]
+    if torch is not None:
+        ta, tb, tc = (torch.from_numpy(v) for v in (a, b, c))
+        measure("chain 12 ops 2^24 f32", "torch cpu", lambda: chain(torch, ta, tb, tc, torch.sigmoid), nothing, it)
+    if torch_gpu():
+        sync = torch.cuda.synchronize
+        da, db, dc = (torch.from_numpy(v).cuda() for v in (a, b, c))
+        git = 20 if ARGS.quick else 100
+        eager = lambda: chain(torch, da, db, dc, torch.sigmoid)
+        measure("chain 12 ops 2^24 f32", "torch", eager, sync, git)
+        measure("chain feeding a sum 2^24 f32", "torch", lambda: eager().sum(), sync, git)
+        try:
+            comp = torch.compile(lambda a, b, c: chain(torch, a, b, c, torch.sigmoid))
+            comp_sum = torch.compile(lambda a, b, c: chain(torch, a, b, c, torch.sigmoid).sum())
+            measure("chain 12 ops 2^24 f32", "torch.compile", lambda: comp(da, db, dc), sync, git)
+            measure("chain feeding a sum 2^24 f32", "torch.compile", lambda: comp_sum(da, db, dc), sync, git)
+        except Exception as e:
+            ROWS.append({"case": "chain 12 ops 2^24 f32", "peer": "torch.compile", "error": str(e)[:80]})
+    if jax_gpu():
+        jax, jnp = M["jax"], M["jax"].numpy
+        ja, jb, jc = (jax.device_put(v) for v in (a, b, c))
+        f = jax.jit(lambda a, b, c: chain(jnp, a, b, c, jax.nn.sigmoid))
+        fs = jax.jit(lambda a, b, c: chain(jnp, a, b, c, jax.nn.sigmoid).sum())
+        last = [None]
+        git = 20 if ARGS.quick else 100
+        measure("chain 12 ops 2^24 f32", "jax", lambda: last.__setitem__(0, f(ja, jb, jc)),
+                lambda: last[0].block_until_ready(), git)
+        measure("chain feeding a sum 2^24 f32", "jax", lambda: last.__setitem__(0, fs(ja, jb, jc)),
+                lambda: last[0].block_until_ready(), git)
+    cp = M["cupy"]
+    if cp is not None and not ARGS.cpu_only:
+        ca, cb, cc = (cp.asarray(v) for v in (a, b, c))
+        fused = cp.fuse(lambda a, b, c: chain(cp, a, b, c, lambda v: 1 / (1 + cp.exp(-v))))
+        s = cp.cuda.Device().synchronize
+        measure("chain 12 ops 2^24 f32", "cupy fuse", lambda: fused(ca, cb, cc), s, 20 if ARGS.quick else 100)
+
+
+# >>logreg: the tutorial's logistic regression, N=400, 784 features --------------
+def logreg_data():
+    r = rng(7)
+    x = r.randn(400, 784).astype(np.float32)
+    y = (r.rand(400) >= 0.5).astype(np.float32)
+    w = (r.randn(784) / 28.0).astype(np.float32)
+    return x, y, w
+
+
+def case_logreg():
+    x, y, w0 = logreg_data()
+    n = 200 if ARGS.quick else 2000
+    torch = M["torch"]
+
+    def torch_step(x, y, w, b):
+        z = x @ w + b
+        p1 = torch.sigmoid(z)
+        # the tutorial's cross-entropy in its stable form, plus 0.01 * sum(w^2)
+        xent = torch.nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
+        cost = xent.mean() + 0.01 * (w * w).sum()
+        gw, gb = torch.autograd.grad(cost, (w, b))
+        with torch.no_grad():
+            w -= 0.1 * gw
+            b -= 0.1 * gb
+        return p1 > 0.5, xent
+
+    if torch is not None:
+        for dev in (["cpu", "cuda"] if torch_gpu() else ["cpu"]):
+            w = torch.from_numpy(w0.copy()).to(dev).requires_grad_()
+            b = torch.zeros((), device=dev, requires_grad=True)
+            xd, yd = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
+            sync = torch.cuda.synchronize if dev == "cuda" else nothing
+            peer = "torch" if dev == "cuda" else "torch cpu"
+            measure("logreg step, data on device", peer, lambda: torch_step(xd, yd, w, b), sync, n)
+            if dev == "cuda":
+                def passed():
+                    pred, xent = torch_step(torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda(), w, b)
+                    return pred.cpu(), xent.cpu()
+                measure("logreg step, x y passed, outputs to host", peer, passed, sync, n)
+    if jax_gpu():
+        jax, jnp = M["jax"], M["jax"].numpy
+
+        def cost(w, b, x, y):
+            z = x @ w + b
+            xent = jnp.logaddexp(0.0, z) - y * z
+            return xent.mean() + 0.01 * (w * w).sum(), (jax.nn.sigmoid(z) > 0.5, xent)
+
+        @jax.jit
+        def step(w, b, x, y):
+            (c, (pred, xent)), (gw, gb) = jax.value_and_grad(cost, argnums=(0, 1), has_aux=True)(w, b, x, y)
+            return w - 0.1 * gw, b - 0.1 * gb, pred, xent
+
+        st = [jax.device_put(w0), jax.device_put(np.float32(0))]
+        xd, yd = jax.device_put(x), jax.device_put(y)
+
+        def on_device():
+            st[0], st[1], _, _ = step(st[0], st[1], xd, yd)
+
+        def passed():
+            st[0], st[1], pred, xent = step(st[0], st[1], x, y)
+            np.asarray(pred), np.asarray(xent)
+        measure("logreg step, data on device", "jax", on_device, lambda: st[0].block_until_ready(), n)
+        measure("logreg step, x y passed, outputs to host", "jax", passed, nothing, n)
+
+
+# >>conv: the convolution issue's layer shapes -----------------------------------
+CONV_SHAPES = [  # N, C_in, C_out, k, H
+    (64, 3, 64, 3, 32),
+    (64, 64, 128, 3, 16),
+    (64, 128, 128, 1, 8),
+]
+
+
+def case_conv():
+    torch = M["torch"]
+    if torch is None:
+        return
+    F = torch.nn.functional
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.benchmark = True
+    devs = ["cpu"] + (["cuda"] if torch_gpu() else [])
+    for dev in devs:
+        for dt in ([torch.float32] if dev == "cpu" else [torch.float32, torch.float16]):
+            for (n, ci, co, k, h) in CONV_SHAPES:
+                r = rng(5)
+                x = torch.from_numpy(r.randn(n, ci, h, h).astype(np.float32)).to(dev, dt).requires_grad_()
+                w = torch.from_numpy((r.randn(co, ci, k, k) / np.sqrt(ci * k * k)).astype(np.float32)).to(dev, dt).requires_grad_()
+                pad = k // 2
+                sync = torch.cuda.synchronize if dev == "cuda" else nothing
+                it = (5 if ARGS.quick else 20) if dev == "cpu" else (20 if ARGS.quick else 200)
+                name = f"conv2d {ci}->{co} {k}x{k} @{h} N={n} {'f16' if dt == torch.float16 else 'f32'}"
+                peer = "torch cudnn" if dev == "cuda" else "torch cpu"
+                measure(name + " fwd", peer, lambda: F.conv2d(x, w, padding=pad), sync, it)
+                y = F.conv2d(x, w, padding=pad)
+                gy = torch.ones_like(y)
+                measure(name + " fwd+bwd", peer,
+                        lambda: torch.autograd.grad(F.conv2d(x, w, padding=pad), (x, w), gy), sync, it)
+            # pooling and gather: bandwidth cases
+            if dev == "cuda":
+                sync = torch.cuda.synchronize
+                x = torch.randn(64, 128, 32, 32, device=dev, dtype=dt)
+                measure(f"max_pool2d 2x2 (64,128,32,32) {dt}", "torch", lambda: F.max_pool2d(x, 2), sync, 200)
+                measure(f"avg_pool2d 2x2 (64,128,32,32) {dt}", "torch", lambda: F.avg_pool2d(x, 2), sync, 200)
+                t = torch.randn(1 << 20, 64, device=dev, dtype=dt)
+                idx = torch.randint(0, 1 << 20, (1 << 20,), device=dev)
+                measure(f"take rows (2^20 x 64) {dt}", "torch", lambda: t.index_select(0, idx), sync, 200)
+                acc = torch.zeros_like(t)
+                measure(f"scatter-add rows (2^20 x 64) {dt}", "torch", lambda: acc.index_add_(0, idx, t), sync, 200)
+
+
+CASES = {"exp": case_exp, "gemm": case_gemm, "chain": case_chain, "logreg": case_logreg, "conv": case_conv}
+
+
+def main():
+    global ARGS, M
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--cpu-only", action="store_true")
+    p.add_argument("--only", default="")
+    p.add_argument("--json", default="")
+    ARGS = p.parse_args()
+    M = peer_modules()
+    have = ", ".join(f"{k} {getattr(v, '__version__', '')}".strip() for k, v in M.items() if v is not None)
+    print(f"peers: {have}", flush=True)
+    if torch_gpu():
+        print(f"gpu: {M['torch'].cuda.get_device_name(0)}", flush=True)
+    print(f"{'case':<44} {'peer':<16} {'median':>13} {'min':>13} {'max':>13}")
+    for name, fn in CASES.items():
+        try:
+            fn()
+        except Exception as e:
+            print(f"{name}: {type(e).__name__}: {e}", file=sys.stderr)
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump({"peers": have, "rows": ROWS}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
