@@ -188,6 +188,23 @@ TN_API tn_array *tn_array_arange(tn_dtype t, double start, double stop, double s
 TN_API tn_array *tn_array_rand_uniform(tn_dtype t, int ndim, const int64_t *shape, double lo, double hi, uint64_t seed);
 TN_API tn_array *tn_array_rand_normal(tn_dtype t, int ndim, const int64_t *shape, double mean, double std, uint64_t seed);
 TN_API void tn_array_free(tn_array *a);           /* NULL and borrowed arrays: no-op */
+/* NumPy's legacy numpy.random.RandomState, bit for bit: MT19937 seeded as
+   RandomState(seed) (init_genrand) or RandomState([k0, k1, ...]) (init_by_array),
+   drawing in C order as NumPy does. Float results are NumPy's float64 values
+   converted (rand(...).astype(float32)); randint takes an int dtype (int64 is
+   NumPy's default) and draws [low, high) as RandomState.randint. TN_DTYPE_NONE
+   means float64 here, NumPy's dtype. Not thread-safe: one state per thread. */
+typedef struct tn_random_state tn_random_state;
+TN_API tn_random_state *tn_random_state_new(uint32_t seed);
+TN_API tn_random_state *tn_random_state_new_array(const uint32_t *key, int n);
+TN_API void tn_random_state_free(tn_random_state *rs);
+TN_API tn_array *tn_rs_rand(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape);   /* [0, 1) */
+TN_API tn_array *tn_rs_randn(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape);  /* standard normal */
+TN_API tn_array *tn_rs_uniform(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double low, double high);
+TN_API tn_array *tn_rs_normal(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double loc, double scale);
+TN_API tn_array *tn_rs_randint(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, int64_t low, int64_t high);
+TN_API uint32_t tn_rs_uint32(tn_random_state *rs);   /* the next raw MT19937 output */
+TN_API double tn_rs_double(tn_random_state *rs);     /* random_sample(): one 53-bit double */
 
 /* Views share the buffer and keep it alive. */
 TN_API tn_array *tn_array_view(const tn_array *a);
@@ -1904,6 +1921,177 @@ TN_API tn_array *tn_array_rand_uniform(tn_dtype t, int ndim, const int64_t *shap
 
 TN_API tn_array *tn_array_rand_normal(tn_dtype t, int ndim, const int64_t *shape, double mean, double std, uint64_t seed) {
     return tn__array_rand("tn_array_rand_normal", t, ndim, shape, mean, std, seed, true);
+}
+
+/* >>random_state: NumPy's legacy RandomState (numpy/random/src/mt19937 and
+   legacy/legacy-distributions.c). Sequential by nature: one stream, drawn in
+   C order, the gaussian's second value cached across calls as NumPy does. */
+#define TN__MT_N 624
+#define TN__MT_M 397
+
+struct tn_random_state {
+    uint32_t key[TN__MT_N];
+    int pos;
+    bool has_gauss;
+    double gauss;
+};
+
+static void tn__mt_seed(tn_random_state *rs, uint32_t seed) {
+    for (int i = 0; i < TN__MT_N; i++) {
+        rs->key[i] = seed;
+        seed = 1812433253u * (seed ^ (seed >> 30)) + (uint32_t)i + 1;
+    }
+    rs->pos = TN__MT_N;
+    rs->has_gauss = false;
+    rs->gauss = 0;
+}
+
+static void tn__mt_refill(tn_random_state *rs) {
+    uint32_t *k = rs->key;
+    for (int i = 0; i < TN__MT_N; i++) {
+        uint32_t y = (k[i] & 0x80000000u) | (k[(i + 1) % TN__MT_N] & 0x7fffffffu);
+        k[i] = k[(i + TN__MT_M) % TN__MT_N] ^ (y >> 1) ^ ((0u - (y & 1u)) & 0x9908b0dfu);
+    }
+    rs->pos = 0;
+}
+
+TN_API uint32_t tn_rs_uint32(tn_random_state *rs) {
+    if (!rs) { tn__err_null("tn_rs_uint32", "rs"); return 0; }
+    if (rs->pos == TN__MT_N) tn__mt_refill(rs);
+    uint32_t y = rs->key[rs->pos++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+TN_API double tn_rs_double(tn_random_state *rs) {
+    if (!rs) { tn__err_null("tn_rs_double", "rs"); return NAN; }
+    uint32_t a = tn_rs_uint32(rs) >> 5, b = tn_rs_uint32(rs) >> 6;
+    return ((double)a * 67108864.0 + (double)b) / 9007199254740992.0;
+}
+
+/* legacy_gauss: the polar method; the second value of each pair is kept for the next draw. */
+static double tn__rs_gauss(tn_random_state *rs) {
+    if (rs->has_gauss) {
+        rs->has_gauss = false;
+        double v = rs->gauss;
+        rs->gauss = 0;
+        return v;
+    }
+    double x1, x2, r2;
+    do {
+        x1 = 2.0 * tn_rs_double(rs) - 1.0;
+        x2 = 2.0 * tn_rs_double(rs) - 1.0;
+        r2 = x1 * x1 + x2 * x2;
+    } while (r2 >= 1.0 || r2 == 0.0);
+    double f = sqrt(-2.0 * log(r2) / r2);
+    rs->gauss = f * x1;
+    rs->has_gauss = true;
+    return f * x2;
+}
+
+TN_API tn_random_state *tn_random_state_new(uint32_t seed) {
+    tn_random_state *rs = (tn_random_state *)tn__malloc(sizeof *rs);
+    if (!rs) { tn__err(TN_ERR_OOM, "tn_random_state_new: out of memory"); return NULL; }
+    tn__mt_seed(rs, seed);
+    return rs;
+}
+
+/* init_by_array of the MT19937 reference (Matsumoto and Nishimura, 2002), as NumPy's mt19937_init_by_array. */
+TN_API tn_random_state *tn_random_state_new_array(const uint32_t *key, int n) {
+    if (!key) { tn__err_null("tn_random_state_new_array", "key"); return NULL; }
+    if (n <= 0) { tn__err(TN_ERR_INVALID, "tn_random_state_new_array: n is %d; the seed must be non-empty", n); return NULL; }
+    tn_random_state *rs = tn_random_state_new(19650218u);
+    if (!rs) return NULL;
+    uint32_t *mt = rs->key;
+    int i = 1, j = 0;
+    for (int k = TN__MT_N > n ? TN__MT_N : n; k; k--) {
+        mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1664525u)) + key[j] + (uint32_t)j;
+        i++; j++;
+        if (i >= TN__MT_N) { mt[0] = mt[TN__MT_N - 1]; i = 1; }
+        if (j >= n) j = 0;
+    }
+    for (int k = TN__MT_N - 1; k; k--) {
+        mt[i] = (mt[i] ^ ((mt[i - 1] ^ (mt[i - 1] >> 30)) * 1566083941u)) - (uint32_t)i;
+        i++;
+        if (i >= TN__MT_N) { mt[0] = mt[TN__MT_N - 1]; i = 1; }
+    }
+    mt[0] = 0x80000000u;
+    return rs;
+}
+
+TN_API void tn_random_state_free(tn_random_state *rs) { tn__free(rs); }
+
+typedef enum { TN__RS_UNIFORM, TN__RS_NORMAL } tn__rs_kind;
+
+static tn_array *tn__rs_float(const char *who, tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape,
+                              tn__rs_kind kind, double p0, double p1) {
+    if (!rs) { tn__err_null(who, "rs"); return NULL; }
+    if (t == TN_DTYPE_NONE) t = TN_F64;   /* NumPy's dtype */
+    if (!tn_dtype_is_float(t)) { tn__err(TN_ERR_DTYPE, "%s: dtype %s is not a float dtype", who, tn_dtype_name(t)); return NULL; }
+    if (!isfinite(p0) || !isfinite(p1) || (kind == TN__RS_UNIFORM && !isfinite(p1 - p0)) || (kind == TN__RS_NORMAL && p1 < 0)) {
+        tn__err(TN_ERR_INVALID, "%s: parameters %g and %g must be finite%s", who, p0, p1,
+                kind == TN__RS_NORMAL ? ", the scale >= 0" : ", and so their difference");
+        return NULL;
+    }
+    tn_array *a = tn__array_new(who, t, ndim, shape, TN_HOST);
+    if (!a) return NULL;
+    size_t es = tn_dtype_size(t);
+    int64_t n = tn_array_size(a);
+    char *p = (char *)a->data;
+    for (int64_t i = 0; i < n; i++) {
+        double v = kind == TN__RS_NORMAL ? p0 + p1 * tn__rs_gauss(rs) : p0 + (p1 - p0) * tn_rs_double(rs);
+        tn__store_f(t, p + i * (int64_t)es, v);
+    }
+    return a;
+}
+
+TN_API tn_array *tn_rs_rand(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape) {
+    return tn__rs_float("tn_rs_rand", rs, t, ndim, shape, TN__RS_UNIFORM, 0, 1);
+}
+TN_API tn_array *tn_rs_uniform(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double low, double high) {
+    return tn__rs_float("tn_rs_uniform", rs, t, ndim, shape, TN__RS_UNIFORM, low, high);
+}
+/* randn is legacy_gauss itself; normal(loc, scale) is loc + scale * legacy_gauss. */
+TN_API tn_array *tn_rs_randn(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape) {
+    return tn__rs_float("tn_rs_randn", rs, t, ndim, shape, TN__RS_NORMAL, 0, 1);
+}
+TN_API tn_array *tn_rs_normal(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, double loc, double scale) {
+    return tn__rs_float("tn_rs_normal", rs, t, ndim, shape, TN__RS_NORMAL, loc, scale);
+}
+
+/* RandomState.randint: random_bounded_uint64_fill with use_masked. rng = high - 1 - low;
+   a range that fits 32 bits draws one 32-bit word per try, a wider one two
+   (high word first); a try is masked to the smallest all-ones mask >= rng and
+   rejected while above rng. */
+TN_API tn_array *tn_rs_randint(tn_random_state *rs, tn_dtype t, int ndim, const int64_t *shape, int64_t low, int64_t high) {
+    static const char who[] = "tn_rs_randint";
+    if (!rs) { tn__err_null(who, "rs"); return NULL; }
+    if (t != TN_I32 && t != TN_I64) { tn__err(TN_ERR_DTYPE, "%s: dtype %s: int32 or int64 only", who, tn_dtype_name(t)); return NULL; }
+    if (low >= high) { tn__err(TN_ERR_INVALID, "%s: low >= high (%lld >= %lld)", who, (long long)low, (long long)high); return NULL; }
+    if (t == TN_I32 && (low < INT32_MIN || high - 1 > INT32_MAX)) {
+        tn__err(TN_ERR_INVALID, "%s: [%lld, %lld) is out of bounds for int32", who, (long long)low, (long long)high);
+        return NULL;
+    }
+    tn_array *a = tn__array_new(who, t, ndim, shape, TN_HOST);
+    if (!a) return NULL;
+    uint64_t rng = (uint64_t)high - 1 - (uint64_t)low, mask = rng;
+    for (int s = 1; s < 64; s <<= 1) mask |= mask >> s;
+    int64_t n = tn_array_size(a);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t v;
+        if (rng == 0) v = 0;
+        else if (rng <= 0xFFFFFFFFu) {
+            do v = tn_rs_uint32(rs) & mask; while (v > rng);
+        } else {
+            do { uint64_t hi = tn_rs_uint32(rs); v = ((hi << 32) | tn_rs_uint32(rs)) & mask; } while (v > rng);
+        }
+        uint64_t r = (uint64_t)low + v;
+        if (t == TN_I32) ((int32_t *)a->data)[i] = (int32_t)(uint32_t)r;
+        else ((int64_t *)a->data)[i] = (int64_t)r;
+    }
+    return a;
 }
 
 /* >>views: share the buffer; never copy. */
@@ -4742,7 +4930,8 @@ done:
      2 scan rules    on scan nodes (>>scan_rewrite)
      3 merge         CSE by hash-consing; equal constants become one node
      4 fold          nodes whose inputs are all constants run at compile time
-     5 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp;
+     5 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp,
+                     the logistic function written out and its gradient's forms;
                      then canonicalize again (stabilize leaves x+(-c) forms)
      6 specialize    dot + bias -> gemm / gemv (two rule groups), then merge
      7 place         the back end's placement pass (tn_backend.place), if any
@@ -4756,8 +4945,8 @@ done:
    what the graph as written computes, bit for bit, NaN, inf and the sign of
    zero included (the rules above; gemm: only the product's summation order
    is the kernel's, as for dot), or it is a stabilising rewrite, at least as
-   accurate: log1p, expm1, softplus, log_softmax, logsumexp (the stabilize
-   pass), x**2 -> x*x (correctly rounded; pow is within an ulp) and
+   accurate: log1p, expm1, softplus, log_softmax, logsumexp, sigmoid and
+   the cancellations in its gradient (the stabilize pass), x**2 -> x*x (correctly rounded; pow is within an ulp) and
    sum(alloc(s)) -> s*n (rounded once). Those may differ from the formula as
    written by more than an ulp where it is inaccurate, and in a zero's sign.
    Value-changing algebra, rules or forms marked fast_math (TN__RQ_FAST_MATH,
@@ -5508,6 +5697,96 @@ static tn_var *tn__b_logsumexp(tn__rw *c, tn_var *v) {
     return tn__node(c->g, TN_OP_LOGSUMEXP, 1, &s->in[0]->in[0], &s->p, NULL, "optimizer");
 }
 
+/* The logistic function written out, and what its gradient makes of it
+   (Theano's sigm.py rules). e ~ f: the same node, or the same op of the same
+   inputs through negations (rewrites make copies that merge has not met). */
+static bool tn__rw_alike(const tn_var *e, const tn_var *f, int depth) {
+    if (e == f) return true;
+    if (depth <= 0 || e->op != f->op || e->n_in != 1 || f->n_in != 1 || e->type.dtype != f->type.dtype) return false;
+    if (e->op != TN_OP_NEG && e->op != TN_OP_EXP && e->op != TN_OP_SIGMOID) return false;
+    return tn__rw_alike(e->in[0], f->in[0], depth - 1);
+}
+/* d = exp(u) + 1 or 1 + exp(u), one float dtype: its exp(u), else NULL. */
+static tn_var *tn__rw_1p_exp(const tn_var *d) {
+    if (d->op != TN_OP_ADD || !tn_dtype_is_float(d->type.dtype)) return NULL;
+    tn_var *e = tn__rw_other_if_const(d, 1.0);
+    return e && e->op == TN_OP_EXP && e->type.dtype == d->type.dtype && e->in[0]->type.dtype == d->type.dtype ? e : NULL;
+}
+/* 1 / (1 + exp(u)) -> sigmoid(-u): the tutorial's p_1 = 1/(1+exp(-z)) is
+   sigmoid(z). The same bits where u <= 0; where u > 0 sigmoid computes
+   exp(-u)/(1+exp(-u)), as accurate. */
+static tn_var *tn__b_inv_1p_exp(tn__rw *c, tn_var *v) {
+    (void)c;
+    tn_var *e = tn__rw_1p_exp(v->in[1]);
+    return e && e->type.dtype == v->type.dtype ? tn_sigmoid(tn_neg(e->in[0])) : NULL;
+}
+/* 1 - sigmoid(x) -> sigmoid(-x): no cancellation (1 - sigmoid(30) is off by
+   1e-3 in float64, 1 - sigmoid(20) is 0 in float32). Left to
+   local_log_1m_sigmoid where only logs read it. */
+static tn_var *tn__b_1m_sigmoid(tn__rw *c, tn_var *v) {
+    tn_var *s = v->in[1];
+    if (s->op != TN_OP_SIGMOID || s->type.dtype != v->type.dtype) return NULL;
+    const tn__ninfo *ni = tn__ni(c, v);
+    bool only_logs = ni->n_root == 0 && ni->n_use > 0;
+    for (int k = 0; k < ni->n_use && only_logs; k++) only_logs = ni->use[k].c->op == TN_OP_LOG;
+    return only_logs ? NULL : tn_sigmoid(tn_neg(s->in[0]));
+}
+/* exp(u) / (1 + exp(u)) -> sigmoid(u), and (X / (1 + exp(u))) * exp(u) ->
+   X * sigmoid(u), the form the gradient of 1/(1+exp(u)) takes: finite where
+   exp(u) overflows (inf/inf), and rounded fewer times. */
+static tn_var *tn__b_exp_over_1p_exp(tn__rw *c, tn_var *v) {
+    (void)c;
+    if (v->op == TN_OP_TRUE_DIV) {
+        tn_var *e = tn__rw_1p_exp(v->in[1]);
+        return e && tn__rw_alike(e, v->in[0], 2) ? tn_sigmoid(e->in[0]) : NULL;
+    }
+    for (int k = 0; k < 2; k++) {
+        tn_var *q = v->in[k], *f = v->in[1 - k], *e;
+        if (q->op != TN_OP_TRUE_DIV || !(e = tn__rw_1p_exp(q->in[1])) || !tn__rw_alike(e, f, 2)) continue;
+        if (q->type.dtype != e->type.dtype || q->in[0]->type.dtype != e->type.dtype) continue;
+        return tn__rw_bin(TN_OP_MUL, q->in[0], tn_sigmoid(e->in[0]));
+    }
+    return NULL;
+}
+/* T * s for a sigmoid s where T divides by the same sigmoid somewhere in a
+   tree of +, -, *, / and negations: T*s with each X/s cancelled to X, and the
+   other terms of a sum multiplied by s. The gradient of -y log(p) - (1-y)
+   log(1-p), p = sigmoid(z), is (-y/p + (1-y)/(1-p)) * p * (1-p): this makes it
+   -y*(1-p) + (1-y)*p, finite where p rounds to 0 or 1. Exact algebra, rounded
+   no more often than before; the value where the division was by a sigmoid
+   that underflowed to 0 (0/0, x/0 * 0) is the limit. NULL: nothing cancels. */
+static tn_var *tn__rw_cancel(tn_var *t, tn_var *s, int depth) {
+    if (depth <= 0 || t->type.dtype != s->type.dtype) return NULL;
+    tn_var *a, *b;
+    switch (t->op) {
+    case TN_OP_TRUE_DIV:
+        if (t->in[1]->op == TN_OP_SIGMOID && tn__rw_alike(t->in[1], s, 3)) return t->in[0];
+        return (a = tn__rw_cancel(t->in[0], s, depth - 1)) ? tn__rw_bin(TN_OP_TRUE_DIV, a, t->in[1]) : NULL;
+    case TN_OP_NEG:
+        return (a = tn__rw_cancel(t->in[0], s, depth - 1)) ? tn_neg(a) : NULL;
+    case TN_OP_MUL:
+        if ((a = tn__rw_cancel(t->in[0], s, depth - 1))) return tn__rw_bin(TN_OP_MUL, a, t->in[1]);
+        if ((b = tn__rw_cancel(t->in[1], s, depth - 1))) return tn__rw_bin(TN_OP_MUL, t->in[0], b);
+        return NULL;
+    case TN_OP_ADD: case TN_OP_SUB:
+        a = tn__rw_cancel(t->in[0], s, depth - 1);
+        b = tn__rw_cancel(t->in[1], s, depth - 1);
+        if (!a && !b) return NULL;
+        return tn__rw_bin(t->op, a ? a : tn__rw_bin(TN_OP_MUL, t->in[0], s), b ? b : tn__rw_bin(TN_OP_MUL, t->in[1], s));
+    default:
+        return NULL;
+    }
+}
+static tn_var *tn__b_mul_sigmoid_cancel(tn__rw *c, tn_var *v) {
+    (void)c;
+    if (!tn_dtype_is_float(v->type.dtype)) return NULL;
+    for (int k = 0; k < 2; k++) {
+        tn_var *r;
+        if (v->in[k]->op == TN_OP_SIGMOID && (r = tn__rw_cancel(v->in[1 - k], v->in[k], 6))) return r;
+    }
+    return NULL;
+}
+
 static const tn__rewrite tn__stab_rules[] = {
     { "local_log1p", { TN_OP_LOG }, 0, 0, 0, tn__b_log1p },
     { "local_log1p_exp", { TN_OP_LOG1P }, 0, 0, 0, tn__b_log1p_exp },
@@ -5516,6 +5795,10 @@ static const tn__rewrite tn__stab_rules[] = {
     { "local_log_1m_sigmoid", { TN_OP_LOG, TN_OP_LOG1P }, 0, 0, 0, tn__b_log_1m_sigmoid },
     { "local_log_softmax", { TN_OP_LOG }, 0, 0, 0, tn__b_log_softmax },
     { "local_logsumexp", { TN_OP_LOG }, 0, 0, 0, tn__b_logsumexp },
+    { "local_inv_1p_exp", { TN_OP_TRUE_DIV }, 1, 1.0, TN__RQ_FLOAT, tn__b_inv_1p_exp },
+    { "local_1m_sigmoid", { TN_OP_SUB }, 1, 1.0, TN__RQ_FLOAT, tn__b_1m_sigmoid },
+    { "local_exp_over_1p_exp", { TN_OP_TRUE_DIV, TN_OP_MUL }, 0, 0, TN__RQ_FLOAT, tn__b_exp_over_1p_exp },
+    { "local_sigmoid_cancel", { TN_OP_MUL }, 0, 0, TN__RQ_FLOAT, tn__b_mul_sigmoid_cancel },
     /* the neg rules again: they turn the softplus forms of the logistic
        cross-entropy into y*softplus(-z) + (1-y)*softplus(z) */
     { "local_neg_neg", { TN_OP_NEG }, 0, 0, 0, tn__b_neg_neg },
@@ -5761,11 +6044,15 @@ static int tn__fg_find(tn__fgrp *G, int g) {
     return g;
 }
 
-static bool tn__type_same(const tn_type *a, const tn_type *b) {
-    if (a->dtype != b->dtype || a->ndim != b->ndim) return false;
+/* The same shape and broadcast pattern; a group's members may differ in
+   dtype (each instruction and output of a program has its own): p > 0.5
+   joins the float chain computing p. */
+static bool tn__type_same_shape(const tn_type *a, const tn_type *b) {
+    if (a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++) if (a->bcast[d] != b->bcast[d] || a->shape[d] != b->shape[d]) return false;
     return true;
 }
+static bool tn__type_same(const tn_type *a, const tn_type *b) { return a->dtype == b->dtype && tn__type_same_shape(a, b); }
 
 static bool tn__rw_fusable(const tn_var *v) { return tn__rw_is_ew(v->op) && v->n_out == 1; }
 /* A member's instructions at most: its op, and per input an immediate or a cast. */
@@ -5823,7 +6110,7 @@ static void tn__fuse_group(tn__fctx *F) {
         for (int k = 0; k < v->n_in; k++) {
             int g = tn__fg_of(F, v->in[k]);
             /* a group runs on one device: members share node->device (placement) */
-            bool ok = g >= 0 && v->in[k]->device == v->device && tn__type_same(&F->G[g].key, &v->type);
+            bool ok = g >= 0 && v->in[k]->device == v->device && tn__type_same_shape(&F->G[g].key, &v->type);
             if (g >= 0 && !ok && tn__type_bcasts_into(&F->G[g].key, &v->type)) {
                 int edges = 0;      /* a smaller group read only by v is computed inside v's group */
                 for (int j = 0; j < v->n_in; j++) edges += tn__fg_of(F, v->in[j]) == g;

@@ -1,9 +1,20 @@
-/* logistic_regression.c - the seed exercise (Theano's tutorial): N = 400
-   points with 784 features and random 0/1 labels, a model
-   p_1 = 1 / (1 + exp(-x.w - b)), cross-entropy plus 0.01 |w|^2, trained by
-   gradient descent with updates of the shared w and b (train), then used to
-   predict. Prints how often the prediction agrees with the target, the
-   compiled training step, its profile, and which device ran the products.
+/* logistic_regression.c - the seed exercise (Theano's tutorial, "Using the
+   GPU" exercise), line for line: N = 400 points with 784 features,
+   D = (rng.randn(N, feats), rng.randint(size=N, low=0, high=2)), w =
+   rng.randn(feats), b = 0, all floatX, with the tutorial's formulas as
+   written:
+       p_1 = 1 / (1 + exp(-dot(x, w) - b))
+       prediction = p_1 > 0.5
+       xent = -y * log(p_1) - (1 - y) * log(1 - p_1)
+       cost = xent.mean() + 0.01 * (w ** 2).sum()
+       gw, gb = grad(cost, [w, b])
+       train = function([x, y], [prediction, xent], updates=[(w, w - 0.01 * gw), (b, b - 0.01 * gb)])
+       predict = function([x], prediction)
+   The optimizer makes the cost and its gradient stable (sigmoid and softplus
+   forms), so nothing turns inf or NaN where |dot(x, w)| is large. Prints
+   the initial and final model, targets and predictions, how often they
+   agree, the compiled step, its profile, and the tutorial's check: a Gemv or
+   Gemm in the step means the CPU, a GpuGemv or GpuGemm the GPU.
 
    Build: cc -std=c11 -O2 -I. examples/logistic_regression.c -o logistic_regression -lm -lpthread -ldl
    Run:   ./logistic_regression [steps]     (default 10000; TENSOR_FLAGS=device=cuda for the GPU)
@@ -22,79 +33,106 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* The tutorial's test over train.maker.fgraph.toposort(): 1 cpu, 2 gpu, 0 neither. */
+static int which_device(const tn_func *f) {
+    FILE *t = tmpfile();
+    char line[4096];
+    bool cpu = false, gpu = false;
+    if (!t || tn_print_toposort(f, t) != TN_OK) { if (t) fclose(t); return 0; }
+    rewind(t);
+    while (fgets(line, sizeof line, t)) {
+        cpu |= !strncmp(line, "Gemv", 4) || !strncmp(line, "CGemv", 5) || !strncmp(line, "Gemm", 4) || !strncmp(line, "CGemm", 5);
+        gpu |= !strncmp(line, "GpuGemv", 7) || !strncmp(line, "GpuGemm", 7);
+    }
+    fclose(t);
+    return cpu ? 1 : gpu ? 2 : 0;
+}
+
 #define TRY(x) do { if (!(x)) { fprintf(stderr, "logistic_regression: %s\n", tn_last_error()); return 1; } } while (0)
 
 int main(int argc, char **argv) {
-    int steps = argc > 1 ? atoi(argv[1]) : 10000;
+    int training_steps = argc > 1 ? atoi(argv[1]) : 10000;
     TRY(tn_init(NULL) == TN_OK);
+    tn_dtype floatX = tn_get_config()->floatX;
     const int64_t N = 400, feats = 784;
-    /* D = (rng.randn(N, feats), rng.randint(size=N, low=0, high=2)) */
-    tn_array *Dx = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ N, feats }, 0, 1, 1);
-    tn_array *u = tn_array_rand_uniform(TN_F32, 1, &N, 0, 1, 2);
-    tn_array *Dy = tn_array_empty(TN_F32, 1, &N);
-    TRY(Dx && u && Dy);
-    for (int64_t i = 0; i < N; i++) tn_array_set(Dy, &i, tn_array_get(u, &i) < 0.5 ? 0.0 : 1.0);
-    tn_array *w0 = tn_array_rand_normal(TN_F32, 1, &feats, 0, 1, 3), *b0 = tn_array_scalar(TN_F32, 0.0);
+    tn_random_state *rng = tn_random_state_new(0);   /* the tutorial's rng = numpy.random, seeded */
+    tn_array *Dx = tn_rs_randn(rng, floatX, 2, (int64_t[]){ N, feats });
+    tn_array *Dyi = tn_rs_randint(rng, TN_I64, 1, &N, 0, 2);
+    tn_array *Dy = Dyi ? tn_array_astype(Dyi, floatX) : NULL;
+    tn_array *w0 = tn_rs_randn(rng, floatX, 1, &feats), *b0 = tn_array_scalar(floatX, 0.0);
+    TRY(Dx && Dy && w0 && b0);
 
     tn_graph *g = tn_graph_new();
-    tn_var *x = tn_matrix(g, "x", TN_F32), *y = tn_vector(g, "y", TN_F32);
+    tn_var *x = tn_matrix(g, "x", floatX), *y = tn_vector(g, "y", floatX);
     tn_var *w = tn_shared(g, "w", w0), *b = tn_shared(g, "b", b0);
+    printf("Initial model:\n");
+    tn_array_print(w0, stdout);
+    tn_array_print(b0, stdout);
+
     tn_var *one = tn_lit(x, 1.0);
-    tn_var *z = tn_add(tn_dot(x, w), b);
-    tn_var *p1 = tn_sigmoid(z);                      /* the tutorial's 1 / (1 + exp(-x.w - b)) */
-    tn_var *prediction = tn_gt(p1, tn_lit(p1, 0.5));
-    /* -y log(p_1) - (1-y) log(1 - p_1), in the form Theano's stabilizer gives it
-       (-log(sigmoid(z)) = softplus(-z)): finite in float32 however large x.w gets */
-    tn_var *xent = tn_add(tn_mul(y, tn_softplus(tn_neg(z))), tn_mul(tn_sub(one, y), tn_softplus(z)));
-    tn_var *cost = tn_add(tn_mean(xent, NULL, 0, false), tn_mul(tn_lit(w, 0.01), tn_sum(tn_sqr(w), NULL, 0, false)));
-    tn_var *grads[2];
+    tn_var *p_1 = tn_div(one, tn_add(one, tn_exp(tn_sub(tn_neg(tn_dot(x, w)), b))));   /* probability that target = 1 */
+    tn_var *prediction = tn_gt(p_1, tn_lit(p_1, 0.5));                                  /* the prediction thresholded */
+    tn_var *xent = tn_sub(tn_mul(tn_neg(y), tn_log(p_1)), tn_mul(tn_sub(one, y), tn_log(tn_sub(one, p_1))));   /* cross-entropy */
+    tn_var *cost = tn_add(tn_mean(xent, NULL, 0, false), tn_mul(tn_lit(w, 0.01), tn_sum(tn_pow(w, tn_lit(w, 2)), NULL, 0, false)));
+    tn_var *grads[2];                                                                   /* gw, gb */
     TRY(tn_grad(cost, 2, (tn_var *[]){ w, b }, grads, NULL) == TN_OK);
-    tn_update ups[2] = { { w, tn_sub(w, tn_mul(tn_lit(w, 0.1), grads[0])) },
-                         { b, tn_sub(b, tn_mul(tn_lit(b, 0.1), grads[1])) } };
+    tn_update ups[2] = { { w, tn_sub(w, tn_mul(tn_lit(w, 0.01), grads[0])) },
+                         { b, tn_sub(b, tn_mul(tn_lit(b, 0.01), grads[1])) } };
     tn_func *train = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 2,
-                                                     .outputs = (tn_var *[]){ prediction, cost }, .borrow = true,
+                                                     .outputs = (tn_var *[]){ prediction, xent },
                                                      .n_updates = 2, .updates = ups, .name = "train" });
     tn_func *predict = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &prediction,
                                                        .name = "predict" });
     TRY(train && predict);
     if (argc > 2 && !strcmp(argv[2], "--dot")) {      /* ./logistic_regression 0 --dot > train.dot */
-        TRY(tn_call(train, (tn_array *[]){ Dx, Dy }, (tn_array *[2]){ NULL, NULL }) == TN_OK);   /* edges get real shapes */
+        tn_array *o[2] = { NULL, NULL };
+        TRY(tn_call(train, (tn_array *[]){ Dx, Dy }, o) == TN_OK);   /* edges get real shapes */
+        tn_array_free(o[0]); tn_array_free(o[1]);
         tn_write_dot(train, stdout);
         return 0;
     }
     TRY(tn_profile_enable(train, true) == TN_OK);
 
-    tn_array *out[2];
-    double t0 = now(), first_cost = 0, last_cost = 0;
-    int64_t i0 = 0;
-    for (int i = 0; i < steps; i++) {
-        TRY(tn_call(train, (tn_array *[]){ Dx, Dy }, out) == TN_OK);   /* borrowed: nothing to free */
-        last_cost = tn_array_get(out[1], &i0);
-        if (i == 0) first_cost = last_cost;
+    double t0 = now(), first_xent = 0, last_xent = 0;
+    for (int i = 0; i < training_steps; i++) {
+        tn_array *out[2];                             /* pred, err = train(D[0], D[1]) */
+        TRY(tn_call(train, (tn_array *[]){ Dx, Dy }, out) == TN_OK);
+        double m = 0;
+        for (int64_t k = 0; k < N; k++) m += tn_array_get(out[1], &k);
+        if (i == 0) first_xent = m / (double)N;
+        last_xent = m / (double)N;
+        tn_array_free(out[0]); tn_array_free(out[1]);
     }
     double t = now() - t0;
+    printf("Final model:\n");
+    tn_array *wf = tn_shared_get_value(w), *bf = tn_shared_get_value(b);
+    TRY(wf && bf);
+    tn_array_print(wf, stdout);
+    tn_array_print(bf, stdout);
     tn_array *pred = NULL;
     TRY(tn_call(predict, &Dx, &pred) == TN_OK);
+    printf("target values for D:\n");
+    tn_array_print(Dyi, stdout);
+    printf("prediction on D:\n");
+    tn_array_print(pred, stdout);
     int agree = 0;
     for (int64_t i = 0; i < N; i++) agree += tn_array_get(pred, &i) == tn_array_get(Dy, &i);
-
-    printf("%d training steps in %.3f s (%.1f us a step); cost %.4f -> %.4f\n", steps, t, 1e6 * t / (steps ? steps : 1), first_cost, last_cost);
-    printf("target values for D:  ");
-    for (int64_t i = 0; i < 20; i++) printf("%d", (int)tn_array_get(Dy, &i));
-    printf(" ...\nprediction on D:      ");
-    for (int64_t i = 0; i < 20; i++) printf("%d", (int)tn_array_get(pred, &i));
-    printf(" ...\nprediction agrees with the target on %d of %lld points\n\n", agree, (long long)N);
+    printf("\n%d training steps in %.3f s (%.1f us a step); mean xent %.4f -> %.4f\n", training_steps, t,
+           1e6 * t / (training_steps ? training_steps : 1), first_xent, last_xent);
+    printf("prediction agrees with the target on %d of %lld points\n\n", agree, (long long)N);
 
     printf("the training step, as compiled:\n");
     tn_debugprint_function(train, stdout);
     printf("\n");
     tn_profile_print(train, stdout);
-    printf("\nthe products (Gemv/Dot) ran on the %s: %d of the step's ops on a device\n",
-           tn_function_device_steps(train) > 0 ? "gpu" : "cpu", tn_function_device_steps(train));
+    int dev = which_device(train);
+    printf("\n%s\n", dev == 1 ? "Used the cpu" : dev == 2 ? "Used the gpu" : "ERROR, not able to tell if the cpu or the gpu was used");
+    if (!dev) tn_print_toposort(train, stdout);
 
-    tn_array_free(pred);
+    tn_array_free(pred); tn_array_free(wf); tn_array_free(bf);
     tn_function_free(train); tn_function_free(predict);
     tn_graph_free(g);
-    tn_array_free(Dx); tn_array_free(u); tn_array_free(Dy); tn_array_free(w0); tn_array_free(b0);
+    tn_array_free(Dx); tn_array_free(Dyi); tn_array_free(Dy); tn_array_free(w0); tn_array_free(b0);
+    tn_random_state_free(rng);
     return 0;
 }

@@ -6,7 +6,7 @@ set -u
 OUT=${1:-build/examples}
 mkdir -p "$OUT"
 pass=0; fail=0
-NAMES="tour check1 check2 borrow speed_test logistic_regression gpu_op rnn_scan"
+NAMES="tour check1 check2 borrow speed_test logistic_regression gpu_op rnn_scan scan_gemm"
 for name in $NAMES; do
     cc -std=c11 -O2 -I. "examples/$name.c" -o "$OUT/$name" -lm -lpthread -ldl 2> "$OUT/$name.build.log" &
 done
@@ -25,9 +25,10 @@ check tour -- "loss = "
 check check1 20 -- "Used the [cg]pu"
 check check2 20 -- "Used the [cg]pu"
 check borrow 20 -- "TN_ERR_STALE"
-check speed_test 5 -- "summary (us a call)"
+check speed_test 2 -- "summary (ms a call)"
 check logistic_regression 300 -- "agrees with the target on"
 check gpu_op -- "largest difference from plain C"
 check rnn_scan -- "^OK"
+check scan_gemm 2 -- "^OK"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

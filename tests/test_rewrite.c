@@ -157,6 +157,19 @@ static tn_var *b_logsm(tn_var *x) { return tn_log(tn_softmax(x, 1)); }
 static tn_var *b_logexp_sm(tn_var *x) { return tn_exp(tn_softmax(x, 1)); }
 static tn_var *b_lse(tn_var *x) { return tn_log(tn_sum(tn_exp(x), (int[]){ 1 }, 1, true)); }
 static tn_var *b_lse_no(tn_var *x) { return tn_log(tn_sum(tn_sqr(x), (int[]){ 1 }, 1, true)); }
+static tn_var *b_inv1pexp(tn_var *x) { return tn_div(tn_lit(x, 1), tn_add(tn_lit(x, 1), tn_exp(tn_neg(x)))); }
+static tn_var *b_inv2pexp(tn_var *x) { return tn_div(tn_lit(x, 1), tn_add(tn_lit(x, 2), tn_exp(tn_neg(x)))); }
+static tn_var *b_2inv1pexp(tn_var *x) { return tn_div(tn_lit(x, 2), tn_add(tn_lit(x, 1), tn_exp(x))); }
+static tn_var *b_1msig(tn_var *x) { return tn_exp(tn_sub(tn_lit(x, 1), tn_sigmoid(x))); }
+static tn_var *b_2msig(tn_var *x) { return tn_exp(tn_sub(tn_lit(x, 2), tn_sigmoid(x))); }
+static tn_var *b_expo1pexp(tn_var *x) { return tn_div(tn_exp(x), tn_add(tn_exp(x), tn_lit(x, 1))); }
+static tn_var *b_expo1pexp2(tn_var *x) { return tn_div(tn_exp(x), tn_add(tn_exp(tn_mul(x, tn_lit(x, 2))), tn_lit(x, 1))); }
+static tn_var *b_grad_form(tn_var *x) { tn_var *e = tn_exp(x); return tn_mul(tn_div(tn_cos(x), tn_add(tn_lit(x, 1), e)), e); }
+static tn_var *b_sig_cancel(tn_var *x) {
+    tn_var *s = tn_sigmoid(x);
+    return tn_mul(tn_mul(tn_sub(tn_div(tn_cos(x), s), tn_div(tn_sin(x), tn_sub(tn_lit(x, 1), s))), s), tn_sub(tn_lit(x, 1), s));
+}
+static tn_var *b_sig_nocancel(tn_var *x) { return tn_mul(tn_div(tn_cos(x), tn_sigmoid(x)), tn_sigmoid(tn_mul(x, tn_lit(x, 2)))); }
 
 TEST(test_canonicalize) {
     case1("local_mul_by_one", 1, b_mul1, NULL, -1, 1);
@@ -322,6 +335,16 @@ TEST(test_stabilize_rules) {
     case1("local_log_softmax", 0, b_logexp_sm, NULL, -5, 5);
     case1("local_logsumexp", 1, b_lse, NULL, -5, 5);
     case1("local_logsumexp", 0, b_lse_no, NULL, -5, 5);
+    case1("local_inv_1p_exp", 1, b_inv1pexp, "sigmoid", -5, 5);
+    case1("local_inv_1p_exp", 0, b_inv2pexp, "sigmoid", -5, 5);
+    case1("local_inv_1p_exp", 0, b_2inv1pexp, "sigmoid", -5, 5);
+    case1("local_1m_sigmoid", 1, b_1msig, "sigmoid((-", -5, 5);
+    case1("local_1m_sigmoid", 0, b_2msig, "sigmoid((-", -5, 5);
+    case1("local_exp_over_1p_exp", 1, b_expo1pexp, "sigmoid", -5, 5);
+    case1("local_exp_over_1p_exp", 1, b_grad_form, "sigmoid", -5, 5);
+    case1("local_exp_over_1p_exp", 0, b_expo1pexp2, "sigmoid", -5, 5);
+    case1("local_sigmoid_cancel", 1, b_sig_cancel, NULL, -5, 5);
+    case1("local_sigmoid_cancel", 0, b_sig_nocancel, NULL, -5, 5);
 }
 
 /* One vector input at extreme values; the optimized result against a float64 formula. */
@@ -412,6 +435,87 @@ TEST(test_logistic_cross_entropy) {
     }
     tn_array_free(out); tn_array_free(v[0]); tn_array_free(v[1]);
     tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* The tutorial's cost as written: p_1 = 1/(1+exp(-x.w-b)), xent = -y log(p_1)
+   - (1-y) log(1-p_1), and its gradient, finite and accurate where |x.w| = 800
+   (p_1 is exactly 0 or 1 in float32 and float64). Reference in long double:
+   softplus for the cost, sigmoid(z) - y for dxent/dz. */
+static long double ref_sigm(long double z) { return z >= 0 ? 1 / (1 + expl(-z)) : expl(z) / (1 + expl(z)); }
+static long double ref_softplus(long double z) { return z > 0 ? z + log1pl(expl(-z)) : log1pl(expl(z)); }
+static void logistic_literal(tn_dtype T, double rtol) {
+    enum { K = 10 };
+    double zs[K] = { 800, -800, 800, -800, 30, -30, 5, -2, 0.25, 88 }, ys[K] = { 0, 1, 1, 0, 0, 1, 0.25, 1, 0, 1 };
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", T), *y = tn_vector(g, "y", T);
+    tn_array *w0 = tn_array_full(T, 1, (int64_t[]){ 1 }, 1.0), *b0 = tn_array_scalar(T, 0.0);
+    tn_var *w = tn_shared(g, "w", w0), *b = tn_shared(g, "b", b0);
+    tn_var *one = tn_lit(w, 1.0);
+    tn_var *p1 = tn_div(one, tn_add(one, tn_exp(tn_sub(tn_neg(tn_dot(x, w)), b))));
+    tn_var *xent = tn_sub(tn_neg(tn_mul(y, tn_log(p1))), tn_mul(tn_sub(one, y), tn_log(tn_sub(one, p1))));
+    tn_var *cost = tn_sum(xent, NULL, 0, false), *gr[3];
+    CHECK(tn_grad(cost, 3, (tn_var *[]){ x, w, b }, gr, NULL) == TN_OK, "grad: %s", tn_last_error());
+    tn_var *outs[5] = { tn_gt(p1, tn_lit(p1, 0.5)), xent, gr[0], gr[1], gr[2] };
+    tn_var *in[2] = { x, y };
+    tn_func *f = compile(2, in, 5, outs, TN_MODE_FAST_RUN);
+    CHECK(N("local_inv_1p_exp") >= 1 && N("local_exp_over_1p_exp") >= 1 && N("local_sigmoid_cancel") >= 1,
+          "rules: inv_1p_exp %d, exp_over_1p_exp %d, sigmoid_cancel %d", N("local_inv_1p_exp"), N("local_exp_over_1p_exp"), N("local_sigmoid_cancel"));
+    CHECK(f && all_fused(f) && !dp_has(f, "log(") && !dp_has(f, "exp("), "elementwise ops left unfused, or log/exp left");
+    tn_array *xv = tn_array_astype(tn_array_from_data(TN_F64, 2, (int64_t[]){ K, 1 }, zs), T);
+    tn_array *yv = tn_array_astype(tn_array_from_data(TN_F64, 1, (int64_t[]){ K }, ys), T);
+    tn_array *o[5] = { 0 };
+    CHECK(f && tn_call(f, (tn_array *[]){ xv, yv }, o) == TN_OK, "call: %s", tn_last_error());
+    long double gw = 0, gb = 0;
+    for (int i = 0; o[4] && i < K; i++) {
+        long double z = zs[i], yy = ys[i], d = ref_sigm(z) - yy;
+        long double xe = yy * ref_softplus(-z) + (1 - yy) * ref_softplus(z);
+        gw += d * z; gb += d;
+        CHECK(at(o[0], i) == (zs[i] > 0), "%s: prediction at z=%g: %g", tn_dtype_name(T), zs[i], at(o[0], i));
+        CHECK(isfinite(at(o[1], i)) && th_close(at(o[1], i), (double)xe, rtol, rtol), "%s: xent at z=%g y=%g: %.17g, want %.17Lg",
+              tn_dtype_name(T), zs[i], ys[i], at(o[1], i), xe);
+        CHECK(isfinite(at(o[2], i)) && th_close(at(o[2], i), (double)d, rtol, rtol), "%s: dxent/dx at z=%g y=%g: %.17g, want %.17Lg",
+              tn_dtype_name(T), zs[i], ys[i], at(o[2], i), d);
+    }
+    if (o[4]) {
+        CHECK(th_close(at(o[3], 0), (double)gw, rtol, rtol), "%s: dcost/dw %.17g, want %.17Lg", tn_dtype_name(T), at(o[3], 0), gw);
+        CHECK(th_close(at(o[4], 0), (double)gb, rtol, rtol), "%s: dcost/db %.17g, want %.17Lg", tn_dtype_name(T), at(o[4], 0), gb);
+    }
+    for (int k = 0; k < 5; k++) tn_array_free(o[k]);
+    tn_array_free(xv); tn_array_free(yv); tn_array_free(w0); tn_array_free(b0);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+TEST(test_logistic_literal_extremes) {
+    logistic_literal(TN_F32, 2e-6);
+    logistic_literal(TN_F64, 1e-14);
+}
+
+/* p > 0.5 (bool) fuses with the float chain computing p: one kernel with
+   outputs of two dtypes, or with the bool one alone. */
+TEST(test_fusion_across_dtypes) {
+    tn_graph *g = tn_graph_new();
+    tn_var *z = tn_matrix(g, "z", TN_F64);
+    tn_var *p = tn_sigmoid(tn_add(tn_mul(z, tn_lit(z, 2)), tn_lit(z, 0.5)));
+    tn_var *pred = tn_gt(p, tn_lit(p, 0.5)), *outs[2] = { pred, tn_mul(p, z) };
+    tn_array *zv = rnd(2, S34, -2, 2, 11);
+    tn_func *f = compile(1, &z, 1, &pred, TN_MODE_FAST_RUN);
+    CHECK(f && N("fusion") == 1 && dp_count(f, "Composite") == 1 && all_fused(f), "bool output alone: fusion %d", N("fusion"));
+    CHECK(f && dp_has(f, "TensorType(bool"), "the fused node is not bool");
+    CHECK(agree(f, 1, &z, 1, &pred, &zv, 0), "numbers");
+    tn_function_free(f);
+    f = compile(1, &z, 2, outs, TN_MODE_FAST_RUN);
+    CHECK(f && N("fusion") == 1 && dp_count(f, "Elemwise{Composite") == 2 && dp_has(f, "}}.1 [") && all_fused(f),
+          "bool and float outputs: fusion %d", N("fusion"));
+    CHECK(agree(f, 1, &z, 2, outs, &zv, 0), "numbers");
+    tn_function_free(f);
+    /* a bool chain feeding floats again: where(p > 0.5, p, -p) * z */
+    tn_var *q = tn_mul(tn_where(pred, p, tn_neg(p)), z);
+    f = compile(1, &z, 1, &q, TN_MODE_FAST_RUN);
+    CHECK(f && N("fusion") == 1 && dp_count(f, "Composite") == 1 && all_fused(f), "where chain: fusion %d", N("fusion"));
+    CHECK(agree(f, 1, &z, 1, &q, &zv, 0), "numbers");
+    tn_function_free(f);
+    tn_array_free(zv);
     tn_graph_free(g);
 }
 
@@ -820,6 +924,8 @@ int main(void) {
     TH_RUN(test_stability_extremes);
     TH_RUN(test_log_sigmoid_f64_moderate);
     TH_RUN(test_logistic_cross_entropy);
+    TH_RUN(test_logistic_literal_extremes);
+    TH_RUN(test_fusion_across_dtypes);
     TH_RUN(test_gemm);
     TH_RUN(test_fusion);
     TH_RUN(test_fusion_input_limit);

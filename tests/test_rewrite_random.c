@@ -59,7 +59,8 @@ static const int ND[NIN] = { 2, 2, 2, 1, 0 };
 /* The rewrites that may change a value in the default mode, to a more accurate one. */
 static const char *const STABILISING[] = { "local_log1p", "local_log1p_exp", "local_expm1", "local_log_sigmoid",
                                            "local_log_1m_sigmoid", "local_log_softmax", "local_logsumexp",
-                                           "local_pow_two", "local_sum_alloc" };
+                                           "local_pow_two", "local_sum_alloc", "local_inv_1p_exp", "local_1m_sigmoid",
+                                           "local_exp_over_1p_exp", "local_sigmoid_cancel" };
 /* The rewrites that on float graphs run only with fast_math. */
 static const char *const FAST_ONLY[] = { "local_pow_half", "local_gemm_zero_scale", "local_sub_self", "local_chain_const",
                                          "local_chain_hoist" };
@@ -94,7 +95,7 @@ static tn_var *lit(tn_var *like) { return K(like, CONSTS[pick(edge ? 9 : 6)]); }
 
 static tn_var *grow(tn_var *W) {
     tn_var *a = any(), *b = any();
-    switch (pick(34)) {
+    switch (pick(36)) {
     case 0: return tn_add(a, b);
     case 1: return tn_sub(a, b);
     case 2: return tn_mul(a, b);
@@ -138,6 +139,13 @@ static tn_var *grow(tn_var *W) {
     /* constant chains: (a*2^100)*2^-100, (a+1)-1 */
     case 32: return tn_mul(tn_mul(a, lit(a)), pick(2) ? lit(a) : tn_mul(b, lit(a)));
     case 33: return tn_add(tn_sub(a, lit(a)), lit(a));
+    /* the logistic function written out, and the forms its gradient takes */
+    case 34: switch (pick(3)) { case 0: return tn_div(K(a, 1), tn_add(K(a, 1), tn_exp(a)));
+                                case 1: return tn_mul(tn_sub(K(a, 1), tn_sigmoid(a)), b);
+                                default: return tn_div(tn_exp(a), tn_add(tn_exp(a), K(a, 1))); }
+    case 35: { tn_var *s = tn_sigmoid(a), *e = tn_exp(a);
+               if (pick(2)) return tn_mul(tn_mul(tn_sub(tn_div(b, s), tn_div(a, tn_sub(K(a, 1), s))), s), tn_sub(K(a, 1), s));
+               return tn_mul(tn_div(b, tn_add(e, K(a, 1))), e); }
     default: if (tn_var_ndim(a) == 2) { int ax = 1; return tn_max(tn_mul(tn_exp(tn_tanh(a)), b), &ax, 1, true); } return tn_sin(a);
     }
 }
