@@ -7,6 +7,10 @@ LDLIBS   = -lm -lpthread -ldl
 HEADERS  = tensor.h tensor_ops.h $(wildcard tensor_cuda.h) $(wildcard tests/gpu/*.h) $(wildcard tests/*.h)
 CUDA_INC = $(or $(CUDA_PATH),/usr/local/cuda)/include
 BUILD   ?= build
+# Parallel by default: one job per core (make -jN still chooses).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
 
 TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 CXXTESTS = $(patsubst tests/%.cpp,$(BUILD)/%,$(wildcard tests/test_*.cpp))
@@ -15,7 +19,24 @@ EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 .PHONY: all test test-gpu test-examples sanitize tsan fuzz fuzz-libfuzzer examples bench run clean
 all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 
-$(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
+# Build once: the implementation is compiled once per build folder (its
+# CFLAGS: plain, sanitizers, ThreadSanitizer) into $(BUILD)/tensor_cpu.o
+# (tensor.h and tensor_ops.h) and $(BUILD)/tensor_impl.o (with tensor_cuda.h),
+# and every test that uses only the public API and the internals tensor.h
+# declares (its >>backend_api section) links tensor_cpu.o: the headers'
+# _DONE guards skip the test's own copy. SELF_TESTS compile the
+# implementation themselves: they hook its allocator (TN_MALLOC), read its
+# private functions and state, or test the CUDA back end. Every test still
+# builds alone with `cc -I. tests/test_x.c -lm -lpthread -ldl`.
+SELF_TESTS = test_alloc_fail test_ew test_function test_graph test_linalg test_threads test_profile \
+             test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
+             test_cuda_func test_cuda_place test_cuda_reduce
+IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
+$(BUILD)/tensor_cpu.o: $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor.h
+$(BUILD)/%: tests/%.c tests/harness.h $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
+$(addprefix $(BUILD)/,$(SELF_TESTS)): $(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
@@ -29,7 +50,7 @@ $(BUILD)/%: tests/%.cpp $(BUILD)/cxx_impl.o $(HEADERS) | $(BUILD)
 $(BUILD)/tensor_impl.o: $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor_cuda.h
 $(BUILD)/%: examples/%.c $(BUILD)/tensor_impl.o $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE -o $@ $< $(BUILD)/tensor_impl.o $(LDLIBS)
+	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_impl.o $(LDLIBS)
 $(BUILD):
 	mkdir -p $(BUILD)
 

@@ -4,10 +4,23 @@
 # "N skipped (...)" naming what: a binary that printed "SKIP (reason)" and
 # exited 0 without counts (no GPU, no NVRTC), and tests a binary reported
 # with "N skipped" beside its counts. A skip never counts as a pass.
+# The binaries run in parallel (TN_TEST_JOBS at a time, default one per core);
+# each one's report is printed in the order given.
+jobs=${TN_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+i=0
+for t in "$@"; do
+    while [ "$(jobs -pr | wc -l)" -ge "$jobs" ]; do wait -n 2>/dev/null || true; done
+    ( "$t" > "$tmp/$i.out" 2>&1; echo $? > "$tmp/$i.rc" ) &
+    i=$((i + 1))
+done
+wait
 total_p=0; total_f=0; total_s=0; skipped=(); status=0
+i=0
 for t in "$@"; do
     name=$(basename "$t")
-    out=$("$t" 2>&1); rc=$?
+    out=$(cat "$tmp/$i.out"); rc=$(cat "$tmp/$i.rc" 2>/dev/null || echo 1)
+    i=$((i + 1))
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     skip=$(printf '%s\n' "$out" | grep -E '^SKIP \(' | head -n 1)
     if [ -z "$line" ] && [ -n "$skip" ] && [ "$rc" -eq 0 ]; then

@@ -22,7 +22,10 @@
 #define _POSIX_C_SOURCE 200809L     /* clock_gettime */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
+#include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Known bugs being fixed elsewhere: 0 keeps the generator away from them (or

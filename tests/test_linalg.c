@@ -6,6 +6,7 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "harness.h"
+#include <pthread.h>
 
 static uint64_t g_seed = 1234;
 static int g_checks;              /* individual comparisons made */
