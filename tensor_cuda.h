@@ -136,6 +136,8 @@ enum {
     TN__CUDA_ERROR_NO_DEVICE = 100,
     TN__CUDA_ERROR_INVALID_IMAGE = 200,
     TN__CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+    TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    TN__CU_MEMHOSTALLOC_PORTABLE = 1,
     TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
     TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
@@ -193,7 +195,12 @@ enum {
     X(cuGraphInstantiateWithFlags, tn__CUresult, (tn__CUgraphExec *exec, tn__CUgraph graph, unsigned long long flags), 1) \
     X(cuGraphLaunch, tn__CUresult, (tn__CUgraphExec exec, tn__CUstream stream), 1) \
     X(cuGraphExecDestroy, tn__CUresult, (tn__CUgraphExec exec), 1) \
-    X(cuGraphDestroy, tn__CUresult, (tn__CUgraph graph), 1)
+    X(cuGraphDestroy, tn__CUresult, (tn__CUgraph graph), 1) \
+    X(cuDeviceCanAccessPeer, tn__CUresult, (int *can, tn__CUdevice dev, tn__CUdevice peer), 0) \
+    X(cuCtxEnablePeerAccess, tn__CUresult, (tn__CUcontext peer, unsigned int flags), 0) \
+    X(cuMemcpyPeerAsync, tn__CUresult, (tn__CUdeviceptr dst, tn__CUcontext dst_ctx, tn__CUdeviceptr src, \
+        tn__CUcontext src_ctx, size_t bytes, tn__CUstream stream), 0) \
+    X(cuMemHostAlloc, tn__CUresult, (void **pp, size_t bytes, unsigned int flags), 0)
 
 typedef unsigned int tn__nvrtcResult;
 typedef struct _nvrtcProgram *tn__nvrtcProgram;
@@ -3339,7 +3346,11 @@ typedef struct tn__cuda_h2d_state {
     tn__CUevent ev;
     bool ev_live;
     int dev;                    /* the node's device: pin and ev belong to its context */
+    int src_dev;                /* GpuToGpu (>>cuda_peer): the input's device, ev_src's context (-1: none yet) */
+    tn__CUevent ev_src;
 } tn__cuda_h2d_state;
+
+static tn_result tn__cuda_peer_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who);   /* >>cuda_peer */
 
 /* A pinned buffer of at least n bytes in *pin (grown by doubling). */
 static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *who) {
@@ -3349,7 +3360,10 @@ static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *
     if (*pin) tn__cuda.cu.cuMemFreeHost(*pin);
     *pin = NULL;
     *cap = 0;
-    TN__CU_CHECK(tn__cuda.cu.cuMemAllocHost_v2(pin, want), who);
+    if (tn__cuda.cu.cuMemHostAlloc)   /* portable: pinned for every context (a stage between two GPUs) */
+        TN__CU_CHECK(tn__cuda.cu.cuMemHostAlloc(pin, want, TN__CU_MEMHOSTALLOC_PORTABLE), who);
+    else
+        TN__CU_CHECK(tn__cuda.cu.cuMemAllocHost_v2(pin, want), who);
     *cap = want;
     return TN_OK;
 }
@@ -3359,8 +3373,10 @@ static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn
     tn_result r = tn__cuda_enter(out->device, &D, who);
     if (r != TN_OK) return r;
     if (out->device != st->dev) return tn__err(TN_ERR_DEVICE, "%s: prepared for cuda%d, run on cuda%d", who, st->dev, out->device);
-    if (in->device == D->ordinal) return tn__cuda_copy_into(out, in, who);
-    if (in->device != TN_HOST) return tn__err(TN_ERR_DEVICE, "%s: input lives on device %d, not cuda%d", who, in->device, D->ordinal);
+    if (in->device != TN_HOST) {   /* GpuToGpu, or a device array passed for a host input */
+        if (in->device == D->ordinal && st->src_dev == -2) return tn__cuda_copy_into(out, in, who);
+        return tn__cuda_peer_run(st, in, out, who);
+    }
     size_t n = tn_array_nbytes(out);
     if (n == 0) return TN_OK;
     if (st->ev_live) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(st->ev), who);   /* the last copy out of pin is done */
@@ -3415,6 +3431,110 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
                     who, tn__cu_errstr(cr, eb, sizeof eb));
     }
     return r;
+}
+
+/* >>cuda_peer: device-to-device transfers (GpuToGpu) -------------------------- */
+/* A GpuFromHost whose input lives on a device (placement's GpuToGpu between
+   contexts) copies on the destination's stream of this thread, ordered after
+   the source's work so far (an event of the source's context, waited for
+   there), and the source's stream then waits for the copy, so the source
+   buffer is reused only after it was read. A peer copy (cuMemcpyPeerAsync)
+   where the two devices can reach each other (cuDeviceCanAccessPeer, then
+   cuCtxEnablePeerAccess both ways, once per pair), else staged through the
+   node's portable pinned buffer (device to host on the source's stream,
+   host to device on the destination's). One device (two contexts on it):
+   a peer copy within the context. A view is first packed on its device. */
+
+static int tn__cuda_peer_force_staged;   /* tests: 1 stages every copy through host memory */
+static signed char tn__cuda_peer_tab[TN__CUDA_MAX_DEVICES][TN__CUDA_MAX_DEVICES];   /* 0 unknown, 1 peer, -1 staged (tn__cuda.mu) */
+
+/* Whether D can read S's memory directly (enabling it the first time). */
+static bool tn__cuda_peer_access(tn__cuda_dev *S, tn__cuda_dev *D) {
+    if (S == D) return true;
+    const tn__cu_api *cu = &tn__cuda.cu;
+    if (!cu->cuDeviceCanAccessPeer || !cu->cuCtxEnablePeerAccess || !cu->cuMemcpyPeerAsync) return false;
+    pthread_mutex_lock(&tn__cuda.mu);
+    signed char *t = &tn__cuda_peer_tab[D->ordinal][S->ordinal];
+    if (*t == 0) {
+        int a = 0, b = 0;
+        bool ok = cu->cuDeviceCanAccessPeer(&a, D->dev, S->dev) == TN__CUDA_SUCCESS &&
+                  cu->cuDeviceCanAccessPeer(&b, S->dev, D->dev) == TN__CUDA_SUCCESS && a && b;
+        tn__CUresult r;
+        if (ok && tn__cuda_bind(D) == TN_OK) {
+            r = cu->cuCtxEnablePeerAccess(S->ctx, 0);
+            ok = r == TN__CUDA_SUCCESS || r == TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+        } else ok = false;
+        if (ok && tn__cuda_bind(S) == TN_OK) {
+            r = cu->cuCtxEnablePeerAccess(D->ctx, 0);
+            ok = r == TN__CUDA_SUCCESS || r == TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+        } else ok = false;
+        tn_clear_error();
+        *t = tn__cuda_peer_tab[S->ordinal][D->ordinal] = ok ? 1 : -1;
+    }
+    bool ok = *t > 0;
+    pthread_mutex_unlock(&tn__cuda.mu);
+    return ok;
+}
+
+static tn_result tn__cuda_peer_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who) {
+    tn__cuda_dev *S, *D;
+    tn_result r = tn__cuda_enter(in->device, &S, who);
+    if (r != TN_OK) return r;
+    if ((r = tn__cuda_enter(out->device, &D, who)) != TN_OK) return r;
+    size_t n = tn_array_nbytes(out);
+    if (n == 0) return TN_OK;
+    if (st->src_dev != S->ordinal) {   /* the source's event belongs to its context */
+        tn__cuda_dev *old = st->src_dev >= 0 ? tn__cuda_dev_get(st->src_dev) : NULL;
+        if (old && st->ev_src && tn__cuda_bind(old) == TN_OK) tn__cuda.cu.cuEventDestroy_v2(st->ev_src);
+        st->ev_src = NULL;
+        st->src_dev = S->ordinal;
+        if ((r = tn__cuda_bind(S)) != TN_OK) return r;
+        TN__CU_CHECK(tn__cuda.cu.cuEventCreate(&st->ev_src, TN__CU_EVENT_DISABLE_TIMING), who);
+    }
+    bool peer = !tn__cuda_peer_force_staged && tn__cuda_peer_access(S, D);
+    tn_array *tmp = NULL;
+    const tn_array *src = in;
+    if ((r = tn__cuda_bind(S)) != TN_OK) return r;
+    if (!tn_array_is_contiguous(in) || tn_array_size(in) != tn_array_size(out)) {
+        if (!(tmp = tn__cuda_contiguous(in, who))) return tn_last_result();   /* on S's stream */
+        src = tmp;
+    }
+    tn__CUstream ss = tn__cuda_stream(S), ds = tn__cuda_stream(D);
+    tn__CUdeviceptr sp = (tn__CUdeviceptr)(uintptr_t)src->data, dp = (tn__CUdeviceptr)(uintptr_t)out->data;
+    tn__CUresult cr = TN__CUDA_SUCCESS;
+    const char *step = "";
+#define TN__PEER_STEP(call, what) do { if (cr == TN__CUDA_SUCCESS) { step = what; cr = (call); } } while (0)
+    if (peer) {
+        if (ss != ds) {   /* ds after S's work so far */
+            TN__PEER_STEP(tn__cuda.cu.cuEventRecord(st->ev_src, ss), "cuEventRecord on the source stream");
+            TN__PEER_STEP(tn__cuda.cu.cuStreamWaitEvent(ds, st->ev_src, 0), "cuStreamWaitEvent on the destination stream");
+        }
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_bind(D)) != TN_OK) { tn_array_free(tmp); return r; }
+        TN__PEER_STEP(tn__cuda.cu.cuMemcpyPeerAsync(dp, D->ctx, sp, S->ctx, n, ds), "cuMemcpyPeerAsync");
+    } else {
+        if (st->ev_live) TN__PEER_STEP(tn__cuda.cu.cuEventSynchronize(st->ev), "cuEventSynchronize (the stage's last copy)");
+        st->ev_live = false;
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_pinned(&st->pin, &st->cap, n, who)) != TN_OK) { tn_array_free(tmp); return r; }
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_bind(S)) != TN_OK) { tn_array_free(tmp); return r; }
+        TN__PEER_STEP(tn__cuda.cu.cuMemcpyDtoHAsync_v2(st->pin, sp, n, ss), "cuMemcpyDtoHAsync into the stage");
+        TN__PEER_STEP(tn__cuda.cu.cuEventRecord(st->ev_src, ss), "cuEventRecord on the source stream");
+        TN__PEER_STEP(tn__cuda.cu.cuStreamWaitEvent(ds, st->ev_src, 0), "cuStreamWaitEvent on the destination stream");
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_bind(D)) != TN_OK) { tn_array_free(tmp); return r; }
+        TN__PEER_STEP(tn__cuda.cu.cuMemcpyHtoDAsync_v2(dp, st->pin, n, ds), "cuMemcpyHtoDAsync from the stage");
+    }
+    /* the source's stream after the copy: its buffer (or tmp) is reused only then */
+    TN__PEER_STEP(tn__cuda.cu.cuEventRecord(st->ev, ds), "cuEventRecord after the copy");
+    if (cr == TN__CUDA_SUCCESS) st->ev_live = true;
+    if (ss != ds) TN__PEER_STEP(tn__cuda.cu.cuStreamWaitEvent(ss, st->ev, 0), "cuStreamWaitEvent on the source stream");
+#undef TN__PEER_STEP
+    tn_array_free(tmp);
+    if (cr != TN__CUDA_SUCCESS) {
+        char eb[160];
+        return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "%s: %s failed copying %zu bytes from cuda%d to cuda%d (%s:%d): %s",
+                       who, step, n, S->ordinal, D->ordinal, __FILE__, __LINE__, tn__cu_errstr(cr, eb, sizeof eb));
+    }
+    if ((r = tn__cuda_bind(D)) != TN_OK) return r;
+    return tn__cuda_sync_if_blocking(D, who);
 }
 
 /* >>cuda_replay: CUDA graph capture and replay (tn_backend.replay_*) ------------ */
@@ -3813,6 +3933,7 @@ static tn_result tn__cuda_h2d_prepare(const tn_var *node, void **state) {
     tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
     st->dev = node->device;
+    st->src_dev = node->in[0]->device != TN_HOST ? -1 : -2;
     tn__CUresult cr = tn__cuda.cu.cuEventCreate(&st->ev, TN__CU_EVENT_DISABLE_TIMING);
     if (cr != TN__CUDA_SUCCESS) {
         char eb[160];
@@ -3832,6 +3953,8 @@ static tn_result tn__cuda_h2d_node_run(const tn_var *node, void *state, tn_array
 static void tn__cuda_h2d_release(void *state) {
     tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
     if (!st) return;
+    tn__cuda_dev *S = st->src_dev >= 0 ? __atomic_load_n(&tn__cuda.dev[st->src_dev], __ATOMIC_ACQUIRE) : NULL;
+    if (S && st->ev_src && tn__cuda_bind(S) == TN_OK) tn__cuda.cu.cuEventDestroy_v2(st->ev_src);
     tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[st->dev], __ATOMIC_ACQUIRE);
     if (D && tn__cuda_bind(D) == TN_OK) {
         if (st->ev_live) tn__cuda.cu.cuEventSynchronize(st->ev);
@@ -4010,28 +4133,49 @@ static tn_result tn__cuda_prof_collect(void *ps, double *t, bool all) {
       target no host op of the function reads moves to the device when its
       value is computed there (tn__place_update_targets), so the swap needs
       no copy.
-   Transfers are made once per producer and shared by all its readers. */
+   Transfers are made once per producer (and device) and shared by its readers.
+   Devices: a node of a context (>>api_contexts) goes to its context's device
+   (a cpu context: the host), any other to the function's (tn_func_desc.context,
+   else the device flag's); data crossing between two devices gets a GpuToGpu
+   (GpuFromHost on a device input: >>cuda_peer). A user's transfer between two
+   distinct contexts is kept even when both map to one device (a copy). */
 
 typedef struct tn__place {
     tn_graph *fg;
     int n0;                  /* nodes before the pass: the per-node arrays' size */
     tn_var **alias;          /* a cancelled transfer: what its readers read instead */
     tn_var **to_dev, **to_host;
-    int dev;
+    int dev;                 /* the function's device (TN_HOST for a cpu context) */
 } tn__place;
+
+/* Where v's context puts it: its own context's device, else the function's. */
+static int tn__place_ctx_dev(const tn__place *P, const tn_var *v) {
+    return v->ctx > 0 ? tn_context_device(v->ctx - 1) : P->dev;
+}
+
+/* A context naming a device this machine lacks: an error naming both. */
+static tn_result tn__place_check_ctx(int c, int dev) {
+    if (dev == TN_HOST || dev < tn__cuda.device_count) return TN_OK;
+    char wb[64];
+    return tn__err(TN_ERR_DEVICE, "tn_function: context %s asks for cuda%d, but there %s only %d CUDA device%s", tn__ctx_where(c, wb), dev,
+                   tn__cuda.device_count == 1 ? "is" : "are", tn__cuda.device_count, tn__cuda.device_count == 1 ? "" : "s");
+}
 
 static tn_var *tn__place_resolve(tn__place *P, tn_var *x) {
     while (x->id < P->n0 && P->alias[x->id]) x = P->alias[x->id];
     return x;
 }
 
-static tn_var *tn__place_xfer(tn__place *P, tn_var *x, bool to_device) {
+/* x's data on device `to` (TN_HOST: the host) for a reader of context ctx. */
+static tn_var *tn__place_xfer(tn__place *P, tn_var *x, int to, int ctx) {
+    bool to_device = to != TN_HOST;
     tn_var **cache = to_device ? P->to_dev : P->to_host;
-    if (x->id < P->n0 && cache[x->id]) return cache[x->id];
+    tn_var *c = x->id < P->n0 ? cache[x->id] : NULL;
+    if (c && c->device == to) return c;
     tn_var *y;
     if (to_device && x->op == TN_OP_CONSTANT && x->value) {
         /* a device copy of the constant, made now: no transfer per call */
-        tn_array *a = tn__array_alloc(x->value->dtype, x->value->ndim, x->value->shape, P->dev);
+        tn_array *a = tn__array_alloc(x->value->dtype, x->value->ndim, x->value->shape, to);
         if (!a) return NULL;
         if (tn_array_assign(a, x->value) != TN_OK || !tn__graph_own(P->fg, a)) { tn_array_free(a); return NULL; }
         if (!(y = tn__var_new(P->fg, TN_OP_CONSTANT, "tn_function: placement"))) return NULL;
@@ -4042,8 +4186,9 @@ static tn_var *tn__place_xfer(tn__place *P, tn_var *x, bool to_device) {
         y = tn__node(P->fg, to_device ? TN_OP_GPU_FROM_HOST : TN_OP_HOST_FROM_GPU, 1, &x, NULL, NULL, "tn_function: placement");
         if (!y) return NULL;
     }
-    y->device = to_device ? P->dev : TN_HOST;
-    if (x->id < P->n0) cache[x->id] = y;
+    y->device = to;
+    y->ctx = to_device ? ctx : 0;
+    if (x->id < P->n0 && !c) cache[x->id] = y;
     return y;
 }
 
@@ -4082,8 +4227,9 @@ static bool tn__place_wants_device(const tn_var *v) {
 /* An update whose new value is computed on the device moves its target there
    too, unless a host op of this function reads the target: the executor then
    swaps device buffers each call instead of copying the value back to the
-   host. The targets come from tn_function (tn_place_args.update_targets). */
-static tn_result tn__place_update_targets(tn__place *P, tn_var **order, int n, tn_var **roots, int n_out, int n_roots,
+   host. The targets come from tn_function (tn_place_args.update_targets);
+   the target goes to the device of its value. */
+static tn_result tn__place_update_targets(tn_var **order, int n, tn_var **roots, int n_out, int n_roots,
                                           tn_var *const *targets, const bool *host_reader) {
     if (!targets) return TN_OK;
     for (int u = 0; u < n_roots - n_out; u++) {
@@ -4096,9 +4242,9 @@ static tn_result tn__place_update_targets(tn__place *P, tn_var **order, int n, t
         for (int i = 0; i < n && !clone; i++)
             if (order[i]->op == TN_OP_SHARED && order[i]->ext == (void *)user) clone = order[i];
         if (clone && host_reader[clone->id]) continue;
-        tn_result r = tn__place_move_shared(user, P->dev);
+        tn_result r = tn__place_move_shared(user, val->device);
         if (r != TN_OK) return r;
-        if (clone) clone->device = P->dev;
+        if (clone) clone->device = val->device;
     }
     return TN_OK;
 }
@@ -4110,7 +4256,8 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
     memset(&P, 0, sizeof P);
     P.fg = fg;
     P.n0 = tn__graph_nvars(fg);
-    P.dev = tn__cuda.ordinal;
+    P.dev = pa && pa->context > 0 ? tn_context_device(pa->context - 1) : tn__cuda.ordinal;
+    if (pa && pa->context > 0 && tn__place_check_ctx(pa->context, P.dev) != TN_OK) return tn_last_result();
     int n_out = pa && pa->n_outputs >= 0 && pa->n_outputs <= n_roots ? pa->n_outputs : n_roots;
     tn_var **order = NULL;
     int n = 0;
@@ -4121,20 +4268,28 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
     P.to_host = (tn_var **)tn__calloc((size_t)P.n0 + 1, sizeof *P.to_host);
     bool *host_reader = (bool *)tn__calloc((size_t)P.n0 + 1, sizeof *host_reader);
     bool *explicit_dev = (bool *)tn__calloc((size_t)n_roots + 1, sizeof *explicit_dev);
-    if (!P.alias || !P.to_dev || !P.to_host || !host_reader || !explicit_dev) { r = tn__err(TN_ERR_OOM, "tn_function: placement: out of memory"); goto done; }
+    int *rdev = (int *)tn__malloc(((size_t)P.n0 + 1) * sizeof *rdev);   /* a leaf's device readers' device; -2 none, -3 several */
+    if (!P.alias || !P.to_dev || !P.to_host || !host_reader || !explicit_dev || !rdev) { r = tn__err(TN_ERR_OOM, "tn_function: placement: out of memory"); goto done; }
+    for (int i = 0; i < P.n0; i++) rdev[i] = -2;
 
     /* 1. devices: ops, then shared variables from their readers, then views */
     for (int i = 0; i < n; i++) {
         tn_var *v = order[i];
         tn_op_kind k = tn__op_kind(v->op);
+        int cd = tn__place_ctx_dev(&P, v);
+        if (v->ctx > 0 && (r = tn__place_check_ctx(v->ctx, cd)) != TN_OK) goto done;
         if (k == TN_OPK_LEAF) {   /* a shared variable lives where its value is (the user's leaf holds it) */
-            v->device = tn__place_leaf_device(v, P.dev);
+            v->device = tn__place_leaf_device(v, cd);
             continue;
         }
         if (v->op == TN_OP_PROJ) continue;
-        bool want = tn__place_wants_device(v);
-        v->device = want && k != TN_OPK_VIEW ? P.dev : TN_HOST;
-        for (int j = 0; j < v->n_in; j++) if (!want) host_reader[v->in[j]->id] = true;
+        bool want = tn__place_wants_device(v) && cd != TN_HOST;
+        v->device = want && k != TN_OPK_VIEW ? cd : TN_HOST;
+        for (int j = 0; j < v->n_in; j++) {
+            int *rd = &rdev[v->in[j]->id];
+            if (!want) host_reader[v->in[j]->id] = true;
+            else if (k != TN_OPK_VIEW) *rd = *rd == -2 || *rd == cd ? cd : -3;
+        }
     }
     for (int i = 0; i < n_out; i++) {
         host_reader[roots[i]->id] = true;
@@ -4144,9 +4299,10 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
         tn_var *v = order[i];
         if (v->op != TN_OP_SHARED || v->device != TN_HOST || host_reader[v->id] || !v->ext) continue;
         tn_var *user = (tn_var *)v->ext;
-        if ((r = tn__place_move_shared(user, P.dev)) == TN_OK) v->device = P.dev;
+        int to = v->ctx > 0 ? tn__place_ctx_dev(&P, v) : rdev[v->id] >= 0 ? rdev[v->id] : P.dev;
+        if (to != TN_HOST && (r = tn__place_move_shared(user, to)) == TN_OK) v->device = to;
     }
-    if (r == TN_OK) r = tn__place_update_targets(&P, order, n, roots, n_out, n_roots, pa ? pa->update_targets : NULL, host_reader);
+    if (r == TN_OK) r = tn__place_update_targets(order, n, roots, n_out, n_roots, pa ? pa->update_targets : NULL, host_reader);
     if (r != TN_OK) goto done;
 
     /* 2. transfers where data crosses; the user's transfers cancel where they meet */
@@ -4157,26 +4313,28 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
         if (v->op == TN_OP_PROJ) { v->device = v->in[0]->device; continue; }
         if (k == TN_OPK_TRANSFER) {
             tn_var *x = tn__place_resolve(&P, v->in[0]);
-            bool to_dev = v->op == TN_OP_GPU_FROM_HOST;
-            if ((x->device != TN_HOST) == to_dev) {
+            int to = v->op == TN_OP_GPU_FROM_HOST ? tn__place_ctx_dev(&P, v) : TN_HOST;
+            bool between = v->op == TN_OP_GPU_FROM_HOST && v->p.i[0] > 0 && x->ctx != v->ctx && to != TN_HOST;
+            if (x->device == to && !between) {
                 P.alias[v->id] = x;           /* already where it is asked to go */
                 continue;
             }
+            if (to == TN_HOST) v->op = TN_OP_HOST_FROM_GPU;   /* a move to a cpu context */
             v->in[0] = x;
-            v->device = to_dev ? P.dev : TN_HOST;
-            tn_var **cache = to_dev ? P.to_dev : P.to_host;
-            if (x->id < P.n0 && !cache[x->id]) cache[x->id] = v;   /* other readers share it */
+            v->device = to;
+            tn_var **cache = to != TN_HOST ? P.to_dev : P.to_host;
+            if (x->id < P.n0 && !cache[x->id] && !between) cache[x->id] = v;   /* other readers share it */
             continue;
         }
         if (k == TN_OPK_VIEW) {   /* with its input; a host input read only by the GPU crosses first,
                                      so cuBLAS reads a transposed view in place (CUBLAS_OP_T) */
             tn_var *x = tn__place_resolve(&P, v->in[0]);
-            v->device = x->device != TN_HOST || !host_reader[v->id] ? P.dev : TN_HOST;
+            int cd = tn__place_ctx_dev(&P, v);
+            v->device = x->device != TN_HOST ? x->device : !host_reader[v->id] ? cd : TN_HOST;
         }
         for (int j = 0; j < v->n_in; j++) {
             tn_var *x = tn__place_resolve(&P, v->in[j]);
-            bool on_dev = v->device != TN_HOST;
-            if ((x->device != TN_HOST) != on_dev && !(x = tn__place_xfer(&P, x, on_dev))) {
+            if (x->device != v->device && !(x = tn__place_xfer(&P, x, v->device, v->ctx))) {
                 r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_function: placement: %s", tn_last_error());
                 goto done;
             }
@@ -4186,7 +4344,7 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
     /* 3. outputs come back to the host unless the user asked for a device array */
     for (int i = 0; i < n_roots; i++) {
         tn_var *x = tn__place_resolve(&P, roots[i]);
-        if (i < n_out && x->device != TN_HOST && !explicit_dev[i] && !(x = tn__place_xfer(&P, x, false))) {
+        if (i < n_out && x->device != TN_HOST && !explicit_dev[i] && !(x = tn__place_xfer(&P, x, TN_HOST, 0))) {
             r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_function: placement: %s", tn_last_error());
             goto done;
         }
@@ -4218,6 +4376,7 @@ done:
     tn__free(P.to_host);
     tn__free(host_reader);
     tn__free(explicit_dev);
+    tn__free(rdev);
     return r;
 }
 
