@@ -4710,7 +4710,7 @@ static tn_result tn__nccl_allreduce(tn__nccl_comm *c, int nb, tn_array *const *s
     for (int k = 0; k < c->n && first == TN__NCCL_SUCCESS; k++)
         for (int b = 0; b < nb && first == TN__NCCL_SUCCESS; b++) {
             const tn_array *s = send[k * nb + b];
-            tn__ncclDataType_t dt;
+            tn__ncclDataType_t dt = TN__NCCL_FLOAT32;
             tn__nccl_dtype(s->dtype, &dt);
             if (tn_array_size(s) > 0)
                 first = tn__nccl.api.ncclAllReduce(s->data, recv[k * nb + b]->data, (size_t)tn_array_size(s), dt, TN__NCCL_SUM,
