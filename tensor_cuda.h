@@ -62,11 +62,14 @@
    State is per device (the >>cuda_state section): each opened ordinal has its
    own context, streams, memory pools, modules and cuBLAS handles (one per
    stream), so functions called from different threads overlap on the GPU,
-   products included. Placement uses the configured device (device=cudaN).
+   products included. Placement uses the configured device (device=cudaN),
+   or a node's context (>>api_contexts in tensor.h): one function may span
+   several GPUs, with GpuToGpu copies between them (>>cuda_peer).
+   tn_function_replicate runs a training step data-parallel over several
+   GPUs with NCCL (>>cuda_api_dp, >>cuda_replicate).
 
-   What it does not do: multiple GPUs in one function, placement on a device
-   other than the configured one, peer copies, MIG selection, Windows (no
-   LoadLibrary path yet).
+   What it does not do: several processes or nodes, MIG selection, Windows
+   (no LoadLibrary path yet).
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H
