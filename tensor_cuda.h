@@ -4554,6 +4554,7 @@ static void tn__cuda_shutdown(void) {
    next driver call binds its own again. NVLink SHARP (NVLS) is off unless
    NCCL_NVLS_ENABLE is set: it reserves much memory and needs multicast. */
 #include <glob.h>
+int setenv(const char *name, const char *value, int overwrite);   /* POSIX; <stdlib.h> hides it under -std=c11 */
 
 static struct {
     pthread_mutex_t mu;
