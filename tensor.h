@@ -155,12 +155,37 @@ typedef struct tn_config {
     tn_warn_raise assert_no_cpu_op;   /* assert_no_cpu_op=warn|raise */
     int threads;                /* threads=N (0: one per core) */
     const char *cache_dir;      /* cache_dir=PATH */
+    const char *contexts;       /* contexts=dev0->cuda0;dev1->cuda1 (the >>api_contexts section) */
 } tn_config;
 
 TN_API tn_result tn_init(const tn_config *cfg);   /* NULL: defaults + TENSOR_FLAGS */
 TN_API const tn_config *tn_get_config(void);
 TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg); /* for tests and tools */
 TN_API void tn_shutdown(void);                    /* frees global pools; optional */
+
+/* >>api_contexts --------------------------------------------------------- */
+/* Contexts, as Theano's contexts=dev0->cuda0;dev1->cuda1: named places for
+   data and ops. A context maps to a CUDA device (cudaN) or to the CPU (cpu);
+   two names may map to one device (they share its memory and streams but
+   stay distinct: mixing them still needs a transfer). The names cuda0,
+   cuda1, ... and cpu are contexts of themselves without being declared.
+   An input or shared variable is put on a context with tn_var_set_context;
+   an op takes the context of its inputs (inputs on two contexts are an
+   error naming both, unless one is moved with tn_gpu_from_host_ctx);
+   nodes of no context run on the function's context (tn_func_desc.context,
+   else the device flag). Without a usable GPU every context runs on the
+   CPU: names, the mixing error and transfers behave the same, and a
+   transfer is a host copy. Indices are stable for the process: a context
+   is never removed, tn_init or tn_context_define only add or remap. */
+#define TN_MAX_CONTEXTS 32
+TN_API tn_result tn_context_define(const char *name, const char *target);   /* target "cudaN", "cuda" (0) or "cpu" */
+TN_API int tn_context_get(const char *name);      /* its index (>= 0), or -1 with TN_ERR_INVALID naming it */
+TN_API const char *tn_context_name(int ctx);      /* NULL for a bad index */
+TN_API int tn_context_device(int ctx);            /* the CUDA ordinal it maps to, or TN_HOST (cpu, bad index) */
+TN_API int tn_context_count(void);
+/* Puts an input or shared variable on a context (NULL: none); returns v, or NULL with the error. */
+TN_API tn_var *tn_var_set_context(tn_var *v, const char *ctx);
+TN_API const char *tn_var_context(const tn_var *v);   /* its context's name, NULL when it has none */
 
 /* >>api_dtype ------------------------------------------------------------ */
 
@@ -283,6 +308,7 @@ typedef struct tn_func_desc {
     const char *name;              /* for profiles and messages */
     int max_fused_inputs;          /* tests, benchmarks: most inputs of one fused elementwise op
                                       (0: the back end's limit; -1: no elementwise fusion) */
+    const char *context;           /* where nodes of no context run (NULL: the device flag's device) */
 } tn_func_desc;
 
 TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *desc);
@@ -340,6 +366,7 @@ struct tn_var {
     tn_array *value;              /* constant: its value; shared: the current value */
     const char *name;             /* arena copy or NULL */
     int device;                   /* placement: TN_HOST or a CUDA ordinal (set by the placement pass) */
+    int ctx;                      /* context index + 1 (>>contexts); 0: none, it runs on its function's */
     int inplace;                  /* destroy map: 0 none; k+1: the output overwrites in[k]'s buffer */
 };
 
@@ -535,6 +562,7 @@ struct tn_place_args {
     tn_var *const *update_targets;  /* the user's shared variables, in update order (NULL: no updates) */
     int max_fused_inputs;           /* most inputs of one fused elementwise op (0: no elementwise fusion) */
     bool fuse_into_reductions;      /* an elementwise group read by one reduction becomes its prologue */
+    int context;                    /* where nodes of no context go: context index + 1 (0: the device flag's) */
 };
 
 /* A device back end as the compiler and executor see it. The placement pass
@@ -1000,6 +1028,8 @@ static bool tn__flag_bool(const char *v, bool *out) {
     return false;
 }
 
+static tn_result tn__contexts_apply(const char *spec, bool apply);   /* the >>contexts section */
+
 /* Parses "k=v,k=v" into cfg; unknown keys and bad values are errors naming them. */
 TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
     if (!cfg) return tn__err(TN_ERR_NULL, "tn_parse_flags: cfg is NULL");
@@ -1051,6 +1081,11 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             char *end;
             long t = strtol(v, &end, 10);
             if (*end || t < 0 || t > 1024) ok = false; else cfg->threads = (int)t;
+        } else if (!strcmp(k, "contexts")) {
+            if ((res = tn__contexts_apply(v, false)) != TN_OK) break;
+            const char *c = tn__intern(v, strlen(v));
+            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for contexts"); break; }
+            cfg->contexts = c;
         } else if (!strcmp(k, "cache_dir")) {
             const char *c = tn__intern(v, strlen(v));
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for cache_dir"); break; }
@@ -1074,13 +1109,14 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
 }
 
 static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
-    const char *cx = a->cache_dir, *cy = b->cache_dir;
+    const char *cx = a->cache_dir, *cy = b->cache_dir, *tx = a->contexts, *ty = b->contexts;
     return a->device == b->device && a->device_ordinal == b->device_ordinal && a->floatX == b->floatX &&
            a->mode == b->mode && a->profile == b->profile && a->fast_math == b->fast_math &&
            a->launch_blocking == b->launch_blocking && a->print_kernels == b->print_kernels &&
            a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
-           a->threads == b->threads && (cx == cy || (cx && cy && !strcmp(cx, cy)));
+           a->threads == b->threads && (cx == cy || (cx && cy && !strcmp(cx, cy))) &&
+           (tx == ty || (tx && ty && !strcmp(tx, ty)));
 }
 
 TN_API tn_result tn_init(const tn_config *cfg) {
@@ -1098,6 +1134,12 @@ TN_API tn_result tn_init(const tn_config *cfg) {
        writes nothing, so threads reading the config meanwhile see it whole. */
     if (c.cache_dir && !(c.cache_dir = tn__intern(c.cache_dir, strlen(c.cache_dir))))
         return tn__err(TN_ERR_OOM, "tn_init: out of memory for cache_dir");
+    if (c.contexts) {
+        if (tn__contexts_apply(c.contexts, false) != TN_OK) return tn__err_as("tn_init", "tn_parse_flags");
+        if (!(c.contexts = tn__intern(c.contexts, strlen(c.contexts)))) return tn__err(TN_ERR_OOM, "tn_init: out of memory for contexts");
+        tn_result rc = tn__contexts_apply(c.contexts, true);
+        if (rc != TN_OK) return tn__err_as("tn_init", "tn_parse_flags");
+    }
     pthread_mutex_lock(&tn__lib.init_mu);
     tn_result r = TN_OK;
     if (!atomic_load_explicit(&tn__lib.cfg_ready, memory_order_acquire) || !tn__cfg_same(&c, &tn__lib.cfg)) {
@@ -1119,6 +1161,165 @@ TN_API const tn_config *tn_get_config(void) {
     }
     return &tn__lib.cfg;
 }
+
+/* >>contexts: the table behind the >>api_contexts section. A context is an
+   index into it; nodes carry index + 1 (tn_var.ctx), so 0 means none.
+   Entries are added, never removed (a node's index stays valid). */
+static struct tn__ctx_table {
+    pthread_mutex_t mu;
+    atomic_int n;
+    char name[TN_MAX_CONTEXTS][32];
+    atomic_int device[TN_MAX_CONTEXTS];     /* CUDA ordinal or TN_HOST */
+} tn__ctx = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* "cpu" -> TN_HOST, "cuda"/"gpu" -> 0, "cudaN"/"gpuN" -> N; -2 when not a target. */
+static int tn__ctx_target(const char *t, size_t n) {
+    if (n == 3 && !memcmp(t, "cpu", 3)) return TN_HOST;
+    size_t k = n >= 4 && !memcmp(t, "cuda", 4) ? 4 : n >= 3 && !memcmp(t, "gpu", 3) ? 3 : 0;
+    if (!k) return -2;
+    if (k == n) return 0;
+    int ord = 0;
+    for (size_t i = k; i < n; i++) {
+        if (t[i] < '0' || t[i] > '9' || i - k > 1) return -2;
+        ord = ord * 10 + (t[i] - '0');
+    }
+    return ord < 64 ? ord : -2;
+}
+
+static bool tn__ctx_name_ok(const char *s, size_t n) {
+    if (n == 0 || n > 31) return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return false;
+    return true;
+}
+
+/* The index of name (n bytes), defined as device `dev` when dev > -2 (added
+   or remapped); -1 when unknown and not defined here, or the table is full. */
+static int tn__ctx_lookup(const char *name, size_t n, int dev) {
+    pthread_mutex_lock(&tn__ctx.mu);
+    int cnt = atomic_load(&tn__ctx.n), k = 0;
+    while (k < cnt && !(strlen(tn__ctx.name[k]) == n && !memcmp(tn__ctx.name[k], name, n))) k++;
+    if (k == cnt && dev > -2 && cnt < TN_MAX_CONTEXTS) {
+        memcpy(tn__ctx.name[k], name, n);
+        tn__ctx.name[k][n] = 0;
+        atomic_store(&tn__ctx.device[k], dev);
+        atomic_store(&tn__ctx.n, cnt + 1);
+    } else if (k < cnt && dev > -2) {
+        atomic_store(&tn__ctx.device[k], dev);
+    } else if (k == cnt) {
+        k = -1;
+    }
+    pthread_mutex_unlock(&tn__ctx.mu);
+    return k;
+}
+
+/* Checks (apply false) or defines (apply true) "name->target;name->target". */
+static tn_result tn__contexts_apply(const char *spec, bool apply) {
+    const char *W = "tn_parse_flags";
+    for (const char *p = spec; *p;) {
+        size_t n = strcspn(p, ";");
+        const char *arrow = NULL;
+        for (size_t i = 0; i + 1 < n && !arrow; i++) if (p[i] == '-' && p[i + 1] == '>') arrow = p + i;
+        if (n > 0) {
+            if (!arrow) return tn__err(TN_ERR_INVALID, "%s: bad value for 'contexts': '%.*s' is not name->target (e.g. dev0->cuda0)", W, (int)n, p);
+            size_t nn = (size_t)(arrow - p), tn = n - nn - 2;
+            if (!tn__ctx_name_ok(p, nn))
+                return tn__err(TN_ERR_INVALID, "%s: bad value for 'contexts': context name '%.*s' must be 1 to 31 letters, digits or _", W, (int)nn, p);
+            int dev = tn__ctx_target(arrow + 2, tn);
+            if (dev < -1)
+                return tn__err(TN_ERR_INVALID, "%s: bad value for 'contexts': target '%.*s' of '%.*s' is not cpu, cuda or cudaN", W,
+                               (int)tn, arrow + 2, (int)nn, p);
+            if (apply && tn__ctx_lookup(p, nn, dev) < 0)
+                return tn__err(TN_ERR_INVALID, "%s: contexts: more than %d contexts", W, TN_MAX_CONTEXTS);
+        }
+        p += n + (p[n] == ';');
+    }
+    return TN_OK;
+}
+
+TN_API tn_result tn_context_define(const char *name, const char *target) {
+    const char *W = "tn_context_define";
+    if (!name) return tn__err(TN_ERR_NULL, "%s: name is NULL", W);
+    if (!target) return tn__err(TN_ERR_NULL, "%s: target of '%s' is NULL", W, name);
+    size_t n = strlen(name);
+    if (!tn__ctx_name_ok(name, n)) return tn__err(TN_ERR_INVALID, "%s: context name '%s' must be 1 to 31 letters, digits or _", W, name);
+    int dev = tn__ctx_target(target, strlen(target));
+    if (dev < -1) return tn__err(TN_ERR_INVALID, "%s: target '%s' of '%s' is not cpu, cuda or cudaN", W, target, name);
+    if (tn__ctx_lookup(name, n, dev) < 0) return tn__err(TN_ERR_INVALID, "%s: '%s': more than %d contexts", W, name, TN_MAX_CONTEXTS);
+    return TN_OK;
+}
+
+TN_API int tn_context_get(const char *name) {
+    if (!name) { tn__err(TN_ERR_NULL, "tn_context_get: name is NULL"); return -1; }
+    (void)tn_get_config();      /* the contexts flag is read at the first tn_init */
+    size_t n = strlen(name);
+    int k = tn__ctx_lookup(name, n, -2);
+    int self = k < 0 ? tn__ctx_target(name, n) : -2;    /* cuda1, cpu: contexts of themselves */
+    if (k < 0 && self > -2) k = tn__ctx_lookup(name, n, self);
+    if (k < 0) {
+        char known[400] = "";
+        size_t used = 0;
+        for (int i = 0; i < atomic_load(&tn__ctx.n) && used + 40 < sizeof known; i++)
+            used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "", tn__ctx.name[i]);
+        tn__err(TN_ERR_INVALID, "tn_context_get: no context named '%s' (known: %s; declare it with contexts=%s->cuda0 or tn_context_define)",
+                name, used ? known : "none", tn__ctx_name_ok(name, n) ? name : "name");
+    }
+    return k;
+}
+
+TN_API int tn_context_count(void) { return atomic_load(&tn__ctx.n); }
+TN_API const char *tn_context_name(int ctx) { return ctx >= 0 && ctx < atomic_load(&tn__ctx.n) ? tn__ctx.name[ctx] : NULL; }
+TN_API int tn_context_device(int ctx) { return ctx >= 0 && ctx < atomic_load(&tn__ctx.n) ? atomic_load(&tn__ctx.device[ctx]) : TN_HOST; }
+
+static const char *tn__var_label_name(const tn_var *v);   /* the >>graph_nodes section */
+
+/* "'dev1' (cuda1)" for messages and debugprint; c is index + 1. */
+static const char *tn__ctx_where(int c, char buf[64]) {
+    int d = tn_context_device(c - 1);
+    if (d == TN_HOST) snprintf(buf, 64, "'%s' (cpu)", tn_context_name(c - 1));
+    else snprintf(buf, 64, "'%s' (cuda%d)", tn_context_name(c - 1), d);
+    return buf;
+}
+
+/* The context a new node takes: a transfer's own (GpuFromHost with one,
+   params i[0]: index + 1, or -1 for "the function's"), none for HostFromGpu,
+   else the one its inputs share; two different ones are an error naming both. */
+static tn_result tn__ctx_infer(tn_var *v, const char *who) {
+    if (v->op == TN_OP_GPU_FROM_HOST && v->p.i[0] != 0) { v->ctx = v->p.i[0] > 0 ? (int)v->p.i[0] : 0; return TN_OK; }
+    if (v->op == TN_OP_HOST_FROM_GPU) { v->ctx = 0; return TN_OK; }
+    int c = 0, from = -1;
+    for (int i = 0; i < v->n_in; i++) {
+        int ci = v->in[i]->ctx;
+        if (!ci || ci == c) continue;
+        if (c) {
+            char wa[64], wb[64];
+            return tn__err(TN_ERR_DEVICE, "%s: input %d ('%s') is on context %s but input %d ('%s') is on context %s; "
+                           "move one with tn_gpu_from_host_ctx", who, from, tn__var_label_name(v->in[from]), tn__ctx_where(c, wa),
+                           i, tn__var_label_name(v->in[i]), tn__ctx_where(ci, wb));
+        }
+        c = ci;
+        from = i;
+    }
+    v->ctx = c;
+    return TN_OK;
+}
+
+TN_API tn_var *tn_var_set_context(tn_var *v, const char *ctx) {
+    const char *W = "tn_var_set_context";
+    if (!v) { tn__err_null(W, "v"); return NULL; }
+    if (v->op != TN_OP_INPUT && v->op != TN_OP_SHARED) {
+        tn__err(TN_ERR_INVALID, "%s: '%s' is not an input or a shared variable (an op takes its inputs' context; move it with tn_gpu_from_host_ctx)",
+                W, v->name ? v->name : "");
+        return NULL;
+    }
+    int k = ctx ? tn_context_get(ctx) : -1;
+    if (ctx && k < 0) { tn__err_as(W, "tn_context_get"); return NULL; }
+    v->ctx = k + 1;
+    return v;
+}
+
+TN_API const char *tn_var_context(const tn_var *v) { return v && v->ctx > 0 ? tn_context_name(v->ctx - 1) : NULL; }
 
 /* >>threads: a fixed pool (tn__lib.pool); a job is split into one contiguous
    range per worker. The caller runs the first range itself and waits for the
@@ -2828,6 +3029,7 @@ static tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, 
         }
     v->type = outs[0];
     tn__free(types);
+    if (tn__ctx_infer(v, who) != TN_OK) { tn__var_drop_last(g, v); return NULL; }
     return v;
 }
 
@@ -3566,7 +3768,13 @@ static tn_result tn__cpu_transfer(const tn_var *node, tn_array *const *in, tn_ar
     return tn_array_assign(out[0], in[0]);
 }
 
-static void tn__label_gpu_from_host(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "GpuFromHost<None>"); }
+/* GpuFromHost<None> as Theano prints it; with a context GpuFromHost<dev1>, or
+   GpuToGpu<dev1> once placement has put its input on a device. */
+static void tn__label_gpu_from_host(const tn_var *node, char *buf, size_t cap) {
+    const char *c = node->ctx > 0 ? tn_context_name(node->ctx - 1) : NULL;
+    bool d2d = node->n_in == 1 && node->in[0]->device != TN_HOST && node->device != TN_HOST;
+    snprintf(buf, cap, "%s<%s>", d2d ? "GpuToGpu" : "GpuFromHost", c ? c : "None");
+}
 static void tn__label_host_from_gpu(const tn_var *node, char *buf, size_t cap) { (void)node; snprintf(buf, cap, "HostFromGpu(gpuarray)"); }
 
 static tn_var *tn__transfer_node(tn_var *x, int op, const char *who) {
@@ -3575,14 +3783,35 @@ static tn_var *tn__transfer_node(tn_var *x, int op, const char *who) {
 }
 
 TN_API tn_var *tn_gpu_from_host(tn_var *x) { return tn__transfer_node(x, TN_OP_GPU_FROM_HOST, "tn_gpu_from_host"); }
+
+/* x moved to context ctx (params i[0]: its index + 1; -1: the function's own
+   context, which only the gradient below asks for). */
+static tn_var *tn__transfer_ctx(tn_var *x, int64_t c, const char *who) {
+    if (!x) { tn__err_null(who, "x"); return NULL; }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    p.i[0] = c;
+    return tn__node(x->graph, TN_OP_GPU_FROM_HOST, 1, &x, &p, NULL, who);
+}
+
+TN_API tn_var *tn_gpu_from_host_ctx(tn_var *x, const char *ctx) {
+    const char *W = "tn_gpu_from_host_ctx";
+    if (!ctx) { tn__err_null(W, "ctx"); return NULL; }
+    int k = tn_context_get(ctx);
+    if (k < 0) { tn__err_as(W, "tn_context_get"); return NULL; }
+    return tn__transfer_ctx(x, k + 1, W);
+}
 TN_API tn_var *tn_host_from_gpu(tn_var *x) { return tn__transfer_node(x, TN_OP_HOST_FROM_GPU, "tn_host_from_gpu"); }
 
 /* A copy: the gradient passes unchanged (its own placement is the optimizer's
    business), and so does a tangent (TN_OPF_LINEAR). */
 static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    (void)node; (void)need;
+    (void)need;
     gin[0] = g;
-    return TN_OK;
+    /* a move between contexts: the gradient goes back to the input's */
+    if (g && g->ctx != node->in[0]->ctx && g->ctx != 0)
+        gin[0] = tn__transfer_ctx(g, node->in[0]->ctx ? node->in[0]->ctx : -1, "tn_grad");
+    return !g || gin[0] ? TN_OK : tn_last_result();
 }
 
 /* >>transfer_rows: this part's rows of the op table (the >>ops_table section) */
@@ -6538,7 +6767,7 @@ static void tn__rw_inplace(tn__rw *c) {
 /* >>optimize ------------------------------------------------------------- */
 
 TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode mode, const tn_place_args *pa) {
-    const tn_place_args pa0 = { n_roots, NULL, 64, true };
+    const tn_place_args pa0 = { n_roots, NULL, 64, true, 0 };
     if (!pa) pa = &pa0;
     tn__rw_n_counts = 0;
     if (!fg || (n_roots > 0 && !roots)) return tn__err(TN_ERR_NULL, "tn_function: optimizer: graph or roots is NULL");
@@ -7320,6 +7549,7 @@ static tn_var *tn__clone_var(tn_graph *fg, const tn_var *u, tn_var *const *map) 
     v->p = u->p;
     v->ext = u->ext;
     v->device = u->device;
+    v->ctx = u->ctx;
     v->inplace = u->inplace;
     if (u->name && !(v->name = tn__graph_strdup(fg, u->name))) return NULL;
     if (u->op == TN_OP_INPUT || u->op == TN_OP_SHARED) v->ext = (void *)u;   /* link to the user's leaf */
@@ -7547,7 +7777,12 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
     f->mode = mode;
     double t_opt = tn__prof_now();
-    tn_place_args pa = { no, f->upd_user, 64, true };
+    tn_place_args pa = { no, f->upd_user, 64, true, 0 };
+    if (d->context) {
+        int k = tn_context_get(d->context);
+        if (k < 0) { tn__err_as("tn_function: context", "tn_context_get"); goto fail; }
+        pa.context = k + 1;
+    }
     const tn_backend *be = f->backend;
     if (be && be->max_operands > 0 && pa.max_fused_inputs > be->max_operands - 8)   /* room for the outputs */
         pa.max_fused_inputs = be->max_operands - 8 > 0 ? be->max_operands - 8 : 0;
@@ -8123,12 +8358,17 @@ static const char *tn__replay_blocker(const tn_func *f) {
 
 /* Whether f's steps can be captured; else why not, in why. */
 static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
-    int kernels = 0;
+    int kernels = 0, dev = TN_HOST;
     char lb[160];
     for (int k = 0; k < f->n_steps; k++) {
         const tn__step *st = &f->steps[k];
         if (st->view) continue;
         const tn_var *v = st->node;
+        if (v->device != TN_HOST && dev != TN_HOST && v->device != dev) {   /* one stream is captured */
+            snprintf(why, cap, "steps on cuda%d and cuda%d", dev, v->device);
+            return false;
+        }
+        if (v->device != TN_HOST) dev = v->device;
         if (tn__op_kind(v->op) == TN_OPK_TRANSFER || v->device == TN_HOST || v->op == TN_OP_SCAN) {
             tn__node_label(v, lb, sizeof lb);
             snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
@@ -8388,7 +8628,21 @@ typedef struct tn__printer {
     char *prefix;
     size_t cap;
     const char *lead;    /* printed before every line: " >" for an inner graph */
+    bool tags;           /* contexts or several devices in play: each node says where it is */
 } tn__printer;
+
+/* Whether g's nodes name contexts, or (compiled) sit on more than one device. */
+static bool tn__print_wants_tags(const tn_graph *g, bool compiled) {
+    int dev = TN_HOST;
+    for (int i = 0; g && i < g->nvars; i++) {
+        const tn_var *v = g->vars[i];
+        if (v->ctx > 0) return true;
+        if (!compiled || v->device == TN_HOST || tn__op_kind(v->op) == TN_OPK_LEAF) continue;
+        if (dev != TN_HOST && v->device != dev) return true;
+        dev = v->device;
+    }
+    return false;
+}
 
 /* A scan's inner graph prints after the main one, as Theano's "Inner graphs
    of the scan ops:" (the >>scan_debugprint section). compiled: the roots
@@ -8421,6 +8675,11 @@ static bool tn__print_line(tn__printer *pr, const tn_var *v, size_t plen, bool c
             const tn_var *src = v->op == TN_OP_PROJ ? v->in[0] : v;
             if (src->id >= 0 && src->id < pr->nvars && pr->topo[src->id] >= 0) fprintf(pr->out, "%d", pr->topo[src->id]);
         }
+    }
+    if (pr->tags && (tn__is_apply(v) || v->ctx > 0)) {
+        if (pr->topo && v->device != TN_HOST) fprintf(pr->out, " @cuda%d", v->device);
+        else if (pr->topo) fprintf(pr->out, " @cpu");
+        if (v->ctx > 0) fprintf(pr->out, " ctx=%s", tn_context_name(v->ctx - 1));
     }
     fputc('\n', pr->out);
     return first && tn__print_nchildren(v) > 0;
@@ -8484,6 +8743,7 @@ TN_API tn_result tn_debugprint(const tn_var *v, FILE *out) {
     tn__printer pr;
     tn_result r = tn__printer_init(&pr, out, v->graph ? v->graph->nvars : 0);
     if (r != TN_OK) return r;
+    pr.tags = tn__print_wants_tags(v->graph, false);
     r = tn__print_tree(&pr, v);
     tn_var *root = (tn_var *)v;
     if (r == TN_OK) r = tn__scan_print_inners(&pr, &root, 1, false);
@@ -8503,6 +8763,7 @@ TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out) {
     for (int i = 0; i < nv; i++) topo[i] = -1;
     for (int k = 0; k < f->n_steps; k++) topo[f->steps[k].node->id] = k;
     pr.topo = topo;
+    pr.tags = tn__print_wants_tags(f->fg, true);
     for (int i = 0; i < f->n_roots && r == TN_OK; i++) {
         if (i >= f->n_outputs) fprintf(out, "update of %s:\n", tn__var_label_name(f->upd_user[i - f->n_outputs]));
         r = tn__print_tree(&pr, f->roots[i]);

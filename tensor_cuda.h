@@ -62,11 +62,14 @@
    State is per device (the >>cuda_state section): each opened ordinal has its
    own context, streams, memory pools, modules and cuBLAS handles (one per
    stream), so functions called from different threads overlap on the GPU,
-   products included. Placement uses the configured device (device=cudaN).
+   products included. Placement uses the configured device (device=cudaN),
+   or a node's context (>>api_contexts in tensor.h): one function may span
+   several GPUs, with GpuToGpu copies between them (>>cuda_peer).
+   tn_function_replicate runs a training step data-parallel over several
+   GPUs with NCCL (>>cuda_api_dp, >>cuda_replicate).
 
-   What it does not do: multiple GPUs in one function, placement on a device
-   other than the configured one, peer copies, MIG selection, Windows (no
-   LoadLibrary path yet).
+   What it does not do: several processes or nodes, MIG selection, Windows
+   (no LoadLibrary path yet).
 */
 #ifndef TENSOR_CUDA_H
 #define TENSOR_CUDA_H
@@ -107,6 +110,63 @@ TN_API const char *tn_cuda_last_compile_log(void);
    NVRTC but no GPU. *cubin stays valid until tn_shutdown(). */
 TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void **cubin, size_t *size);
 
+/* >>cuda_api_dp: data parallel over several GPUs (the >>cuda_replicate section).
+   tn_function_replicate compiles one training step once per device: the
+   shared variables are replicated (replica 0 uses the user's own, the others
+   copies on their devices), the batch inputs are split along axis 0 (rows
+   as even as can be), each replica computes its outputs and the listed
+   gradients on its rows, the gradients are summed across replicas (NCCL's
+   all-reduce on each device's stream; weighted by each replica's share of
+   the rows when the cost is a mean), and every replica applies the same
+   updates: the result is the one-device step on the whole batch up to float
+   summation order. One process, one thread drives every device.
+   Limits: the updates must read the batch only through the listed gradients
+   (else replicas drift apart); graphs that name contexts are refused. */
+typedef enum tn_allreduce {
+    TN_ALLREDUCE_AUTO = 0,   /* NCCL between distinct GPUs; host memory on the CPU or when replicas share a GPU */
+    TN_ALLREDUCE_NCCL,       /* NCCL, even for one replica (a 1-rank communicator); an error where it cannot */
+    TN_ALLREDUCE_HOST        /* gradients summed in host memory (float64), in replica order */
+} tn_allreduce;
+typedef enum tn_combine {
+    TN_COMBINE_AUTO = 0,     /* 0-d outputs as the gradients (MEAN, or SUM when .sum), others CONCAT */
+    TN_COMBINE_MEAN,         /* weighted by each replica's share of the rows */
+    TN_COMBINE_SUM,
+    TN_COMBINE_CONCAT,       /* along axis 0, in replica order (per-row outputs: the whole batch's) */
+    TN_COMBINE_FIRST         /* replica 0's */
+} tn_combine;
+typedef struct tn_replicate_desc {
+    int n_replicas;                /* 0: one per visible GPU (1 without a GPU) */
+    const char *const *contexts;   /* n_replicas context names (NULL: cuda0, cuda1, ...) */
+    int n_grads;
+    tn_var *const *grads;          /* the gradients the updates read; all-reduced in the middle of the step */
+    bool sum;                      /* the cost is a sum over rows (default: a mean, so replicas weigh their share) */
+    tn_allreduce allreduce;
+    const bool *split;             /* per input: split along axis 0 (NULL: every input of ndim >= 1) */
+    const tn_combine *combine;     /* per output (NULL: all TN_COMBINE_AUTO) */
+} tn_replicate_desc;
+typedef struct tn_replicated tn_replicated;
+/* desc as for tn_function (its context is ignored: each replica has its own). */
+TN_API tn_replicated *tn_function_replicate(tn_graph *g, const tn_func_desc *desc, const tn_replicate_desc *rd);
+/* One step on the whole batch; outputs are new host arrays the caller frees. */
+TN_API tn_result tn_replicated_call(tn_replicated *r, tn_array *const *inputs, tn_array **outputs);
+TN_API void tn_replicated_free(tn_replicated *r);
+TN_API int tn_replicated_count(const tn_replicated *r);
+TN_API const char *tn_replicated_allreduce(const tn_replicated *r);   /* "nccl", "host" or "none" */
+/* Replica k's copy of a shared variable the step uses (k 0: shared itself); NULL if none. */
+TN_API tn_var *tn_replicated_shared(const tn_replicated *r, tn_var *shared, int replica);
+/* Replica k's compiled halves (half 0: outputs and gradients, 1: updates, NULL if none), for debugprint. */
+TN_API tn_func *tn_replicated_function(const tn_replicated *r, int replica, int half);
+
+/* NCCL, loaded at run time (TN_LIBNCCL_PATH, the loader's path, $CUDA_PATH and
+   /usr/local/cuda lib64 and lib, Python's site-packages/nvidia/nccl/lib):
+   TN_OK, or TN_ERR_DEVICE saying where it looked. */
+TN_API tn_result tn_nccl_load(void);
+TN_API int tn_nccl_version(void);          /* 22703 for 2.27.3; 0 when not loaded */
+/* Sums n device arrays in place, arrays[k] on the k-th of n distinct GPUs
+   (same dtype and size, contiguous), each on its device's current stream;
+   returns without waiting (benchmarks; the communicator is kept). */
+TN_API tn_result tn_nccl_allreduce(int n, tn_array *const *arrays);
+
 /* >>cuda_api_internal ----------------------------------------------------- */
 /* Our own declarations of the few CUDA types and entry points we use, so no
    CUDA header is needed. The opaque handles use the SDK's struct tags and the
@@ -136,6 +196,8 @@ enum {
     TN__CUDA_ERROR_NO_DEVICE = 100,
     TN__CUDA_ERROR_INVALID_IMAGE = 200,
     TN__CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+    TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    TN__CU_MEMHOSTALLOC_PORTABLE = 1,
     TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
     TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
@@ -193,7 +255,12 @@ enum {
     X(cuGraphInstantiateWithFlags, tn__CUresult, (tn__CUgraphExec *exec, tn__CUgraph graph, unsigned long long flags), 1) \
     X(cuGraphLaunch, tn__CUresult, (tn__CUgraphExec exec, tn__CUstream stream), 1) \
     X(cuGraphExecDestroy, tn__CUresult, (tn__CUgraphExec exec), 1) \
-    X(cuGraphDestroy, tn__CUresult, (tn__CUgraph graph), 1)
+    X(cuGraphDestroy, tn__CUresult, (tn__CUgraph graph), 1) \
+    X(cuDeviceCanAccessPeer, tn__CUresult, (int *can, tn__CUdevice dev, tn__CUdevice peer), 0) \
+    X(cuCtxEnablePeerAccess, tn__CUresult, (tn__CUcontext peer, unsigned int flags), 0) \
+    X(cuMemcpyPeerAsync, tn__CUresult, (tn__CUdeviceptr dst, tn__CUcontext dst_ctx, tn__CUdeviceptr src, \
+        tn__CUcontext src_ctx, size_t bytes, tn__CUstream stream), 0) \
+    X(cuMemHostAlloc, tn__CUresult, (void **pp, size_t bytes, unsigned int flags), 0)
 
 typedef unsigned int tn__nvrtcResult;
 typedef struct _nvrtcProgram *tn__nvrtcProgram;
@@ -262,8 +329,30 @@ enum {
         tn__cublasOperation_t tb, int m, int n, int k, const double *alpha, const double *A, int lda, long long sA, \
         const double *B, int ldb, long long sB, const double *beta, double *C, int ldc, long long sC, int batch), 1)
 
+/* NCCL (>>cuda_nccl): enums without negative values are unsigned (as above). */
+typedef unsigned int tn__ncclResult_t;
+typedef unsigned int tn__ncclDataType_t;
+typedef unsigned int tn__ncclRedOp_t;
+typedef struct ncclComm *tn__ncclComm_t;
+enum {
+    TN__NCCL_SUCCESS = 0,
+    TN__NCCL_SUM = 0,
+    TN__NCCL_INT32 = 2, TN__NCCL_INT64 = 4, TN__NCCL_FLOAT16 = 6, TN__NCCL_FLOAT32 = 7, TN__NCCL_FLOAT64 = 8
+};
+#define TN__NCCL_FUNCS(X) \
+    X(ncclGetVersion, tn__ncclResult_t, (int *version), 1) \
+    X(ncclGetErrorString, const char *, (tn__ncclResult_t result), 1) \
+    X(ncclCommInitAll, tn__ncclResult_t, (tn__ncclComm_t *comms, int ndev, const int *devlist), 1) \
+    X(ncclCommDestroy, tn__ncclResult_t, (tn__ncclComm_t comm), 1) \
+    X(ncclAllReduce, tn__ncclResult_t, (const void *sendbuff, void *recvbuff, size_t count, tn__ncclDataType_t datatype, \
+        tn__ncclRedOp_t op, tn__ncclComm_t comm, tn__CUstream stream), 1) \
+    X(ncclGroupStart, tn__ncclResult_t, (void), 1) \
+    X(ncclGroupEnd, tn__ncclResult_t, (void), 1) \
+    X(ncclGetLastError, const char *, (tn__ncclComm_t comm), 0)
+
 #define TN__X_PFN(name, ret, args, req) typedef ret (*tn__PFN_##name) args;
 TN__CU_FUNCS(TN__X_PFN)
+TN__NCCL_FUNCS(TN__X_PFN)
 TN__NVRTC_FUNCS(TN__X_PFN)
 TN__CUBLAS_FUNCS(TN__X_PFN)
 #undef TN__X_PFN
@@ -297,6 +386,7 @@ TN_API tn_result tn__cuda_synchronize(void);
 typedef struct tn__cu_api { TN__CU_FUNCS(TN__X_FIELD) } tn__cu_api;
 typedef struct tn__nvrtc_api { TN__NVRTC_FUNCS(TN__X_FIELD) } tn__nvrtc_api;
 typedef struct tn__cublas_api { TN__CUBLAS_FUNCS(TN__X_FIELD) } tn__cublas_api;
+typedef struct tn__nccl_api { TN__NCCL_FUNCS(TN__X_FIELD) } tn__nccl_api;
 #undef TN__X_FIELD
 
 /* Copies with truncation (snprintf "%s" trips -Wformat-truncation). */
@@ -344,6 +434,7 @@ static void *tn__dlsym_ptr(void *h, const char *name) { return dlsym(h, name); }
 static const char *tn__cu_syms(void *h, tn__cu_api *api) { const char *missing = NULL; TN__CU_FUNCS(TN__X_SYM) return missing; }
 static const char *tn__nvrtc_syms(void *h, tn__nvrtc_api *api) { const char *missing = NULL; TN__NVRTC_FUNCS(TN__X_SYM) return missing; }
 static const char *tn__cublas_syms(void *h, tn__cublas_api *api) { const char *missing = NULL; TN__CUBLAS_FUNCS(TN__X_SYM) return missing; }
+static const char *tn__nccl_syms(void *h, tn__nccl_api *api) { const char *missing = NULL; TN__NCCL_FUNCS(TN__X_SYM) return missing; }
 #undef TN__X_SYM
 
 /* >>cuda_state ------------------------------------------------------------- */
@@ -3339,7 +3430,11 @@ typedef struct tn__cuda_h2d_state {
     tn__CUevent ev;
     bool ev_live;
     int dev;                    /* the node's device: pin and ev belong to its context */
+    int src_dev;                /* GpuToGpu (>>cuda_peer): the input's device, ev_src's context (-1: none yet) */
+    tn__CUevent ev_src;
 } tn__cuda_h2d_state;
+
+static tn_result tn__cuda_peer_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who);   /* >>cuda_peer */
 
 /* A pinned buffer of at least n bytes in *pin (grown by doubling). */
 static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *who) {
@@ -3349,7 +3444,10 @@ static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *
     if (*pin) tn__cuda.cu.cuMemFreeHost(*pin);
     *pin = NULL;
     *cap = 0;
-    TN__CU_CHECK(tn__cuda.cu.cuMemAllocHost_v2(pin, want), who);
+    if (tn__cuda.cu.cuMemHostAlloc)   /* portable: pinned for every context (a stage between two GPUs) */
+        TN__CU_CHECK(tn__cuda.cu.cuMemHostAlloc(pin, want, TN__CU_MEMHOSTALLOC_PORTABLE), who);
+    else
+        TN__CU_CHECK(tn__cuda.cu.cuMemAllocHost_v2(pin, want), who);
     *cap = want;
     return TN_OK;
 }
@@ -3359,8 +3457,10 @@ static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn
     tn_result r = tn__cuda_enter(out->device, &D, who);
     if (r != TN_OK) return r;
     if (out->device != st->dev) return tn__err(TN_ERR_DEVICE, "%s: prepared for cuda%d, run on cuda%d", who, st->dev, out->device);
-    if (in->device == D->ordinal) return tn__cuda_copy_into(out, in, who);
-    if (in->device != TN_HOST) return tn__err(TN_ERR_DEVICE, "%s: input lives on device %d, not cuda%d", who, in->device, D->ordinal);
+    if (in->device != TN_HOST) {   /* GpuToGpu, or a device array passed for a host input */
+        if (in->device == D->ordinal && st->src_dev == -2) return tn__cuda_copy_into(out, in, who);
+        return tn__cuda_peer_run(st, in, out, who);
+    }
     size_t n = tn_array_nbytes(out);
     if (n == 0) return TN_OK;
     if (st->ev_live) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(st->ev), who);   /* the last copy out of pin is done */
@@ -3415,6 +3515,110 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
                     who, tn__cu_errstr(cr, eb, sizeof eb));
     }
     return r;
+}
+
+/* >>cuda_peer: device-to-device transfers (GpuToGpu) -------------------------- */
+/* A GpuFromHost whose input lives on a device (placement's GpuToGpu between
+   contexts) copies on the destination's stream of this thread, ordered after
+   the source's work so far (an event of the source's context, waited for
+   there), and the source's stream then waits for the copy, so the source
+   buffer is reused only after it was read. A peer copy (cuMemcpyPeerAsync)
+   where the two devices can reach each other (cuDeviceCanAccessPeer, then
+   cuCtxEnablePeerAccess both ways, once per pair), else staged through the
+   node's portable pinned buffer (device to host on the source's stream,
+   host to device on the destination's). One device (two contexts on it):
+   a peer copy within the context. A view is first packed on its device. */
+
+static int tn__cuda_peer_force_staged;   /* tests: 1 stages every copy through host memory */
+static signed char tn__cuda_peer_tab[TN__CUDA_MAX_DEVICES][TN__CUDA_MAX_DEVICES];   /* 0 unknown, 1 peer, -1 staged (tn__cuda.mu) */
+
+/* Whether D can read S's memory directly (enabling it the first time). */
+static bool tn__cuda_peer_access(tn__cuda_dev *S, tn__cuda_dev *D) {
+    if (S == D) return true;
+    const tn__cu_api *cu = &tn__cuda.cu;
+    if (!cu->cuDeviceCanAccessPeer || !cu->cuCtxEnablePeerAccess || !cu->cuMemcpyPeerAsync) return false;
+    pthread_mutex_lock(&tn__cuda.mu);
+    signed char *t = &tn__cuda_peer_tab[D->ordinal][S->ordinal];
+    if (*t == 0) {
+        int a = 0, b = 0;
+        bool ok = cu->cuDeviceCanAccessPeer(&a, D->dev, S->dev) == TN__CUDA_SUCCESS &&
+                  cu->cuDeviceCanAccessPeer(&b, S->dev, D->dev) == TN__CUDA_SUCCESS && a && b;
+        tn__CUresult r;
+        if (ok && tn__cuda_bind(D) == TN_OK) {
+            r = cu->cuCtxEnablePeerAccess(S->ctx, 0);
+            ok = r == TN__CUDA_SUCCESS || r == TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+        } else ok = false;
+        if (ok && tn__cuda_bind(S) == TN_OK) {
+            r = cu->cuCtxEnablePeerAccess(D->ctx, 0);
+            ok = r == TN__CUDA_SUCCESS || r == TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+        } else ok = false;
+        tn_clear_error();
+        *t = tn__cuda_peer_tab[S->ordinal][D->ordinal] = ok ? 1 : -1;
+    }
+    bool ok = *t > 0;
+    pthread_mutex_unlock(&tn__cuda.mu);
+    return ok;
+}
+
+static tn_result tn__cuda_peer_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who) {
+    tn__cuda_dev *S, *D;
+    tn_result r = tn__cuda_enter(in->device, &S, who);
+    if (r != TN_OK) return r;
+    if ((r = tn__cuda_enter(out->device, &D, who)) != TN_OK) return r;
+    size_t n = tn_array_nbytes(out);
+    if (n == 0) return TN_OK;
+    if (st->src_dev != S->ordinal) {   /* the source's event belongs to its context */
+        tn__cuda_dev *old = st->src_dev >= 0 ? tn__cuda_dev_get(st->src_dev) : NULL;
+        if (old && st->ev_src && tn__cuda_bind(old) == TN_OK) tn__cuda.cu.cuEventDestroy_v2(st->ev_src);
+        st->ev_src = NULL;
+        st->src_dev = S->ordinal;
+        if ((r = tn__cuda_bind(S)) != TN_OK) return r;
+        TN__CU_CHECK(tn__cuda.cu.cuEventCreate(&st->ev_src, TN__CU_EVENT_DISABLE_TIMING), who);
+    }
+    bool peer = !tn__cuda_peer_force_staged && tn__cuda_peer_access(S, D);
+    tn_array *tmp = NULL;
+    const tn_array *src = in;
+    if ((r = tn__cuda_bind(S)) != TN_OK) return r;
+    if (!tn_array_is_contiguous(in) || tn_array_size(in) != tn_array_size(out)) {
+        if (!(tmp = tn__cuda_contiguous(in, who))) return tn_last_result();   /* on S's stream */
+        src = tmp;
+    }
+    tn__CUstream ss = tn__cuda_stream(S), ds = tn__cuda_stream(D);
+    tn__CUdeviceptr sp = (tn__CUdeviceptr)(uintptr_t)src->data, dp = (tn__CUdeviceptr)(uintptr_t)out->data;
+    tn__CUresult cr = TN__CUDA_SUCCESS;
+    const char *step = "";
+#define TN__PEER_STEP(call, what) do { if (cr == TN__CUDA_SUCCESS) { step = what; cr = (call); } } while (0)
+    if (peer) {
+        if (ss != ds) {   /* ds after S's work so far */
+            TN__PEER_STEP(tn__cuda.cu.cuEventRecord(st->ev_src, ss), "cuEventRecord on the source stream");
+            TN__PEER_STEP(tn__cuda.cu.cuStreamWaitEvent(ds, st->ev_src, 0), "cuStreamWaitEvent on the destination stream");
+        }
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_bind(D)) != TN_OK) { tn_array_free(tmp); return r; }
+        TN__PEER_STEP(tn__cuda.cu.cuMemcpyPeerAsync(dp, D->ctx, sp, S->ctx, n, ds), "cuMemcpyPeerAsync");
+    } else {
+        if (st->ev_live) TN__PEER_STEP(tn__cuda.cu.cuEventSynchronize(st->ev), "cuEventSynchronize (the stage's last copy)");
+        st->ev_live = false;
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_pinned(&st->pin, &st->cap, n, who)) != TN_OK) { tn_array_free(tmp); return r; }
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_bind(S)) != TN_OK) { tn_array_free(tmp); return r; }
+        TN__PEER_STEP(tn__cuda.cu.cuMemcpyDtoHAsync_v2(st->pin, sp, n, ss), "cuMemcpyDtoHAsync into the stage");
+        TN__PEER_STEP(tn__cuda.cu.cuEventRecord(st->ev_src, ss), "cuEventRecord on the source stream");
+        TN__PEER_STEP(tn__cuda.cu.cuStreamWaitEvent(ds, st->ev_src, 0), "cuStreamWaitEvent on the destination stream");
+        if (cr == TN__CUDA_SUCCESS && (r = tn__cuda_bind(D)) != TN_OK) { tn_array_free(tmp); return r; }
+        TN__PEER_STEP(tn__cuda.cu.cuMemcpyHtoDAsync_v2(dp, st->pin, n, ds), "cuMemcpyHtoDAsync from the stage");
+    }
+    /* the source's stream after the copy: its buffer (or tmp) is reused only then */
+    TN__PEER_STEP(tn__cuda.cu.cuEventRecord(st->ev, ds), "cuEventRecord after the copy");
+    if (cr == TN__CUDA_SUCCESS) st->ev_live = true;
+    if (ss != ds) TN__PEER_STEP(tn__cuda.cu.cuStreamWaitEvent(ss, st->ev, 0), "cuStreamWaitEvent on the source stream");
+#undef TN__PEER_STEP
+    tn_array_free(tmp);
+    if (cr != TN__CUDA_SUCCESS) {
+        char eb[160];
+        return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "%s: %s failed copying %zu bytes from cuda%d to cuda%d (%s:%d): %s",
+                       who, step, n, S->ordinal, D->ordinal, __FILE__, __LINE__, tn__cu_errstr(cr, eb, sizeof eb));
+    }
+    if ((r = tn__cuda_bind(D)) != TN_OK) return r;
+    return tn__cuda_sync_if_blocking(D, who);
 }
 
 /* >>cuda_replay: CUDA graph capture and replay (tn_backend.replay_*) ------------ */
@@ -3813,6 +4017,7 @@ static tn_result tn__cuda_h2d_prepare(const tn_var *node, void **state) {
     tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing node %d", node->id);
     st->dev = node->device;
+    st->src_dev = node->in[0]->device != TN_HOST ? -1 : -2;
     tn__CUresult cr = tn__cuda.cu.cuEventCreate(&st->ev, TN__CU_EVENT_DISABLE_TIMING);
     if (cr != TN__CUDA_SUCCESS) {
         char eb[160];
@@ -3832,6 +4037,8 @@ static tn_result tn__cuda_h2d_node_run(const tn_var *node, void *state, tn_array
 static void tn__cuda_h2d_release(void *state) {
     tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
     if (!st) return;
+    tn__cuda_dev *S = st->src_dev >= 0 ? __atomic_load_n(&tn__cuda.dev[st->src_dev], __ATOMIC_ACQUIRE) : NULL;
+    if (S && st->ev_src && tn__cuda_bind(S) == TN_OK) tn__cuda.cu.cuEventDestroy_v2(st->ev_src);
     tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[st->dev], __ATOMIC_ACQUIRE);
     if (D && tn__cuda_bind(D) == TN_OK) {
         if (st->ev_live) tn__cuda.cu.cuEventSynchronize(st->ev);
@@ -4010,28 +4217,49 @@ static tn_result tn__cuda_prof_collect(void *ps, double *t, bool all) {
       target no host op of the function reads moves to the device when its
       value is computed there (tn__place_update_targets), so the swap needs
       no copy.
-   Transfers are made once per producer and shared by all its readers. */
+   Transfers are made once per producer (and device) and shared by its readers.
+   Devices: a node of a context (>>api_contexts) goes to its context's device
+   (a cpu context: the host), any other to the function's (tn_func_desc.context,
+   else the device flag's); data crossing between two devices gets a GpuToGpu
+   (GpuFromHost on a device input: >>cuda_peer). A user's transfer between two
+   distinct contexts is kept even when both map to one device (a copy). */
 
 typedef struct tn__place {
     tn_graph *fg;
     int n0;                  /* nodes before the pass: the per-node arrays' size */
     tn_var **alias;          /* a cancelled transfer: what its readers read instead */
     tn_var **to_dev, **to_host;
-    int dev;
+    int dev;                 /* the function's device (TN_HOST for a cpu context) */
 } tn__place;
+
+/* Where v's context puts it: its own context's device, else the function's. */
+static int tn__place_ctx_dev(const tn__place *P, const tn_var *v) {
+    return v->ctx > 0 ? tn_context_device(v->ctx - 1) : P->dev;
+}
+
+/* A context naming a device this machine lacks: an error naming both. */
+static tn_result tn__place_check_ctx(int c, int dev) {
+    if (dev == TN_HOST || dev < tn__cuda.device_count) return TN_OK;
+    char wb[64];
+    return tn__err(TN_ERR_DEVICE, "tn_function: context %s asks for cuda%d, but there %s only %d CUDA device%s", tn__ctx_where(c, wb), dev,
+                   tn__cuda.device_count == 1 ? "is" : "are", tn__cuda.device_count, tn__cuda.device_count == 1 ? "" : "s");
+}
 
 static tn_var *tn__place_resolve(tn__place *P, tn_var *x) {
     while (x->id < P->n0 && P->alias[x->id]) x = P->alias[x->id];
     return x;
 }
 
-static tn_var *tn__place_xfer(tn__place *P, tn_var *x, bool to_device) {
+/* x's data on device `to` (TN_HOST: the host) for a reader of context ctx. */
+static tn_var *tn__place_xfer(tn__place *P, tn_var *x, int to, int ctx) {
+    bool to_device = to != TN_HOST;
     tn_var **cache = to_device ? P->to_dev : P->to_host;
-    if (x->id < P->n0 && cache[x->id]) return cache[x->id];
+    tn_var *c = x->id < P->n0 ? cache[x->id] : NULL;
+    if (c && c->device == to) return c;
     tn_var *y;
     if (to_device && x->op == TN_OP_CONSTANT && x->value) {
         /* a device copy of the constant, made now: no transfer per call */
-        tn_array *a = tn__array_alloc(x->value->dtype, x->value->ndim, x->value->shape, P->dev);
+        tn_array *a = tn__array_alloc(x->value->dtype, x->value->ndim, x->value->shape, to);
         if (!a) return NULL;
         if (tn_array_assign(a, x->value) != TN_OK || !tn__graph_own(P->fg, a)) { tn_array_free(a); return NULL; }
         if (!(y = tn__var_new(P->fg, TN_OP_CONSTANT, "tn_function: placement"))) return NULL;
@@ -4042,8 +4270,9 @@ static tn_var *tn__place_xfer(tn__place *P, tn_var *x, bool to_device) {
         y = tn__node(P->fg, to_device ? TN_OP_GPU_FROM_HOST : TN_OP_HOST_FROM_GPU, 1, &x, NULL, NULL, "tn_function: placement");
         if (!y) return NULL;
     }
-    y->device = to_device ? P->dev : TN_HOST;
-    if (x->id < P->n0) cache[x->id] = y;
+    y->device = to;
+    y->ctx = to_device ? ctx : 0;
+    if (x->id < P->n0 && !c) cache[x->id] = y;
     return y;
 }
 
@@ -4082,8 +4311,9 @@ static bool tn__place_wants_device(const tn_var *v) {
 /* An update whose new value is computed on the device moves its target there
    too, unless a host op of this function reads the target: the executor then
    swaps device buffers each call instead of copying the value back to the
-   host. The targets come from tn_function (tn_place_args.update_targets). */
-static tn_result tn__place_update_targets(tn__place *P, tn_var **order, int n, tn_var **roots, int n_out, int n_roots,
+   host. The targets come from tn_function (tn_place_args.update_targets);
+   the target goes to the device of its value. */
+static tn_result tn__place_update_targets(tn_var **order, int n, tn_var **roots, int n_out, int n_roots,
                                           tn_var *const *targets, const bool *host_reader) {
     if (!targets) return TN_OK;
     for (int u = 0; u < n_roots - n_out; u++) {
@@ -4096,9 +4326,9 @@ static tn_result tn__place_update_targets(tn__place *P, tn_var **order, int n, t
         for (int i = 0; i < n && !clone; i++)
             if (order[i]->op == TN_OP_SHARED && order[i]->ext == (void *)user) clone = order[i];
         if (clone && host_reader[clone->id]) continue;
-        tn_result r = tn__place_move_shared(user, P->dev);
+        tn_result r = tn__place_move_shared(user, val->device);
         if (r != TN_OK) return r;
-        if (clone) clone->device = P->dev;
+        if (clone) clone->device = val->device;
     }
     return TN_OK;
 }
@@ -4110,7 +4340,8 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
     memset(&P, 0, sizeof P);
     P.fg = fg;
     P.n0 = tn__graph_nvars(fg);
-    P.dev = tn__cuda.ordinal;
+    P.dev = pa && pa->context > 0 ? tn_context_device(pa->context - 1) : tn__cuda.ordinal;
+    if (pa && pa->context > 0 && tn__place_check_ctx(pa->context, P.dev) != TN_OK) return tn_last_result();
     int n_out = pa && pa->n_outputs >= 0 && pa->n_outputs <= n_roots ? pa->n_outputs : n_roots;
     tn_var **order = NULL;
     int n = 0;
@@ -4121,20 +4352,28 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
     P.to_host = (tn_var **)tn__calloc((size_t)P.n0 + 1, sizeof *P.to_host);
     bool *host_reader = (bool *)tn__calloc((size_t)P.n0 + 1, sizeof *host_reader);
     bool *explicit_dev = (bool *)tn__calloc((size_t)n_roots + 1, sizeof *explicit_dev);
-    if (!P.alias || !P.to_dev || !P.to_host || !host_reader || !explicit_dev) { r = tn__err(TN_ERR_OOM, "tn_function: placement: out of memory"); goto done; }
+    int *rdev = (int *)tn__malloc(((size_t)P.n0 + 1) * sizeof *rdev);   /* a leaf's device readers' device; -2 none, -3 several */
+    if (!P.alias || !P.to_dev || !P.to_host || !host_reader || !explicit_dev || !rdev) { r = tn__err(TN_ERR_OOM, "tn_function: placement: out of memory"); goto done; }
+    for (int i = 0; i < P.n0; i++) rdev[i] = -2;
 
     /* 1. devices: ops, then shared variables from their readers, then views */
     for (int i = 0; i < n; i++) {
         tn_var *v = order[i];
         tn_op_kind k = tn__op_kind(v->op);
+        int cd = tn__place_ctx_dev(&P, v);
+        if (v->ctx > 0 && (r = tn__place_check_ctx(v->ctx, cd)) != TN_OK) goto done;
         if (k == TN_OPK_LEAF) {   /* a shared variable lives where its value is (the user's leaf holds it) */
-            v->device = tn__place_leaf_device(v, P.dev);
+            v->device = tn__place_leaf_device(v, cd);
             continue;
         }
         if (v->op == TN_OP_PROJ) continue;
-        bool want = tn__place_wants_device(v);
-        v->device = want && k != TN_OPK_VIEW ? P.dev : TN_HOST;
-        for (int j = 0; j < v->n_in; j++) if (!want) host_reader[v->in[j]->id] = true;
+        bool want = tn__place_wants_device(v) && cd != TN_HOST;
+        v->device = want && k != TN_OPK_VIEW ? cd : TN_HOST;
+        for (int j = 0; j < v->n_in; j++) {
+            int *rd = &rdev[v->in[j]->id];
+            if (!want) host_reader[v->in[j]->id] = true;
+            else if (k != TN_OPK_VIEW) *rd = *rd == -2 || *rd == cd ? cd : -3;
+        }
     }
     for (int i = 0; i < n_out; i++) {
         host_reader[roots[i]->id] = true;
@@ -4144,9 +4383,10 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
         tn_var *v = order[i];
         if (v->op != TN_OP_SHARED || v->device != TN_HOST || host_reader[v->id] || !v->ext) continue;
         tn_var *user = (tn_var *)v->ext;
-        if ((r = tn__place_move_shared(user, P.dev)) == TN_OK) v->device = P.dev;
+        int to = v->ctx > 0 ? tn__place_ctx_dev(&P, v) : rdev[v->id] >= 0 ? rdev[v->id] : P.dev;
+        if (to != TN_HOST && (r = tn__place_move_shared(user, to)) == TN_OK) v->device = to;
     }
-    if (r == TN_OK) r = tn__place_update_targets(&P, order, n, roots, n_out, n_roots, pa ? pa->update_targets : NULL, host_reader);
+    if (r == TN_OK) r = tn__place_update_targets(order, n, roots, n_out, n_roots, pa ? pa->update_targets : NULL, host_reader);
     if (r != TN_OK) goto done;
 
     /* 2. transfers where data crosses; the user's transfers cancel where they meet */
@@ -4157,26 +4397,28 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
         if (v->op == TN_OP_PROJ) { v->device = v->in[0]->device; continue; }
         if (k == TN_OPK_TRANSFER) {
             tn_var *x = tn__place_resolve(&P, v->in[0]);
-            bool to_dev = v->op == TN_OP_GPU_FROM_HOST;
-            if ((x->device != TN_HOST) == to_dev) {
+            int to = v->op == TN_OP_GPU_FROM_HOST ? tn__place_ctx_dev(&P, v) : TN_HOST;
+            bool between = v->op == TN_OP_GPU_FROM_HOST && v->p.i[0] > 0 && x->ctx != v->ctx && to != TN_HOST;
+            if (x->device == to && !between) {
                 P.alias[v->id] = x;           /* already where it is asked to go */
                 continue;
             }
+            if (to == TN_HOST) v->op = TN_OP_HOST_FROM_GPU;   /* a move to a cpu context */
             v->in[0] = x;
-            v->device = to_dev ? P.dev : TN_HOST;
-            tn_var **cache = to_dev ? P.to_dev : P.to_host;
-            if (x->id < P.n0 && !cache[x->id]) cache[x->id] = v;   /* other readers share it */
+            v->device = to;
+            tn_var **cache = to != TN_HOST ? P.to_dev : P.to_host;
+            if (x->id < P.n0 && !cache[x->id] && !between) cache[x->id] = v;   /* other readers share it */
             continue;
         }
         if (k == TN_OPK_VIEW) {   /* with its input; a host input read only by the GPU crosses first,
                                      so cuBLAS reads a transposed view in place (CUBLAS_OP_T) */
             tn_var *x = tn__place_resolve(&P, v->in[0]);
-            v->device = x->device != TN_HOST || !host_reader[v->id] ? P.dev : TN_HOST;
+            int cd = tn__place_ctx_dev(&P, v);
+            v->device = x->device != TN_HOST ? x->device : !host_reader[v->id] ? cd : TN_HOST;
         }
         for (int j = 0; j < v->n_in; j++) {
             tn_var *x = tn__place_resolve(&P, v->in[j]);
-            bool on_dev = v->device != TN_HOST;
-            if ((x->device != TN_HOST) != on_dev && !(x = tn__place_xfer(&P, x, on_dev))) {
+            if (x->device != v->device && !(x = tn__place_xfer(&P, x, v->device, v->ctx))) {
                 r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_function: placement: %s", tn_last_error());
                 goto done;
             }
@@ -4186,7 +4428,7 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
     /* 3. outputs come back to the host unless the user asked for a device array */
     for (int i = 0; i < n_roots; i++) {
         tn_var *x = tn__place_resolve(&P, roots[i]);
-        if (i < n_out && x->device != TN_HOST && !explicit_dev[i] && !(x = tn__place_xfer(&P, x, false))) {
+        if (i < n_out && x->device != TN_HOST && !explicit_dev[i] && !(x = tn__place_xfer(&P, x, TN_HOST, 0))) {
             r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_function: placement: %s", tn_last_error());
             goto done;
         }
@@ -4218,6 +4460,7 @@ done:
     tn__free(P.to_host);
     tn__free(host_reader);
     tn__free(explicit_dev);
+    tn__free(rdev);
     return r;
 }
 
@@ -4278,7 +4521,10 @@ static void tn__cuda_dev_shutdown(tn__cuda_dev *D) {
     pthread_mutex_unlock(&D->dmem.mu);
 }
 
+static void tn__nccl_shutdown(void);   /* >>cuda_nccl */
+
 static void tn__cuda_shutdown(void) {
+    tn__nccl_shutdown();                 /* its communicators use the devices */
     for (int d = 0; d < TN__CUDA_MAX_DEVICES; d++) {
         tn__cuda_dev *D = __atomic_load_n(&tn__cuda.dev[d], __ATOMIC_ACQUIRE);
         if (D) tn__cuda_dev_shutdown(D);
@@ -4297,4 +4543,710 @@ static void tn__cuda_shutdown(void) {
     __atomic_store_n(&tn__cuda.cublas_state, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&tn__cublas_mu);
 }
+/* >>cuda_nccl: NCCL loaded at run time ------------------------------------------ */
+/* libnccl.so.2 is found like the CUDA libraries (TN_LIBNCCL_PATH, the
+   loader's path, $CUDA_PATH/lib64, /usr/local/cuda/lib64), then where NCCL
+   often lives beside them: the toolkits' lib folders and Python's
+   site-packages/nvidia/nccl/lib (pip's nvidia-nccl-cu12/cu13, which PyTorch
+   pulls in). Communicators come from ncclCommInitAll (one process driving
+   every device). NCCL sets the calling thread's current device: after each
+   NCCL call this thread's bound context is forgotten (tn__cuda_bound), so the
+   next driver call binds its own again. NVLink SHARP (NVLS) is off unless
+   NCCL_NVLS_ENABLE is set: it reserves much memory and needs multicast. */
+#include <glob.h>
+int setenv(const char *name, const char *value, int overwrite);   /* POSIX; <stdlib.h> hides it under -std=c11 */
+
+static struct {
+    pthread_mutex_t mu;
+    int state;                  /* 0 not tried, 1 loaded, -1 missing */
+    void *h;
+    tn__nccl_api api;
+    int version;
+    char path[512];
+    char why[768];
+} tn__nccl = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* The first file one of the glob patterns matches that dlopen takes. */
+static void *tn__nccl_glob_open(const char *const *pat, int n, char *found, size_t cap) {
+    for (int i = 0; i < n; i++) {
+        if (!pat[i]) continue;
+        glob_t gl;
+        memset(&gl, 0, sizeof gl);
+        if (glob(pat[i], 0, NULL, &gl) == 0)
+            for (size_t k = 0; k < gl.gl_pathc; k++) {
+                void *h = dlopen(gl.gl_pathv[k], RTLD_NOW | RTLD_LOCAL);
+                if (h) { tn__strlcpy(found, gl.gl_pathv[k], cap); globfree(&gl); return h; }
+            }
+        globfree(&gl);
+    }
+    return NULL;
+}
+
+static void *tn__nccl_find(char *found, size_t cap) {
+    const char *names[2] = { "libnccl.so.2", "libnccl.so" };
+    const char *over = getenv("TN_LIBNCCL_PATH");
+    if (over && *over) return tn__dlopen_first("TN_LIBNCCL_PATH", names, 2, found, cap);
+    void *h = tn__dlopen_first(NULL, names, 2, found, cap);
+    if (h) return h;
+    char buf[8][400];
+    const char *pat[8] = { 0 };
+    const char *cuda = getenv("CUDA_PATH"), *venv = getenv("VIRTUAL_ENV"), *conda = getenv("CONDA_PREFIX"), *home = getenv("HOME");
+    const char *site = "lib/python3*/*-packages/nvidia/nccl/lib/libnccl.so.2";
+    int n = 0;
+    if (cuda && *cuda) { snprintf(buf[n], sizeof buf[n], "%.300s/lib/libnccl.so.2", cuda); pat[n] = buf[n]; n++; }
+    snprintf(buf[n], sizeof buf[n], "/usr/local/cuda*/lib*/libnccl.so.2"); pat[n] = buf[n]; n++;
+    if (venv && *venv) { snprintf(buf[n], sizeof buf[n], "%.300s/%s", venv, site); pat[n] = buf[n]; n++; }
+    if (conda && *conda) { snprintf(buf[n], sizeof buf[n], "%.300s/%s", conda, site); pat[n] = buf[n]; n++; }
+    if (home && *home) { snprintf(buf[n], sizeof buf[n], "%.300s/.local/%s", home, site); pat[n] = buf[n]; n++; }
+    snprintf(buf[n], sizeof buf[n], "/usr/local/%s", site); pat[n] = buf[n]; n++;
+    snprintf(buf[n], sizeof buf[n], "/usr/%s", site); pat[n] = buf[n]; n++;
+    snprintf(buf[n], sizeof buf[n], "/opt/conda/%s", site); pat[n] = buf[n]; n++;
+    return tn__nccl_glob_open(pat, n, found, cap);
+}
+
+TN_API tn_result tn_nccl_load(void) {
+    pthread_mutex_lock(&tn__nccl.mu);
+    if (tn__nccl.state <= 0) {          /* a missing NCCL is looked for again (an install, TN_LIBNCCL_PATH) */
+        tn__nccl.why[0] = 0;
+        tn__nccl.h = tn__nccl_find(tn__nccl.path, sizeof tn__nccl.path);
+        const char *missing = NULL, *over = getenv("TN_LIBNCCL_PATH");
+        if (!tn__nccl.h && over && *over) {
+            snprintf(tn__nccl.why, sizeof tn__nccl.why, "NCCL: TN_LIBNCCL_PATH=%.300s could not be loaded: %.300s", over, dlerror());
+        } else if (!tn__nccl.h) {
+            snprintf(tn__nccl.why, sizeof tn__nccl.why,
+                     "NCCL (libnccl.so.2) was not found: searched the loader's path (LD_LIBRARY_PATH, ldconfig), "
+                     "$CUDA_PATH/lib64 and lib, /usr/local/cuda*/lib64 and lib, and Python's site-packages/nvidia/nccl/lib "
+                     "($VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local, /usr, /opt/conda); install NCCL (or pip's nvidia-nccl-cu12) "
+                     "or set TN_LIBNCCL_PATH to the file");
+        } else if ((missing = tn__nccl_syms(tn__nccl.h, &tn__nccl.api)) != NULL) {
+            snprintf(tn__nccl.why, sizeof tn__nccl.why, "NCCL: %.400s lacks %.60s (NCCL 2.x needed)", tn__nccl.path, missing);
+        } else if (tn__nccl.api.ncclGetVersion(&tn__nccl.version) != TN__NCCL_SUCCESS) {
+            snprintf(tn__nccl.why, sizeof tn__nccl.why, "NCCL: ncclGetVersion failed in %.400s", tn__nccl.path);
+        }
+        if (tn__nccl.why[0] && tn__nccl.h) { dlclose(tn__nccl.h); tn__nccl.h = NULL; }
+        if (tn__nccl.why[0]) { memset(&tn__nccl.api, 0, sizeof tn__nccl.api); tn__nccl.version = 0; }
+        tn__nccl.state = tn__nccl.why[0] ? -1 : 1;
+    }
+    int st = tn__nccl.state;
+    pthread_mutex_unlock(&tn__nccl.mu);
+    return st > 0 ? TN_OK : tn__err(TN_ERR_DEVICE, "%s", tn__nccl.why);
+}
+
+TN_API int tn_nccl_version(void) { return tn__nccl.state > 0 ? tn__nccl.version : 0; }
+
+/* A failed NCCL call: its name, the library's words and, where it has one, its last error. */
+#define TN__NCCL_CHECK(call, who) do { \
+        tn__ncclResult_t r_ = (call); \
+        tn__cuda_bound = NULL; \
+        if (r_ != TN__NCCL_SUCCESS) { \
+            const char *le_ = tn__nccl.api.ncclGetLastError ? tn__nccl.api.ncclGetLastError(NULL) : NULL; \
+            return tn__err(TN_ERR_DEVICE, "%s: %s failed (%s:%d): %s%s%s", (who), #call, __FILE__, __LINE__, \
+                           tn__nccl.api.ncclGetErrorString(r_), le_ && *le_ ? ": " : "", le_ ? le_ : ""); } } while (0)
+
+typedef struct tn__nccl_comm { int n; int dev[TN__CUDA_MAX_DEVICES]; tn__ncclComm_t comm[TN__CUDA_MAX_DEVICES]; } tn__nccl_comm;
+
+static void tn__nccl_comm_free(tn__nccl_comm *c) {
+    if (!c) return;
+    for (int k = 0; k < c->n; k++) if (c->comm[k]) tn__nccl.api.ncclCommDestroy(c->comm[k]);
+    tn__cuda_bound = NULL;
+    tn__free(c);
+}
+
+/* One communicator per device of devs[n] (distinct CUDA ordinals), rank k on devs[k]. */
+static tn_result tn__nccl_comm_new(int n, const int *devs, tn__nccl_comm **out, const char *who) {
+    *out = NULL;
+    if (n < 1 || n > TN__CUDA_MAX_DEVICES) return tn__err(TN_ERR_INVALID, "%s: %d NCCL ranks", who, n);
+    for (int k = 0; k < n; k++) {
+        tn__cuda_dev *D;
+        if (tn__cuda_enter(devs[k], &D, who) != TN_OK) return tn_last_result();   /* opened: a primary context NCCL shares */
+        for (int j = 0; j < k; j++)
+            if (devs[j] == devs[k])
+                return tn__err(TN_ERR_INVALID, "%s: NCCL takes one rank per GPU, but ranks %d and %d are both on cuda%d", who, j, k, devs[k]);
+    }
+    if (tn_nccl_load() != TN_OK) return tn__err(TN_ERR_DEVICE, "%s: %s", who, tn_last_error());
+    setenv("NCCL_NVLS_ENABLE", "0", 0);          /* the user's setting wins */
+    tn__nccl_comm *c = (tn__nccl_comm *)tn__calloc(1, sizeof *c);
+    if (!c) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    c->n = n;
+    memcpy(c->dev, devs, (size_t)n * sizeof *devs);
+    tn__ncclResult_t r = tn__nccl.api.ncclCommInitAll(c->comm, n, devs);
+    tn__cuda_bound = NULL;
+    if (r != TN__NCCL_SUCCESS) {
+        const char *le = tn__nccl.api.ncclGetLastError ? tn__nccl.api.ncclGetLastError(NULL) : NULL;
+        memset(c->comm, 0, sizeof c->comm);
+        tn__free(c);
+        return tn__err(TN_ERR_DEVICE, "%s: ncclCommInitAll over %d GPUs failed (NCCL %d, %s): %s%s%s", who, n, tn__nccl.version,
+                       tn__nccl.path, tn__nccl.api.ncclGetErrorString(r), le && *le ? ": " : "", le ? le : "");
+    }
+    *out = c;
+    return TN_OK;
+}
+
+static bool tn__nccl_dtype(tn_dtype t, tn__ncclDataType_t *out) {
+    switch (t) {
+    case TN_I32: *out = TN__NCCL_INT32; return true;
+    case TN_I64: *out = TN__NCCL_INT64; return true;
+    case TN_F16: *out = TN__NCCL_FLOAT16; return true;
+    case TN_F32: *out = TN__NCCL_FLOAT32; return true;
+    case TN_F64: *out = TN__NCCL_FLOAT64; return true;
+    default: return false;
+    }
+}
+
+/* recv[k*nb + b] = sum over ranks of send[k*nb + b], for nb buffers per rank,
+   each on rank k's device and this thread's current stream there; one group. */
+static tn_result tn__nccl_allreduce(tn__nccl_comm *c, int nb, tn_array *const *send, tn_array *const *recv, const char *who) {
+    for (int k = 0; k < c->n; k++)
+        for (int b = 0; b < nb; b++) {
+            const tn_array *s = send[k * nb + b], *d = recv[k * nb + b], *s0 = send[b];
+            tn__ncclDataType_t dt;
+            if (!tn__nccl_dtype(s->dtype, &dt)) return tn__err(TN_ERR_DTYPE, "%s: NCCL cannot sum %s (buffer %d)", who, tn_dtype_name(s->dtype), b);
+            if (s->device != c->dev[k] || d->device != c->dev[k] || !tn_array_is_contiguous(s) || !tn_array_is_contiguous(d) ||
+                s->dtype != d->dtype || s->dtype != s0->dtype || tn_array_size(s) != tn_array_size(d) || tn_array_size(s) != tn_array_size(s0))
+                return tn__err(TN_ERR_INVALID, "%s: buffer %d of rank %d: want contiguous %s arrays of %lld elements on cuda%d, got %s of %lld on device %d",
+                               who, b, k, tn_dtype_name(s0->dtype), (long long)tn_array_size(s0), c->dev[k], tn_dtype_name(s->dtype),
+                               (long long)tn_array_size(s), s->device);
+        }
+    tn__cuda_dev *D[TN__CUDA_MAX_DEVICES];
+    for (int k = 0; k < c->n; k++) if (tn__cuda_enter(c->dev[k], &D[k], who) != TN_OK) return tn_last_result();
+    TN__NCCL_CHECK(tn__nccl.api.ncclGroupStart(), who);
+    tn__ncclResult_t first = TN__NCCL_SUCCESS;
+    for (int k = 0; k < c->n && first == TN__NCCL_SUCCESS; k++)
+        for (int b = 0; b < nb && first == TN__NCCL_SUCCESS; b++) {
+            const tn_array *s = send[k * nb + b];
+            tn__ncclDataType_t dt = TN__NCCL_FLOAT32;
+            tn__nccl_dtype(s->dtype, &dt);
+            if (tn_array_size(s) > 0)
+                first = tn__nccl.api.ncclAllReduce(s->data, recv[k * nb + b]->data, (size_t)tn_array_size(s), dt, TN__NCCL_SUM,
+                                                   c->comm[k], tn__cuda_stream(D[k]));
+        }
+    tn__ncclResult_t end = tn__nccl.api.ncclGroupEnd();   /* always closes the group */
+    tn__cuda_bound = NULL;
+    if (first != TN__NCCL_SUCCESS || end != TN__NCCL_SUCCESS) {
+        const char *le = tn__nccl.api.ncclGetLastError ? tn__nccl.api.ncclGetLastError(NULL) : NULL;
+        return tn__err(TN_ERR_DEVICE, "%s: %s failed over %d GPUs (%s:%d): %s%s%s", who, first ? "ncclAllReduce" : "ncclGroupEnd", c->n,
+                       __FILE__, __LINE__, tn__nccl.api.ncclGetErrorString(first ? first : end), le && *le ? ": " : "", le ? le : "");
+    }
+    return TN_OK;
+}
+
+/* tn_nccl_allreduce's communicator, kept for the next call on the same devices. */
+static tn__nccl_comm *tn__nccl_cached;
+static pthread_mutex_t tn__nccl_cached_mu = PTHREAD_MUTEX_INITIALIZER;
+
+TN_API tn_result tn_nccl_allreduce(int n, tn_array *const *arrays) {
+    const char *W = "tn_nccl_allreduce";
+    if (!arrays) return tn__err(TN_ERR_NULL, "%s: arrays is NULL", W);
+    if (n < 1 || n > TN__CUDA_MAX_DEVICES) return tn__err(TN_ERR_INVALID, "%s: n is %d", W, n);
+    int devs[TN__CUDA_MAX_DEVICES];
+    for (int k = 0; k < n; k++) {
+        if (!arrays[k]) return tn__err(TN_ERR_NULL, "%s: arrays[%d] is NULL", W, k);
+        if (arrays[k]->device == TN_HOST) return tn__err(TN_ERR_DEVICE, "%s: arrays[%d] lives on the host; NCCL sums device arrays", W, k);
+        devs[k] = arrays[k]->device;
+    }
+    pthread_mutex_lock(&tn__nccl_cached_mu);
+    tn_result r = TN_OK;
+    tn__nccl_comm *c = tn__nccl_cached;
+    if (!c || c->n != n || memcmp(c->dev, devs, (size_t)n * sizeof *devs) != 0) {
+        tn__nccl_comm_free(c);
+        tn__nccl_cached = NULL;
+        r = tn__nccl_comm_new(n, devs, &tn__nccl_cached, W);
+        c = tn__nccl_cached;
+    }
+    if (r == TN_OK) r = tn__nccl_allreduce(c, 1, arrays, arrays, W);
+    pthread_mutex_unlock(&tn__nccl_cached_mu);
+    return r;
+}
+
+static void tn__nccl_shutdown(void) {
+    pthread_mutex_lock(&tn__nccl_cached_mu);
+    tn__nccl_comm_free(tn__nccl_cached);
+    tn__nccl_cached = NULL;
+    pthread_mutex_unlock(&tn__nccl_cached_mu);
+}
+
+/* >>cuda_replicate: one training step on several devices (tn_function_replicate) */
+/* Each replica is two compiled functions of the user's graph, on its own
+   context: f1 computes the outputs and the gradients scaled by the replica's
+   weight (its share of the rows, an input of f1; 1 when the cost is a sum),
+   f2 the updates from the summed gradients (placeholder inputs standing for
+   them, tn__dp_replace). Between the two the gradients are summed: by NCCL
+   into per-replica device buffers (f1's gradients stay on the device, f2
+   reads the sums where they are), or in host memory in float64, in replica
+   order (the CPU, replicas sharing a GPU, or asked for). f1 returns device
+   arrays under NCCL, so no replica waits for another before the all-reduce.
+   Replica k > 0 reads copies of the shared variables (tn_shared of the
+   value at replication, in the user's graph, freed with it). */
+
+typedef struct tn__replica {
+    int ctx, dev;            /* its context and the device it runs on (TN_HOST: the CPU) */
+    tn_func *f1, *f2;        /* outputs and scaled gradients; updates (either NULL: none) */
+    tn_var **shared;         /* its copy of each of R->shared (replica 0: the user's own) */
+    tn_array *view;          /* this call's rows of each input (struct copies: nothing allocated) */
+    tn_array **in1, **in2;   /* f1's inputs (views, weights), f2's (views, summed gradients) */
+    tn_array **out1;         /* f1's borrowed outputs: the user's, then the gradients */
+    tn_array **red;          /* NCCL: its summed gradients (device arrays) */
+    tn_array *scale[TN_DTYPE_COUNT];   /* its weight, one 0-d array per gradient dtype */
+    double share;            /* its rows over the batch's */
+} tn__replica;
+
+enum { TN__DP_NONE = 0, TN__DP_HOST, TN__DP_NCCL };
+
+struct tn_replicated {
+    int n, n_in, n_out, n_grads, n_shared, n_upd, n_scale;
+    int mode;                /* TN__DP_*: how the gradients are summed */
+    bool dev_grads;          /* f1's gradients stay on the device (placeholders on it too) */
+    bool sum;
+    tn__replica *r;
+    tn_var **shared;         /* the user's shared variables the step reads or updates */
+    tn_dtype scale_dt[TN_DTYPE_COUNT];
+    tn_combine *combine;
+    bool *split;
+    tn__nccl_comm *comm;
+    tn_array **hred;         /* host mode: the summed gradients, read by every replica */
+    double *acc, *tmp;       /* host mode: float64 scratch */
+    size_t acc_n;
+};
+
+/* Copies of roots[n] in g with from[i] replaced by to[i] (Theano's clone with
+   replace): nodes that reach a replaced one are cloned, the rest shared. */
+static tn_result tn__dp_replace(tn_graph *g, tn_var *const *roots, int n, tn_var *const *from, tn_var *const *to, int n_rep,
+                                tn_var **out, const char *who) {
+    int nv = tn__graph_nvars(g);
+    tn_var **order = NULL;
+    int n_order = 0;
+    tn_result r = tn__toposort(roots, n, nv, &order, &n_order, NULL, who);
+    if (r != TN_OK) return r;
+    tn_var **map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
+    if (!map) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", who); }
+    for (int k = 0; k < n_order && r == TN_OK; k++) {
+        tn_var *u = order[k], *rep = NULL;
+        for (int j = 0; j < n_rep && !rep; j++) if (from[j] == u) rep = to[j];
+        bool changed = false;
+        for (int i = 0; i < u->n_in; i++) changed |= map[u->in[i]->id] != u->in[i];
+        if (rep) map[u->id] = rep;
+        else if (!changed) map[u->id] = u;
+        else if (!(map[u->id] = tn__clone_var(g, u, map))) r = tn_last_result() ? tn_last_result() : TN_ERR_OOM;
+    }
+    for (int i = 0; r == TN_OK && i < n; i++) out[i] = map[roots[i]->id];
+    tn__free(map);
+    tn__free(order);
+    return r;
+}
+
+TN_API int tn_replicated_count(const tn_replicated *R) { return R ? R->n : 0; }
+TN_API const char *tn_replicated_allreduce(const tn_replicated *R) {
+    return !R ? NULL : R->mode == TN__DP_NCCL ? "nccl" : R->mode == TN__DP_HOST ? "host" : "none";
+}
+TN_API tn_func *tn_replicated_function(const tn_replicated *R, int k, int half) {
+    if (!R || k < 0 || k >= R->n || half < 0 || half > 1) return NULL;
+    return half ? R->r[k].f2 : R->r[k].f1;
+}
+TN_API tn_var *tn_replicated_shared(const tn_replicated *R, tn_var *shared, int k) {
+    if (!R || k < 0 || k >= R->n) return NULL;
+    for (int i = 0; i < R->n_shared; i++) if (R->shared[i] == shared) return R->r[k].shared[i];
+    return NULL;
+}
+
+TN_API void tn_replicated_free(tn_replicated *R) {
+    if (!R) return;
+    for (int k = 0; R->r && k < R->n; k++) {
+        tn__replica *P = &R->r[k];
+        tn_function_free(P->f1);
+        tn_function_free(P->f2);
+        for (int i = 0; P->red && i < R->n_grads; i++) tn_array_free(P->red[i]);
+        for (int t = 0; t < TN_DTYPE_COUNT; t++) tn_array_free(P->scale[t]);
+        tn__free(P->red); tn__free(P->shared); tn__free(P->view); tn__free(P->in1); tn__free(P->in2); tn__free(P->out1);
+    }
+    for (int i = 0; R->hred && i < R->n_grads; i++) tn_array_free(R->hred[i]);
+    tn__nccl_comm_free(R->comm);
+    tn__free(R->hred); tn__free(R->acc); tn__free(R->tmp);
+    tn__free(R->r); tn__free(R->shared); tn__free(R->combine); tn__free(R->split);
+    tn__free(R);
+}
+
+/* The shared variables reached from roots (and the update targets), once each. */
+static tn_result tn__dp_shared(tn_replicated *R, tn_var *const *roots, int n, const char *W) {
+    tn_graph *g = roots[0]->graph;
+    tn_var **order = NULL;
+    int n_order = 0;
+    tn_result r = tn__toposort(roots, n, tn__graph_nvars(g), &order, &n_order, NULL, W);
+    if (r != TN_OK) return r;
+    R->shared = (tn_var **)tn__calloc((size_t)n_order + 1, sizeof *R->shared);
+    for (int k = 0; R->shared && k < n_order && r == TN_OK; k++) {
+        if (order[k]->op == TN_OP_SHARED) R->shared[R->n_shared++] = order[k];
+        if (order[k]->ctx > 0)
+            r = tn__err(TN_ERR_INVALID, "%s: '%s' is on context '%s'; a replicated step must not name contexts (each replica has its own)",
+                        W, tn__var_label_name(order[k]), tn_context_name(order[k]->ctx - 1));
+    }
+    tn__free(order);
+    return !R->shared ? tn__err(TN_ERR_OOM, "%s: out of memory", W) : r;
+}
+
+/* Replica k's two functions. roots1: the outputs then the scaled gradients;
+   scale_in: the weight inputs; ph: placeholder inputs for the summed gradients. */
+static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_func_desc *d, const tn_replicate_desc *rd,
+                                tn_var **roots1, tn_var **scale_in, const char *W) {
+    tn__replica *P = &R->r[k];
+    int n1 = R->n_out + R->n_grads, nin1 = R->n_in + R->n_scale, nin2 = R->n_in + R->n_grads;
+    tn_var **buf = (tn_var **)tn__calloc((size_t)(2 * n1 + 3 * (R->n_grads + R->n_shared) + nin1 + nin2 + 2 * R->n_upd) + 1, sizeof *buf);
+    if (!buf) return tn__err(TN_ERR_OOM, "%s: out of memory", W);
+    tn_var **r1 = buf, **from = r1 + n1, **to = from + R->n_grads + R->n_shared, **ph = to + R->n_grads + R->n_shared;
+    tn_var **ins1 = ph + R->n_grads + R->n_shared, **ins2 = ins1 + nin1, **vals = ins2 + nin2, **vals_k = vals + R->n_upd;
+    tn_update *ups = NULL;
+    const char *cname = tn_context_name(P->ctx);
+    char nm[160];
+    tn_result r = TN_OK;
+    /* the shared variables: the user's, or copies */
+    for (int i = 0; i < R->n_shared && r == TN_OK; i++) {
+        tn_var *s = R->shared[i];
+        if (k == 0) { P->shared[i] = s; continue; }
+        tn_array *v = tn_shared_get_value(s);
+        snprintf(nm, sizeof nm, "%s@%s", s->name ? s->name : "shared", cname);
+        P->shared[i] = !v ? NULL : (s->flags & TN_VAR_FIXED_SHAPE) ? tn_shared_fixed(g, nm, v) : tn_shared(g, nm, v);
+        tn_array_free(v);
+        if (!P->shared[i]) r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "%s: replicating shared variable '%s': %s", W,
+                                       tn__var_label_name(s), tn_last_error());
+    }
+    /* f1 */
+    if (r == TN_OK && n1 > 0) {
+        if (k > 0) r = tn__dp_replace(g, roots1, n1, R->shared, P->shared, R->n_shared, r1, W);
+        else memcpy(r1, roots1, (size_t)n1 * sizeof *r1);
+        for (int i = 0; i < R->n_in; i++) ins1[i] = d->inputs[i];
+        for (int i = 0; i < R->n_scale; i++) ins1[R->n_in + i] = scale_in[i];
+        snprintf(nm, sizeof nm, "%s [replica %d on %s: outputs and gradients]", d->name ? d->name : "tn_function_replicate", k, cname);
+        if (r == TN_OK &&
+            !(P->f1 = tn_function(g, &(tn_func_desc){ .n_inputs = nin1, .inputs = ins1, .n_outputs = n1, .outputs = r1, .borrow = true,
+                                                      .mode = d->mode, .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname })))
+            r = tn__err(tn_last_result(), "%s: replica %d (%s): %s", W, k, cname, tn_last_error());
+    }
+    /* f2: the updates, reading placeholders for the summed gradients */
+    if (r == TN_OK && R->n_upd > 0) {
+        for (int i = 0; i < R->n_grads && r == TN_OK; i++) {
+            const tn_type *t = &rd->grads[i]->type;
+            snprintf(nm, sizeof nm, "sum of gradient %d", i);
+            if (!(ph[i] = tn_input(g, nm, t->dtype, t->ndim, t->shape, t->bcast))) { r = tn_last_result(); break; }
+            if (R->dev_grads) ph[i]->device = P->dev;     /* device-resident: f2 reads the sums in place */
+            from[i] = rd->grads[i];
+            to[i] = ph[i];
+        }
+        for (int i = 0; i < R->n_shared && k > 0; i++) { from[R->n_grads + i] = R->shared[i]; to[R->n_grads + i] = P->shared[i]; }
+        for (int u = 0; u < R->n_upd; u++) vals[u] = d->updates[u].value;
+        if (r == TN_OK) r = tn__dp_replace(g, vals, R->n_upd, from, to, R->n_grads + (k > 0 ? R->n_shared : 0), vals_k, W);
+        if (r == TN_OK && !(ups = (tn_update *)tn__calloc((size_t)R->n_upd, sizeof *ups))) r = tn__err(TN_ERR_OOM, "%s: out of memory", W);
+        for (int u = 0; r == TN_OK && u < R->n_upd; u++) {
+            ups[u].value = vals_k[u];
+            ups[u].shared = d->updates[u].shared;
+            for (int i = 0; i < R->n_shared; i++) if (R->shared[i] == d->updates[u].shared) ups[u].shared = P->shared[i];
+        }
+        for (int i = 0; i < R->n_in; i++) ins2[i] = d->inputs[i];
+        for (int i = 0; i < R->n_grads; i++) ins2[R->n_in + i] = ph[i];
+        snprintf(nm, sizeof nm, "%s [replica %d on %s: updates]", d->name ? d->name : "tn_function_replicate", k, cname);
+        if (r == TN_OK &&
+            !(P->f2 = tn_function(g, &(tn_func_desc){ .n_inputs = nin2, .inputs = ins2, .n_updates = R->n_upd, .updates = ups,
+                                                      .mode = d->mode, .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname })))
+            r = tn__err(tn_last_result(), "%s: replica %d (%s): %s", W, k, cname, tn_last_error());
+    }
+    for (int t = 0; r == TN_OK && t < R->n_scale; t++)
+        if (!(P->scale[R->scale_dt[t]] = tn_array_scalar(R->scale_dt[t], 1.0))) r = tn_last_result();
+    tn__free(ups);
+    tn__free(buf);
+    return r;
+}
+
+TN_API tn_replicated *tn_function_replicate(tn_graph *g, const tn_func_desc *d, const tn_replicate_desc *rd) {
+    const char *W = "tn_function_replicate";
+    if (!rd) { tn__err(TN_ERR_NULL, "%s: rd is NULL", W); return NULL; }
+    if (tn__check_desc(g, d) != TN_OK) { tn__err_as(W, "tn_function"); return NULL; }
+    if (rd->n_grads < 0 || (rd->n_grads > 0 && !rd->grads)) { tn__err(TN_ERR_NULL, "%s: n_grads is %d but grads is NULL", W, rd->n_grads); return NULL; }
+    for (int i = 0; i < rd->n_grads; i++) {
+        tn_var *v = rd->grads[i];
+        if (!v) { tn__err(TN_ERR_NULL, "%s: gradient %d is NULL (did tn_grad fail?)", W, i); return NULL; }
+        if (v->graph != g) { tn__err(TN_ERR_GRAPH, "%s: gradient %d ('%s') belongs to another graph", W, i, tn__var_label_name(v)); return NULL; }
+        if (!tn_dtype_is_float(v->type.dtype)) {
+            tn__err(TN_ERR_DTYPE, "%s: gradient %d ('%s') is %s; gradients are float", W, i, tn__var_label_name(v), tn_dtype_name(v->type.dtype));
+            return NULL;
+        }
+    }
+    bool gpu = tn_cuda_available();
+    if (!gpu) tn_clear_error();
+    int n = rd->n_replicas ? rd->n_replicas : gpu ? tn__cuda.device_count : 1;
+    if (n < 1 || n > TN__CUDA_MAX_DEVICES) { tn__err(TN_ERR_INVALID, "%s: n_replicas is %d (1 to %d)", W, n, TN__CUDA_MAX_DEVICES); return NULL; }
+    if ((unsigned)rd->allreduce > TN_ALLREDUCE_HOST) { tn__err(TN_ERR_INVALID, "%s: allreduce %d is not a tn_allreduce", W, (int)rd->allreduce); return NULL; }
+    tn_replicated *R = (tn_replicated *)tn__calloc(1, sizeof *R);
+    if (!R) { tn__err(TN_ERR_OOM, "%s: out of memory", W); return NULL; }
+    R->n = n; R->n_in = d->n_inputs; R->n_out = d->n_outputs; R->n_grads = rd->n_grads; R->n_upd = d->n_updates; R->sum = rd->sum;
+    int n_roots = d->n_outputs + rd->n_grads + 2 * d->n_updates;
+    tn_var **roots = (tn_var **)tn__calloc((size_t)n_roots + 1, sizeof *roots);
+    tn_var *scale_in[TN_DTYPE_COUNT] = { 0 };
+    int devs[TN__CUDA_MAX_DEVICES];
+    tn_result r = TN_OK;
+    R->r = (tn__replica *)tn__calloc((size_t)n, sizeof *R->r);
+    R->combine = (tn_combine *)tn__calloc((size_t)R->n_out + 1, sizeof *R->combine);
+    R->split = (bool *)tn__calloc((size_t)R->n_in + 1, 1);
+    R->hred = (tn_array **)tn__calloc((size_t)R->n_grads + 1, sizeof *R->hred);
+    if (!roots || !R->r || !R->combine || !R->split || !R->hred) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto fail; }
+    for (int i = 0; i < R->n_in; i++) R->split[i] = rd->split ? rd->split[i] : d->inputs[i]->type.ndim >= 1;
+    for (int i = 0; i < R->n_in; i++)
+        if (R->split[i] && d->inputs[i]->type.ndim < 1) { r = tn__err(TN_ERR_SHAPE, "%s: input %d ('%s') is 0-d: it cannot be split", W, i, tn__var_label_name(d->inputs[i])); goto fail; }
+    for (int o = 0; o < R->n_out; o++) {
+        R->combine[o] = rd->combine ? rd->combine[o] : TN_COMBINE_AUTO;
+        if ((unsigned)R->combine[o] > TN_COMBINE_FIRST) { r = tn__err(TN_ERR_INVALID, "%s: combine[%d] is %d, not a tn_combine", W, o, (int)R->combine[o]); goto fail; }
+    }
+    /* contexts, devices, and how the gradients are summed */
+    bool any_host = !gpu, dup = false;
+    for (int k = 0; k < n; k++) {
+        char cn[32];
+        snprintf(cn, sizeof cn, "cuda%d", k);
+        const char *name = rd->contexts ? rd->contexts[k] : cn;
+        if (!name) { r = tn__err(TN_ERR_NULL, "%s: contexts[%d] is NULL", W, k); goto fail; }
+        if ((R->r[k].ctx = tn_context_get(name)) < 0) { r = tn__err_as(W, "tn_context_get"); goto fail; }
+        R->r[k].dev = gpu ? tn_context_device(R->r[k].ctx) : TN_HOST;
+        devs[k] = R->r[k].dev;
+        any_host |= devs[k] == TN_HOST;
+        if (gpu && devs[k] >= tn__cuda.device_count) {
+            r = tn__err(TN_ERR_DEVICE, "%s: replica %d's context '%s' is cuda%d, but there %s only %d CUDA device%s", W, k, name, devs[k],
+                        tn__cuda.device_count == 1 ? "is" : "are", tn__cuda.device_count, tn__cuda.device_count == 1 ? "" : "s");
+            goto fail;
+        }
+        for (int j = 0; j < k; j++) dup |= devs[j] == devs[k] && devs[k] != TN_HOST;
+    }
+    if (rd->allreduce == TN_ALLREDUCE_NCCL) {
+        if (any_host) {
+            r = tn__err(TN_ERR_DEVICE, "%s: allreduce=NCCL needs every replica on a GPU (%s)", W, gpu ? "a context maps to cpu" : tn_cuda_status());
+            goto fail;
+        }
+        R->mode = TN__DP_NCCL;
+    } else if (n == 1) R->mode = TN__DP_NONE;
+    else R->mode = rd->allreduce == TN_ALLREDUCE_HOST || any_host || dup ? TN__DP_HOST : TN__DP_NCCL;
+    if (R->mode == TN__DP_NCCL && (r = tn__nccl_comm_new(n, devs, &R->comm, W)) != TN_OK) {
+        if (rd->allreduce == TN_ALLREDUCE_AUTO)
+            tn__err(r, "%s (or sum the gradients in host memory: .allreduce = TN_ALLREDUCE_HOST)", tn_last_error());
+        goto fail;
+    }
+    R->dev_grads = !any_host && R->mode != TN__DP_HOST;
+    /* what each replica computes: outputs and weighted gradients, then updates */
+    for (int o = 0; o < R->n_out; o++) roots[o] = d->outputs[o];
+    for (int i = 0; i < R->n_grads; i++) {
+        tn_dtype t = rd->grads[i]->type.dtype;
+        if (!scale_in[t]) {
+            char nm[48];
+            snprintf(nm, sizeof nm, "replica weight (%s)", tn_dtype_name(t));
+            if (!(scale_in[t] = tn_scalar(g, nm, t))) { r = tn_last_result(); goto fail; }
+            R->scale_dt[R->n_scale++] = t;
+        }
+        tn_var *w = tn_mul(rd->grads[i], scale_in[t]);
+        if (w && R->dev_grads) w = tn_gpu_from_host(w);
+        if (!(roots[R->n_out + i] = w)) { r = tn__err_as(W, "tn_mul"); goto fail; }
+    }
+    for (int o = 0; o < R->n_out && R->mode == TN__DP_NCCL; o++)   /* device results: no replica waits before the all-reduce */
+        if (!(roots[o] = tn_gpu_from_host(roots[o]))) { r = tn_last_result(); goto fail; }
+    for (int u = 0; u < R->n_upd; u++) {
+        roots[R->n_out + R->n_grads + u] = d->updates[u].value;
+        roots[R->n_out + R->n_grads + R->n_upd + u] = d->updates[u].shared;
+    }
+    if (n_roots > 0 && (r = tn__dp_shared(R, roots, n_roots, W)) != TN_OK) goto fail;
+    tn_var *ordered[TN_DTYPE_COUNT];
+    for (int t = 0; t < R->n_scale; t++) ordered[t] = scale_in[R->scale_dt[t]];
+    for (int k = 0; k < n; k++) {
+        tn__replica *P = &R->r[k];
+        P->shared = (tn_var **)tn__calloc((size_t)R->n_shared + 1, sizeof *P->shared);
+        P->view = (tn_array *)tn__calloc((size_t)R->n_in + 1, sizeof *P->view);
+        P->in1 = (tn_array **)tn__calloc((size_t)(R->n_in + R->n_scale) + 1, sizeof *P->in1);
+        P->in2 = (tn_array **)tn__calloc((size_t)(R->n_in + R->n_grads) + 1, sizeof *P->in2);
+        P->out1 = (tn_array **)tn__calloc((size_t)(R->n_out + R->n_grads) + 1, sizeof *P->out1);
+        P->red = (tn_array **)tn__calloc((size_t)R->n_grads + 1, sizeof *P->red);
+        if (!P->shared || !P->view || !P->in1 || !P->in2 || !P->out1 || !P->red) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto fail; }
+        if ((r = tn__dp_compile(R, k, g, d, rd, roots, ordered, W)) != TN_OK) goto fail;
+        for (int t = 0; t < R->n_scale; t++) P->in1[R->n_in + t] = P->scale[R->scale_dt[t]];
+    }
+    tn__free(roots);
+    return R;
+fail:
+    tn__err_in(W, r != TN_OK ? r : TN_ERR_OOM);
+    tn__free(roots);
+    tn_replicated_free(R);
+    return NULL;
+}
+
+/* Host mode: hred[i] = the sum over replicas of their gradient i, in float64. */
+static tn_result tn__dp_host_sum(tn_replicated *R, const char *W) {
+    for (int i = 0; i < R->n_grads; i++) {
+        const tn_array *g0 = R->r[0].out1[R->n_out + i];
+        size_t cnt = (size_t)tn_array_size(g0);
+        tn_array *h = R->hred[i];
+        bool same = h && h->ndim == g0->ndim && h->dtype == g0->dtype;
+        for (int d = 0; same && d < g0->ndim; d++) same = h->shape[d] == g0->shape[d];
+        if (!same) {
+            tn_array_free(h);
+            if (!(h = R->hred[i] = tn_array_empty(g0->dtype, g0->ndim, g0->shape))) return tn__err(TN_ERR_OOM, "%s: out of memory", W);
+        }
+        if (cnt > R->acc_n) {
+            tn__free(R->acc); tn__free(R->tmp);
+            R->acc = (double *)tn__malloc(cnt * sizeof *R->acc);
+            R->tmp = (double *)tn__malloc(cnt * sizeof *R->tmp);
+            R->acc_n = R->acc && R->tmp ? cnt : 0;
+            if (!R->acc_n) return tn__err(TN_ERR_OOM, "%s: out of memory for the gradients' sums", W);
+        }
+        for (size_t j = 0; j < cnt; j++) R->acc[j] = 0;
+        for (int k = 0; k < R->n; k++) {
+            const tn_array *gk = R->r[k].out1[R->n_out + i];
+            if (tn_array_size(gk) != (int64_t)cnt) return tn__err(TN_ERR_SHAPE, "%s: replica %d's gradient %d has %lld elements, replica 0's %zu", W, k, i, (long long)tn_array_size(gk), cnt);
+            tn_result r = tn_array_copy_to(gk, TN_F64, R->tmp, cnt * sizeof *R->tmp);
+            if (r != TN_OK) return tn__err_in(W, r);
+            for (size_t j = 0; j < cnt; j++) R->acc[j] += R->tmp[j];
+        }
+        for (size_t j = 0; j < cnt; j++) {
+            if (h->dtype == TN_F64) ((double *)h->data)[j] = R->acc[j];
+            else if (h->dtype == TN_F32) ((float *)h->data)[j] = (float)R->acc[j];
+            else ((uint16_t *)h->data)[j] = tn_f32_to_f16((float)R->acc[j]);
+        }
+    }
+    return TN_OK;
+}
+
+/* NCCL mode: each replica's summed gradients, in device buffers of its own. */
+static tn_result tn__dp_nccl_sum(tn_replicated *R, const char *W) {
+    int nb = R->n_grads, n = R->n;
+    tn_array **send = (tn_array **)tn__malloc((size_t)(2 * n * nb) * sizeof *send);   /* once per call: 2 pointers per buffer */
+    if (!send) return tn__err(TN_ERR_OOM, "%s: out of memory", W);
+    tn_array **recv = send + n * nb;
+    tn_result r = TN_OK;
+    for (int k = 0; k < n && r == TN_OK; k++)
+        for (int i = 0; i < nb && r == TN_OK; i++) {
+            tn__replica *P = &R->r[k];
+            const tn_array *s = P->out1[R->n_out + i];
+            tn_array *d = P->red[i];
+            bool same = d && d->ndim == s->ndim && d->dtype == s->dtype;
+            for (int a = 0; same && a < s->ndim; a++) same = d->shape[a] == s->shape[a];
+            if (!same) {
+                tn_array_free(d);
+                if (!(d = P->red[i] = tn__array_alloc(s->dtype, s->ndim, s->shape, P->dev))) r = tn__err_in(W, tn_last_result());
+            }
+            send[k * nb + i] = (tn_array *)s;
+            recv[k * nb + i] = d;
+        }
+    if (r == TN_OK) r = tn__nccl_allreduce(R->comm, nb, send, recv, W);
+    tn__free(send);
+    return r;
+}
+
+/* outputs[o] from every replica's output o (host arrays the caller owns). */
+static tn_result tn__dp_combine(tn_replicated *R, int o, tn_array **out, const char *W) {
+    *out = NULL;
+    tn_combine c = R->combine[o];
+    const tn_array *a0 = R->r[0].out1[o];
+    if (c == TN_COMBINE_AUTO) c = a0->ndim == 0 ? (R->sum ? TN_COMBINE_SUM : TN_COMBINE_MEAN) : TN_COMBINE_CONCAT;
+    int n = c == TN_COMBINE_FIRST ? 1 : R->n;
+    tn_array *host[TN__CUDA_MAX_DEVICES] = { 0 };
+    tn_result r = TN_OK;
+    int64_t rows = 0;
+    for (int k = 0; k < n && r == TN_OK; k++) {
+        const tn_array *a = R->r[k].out1[o];
+        if (!(host[k] = a->device != TN_HOST ? tn_array_to_host(a) : tn_array_copy(a))) { r = tn__err_in(W, tn_last_result()); break; }
+        bool ok = a->ndim == a0->ndim && a->dtype == a0->dtype && (c != TN_COMBINE_CONCAT || a->ndim >= 1);
+        for (int d = c == TN_COMBINE_CONCAT ? 1 : 0; ok && d < a->ndim; d++) ok = a->shape[d] == a0->shape[d];
+        if (!ok) {
+            char s0[128], s1[128];
+            r = tn__err(TN_ERR_SHAPE, "%s: output %d: replica %d gives %s %s, replica 0 %s %s; they cannot be combined (%s)", W, o, k,
+                        tn_dtype_name(a->dtype), tn__shape_str(a->ndim, a->shape, s1), tn_dtype_name(a0->dtype),
+                        tn__shape_str(a0->ndim, a0->shape, s0), c == TN_COMBINE_CONCAT ? "concatenated along axis 0" : "elementwise");
+        }
+        rows += a->ndim ? a->shape[0] : 0;
+    }
+    if (r == TN_OK && (c == TN_COMBINE_FIRST)) { *out = host[0]; host[0] = NULL; }
+    else if (r == TN_OK && c == TN_COMBINE_CONCAT) {
+        int64_t shape[TN_MAX_DIMS];
+        memcpy(shape, a0->shape, sizeof shape);
+        shape[0] = rows;
+        tn_array *y = tn_array_empty(a0->dtype, a0->ndim, shape);
+        size_t off = 0;
+        for (int k = 0; y && k < n; k++) {
+            memcpy((char *)y->data + off, host[k]->data, tn_array_nbytes(host[k]));   /* contiguous copies */
+            off += tn_array_nbytes(host[k]);
+        }
+        if (!y) r = tn__err_in(W, tn_last_result());
+        *out = y;
+    } else if (r == TN_OK) {       /* MEAN, SUM: float64, then the output's dtype */
+        size_t cnt = (size_t)tn_array_size(a0);
+        double *acc = (double *)tn__calloc(cnt + 1, sizeof *acc), *t = (double *)tn__malloc((cnt + 1) * sizeof *t);
+        for (int k = 0; acc && t && k < n && r == TN_OK; k++) {
+            double w = c == TN_COMBINE_MEAN ? R->r[k].share : 1.0;
+            if ((r = tn_array_copy_to(host[k], TN_F64, t, (cnt + 1) * sizeof *t)) == TN_OK)
+                for (size_t j = 0; j < cnt; j++) acc[j] += w * t[j];
+        }
+        tn_array *y = acc && t && r == TN_OK ? tn_array_empty(a0->dtype, a0->ndim, a0->shape) : NULL;
+        tn_array *src = y ? tn_array_wrap(TN_F64, a0->ndim, a0->shape, NULL, acc) : NULL;
+        if (src && tn_array_assign(y, src) == TN_OK) { *out = y; y = NULL; }
+        else if (r == TN_OK) r = tn__err_in(W, tn_last_result() ? tn_last_result() : TN_ERR_OOM);
+        tn_array_free(src);
+        tn_array_free(y);
+        tn__free(acc);
+        tn__free(t);
+    }
+    for (int k = 0; k < n; k++) tn_array_free(host[k]);
+    return r;
+}
+
+TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, tn_array **outputs) {
+    const char *W = "tn_replicated_call";
+    if (!R) return tn__err(TN_ERR_NULL, "%s: r is NULL", W);
+    if (R->n_in > 0 && !inputs) return tn__err(TN_ERR_NULL, "%s: the step takes %d inputs but inputs is NULL", W, R->n_in);
+    if (R->n_out > 0 && !outputs) return tn__err(TN_ERR_NULL, "%s: the step has %d outputs but outputs is NULL", W, R->n_out);
+    for (int o = 0; o < R->n_out; o++) outputs[o] = NULL;
+    int64_t N = -1;
+    int first = -1;
+    for (int i = 0; i < R->n_in; i++) {
+        if (!inputs[i]) return tn__err(TN_ERR_NULL, "%s: input %d is NULL", W, i);
+        if (!R->split[i]) continue;
+        if (inputs[i]->ndim < 1) return tn__err(TN_ERR_SHAPE, "%s: input %d is 0-d but is split along axis 0", W, i);
+        if (N >= 0 && inputs[i]->shape[0] != N)
+            return tn__err(TN_ERR_SHAPE, "%s: split inputs disagree on the batch: input %d has %lld rows, input %d %lld", W, first,
+                           (long long)N, i, (long long)inputs[i]->shape[0]);
+        if (N < 0) { N = inputs[i]->shape[0]; first = i; }
+    }
+    if (N >= 0 && N < R->n)
+        return tn__err(TN_ERR_SHAPE, "%s: a batch of %lld rows cannot feed %d replicas (each needs a row)", W, (long long)N, R->n);
+    tn_result r = TN_OK;
+    /* 1. each replica: its rows, outputs and weighted gradients */
+    for (int k = 0; k < R->n && r == TN_OK; k++) {
+        tn__replica *P = &R->r[k];
+        int64_t lo = N < 0 ? 0 : N * k / R->n, hi = N < 0 ? 0 : N * (k + 1) / R->n;
+        P->share = N < 0 ? 1.0 / R->n : (double)(hi - lo) / (double)N;
+        for (int i = 0; i < R->n_in; i++) {
+            P->view[i] = *inputs[i];
+            if (R->split[i]) {
+                P->view[i].shape[0] = hi - lo;
+                if (hi > lo) P->view[i].data = (char *)inputs[i]->data + lo * inputs[i]->strides[0];
+            }
+            P->in1[i] = P->in2[i] = &P->view[i];
+        }
+        for (int t = 0; t < R->n_scale; t++) {
+            tn_array *s = P->scale[R->scale_dt[t]];
+            if ((r = tn_array_set(s, NULL, R->sum ? 1.0 : P->share)) != TN_OK) break;
+        }
+        if (r == TN_OK && P->f1 && (r = tn_call(P->f1, P->in1, P->out1)) != TN_OK)
+            r = tn__err(r, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
+    }
+    /* 2. the gradients summed across replicas */
+    if (r == TN_OK && R->n_grads > 0 && R->n_upd > 0) {
+        if (R->mode == TN__DP_HOST) r = tn__dp_host_sum(R, W);
+        else if (R->mode == TN__DP_NCCL) r = tn__dp_nccl_sum(R, W);
+        for (int k = 0; k < R->n; k++)
+            for (int i = 0; i < R->n_grads; i++)
+                R->r[k].in2[R->n_in + i] = R->mode == TN__DP_HOST ? R->hred[i] : R->mode == TN__DP_NCCL ? R->r[k].red[i] : R->r[k].out1[R->n_out + i];
+    }
+    /* 3. the same updates everywhere */
+    for (int k = 0; k < R->n && r == TN_OK; k++) {
+        tn__replica *P = &R->r[k];
+        if (P->f2 && (r = tn_call(P->f2, P->in2, NULL)) != TN_OK)
+            r = tn__err(r, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
+    }
+    /* 4. outputs */
+    for (int o = 0; o < R->n_out && r == TN_OK; o++) r = tn__dp_combine(R, o, &outputs[o], W);
+    if (r != TN_OK)
+        for (int o = 0; o < R->n_out; o++) { tn_array_free(outputs[o]); outputs[o] = NULL; }
+    return r;
+}
+
 #endif /* TENSOR_IMPLEMENTATION */

@@ -567,6 +567,10 @@ TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, dou
    function; on the CPU both are plain copies. The placement pass inserts and
    cancels these itself: users need them only to ask for a device result. */
 TN_API tn_var *tn_gpu_from_host(tn_var *x);
+/* x moved to the named context (>>api_contexts): host to device, or device
+   to device (a peer copy, or through pinned host memory where the two GPUs
+   cannot reach each other); debugprint shows GpuFromHost<ctx> / GpuToGpu<ctx>. */
+TN_API tn_var *tn_gpu_from_host_ctx(tn_var *x, const char *ctx);
 TN_API tn_var *tn_host_from_gpu(tn_var *x);
 
 /* >>api_grad ------------------------------------------------------------- */

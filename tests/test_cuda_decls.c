@@ -12,9 +12,36 @@
 #    include <cublas_v2.h>
 #  endif
 #endif
+#if defined(TN_HAVE_CUDA_HEADERS) && __has_include(<nccl.h>)
+#  define TN_HAVE_NCCL_HEADER 1
+#  include <nccl.h>
+#endif
 #include "tensor.h"
 #include "tensor_cuda.h"
 #include "harness.h"
+
+#ifdef TN_HAVE_NCCL_HEADER
+/* NCCL's declarations (>>cuda_nccl) against nccl.h, the same way. */
+#define NX_CHECK(name, ret, args, req) nn += (int)(sizeof((tn__PFN_##name){ name }) == sizeof(void (*)(void)));
+_Static_assert(sizeof(tn__ncclResult_t) == sizeof(ncclResult_t), "ncclResult_t");
+_Static_assert(sizeof(tn__ncclDataType_t) == sizeof(ncclDataType_t), "ncclDataType_t");
+_Static_assert(sizeof(tn__ncclRedOp_t) == sizeof(ncclRedOp_t), "ncclRedOp_t");
+_Static_assert((long long)TN__NCCL_SUCCESS == (long long)ncclSuccess, "ncclSuccess");
+_Static_assert((long long)TN__NCCL_SUM == (long long)ncclSum, "ncclSum");
+_Static_assert((long long)TN__NCCL_INT32 == (long long)ncclInt32, "ncclInt32");
+_Static_assert((long long)TN__NCCL_INT64 == (long long)ncclInt64, "ncclInt64");
+_Static_assert((long long)TN__NCCL_FLOAT16 == (long long)ncclFloat16, "ncclFloat16");
+_Static_assert((long long)TN__NCCL_FLOAT32 == (long long)ncclFloat32, "ncclFloat32");
+_Static_assert((long long)TN__NCCL_FLOAT64 == (long long)ncclFloat64, "ncclFloat64");
+TEST(test_nccl_decls_match_header) {
+    int nn = 0, want = 0;
+#define NX_ONE(name, ret, args, req) want++;
+    TN__NCCL_FUNCS(NX_CHECK) TN__NCCL_FUNCS(NX_ONE)
+#undef NX_ONE
+    CHECK(nn == want && want >= 7, "%d of %d NCCL entry points checked", nn, want);
+    printf("checked against NCCL %d.%d.%d\n", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+#endif
 
 #ifdef TN_HAVE_CUDA_HEADERS
 /* Each real function initialises a pointer of our type inside sizeof: the
@@ -37,6 +64,8 @@ SAME(TN__CUDA_ERROR_STUB_LIBRARY, CUDA_ERROR_STUB_LIBRARY)
 SAME(TN__CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NO_DEVICE)
 SAME(TN__CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_IMAGE)
 SAME(TN__CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_NO_BINARY_FOR_GPU)
+SAME(TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+SAME(TN__CU_MEMHOSTALLOC_PORTABLE, CU_MEMHOSTALLOC_PORTABLE)
 SAME(TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
 SAME(TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
 SAME(TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)
@@ -80,6 +109,9 @@ TEST(test_decls_match_sdk) {
 int main(void) {
 #ifdef TN_HAVE_CUDA_HEADERS
     TH_RUN(test_decls_match_sdk);
+#ifdef TN_HAVE_NCCL_HEADER
+    TH_RUN(test_nccl_decls_match_header);
+#endif
 #else
     th_skip_all("cuda.h, nvrtc.h or cublas_v2.h not found: add -I$CUDA_PATH/include");
 #endif
