@@ -30,7 +30,7 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # builds alone with `cc -I. tests/test_x.c -lm -lpthread -ldl`.
 SELF_TESTS = test_alloc_fail test_ew test_function test_graph test_linalg test_threads test_profile \
              test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
-             test_cuda_func test_cuda_place test_cuda_reduce
+             test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi
 IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
 $(BUILD)/tensor_cpu.o: $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor.h
@@ -63,7 +63,7 @@ test-gpu:
 # Under the sanitizers: every test of the library's own code. The CUDA and
 # NVRTC tests are left out (they skip without a GPU, or only hand generated
 # text to NVRTC, and each costs a minute to build with the sanitizers).
-SAN_SKIP  = test_cuda test_cuda_func test_cuda_reduce test_cuda_decls test_nvrtc test_nvrtc_reduce test_place_rewire test_smoke
+SAN_SKIP  = test_cuda test_cuda_func test_cuda_reduce test_cuda_multi test_cuda_decls test_nvrtc test_nvrtc_reduce test_place_rewire test_smoke
 SAN_TESTS = $(filter-out $(addprefix build-san/,$(SAN_SKIP)),$(patsubst tests/%.c,build-san/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.cpp,build-san/%,$(wildcard tests/test_*.cpp)))
 SAN_FLAGS ?= -O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 sanitize:
