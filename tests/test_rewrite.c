@@ -462,8 +462,9 @@ static void logistic_literal(tn_dtype T, double rtol) {
     CHECK(N("local_inv_1p_exp") >= 1 && N("local_exp_over_1p_exp") >= 1 && N("local_sigmoid_cancel") >= 1,
           "rules: inv_1p_exp %d, exp_over_1p_exp %d, sigmoid_cancel %d", N("local_inv_1p_exp"), N("local_exp_over_1p_exp"), N("local_sigmoid_cancel"));
     CHECK(f && all_fused(f) && !dp_has(f, "log(") && !dp_has(f, "exp("), "elementwise ops left unfused, or log/exp left");
-    tn_array *xv = tn_array_astype(tn_array_from_data(TN_F64, 2, (int64_t[]){ K, 1 }, zs), T);
-    tn_array *yv = tn_array_astype(tn_array_from_data(TN_F64, 1, (int64_t[]){ K }, ys), T);
+    tn_array *x64 = tn_array_from_data(TN_F64, 2, (int64_t[]){ K, 1 }, zs), *y64 = tn_array_from_data(TN_F64, 1, (int64_t[]){ K }, ys);
+    tn_array *xv = tn_array_astype(x64, T), *yv = tn_array_astype(y64, T);
+    tn_array_free(x64); tn_array_free(y64);
     tn_array *o[5] = { 0 };
     CHECK(f && tn_call(f, (tn_array *[]){ xv, yv }, o) == TN_OK, "call: %s", tn_last_error());
     long double gw = 0, gb = 0;
