@@ -493,6 +493,9 @@ TN_API const tn_ew_info *tn__ew_info(int op);                  /* NULL for non-e
 TN_API tn_ew_program *tn__ew_program_of(tn_var *node);         /* one-instruction program of an elementwise node (graph arena) */
 TN_API const char *tn__scalar_helpers_source(void);            /* TN__SCALAR_HELPERS as text, for generated kernels */
 TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap);   /* cumsum/cumprod as CUDA C (tensor_ops.h >>cum_cuda); -1: no kernel */
+/* Gather/scatter (mode 0 gather, 1 set, 2 add) and sort kernels as CUDA C (tensor_ops.h >>index_cuda); -1: no kernel. */
+TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap);
+TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
 
 /* Device memory: the back end allocates, frees and copies buffers of its devices. */
 typedef struct tn_device_ops {

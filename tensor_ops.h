@@ -5698,6 +5698,154 @@ static tn_result tn__cpu_argsort(const tn_var *node, tn_array *const *in, tn_arr
     return TN_OK;
 }
 
+/* >>index_cuda ---------------------------------------------------------------- */
+/* The gather, scatter and sort kernels as CUDA C, for a back end that
+   generates kernels (tensor_cuda.h's >>cuda_index section compiles them with
+   NVRTC). tn_index: one thread per element of the gathered shape (a grid-
+   stride loop), the plan tn__iplan as a struct of int64s passed by value
+   (tn__cuda_iplan: ND dims and K index arrays are constants of the source,
+   so its loops unroll into registers); mode 0 gathers, 1 sets, 2 adds
+   (atomics; float16 and bool through a CAS or OR on their 32-bit word). An
+   index out of range is skipped and recorded once in err[0..3] (1, the
+   position, the value, the array). tn_sort_block sorts chunks of up to
+   TN__SORT_CHUNK elements of each line in shared memory (bitonic, on the
+   key then the position: the total order a stable sort gives),
+   tn_sort_merge merges runs of width w (each element finds its place by a
+   binary search in the other run), tn_sort_out keeps the first k of each
+   line. Returns the length snprintf reports, or -1 for no kernel. */
+#define TN__SORT_CHUNK 2048
+typedef struct tn__cuda_iplan {
+    int64_t n, t, s, err;                          /* elements; target, operand and error record addresses */
+    int64_t shape[TN_MAX_DIMS], ts[TN_MAX_DIMS], ss[TN_MAX_DIMS];
+    int64_t is[TN_MAX_DIMS][TN_MAX_DIMS], ip[TN_MAX_DIMS], i32[TN_MAX_DIMS], as[TN_MAX_DIMS], an[TN_MAX_DIMS];
+} tn__cuda_iplan;
+
+static const char tn__index_cuda_common[] =
+    "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+    "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n";
+
+TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap) {
+    static const char *const st[TN_DTYPE_COUNT] = { NULL, "unsigned char", "unsigned int", "unsigned long long", "unsigned short", "unsigned int", "unsigned long long" };
+    static const char *const inc[TN_DTYPE_COUNT] = { NULL,
+        /* bool: or into the byte's word */
+        "if (v) { unsigned long long a = (unsigned long long)p; atomicOr((unsigned int *)(a & ~3ull), 1u << ((a & 3ull) * 8)); }",
+        "atomicAdd((unsigned int *)p, (unsigned int)v);",
+        "atomicAdd((unsigned long long *)p, (unsigned long long)v);",
+        /* float16: a CAS loop on the aligned word, rounded at each addition as the CPU */
+        "unsigned long long a = (unsigned long long)p; unsigned int *w = (unsigned int *)(a & ~3ull); int sh = (int)(a & 2ull) * 8;"
+        " unsigned int old = *w, as;"
+        " do { as = old; unsigned short h = tn_f2h(tn_h2f((unsigned short)(as >> sh)) + tn_h2f(v));"
+        " old = atomicCAS(w, as, (as & ~(0xffffu << sh)) | ((unsigned int)h << sh)); } while (as != old);",
+        "atomicAdd((float *)p, __uint_as_float(v));",
+        "atomicAdd((double *)p, __longlong_as_double((long long)v));" };
+    if ((unsigned)t >= TN_DTYPE_COUNT || !st[t] || mode < 0 || mode > 2 || nd < 0 || nd > TN_MAX_DIMS || k < 0 || k > TN_MAX_DIMS) return -1;
+    const char *op = mode == 0 ? "*(T *)s = *(const T *)p;" : mode == 1 ? "*(T *)p = *(const T *)s;" : NULL;
+    return snprintf(buf, cap,
+        "%s"
+        "#define ND %d\n#define K %d\ntypedef %s T;\n"
+        "struct tn_ip { long long n, t, s, err, shape[8], ts[8], ss[8], is[8][8], ip[8], i32[8], as[8], an[8]; };\n"
+        "extern \"C\" __global__ void __launch_bounds__(256) tn_index(const tn_ip P) {\n"
+        "    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < P.n; o += (long long)gridDim.x * blockDim.x) {\n"
+        "        long long r = o, toff = 0, soff = 0, ioff[K > 0 ? K : 1];\n"
+        "#pragma unroll\n"
+        "        for (int j = 0; j < K; j++) ioff[j] = 0;\n"
+        "#pragma unroll\n"
+        "        for (int d = ND - 1; d >= 0; d--) {\n"
+        "            long long c = r %% P.shape[d];\n"
+        "            r /= P.shape[d];\n"
+        "            toff += c * P.ts[d]; soff += c * P.ss[d];\n"
+        "#pragma unroll\n"
+        "            for (int j = 0; j < K; j++) ioff[j] += c * P.is[j][d];\n"
+        "        }\n"
+        "        bool ok = true;\n"
+        "#pragma unroll\n"
+        "        for (int j = 0; j < K; j++) {\n"
+        "            const char *q = (const char *)P.ip[j] + ioff[j];\n"
+        "            long long v = P.i32[j] ? (long long)*(const int *)q : *(const long long *)q;\n"
+        "            long long w = v < 0 ? v + P.an[j] : v;\n"
+        "            if (ok && (w < 0 || w >= P.an[j])) {\n"
+        "                unsigned long long *e = (unsigned long long *)P.err;\n"
+        "                if (atomicCAS(e, 0ull, 1ull) == 0ull) { e[1] = (unsigned long long)o; e[2] = (unsigned long long)v; e[3] = (unsigned long long)j; }\n"
+        "                ok = false;\n"
+        "            }\n"
+        "            toff += w * P.as[j];\n"
+        "        }\n"
+        "        if (!ok) continue;\n"
+        "        char *p = (char *)P.t + toff, *s = (char *)P.s + soff;\n"
+        "        %s%s%s\n"
+        "    }\n"
+        "}\n",
+        tn__index_cuda_common, nd, k, st[t], op ? op : "{ T v = *(const T *)s; ", op ? "" : inc[t], op ? "" : " }");
+}
+
+/* The sort kernels of dtype t (desc: descending). */
+TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap) {
+    static const char *const xt[TN_DTYPE_COUNT] = { NULL, "unsigned char", "int", "long long", "unsigned short", "float", "double" };
+    if ((unsigned)t >= TN_DTYPE_COUNT || !xt[t]) return -1;
+    bool fl = tn_dtype_is_float(t);
+    return snprintf(buf, cap,
+        "%s"
+        "#define CH %d\ntypedef %s XT;\ntypedef %s KT;\n"
+        "__device__ __forceinline__ KT key(XT v) { return %s; }\n"
+        /* a sorts strictly before b by key: NaN last (descending: first) */
+        "__device__ __forceinline__ bool before(KT a, KT b) { return %s; }\n"
+        /* the total order of a stable sort: key, then position */
+        "__device__ __forceinline__ bool less(KT ka, long long ia, KT kb, long long ib) { return before(ka, kb) || (!before(kb, ka) && ia < ib); }\n"
+        "__device__ __forceinline__ KT key_at(const XT *x, long long line, long long i, long long n, long long inner) {\n"
+        "    long long o = line / inner; return key(x[(o * n + i) * inner + (line - o * inner)]); }\n"
+        "extern \"C\" __global__ void __launch_bounds__(1024) tn_sort_block(const XT *__restrict__ x, long long *__restrict__ A, long long lines, long long n, long long inner, long long chunks) {\n"
+        "    __shared__ KT sk[CH];\n"
+        "    __shared__ int si[CH];\n"
+        "    const long long line = blockIdx.x / chunks, lo = (blockIdx.x - line * chunks) * CH;\n"
+        "    const int m = (int)(n - lo < CH ? n - lo : CH);\n"
+        "    int p2 = 1;\n"
+        "    while (p2 < m) p2 <<= 1;\n"
+        "    for (int i = threadIdx.x; i < p2; i += blockDim.x) {\n"
+        "        si[i] = i < m ? i : -1;\n"
+        "        if (i < m) sk[i] = key_at(x, line, lo + i, n, inner);\n"
+        "    }\n"
+        "    for (int size = 2; size <= p2; size <<= 1)\n"
+        "        for (int stride = size >> 1; stride > 0; stride >>= 1) {\n"
+        "            __syncthreads();\n"
+        "            for (int i = threadIdx.x; i < p2; i += blockDim.x) {\n"
+        "                int j = i ^ stride;\n"
+        "                if (j <= i) continue;\n"
+        "                int a = (i & size) == 0 ? j : i, b = (i & size) == 0 ? i : j;   /* swap when a sorts before b */\n"
+        "                bool sw = si[a] >= 0 && (si[b] < 0 || less(sk[a], si[a], sk[b], si[b]));\n"
+        "                if (sw) { KT tk = sk[i]; sk[i] = sk[j]; sk[j] = tk; int ti = si[i]; si[i] = si[j]; si[j] = ti; }\n"
+        "            }\n"
+        "        }\n"
+        "    __syncthreads();\n"
+        "    for (int i = threadIdx.x; i < m; i += blockDim.x) A[line * n + lo + i] = lo + si[i];\n"
+        "}\n"
+        "extern \"C\" __global__ void __launch_bounds__(256) tn_sort_merge(const XT *__restrict__ x, const long long *__restrict__ A, long long *__restrict__ B, long long lines, long long n, long long inner, long long w) {\n"
+        "    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (g >= lines * n) return;\n"
+        "    const long long line = g / n, p = g - line * n, run = p / w, start = run * w, base = line * n;\n"
+        "    const bool left = (run & 1) == 0;\n"
+        "    long long olo = left ? start + w : start - w, ohi = left ? olo + w : start;\n"
+        "    if (olo > n) olo = n;\n"
+        "    if (ohi > n) ohi = n;\n"
+        "    const long long e = A[base + p];\n"
+        "    const KT ke = key_at(x, line, e, n, inner);\n"
+        "    long long lo = olo, hi = ohi;\n"
+        "    while (lo < hi) {\n"
+        "        long long mid = (lo + hi) >> 1, f = A[base + mid];\n"
+        "        if (less(key_at(x, line, f, n, inner), f, ke, e)) lo = mid + 1; else hi = mid;\n"
+        "    }\n"
+        "    B[base + (left ? start : olo) + (p - start) + (lo - olo)] = e;\n"
+        "}\n"
+        "extern \"C\" __global__ void __launch_bounds__(256) tn_sort_out(const long long *__restrict__ A, long long *__restrict__ y, long long lines, long long n, long long inner, long long k) {\n"
+        "    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (g >= lines * k) return;\n"
+        "    const long long line = g / k, j = g - line * k, o = line / inner;\n"
+        "    y[(o * k + j) * inner + (line - o * inner)] = A[line * n + j];\n"
+        "}\n",
+        tn__index_cuda_common, TN__SORT_CHUNK, xt[t], fl ? "double" : "long long",
+        t == TN_F16 ? "(double)tn_h2f(v)" : fl ? "(double)v" : "(long long)v",
+        !desc ? "a < b || (b != b && a == a)" : "a > b || (a != a && b == b)");
+}
+
 /* >>index_infer_label ------------------------------------------------------- */
 static tn_result tn__index_infer(const tn_var *node, const tn_type *in, tn_type *out) {
     const char *who = tn__op_def(node->op)->name;
