@@ -520,6 +520,9 @@ TN_API const tn_ew_info *tn__ew_info(int op);                  /* NULL for non-e
 TN_API tn_ew_program *tn__ew_program_of(tn_var *node);         /* one-instruction program of an elementwise node (graph arena) */
 TN_API const char *tn__scalar_helpers_source(void);            /* TN__SCALAR_HELPERS as text, for generated kernels */
 TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap);   /* cumsum/cumprod as CUDA C (tensor_ops.h >>cum_cuda); -1: no kernel */
+/* Gather/scatter (mode 0 gather, 1 set, 2 add) and sort kernels as CUDA C (tensor_ops.h >>index_cuda); -1: no kernel. */
+TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap);
+TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
 
 /* Device memory: the back end allocates, frees and copies buffers of its devices. */
 typedef struct tn_device_ops {
@@ -5920,6 +5923,29 @@ static tn_var *tn__b_log_softmax(tn__rw *c, tn_var *v) {
     if (s->op != TN_OP_SOFTMAX || s->ext) return NULL;
     return tn__node(c->g, TN_OP_LOG_SOFTMAX, 1, &s->in[0], &s->p, NULL, "optimizer");
 }
+/* The gradient of log(softmax(x)) as tn_grad writes it: s * (q - sum(q*s))
+   with q = G / s (log's rule, then softmax's), s = softmax(x) -> G - s *
+   sum(G): exact algebra with no division, so finite where s underflows to 0
+   (logits far apart, 0/0 before); rounded fewer times (Theano's
+   local_log_softmax_grad; with local_log_softmax, the negative
+   log-likelihood of softmax is the crossentropy_softmax_1hot form). */
+static tn_var *tn__b_log_softmax_grad(tn__rw *c, tn_var *v) {
+    for (int k = 0; k < 2; k++) {
+        tn_var *s = v->in[k], *d = v->in[1 - k], *q, *sm, *m;
+        if (s->op != TN_OP_SOFTMAX || s->ext || d->op != TN_OP_SUB || s->type.dtype != v->type.dtype) continue;
+        q = d->in[0]; sm = d->in[1];
+        if (q->op != TN_OP_TRUE_DIV || q->in[1] != s || q->type.dtype != v->type.dtype) continue;
+        if (sm->op != TN_OP_SUM || sm->ext || !tn__p_red_keepdims(&sm->p) || tn__p_red_mask(&sm->p) != (uint64_t)1 << tn__p_axis(&s->p)) continue;
+        m = sm->in[0];
+        if (m->op != TN_OP_MUL || !((m->in[0] == q && m->in[1] == s) || (m->in[1] == q && m->in[0] == s))) continue;
+        tn_var *G = q->in[0];
+        if (G->type.dtype != v->type.dtype) continue;
+        int axis = tn__p_axis(&s->p);
+        (void)c;
+        return tn__rw_bin(TN_OP_SUB, G, tn__rw_bin(TN_OP_MUL, s, tn_sum(G, &axis, 1, true)));
+    }
+    return NULL;
+}
 static tn_var *tn__b_logsumexp(tn__rw *c, tn_var *v) {
     tn_var *s = v->in[0];
     if (s->op != TN_OP_SUM || s->ext || s->in[0]->op != TN_OP_EXP) return NULL;
@@ -6024,6 +6050,7 @@ static const tn__rewrite tn__stab_rules[] = {
     { "local_log_1m_sigmoid", { TN_OP_LOG, TN_OP_LOG1P }, 0, 0, 0, tn__b_log_1m_sigmoid },
     { "local_log_softmax", { TN_OP_LOG }, 0, 0, 0, tn__b_log_softmax },
     { "local_logsumexp", { TN_OP_LOG }, 0, 0, 0, tn__b_logsumexp },
+    { "local_log_softmax_grad", { TN_OP_MUL }, 0, 0, TN__RQ_FLOAT, tn__b_log_softmax_grad },
     { "local_inv_1p_exp", { TN_OP_TRUE_DIV }, 1, 1.0, TN__RQ_FLOAT, tn__b_inv_1p_exp },
     { "local_1m_sigmoid", { TN_OP_SUB }, 1, 1.0, TN__RQ_FLOAT, tn__b_1m_sigmoid },
     { "local_exp_over_1p_exp", { TN_OP_TRUE_DIV, TN_OP_MUL }, 0, 0, TN__RQ_FLOAT, tn__b_exp_over_1p_exp },
@@ -9554,6 +9581,7 @@ static const tn_op_def tn__op_rows[] = {
     TN__CUM_OP_ROWS         /* the >>ops_cumulative section: cumsum, cumprod */
     TN__LINALG_OP_ROWS      /* the >>ops_linalg section */
     TN__SHAPE_OP_ROWS       /* the >>ops_shape section */
+    TN__INDEX_OP_ROWS       /* the >>ops_index section */
     TN__TRANSFER_OP_ROWS    /* the >>transfer section */
     TN__SCAN_OP_ROWS        /* the >>scan section */
     TN__CUSTOM_OP_ROWS      /* the >>custom section */

@@ -3911,6 +3911,187 @@ static tn_result tn__cuda_cum_run(const tn_var *node, void *state, tn_array *con
     return tn__cuda_sync_if_blocking(D, who);
 }
 
+/* >>cuda_index: gathers, scatters and sorts ------------------------------------ */
+/* The kernels are tensor_ops.h's (>>index_cuda), compiled once per mode,
+   dtype, rank and index count (gathers, scatters) or dtype and direction
+   (sorts) at prepare time. A gather or scatter with index arrays clears its
+   node's bad-index record before the kernel and reads it back after (a wait
+   on the stream: such a function is not replayed as a CUDA graph); an index
+   out of range is then the CPU's error. A scatter first copies x into its
+   output unless the output took x's buffer (inplace). A sort runs in a
+   temporary index array of the caching allocator: chunk sorts, merge passes,
+   then the first k of each line into the output. */
+typedef struct tn__cuda_index_state {
+    tn__CUfunction fn, merge, out;     /* tn_index; or tn_sort_block, tn_sort_merge, tn_sort_out */
+    void *err;                         /* device: the bad-index record (4 int64) */
+    int64_t *pin;                      /* its pinned host copy */
+    int dev;
+} tn__cuda_index_state;
+
+static void tn__cuda_index_release(void *state) {
+    tn__cuda_index_state *st = (tn__cuda_index_state *)state;
+    if (!st) return;
+    if (st->err) tn__cuda_free(st->dev, st->err);
+    if (st->pin) tn__cuda_host_free(st->dev, st->pin, 4 * sizeof(int64_t));
+    tn__free(st);
+}
+
+static bool tn__cuda_index_supports(const tn_var *node) {
+    for (int i = 0; i < node->n_in; i++)
+        if (!tn__cuda_stype(node->in[i]->type.dtype)) return false;
+    if (node->op == TN_OP_ARGSORT) return node->in[0]->type.ndim >= 1 && tn__sort_cuda_source(node->in[0]->type.dtype, false, NULL, 0) > 0;
+    return tn__index_cuda_source(0, node->in[0]->type.dtype, 0, 0, NULL, 0) > 0;
+}
+
+/* The mode, rank of the indexed shape and index count of a gather or scatter node. */
+static tn_result tn__cuda_index_shape(const tn_var *node, int *mode, int *nd, int *k) {
+    tn_type in[2 + TN_MAX_DIMS], g;
+    for (int i = 0; i < node->n_in; i++) in[i] = node->in[i]->type;
+    const char *who = tn__op_def(node->op)->name;
+    if (node->op == TN_OP_INC_SUBTENSOR) { *mode = tn__p_incsub_set(&node->p) ? 1 : 2; *nd = in[0].ndim; *k = 0; return TN_OK; }
+    *mode = node->op == TN_OP_ADV_SUBTENSOR ? 0 : tn__p_index_set(&node->p) ? 1 : 2;
+    *k = node->n_in - (*mode ? 2 : 1);
+    tn_result r = tn__index_type(who, &node->p, &in[0], *k, in + node->n_in - *k, &g);
+    *nd = g.ndim;
+    return r;
+}
+
+static tn_result tn__cuda_index_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    char who[128], src[8192];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(node->device, &D, who);
+    if (r != TN_OK) return r;
+    int mode = 0, nd = 0, k = 0, n;
+    bool sort = node->op == TN_OP_ARGSORT;
+    tn_dtype t = node->in[0]->type.dtype;
+    if (!sort && (r = tn__cuda_index_shape(node, &mode, &nd, &k)) != TN_OK) return tn__err(r, "%s: %s", who, tn_last_error());
+    n = sort ? tn__sort_cuda_source(t, tn__p_sort_desc(&node->p), src, sizeof src) : tn__index_cuda_source(mode, t, nd, k, src, sizeof src);
+    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(t));
+    tn__cuda_index_state *st = (tn__cuda_index_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    st->dev = node->device;
+    tn__kentry *e;
+    if ((r = tn__cuda_kernel_get(src, D->arch, tn_get_config()->fast_math, &e)) != TN_OK ||
+        (r = tn__cuda_entry_function(D, e, sort ? "tn_sort_block" : "tn_index", &st->fn)) != TN_OK ||
+        (sort && ((r = tn__cuda_entry_function(D, e, "tn_sort_merge", &st->merge)) != TN_OK ||
+                  (r = tn__cuda_entry_function(D, e, "tn_sort_out", &st->out)) != TN_OK))) {
+        tn__free(st);
+        return tn__err(r, "%s: %s", who, tn_last_error());
+    }
+    if (k > 0 && (!(st->err = tn__cuda_alloc(st->dev, 4 * sizeof(int64_t))) || !(st->pin = (int64_t *)tn__cuda_host_alloc(st->dev, 4 * sizeof(int64_t))))) {
+        r = tn_last_result();
+        tn__cuda_index_release(st);
+        return tn__err(r, "%s: %s", who, tn_last_error());
+    }
+    *state = st;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_launch(tn__CUfunction fn, long long blocks, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
+    if (blocks > 2147483647LL) return tn__err(TN_ERR_UNSUPPORTED, "%s: %lld blocks are more than one launch takes", who, blocks);
+    tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, threads, 1, 1, 0, tn__cuda_stream(D), params, NULL);
+    if (cr != TN__CUDA_SUCCESS) {
+        char eb[160];
+        return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "cuLaunchKernel failed in %s: %s", who, tn__cu_errstr(cr, eb, sizeof eb));
+    }
+    return TN_OK;
+}
+
+static tn_result tn__cuda_index_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    const tn__cuda_index_state *st = (const tn__cuda_index_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    tn_array *y = out[0];
+    const tn_array *x = in[0], *v = NULL;
+    tn__iplan P;
+    int64_t ss[TN_MAX_DIMS] = { 0 };
+    if (node->op == TN_OP_ADV_SUBTENSOR) {
+        tn__iplan_build(&P, &node->p, (char *)x->data, x->ndim, x->shape, x->strides, node->n_in - 1, in + 1);
+        for (int d = 0; d < P.nd; d++) ss[d] = y->strides[d];
+    } else {
+        if (y->data != x->data && (r = tn__cuda_copy_into(y, x, who)) != TN_OK) return r;
+        if (node->op == TN_OP_INC_SUBTENSOR) tn__iplan_slice(&P, &node->p, y);
+        else tn__iplan_build(&P, &node->p, (char *)y->data, y->ndim, y->shape, y->strides, node->n_in - 2, in + 2);
+        v = in[1];
+        if (!tn__broadcast_strides(v, P.nd, P.shape, ss)) return tn__err(TN_ERR_SHAPE, "%s: v does not broadcast to the indexed shape", who);
+    }
+    if (P.n == 0) return TN_OK;
+    tn__cuda_iplan C;
+    memset(&C, 0, sizeof C);
+    C.n = P.n;
+    C.t = (int64_t)(uintptr_t)P.t;
+    C.s = (int64_t)(uintptr_t)(v ? v->data : y->data);
+    C.err = (int64_t)(uintptr_t)st->err;
+    for (int d = 0; d < P.nd; d++) {
+        C.shape[d] = P.shape[d]; C.ts[d] = P.ts[d]; C.ss[d] = ss[d];
+        for (int j = 0; j < P.k; j++) C.is[j][d] = P.is[j][d];
+    }
+    for (int j = 0; j < P.k; j++) { C.ip[j] = (int64_t)(uintptr_t)P.ip[j]; C.i32[j] = P.i32[j]; C.as[j] = P.as[j]; C.an[j] = P.an[j]; }
+    tn__CUstream s = tn__cuda_stream(D);
+    if (P.k > 0) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)st->err, 0, 4 * sizeof(int64_t), s), who);
+    long long blocks = (P.n + 255) / 256;
+    void *params[1] = { &C };
+    if ((r = tn__cuda_launch(st->fn, blocks < 65536 ? blocks : 65536, 256, params, D, who)) != TN_OK) return r;
+    if (P.k > 0) {
+        TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoHAsync_v2(st->pin, (tn__CUdeviceptr)(uintptr_t)st->err, 4 * sizeof(int64_t), s), who);
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(s), who);
+        if (st->pin[0]) {
+            tn__ibad b = { st->pin[1], st->pin[2], (int)st->pin[3] };
+            return tn__ibad_err(node, &P, &b);
+        }
+    }
+    return tn__cuda_sync_if_blocking(D, who);
+}
+
+static tn_result tn__cuda_sort_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    const tn__cuda_index_state *st = (const tn__cuda_index_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    const tn_array *x = in[0];
+    tn_array *y = out[0];
+    int axis = tn__p_axis(&node->p);
+    long long outer = 1, n = x->shape[axis], inner = 1, k = y->shape[axis];
+    for (int d = 0; d < x->ndim; d++)
+        if (d < axis) outer *= x->shape[d];
+        else if (d > axis) inner *= x->shape[d];
+    long long lines = outer * inner, chunks = (n + TN__SORT_CHUNK - 1) / TN__SORT_CHUNK, total = lines * n;
+    if (lines == 0 || n == 0 || k == 0) return TN_OK;
+    if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    tn_array *tmp = NULL, *A = NULL, *B = NULL;
+    if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
+    int64_t len = total;
+    if (!(A = tn__array_alloc(TN_I64, 1, &len, D->ordinal)) || (n > TN__SORT_CHUNK && !(B = tn__array_alloc(TN_I64, 1, &len, D->ordinal)))) {
+        r = tn_last_result();
+        goto done;
+    }
+    void *xp = x->data, *ap = A->data, *bp = B ? B->data : NULL, *yp = y->data;
+    long long m = n < TN__SORT_CHUNK ? n : TN__SORT_CHUNK;
+    unsigned threads = 32;
+    while ((long long)threads < m && threads < 1024) threads *= 2;
+    void *pb[6] = { &xp, &ap, &lines, &n, &inner, &chunks };
+    if ((r = tn__cuda_launch(st->fn, lines * chunks, threads, pb, D, who)) != TN_OK) goto done;
+    for (long long w = TN__SORT_CHUNK; w < n; w *= 2) {
+        void *pm[7] = { &xp, &ap, &bp, &lines, &n, &inner, &w };
+        if ((r = tn__cuda_launch(st->merge, (total + 255) / 256, 256, pm, D, who)) != TN_OK) goto done;
+        void *t = ap; ap = bp; bp = t;
+    }
+    void *po[6] = { &ap, &yp, &lines, &n, &inner, &k };
+    r = tn__cuda_launch(st->out, (lines * k + 255) / 256, 256, po, D, who);
+done:
+    tn_array_free(A);           /* back to the cache on this stream, after the kernels in stream order */
+    tn_array_free(B);
+    tn_array_free(tmp);
+    return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
+}
+
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
 
 /* The back end's per-op table (tn_backend.ops): one row per op with a GPU
@@ -4081,6 +4262,8 @@ static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn_
 static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL };
 static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn__cuda_view_run, NULL };
 static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free };
+static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release };
+static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release };
 
 #define TN__CUDA_EW_ROW(E, ...) [TN_OP_##E] = &tn__cuda_row_ew,
 static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
@@ -4097,6 +4280,8 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
     [TN_OP_CUSTOM] = &tn__cuda_row_custom,
     [TN_OP_SCAN] = &tn__cuda_row_scan,
     [TN_OP_CUMSUM] = &tn__cuda_row_cum, [TN_OP_CUMPROD] = &tn__cuda_row_cum,
+    [TN_OP_ADV_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ADV_INC_SUBTENSOR] = &tn__cuda_row_index,
+    [TN_OP_INC_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ARGSORT] = &tn__cuda_row_sort,
 };
 #undef TN__CUDA_EW_ROW
 

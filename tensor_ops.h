@@ -289,6 +289,10 @@ extern "C" {
     X(BROADCAST_TO)   /* tn__p_shape; view */ \
     X(FLATTEN)        /* tn__p_flatten_outdim: keeps outdim-1 leading dims, flattens the rest */ \
     X(CONCATENATE)    /* variadic, tn__p_axis */ \
+    X(ADV_SUBTENSOR)  /* gather (the >>ops_index section): in: x, index arrays; tn__p_index_axis, _along */ \
+    X(ADV_INC_SUBTENSOR) /* scatter: in: x, v, index arrays; tn__p_index_axis, _along, _set */ \
+    X(INC_SUBTENSOR)  /* in: x, v; SLICE's slice params and tn__p_incsub_set */ \
+    X(ARGSORT)        /* tn__p_axis, tn__p_sort_desc, tn__p_sort_k; int64 */ \
     X(ALLOC)          /* in[0] value broadcast to tn__p_shape; with a second input `like` (tn_fill), to like's shape instead */ \
     X(EYE)            /* tn__p_eye_n, _m, _k (diagonal offset); tn__p_out_dtype */ \
     X(ARANGE)         /* tn__p_arange_start, _stop, _step; tn__p_out_dtype */ \
@@ -332,7 +336,7 @@ static inline void tn__p_set_proj_index(tn_params *p, int k) { p->i[0] = k; }
 static inline uint64_t tn__p_red_mask(const tn_params *p) { return (uint64_t)p->i[0]; }
 static inline bool tn__p_red_keepdims(const tn_params *p) { return p->i[1] != 0; }
 static inline void tn__p_set_red(tn_params *p, uint64_t mask, bool keepdims) { p->i[0] = (int64_t)mask; p->i[1] = keepdims; }
-/* SOFTMAX, LOG_SOFTMAX, CUMSUM, CUMPROD, CONCATENATE: one axis, >= 0 (i[0]). */
+/* SOFTMAX, LOG_SOFTMAX, CUMSUM, CUMPROD, CONCATENATE, ARGSORT: one axis, >= 0 (i[0]). */
 static inline int tn__p_axis(const tn_params *p) { return (int)p->i[0]; }
 static inline void tn__p_set_axis(tn_params *p, int axis) { p->i[0] = axis; }
 /* GEMM, GEMV: alpha * A @ B + beta * C (f[0], f[1]). */
@@ -370,6 +374,21 @@ static inline void tn__p_set_slice(tn_params *p, int d, int64_t start, int64_t s
 static inline void tn__p_set_slice_whole(tn_params *p) {   /* every dim whole */
     for (int d = 0; d < TN_MAX_DIMS; d++) tn__p_set_slice(p, d, TN_NONE, TN_NONE, TN_NONE);
 }
+/* ADV_SUBTENSOR, ADV_INC_SUBTENSOR: the first indexed axis (i[0]), the
+   take_along_axis form (i[1]), set instead of inc (i[2]). */
+static inline int tn__p_index_axis(const tn_params *p) { return (int)p->i[0]; }
+static inline bool tn__p_index_along(const tn_params *p) { return p->i[1] != 0; }
+static inline bool tn__p_index_set(const tn_params *p) { return p->i[2] != 0; }
+static inline void tn__p_set_index(tn_params *p, int axis, bool along, bool set) { p->i[0] = axis; p->i[1] = along; p->i[2] = set; }
+/* INC_SUBTENSOR: SLICE's slices (i[0 .. 3 TN_MAX_DIMS)), set instead of inc (the next). */
+#define TN__P_INCSUB_SET (3 * TN_MAX_DIMS)
+static inline bool tn__p_incsub_set(const tn_params *p) { return p->i[TN__P_INCSUB_SET] != 0; }
+static inline void tn__p_set_incsub_set(tn_params *p, bool set) { p->i[TN__P_INCSUB_SET] = set; }
+/* ARGSORT: the axis (tn__p_axis, i[0]), descending (i[1]), how many of the
+   first indices are kept (i[2]; -1: all). */
+static inline bool tn__p_sort_desc(const tn_params *p) { return p->i[1] != 0; }
+static inline int64_t tn__p_sort_k(const tn_params *p) { return p->i[2]; }
+static inline void tn__p_set_sort(tn_params *p, int axis, bool desc, int64_t k) { p->i[0] = axis; p->i[1] = desc; p->i[2] = k; }
 /* FLATTEN: the output rank (i[0]). */
 static inline int tn__p_flatten_outdim(const tn_params *p) { return (int)p->i[0]; }
 static inline void tn__p_set_flatten_outdim(tn_params *p, int outdim) { p->i[0] = outdim; }
@@ -561,6 +580,37 @@ TN_API tn_var *tn_alloc(tn_var *value, int ndim, const int64_t *shape);  /* valu
 TN_API tn_var *tn_fill(tn_var *like, tn_var *value);                    /* value broadcast to like's shape */
 TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k);
 TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step);
+
+/* Indexing and sorting (the >>ops_index section), NumPy's semantics. Index
+   arrays are int32 or int64 of any shape; a negative index counts from the
+   end; an index out of range fails the call with TN_ERR_INVALID naming the
+   op, the index, the axis and its size (NumPy's IndexError). Gradients flow
+   to x (and v), never to indices. */
+TN_API tn_var *tn_take(tn_var *x, tn_var *indices, int axis);             /* np.take(x, indices, axis) */
+TN_API tn_var *tn_take_along_axis(tn_var *x, tn_var *indices, int axis);  /* np.take_along_axis */
+/* x[:, ..., i_0, ..., i_{n-1}, ...]: n index arrays on the consecutive axes
+   from `axis`, broadcast together; their broadcast shape replaces those axes
+   (NumPy's advanced indexing). p[arange(n), y] is tn_index(p, 0, 2, (tn_var *[]){ r, y }). */
+TN_API tn_var *tn_index(tn_var *x, int axis, int n, tn_var *const *indices);
+/* Theano's set_subtensor(x[...], v) and inc_subtensor(x[...], v): sub is x
+   indexed by tn_slice (one slice per axis, chained), tn_take, tn_index or
+   tn_take_along_axis; the result is x with those places set to (or
+   incremented by) v, broadcast to sub's shape and cast to x's dtype. inc
+   with repeated indices adds every one (np.add.at); set with repeated
+   indices keeps the last on the CPU, any one of them on a GPU. */
+TN_API tn_var *tn_set_subtensor(tn_var *sub, tn_var *v);
+TN_API tn_var *tn_inc_subtensor(tn_var *sub, tn_var *v);
+/* labels (ints, any shape) as one-hot rows of n: labels' shape + (n,), of
+   dtype t (TN_DTYPE_NONE: floatX); a label outside [0, n) gives a zero row. */
+TN_API tn_var *tn_one_hot(tn_var *labels, int64_t n, tn_dtype t);
+/* Stable sorts along axis (negative from the end), NaN last, as NumPy's
+   sort(kind='stable'); argsort gives int64 indices. */
+TN_API tn_var *tn_sort(tn_var *x, int axis);
+TN_API tn_var *tn_argsort(tn_var *x, int axis);
+/* The k largest along axis, largest first (ties: the lower index first; NaN
+   counts as the largest, as torch.topk): values and their int64 indices
+   (either pointer may be NULL). */
+TN_API tn_result tn_top_k(tn_var *x, int64_t k, int axis, tn_var **values, tn_var **indices);
 
 /* Transfers (the >>transfer section). A function output that is tn_gpu_from_host(x)
    is returned as a device array (device >= 0) when the CUDA back end runs the
@@ -3150,6 +3200,30 @@ static void tn__cum_lanes_range(void *ctx, int64_t lo, int64_t hi) {
     }
 }
 
+/* The lines of x along axis, one per element of the other dims (x's shape
+   but the axis; y may differ in the axis only): fills P's x, y, n (x's
+   length), xs, ys, nk, kn, kx, ky (size-1 dims dropped, dims whose strides
+   chain in both merged) and lines. */
+static void tn__cum_plan_lines(tn__cumplan *P, const tn_array *x, tn_array *y, int axis) {
+    P->x = (const char *)x->data;
+    P->y = (char *)y->data;
+    P->n = x->shape[axis];
+    P->xs = x->strides[axis];
+    P->ys = y->strides[axis];
+    P->nk = 0;
+    P->lines = 1;
+    int64_t ks[2][TN_MAX_DIMS];     /* x, y */
+    for (int d = 0; d < x->ndim; d++) {
+        if (d == axis || x->shape[d] == 1) continue;
+        P->kn[P->nk] = x->shape[d]; ks[0][P->nk] = x->strides[d]; ks[1][P->nk] = y->strides[d];
+        P->nk++;
+        P->lines *= x->shape[d];
+    }
+    P->nk = tn__merge_dims(P->nk, P->kn, 2, ks);     /* dims whose strides chain merge */
+    memcpy(P->kx, ks[0], sizeof(int64_t) * (size_t)P->nk);
+    memcpy(P->ky, ks[1], sizeof(int64_t) * (size_t)P->nk);
+}
+
 static tn_result tn__cum_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     const tn_array *x = in[0];
     tn_array *y = out[0];
@@ -3165,23 +3239,7 @@ static tn_result tn__cum_cpu(const tn_var *node, tn_array *const *in, tn_array *
     if ((unsigned)x->dtype - 1u >= (unsigned)TN_DTYPE_COUNT - 1u || y->dtype != (tn_dtype_is_float(x->dtype) ? x->dtype : TN_I64))
         return tn__err(TN_ERR_DTYPE, "%s: input %s, output %s", name, tn_dtype_name(x->dtype), tn_dtype_name(y->dtype));
     tn__cumplan P;
-    P.x = (const char *)x->data;
-    P.y = (char *)y->data;
-    P.n = x->shape[axis];
-    P.xs = x->strides[axis];
-    P.ys = y->strides[axis];
-    P.nk = 0;
-    P.lines = 1;
-    int64_t ks[2][TN_MAX_DIMS];     /* x, y */
-    for (int d = 0; d < x->ndim; d++) {
-        if (d == axis || x->shape[d] == 1) continue;
-        P.kn[P.nk] = x->shape[d]; ks[0][P.nk] = x->strides[d]; ks[1][P.nk] = y->strides[d];
-        P.nk++;
-        P.lines *= x->shape[d];
-    }
-    P.nk = tn__merge_dims(P.nk, P.kn, 2, ks);     /* dims whose strides chain merge */
-    memcpy(P.kx, ks[0], sizeof(int64_t) * (size_t)P.nk);
-    memcpy(P.ky, ks[1], sizeof(int64_t) * (size_t)P.nk);
+    tn__cum_plan_lines(&P, x, y, axis);
     if (P.n == 0 || P.lines == 0) return TN_OK;
     P.row = tn__cumrow[prod][x->dtype];
     P.lanes = tn__cumlanes[prod][x->dtype];
@@ -4633,12 +4691,11 @@ static tn_result tn__cpu_dimshuffle(const tn_var *node, tn_array *const *in, tn_
     return TN_OK;
 }
 
-static tn_result tn__cpu_slice(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    const tn_array *x = in[0];
-    int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
-    const char *data = (const char *)x->data;
+/* The slices of params p applied to x: the view's shape, strides and first element. */
+static char *tn__slice_apply(const tn_params *p, const tn_array *x, int64_t *sh, int64_t *st) {
+    char *data = (char *)x->data;
     for (int d = 0; d < x->ndim; d++) {
-        int64_t start = tn__p_slice_start(&node->p, d), stop = tn__p_slice_stop(&node->p, d), step = tn__p_slice_step(&node->p, d);
+        int64_t start = tn__p_slice_start(p, d), stop = tn__p_slice_stop(p, d), step = tn__p_slice_step(p, d);
         if (step == TN_NONE) step = 1;
         int64_t first, count;
         tn__slice_resolve(x->shape[d], start, stop, step, &first, &count);
@@ -4646,6 +4703,13 @@ static tn_result tn__cpu_slice(const tn_var *node, tn_array *const *in, tn_array
         st[d] = tn__slice_stride(x->strides[d], step, count);
         data += first * x->strides[d];
     }
+    return data;
+}
+
+static tn_result tn__cpu_slice(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    int64_t sh[TN_MAX_DIMS], st[TN_MAX_DIMS];
+    const char *data = tn__slice_apply(&node->p, x, sh, st);
     tn__set_view(out[0], x, x->ndim, sh, st, data);
     return TN_OK;
 }
@@ -4790,13 +4854,13 @@ static void tn__label_dimshuffle(const tn_var *node, char *buf, size_t cap) {
     tn__sbuf_put(&b, "}");
 }
 
-/* Subtensor{::, 1:3:} - one "start:stop:step" per dim up to the last sliced one. */
-static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
+/* The slices of a node (SLICE, INC_SUBTENSOR) as "::, 1:3:": one
+   "start:stop:step" per dim up to the last sliced one. */
+static void tn__slice_text(const tn_var *node, tn__sbuf *bp) {
     int nd = node->in && node->in[0] ? node->in[0]->type.ndim : TN_MAX_DIMS, last = -1;
     for (int d = 0; d < nd; d++)
         if (!tn__p_slice_whole(&node->p, d)) last = d;
-    tn__sbuf b = { buf, cap, 0 };
-    tn__sbuf_put(&b, "Subtensor{");
+    tn__sbuf b = *bp;
     if (last < 0) tn__sbuf_put(&b, "::");
     for (int d = 0; d <= last; d++) {
         const int64_t s[3] = { tn__p_slice_start(&node->p, d), tn__p_slice_stop(&node->p, d), tn__p_slice_step(&node->p, d) };
@@ -4807,6 +4871,14 @@ static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
             if (j < 2) tn__sbuf_put(&b, ":");
         }
     }
+    *bp = b;
+}
+
+/* Subtensor{::, 1:3:} */
+static void tn__label_slice(const tn_var *node, char *buf, size_t cap) {
+    tn__sbuf b = { buf, cap, 0 };
+    tn__sbuf_put(&b, "Subtensor{");
+    tn__slice_text(node, &b);
     tn__sbuf_put(&b, "}");
 }
 
@@ -5208,5 +5280,833 @@ static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__SHAPE_ROW(ALLOC,        "Alloc",       TN_OPK_SHAPE, -1, alloc,        tn__bcast_vjp,      NULL, TN_OPF_LINEAR) \
     TN__SHAPE_ROW(EYE,          "Eye",         TN_OPK_SHAPE,  0, eye,          NULL,               NULL, 0) \
     TN__SHAPE_ROW(ARANGE,       "ARange",      TN_OPK_SHAPE,  0, arange,       NULL,               NULL, 0)
+
+/* >>ops_index ========================================================= */
+/* Indexing and sorting, NumPy's semantics (Theano's names in labels).
+
+   ADV_SUBTENSOR, a gather: in x, k >= 1 index arrays (int32 or int64, any
+   shapes). Two forms (tn__p_index_along):
+     advanced  x[:, .., i_0, .., i_{k-1}, ..] with the index arrays on the
+               consecutive axes axis .. axis+k-1, broadcast together; their
+               broadcast shape B takes those axes' place: the output is
+               x.shape[:axis] + B + x.shape[axis+k:] (tn_take is k = 1,
+               tn_index any k);
+     along     take_along_axis (k = 1): the index array has x's rank and
+               broadcasts against x in the other dims; out[.., j, ..] =
+               x[.., idx[.., j, ..], ..] along the axis.
+   ADV_INC_SUBTENSOR, a scatter: in x, v, the index arrays, the same forms:
+   the output is x with the gathered places set to (tn__p_index_set) or
+   incremented by v broadcast to the gathered shape. Increments are applied
+   one by one in C order, so repeated indices add up (np.add.at) and a set
+   keeps the last; a float16 sum is rounded to float16 at every addition, as
+   NumPy's. INC_SUBTENSOR: the same for x sliced by SLICE's params (a basic
+   slice has no repeated places).
+
+   Both run one plan (tn__iplan): the gathered shape, with for each of its
+   dims the target's byte stride (0 on the index dims) and each index
+   array's (0 where it broadcasts), and for each index array the target
+   axis it indexes. Negative indices wrap once; an index still outside
+   [0, n) fails the call naming the op, the index, the axis and n.
+
+   GPU (tensor_cuda.h >>cuda_index): one thread per gathered element; an
+   increment is an atomic add (float16 and bool through a 32-bit CAS loop),
+   so repeated indices are added in no fixed order: float sums may differ in
+   the last bits from run to run and from the CPU's; int sums are exact. A
+   set with repeated indices keeps any one of them. The kernel never reads or
+   writes outside its arrays: an index out of range is skipped and recorded
+   in a device word, which the host reads back after the kernel (a wait on
+   the stream) and reports as the CPU does. That wait keeps a function with
+   a device gather or scatter from CUDA graph replay.
+
+   ARGSORT: int64 indices of a stable sort along one axis (merge sort on the
+   CPU: equal keys keep their order, NaN sorts last, -0 and +0 are equal),
+   descending with tn__p_sort_desc (NaN first, equal keys still in index
+   order), the first tn__p_sort_k of them kept (top_k). sort and top_k's
+   values are take_along_axis of it, so their gradient is the scatter of g
+   to the original places. */
+
+/* >>index_plan ------------------------------------------------------------ */
+typedef struct tn__iplan {
+    int nd;                                   /* the gathered shape */
+    int64_t shape[TN_MAX_DIMS];
+    int64_t n;                                /* its elements */
+    char *t;                                  /* the target: gathered from, or scattered into */
+    int64_t ts[TN_MAX_DIMS];                  /* its byte strides by gathered dim (0 on index dims) */
+    int k;                                    /* index arrays */
+    const char *ip[TN_MAX_DIMS];
+    bool i32[TN_MAX_DIMS];
+    int64_t is[TN_MAX_DIMS][TN_MAX_DIMS];     /* their byte strides by gathered dim (0: broadcast) */
+    int64_t as[TN_MAX_DIMS], an[TN_MAX_DIMS]; /* the target axis each indexes: byte stride, size */
+    int ad[TN_MAX_DIMS];                      /* and its number */
+} tn__iplan;
+
+/* An index out of range: where (position in the gathered shape), which array, its value. */
+typedef struct tn__ibad { int64_t pos, value; int j; } tn__ibad;
+
+/* The index arrays' broadcast shape (static types: -1 unknown); false with
+   the error set when they do not broadcast (NumPy's words). */
+static bool tn__index_bshape(const char *who, int k, const tn_type *idx, int *nb, int64_t *B) {
+    *nb = 0;
+    for (int j = 0; j < k; j++) *nb = idx[j].ndim > *nb ? idx[j].ndim : *nb;
+    for (int e = 0; e < *nb; e++) {
+        int64_t s = 1;
+        for (int j = 0; j < k; j++) {
+            int id = e - (*nb - idx[j].ndim);
+            int64_t t = id < 0 ? 1 : idx[j].shape[id];
+            if (t == 1) continue;
+            if (s == 1 || (s < 0 && t >= 0)) s = t;
+            else if (t >= 0 && s >= 0 && t != s) {
+                tn__sb m = { 0 };
+                for (int i = 0; i < k; i++) { char sb[128]; tn__sb_printf(&m, " %s", tn__shape_str(idx[i].ndim, idx[i].shape, sb)); }
+                tn__err(TN_ERR_SHAPE, "%s: shape mismatch: indexing arrays could not be broadcast together with shapes%s", who, m.s ? m.s : "");
+                tn__free(m.s);
+                return false;
+            }
+        }
+        B[e] = s;
+    }
+    return true;
+}
+
+/* The gathered type of x indexed by idx[0..k) in the node's form. */
+static tn_result tn__index_type(const char *who, const tn_params *p, const tn_type *x, int k, const tn_type *idx, tn_type *out) {
+    int axis = tn__p_index_axis(p);
+    char s1[128], s2[128];
+    for (int j = 0; j < k; j++)
+        if (idx[j].dtype != TN_I32 && idx[j].dtype != TN_I64)
+            return tn__err(TN_ERR_DTYPE, "%s: index array %d is %s; indices must be int32 or int64 (a boolean mask: use tn_where)",
+                           who, j, tn_dtype_name(idx[j].dtype));
+    out->dtype = x->dtype;
+    if (tn__p_index_along(p)) {
+        if (k != 1 || idx[0].ndim != x->ndim || axis < 0 || axis >= x->ndim)
+            return tn__err(TN_ERR_SHAPE, "%s: indices of shape %s for x of shape %s along axis %d: take_along_axis needs "
+                           "indices of x's rank", who, tn__shape_str(idx[0].ndim, idx[0].shape, s1),
+                           tn__shape_str(x->ndim, x->shape, s2), axis);
+        out->ndim = x->ndim;
+        for (int d = 0; d < x->ndim; d++) {
+            int64_t a = x->shape[d], b = idx[0].shape[d];
+            if (d == axis) out->shape[d] = b;
+            else if (a == 1 || (a < 0 && b >= 0 && b != 1)) out->shape[d] = b;
+            else if (b == 1 || b < 0 || a == b) out->shape[d] = a;
+            else
+                return tn__err(TN_ERR_SHAPE, "%s: indices of shape %s do not broadcast against x of shape %s outside axis %d",
+                               who, tn__shape_str(idx[0].ndim, idx[0].shape, s1), tn__shape_str(x->ndim, x->shape, s2), axis);
+            out->bcast[d] = out->shape[d] == 1;
+        }
+        return TN_OK;
+    }
+    if (axis < 0 || axis + k > x->ndim)
+        return tn__err(TN_ERR_AXIS, "%s: %d index array%s from axis %d do not fit x of shape %s", who, k, k == 1 ? "" : "s", axis,
+                       tn__shape_str(x->ndim, x->shape, s1));
+    int nb;
+    int64_t B[TN_MAX_DIMS];
+    if (!tn__index_bshape(who, k, idx, &nb, B)) return tn_last_result();
+    if (x->ndim - k + nb > TN_MAX_DIMS)
+        return tn__err(TN_ERR_SHAPE, "%s: the result would have %d dims (at most %d)", who, x->ndim - k + nb, TN_MAX_DIMS);
+    out->ndim = 0;
+    for (int d = 0; d < axis; d++) out->shape[out->ndim++] = x->shape[d];
+    for (int e = 0; e < nb; e++) out->shape[out->ndim++] = B[e];
+    for (int d = axis + k; d < x->ndim; d++) out->shape[out->ndim++] = x->shape[d];
+    for (int d = 0; d < out->ndim; d++) out->bcast[d] = out->shape[d] == 1;
+    return TN_OK;
+}
+
+/* The plan of target t (data, shape, strides of x or of the output it is
+   copied to) indexed by idx[0..k) (host or device arrays: only shapes and
+   strides are read here). The shapes have passed the type rule. */
+static void tn__iplan_build(tn__iplan *P, const tn_params *p, char *t, int tnd, const int64_t *tsh, const int64_t *tst,
+                            int k, tn_array *const *idx) {
+    int axis = tn__p_index_axis(p);
+    memset(P, 0, sizeof *P);
+    P->t = t;
+    P->k = k;
+    for (int j = 0; j < k; j++) {
+        P->ip[j] = (const char *)idx[j]->data;
+        P->i32[j] = idx[j]->dtype == TN_I32;
+        P->as[j] = tst[axis + (tn__p_index_along(p) ? 0 : j)];
+        P->an[j] = tsh[axis + (tn__p_index_along(p) ? 0 : j)];
+        P->ad[j] = axis + (tn__p_index_along(p) ? 0 : j);
+    }
+    if (tn__p_index_along(p)) {
+        const tn_array *I = idx[0];
+        P->nd = tnd;
+        for (int d = 0; d < tnd; d++) {
+            P->shape[d] = d == axis || tsh[d] == 1 ? I->shape[d] : tsh[d];
+            P->ts[d] = d == axis || tsh[d] == 1 ? 0 : tst[d];
+            P->is[0][d] = I->shape[d] == 1 ? 0 : I->strides[d];
+        }
+    } else {
+        int nb = 0;
+        for (int j = 0; j < k; j++) nb = idx[j]->ndim > nb ? idx[j]->ndim : nb;
+        int D = 0;
+        for (int d = 0; d < axis; d++, D++) { P->shape[D] = tsh[d]; P->ts[D] = tst[d]; }
+        for (int e = 0; e < nb; e++, D++) {
+            P->shape[D] = 1;
+            for (int j = 0; j < k; j++) {
+                int id = e - (nb - idx[j]->ndim);
+                if (id < 0 || idx[j]->shape[id] == 1) continue;
+                P->shape[D] = idx[j]->shape[id];
+                P->is[j][D] = idx[j]->strides[id];
+            }
+        }
+        for (int d = axis + k; d < tnd; d++, D++) { P->shape[D] = tsh[d]; P->ts[D] = tst[d]; }
+        P->nd = D;
+    }
+    P->n = 1;
+    for (int d = 0; d < P->nd; d++) P->n *= P->shape[d];
+}
+
+/* Byte offsets of positions [o0, o0 + cnt) of the gathered shape (C order)
+   into the target (toff) and into an operand of byte strides ss (soff).
+   False at the first index out of range (*bad says which). */
+static bool tn__iplan_offsets(const tn__iplan *P, const int64_t *ss, int64_t o0, int cnt, int64_t *toff, int64_t *soff, tn__ibad *bad) {
+    int64_t c[TN_MAX_DIMS], tb = 0, sb = 0, ib[TN_MAX_DIMS] = { 0 }, r = o0;
+    int nd = P->nd;
+    for (int d = nd - 1; d >= 0; d--) {
+        c[d] = P->shape[d] ? r % P->shape[d] : 0;
+        r = P->shape[d] ? r / P->shape[d] : 0;
+        tb += c[d] * P->ts[d];
+        sb += c[d] * ss[d];
+        for (int j = 0; j < P->k; j++) ib[j] += c[d] * P->is[j][d];
+    }
+    for (int e = 0; e < cnt; e++) {
+        int64_t off = tb;
+        for (int j = 0; j < P->k; j++) {
+            int64_t v = P->i32[j] ? *(const int32_t *)(const void *)(P->ip[j] + ib[j]) : *(const int64_t *)(const void *)(P->ip[j] + ib[j]);
+            int64_t w = v < 0 ? v + P->an[j] : v;
+            if (w < 0 || w >= P->an[j]) {
+                bad->pos = o0 + e; bad->value = v; bad->j = j;
+                return false;
+            }
+            off += w * P->as[j];
+        }
+        toff[e] = off;
+        soff[e] = sb;
+        for (int d = nd - 1; d >= 0; d--) {       /* the next position */
+            tb += P->ts[d]; sb += ss[d];
+            for (int j = 0; j < P->k; j++) ib[j] += P->is[j][d];
+            if (++c[d] < P->shape[d] || d == 0) break;
+            tb -= c[d] * P->ts[d]; sb -= c[d] * ss[d];
+            for (int j = 0; j < P->k; j++) ib[j] -= c[d] * P->is[j][d];
+            c[d] = 0;
+        }
+    }
+    return true;
+}
+
+/* NumPy's IndexError, naming the op. */
+static tn_result tn__ibad_err(const tn_var *node, const tn__iplan *P, const tn__ibad *b) {
+    char lb[96];
+    tn__op_def(node->op)->label(node, lb, sizeof lb);
+    return tn__err(TN_ERR_INVALID, "%s: index %lld is out of bounds for axis %d with size %lld (index array %d, element %lld of the result)",
+                   lb, (long long)b->value, P->ad[b->j], (long long)P->an[b->j], b->j, (long long)b->pos);
+}
+
+/* >>index_cpu ------------------------------------------------------------- */
+#define TN__IDX_BATCH 256
+
+typedef struct tn__gather_job {
+    const tn__iplan *P;
+    char *out;
+    int64_t os[TN_MAX_DIMS];
+    size_t es;
+    _Atomic int64_t bad;            /* the first bad position found (INT64_MAX: none) */
+} tn__gather_job;
+
+static void tn__gather_range(void *ctx, int64_t lo, int64_t hi) {
+    tn__gather_job *J = (tn__gather_job *)ctx;
+    int64_t toff[TN__IDX_BATCH], soff[TN__IDX_BATCH];
+    for (int64_t o = lo; o < hi; o += TN__IDX_BATCH) {
+        int cnt = (int)(hi - o < TN__IDX_BATCH ? hi - o : TN__IDX_BATCH);
+        tn__ibad b;
+        if (!tn__iplan_offsets(J->P, J->os, o, cnt, toff, soff, &b)) {
+            int64_t cur = atomic_load(&J->bad);
+            while (b.pos < cur && !atomic_compare_exchange_weak(&J->bad, &cur, b.pos)) {}
+            return;
+        }
+        const char *t = J->P->t;
+        char *y = J->out;
+        switch (J->es) {
+        case 1: for (int e = 0; e < cnt; e++) y[soff[e]] = t[toff[e]]; break;
+        case 2: for (int e = 0; e < cnt; e++) *(uint16_t *)(void *)(y + soff[e]) = *(const uint16_t *)(const void *)(t + toff[e]); break;
+        case 4: for (int e = 0; e < cnt; e++) *(uint32_t *)(void *)(y + soff[e]) = *(const uint32_t *)(const void *)(t + toff[e]); break;
+        default: for (int e = 0; e < cnt; e++) *(uint64_t *)(void *)(y + soff[e]) = *(const uint64_t *)(const void *)(t + toff[e]); break;
+        }
+    }
+}
+
+static tn_result tn__cpu_adv_subtensor(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    tn__iplan P;
+    tn__iplan_build(&P, &node->p, (char *)x->data, x->ndim, x->shape, x->strides, node->n_in - 1, in + 1);
+    tn__gather_job J = { &P, (char *)out[0]->data, { 0 }, tn_dtype_size(x->dtype), INT64_MAX };
+    for (int d = 0; d < P.nd; d++) J.os[d] = out[0]->strides[d];
+    if (P.n == 0) return TN_OK;
+    tn__parallel_for(P.n, 65536, tn__gather_range, &J);
+    int64_t bad = atomic_load(&J.bad);
+    if (bad != INT64_MAX) {
+        int64_t t1, s1;
+        tn__ibad b = { bad, 0, 0 };
+        tn__iplan_offsets(&P, J.os, bad, 1, &t1, &s1, &b);
+        return tn__ibad_err(node, &P, &b);
+    }
+    return TN_OK;
+}
+
+/* y[toff] (op)= v[soff] for one batch; inc adds in y's dtype (wrapping ints,
+   bool as or, float16 rounded at each addition). */
+static void tn__scatter_batch(tn_dtype t, bool set, char *y, const char *v, const int64_t *toff, const int64_t *soff, int cnt) {
+#define TN__SC_LOOP(T, EXPR) for (int e = 0; e < cnt; e++) { T *p_ = (T *)(void *)(y + toff[e]); T a_ = *(const T *)(const void *)(v + soff[e]); *p_ = (EXPR); }
+    if (set) {
+        switch (tn_dtype_size(t)) {
+        case 1: TN__SC_LOOP(uint8_t, a_) break;
+        case 2: TN__SC_LOOP(uint16_t, a_) break;
+        case 4: TN__SC_LOOP(uint32_t, a_) break;
+        default: TN__SC_LOOP(uint64_t, a_) break;
+        }
+        return;
+    }
+    switch (t) {
+    case TN_BOOL: TN__SC_LOOP(uint8_t, (uint8_t)(*p_ | a_)) break;
+    case TN_I32: TN__SC_LOOP(uint32_t, *p_ + a_) break;
+    case TN_I64: TN__SC_LOOP(uint64_t, *p_ + a_) break;
+    case TN_F16: TN__SC_LOOP(uint16_t, tn__ew_f2h(tn__ew_h2f(*p_) + tn__ew_h2f(a_))) break;
+    case TN_F32: TN__SC_LOOP(float, *p_ + a_) break;
+    default: TN__SC_LOOP(double, *p_ + a_) break;
+    }
+#undef TN__SC_LOOP
+}
+
+/* y = x (unless y is x's own buffer: in place), then the scatter of v by plan P (on y). */
+static tn_result tn__scatter_run(const tn_var *node, const tn_array *x, const tn_array *v, tn_array *y, tn__iplan *P) {
+    bool same = y->data == x->data;
+    for (int d = 0; same && d < x->ndim; d++) same = y->strides[d] == x->strides[d];
+    if (!same) tn__copy_strided(y->dtype, y->data, y->strides, x->dtype, x->data, x->strides, x->ndim, x->shape);
+    int64_t vs[TN_MAX_DIMS], toff[TN__IDX_BATCH], soff[TN__IDX_BATCH];
+    if (!tn__broadcast_strides(v, P->nd, P->shape, vs)) {
+        char s1[128], s2[128];
+        return tn__err(TN_ERR_SHAPE, "%s: v of shape %s does not broadcast to the indexed shape %s", tn__op_def(node->op)->name,
+                       tn__shape_str(v->ndim, v->shape, s1), tn__shape_str(P->nd, P->shape, s2));
+    }
+    bool set = node->op == TN_OP_INC_SUBTENSOR ? tn__p_incsub_set(&node->p) : tn__p_index_set(&node->p);
+    for (int64_t o = 0; o < P->n; o += TN__IDX_BATCH) {
+        int cnt = (int)(P->n - o < TN__IDX_BATCH ? P->n - o : TN__IDX_BATCH);
+        tn__ibad b;
+        if (!tn__iplan_offsets(P, vs, o, cnt, toff, soff, &b)) return tn__ibad_err(node, P, &b);
+        tn__scatter_batch(y->dtype, set, P->t, (const char *)v->data, toff, soff, cnt);
+    }
+    return TN_OK;
+}
+
+static tn_result tn__cpu_adv_inc_subtensor(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn_array *y = out[0];
+    tn__iplan P;
+    tn__iplan_build(&P, &node->p, (char *)y->data, y->ndim, y->shape, y->strides, node->n_in - 2, in + 2);
+    return tn__scatter_run(node, in[0], in[1], y, &P);
+}
+
+/* The plan of a basic slice of y: no index arrays. */
+static void tn__iplan_slice(tn__iplan *P, const tn_params *p, const tn_array *y) {
+    memset(P, 0, sizeof *P);
+    P->t = tn__slice_apply(p, y, P->shape, P->ts);
+    P->nd = y->ndim;
+    P->n = 1;
+    for (int d = 0; d < P->nd; d++) P->n *= P->shape[d];
+}
+
+static tn_result tn__cpu_inc_subtensor(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn__iplan P;
+    tn__iplan_slice(&P, &node->p, out[0]);
+    return tn__scatter_run(node, in[0], in[1], out[0], &P);
+}
+
+/* >>sort_cpu -------------------------------------------------------------- */
+/* A bottom-up merge sort of the positions 0..n-1 of one line by key:
+   stable (a run's left element goes first unless the right one sorts
+   strictly before it). Keys are the values in double (floats: exact) or
+   int64 (ints, bool). BEFORE(a, b): a sorts strictly before b. */
+#define TN__SORT_LT(a, b) ((a) < (b) || ((b) != (b) && (a) == (a)))     /* NaN last */
+#define TN__SORT_GT(a, b) ((a) > (b) || ((a) != (a) && (b) == (b)))     /* NaN first */
+#define TN__SORT_LINE(NAME, KT, BEFORE) \
+static int64_t *NAME(const KT *key, int64_t n, int64_t *a, int64_t *b) { \
+    for (int64_t i = 0; i < n; i++) a[i] = i; \
+    for (int64_t w = 1; w < n; w *= 2) { \
+        for (int64_t lo = 0; lo < n; lo += 2 * w) { \
+            int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, o = lo; \
+            while (i < mid && j < hi) b[o++] = BEFORE(key[a[j]], key[a[i]]) ? a[j++] : a[i++]; \
+            while (i < mid) b[o++] = a[i++]; \
+            while (j < hi) b[o++] = a[j++]; \
+        } \
+        int64_t *t = a; a = b; b = t; \
+    } \
+    return a; \
+}
+TN__SORT_LINE(tn__sort_asc_f, double, TN__SORT_LT)
+TN__SORT_LINE(tn__sort_desc_f, double, TN__SORT_GT)
+TN__SORT_LINE(tn__sort_asc_i, int64_t, TN__SORT_LT)
+TN__SORT_LINE(tn__sort_desc_i, int64_t, TN__SORT_GT)
+
+typedef struct tn__sort_job {
+    tn__cumplan L;                 /* the lines (tn__cum_plan_lines) */
+    tn_dtype t;
+    bool desc;
+    int64_t k;                     /* indices written per line */
+    _Atomic int oom;
+} tn__sort_job;
+
+static void tn__sort_range(void *ctx, int64_t lo, int64_t hi) {
+    tn__sort_job *J = (tn__sort_job *)ctx;
+    int64_t n = J->L.n;
+    size_t need = (size_t)n * 24 + 64;
+    char *mem = need <= TN__SCRATCH_BYTES ? tn__scratch() : (char *)tn__malloc(need);   /* long lines: their own block */
+    if (!mem) { atomic_store(&J->oom, 1); return; }
+    int64_t *a = (int64_t *)(void *)tn__align64(mem), *b = a + n;
+    void *key = b + n;
+    bool fl = tn_dtype_is_float(J->t);
+    for (int64_t o = lo; o < hi; o++) {
+        int64_t xo, yo;
+        tn__cum_line(&J->L, o, &xo, &yo);
+        const char *x = J->L.x + xo;
+        for (int64_t j = 0; j < n; j++) {
+            const char *p = x + j * J->L.xs;
+            switch (J->t) {
+            case TN_BOOL: ((int64_t *)key)[j] = *(const uint8_t *)p; break;
+            case TN_I32: ((int64_t *)key)[j] = *(const int32_t *)(const void *)p; break;
+            case TN_I64: ((int64_t *)key)[j] = *(const int64_t *)(const void *)p; break;
+            case TN_F16: ((double *)key)[j] = tn__ew_h2f(*(const uint16_t *)(const void *)p); break;
+            case TN_F32: ((double *)key)[j] = *(const float *)(const void *)p; break;
+            default: ((double *)key)[j] = *(const double *)(const void *)p; break;
+            }
+        }
+        const int64_t *s = fl ? (J->desc ? tn__sort_desc_f : tn__sort_asc_f)((const double *)key, n, a, b)
+                              : (J->desc ? tn__sort_desc_i : tn__sort_asc_i)((const int64_t *)key, n, a, b);
+        char *y = J->L.y + yo;
+        for (int64_t j = 0; j < J->k; j++) *(int64_t *)(void *)(y + j * J->L.ys) = s[j];
+    }
+    if (need > TN__SCRATCH_BYTES) tn__free(mem);
+}
+
+static tn_result tn__cpu_argsort(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    int axis = tn__p_axis(&node->p);
+    tn__sort_job J;
+    memset(&J, 0, sizeof J);
+    tn__cum_plan_lines(&J.L, x, out[0], axis);
+    J.t = x->dtype;
+    J.desc = tn__p_sort_desc(&node->p);
+    J.k = out[0]->shape[axis];
+    if (J.L.n == 0 || J.L.lines == 0 || J.k == 0) return TN_OK;
+    tn__parallel_for(J.L.lines, 16384 / J.L.n + 1, tn__sort_range, &J);
+    if (atomic_load(&J.oom))
+        return tn__err(TN_ERR_OOM, "%s: out of memory for the sort's scratch (lines of %lld)", tn__op_def(node->op)->name, (long long)J.L.n);
+    return TN_OK;
+}
+
+/* >>index_cuda ---------------------------------------------------------------- */
+/* The gather, scatter and sort kernels as CUDA C, for a back end that
+   generates kernels (tensor_cuda.h's >>cuda_index section compiles them with
+   NVRTC). tn_index: one thread per element of the gathered shape (a grid-
+   stride loop), the plan tn__iplan as a struct of int64s passed by value
+   (tn__cuda_iplan: ND dims and K index arrays are constants of the source,
+   so its loops unroll into registers); mode 0 gathers, 1 sets, 2 adds
+   (atomics; float16 and bool through a CAS or OR on their 32-bit word). An
+   index out of range is skipped and recorded once in err[0..3] (1, the
+   position, the value, the array). tn_sort_block sorts chunks of up to
+   TN__SORT_CHUNK elements of each line in shared memory (bitonic, on the
+   key then the position: the total order a stable sort gives),
+   tn_sort_merge merges runs of width w (each element finds its place by a
+   binary search in the other run), tn_sort_out keeps the first k of each
+   line. Returns the length snprintf reports, or -1 for no kernel. */
+#define TN__SORT_CHUNK 2048
+typedef struct tn__cuda_iplan {
+    int64_t n, t, s, err;                          /* elements; target, operand and error record addresses */
+    int64_t shape[TN_MAX_DIMS], ts[TN_MAX_DIMS], ss[TN_MAX_DIMS];
+    int64_t is[TN_MAX_DIMS][TN_MAX_DIMS], ip[TN_MAX_DIMS], i32[TN_MAX_DIMS], as[TN_MAX_DIMS], an[TN_MAX_DIMS];
+} tn__cuda_iplan;
+
+static const char tn__index_cuda_common[] =
+    "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+    "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n";
+
+TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap) {
+    static const char *const st[TN_DTYPE_COUNT] = { NULL, "unsigned char", "unsigned int", "unsigned long long", "unsigned short", "unsigned int", "unsigned long long" };
+    static const char *const inc[TN_DTYPE_COUNT] = { NULL,
+        /* bool: or into the byte's word */
+        "if (v) { unsigned long long a = (unsigned long long)p; atomicOr((unsigned int *)(a & ~3ull), 1u << ((a & 3ull) * 8)); }",
+        "atomicAdd((unsigned int *)p, (unsigned int)v);",
+        "atomicAdd((unsigned long long *)p, (unsigned long long)v);",
+        /* float16: a CAS loop on the aligned word, rounded at each addition as the CPU */
+        "unsigned long long a = (unsigned long long)p; unsigned int *w = (unsigned int *)(a & ~3ull); int sh = (int)(a & 2ull) * 8;"
+        " unsigned int old = *w, as;"
+        " do { as = old; unsigned short h = tn_f2h(tn_h2f((unsigned short)(as >> sh)) + tn_h2f(v));"
+        " old = atomicCAS(w, as, (as & ~(0xffffu << sh)) | ((unsigned int)h << sh)); } while (as != old);",
+        "atomicAdd((float *)p, __uint_as_float(v));",
+        "atomicAdd((double *)p, __longlong_as_double((long long)v));" };
+    if ((unsigned)t >= TN_DTYPE_COUNT || !st[t] || mode < 0 || mode > 2 || nd < 0 || nd > TN_MAX_DIMS || k < 0 || k > TN_MAX_DIMS) return -1;
+    const char *op = mode == 0 ? "*(T *)s = *(const T *)p;" : mode == 1 ? "*(T *)p = *(const T *)s;" : NULL;
+    return snprintf(buf, cap,
+        "%s"
+        "#define ND %d\n#define K %d\ntypedef %s T;\n"
+        "struct tn_ip { long long n, t, s, err, shape[8], ts[8], ss[8], is[8][8], ip[8], i32[8], as[8], an[8]; };\n"
+        "extern \"C\" __global__ void __launch_bounds__(256) tn_index(const tn_ip P) {\n"
+        "    for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < P.n; o += (long long)gridDim.x * blockDim.x) {\n"
+        "        long long r = o, toff = 0, soff = 0, ioff[K > 0 ? K : 1];\n"
+        "#pragma unroll\n"
+        "        for (int j = 0; j < K; j++) ioff[j] = 0;\n"
+        "#pragma unroll\n"
+        "        for (int d = ND - 1; d >= 0; d--) {\n"
+        "            long long c = r %% P.shape[d];\n"
+        "            r /= P.shape[d];\n"
+        "            toff += c * P.ts[d]; soff += c * P.ss[d];\n"
+        "#pragma unroll\n"
+        "            for (int j = 0; j < K; j++) ioff[j] += c * P.is[j][d];\n"
+        "        }\n"
+        "        bool ok = true;\n"
+        "#pragma unroll\n"
+        "        for (int j = 0; j < K; j++) {\n"
+        "            const char *q = (const char *)P.ip[j] + ioff[j];\n"
+        "            long long v = P.i32[j] ? (long long)*(const int *)q : *(const long long *)q;\n"
+        "            long long w = v < 0 ? v + P.an[j] : v;\n"
+        "            if (ok && (w < 0 || w >= P.an[j])) {\n"
+        "                unsigned long long *e = (unsigned long long *)P.err;\n"
+        "                if (atomicCAS(e, 0ull, 1ull) == 0ull) { e[1] = (unsigned long long)o; e[2] = (unsigned long long)v; e[3] = (unsigned long long)j; }\n"
+        "                ok = false;\n"
+        "            }\n"
+        "            toff += w * P.as[j];\n"
+        "        }\n"
+        "        if (!ok) continue;\n"
+        "        char *p = (char *)P.t + toff, *s = (char *)P.s + soff;\n"
+        "        %s%s%s\n"
+        "    }\n"
+        "}\n",
+        tn__index_cuda_common, nd, k, st[t], op ? op : "{ T v = *(const T *)s; ", op ? "" : inc[t], op ? "" : " }");
+}
+
+/* The sort kernels of dtype t (desc: descending). */
+TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap) {
+    static const char *const xt[TN_DTYPE_COUNT] = { NULL, "unsigned char", "int", "long long", "unsigned short", "float", "double" };
+    if ((unsigned)t >= TN_DTYPE_COUNT || !xt[t]) return -1;
+    bool fl = tn_dtype_is_float(t);
+    return snprintf(buf, cap,
+        "%s"
+        "#define CH %d\ntypedef %s XT;\ntypedef %s KT;\n"
+        "__device__ __forceinline__ KT key(XT v) { return %s; }\n"
+        /* a sorts strictly before b by key: NaN last (descending: first) */
+        "__device__ __forceinline__ bool before(KT a, KT b) { return %s; }\n"
+        /* the total order of a stable sort: key, then position */
+        "__device__ __forceinline__ bool less(KT ka, long long ia, KT kb, long long ib) { return before(ka, kb) || (!before(kb, ka) && ia < ib); }\n"
+        "__device__ __forceinline__ KT key_at(const XT *x, long long line, long long i, long long n, long long inner) {\n"
+        "    long long o = line / inner; return key(x[(o * n + i) * inner + (line - o * inner)]); }\n"
+        "extern \"C\" __global__ void __launch_bounds__(1024) tn_sort_block(const XT *__restrict__ x, long long *__restrict__ A, long long lines, long long n, long long inner, long long chunks) {\n"
+        "    __shared__ KT sk[CH];\n"
+        "    __shared__ int si[CH];\n"
+        "    const long long line = blockIdx.x / chunks, lo = (blockIdx.x - line * chunks) * CH;\n"
+        "    const int m = (int)(n - lo < CH ? n - lo : CH);\n"
+        "    int p2 = 1;\n"
+        "    while (p2 < m) p2 <<= 1;\n"
+        "    for (int i = threadIdx.x; i < p2; i += blockDim.x) {\n"
+        "        si[i] = i < m ? i : -1;\n"
+        "        if (i < m) sk[i] = key_at(x, line, lo + i, n, inner);\n"
+        "    }\n"
+        "    for (int size = 2; size <= p2; size <<= 1)\n"
+        "        for (int stride = size >> 1; stride > 0; stride >>= 1) {\n"
+        "            __syncthreads();\n"
+        "            for (int i = threadIdx.x; i < p2; i += blockDim.x) {\n"
+        "                int j = i ^ stride;\n"
+        "                if (j <= i) continue;\n"
+        "                int a = (i & size) == 0 ? j : i, b = (i & size) == 0 ? i : j;   /* swap when a sorts before b */\n"
+        "                bool sw = si[a] >= 0 && (si[b] < 0 || less(sk[a], si[a], sk[b], si[b]));\n"
+        "                if (sw) { KT tk = sk[i]; sk[i] = sk[j]; sk[j] = tk; int ti = si[i]; si[i] = si[j]; si[j] = ti; }\n"
+        "            }\n"
+        "        }\n"
+        "    __syncthreads();\n"
+        "    for (int i = threadIdx.x; i < m; i += blockDim.x) A[line * n + lo + i] = lo + si[i];\n"
+        "}\n"
+        "extern \"C\" __global__ void __launch_bounds__(256) tn_sort_merge(const XT *__restrict__ x, const long long *__restrict__ A, long long *__restrict__ B, long long lines, long long n, long long inner, long long w) {\n"
+        "    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (g >= lines * n) return;\n"
+        "    const long long line = g / n, p = g - line * n, run = p / w, start = run * w, base = line * n;\n"
+        "    const bool left = (run & 1) == 0;\n"
+        "    long long olo = left ? start + w : start - w, ohi = left ? olo + w : start;\n"
+        "    if (olo > n) olo = n;\n"
+        "    if (ohi > n) ohi = n;\n"
+        "    const long long e = A[base + p];\n"
+        "    const KT ke = key_at(x, line, e, n, inner);\n"
+        "    long long lo = olo, hi = ohi;\n"
+        "    while (lo < hi) {\n"
+        "        long long mid = (lo + hi) >> 1, f = A[base + mid];\n"
+        "        if (less(key_at(x, line, f, n, inner), f, ke, e)) lo = mid + 1; else hi = mid;\n"
+        "    }\n"
+        "    B[base + (left ? start : olo) + (p - start) + (lo - olo)] = e;\n"
+        "}\n"
+        "extern \"C\" __global__ void __launch_bounds__(256) tn_sort_out(const long long *__restrict__ A, long long *__restrict__ y, long long lines, long long n, long long inner, long long k) {\n"
+        "    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (g >= lines * k) return;\n"
+        "    const long long line = g / k, j = g - line * k, o = line / inner;\n"
+        "    y[(o * k + j) * inner + (line - o * inner)] = A[line * n + j];\n"
+        "}\n",
+        tn__index_cuda_common, TN__SORT_CHUNK, xt[t], fl ? "double" : "long long",
+        t == TN_F16 ? "(double)tn_h2f(v)" : fl ? "(double)v" : "(long long)v",
+        !desc ? "a < b || (b != b && a == a)" : "a > b || (a != a && b == b)");
+}
+
+/* >>index_infer_label ------------------------------------------------------- */
+static tn_result tn__index_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const char *who = tn__op_def(node->op)->name;
+    char s1[128], s2[128];
+    switch (node->op) {
+    case TN_OP_ADV_SUBTENSOR:
+        return tn__index_type(who, &node->p, &in[0], node->n_in - 1, in + 1, out);
+    case TN_OP_ADV_INC_SUBTENSOR: case TN_OP_INC_SUBTENSOR: {
+        tn_type g;
+        tn_result r = node->op == TN_OP_INC_SUBTENSOR ? tn__infer_slice(node, in, &g)
+                                                      : tn__index_type(who, &node->p, &in[0], node->n_in - 2, in + 2, &g);
+        if (r != TN_OK) return r;
+        const tn_type *v = &in[1];
+        if (v->dtype != in[0].dtype)
+            return tn__err(TN_ERR_DTYPE, "%s: v is %s, x %s", who, tn_dtype_name(v->dtype), tn_dtype_name(in[0].dtype));
+        bool ok = v->ndim <= g.ndim;
+        for (int d = 0; ok && d < v->ndim; d++) {
+            int64_t a = v->shape[d], b = g.shape[g.ndim - v->ndim + d];
+            ok = a == 1 || a < 0 || b < 0 || a == b;
+        }
+        if (!ok)
+            return tn__err(TN_ERR_SHAPE, "%s: v of shape %s does not broadcast to the indexed shape %s", who,
+                           tn__shape_str(v->ndim, v->shape, s1), tn__shape_str(g.ndim, g.shape, s2));
+        *out = in[0];
+        return TN_OK;
+    }
+    default: {   /* ARGSORT */
+        int axis = tn__p_axis(&node->p);
+        int64_t k = tn__p_sort_k(&node->p);
+        if (axis < 0 || axis >= in[0].ndim)
+            return tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for an input of shape %s", who, axis, tn__shape_str(in[0].ndim, in[0].shape, s1));
+        *out = in[0];
+        out->dtype = TN_I64;
+        if (k >= 0) {
+            if (in[0].shape[axis] >= 0 && k > in[0].shape[axis])
+                return tn__err(TN_ERR_SHAPE, "%s: k = %lld is larger than axis %d of shape %s", who, (long long)k, axis,
+                               tn__shape_str(in[0].ndim, in[0].shape, s1));
+            out->shape[axis] = k;
+            out->bcast[axis] = k == 1;
+        }
+        return TN_OK;
+    }
+    }
+}
+
+/* AdvancedSubtensor1 (take on axis 0), AdvancedSubtensor{axis=1},
+   TakeAlongAxis{axis=1}; AdvancedIncSubtensor1{no_inplace,set};
+   IncSubtensor{Inc;::, 1:3:}; ArgSort{axis=1}, TopK{axis=1, k=3} */
+static void tn__index_label(const tn_var *node, char *buf, size_t cap) {
+    tn__sbuf b = { buf, cap, 0 };
+    const tn_params *p = &node->p;
+    switch (node->op) {
+    case TN_OP_ADV_SUBTENSOR: case TN_OP_ADV_INC_SUBTENSOR: {
+        int k = node->n_in - (node->op == TN_OP_ADV_SUBTENSOR ? 1 : 2);
+        const char *base = node->op == TN_OP_ADV_SUBTENSOR ? "Subtensor" : "IncSubtensor";
+        if (tn__p_index_along(p)) tn__sbuf_put(&b, "TakeAlongAxis%s{axis=%d", node->op == TN_OP_ADV_SUBTENSOR ? "" : "Inc", tn__p_index_axis(p));
+        else if (k == 1 && tn__p_index_axis(p) == 0) tn__sbuf_put(&b, "Advanced%s1", base);
+        else tn__sbuf_put(&b, "Advanced%s{axis=%d", base, tn__p_index_axis(p));
+        bool braces = tn__p_index_along(p) || k != 1 || tn__p_index_axis(p) != 0;
+        if (node->op == TN_OP_ADV_INC_SUBTENSOR)
+            tn__sbuf_put(&b, "%s%s,%s", braces ? ", " : "{", node->inplace ? "inplace" : "no_inplace", tn__p_index_set(p) ? "set" : "inc");
+        if (braces || node->op == TN_OP_ADV_INC_SUBTENSOR) tn__sbuf_put(&b, "}");
+        return;
+    }
+    case TN_OP_INC_SUBTENSOR:
+        tn__sbuf_put(&b, "IncSubtensor{%s%s;", node->inplace ? "Inplace" : "", tn__p_incsub_set(p) ? "Set" : "Inc");
+        tn__slice_text(node, &b);
+        tn__sbuf_put(&b, "}");
+        return;
+    default:
+        if (tn__p_sort_k(p) >= 0) tn__sbuf_put(&b, "TopK{axis=%d, k=%lld}", tn__p_axis(p), (long long)tn__p_sort_k(p));
+        else tn__sbuf_put(&b, "ArgSort{axis=%d%s}", tn__p_axis(p), tn__p_sort_desc(p) ? ", descending" : "");
+        return;
+    }
+}
+
+/* >>index_constructors ------------------------------------------------------ */
+static tn_var *tn__index_make(const char *who, int op, tn_var *x, tn_var *v, int axis, bool along, bool set, int k, tn_var *const *idx) {
+    tn_var *ins[2 + TN_MAX_DIMS];
+    int n = 0;
+    if (!x) return tn__null_arg(who, "x");
+    if (k < 1 || k > TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "%s: %d index arrays (1 to %d)", who, k, TN_MAX_DIMS); return NULL; }
+    if (!idx) return tn__null_arg(who, "indices");
+    ins[n++] = x;
+    if (op == TN_OP_ADV_INC_SUBTENSOR) {
+        if (!v) return tn__null_arg(who, "v");
+        if (v->type.dtype != x->type.dtype && !(v = tn_cast(v, x->type.dtype))) return NULL;
+        ins[n++] = v;
+    }
+    for (int j = 0; j < k; j++) {
+        if (!idx[j]) { tn__err_null(who, "indices[%d]", j); return NULL; }
+        if (idx[j]->graph != x->graph) { tn__err(TN_ERR_GRAPH, "%s: indices[%d] and x belong to different graphs", who, j); return NULL; }
+        ins[n++] = idx[j];
+    }
+    int nd = x->type.ndim;
+    if (axis < -nd || axis >= nd) {
+        char sb[128];
+        tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of shape %s", who, axis, tn__var_nm(x), tn__shape_str(nd, x->type.shape, sb));
+        return NULL;
+    }
+    tn_params p = tn__params_zero();
+    tn__p_set_index(&p, axis < 0 ? axis + nd : axis, along, set);
+    return tn__node(x->graph, op, n, ins, &p, NULL, who);
+}
+
+TN_API tn_var *tn_take(tn_var *x, tn_var *indices, int axis) {
+    return tn__index_make("tn_take", TN_OP_ADV_SUBTENSOR, x, NULL, axis, false, false, 1, &indices);
+}
+TN_API tn_var *tn_take_along_axis(tn_var *x, tn_var *indices, int axis) {
+    return tn__index_make("tn_take_along_axis", TN_OP_ADV_SUBTENSOR, x, NULL, axis, true, false, 1, &indices);
+}
+TN_API tn_var *tn_index(tn_var *x, int axis, int n, tn_var *const *indices) {
+    return tn__index_make("tn_index", TN_OP_ADV_SUBTENSOR, x, NULL, axis, false, false, n, indices);
+}
+
+/* set/inc of sub: a gather's indices, or a chain of slices (one per axis) merged into one. */
+static tn_var *tn__incsub_make(const char *who, tn_var *sub, tn_var *v, bool set) {
+    if (!sub) return tn__null_arg(who, "sub");
+    if (!v) return tn__null_arg(who, "v");
+    if (sub->op == TN_OP_ADV_SUBTENSOR)
+        return tn__index_make(who, TN_OP_ADV_INC_SUBTENSOR, sub->in[0], v, tn__p_index_axis(&sub->p), tn__p_index_along(&sub->p), set,
+                              sub->n_in - 1, sub->in + 1);
+    if (sub->op != TN_OP_SLICE) {
+        char lb[96];
+        tn__op_def(sub->op) && tn__op_def(sub->op)->label ? tn__op_def(sub->op)->label(sub, lb, sizeof lb) : (void)snprintf(lb, sizeof lb, "a leaf");
+        tn__err(TN_ERR_INVALID, "%s: sub ('%s', %s) is not x indexed by tn_slice, tn_take, tn_index or tn_take_along_axis", who,
+                tn__var_nm(sub), lb);
+        return NULL;
+    }
+    tn_params p = tn__params_zero();
+    tn__p_set_slice_whole(&p);
+    tn_var *x = sub;
+    for (; x->op == TN_OP_SLICE; x = x->in[0]) {
+        for (int d = 0; d < x->type.ndim; d++) {
+            if (tn__p_slice_whole(&x->p, d)) continue;
+            if (!tn__p_slice_whole(&p, d)) {
+                tn__err(TN_ERR_INVALID, "%s: axis %d of sub is sliced twice; slice each axis once", who, d);
+                return NULL;
+            }
+            tn__p_set_slice(&p, d, tn__p_slice_start(&x->p, d), tn__p_slice_stop(&x->p, d), tn__p_slice_step(&x->p, d));
+        }
+    }
+    if (v->type.dtype != x->type.dtype && !(v = tn_cast(v, x->type.dtype))) return NULL;
+    if (v->graph != x->graph) { tn__err(TN_ERR_GRAPH, "%s: v and sub belong to different graphs", who); return NULL; }
+    tn__p_set_incsub_set(&p, set);
+    tn_var *ins[2] = { x, v };
+    return tn__node(x->graph, TN_OP_INC_SUBTENSOR, 2, ins, &p, NULL, who);
+}
+TN_API tn_var *tn_set_subtensor(tn_var *sub, tn_var *v) { return tn__incsub_make("tn_set_subtensor", sub, v, true); }
+TN_API tn_var *tn_inc_subtensor(tn_var *sub, tn_var *v) { return tn__incsub_make("tn_inc_subtensor", sub, v, false); }
+
+TN_API tn_var *tn_one_hot(tn_var *labels, int64_t n, tn_dtype t) {
+    if (!labels) return tn__null_arg("tn_one_hot", "labels");
+    if (tn_dtype_is_float(labels->type.dtype) || labels->type.dtype == TN_BOOL) {
+        tn__err(TN_ERR_DTYPE, "tn_one_hot: labels '%s' are %s; they must be int32 or int64", tn__var_nm(labels), tn_dtype_name(labels->type.dtype));
+        return NULL;
+    }
+    if (n < 0) { tn__err(TN_ERR_INVALID, "tn_one_hot: n = %lld is negative", (long long)n); return NULL; }
+    int nd = labels->type.ndim, pat[TN_MAX_DIMS];
+    if (nd + 1 > TN_MAX_DIMS) { tn__err(TN_ERR_SHAPE, "tn_one_hot: labels have %d dims (at most %d)", nd, TN_MAX_DIMS - 1); return NULL; }
+    for (int d = 0; d < nd; d++) pat[d] = d;
+    pat[nd] = -1;
+    tn_var *cls = tn_arange(labels->graph, labels->type.dtype, 0, (double)n, 1);
+    tn_var *hot = tn_eq(tn_dimshuffle(labels, nd + 1, pat), cls);
+    if (!hot) { tn__err_in("tn_one_hot", tn_last_result()); return NULL; }
+    return tn_cast(hot, t ? t : tn_get_config()->floatX);
+}
+
+static tn_var *tn__argsort_make(const char *who, tn_var *x, int axis, bool desc, int64_t k) {
+    if (!x) return tn__null_arg(who, "x");
+    int nd = x->type.ndim;
+    if (axis < -nd || axis >= nd) {
+        char sb[128];
+        tn__err(TN_ERR_AXIS, "%s: axis %d is out of range for '%s' of shape %s", who, axis, tn__var_nm(x), tn__shape_str(nd, x->type.shape, sb));
+        return NULL;
+    }
+    tn_params p = tn__params_zero();
+    tn__p_set_sort(&p, axis < 0 ? axis + nd : axis, desc, k);
+    return tn__node(x->graph, TN_OP_ARGSORT, 1, &x, &p, NULL, who);
+}
+TN_API tn_var *tn_argsort(tn_var *x, int axis) { return tn__argsort_make("tn_argsort", x, axis, false, -1); }
+TN_API tn_var *tn_sort(tn_var *x, int axis) {
+    tn_var *i = tn__argsort_make("tn_sort", x, axis, false, -1);
+    return i ? tn__index_make("tn_sort", TN_OP_ADV_SUBTENSOR, x, NULL, axis, true, false, 1, &i) : NULL;
+}
+TN_API tn_result tn_top_k(tn_var *x, int64_t k, int axis, tn_var **values, tn_var **indices) {
+    if (values) *values = NULL;
+    if (indices) *indices = NULL;
+    if (k < 0) return tn__err(TN_ERR_INVALID, "tn_top_k: k = %lld is negative", (long long)k);
+    tn_var *i = tn__argsort_make("tn_top_k", x, axis, true, k);
+    tn_var *v = i && values ? tn__index_make("tn_top_k", TN_OP_ADV_SUBTENSOR, x, NULL, axis, true, false, 1, &i) : i;
+    if (!v) return tn_last_result();
+    if (values) *values = v;
+    if (indices) *indices = i;
+    return TN_OK;
+}
+
+/* >>index_grad ---------------------------------------------------------------- */
+/* A gather's gradient is the scatter-add of g into zeros; a scatter's: g
+   (zero where set overwrote x) to x, g gathered to v. */
+static tn_result tn__adv_subtensor_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *x = node->in[0];
+    gin[0] = tn__index_make("tn_grad", TN_OP_ADV_INC_SUBTENSOR, tn__gzeros_like(x), g, tn__p_index_axis(&node->p),
+                            tn__p_index_along(&node->p), false, node->n_in - 1, node->in + 1);
+    return gin[0] ? TN_OK : tn__gfail("AdvancedSubtensor", node);
+}
+
+static tn_result tn__adv_inc_subtensor_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    int axis = tn__p_index_axis(&node->p), k = node->n_in - 2;
+    bool along = tn__p_index_along(&node->p);
+    if (need[0])
+        gin[0] = !tn__p_index_set(&node->p) ? g
+               : tn__index_make("tn_grad", TN_OP_ADV_INC_SUBTENSOR, g, tn_lit(g, 0.0), axis, along, true, k, node->in + 2);
+    if (need[1]) gin[1] = tn__index_make("tn_grad", TN_OP_ADV_SUBTENSOR, g, NULL, axis, along, false, k, node->in + 2);
+    return (!need[0] || gin[0]) && (!need[1] || gin[1]) ? TN_OK : tn__gfail("AdvancedIncSubtensor", node);
+}
+
+static tn_result tn__inc_subtensor_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    tn_params p = node->p;
+    tn__p_set_incsub_set(&p, false);        /* SLICE's params alone */
+    if (need[0]) {
+        tn_var *ins[2] = { g, tn_lit(g, 0.0) };
+        tn__p_set_incsub_set(&p, true);
+        gin[0] = !tn__p_incsub_set(&node->p) ? g : ins[1] ? tn__node(g->graph, TN_OP_INC_SUBTENSOR, 2, ins, &p, NULL, "tn_grad") : NULL;
+        tn__p_set_incsub_set(&p, false);
+    }
+    if (need[1]) gin[1] = tn__node(g->graph, TN_OP_SLICE, 1, &g, &p, NULL, "tn_grad");
+    return (!need[0] || gin[0]) && (!need[1] || gin[1]) ? TN_OK : tn__gfail("IncSubtensor", node);
+}
+
+/* Linear in x and v together: the op of their tangents (zeros where none). */
+static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    tn_var *ins[2 + TN_MAX_DIMS];
+    if (!t[0] && !t[1]) return TN_OK;
+    for (int i = 0; i < node->n_in; i++) ins[i] = node->in[i];
+    ins[0] = t[0] ? t[0] : tn__gzeros_like(node->in[0]);
+    ins[1] = t[1] ? t[1] : tn__gzeros_like(node->in[1]);
+    for (int i = 0; i < 2; i++)
+        if (ins[i] && ins[i]->type.dtype != node->in[i]->type.dtype) ins[i] = tn_cast(ins[i], node->in[i]->type.dtype);
+    *out = ins[0] && ins[1] ? tn__gclone(node, ins) : NULL;
+    return *out ? TN_OK : tn__gfail("a tangent", node);
+}
+
+/* >>index_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* TN_OPK_OTHER; the GPU runs them through their rows of the CUDA table
+   (tensor_cuda.h >>cuda_index). A scatter may write into x's buffer (inplace). */
+#define TN__INDEX_OP_ROWS \
+    [TN_OP_ADV_SUBTENSOR] = { .name = "AdvancedSubtensor", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__index_infer, \
+                              .cpu = tn__cpu_adv_subtensor, .label = tn__index_label, .vjp = tn__adv_subtensor_vjp, .flags = TN_OPF_LINEAR }, \
+    [TN_OP_ADV_INC_SUBTENSOR] = { .name = "AdvancedIncSubtensor", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__index_infer, \
+                                  .cpu = tn__cpu_adv_inc_subtensor, .label = tn__index_label, .vjp = tn__adv_inc_subtensor_vjp, \
+                                  .jvp = tn__incsub_jvp, .flags = TN_OPF_INPLACE_ACC }, \
+    [TN_OP_INC_SUBTENSOR] = { .name = "IncSubtensor", .kind = TN_OPK_OTHER, .arity = 2, .infer = tn__index_infer, \
+                              .cpu = tn__cpu_inc_subtensor, .label = tn__index_label, .vjp = tn__inc_subtensor_vjp, \
+                              .jvp = tn__incsub_jvp, .flags = TN_OPF_INPLACE_ACC }, \
+    [TN_OP_ARGSORT] = { .name = "ArgSort", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__index_infer, .cpu = tn__cpu_argsort, \
+                        .label = tn__index_label, .flags = TN_OPF_DISCRETE },
 
 #endif /* TENSOR_OPS_IMPLEMENTATION_HERE */

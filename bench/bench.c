@@ -307,6 +307,34 @@ static void fusion_cases(void) {
         }
         tn_function_free(f);
     }
+    /* indexing: a gather and a scatter-add of n random int32 indices (repeats
+       included), as a share of the copy bandwidth for the bytes they must
+       move (gather: index, value, result; scatter-add into zeros: the
+       zeros, index, value, and the target read and written) */
+    tn_array *u = tn_array_rand_uniform(TN_F64, 1, &n, 0, (double)n, 104), *iv = tn_array_astype(u, TN_I32);
+    tn_var *ix = tn_shared(g, "idx", iv);
+    tn_array_free(u); tn_array_free(iv);
+    struct { const char *name; tn_var *val; int nbytes; } ic[2] = {
+        { "gather a[idx], random int32 idx", tn_take(a, ix, 0), 12 },
+        { "scatter-add zeros[idx] += a", tn_inc_subtensor(tn_take(tn_fill(a, tn_scalar_const(g, 0.0)), ix, 0), a), 20 },
+    };
+    for (int k = 0; k < 2; k++) {
+        row *r = R(S, ic[k].name);
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &(tn_update){ ys, ic[k].val }, .name = ic[k].name });
+        char why[160];
+        if (!f) err(r, "in tn_function");
+        else if (GPU && *all_on_device(f, why, sizeof why)) na(r, "%s", why);
+        else {
+            run_func(r, f, NULL, iters);
+            if (!r->na[0]) {
+                double moved = (double)ic[k].nbytes * (double)n;
+                set_limit(r, "copy bandwidth, same bytes", moved / bw, T_PCT, 0);   /* shown as %, not judged */
+                rate(r, moved, "B/s");
+                snprintf(r->note, sizeof r->note, "%d bytes an element", ic[k].nbytes);
+            }
+        }
+        tn_function_free(f);
+    }
     tn_graph_free(g);
 }
 

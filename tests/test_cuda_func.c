@@ -432,6 +432,130 @@ TEST(test_cumulative_gpu_equals_cpu) {
     printf("  %d cumulative cases, GPU bits equal the CPU's\n", cases);
 }
 
+/* Indexing and sorting on the GPU give the CPU kernels' bits: gathers,
+   sets, sorts exactly; increments with repeated indices too, since the
+   values added are small integers (exact in every order of the atomics).
+   Each case: its graph on inputs typed like the arrays, run under
+   device=cuda (its debugprint must show the Gpu op) and device=cpu. */
+enum { IC_TAKE, IC_ALONG, IC_INDEX, IC_INC, IC_SET, IC_SLICE_INC, IC_SORT, IC_ARGSORT_LONG, IC_TOPK, IC_NLL, IC_COUNT };
+static tn_var *ic_build(int c, tn_var *const *in) {
+    tn_graph *g = tn_var_graph(in[0]);
+    tn_var *v;
+    switch (c) {
+    case IC_TAKE: return tn_take(tn_transpose(in[0], NULL), in[1], 1);
+    case IC_ALONG: return tn_take_along_axis(in[0], in[1], 1);
+    case IC_INDEX: return tn_index(in[0], 0, 2, (tn_var *[]){ tn_arange(g, TN_I64, 0, (double)tn_var_dim(in[1], 0), 1), in[1] });
+    case IC_INC: return tn_inc_subtensor(tn_take(in[0], in[1], 0), in[2]);
+    case IC_SET: return tn_set_subtensor(tn_take(in[0], in[1], 1), in[2]);
+    case IC_SLICE_INC: return tn_inc_subtensor(tn_slice(tn_slice(in[0], 0, 1, TN_NONE, 2), 1, TN_NONE, TN_NONE, -1), in[1]);
+    case IC_SORT: return tn_sort(in[0], 0);
+    case IC_ARGSORT_LONG: return tn_argsort(in[0], 1);
+    case IC_TOPK: tn_top_k(in[0], 3, 1, &v, NULL); return v;
+    default: {   /* the negative log-likelihood of softmax and its gradient, summed into one output */
+        tn_var *ll = tn_index(tn_log(tn_softmax(in[0], 1)), 0, 2, (tn_var *[]){ tn_arange(g, TN_I64, 0, (double)tn_var_dim(in[1], 0), 1), in[1] });
+        tn_var *cost = tn_neg(tn_mean(ll, NULL, 0, false));
+        return tn_add(tn_grad1(cost, in[0]), cost);
+    }
+    }
+}
+
+static tn_array *ic_run(int c, int n, tn_array *const *x, char *dp, size_t cap) {
+    tn_graph *g = tn_graph_new();
+    tn_var *in[3];
+    for (int i = 0; i < n; i++) in[i] = tn_input(g, "in", x[i]->dtype, x[i]->ndim, x[i]->shape, NULL);
+    tn_var *y = ic_build(c, in);
+    y = y ? tn_gpu_from_host(y) : NULL;
+    tn_func *f = y ? tn_function(g, &(tn_func_desc){ .n_inputs = n, .inputs = in, .n_outputs = 1, .outputs = &y }) : NULL;
+    tn_array *r = NULL, *h = NULL;
+    if (f && dp) {
+        FILE *m = fmemopen(dp, cap, "w");
+        if (m) { tn_debugprint_function(f, m); fclose(m); }
+    }
+    if (f && tn_call(f, x, &r) == TN_OK) h = r && r->device != TN_HOST ? tn_array_to_host(r) : (r ? tn_array_copy(r) : NULL);
+    tn_array_free(r);
+    tn_function_free(f);
+    tn_graph_free(g);
+    return h;
+}
+
+static tn_array *ic_ints(tn_dtype t, int nd, const int64_t *sh, int64_t lo, int64_t hi, uint64_t seed) {
+    tn_array *u = tn_array_rand_uniform(TN_F64, nd, sh, (double)lo, (double)hi, seed);
+    for (int64_t k = 0; k < tn_array_size(u); k++) ((double *)u->data)[k] = floor(((double *)u->data)[k]);
+    tn_array *r = tn_array_astype(u, t);
+    tn_array_free(u);
+    return r;
+}
+
+TEST(test_index_gpu_equals_cpu) {
+    static const char *const gpu_op[IC_COUNT] = { "GpuAdvancedSubtensor{axis=1}", "GpuTakeAlongAxis{axis=1}", "GpuAdvancedSubtensor{axis=0}",
+        "GpuAdvancedIncSubtensor1", "GpuAdvancedIncSubtensor{axis=1", "GpuIncSubtensor{", "GpuArgSort{axis=0}", "GpuArgSort{axis=1}",
+        "GpuTopK{axis=1, k=3}", "GpuAdvancedIncSubtensor{axis=0" };
+    static const tn_dtype dts[] = { TN_BOOL, TN_I32, TN_I64, TN_F16, TN_F32, TN_F64 };
+    int cases = 0;
+    for (int c = 0; c < IC_COUNT; c++)
+        for (int di = 0; di < 6; di++) {
+            tn_dtype t = dts[di];
+            if (c == IC_NLL && !tn_dtype_is_float(t)) continue;
+            tn_array *x[3] = { 0 };
+            int n = 2;
+            switch (c) {
+            case IC_TAKE: x[0] = ic_ints(t, 2, (int64_t[]){ 7, 40 }, -9, 9, 1); x[1] = ic_ints(TN_I32, 2, (int64_t[]){ 3, 5 }, -7, 7, 2); break;
+            case IC_ALONG: x[0] = ic_ints(t, 2, (int64_t[]){ 6, 9 }, -9, 9, 3); x[1] = ic_ints(TN_I64, 2, (int64_t[]){ 1, 20 }, -9, 9, 4); break;
+            case IC_INDEX: case IC_NLL:
+                x[0] = c == IC_NLL ? tn_array_rand_uniform(t, 2, (int64_t[]){ 64, 10 }, -1000, 1000, 5) : ic_ints(t, 2, (int64_t[]){ 64, 10 }, -9, 9, 5);
+                x[1] = ic_ints(TN_I64, 1, (int64_t[]){ 64 }, -10, 10, 6); break;
+            case IC_INC: x[0] = ic_ints(t, 2, (int64_t[]){ 5, 33 }, -9, 9, 7); x[1] = ic_ints(TN_I64, 1, (int64_t[]){ 4000 }, -5, 5, 8);
+                x[2] = ic_ints(t, 2, (int64_t[]){ 4000, 1 }, -2, 3, 9); n = 3; break;
+            case IC_SET: x[0] = ic_ints(t, 2, (int64_t[]){ 5, 33 }, -9, 9, 10); x[1] = tn_array_arange(TN_I32, -33, 0, 3);
+                x[2] = ic_ints(t, 2, (int64_t[]){ 5, 11 }, -9, 9, 11); n = 3; break;
+            case IC_SLICE_INC: x[0] = ic_ints(t, 2, (int64_t[]){ 9, 300 }, -9, 9, 12); x[1] = ic_ints(t, 1, (int64_t[]){ 300 }, -3, 3, 13); break;
+            case IC_SORT: x[0] = ic_ints(t, 2, (int64_t[]){ 900, 7 }, -20, 20, 14); n = 1; break;
+            case IC_ARGSORT_LONG: x[0] = ic_ints(t, 2, (int64_t[]){ 3, 9000 }, -50, 50, 15); n = 1; break;
+            default: x[0] = ic_ints(t, 2, (int64_t[]){ 50, 30 }, -4, 4, 16); n = 1; break;
+            }
+            if (tn_dtype_is_float(t) && (c == IC_SORT || c == IC_ARGSORT_LONG)) {   /* NaN, -0 and inf among the keys */
+                tn_array *f = tn_array_astype(x[0], TN_F64);
+                for (int64_t k = 0; k < tn_array_size(f); k += 97) ((double *)f->data)[k] = k % 3 == 0 ? NAN : k % 3 == 1 ? -0.0 : -INFINITY;
+                tn_array_free(x[0]);
+                x[0] = tn_array_astype(f, t);
+                tn_array_free(f);
+            }
+            char dp[8192] = "";
+            tn_array *rg = ic_run(c, n, x, dp, sizeof dp);
+            tn_config cpu = base_cfg;
+            cpu.device = TN_DEVICE_CPU;
+            tn_init(&cpu);
+            tn_array *rc = ic_run(c, n, x, NULL, 0);
+            tn_init(&base_cfg);
+            CHECK(rg && rc, "case %d %s: %s", c, tn_dtype_name(t), tn_last_error());
+            CHECK(strstr(dp, gpu_op[c]) != NULL, "case %d %s: %s not on the GPU:\n%s", c, tn_dtype_name(t), gpu_op[c], dp);
+            if (rg && rc && c == IC_NLL) {
+                double worst = 0;
+                for (int64_t k = 0; k < tn_array_size(rc); k++) {
+                    double a = tn_array_get(rg, (int64_t[]){ k / rc->shape[1], k % rc->shape[1] }), b = tn_array_get(rc, (int64_t[]){ k / rc->shape[1], k % rc->shape[1] });
+                    CHECK(isfinite(a), "NLL on the GPU: not finite at %lld", (long long)k);
+                    worst = fmax(worst, fabs(a - b) / fmax(1, fabs(b)));
+                }
+                CHECK(worst <= (t == TN_F16 ? 2e-2 : t == TN_F32 ? 1e-4 : 1e-12), "NLL %s: GPU vs CPU %g", tn_dtype_name(t), worst);
+            } else if (rg && rc) {
+                size_t bytes = (size_t)tn_array_size(rc) * tn_dtype_size(rc->dtype);
+                CHECK(rg->dtype == rc->dtype && tn_array_size(rg) == tn_array_size(rc) && memcmp(rg->data, rc->data, bytes) == 0,
+                      "case %d %s: GPU bits differ from the CPU's", c, tn_dtype_name(t));
+            }
+            tn_array_free(rg); tn_array_free(rc);
+            for (int i = 0; i < 3; i++) tn_array_free(x[i]);
+            cases++;
+        }
+    printf("  %d index op cases, GPU equals the CPU\n", cases);
+
+    /* an index out of range on the device: the CPU's error, after the kernel */
+    tn_array *x = ic_ints(TN_F32, 2, (int64_t[]){ 5, 4 }, -9, 9, 20), *i = tn_array_arange(TN_I64, 0, 5, 1);
+    tn_array *r = ic_run(IC_INDEX, 2, (tn_array *[]){ x, i }, NULL, 0);     /* x[arange(5), i]: only i[4] = 4 is out */
+    CHECK(r == NULL, "out of range on the GPU must fail");
+    CHECK_ERR(TN_ERR_INVALID, "index 4 is out of bounds for axis 1 with size 4");
+    tn_array_free(r); tn_array_free(x); tn_array_free(i);
+}
+
 /* Copied outputs are the arrays their steps wrote: a device output is a new
    device array each call (caching allocator), a host output is pinned memory
    HostFromGpu copied straight into; both go back to their caches when freed,
@@ -1076,6 +1200,7 @@ int main(void) {
     TH_RUN(test_fused_chain_and_reduction);
     TH_RUN(test_new_ops_and_cumulative_on_gpu);
     TH_RUN(test_cumulative_gpu_equals_cpu);
+    TH_RUN(test_index_gpu_equals_cpu);
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);

@@ -209,6 +209,57 @@ TEST(test_codegen_errors) {
     }
 }
 
+/* Appends an index or sort kernel's source with its extern "C" names numbered
+   and its macros cleared, so one NVRTC run compiles many. */
+static void batch_add_named(tn__sb *batch, const char *src, int k) {
+    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(" };
+    tn__sb_printf(batch, "#undef ND\n#undef K\n#undef CH\nnamespace k%d {\n", k);
+    for (const char *p = src; *p;) {
+        const char *hit = NULL;
+        size_t len = 0;
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+            const char *h = strstr(p, names[i]);
+            if (h && (!hit || h < hit)) { hit = h; len = strlen(names[i]); }
+        }
+        if (!hit) { tn__sb_puts(batch, p); break; }
+        tn__sb_printf(batch, "%.*s_%d(", (int)(hit + len - 1 - p), p, k);
+        p = hit + len;
+    }
+    tn__sb_puts(batch, "}\n");
+}
+
+/* Every gather/scatter mode x dtype at several ranks and index counts, and
+   every sort, compile; the kernel's plan struct is the host's, byte for byte. */
+TEST(test_index_and_sort_kernels) {
+    static const int shapes[][2] = { { 0, 1 }, { 1, 0 }, { 2, 1 }, { 3, 2 }, { TN_MAX_DIMS, TN_MAX_DIMS } };
+    static char src[16384];
+    int kernels = 0;
+    for (int mode = 0; mode < 3; mode++) {
+        tn__sb batch = { 0 };
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1))
+            for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++) {
+                int n = tn__index_cuda_source(mode, t, shapes[q][0], shapes[q][1], src, sizeof src);
+                CHECK(n > 0 && (size_t)n < sizeof src, "mode %d %s: no source", mode, tn_dtype_name(t));
+                if (n <= 0) continue;
+                batch_add_named(&batch, src, kernels++);
+                if (q == 0) tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_ip) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__cuda_iplan));
+            }
+        char what[64];
+        snprintf(what, sizeof what, "index kernels of mode %d", mode);
+        compile_batch(&batch, "sm_90", what);
+    }
+    tn__sb batch = { 0 };
+    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1))
+        for (int desc = 0; desc < 2; desc++) {
+            int n = tn__sort_cuda_source(t, desc, src, sizeof src);
+            CHECK(n > 0 && (size_t)n < sizeof src, "sort %s: no source", tn_dtype_name(t));
+            if (n > 0) batch_add_named(&batch, src, kernels++);
+        }
+    compile_batch(&batch, "sm_90", "sort kernels");
+    CHECK(tn__index_cuda_source(3, TN_F32, 1, 1, NULL, 0) < 0 && tn__sort_cuda_source(TN_DTYPE_NONE, false, NULL, 0) < 0, "no kernel: -1");
+    printf("  %d index and sort kernels compiled for sm_90\n", kernels);
+}
+
 TEST(test_compile_error_reports_log_and_source) {
     const void *bin;
     size_t n;
@@ -231,6 +282,7 @@ int main(void) {
     TH_RUN(test_fused_multi_output);
     TH_RUN(test_float16_programs);
     TH_RUN(test_codegen_errors);
+    TH_RUN(test_index_and_sort_kernels);
     TH_RUN(test_compile_error_reports_log_and_source);
     th_nvrtc_finish(th_dir);
     TH_END();

@@ -35,11 +35,11 @@ TEST(test_every_row_complete) {
 /* What the flags replace: the lists of ops the code used to spell out. */
 TEST(test_flags) {
     const int prologue[] = { TN_OP_SUM, TN_OP_PROD, TN_OP_MEAN, TN_OP_MAX, TN_OP_MIN, TN_OP_LOGSUMEXP };
-    const int discrete_other[] = { TN_OP_ARGMAX, TN_OP_ARGMIN, TN_OP_ALL, TN_OP_ANY };
+    const int discrete_other[] = { TN_OP_ARGMAX, TN_OP_ARGMIN, TN_OP_ALL, TN_OP_ANY, TN_OP_ARGSORT };
     const int linear[] = { TN_OP_SUM, TN_OP_MEAN, TN_OP_CUMSUM, TN_OP_RESHAPE, TN_OP_DIMSHUFFLE, TN_OP_SLICE, TN_OP_BROADCAST_TO,
-                           TN_OP_FLATTEN, TN_OP_ALLOC, TN_OP_GPU_FROM_HOST, TN_OP_HOST_FROM_GPU };
+                           TN_OP_FLATTEN, TN_OP_ALLOC, TN_OP_GPU_FROM_HOST, TN_OP_HOST_FROM_GPU, TN_OP_ADV_SUBTENSOR };
     const int no_kernel[] = { TN_OP_INPUT, TN_OP_CONSTANT, TN_OP_SHARED, TN_OP_PROJ };
-    const int acc[] = { TN_OP_GEMM, TN_OP_GEMV };
+    const int acc[] = { TN_OP_GEMM, TN_OP_GEMV, TN_OP_ADV_INC_SUBTENSOR, TN_OP_INC_SUBTENSOR };
 #define N(a) ((int)(sizeof a / sizeof a[0]))
     for (int op = TN_OP_NONE + 1; op < TN_OP_COUNT; op++) {
         const tn_op_def *d = tn__op_def(op);
