@@ -404,7 +404,7 @@ static void ref_argsort(const double *v, int64_t n, bool desc, int64_t *out) {
 
 static tn_array *edge_array(tn_dtype t, int nd, const int64_t *sh) {
     int64_t n = numel(nd, sh);
-    double *v = (double *)malloc((size_t)n * sizeof *v);
+    double *v = (double *)calloc((size_t)n + 1, sizeof *v);
     double edge[6] = { NAN, -0.0, 0.0, INFINITY, -INFINITY, 1.5 };
     for (int64_t i = 0; i < n; i++) {
         double u = urand();
@@ -429,7 +429,7 @@ static void check_sort(tn_dtype t, int64_t rows, int64_t cols, int axis, int64_t
     tn_result r = run(g, 1, &X, &xv, 4, outs, res);
     CHECK(r == TN_OK, "%s", tn_last_error());
     int64_t n = sh[axis], lines = sh[1 - axis], bad = 0;
-    double *v = (double *)malloc((size_t)n * sizeof *v);
+    double *v = (double *)calloc((size_t)n + 1, sizeof *v);
     int64_t *asc = (int64_t *)malloc((size_t)n * sizeof *asc), *dsc = (int64_t *)malloc((size_t)n * sizeof *dsc);
     for (int64_t l = 0; r == TN_OK && l < lines; l++) {
         for (int64_t j = 0; j < n; j++) v[j] = tn_array_get(x, axis == 0 ? (int64_t[]){ j, l } : (int64_t[]){ l, j });
