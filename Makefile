@@ -28,7 +28,7 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # implementation themselves: they hook its allocator (TN_MALLOC), read its
 # private functions and state, or test the CUDA back end. Every test still
 # builds alone with `cc -I. tests/test_x.c -lm -lpthread -ldl`.
-SELF_TESTS = test_alloc_fail test_ew test_function test_graph test_linalg test_threads test_profile \
+SELF_TESTS = test_alloc_fail test_ew test_function test_linalg test_threads test_profile \
              test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
              test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi
 IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE

@@ -510,6 +510,10 @@ TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_M
 
 /* Graph walking and building (placement rewires the function's private graph). */
 TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, const char *who);  /* records a node, type inferred; NULL (error set) on failure */
+/* The same with n_out outputs; tn__proj(node, k) is output k. */
+TN_API tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p, void *ext, int n_out,
+                              const char *who);
+TN_API tn_var *tn__proj(tn_var *node, int k);
 TN_API int tn__graph_nvars(const tn_graph *g);                 /* node ids are below this */
 
 /* Ops: definitions (name, kind, label, CPU kernel) and elementwise programs. */
@@ -2977,7 +2981,7 @@ static tn_result tn__op_table_status(const char *who);   /* the >>ops_table sect
 
 /* Records a node with n_out outputs and infers its type(s); node->type is
    output 0 (multi-output nodes are read through tn__proj). */
-static tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p,
+TN_API tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, const tn_params *p,
                               void *ext, int n_out, const char *who) {
     if (!who) who = "tn__node";
     if (!g) { tn__err(TN_ERR_NULL, "%s: graph is NULL", who); return NULL; }
@@ -3041,7 +3045,7 @@ TN_API tn_var *tn__node(tn_graph *g, int op, int n_in, tn_var *const *in, const 
 }
 
 /* Output k of a multi-output node. */
-static tn_var *tn__proj(tn_var *node, int k) {
+TN_API tn_var *tn__proj(tn_var *node, int k) {
     if (!node) { tn__err(TN_ERR_NULL, "tn__proj: node is NULL"); return NULL; }
     if (k < 0 || k >= node->n_out) {
         tn__err(TN_ERR_INVALID, "tn__proj: output %d of a node with %d outputs", k, node->n_out);
