@@ -173,6 +173,34 @@ extern "C" {
       TN_DERIV(tn_mul(g, tn_mul(tn_lit(g, -1.12837916709551257390), tn_exp(tn_neg(tn_sqr(a))))))) \
     X(RELU,       relu,       1, TN_EWK_ARITH, ((a) != (a) ? (a) : (a) > 0 ? (a) : (TN_T)0), ((a) > 0 ? (a) : 0), \
       TN_DERIV(tn_where(tn_gt(a, tn_lit(g, 0.0)), g, tn_lit(g, 0.0)))) \
+    X(LEAKY_RELU, leaky_relu, 2, TN_EWK_FLOAT, ((a) > 0 ? (a) : (a) * (b)), 0, \
+      TN_DERIV(i == 0 ? tn_where(tn_gt(a, tn_lit(g, 0.0)), g, tn_mul(g, b)) \
+                      : tn_where(tn_gt(a, tn_lit(g, 0.0)), tn_lit(g, 0.0), tn_mul(g, a)))) \
+    X(ELU,        elu,        2, TN_EWK_FLOAT, ((a) > 0 ? (a) : (b) * TN_F(expm1)(a)), 0, \
+      TN_DERIV(i == 0 ? tn_where(tn_gt(a, tn_lit(g, 0.0)), g, tn_mul(g, tn_add(z, b))) \
+                      : tn_where(tn_gt(a, tn_lit(g, 0.0)), tn_lit(g, 0.0), tn_mul(g, tn_expm1(a))))) \
+    X(SELU,       selu,       1, TN_EWK_FLOAT, (TN_T)1.05070098735548049342 * ((a) > 0 ? (a) : (TN_T)1.67326324235437728482 * TN_F(expm1)(a)), 0, \
+      TN_DERIV(tn_where(tn_gt(a, tn_lit(g, 0.0)), tn_mul(g, tn_lit(g, 1.05070098735548049342)), \
+                        tn_mul(g, tn_add(z, tn_lit(g, 1.75809934084737685994)))))) \
+    X(GELU,       gelu,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 : (TN_T)0.5 * (a) * TN_F(erfc)(-(a) * (TN_T)0.70710678118654752440)), 0, \
+      TN_DERIV(tn_mul(g, tn_add(tn_mul(tn_lit(g, 0.5), tn_erfc(tn_mul(a, tn_lit(g, -0.70710678118654752440)))), \
+                                tn_mul(tn_mul(a, tn_lit(g, 0.39894228040143267794)), tn_exp(tn_mul(tn_sqr(a), tn_lit(g, -0.5)))))))) \
+    X(GELU_TANH,  gelu_tanh,  1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 : (a) / ((TN_T)1 + TN_F(exp)((TN_T)-1.59576912160573071176 * ((a) + (TN_T)0.044715 * (a) * (a) * (a))))), 0, \
+      TN_DERIV(tn_mul(g, tn_add(tn_sigmoid(tn_mul(tn_lit(g, 1.59576912160573071176), tn_add(a, tn_mul(tn_lit(g, 0.044715), tn_mul(a, tn_sqr(a)))))), \
+                                tn_mul(tn_mul(a, tn_mul(tn_sigmoid(tn_mul(tn_lit(g, 1.59576912160573071176), tn_add(a, tn_mul(tn_lit(g, 0.044715), tn_mul(a, tn_sqr(a)))))), \
+                                                        tn_sigmoid(tn_mul(tn_lit(g, -1.59576912160573071176), tn_add(a, tn_mul(tn_lit(g, 0.044715), tn_mul(a, tn_sqr(a)))))))), \
+                                       tn_add(tn_lit(g, 1.59576912160573071176), tn_mul(tn_lit(g, 0.21406444881780074633), tn_sqr(a)))))))) \
+    X(SOFTSIGN,   softsign,   1, TN_EWK_FLOAT, (!(TN_F(fabs)(a) > (TN_T)1e30) ? (a) / ((TN_T)1 + TN_F(fabs)(a)) : TN_F(copysign)((TN_T)1, a)), 0, \
+      TN_DERIV(tn_div(g, tn_sqr(tn_add(tn_lit(g, 1.0), tn_abs(a)))))) \
+    X(HARD_SIGMOID, hard_sigmoid, 1, TN_EWK_FLOAT, ((a) != (a) ? (a) : TN__CLIP((a) + (TN_T)3, (TN_T)0, (TN_T)6) / (TN_T)6), 0, \
+      TN_DERIV(tn_where(tn_and(tn_gt(a, tn_lit(g, -3.0)), tn_lt(a, tn_lit(g, 3.0))), tn_div(g, tn_lit(g, 6.0)), tn_lit(g, 0.0)))) \
+    X(SILU,       silu,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 : (a) >= 0 ? (a) / ((TN_T)1 + TN_F(exp)(-(a))) \
+                                                : (a) * TN_F(exp)(a) / ((TN_T)1 + TN_F(exp)(a))), 0, \
+      TN_DERIV(tn_mul(g, tn_mul(tn_sigmoid(a), tn_add(tn_lit(g, 1.0), tn_mul(a, tn_sigmoid(tn_neg(a)))))))) \
+    X(MISH,       mish,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 \
+                                                : (a) * TN_F(tanh)((a) > 0 ? (a) + TN_F(log1p)(TN_F(exp)(-(a))) : TN_F(log1p)(TN_F(exp)(a)))), 0, \
+      TN_DERIV(tn_mul(g, tn_add(tn_tanh(tn_softplus(a)), \
+                                tn_mul(tn_mul(a, tn_sigmoid(a)), tn_sub(tn_lit(g, 1.0), tn_sqr(tn_tanh(tn_softplus(a))))))))) \
     X(FLOOR,      floor,      1, TN_EWK_ARITH, TN_F(floor)(a), (a), \
       TN_DISCRETE) \
     X(CEIL,       ceil,       1, TN_EWK_ARITH, TN_F(ceil)(a), (a), \
@@ -508,7 +536,10 @@ TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, 
 #define TN__DECL_3(n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b, tn_var *c);
 /* tn_identity, tn_add, ..., tn_where(cond, a, b), one per row of TN_EW_OPS,
    with its name: tn_atan, tn_asinh, tn_erfc, tn_relu (maximum(x, 0): NaN stays
-   NaN, relu(-0) is +0, ints stay ints), ...; tn_cast takes a dtype: */
+   NaN, relu(-0) is +0, ints stay ints), ...; the activations tn_leaky_relu(x,
+   alpha), tn_elu(x, alpha) (alpha a variable or tn_lit), tn_selu, tn_gelu
+   (exact, erfc), tn_gelu_tanh, tn_softsign, tn_hard_sigmoid (relu6(x+3)/6),
+   tn_silu, tn_mish (README's Activations); tn_cast takes a dtype: */
 #define TN__X_DECL(E, n, ar, k, fe, ie, d) TN__X_DECL_IF_##k(n, ar)
 #define TN__X_DECL_IF_TN_EWK_ARITH(n, ar) TN__DECL_##ar(n)
 #define TN__X_DECL_IF_TN_EWK_FLOAT(n, ar) TN__DECL_##ar(n)

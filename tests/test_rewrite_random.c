@@ -94,7 +94,7 @@ static tn_var *lit(tn_var *like) { return K(like, CONSTS[pick(edge ? 9 : 6)]); }
 
 static tn_var *grow(tn_var *W) {
     tn_var *a = any(), *b = any();
-    switch (pick(34)) {
+    switch (pick(36)) {
     case 0: return tn_add(a, b);
     case 1: return tn_sub(a, b);
     case 2: return tn_mul(a, b);
@@ -138,6 +138,13 @@ static tn_var *grow(tn_var *W) {
     /* constant chains: (a*2^100)*2^-100, (a+1)-1 */
     case 32: return tn_mul(tn_mul(a, lit(a)), pick(2) ? lit(a) : tn_mul(b, lit(a)));
     case 33: return tn_add(tn_sub(a, lit(a)), lit(a));
+    /* activations, fused with their neighbours (alphas as literals) */
+    case 34: return tn_add(tn_leaky_relu(a, K(a, 0.125)), tn_mul(tn_gelu(b), pick(2) ? tn_silu(a) : tn_mish(b)));
+    case 35: switch (pick(5)) { case 0: return tn_elu(tn_sub(a, b), K(a, 1.5));
+                                case 1: return tn_mul(tn_selu(a), tn_softsign(b));
+                                case 2: return tn_sub(tn_hard_sigmoid(a), tn_gelu_tanh(b));
+                                case 3: return tn_leaky_relu(a, tn_sigmoid(b));
+                                default: return tn_mish(tn_add(a, lit(a))); }
     default: if (tn_var_ndim(a) == 2) { int ax = 1; return tn_max(tn_mul(tn_exp(tn_tanh(a)), b), &ax, 1, true); } return tn_sin(a);
     }
 }
