@@ -4587,7 +4587,8 @@ static tn_result tn__infer_flatten(const tn_var *node, const tn_type *in, tn_typ
     int64_t n = 1;
     bool bc = true;
     for (int d = outdim - 1; d < in[0].ndim; d++) {
-        n = in[0].shape[d] < 0 || n < 0 ? -1 : n * in[0].shape[d];
+        int64_t k = in[0].shape[d];   /* a product past int64 is unknown here (the call's shapes refuse it) */
+        n = k < 0 || n < 0 || (k > 0 && n > INT64_MAX / k) ? -1 : n * k;
         bc = bc && in[0].bcast[d];
     }
     out->shape[outdim - 1] = n;
