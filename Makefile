@@ -30,7 +30,7 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # builds alone with `cc -I. tests/test_x.c -lm -lpthread -ldl`.
 SELF_TESTS = test_alloc_fail test_ew test_function test_linalg test_threads test_profile \
              test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
-             test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi
+             test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi test_random
 IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
 $(BUILD)/tensor_cpu.o: $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor.h

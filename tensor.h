@@ -527,6 +527,7 @@ TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap);   /* 
 /* Gather/scatter (mode 0 gather, 1 set, 2 add) and sort kernels as CUDA C (tensor_ops.h >>index_cuda); -1: no kernel. */
 TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap);
 TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
+TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap);   /* a random draw as CUDA C (tensor_ops.h >>random_cuda); -1: none */
 
 /* Device memory: the back end allocates, frees and copies buffers of its devices. */
 typedef struct tn_device_ops {
@@ -643,7 +644,8 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    (tn__rplan, tn__rplan_build, tn__rk_of, TN__RK_MAX, tn__reduce_dtype,
    tn__reduce_label, tn__rfinish, tn__rstore, tn__rop_needs_nonempty,
    TN__RED_MAX_SRC, the fold table as text: tn__rfold_src, tn__rfold_text;
-   tn__ew_casts). */
+   tn__ew_casts; a random draw's kernel arguments: tn__rnd_args, tn__rnd_args_of,
+   tn__rnd_per). */
 
 #ifdef __cplusplus
 }
@@ -7765,10 +7767,59 @@ done:
     return r;
 }
 
+/* The updates of d and, after them, those its stateful nodes (random draws)
+   ask for (tn_op_def.state_update) whose shared variable no update sets:
+   *all (the caller frees it) with *n_all entries, or NULL when there are none. */
+static tn_result tn__stateful_updates(tn_graph *g, const tn_func_desc *d, tn_update **all, int *n_all) {
+    *all = NULL;
+    *n_all = d->n_updates;
+    int n_roots = d->n_outputs + d->n_updates, n_order = 0, cap = 0, n = d->n_updates;
+    tn_var **roots = (tn_var **)tn__malloc(((size_t)n_roots + 1) * sizeof *roots), **order = NULL;
+    if (!roots) return tn__err(TN_ERR_OOM, "tn_function: out of memory");
+    for (int i = 0; i < d->n_outputs; i++) roots[i] = d->outputs[i];
+    for (int i = 0; i < d->n_updates; i++) roots[d->n_outputs + i] = d->updates[i].value;
+    tn_result r = tn__toposort(roots, n_roots, g->nvars, &order, &n_order, NULL, "tn_function");
+    tn_update *u = NULL;
+    for (int k = 0; r == TN_OK && k < n_order; k++) {
+        const tn_op_def *def = tn__op_def(order[k]->op);
+        if (!def || !def->state_update) continue;
+        tn_update nu;
+        if ((r = def->state_update(order[k], &nu)) != TN_OK) break;
+        bool have = false;
+        for (int i = 0; i < n && !have; i++) have = (u ? u[i].shared : d->updates[i].shared) == nu.shared;
+        if (have) continue;
+        if (!u) {
+            cap = d->n_updates + 4;
+            if (!(u = (tn_update *)tn__malloc((size_t)cap * sizeof *u))) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory"); break; }
+            for (int i = 0; i < d->n_updates; i++) u[i] = d->updates[i];
+        }
+        tn_update *grown = (tn_update *)tn__grow(u, &cap, n + 1, 4, sizeof *u);
+        if (!grown) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory"); break; }
+        u = grown;
+        u[n++] = nu;
+    }
+    tn__free(order);
+    tn__free(roots);
+    if (r != TN_OK) { tn__free(u); return r; }
+    *all = u;
+    *n_all = n;
+    return TN_OK;
+}
+
 TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     if (tn__check_desc(g, d) != TN_OK) return NULL;
+    tn_update *all_updates = NULL;
+    int n_all = 0;
+    tn_func_desc dwith;
+    if (tn__stateful_updates(g, d, &all_updates, &n_all) != TN_OK) { tn__err_in("tn_function", tn_last_result()); return NULL; }
+    if (all_updates) {           /* the same function with the stateful nodes' updates added */
+        dwith = *d;
+        dwith.updates = all_updates;
+        dwith.n_updates = n_all;
+        d = &dwith;
+    }
     tn_func *f = tn__func_block_new();
-    if (!f) { tn__err(TN_ERR_OOM, "tn_function: out of memory"); return NULL; }
+    if (!f) { tn__free(all_updates); tn__err(TN_ERR_OOM, "tn_function: out of memory"); return NULL; }
     int no = d->n_outputs, nu = d->n_updates, ni = d->n_inputs;
     int n_roots = no + nu;
     f->n_inputs = ni; f->n_outputs = no; f->n_updates = nu;
@@ -7837,10 +7888,12 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     if (tn__schedule(f, n_roots) != TN_OK) goto fail;
     if (tn_get_config()->profile) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
     tn__free(uroots);
+    tn__free(all_updates);
     return f;
 fail:
     tn__err_in("tn_function", tn_last_result() != TN_OK ? tn_last_result() : TN_ERR_OOM);
     tn__free(uroots);
+    tn__free(all_updates);
     tn_function_free(f);
     return NULL;
 }
@@ -9583,6 +9636,7 @@ static const tn_op_def tn__op_rows[] = {
     TN__EW_OP_ROWS          /* the >>ops_ew section: TN_EW_OPS, Composite */
     TN__REDUCE_OP_ROWS      /* the >>ops_reduce section: reductions, softmax */
     TN__CUM_OP_ROWS         /* the >>ops_cumulative section: cumsum, cumprod */
+    TN__RANDOM_OP_ROWS      /* the >>ops_random section: random draws */
     TN__LINALG_OP_ROWS      /* the >>ops_linalg section */
     TN__SHAPE_OP_ROWS       /* the >>ops_shape section */
     TN__INDEX_OP_ROWS       /* the >>ops_index section */

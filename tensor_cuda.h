@@ -4092,6 +4092,62 @@ done:
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 
+/* >>cuda_random: random draws ------------------------------------------------ */
+/* The kernel is tensor_ops.h's (>>random_cuda: the CPU's functions as text),
+   compiled once per distribution and dtype at prepare time without fast math
+   (its fma, division and sqrt are IEEE's), so the GPU draws the CPU's bits.
+   One thread per Philox block; the state ([seed, calls]) is read on the
+   device, so a call needs no copy back. */
+typedef struct tn__cuda_rnd_state { tn__CUfunction fn; } tn__cuda_rnd_state;
+
+static bool tn__cuda_rnd_supports(const tn_var *node) {
+    return tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, NULL, 0) > 0;
+}
+
+static tn_result tn__cuda_rnd_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    char who[128], src[12288];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(node->device, &D, who);
+    if (r != TN_OK) return r;
+    int n = tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, src, sizeof src);
+    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->type.dtype));
+    tn__kentry *e;
+    tn__CUfunction fn;
+    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, "tn_random", &fn)) != TN_OK)
+        return tn__err(r, "%s: %s", who, tn_last_error());
+    tn__cuda_rnd_state *st = (tn__cuda_rnd_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    st->fn = fn;
+    *state = st;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    const tn__cuda_rnd_state *st = (const tn__cuda_rnd_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    const tn_array *s = in[0], *y = out[0];
+    tn__rnd_args A = tn__rnd_args_of(node);
+    long long n = tn_array_size(y), blocks = (n + tn__rnd_per(A.dist, A.dtype) - 1) / tn__rnd_per(A.dist, A.dtype);
+    if (n == 0) return TN_OK;
+    if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    tn_array *tmp = NULL;
+    if (!tn_array_is_contiguous(s) && !(s = tmp = tn__cuda_contiguous(s, who))) return tn_last_result();
+    void *sp = s->data, *yp = y->data;
+    unsigned draw = A.draw;
+    long long ilow = A.ilow;
+    unsigned long long range = A.range;
+    void *params[8] = { &sp, &yp, &n, &draw, &A.a, &A.b, &ilow, &range };
+    r = tn__cuda_launch(st->fn, (blocks + 255) / 256, 256, params, D, who);
+    tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
+    return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
+}
+
 /* >>cuda_backend: the tn_backend of tensor.h ------------------------------- */
 
 /* The back end's per-op table (tn_backend.ops): one row per op with a GPU
@@ -4264,6 +4320,7 @@ static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn
 static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free };
 static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release };
 static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release };
+static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free };
 
 #define TN__CUDA_EW_ROW(E, ...) [TN_OP_##E] = &tn__cuda_row_ew,
 static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
@@ -4282,6 +4339,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
     [TN_OP_CUMSUM] = &tn__cuda_row_cum, [TN_OP_CUMPROD] = &tn__cuda_row_cum,
     [TN_OP_ADV_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ADV_INC_SUBTENSOR] = &tn__cuda_row_index,
     [TN_OP_INC_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ARGSORT] = &tn__cuda_row_sort,
+    [TN_OP_RANDOM] = &tn__cuda_row_rnd,
 };
 #undef TN__CUDA_EW_ROW
 

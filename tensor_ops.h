@@ -173,6 +173,34 @@ extern "C" {
       TN_DERIV(tn_mul(g, tn_mul(tn_lit(g, -1.12837916709551257390), tn_exp(tn_neg(tn_sqr(a))))))) \
     X(RELU,       relu,       1, TN_EWK_ARITH, ((a) != (a) ? (a) : (a) > 0 ? (a) : (TN_T)0), ((a) > 0 ? (a) : 0), \
       TN_DERIV(tn_where(tn_gt(a, tn_lit(g, 0.0)), g, tn_lit(g, 0.0)))) \
+    X(LEAKY_RELU, leaky_relu, 2, TN_EWK_FLOAT, ((a) > 0 ? (a) : (a) * (b)), 0, \
+      TN_DERIV(i == 0 ? tn_where(tn_gt(a, tn_lit(g, 0.0)), g, tn_mul(g, b)) \
+                      : tn_where(tn_gt(a, tn_lit(g, 0.0)), tn_lit(g, 0.0), tn_mul(g, a)))) \
+    X(ELU,        elu,        2, TN_EWK_FLOAT, ((a) > 0 ? (a) : (b) * TN_F(expm1)(a)), 0, \
+      TN_DERIV(i == 0 ? tn_where(tn_gt(a, tn_lit(g, 0.0)), g, tn_mul(g, tn_add(z, b))) \
+                      : tn_where(tn_gt(a, tn_lit(g, 0.0)), tn_lit(g, 0.0), tn_mul(g, tn_expm1(a))))) \
+    X(SELU,       selu,       1, TN_EWK_FLOAT, (TN_T)1.05070098735548049342 * ((a) > 0 ? (a) : (TN_T)1.67326324235437728482 * TN_F(expm1)(a)), 0, \
+      TN_DERIV(tn_where(tn_gt(a, tn_lit(g, 0.0)), tn_mul(g, tn_lit(g, 1.05070098735548049342)), \
+                        tn_mul(g, tn_add(z, tn_lit(g, 1.75809934084737685994)))))) \
+    X(GELU,       gelu,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 : (TN_T)0.5 * (a) * TN_F(erfc)(-(a) * (TN_T)0.70710678118654752440)), 0, \
+      TN_DERIV(tn_mul(g, tn_add(tn_mul(tn_lit(g, 0.5), tn_erfc(tn_mul(a, tn_lit(g, -0.70710678118654752440)))), \
+                                tn_mul(tn_mul(a, tn_lit(g, 0.39894228040143267794)), tn_exp(tn_mul(tn_sqr(a), tn_lit(g, -0.5)))))))) \
+    X(GELU_TANH,  gelu_tanh,  1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 : (a) / ((TN_T)1 + TN_F(exp)((TN_T)-1.59576912160573071176 * ((a) + (TN_T)0.044715 * (a) * (a) * (a))))), 0, \
+      TN_DERIV(tn_mul(g, tn_add(tn_sigmoid(tn_mul(tn_lit(g, 1.59576912160573071176), tn_add(a, tn_mul(tn_lit(g, 0.044715), tn_mul(a, tn_sqr(a)))))), \
+                                tn_mul(tn_mul(a, tn_mul(tn_sigmoid(tn_mul(tn_lit(g, 1.59576912160573071176), tn_add(a, tn_mul(tn_lit(g, 0.044715), tn_mul(a, tn_sqr(a)))))), \
+                                                        tn_sigmoid(tn_mul(tn_lit(g, -1.59576912160573071176), tn_add(a, tn_mul(tn_lit(g, 0.044715), tn_mul(a, tn_sqr(a)))))))), \
+                                       tn_add(tn_lit(g, 1.59576912160573071176), tn_mul(tn_lit(g, 0.21406444881780074633), tn_sqr(a)))))))) \
+    X(SOFTSIGN,   softsign,   1, TN_EWK_FLOAT, (!(TN_F(fabs)(a) > (TN_T)1e30) ? (a) / ((TN_T)1 + TN_F(fabs)(a)) : TN_F(copysign)((TN_T)1, a)), 0, \
+      TN_DERIV(tn_div(g, tn_sqr(tn_add(tn_lit(g, 1.0), tn_abs(a)))))) \
+    X(HARD_SIGMOID, hard_sigmoid, 1, TN_EWK_FLOAT, ((a) != (a) ? (a) : TN__CLIP((a) + (TN_T)3, (TN_T)0, (TN_T)6) / (TN_T)6), 0, \
+      TN_DERIV(tn_where(tn_and(tn_gt(a, tn_lit(g, -3.0)), tn_lt(a, tn_lit(g, 3.0))), tn_div(g, tn_lit(g, 6.0)), tn_lit(g, 0.0)))) \
+    X(SILU,       silu,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 : (a) >= 0 ? (a) / ((TN_T)1 + TN_F(exp)(-(a))) \
+                                                : (a) * TN_F(exp)(a) / ((TN_T)1 + TN_F(exp)(a))), 0, \
+      TN_DERIV(tn_mul(g, tn_mul(tn_sigmoid(a), tn_add(tn_lit(g, 1.0), tn_mul(a, tn_sigmoid(tn_neg(a)))))))) \
+    X(MISH,       mish,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 \
+                                                : (a) * TN_F(tanh)((a) > 0 ? (a) + TN_F(log1p)(TN_F(exp)(-(a))) : TN_F(log1p)(TN_F(exp)(a)))), 0, \
+      TN_DERIV(tn_mul(g, tn_add(tn_tanh(tn_softplus(a)), \
+                                tn_mul(tn_mul(a, tn_sigmoid(a)), tn_sub(tn_lit(g, 1.0), tn_sqr(tn_tanh(tn_softplus(a))))))))) \
     X(FLOOR,      floor,      1, TN_EWK_ARITH, TN_F(floor)(a), (a), \
       TN_DISCRETE) \
     X(CEIL,       ceil,       1, TN_EWK_ARITH, TN_F(ceil)(a), (a), \
@@ -296,6 +324,8 @@ extern "C" {
     X(ALLOC)          /* in[0] value broadcast to tn__p_shape; with a second input `like` (tn_fill), to like's shape instead */ \
     X(EYE)            /* tn__p_eye_n, _m, _k (diagonal offset); tn__p_out_dtype */ \
     X(ARANGE)         /* tn__p_arange_start, _stop, _step; tn__p_out_dtype */ \
+    X(RANDOM)         /* a draw of a random stream (the >>ops_random section): in[0] the stream's state, optional \
+                         in[1] whose shape it takes; tn__p_rand_* */ \
     X(CUSTOM)         /* user op: ext = tn_custom_op */ \
     X(GPU_FROM_HOST)  /* in[0] copied to the device (node->device); no params; Theano's GpuFromHost */ \
     X(HOST_FROM_GPU)  /* in[0] copied to the host; waits for the stream; Theano's HostFromGpu */ \
@@ -411,6 +441,27 @@ static inline void tn__p_set_arange(tn_params *p, tn_dtype t, double start, doub
     p->i[TN__P_DTYPE] = (int64_t)t;
 }
 
+/* RANDOM: the distribution (i[0], a tn_rdist), the draw's number in its
+   stream (i[1]), randint's [low, high) (i[2], i[3]), the rank (i[4]; -1:
+   in[1]'s shape) and shape (i[5..]), the dtype (i[TN__P_DTYPE]), the float
+   parameters (f[0], f[1]: uniform's low and high, normal's mean and std,
+   bernoulli's p). */
+static inline int tn__p_rand_dist(const tn_params *p) { return (int)p->i[0]; }
+static inline uint32_t tn__p_rand_draw(const tn_params *p) { return (uint32_t)p->i[1]; }
+static inline int64_t tn__p_rand_ilow(const tn_params *p) { return p->i[2]; }
+static inline int64_t tn__p_rand_ihigh(const tn_params *p) { return p->i[3]; }
+static inline int tn__p_rand_ndim(const tn_params *p) { return (int)p->i[4]; }
+static inline const int64_t *tn__p_rand_shape(const tn_params *p) { return p->i + 5; }
+static inline double tn__p_rand_a(const tn_params *p) { return p->f[0]; }
+static inline double tn__p_rand_b(const tn_params *p) { return p->f[1]; }
+static inline void tn__p_set_rand(tn_params *p, int dist, uint32_t draw, tn_dtype t, int ndim, const int64_t *shape,
+                                  double a, double b, int64_t ilow, int64_t ihigh) {
+    p->i[0] = dist; p->i[1] = draw; p->i[2] = ilow; p->i[3] = ihigh; p->i[4] = ndim;
+    for (int d = 0; shape && d < ndim; d++) p->i[5 + d] = shape[d];
+    p->i[TN__P_DTYPE] = (int64_t)t;
+    p->f[0] = a; p->f[1] = b;
+}
+
 typedef enum tn_op_kind {
     TN_OPK_LEAF = 1,
     TN_OPK_ELEMWISE,       /* one row of TN_EW_OPS */
@@ -488,6 +539,10 @@ typedef struct tn_op_def {
        have no forward mode (TN_ERR_UNSUPPORTED). */
     tn_result (*jvp)(tn_var *node, tn_var *const *t, tn_var **out);
     unsigned flags;        /* tn_op_flags */
+    /* A stateful op (a random draw): the update of the shared state it reads,
+       which tn_function adds to every function that computes the node, unless
+       one of the function's updates sets that shared variable. NULL: none. */
+    tn_result (*state_update)(const tn_var *node, tn_update *u);
 } tn_op_def;
 
 typedef struct tn_ew_info {
@@ -527,7 +582,10 @@ TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, 
 #define TN__DECL_3(n) TN_API tn_var *tn_##n(tn_var *a, tn_var *b, tn_var *c);
 /* tn_identity, tn_add, ..., tn_where(cond, a, b), one per row of TN_EW_OPS,
    with its name: tn_atan, tn_asinh, tn_erfc, tn_relu (maximum(x, 0): NaN stays
-   NaN, relu(-0) is +0, ints stay ints), ...; tn_cast takes a dtype: */
+   NaN, relu(-0) is +0, ints stay ints), ...; the activations tn_leaky_relu(x,
+   alpha), tn_elu(x, alpha) (alpha a variable or tn_lit), tn_selu, tn_gelu
+   (exact, erfc), tn_gelu_tanh, tn_softsign, tn_hard_sigmoid (relu6(x+3)/6),
+   tn_silu, tn_mish (README's Activations); tn_cast takes a dtype: */
 #define TN__X_DECL(E, n, ar, k, fe, ie, d) TN__X_DECL_IF_##k(n, ar)
 #define TN__X_DECL_IF_TN_EWK_ARITH(n, ar) TN__DECL_##ar(n)
 #define TN__X_DECL_IF_TN_EWK_FLOAT(n, ar) TN__DECL_##ar(n)
@@ -622,6 +680,39 @@ TN_API tn_var *tn_gpu_from_host(tn_var *x);
    cannot reach each other); debugprint shows GpuFromHost<ctx> / GpuToGpu<ctx>. */
 TN_API tn_var *tn_gpu_from_host_ctx(tn_var *x, const char *ctx);
 TN_API tn_var *tn_host_from_gpu(tn_var *x);
+
+/* >>api_random ----------------------------------------------------------- */
+/* Random streams inside graphs, as Theano's RandomStreams (the >>ops_random
+   section). A stream owns a shared variable, its state: int64 [seed, calls].
+   Each draw is a node; tn_function adds the update "calls + 1" of every
+   stream its outputs or updates draw from (unless one of its own updates sets
+   that state), so each call of a compiled function draws new numbers, two
+   draws of one stream are independent, and the seed reproduces a run.
+   Generator: Philox-4x32-10 (Salmon et al., SC'11), key = the seed, 128-bit
+   counter = element block + 2^64 draw + 2^96 calls (so values repeat after
+   2^32 calls). The CPU and the GPU give the same bits for every distribution
+   and dtype (normal's log, sin and cos are computed by the library itself).
+   dtype TN_DTYPE_NONE: floatX (randint: int64). Shapes are static; the
+   _like draw takes the shape of a variable when the function runs. */
+typedef struct tn_rstream tn_rstream;
+typedef enum tn_rdist {
+    TN_RAND_UNIFORM = 1,   /* [low, high) floats (up to rounding of low + (high - low) u) */
+    TN_RAND_NORMAL,        /* mean + std z, z by Box-Muller */
+    TN_RAND_BERNOULLI,     /* 1 with probability p, else 0; any dtype */
+    TN_RAND_RANDINT        /* [low, high) int32 or int64, uniform */
+} tn_rdist;
+TN_API tn_rstream *tn_random_stream(tn_graph *g, uint64_t seed);   /* freed with g */
+TN_API tn_var *tn_rstream_state(const tn_rstream *s);              /* its shared int64 [seed, calls] */
+TN_API tn_result tn_rstream_seed(tn_rstream *s, uint64_t seed);    /* state = [seed, 0] */
+TN_API tn_var *tn_random_uniform(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, double low, double high);
+TN_API tn_var *tn_random_normal(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, double mean, double std);
+TN_API tn_var *tn_random_bernoulli(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, double p);
+TN_API tn_var *tn_random_randint(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, int64_t low, int64_t high);
+/* A draw of like's shape (a, b: the distribution's two parameters; randint's integral). */
+TN_API tn_var *tn_random_like(tn_rstream *s, tn_rdist dist, tn_dtype t, tn_var *like, double a, double b);
+/* Inverted dropout: x where a bernoulli(1 - p) mask is 1, scaled by 1 / (1 - p),
+   else 0 (p = 1: zeros; p = 0: x). The gradient reads the same mask. */
+TN_API tn_var *tn_dropout(tn_rstream *s, tn_var *x, double p);
 
 /* >>api_grad ------------------------------------------------------------- */
 /* Symbolic differentiation (the >>grad section). Gradients are ordinary nodes of
@@ -4558,7 +4649,8 @@ static tn_result tn__infer_flatten(const tn_var *node, const tn_type *in, tn_typ
     int64_t n = 1;
     bool bc = true;
     for (int d = outdim - 1; d < in[0].ndim; d++) {
-        n = in[0].shape[d] < 0 || n < 0 ? -1 : n * in[0].shape[d];
+        int64_t k = in[0].shape[d];   /* a product past int64 is unknown here (the call's shapes refuse it) */
+        n = k < 0 || n < 0 || (k > 0 && n > INT64_MAX / k) ? -1 : n * k;
         bc = bc && in[0].bcast[d];
     }
     out->shape[outdim - 1] = n;
@@ -6108,5 +6200,383 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
                               .jvp = tn__incsub_jvp, .flags = TN_OPF_INPLACE_ACC }, \
     [TN_OP_ARGSORT] = { .name = "ArgSort", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__index_infer, .cpu = tn__cpu_argsort, \
                         .label = tn__index_label, .flags = TN_OPF_DISCRETE },
+
+/* >>ops_random ======================================================== */
+/* Random draws (the >>api_random section): one op, RANDOM, whose input is
+   its stream's state (int64 [seed, calls]) and, for a _like draw, a variable
+   whose shape it takes. Elements are drawn in blocks of a Philox-4x32-10
+   call (four 32-bit words): block j of draw d at call c has the counter
+   (j mod 2^32, j / 2^32, d, c mod 2^32) and the key (seed mod 2^32, seed / 2^32).
+   Element i of a block of `per` elements is t = i mod per of block i / per:
+     uniform float32: per 4, word t >> 8 times 2^-24, then fmaf(u, high - low, low)
+                      (both parameters rounded to float32 first); float16: the
+                      same with word t >> 21 (11 bits) and rounded to float16 at the end
+     uniform float64: per 2, 53 bits of words 2t, 2t+1, fma(u, high - low, low)
+     normal:          per 2, u1 = (53 bits of words 0, 1) + 1, times 2^-53, in (0, 1],
+                      u2 = 53 bits of words 2, 3 times 2^-53; r = sqrt(-2 log u1);
+                      element t = 0 takes r cos(2 pi u2), t = 1 r sin(2 pi u2);
+                      fma(std, z, mean) in double, rounded to the dtype
+     bernoulli:       per 2, (53 bits of words 2t, 2t+1) * 2^-53 < p
+     randint:         per 2, low + the high 64 bits of (words 2t, 2t+1 as 64 bits) * (high - low)
+   log, sin and cos are the library's own (below: fma-only polynomials after an
+   exact reduction), so the generated CUDA kernel, compiled from the same text,
+   gives the CPU's bits; fma is explicit wherever a compiler could contract. */
+
+#define TN__RANDOM_SOURCE(QUAL) \
+    QUAL void tn__philox10(uint32_t k0, uint32_t k1, uint32_t *c) { \
+        for (int r = 0; r < 10; r++) { \
+            if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; } \
+            uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2]; \
+            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1; \
+            c[0] = n0; c[1] = (uint32_t)p1; c[2] = n2; c[3] = (uint32_t)p0; } } \
+    QUAL double tn__rnd_u53(uint32_t lo, uint32_t hi) { \
+        return (double)((((uint64_t)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0); } \
+    QUAL double tn__rnd_log(double x) { \
+        int e; \
+        double m = frexp(x, &e); \
+        if (m < 0.70710678118654752440) { m = m + m; e = e - 1; } \
+        double f = m - 1.0, s = f / (2.0 + f), z = s * s, p = 0.043478260869565216; \
+        p = fma(p, z, 0.047619047619047616); p = fma(p, z, 0.052631578947368418); p = fma(p, z, 0.058823529411764705); \
+        p = fma(p, z, 0.066666666666666666); p = fma(p, z, 0.076923076923076927); p = fma(p, z, 0.090909090909090912); \
+        p = fma(p, z, 0.1111111111111111); p = fma(p, z, 0.14285714285714285); p = fma(p, z, 0.20000000000000001); \
+        p = fma(p, z, 0.33333333333333331); p = fma(p, z, 1.0); \
+        return fma((double)e, 6.93147180369123816490e-01, fma((double)e, 1.90821492927058770002e-10, (s + s) * p)); } \
+    QUAL double tn__rnd_sincos2pi(double u, int want_sin) { \
+        double q = u * 4.0, k = floor(q), f = q - k; \
+        if (f > 0.5) { f = f - 1.0; k = k + 1.0; } \
+        double ph = f * 1.57079632679489661923, z = ph * ph; \
+        double ps = 2.8114572543455206e-15; \
+        ps = fma(ps, z, -7.6471637318198164e-13); ps = fma(ps, z, 1.6059043836821613e-10); ps = fma(ps, z, -2.505210838544172e-08); \
+        ps = fma(ps, z, 2.7557319223985893e-06); ps = fma(ps, z, -0.00019841269841269841); ps = fma(ps, z, 0.0083333333333333332); \
+        ps = fma(ps, z, -0.16666666666666666); \
+        double sn = fma(ph * z, ps, ph), pc = -1.5619206968586225e-16; \
+        pc = fma(pc, z, 4.7794773323873853e-14); pc = fma(pc, z, -1.1470745597729725e-11); pc = fma(pc, z, 2.08767569878681e-09); \
+        pc = fma(pc, z, -2.7557319223985888e-07); pc = fma(pc, z, 2.4801587301587302e-05); pc = fma(pc, z, -0.0013888888888888889); \
+        pc = fma(pc, z, 0.041666666666666664); pc = fma(pc, z, -0.5); \
+        double cs = fma(pc, z, 1.0); \
+        int quad = ((int)k + (want_sin ? 3 : 0)) & 3; \
+        return quad == 0 ? cs : quad == 1 ? -sn : quad == 2 ? -cs : sn; } \
+    QUAL double tn__rnd_normal(const uint32_t *x, int t, double mean, double sd) { \
+        double u1 = ((double)((((uint64_t)x[1] << 32) | x[0]) >> 11) + 1.0) * (1.0 / 9007199254740992.0); \
+        double r = sqrt(-2.0 * tn__rnd_log(u1)); \
+        return fma(sd, r * tn__rnd_sincos2pi(tn__rnd_u53(x[2], x[3]), t), mean); } \
+    QUAL float tn__rnd_uniform_f(const uint32_t *x, int t, int bits, float scale, float low) { \
+        return fmaf((float)(x[t] >> (32 - bits)) * (1.0f / (float)(1u << bits)), scale, low); } \
+    QUAL double tn__rnd_uniform_d(const uint32_t *x, int t, double scale, double low) { \
+        return fma(tn__rnd_u53(x[2 * t], x[2 * t + 1]), scale, low); } \
+    QUAL int tn__rnd_bernoulli(const uint32_t *x, int t, double p) { return tn__rnd_u53(x[2 * t], x[2 * t + 1]) < p; } \
+    QUAL int64_t tn__rnd_randint(const uint32_t *x, int t, uint64_t range, int64_t low) { \
+        uint64_t a = ((uint64_t)x[2 * t + 1] << 32) | x[2 * t], al = a & 0xffffffffu, ah = a >> 32; \
+        uint64_t bl = range & 0xffffffffu, bh = range >> 32; \
+        uint64_t p0 = al * bl, p1 = al * bh, p2 = ah * bl, p3 = ah * bh; \
+        uint64_t mid = (p0 >> 32) + (p1 & 0xffffffffu) + (p2 & 0xffffffffu); \
+        return (int64_t)((uint64_t)low + p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32)); }
+
+TN__RANDOM_SOURCE(static inline)
+
+/* Elements per Philox block. */
+static int tn__rnd_per(int dist, tn_dtype t) { return dist == TN_RAND_UNIFORM && t != TN_F64 ? 4 : 2; }
+
+/* What a kernel needs, from the node's params (host code, shared by both back ends). */
+typedef struct tn__rnd_args {
+    int dist;
+    tn_dtype dtype;
+    uint32_t draw;
+    double a, b;             /* uniform: high - low, low; normal: mean, std; bernoulli: p */
+    int64_t ilow;
+    uint64_t range;
+} tn__rnd_args;
+
+static tn__rnd_args tn__rnd_args_of(const tn_var *node) {
+    const tn_params *p = &node->p;
+    tn__rnd_args r = { tn__p_rand_dist(p), tn__p_out_dtype(p), tn__p_rand_draw(p), tn__p_rand_a(p), tn__p_rand_b(p),
+                       tn__p_rand_ilow(p), (uint64_t)tn__p_rand_ihigh(p) - (uint64_t)tn__p_rand_ilow(p) };
+    if (r.dist == TN_RAND_UNIFORM) { r.a = tn__p_rand_b(p) - tn__p_rand_a(p); r.b = tn__p_rand_a(p); }
+    return r;
+}
+
+/* >>random_cpu ------------------------------------------------------------ */
+typedef struct tn__rnd_job { tn__rnd_args A; uint32_t k0, k1, calls; char *out; int64_t n; } tn__rnd_job;
+
+static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__rnd_job *J = (const tn__rnd_job *)ctx;
+    const tn__rnd_args *A = &J->A;
+    int per = tn__rnd_per(A->dist, A->dtype);
+    float fs = (float)A->a, fl = (float)A->b;
+    for (int64_t j = lo; j < hi; j++) {
+        uint32_t x[4] = { (uint32_t)(uint64_t)j, (uint32_t)((uint64_t)j >> 32), A->draw, J->calls };
+        tn__philox10(J->k0, J->k1, x);
+        for (int t = 0; t < per && j * per + t < J->n; t++) {
+            int64_t i = j * per + t;
+            double v = 0;
+            switch (A->dist) {
+            case TN_RAND_UNIFORM:
+                if (A->dtype == TN_F32) { ((float *)J->out)[i] = tn__rnd_uniform_f(x, t, 24, fs, fl); continue; }
+                if (A->dtype == TN_F16) { ((uint16_t *)J->out)[i] = tn__ew_f2h(tn__rnd_uniform_f(x, t, 11, fs, fl)); continue; }
+                v = tn__rnd_uniform_d(x, t, A->a, A->b);
+                break;
+            case TN_RAND_NORMAL: v = tn__rnd_normal(x, t, A->a, A->b); break;
+            case TN_RAND_BERNOULLI: v = tn__rnd_bernoulli(x, t, A->a); break;
+            default: {
+                int64_t k = tn__rnd_randint(x, t, A->range, A->ilow);
+                if (A->dtype == TN_I64) ((int64_t *)J->out)[i] = k;
+                else ((int32_t *)J->out)[i] = (int32_t)k;
+                continue;
+            }
+            }
+            switch (A->dtype) {
+            case TN_F16: ((uint16_t *)J->out)[i] = tn__ew_d2h(v); break;
+            case TN_F32: ((float *)J->out)[i] = (float)v; break;
+            case TN_F64: ((double *)J->out)[i] = v; break;
+            case TN_BOOL: ((uint8_t *)J->out)[i] = (uint8_t)(v != 0); break;
+            case TN_I32: ((int32_t *)J->out)[i] = (int32_t)v; break;
+            default: ((int64_t *)J->out)[i] = (int64_t)v; break;
+            }
+        }
+    }
+}
+
+/* The state as [seed, calls] (any strides). */
+static void tn__rnd_state(const tn_array *s, uint64_t *seed, uint64_t *calls) {
+    int64_t v[2];
+    for (int k = 0; k < 2; k++) memcpy(&v[k], (const char *)s->data + k * s->strides[0], sizeof v[k]);
+    *seed = (uint64_t)v[0];
+    *calls = (uint64_t)v[1];
+}
+
+static tn_result tn__random_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn_array *y = out[0];
+    if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "Random (node %d): the output is not contiguous", node->id);
+    uint64_t seed, calls;
+    tn__rnd_state(in[0], &seed, &calls);
+    tn__rnd_job J = { tn__rnd_args_of(node), (uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)calls, (char *)y->data, tn_array_size(y) };
+    int per = tn__rnd_per(J.A.dist, J.A.dtype);
+    tn__parallel_for((J.n + per - 1) / per, 4096, tn__rnd_range, &J);
+    return TN_OK;
+}
+
+/* >>random_cuda ----------------------------------------------------------- */
+/* The kernel as CUDA C for tensor_cuda.h's >>cuda_random section: the
+   functions above as text (TN__RANDOM_SOURCE) and one thread per block,
+   extern "C" tn_random(state, y, n, draw, a, b, ilow, range). Returns the
+   length snprintf reports, or -1 for a distribution or dtype without one. */
+TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
+    static const char *const st[TN_DTYPE_COUNT] = { NULL, "unsigned char", "int", "long long", "unsigned short", "float", "double" };
+    if ((unsigned)t >= TN_DTYPE_COUNT || !st[t] || dist < TN_RAND_UNIFORM || dist > TN_RAND_RANDINT) return -1;
+    const char *val;
+    switch (dist) {
+    case TN_RAND_UNIFORM:
+        val = t == TN_F32 ? "tn__rnd_uniform_f(x, t, 24, (float)a, (float)b)" : t == TN_F16 ? "tn_f2h(tn__rnd_uniform_f(x, t, 11, (float)a, (float)b))"
+            : t == TN_F64 ? "tn__rnd_uniform_d(x, t, a, b)" : NULL;
+        break;
+    case TN_RAND_NORMAL:
+        val = t == TN_F32 ? "(float)tn__rnd_normal(x, t, a, b)" : t == TN_F16 ? "tn_d2h(tn__rnd_normal(x, t, a, b))"
+            : t == TN_F64 ? "tn__rnd_normal(x, t, a, b)" : NULL;
+        break;
+    case TN_RAND_BERNOULLI:
+        val = t == TN_F16 ? "tn_d2h((double)tn__rnd_bernoulli(x, t, a))" : "tn__rnd_bernoulli(x, t, a)";
+        break;
+    default:
+        val = t == TN_I32 ? "(int)tn__rnd_randint(x, t, range, ilow)" : t == TN_I64 ? "tn__rnd_randint(x, t, range, ilow)" : NULL;
+        break;
+    }
+    if (!val) return -1;
+    return snprintf(buf, cap,
+        "typedef long long int64_t;\n"
+        "typedef unsigned long long uint64_t;\n"
+        "typedef unsigned int uint32_t;\n"
+        "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %%0, %%1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+        "__device__ __forceinline__ unsigned short tn_d2h(double d) { unsigned short h; asm(\"cvt.rn.f16.f64 %%0, %%1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
+        "#define TN__QUAL static __device__ __forceinline__\n"
+        "%s\n"
+        "extern \"C\" __global__ void tn_random(const long long *__restrict__ state, %s *__restrict__ y, long long n, unsigned int draw,\n"
+        "                                       double a, double b, long long ilow, unsigned long long range) {\n"
+        "    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x, i0 = j * %d;\n"
+        "    if (i0 >= n) return;\n"
+        "    const unsigned long long seed = (unsigned long long)state[0];\n"
+        "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, (uint32_t)state[1] };\n"
+        "    (void)a; (void)b; (void)ilow; (void)range;\n"
+        "    tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
+        "    for (int t = 0; t < %d && i0 + t < n; t++) y[i0 + t] = %s;\n"
+        "}\n",
+        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val);
+}
+
+/* >>random_infer_label ---------------------------------------------------- */
+static tn_result tn__random_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    char sb[128];
+    if (in[0].dtype != TN_I64 || in[0].ndim != 1 || (in[0].shape[0] != 2 && in[0].shape[0] != -1))
+        return tn__err(TN_ERR_INVALID, "Random: the stream's state must be int64 of shape (2,) ([seed, calls]); it is %s %s",
+                       tn_dtype_name(in[0].dtype), tn__shape_str(in[0].ndim, in[0].shape, sb));
+    const tn_params *p = &node->p;
+    int nd = tn__p_rand_ndim(p);
+    memset(out, 0, sizeof *out);
+    out->dtype = tn__p_out_dtype(p);
+    if (nd < 0) {
+        if (node->n_in < 2) return tn__err(TN_ERR_INTERNAL, "Random: a draw of a variable's shape needs the variable");
+        out->ndim = in[1].ndim;
+        for (int d = 0; d < out->ndim; d++) { out->shape[d] = in[1].shape[d]; out->bcast[d] = in[1].bcast[d]; }
+    } else {
+        out->ndim = nd;
+        for (int d = 0; d < nd; d++) { out->shape[d] = tn__p_rand_shape(p)[d]; out->bcast[d] = out->shape[d] == 1; }
+    }
+    return TN_OK;
+}
+
+static const char *tn__rnd_name(int dist) {
+    return dist == TN_RAND_UNIFORM ? "uniform" : dist == TN_RAND_NORMAL ? "normal" : dist == TN_RAND_BERNOULLI ? "bernoulli" : "randint";
+}
+
+/* Random{normal,draw=1} */
+static void tn__random_label(const tn_var *node, char *buf, size_t cap) {
+    snprintf(buf, cap, "Random{%s,draw=%u}", tn__rnd_name(tn__p_rand_dist(&node->p)), (unsigned)tn__p_rand_draw(&node->p));
+}
+
+/* >>random_constructors --------------------------------------------------- */
+struct tn_rstream {
+    tn_var *state;          /* shared int64 [seed, calls] */
+    tn_var *next;           /* state + [0, 1]: the update tn_function adds */
+    uint32_t n_draws;
+};
+
+TN_API tn_rstream *tn_random_stream(tn_graph *g, uint64_t seed) {
+    if (!g) { tn__err_null("tn_random_stream", "g"); return NULL; }
+    int64_t two = 2, v[2] = { (int64_t)seed, 0 }, inc[2] = { 0, 1 };
+    tn_array *a = tn_array_from_data(TN_I64, 1, &two, v), *b = tn_array_from_data(TN_I64, 1, &two, inc);
+    tn_rstream *s = (tn_rstream *)tn__graph_alloc(g, sizeof *s);
+    tn_var *st = a && b && s ? tn_shared_fixed(g, "random_state", a) : NULL, *c = st ? tn_constant(g, b) : NULL;
+    tn_var *nx = c ? tn_add(st, c) : NULL;
+    tn_array_free(a);
+    tn_array_free(b);
+    if (!nx) { tn__err_in("tn_random_stream", tn_last_result() != TN_OK ? tn_last_result() : TN_ERR_OOM); return NULL; }
+    s->state = st;
+    s->next = nx;
+    return s;
+}
+
+TN_API tn_var *tn_rstream_state(const tn_rstream *s) {
+    if (!s) { tn__err_null("tn_rstream_state", "s"); return NULL; }
+    return s->state;
+}
+
+TN_API tn_result tn_rstream_seed(tn_rstream *s, uint64_t seed) {
+    if (!s) return tn__err_null("tn_rstream_seed", "s");
+    int64_t two = 2, v[2] = { (int64_t)seed, 0 };
+    tn_array *a = tn_array_from_data(TN_I64, 1, &two, v);
+    if (!a) return tn__err_in("tn_rstream_seed", tn_last_result());
+    tn_result r = tn_shared_set_value(s->state, a);
+    tn_array_free(a);
+    return r;
+}
+
+/* Checks a draw's dtype and parameters; fills the params. */
+static tn_result tn__rnd_check(const char *who, int dist, tn_dtype *t, double a, double b, int64_t ilow, int64_t ihigh) {
+    if (*t == TN_DTYPE_NONE)
+        *t = dist == TN_RAND_RANDINT ? TN_I64 : tn_get_config()->floatX != TN_DTYPE_NONE ? tn_get_config()->floatX : TN_F32;
+    if (*t <= TN_DTYPE_NONE || *t >= TN_DTYPE_COUNT) return tn__err(TN_ERR_DTYPE, "%s: invalid dtype %d", who, (int)*t);
+    switch (dist) {
+    case TN_RAND_UNIFORM:
+    case TN_RAND_NORMAL:
+        if (!tn_dtype_is_float(*t)) return tn__err(TN_ERR_DTYPE, "%s: dtype %s; %s draws are float16, float32 or float64", who, tn_dtype_name(*t), tn__rnd_name(dist));
+        if (!isfinite(a) || !isfinite(b)) return tn__err(TN_ERR_INVALID, "%s: parameters %g and %g must be finite", who, a, b);
+        if (dist == TN_RAND_UNIFORM && !(a <= b && isfinite(b - a)))
+            return tn__err(TN_ERR_INVALID, "%s: low %g must not exceed high %g (and high - low must be finite)", who, a, b);
+        if (dist == TN_RAND_NORMAL && b < 0) return tn__err(TN_ERR_INVALID, "%s: std %g is negative", who, b);
+        return TN_OK;
+    case TN_RAND_BERNOULLI:
+        if (!(a >= 0 && a <= 1)) return tn__err(TN_ERR_INVALID, "%s: p %g is not in [0, 1]", who, a);
+        return TN_OK;
+    case TN_RAND_RANDINT:
+        if (*t != TN_I32 && *t != TN_I64) return tn__err(TN_ERR_DTYPE, "%s: dtype %s; randint draws int32 or int64", who, tn_dtype_name(*t));
+        if (ilow >= ihigh) return tn__err(TN_ERR_INVALID, "%s: the range [%lld, %lld) is empty", who, (long long)ilow, (long long)ihigh);
+        if (*t == TN_I32 && (ilow < INT32_MIN || ihigh - 1 > INT32_MAX))
+            return tn__err(TN_ERR_INVALID, "%s: the range [%lld, %lld) does not fit int32", who, (long long)ilow, (long long)ihigh);
+        return TN_OK;
+    default:
+        return tn__err(TN_ERR_INVALID, "%s: unknown distribution %d", who, dist);
+    }
+}
+
+static tn_var *tn__rnd_make(const char *who, tn_rstream *s, int dist, tn_dtype t, tn_var *like, int ndim, const int64_t *shape,
+                            double a, double b, int64_t ilow, int64_t ihigh) {
+    if (!s) { tn__err_null(who, "stream"); return NULL; }
+    if (tn__rnd_check(who, dist, &t, a, b, ilow, ihigh) != TN_OK) return NULL;
+    if (!like) {
+        char sb[128];
+        bool ok = ndim >= 0 && ndim <= TN_MAX_DIMS && (ndim == 0 || shape);
+        for (int d = 0; ok && d < ndim; d++) ok = shape[d] >= 0;
+        if (!ok) {
+            tn__err(TN_ERR_SHAPE, "%s: shape %s must have 0..%d dims, each known and >= 0", who,
+                    ndim >= 0 && ndim <= TN_MAX_DIMS && shape ? tn__shape_str(ndim, shape, sb) : "(bad rank)", TN_MAX_DIMS);
+            return NULL;
+        }
+    } else if (like->graph != s->state->graph) {
+        tn__err(TN_ERR_GRAPH, "%s: the variable and the stream belong to different graphs", who);
+        return NULL;
+    }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    tn__p_set_rand(&p, dist, s->n_draws, t, like ? -1 : ndim, shape, a, b, ilow, ihigh);
+    tn_var *in[2] = { s->state, like };
+    tn_var *v = tn__node(s->state->graph, TN_OP_RANDOM, like ? 2 : 1, in, &p, s, who);
+    if (v) s->n_draws++;
+    return v;
+}
+
+TN_API tn_var *tn_random_uniform(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, double low, double high) {
+    return tn__rnd_make("tn_random_uniform", s, TN_RAND_UNIFORM, t, NULL, ndim, shape, low, high, 0, 0);
+}
+TN_API tn_var *tn_random_normal(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, double mean, double std) {
+    return tn__rnd_make("tn_random_normal", s, TN_RAND_NORMAL, t, NULL, ndim, shape, mean, std, 0, 0);
+}
+TN_API tn_var *tn_random_bernoulli(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, double p) {
+    return tn__rnd_make("tn_random_bernoulli", s, TN_RAND_BERNOULLI, t, NULL, ndim, shape, p, 0, 0, 0);
+}
+TN_API tn_var *tn_random_randint(tn_rstream *s, tn_dtype t, int ndim, const int64_t *shape, int64_t low, int64_t high) {
+    return tn__rnd_make("tn_random_randint", s, TN_RAND_RANDINT, t, NULL, ndim, shape, 0, 0, low, high);
+}
+TN_API tn_var *tn_random_like(tn_rstream *s, tn_rdist dist, tn_dtype t, tn_var *like, double a, double b) {
+    const char *who = "tn_random_like";
+    if (!like) { tn__err_null(who, "like"); return NULL; }
+    int64_t il = 0, ih = 0;
+    if (dist == TN_RAND_RANDINT) {
+        if (!(a == floor(a) && b == floor(b) && fabs(a) <= 9007199254740992.0 && fabs(b) <= 9007199254740992.0)) {
+            tn__err(TN_ERR_INVALID, "%s: randint's bounds %g and %g must be integers of magnitude at most 2^53", who, a, b);
+            return NULL;
+        }
+        il = (int64_t)a; ih = (int64_t)b; a = b = 0;
+    }
+    return tn__rnd_make(who, s, (int)dist, t, like, 0, NULL, a, b, il, ih);
+}
+
+TN_API tn_var *tn_dropout(tn_rstream *s, tn_var *x, double p) {
+    const char *who = "tn_dropout";
+    if (!s) { tn__err_null(who, "stream"); return NULL; }
+    if (!x) { tn__err_null(who, "x"); return NULL; }
+    if (!tn_dtype_is_float(x->type.dtype)) {
+        tn__err(TN_ERR_DTYPE, "%s: x%s%s%s is %s; dropout takes floats", who, x->name ? " '" : "", x->name ? x->name : "", x->name ? "'" : "",
+                tn_dtype_name(x->type.dtype));
+        return NULL;
+    }
+    if (!(p >= 0 && p <= 1)) { tn__err(TN_ERR_INVALID, "%s: p %g is not in [0, 1]", who, p); return NULL; }
+    if (p == 0) return x;
+    tn_var *keep = tn__rnd_make(who, s, TN_RAND_BERNOULLI, TN_BOOL, x, 0, NULL, 1 - p, 0, 0, 0);
+    return tn_where(keep, tn_mul(x, tn_lit(x, p < 1 ? 1 / (1 - p) : 0)), tn_lit(x, 0));
+}
+
+/* tn_function's update of the stream a draw reads. */
+static tn_result tn__random_state_update(const tn_var *node, tn_update *u) {
+    const tn_rstream *s = (const tn_rstream *)node->ext;
+    if (!s || node->in[0] != s->state) return tn__err(TN_ERR_INTERNAL, "Random (node %d): no stream", node->id);
+    u->shared = s->state;
+    u->value = s->next;
+    return TN_OK;
+}
+
+/* >>random_rows: this part's rows of the op table (the >>ops_table section) --- */
+/* Discrete: nothing flows back into the state or the shape's variable. */
+#define TN__RANDOM_OP_ROWS \
+    [TN_OP_RANDOM] = { .name = "Random", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__random_infer, .cpu = tn__random_cpu, \
+                       .label = tn__random_label, .flags = TN_OPF_DISCRETE, .state_update = tn__random_state_update },
 
 #endif /* TENSOR_OPS_IMPLEMENTATION_HERE */

@@ -709,6 +709,81 @@ TEST(test_cuda_and_cpu_agree) {
     tn_array_free(rg); tn_array_free(rc); tn_array_free(in);
 }
 
+/* Random draws on the GPU give the CPU's bits: every distribution and dtype
+   (odd sizes, two calls, a second draw of the stream), device=cuda against
+   device=cpu, compared bit for bit; and dropout's mask fuses with its
+   neighbours into one kernel after the draw. */
+static tn_array *run_draws(int dist, tn_dtype t, char *placed, size_t cap) {
+    tn_graph *g = tn_graph_new();
+    tn_rstream *s = tn_random_stream(g, 0xfeedbeefcafe1234ull);
+    int64_t sh[2] = { 333, 1001 };
+    tn_var *skip = tn_random_uniform(s, TN_F32, 1, sh, 0, 1);
+    tn_var *y = dist == TN_RAND_UNIFORM ? tn_random_uniform(s, t, 2, sh, -1.5, 2.5)
+              : dist == TN_RAND_NORMAL ? tn_random_normal(s, t, 2, sh, 0.5, 2)
+              : dist == TN_RAND_BERNOULLI ? tn_random_bernoulli(s, t, 2, sh, 0.3) : tn_random_randint(s, t, 2, sh, -1000, 1000003);
+    tn_var *outs[2] = { y, skip };
+    tn_func *f = skip && y ? tn_function(g, &(tn_func_desc){ .n_outputs = 2, .outputs = outs }) : NULL;
+    tn_array *r[2] = { 0 }, *keep = NULL;
+    for (int call = 0; f && call < 2; call++) {
+        tn_array_free(r[0]); tn_array_free(r[1]);
+        r[0] = r[1] = NULL;
+        if (tn_call(f, NULL, r) != TN_OK) break;
+    }
+    if (f) { char *p = dprint(f); snprintf(placed, cap, "%s", p); free(p); }
+    keep = r[0];
+    tn_array_free(r[1]);
+    tn_function_free(f);
+    tn_graph_free(g);
+    return keep;
+}
+
+TEST(test_random_gpu_equals_cpu) {
+    int dists[] = { TN_RAND_UNIFORM, TN_RAND_NORMAL, TN_RAND_BERNOULLI, TN_RAND_RANDINT };
+    int cases = 0;
+    for (int k = 0; k < 4; k++)
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+            if (tn__random_cuda_source(dists[k], t, NULL, 0) <= 0) continue;
+            char pg[4096], pc[4096];
+            tn_array *rg = run_draws(dists[k], t, pg, sizeof pg);
+            tn_config cpu = base_cfg;
+            cpu.device = TN_DEVICE_CPU;
+            tn_init(&cpu);
+            tn_array *rc = run_draws(dists[k], t, pc, sizeof pc);
+            tn_init(&base_cfg);
+            CHECK(rg && rc, "distribution %d %s: %s", dists[k], tn_dtype_name(t), tn_last_error());
+            CHECK(strstr(pg, "GpuRandom{") && !strstr(pc, "Gpu"), "placement: cuda\n%s\ncpu\n%s", pg, pc);
+            if (rg && rc) {
+                tn_array *h = tn_array_to_host(rg);
+                int64_t n = tn_array_size(rc), bad = 0, first = -1;
+                size_t es = tn_dtype_size(t);
+                for (int64_t i = 0; h && i < n; i++)
+                    if (memcmp((const char *)h->data + i * (int64_t)es, (const char *)rc->data + i * (int64_t)es, es)) { bad++; if (first < 0) first = i; }
+                CHECK(h && bad == 0, "distribution %d %s: %lld of %lld elements differ from the CPU's bits (first: %lld)", dists[k],
+                      tn_dtype_name(t), (long long)bad, (long long)n, (long long)first);
+                tn_array_free(h);
+                cases++;
+            }
+            tn_array_free(rg); tn_array_free(rc);
+        }
+    printf("  %d random draws bit-equal on the GPU and the CPU\n", cases);
+    CHECK(cases == 14, "%d cases", cases);
+    /* exp(dropout(x)): the draw, then one fused kernel (mask, scaling, exp) */
+    tn_graph *g = tn_graph_new();
+    tn_rstream *s = tn_random_stream(g, 3);
+    tn_var *x = tn_matrix(g, "x", TN_F32), *y = tn_exp(tn_dropout(s, x, 0.25));
+    tn_func *f = y ? tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y }) : NULL;
+    CHECK(f, "%s", tn_last_error());
+    if (f) {
+        char *p = dprint(f);
+        int comps = 0;
+        for (const char *q = p; (q = strstr(q, "Composite{")); q++) comps++;
+        CHECK(strstr(p, "GpuRandom{bernoulli") && strstr(p, "GpuElemwise{Composite{exp(where(") && comps == 1, "dropout on the GPU:\n%s", p);
+        free(p);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* The seed's recurrence (tests/test_scan.c) with the scan on the GPU: its
    sequences, states and stacked outputs stay in device memory, the step runs
    no transfer, and the results equal the float64 C loop. */
@@ -1202,6 +1277,7 @@ int main(void) {
     TH_RUN(test_cumulative_gpu_equals_cpu);
     TH_RUN(test_index_gpu_equals_cpu);
     TH_RUN(test_cuda_and_cpu_agree);
+    TH_RUN(test_random_gpu_equals_cpu);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
     TH_RUN(test_profile_event_times);

@@ -120,6 +120,34 @@ TEST(test_cumulative_gpu_row) {
     tn_graph_free(g);
 }
 
+/* Random draws have a row in the CUDA back end's table, and the kernel
+   tensor_ops.h writes for each distribution and dtype compiles with NVRTC
+   (no GPU needed); what has no kernel has no source. */
+TEST(test_random_gpu_row) {
+    tn_graph *g = tn_graph_new();
+    tn_rstream *s = tn_random_stream(g, 3);
+    tn_var *u = tn_random_normal(s, TN_F32, 1, (int64_t[]){ 5 }, 0, 1);
+    CHECK(u && tn__backend_runs(&tn__cuda_backend, u), "the CUDA back end has no random row: %s", tn_last_error());
+    if (tn__nvrtc_load(0) != TN_OK) { printf("  (NVRTC not found: random kernels not compiled)\n"); tn_clear_error(); tn_graph_free(g); return; }
+    int compiled = 0;
+    for (int dist = TN_RAND_UNIFORM; dist <= TN_RAND_RANDINT; dist++)
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t++) {
+            char src[12288];
+            int n = tn__random_cuda_source(dist, t, src, sizeof src);
+            bool want = dist == TN_RAND_BERNOULLI || (dist == TN_RAND_RANDINT ? t == TN_I32 || t == TN_I64 : tn_dtype_is_float(t));
+            CHECK(want == (n > 0), "distribution %d %s: source length %d", dist, tn_dtype_name(t), n);
+            if (n <= 0) continue;
+            CHECK((size_t)n < sizeof src, "source of %d bytes", n);
+            const void *bin = NULL;
+            size_t sz = 0;
+            CHECK(tn_cuda_compile(src, "sm_90", &bin, &sz) == TN_OK && sz > 0, "distribution %d %s: %s", dist, tn_dtype_name(t), tn_last_error());
+            compiled++;
+        }
+    CHECK(compiled == 14, "%d random kernels compiled", compiled);
+    CHECK(tn__random_cuda_source(0, TN_F32, NULL, 0) < 0 && tn__random_cuda_source(TN_RAND_UNIFORM, TN_DTYPE_NONE, NULL, 0) < 0, "a source for nothing");
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_config cfg = { .device = TN_DEVICE_CPU };
     tn_init(&cfg);
@@ -128,6 +156,7 @@ int main(void) {
     TH_RUN(test_blas_operand_mapping);
     TH_RUN(test_copy_kernel_compiles);
     TH_RUN(test_cumulative_gpu_row);
+    TH_RUN(test_random_gpu_row);
     tn_shutdown();
     TH_END();
 }

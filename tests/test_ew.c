@@ -80,6 +80,16 @@ static double ref_op(int op, bool isint, double a, double b, double c) {
     case TN_OP_ERF: return erf(a);
     case TN_OP_ERFC: return erfc(a);
     case TN_OP_RELU: return isnan(a) ? a : a > 0 ? a : 0.0;   /* NumPy's maximum(x, 0); -0 gives +0 */
+    /* activations: the textbook formulas (the kernels use stabler forms); infinities by their limits */
+    case TN_OP_LEAKY_RELU: return a > 0 ? a : a * b;
+    case TN_OP_ELU: return a > 0 ? a : b * expm1(a);   /* elu(-0) is -0 */
+    case TN_OP_SELU: return 1.0507009873554804934 * (a > 0 ? a : 1.6732632423543772848 * expm1(a));
+    case TN_OP_GELU: return a == -INFINITY ? -0.0 : 0.5 * a * (1 + erf(a / sqrt(2.0)));
+    case TN_OP_GELU_TANH: return a == -INFINITY ? -0.0 : 0.5 * a * (1 + tanh(sqrt(2 / 3.14159265358979323846) * (a + 0.044715 * pow(a, 3))));
+    case TN_OP_SOFTSIGN: return isinf(a) ? copysign(1.0, a) : a / (1 + fabs(a));
+    case TN_OP_HARD_SIGMOID: return isnan(a) ? a : fmin(fmax(a / 6 + 0.5, 0.0), 1.0);   /* PyTorch's relu6(x + 3) / 6 */
+    case TN_OP_SILU: return a == -INFINITY ? -0.0 : a < -700 ? a * exp(a) : a / (1 + exp(-a));
+    case TN_OP_MISH: return a == -INFINITY ? -0.0 : a * tanh(a > 30 ? a : log(1 + exp(a)));
     case TN_OP_FLOOR: return floor(a);
     case TN_OP_CEIL: return ceil(a);
     case TN_OP_ROUND: return ref_round_even(a);
@@ -230,6 +240,15 @@ static const op_case cases[] = {
     { TN_OP_ERF, F_ALL, { D_ANY } },
     { TN_OP_ERFC, F_ALL, { D_ANY } },
     { TN_OP_RELU, NUM, { D_QUANT } },
+    { TN_OP_LEAKY_RELU, F_ALL, { D_ANY, D_POS } },
+    { TN_OP_ELU, F_ALL, { D_ANY, D_POS } },
+    { TN_OP_SELU, F_ALL, { D_ANY } },
+    { TN_OP_GELU, F_ALL, { D_ANY } },
+    { TN_OP_GELU_TANH, F_ALL, { D_ANY } },
+    { TN_OP_SOFTSIGN, F_ALL, { D_WIDE } },
+    { TN_OP_HARD_SIGMOID, F_ALL, { D_ANY } },
+    { TN_OP_SILU, F_ALL, { D_WIDE } },
+    { TN_OP_MISH, F_ALL, { D_WIDE } },
     { TN_OP_FLOOR, NUM, { D_WIDE } },
     { TN_OP_CEIL, NUM, { D_WIDE } },
     { TN_OP_ROUND, NUM, { D_QUANT } },
@@ -661,6 +680,72 @@ TEST(test_engine_new_ops_edges) {
     }
 }
 
+/* The activations at their special values, in float16/32/64: NaN, +-inf,
+   -0 (the sign of a zero result is checked: gelu(-inf) and silu(-1000) are
+   -0, hard_sigmoid(-0) is 0.5), denormals, values where exp overflows or
+   erfc underflows; leaky_relu and elu with alpha 0.2 and 1.5. Then spot
+   values worked out by hand. */
+TEST(test_engine_activation_edges) {
+    static const double vals[] = { 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 2.9, -2.9, 30.0, -30.0, 100.0, -100.0,
+                                   1000.0, -1000.0, 1e35, -1e35, INFINITY, -INFINITY, NAN, 1e-30, -1e-30, 4e-310, -4e-310 };
+    const int64_t n = (int64_t)(sizeof vals / sizeof vals[0]);
+    const int ops[] = { TN_OP_LEAKY_RELU, TN_OP_ELU, TN_OP_SELU, TN_OP_GELU, TN_OP_GELU_TANH, TN_OP_SOFTSIGN,
+                        TN_OP_HARD_SIGMOID, TN_OP_SILU, TN_OP_MISH };
+    const double alphas[] = { 0.2, 1.5 };
+    for (int t = TN_F16; t <= TN_F64; t++)
+        for (int al = 0; al < 2; al++) {
+            tn_array *x64 = tn_array_from_data(TN_F64, 1, &n, vals);
+            tn_array *in[2] = { tn_array_astype(x64, (tn_dtype)t), tn_array_full((tn_dtype)t, 1, &n, alphas[al]) };
+            for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+                int ar = tn__ew_info(ops[k])->arity;
+                if (ar == 1 && al == 1) continue;
+                tn_dtype in_dt[3], odt;
+                tn_ew_instr ins;
+                int32_t oreg;
+                tn_ew_program prog = one_op(ops[k], ar, (tn_dtype)t, in_dt, &ins, &oreg, &odt);
+                tn_array *out = tn_array_empty(odt, 1, &n);
+                CHECK(tn__cpu_ew_run(&prog, in, &out) == TN_OK, "%s", tn_last_error());
+                CHECK(compare(ops[k], (tn_dtype)t, ar, in, out, "edges") == 0, "%s %s", tn__ew_info(ops[k])->name, tn_dtype_name((tn_dtype)t));
+                for (int64_t i = 0; i < n; i++) {
+                    double xv = tn_array_get(in[0], &i), av = tn_array_get(in[1], &i);
+                    double want = ref_store((tn_dtype)t, ref_op(ops[k], false, xv, av, 0)), got = tn_array_get(out, &i);
+                    if (want == 0 && got == 0)
+                        CHECK(!signbit(want) == !signbit(got), "%s(%g) %s: the zero's sign: got %g want %g", tn__ew_info(ops[k])->name, xv,
+                              tn_dtype_name((tn_dtype)t), got, want);
+                }
+                tn_array_free(out);
+            }
+            tn_array_free(in[0]);
+            tn_array_free(in[1]);
+            tn_array_free(x64);
+        }
+    /* by hand, float64 */
+    struct { int op; double x, alpha, want; } spot[] = {
+        { TN_OP_LEAKY_RELU, -2.0, 0.25, -0.5 }, { TN_OP_LEAKY_RELU, 2.0, 0.25, 2.0 }, { TN_OP_ELU, -INFINITY, 1.5, -1.5 },
+        { TN_OP_ELU, 0.0, 1.5, 0.0 }, { TN_OP_SELU, 1.0, 0, 1.0507009873554805 }, { TN_OP_SELU, -INFINITY, 0, -1.7580993408473766 },
+        { TN_OP_GELU, 1.0, 0, 0.8413447460685429 }, { TN_OP_GELU, -1.0, 0, -0.15865525393145707 },
+        { TN_OP_GELU_TANH, 1.0, 0, 0.8411919906082768 }, { TN_OP_SOFTSIGN, 3.0, 0, 0.75 }, { TN_OP_SOFTSIGN, -INFINITY, 0, -1.0 },
+        { TN_OP_HARD_SIGMOID, 0.0, 0, 0.5 }, { TN_OP_HARD_SIGMOID, 1.5, 0, 0.75 }, { TN_OP_HARD_SIGMOID, -3.5, 0, 0.0 },
+        { TN_OP_HARD_SIGMOID, 3.0, 0, 1.0 }, { TN_OP_SILU, 1.0, 0, 0.7310585786300049 }, { TN_OP_MISH, 1.0, 0, 0.8650983882673103 },
+        { TN_OP_MISH, INFINITY, 0, INFINITY },
+    };
+    for (size_t k = 0; k < sizeof spot / sizeof spot[0]; k++) {
+        int64_t one = 1;
+        tn_array *in[2] = { tn_array_full(TN_F64, 1, &one, spot[k].x), tn_array_full(TN_F64, 1, &one, spot[k].alpha) };
+        tn_dtype in_dt[3], odt;
+        tn_ew_instr ins;
+        int32_t oreg;
+        tn_ew_program prog = one_op(spot[k].op, tn__ew_info(spot[k].op)->arity, TN_F64, in_dt, &ins, &oreg, &odt);
+        tn_array *out = tn_array_empty(odt, 1, &one);
+        int64_t i0 = 0;
+        double got = tn__cpu_ew_run(&prog, in, &out) == TN_OK ? tn_array_get(out, &i0) : NAN;
+        CHECK(th_close(got, spot[k].want, 1e-15, 0), "%s(%g) = %.17g, want %.17g", tn__ew_info(spot[k].op)->name, spot[k].x, got, spot[k].want);
+        tn_array_free(out);
+        tn_array_free(in[0]);
+        tn_array_free(in[1]);
+    }
+}
+
 /* Engine errors: inputs that do not broadcast to the output, bad programs. */
 TEST(test_engine_errors) {
     int64_t s34[2] = { 3, 4 }, s54[2] = { 5, 4 };
@@ -931,6 +1016,48 @@ TEST(test_function_ops) {
     CHECK(done > 150, "only %d ops ran through tn_call", done);
 }
 
+/* The activations fuse: one Composite for a chain of them with literal
+   alphas (the literals become immediates of the operand's dtype), on float32. */
+TEST(test_activations_fuse) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *l = tn_leaky_relu(x, tn_lit(x, 0.125)), *e = tn_elu(x, tn_lit(x, 1.5));
+    CHECK(l && e && l->type.dtype == TN_F32 && e->type.dtype == TN_F32 && l->in[1]->type.dtype == TN_F32, "literal alphas keep float32");
+    tn_var *y = tn_add(tn_add(tn_mul(tn_gelu(x), tn_silu(l)), tn_sub(tn_mish(e), tn_softsign(x))),
+                       tn_add(tn_hard_sigmoid(x), tn_mul(tn_selu(x), tn_gelu_tanh(x))));
+    tn_func *f = y ? tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y }) : NULL;
+    CHECK(f, "%s", tn_last_error());
+    if (f) {
+        FILE *m = tmpfile();
+        char buf[4096] = { 0 };
+        tn_debugprint_function(f, m);
+        rewind(m);
+        size_t len = fread(buf, 1, sizeof buf - 1, m);
+        fclose(m);
+        buf[len] = 0;
+        int comps = 0;
+        for (const char *q = buf; (q = strstr(q, "Composite{")); q++) comps++;
+        CHECK(comps == 1 && strstr(buf, "gelu_tanh") && strstr(buf, "leaky_relu"), "one fused kernel:\n%s", buf);
+        int64_t n = 257;
+        tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -4, 4, 5), *out = NULL;
+        CHECK(tn_call(f, &xv, &out) == TN_OK, "%s", tn_last_error());
+        double worst = 0;
+        for (int64_t i = 0; out && i < n; i++) {
+            double v = ((const float *)xv->data)[i];
+            double lv = ref_op(TN_OP_LEAKY_RELU, false, v, 0.125, 0), ev = ref_op(TN_OP_ELU, false, v, 1.5, 0);
+            double want = ref_op(TN_OP_GELU, false, v, 0, 0) * ref_op(TN_OP_SILU, false, lv, 0, 0) + ref_op(TN_OP_MISH, false, ev, 0, 0) -
+                          ref_op(TN_OP_SOFTSIGN, false, v, 0, 0) + ref_op(TN_OP_HARD_SIGMOID, false, v, 0, 0) +
+                          ref_op(TN_OP_SELU, false, v, 0, 0) * ref_op(TN_OP_GELU_TANH, false, v, 0, 0);
+            worst = fmax(worst, fabs(((const float *)out->data)[i] - want) / fmax(1, fabs(want)));
+        }
+        CHECK(out && worst < 1e-5, "fused activations: error %g", worst);
+        tn_array_free(xv);
+        tn_array_free(out);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* A call-time shape mismatch names both shapes. */
 TEST(test_function_shape_error) {
     tn_graph *g = tn_graph_new();
@@ -960,11 +1087,13 @@ int main(void) {
     TH_RUN(test_engine_nan);
     TH_RUN(test_engine_int_edges);
     TH_RUN(test_engine_new_ops_edges);
+    TH_RUN(test_engine_activation_edges);
     TH_RUN(test_engine_errors);
     TH_RUN(test_constructor_types);
     TH_RUN(test_constructor_errors);
     TH_RUN(test_labels_and_info);
     TH_RUN(test_function_ops);
+    TH_RUN(test_activations_fuse);
     TH_RUN(test_function_shape_error);
     tn_shutdown();      /* joins the worker threads (valgrind) */
     TH_END();

@@ -55,6 +55,7 @@ const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
 #endif
 
+#define FZ_MAX_EXTENT (INT64_MAX / 16)
 enum { FZ_MAXV = 96, FZ_MAXA = 24, FZ_MAXF = 4, FZ_MAXWRAP = 8, FZ_STEPS = 64, FZ_SMALL = 4096 };
 static const int64_t FZ_HUGE_DIMS[] = { (int64_t)1 << 48, (int64_t)1 << 56, (int64_t)1 << 62, INT64_MAX };
 
@@ -469,15 +470,19 @@ static fz_m fz_model_op(const fz_var *r, const fz_m *in, bool run) {
     case K_RESHAPE: {              /* ip[0]: ndim, ip[1..]: the shape */
         int nd = (int)r->ip[0], unk = -1;
         if (nd < 0 || nd > TN_MAX_DIMS) return fz_error();
-        int64_t known = 1, n = fz_size(&in[0]);
+        int64_t known = 1, ext = 1, n = fz_size(&in[0]);
         o.nd = nd;
         for (int d = 0; d < nd; d++) {
             int64_t s = r->ip[1 + d];
             o.sh[d] = s;
             if (s == -1) { if (unk >= 0) return fz_error(); unk = d; continue; }
             if (s < 0) return fz_error();
-            if (!fz_mul(known, s, &known)) return fz_unknown();
+            /* the library's limit on a shape (tensor.h TN__MAX_EXTENT): the product of its dims (0 counted as 1) */
+            if (!fz_mul(known, s, &known) || !fz_mul(ext, s > 1 ? s : 1, &ext) || ext > FZ_MAX_EXTENT) return fz_unknown();
         }
+        bool all_known = true;
+        for (int d = 0; d < in[0].nd; d++) all_known = all_known && in[0].sh[d] >= 0;
+        if (n < 0 && all_known) return fz_unknown();   /* a known size too large to model */
         if (n < 0) { if (unk >= 0) o.sh[unk] = -1; o.b = in[0].b; return o; }
         if (unk >= 0) {
             if (known == 0) return fz_unknown();      /* (0, -1) of an empty array: NumPy refuses; so may the library */

@@ -87,6 +87,10 @@ TEST(test_unary_ops) {
         {"sinh", tn_sinh, -2, 2}, {"cosh", tn_cosh, -2, 2}, {"asinh", tn_asinh, -3, 3},
         {"acosh", tn_acosh, 1.1, 3}, {"atanh", tn_atanh, -0.9, 0.9}, {"erfc", tn_erfc, -2, 2},
         {"relu+", tn_relu, 0.2, 2}, {"relu-", tn_relu, -2, -0.2},
+        /* activations, on each side of a kink */
+        {"selu+", tn_selu, 0.2, 2}, {"selu-", tn_selu, -3, -0.2}, {"gelu", tn_gelu, -4, 4}, {"gelu_tanh", tn_gelu_tanh, -4, 4},
+        {"softsign+", tn_softsign, 0.2, 3}, {"softsign-", tn_softsign, -3, -0.2}, {"hard_sigmoid", tn_hard_sigmoid, -2.5, 2.5},
+        {"hard_sigmoid flat", tn_hard_sigmoid, 3.2, 5}, {"silu", tn_silu, -5, 5}, {"mish", tn_mish, -5, 5},
     };
     int64_t shapes[3][2] = {{3, 4}, {5, 0}, {0, 0}};
     int nds[3] = {2, 1, 0};
@@ -119,6 +123,8 @@ TEST(test_binary_ops_broadcast) {
     binary_case cs[] = {
         {"add", tn_add, -2, 2}, {"sub", tn_sub, -2, 2}, {"mul", tn_mul, -2, 2}, {"div", tn_div, 0.5, 2},
         {"pow", tn_pow, 0.5, 2}, {"maximum", tn_maximum, -2, 2}, {"minimum", tn_minimum, -2, 2}, {"mod", my_mod, 0, 0.5},
+        {"leaky_relu+", tn_leaky_relu, 0.2, 2}, {"leaky_relu-", tn_leaky_relu, -2, -0.2},
+        {"elu+", tn_elu, 0.2, 2}, {"elu-", tn_elu, -2, -0.2},
     };
     struct { int na; int64_t sa[3]; int nb; int64_t sb[3]; } sh[] = {
         {2, {3, 4}, 2, {3, 4}}, {2, {3, 4}, 1, {4}}, {2, {3, 1}, 2, {1, 4}}, {3, {2, 3, 4}, 2, {3, 1}},

@@ -95,7 +95,7 @@ static tn_var *lit(tn_var *like) { return K(like, CONSTS[pick(edge ? 9 : 6)]); }
 
 static tn_var *grow(tn_var *W) {
     tn_var *a = any(), *b = any();
-    switch (pick(36)) {
+    switch (pick(38)) {
     case 0: return tn_add(a, b);
     case 1: return tn_sub(a, b);
     case 2: return tn_mul(a, b);
@@ -146,6 +146,13 @@ static tn_var *grow(tn_var *W) {
     case 35: { tn_var *s = tn_sigmoid(a), *e = tn_exp(a);
                if (pick(2)) return tn_mul(tn_mul(tn_sub(tn_div(b, s), tn_div(a, tn_sub(K(a, 1), s))), s), tn_sub(K(a, 1), s));
                return tn_mul(tn_div(b, tn_add(e, K(a, 1))), e); }
+    /* activations, fused with their neighbours (alphas as literals) */
+    case 36: return tn_add(tn_leaky_relu(a, K(a, 0.125)), tn_mul(tn_gelu(b), pick(2) ? tn_silu(a) : tn_mish(b)));
+    case 37: switch (pick(5)) { case 0: return tn_elu(tn_sub(a, b), K(a, 1.5));
+                                case 1: return tn_mul(tn_selu(a), tn_softsign(b));
+                                case 2: return tn_sub(tn_hard_sigmoid(a), tn_gelu_tanh(b));
+                                case 3: return tn_leaky_relu(a, tn_sigmoid(b));
+                                default: return tn_mish(tn_add(a, lit(a))); }
     default: if (tn_var_ndim(a) == 2) { int ax = 1; return tn_max(tn_mul(tn_exp(tn_tanh(a)), b), &ax, 1, true); } return tn_sin(a);
     }
 }
