@@ -540,9 +540,30 @@ typedef struct tn_device_ops {
     void *(*pinned_alloc)(int device, size_t bytes);
     void (*pinned_free)(int device, void *p, size_t bytes);
     /* HostFromGpu's kernel: in (device) copied into the contiguous host array
-       out, ordered after the work queued on in, then waited for (NULL: copy). */
+       out, ordered after the work queued on in, then waited for (NULL: copy).
+       Inside a call's fence scope (tn__fence_open) a copy into page-locked
+       memory may stay queued until the fence below. */
     tn_result (*d2h)(const tn_var *node, const tn_array *in, tn_array *out);
+    /* Host memory page-locked in place for direct copies, while `device`'s
+       context is current (true: done, *pinned_elsewhere: it already was,
+       by its owner, so it is not unregistered), and unregistered (NULL: none). */
+    bool (*host_register)(int device, void *p, size_t bytes, bool *pinned_elsewhere);
+    void (*host_unregister)(int device, void *p);
+    /* Waits for this thread's queued copies that read or write host memory. */
+    tn_result (*fence)(void);
 } tn_device_ops;
+/* Whether bytes [p, p + n) of host buffer b are reached by DMA without
+   staging: page-locked by the back end (tn_device_ops.pinned_alloc), by
+   their owner, or registered here the second time a copy to a device reads
+   the buffer (then unregistered when it is freed). The whole buffer is
+   registered; a tn_array_wrap of the caller's memory, whose extent is
+   unknown, registers the bytes the copy reads. Ranges under 64 KiB or over
+   1 GiB stage (a memcpy is cheaper than registering the first; the second
+   would lock too much memory). */
+TN_API bool tn__buffer_host_direct(tn_buffer *b, int device, const void *p, size_t n);
+/* Open while a call runs its steps: copies that touch host
+   memory may stay queued until the call's fence (tn_device_ops.fence). */
+TN_API bool tn__fence_open(void);
 TN_API void tn__set_device_ops(const tn_device_ops *ops);
 TN_API const tn_device_ops *tn__get_device_ops(void);
 TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int device); /* contiguous, uninitialised, on any device */
@@ -1499,6 +1520,14 @@ struct tn_buffer {
        memory or tn_device_ops memory */
     void (*free_fn)(int device, void *raw, size_t bytes);
     int free_device;
+    /* Host memory and the back end's DMA (tn__buffer_host_direct; __atomic
+       builtins): pin is 0 not yet, 1 registered by us on pin_device, 2 being
+       registered, 3 page-locked by its owner, -1 refused; h2d counts the
+       copies to a device that read it before it was registered; the range
+       registered is [pin_ptr, pin_ptr + pin_bytes). */
+    int pin, pin_device, h2d;
+    char *pin_ptr;
+    size_t pin_bytes;
 };
 
 TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__lib.device_ops = ops; }
@@ -1542,8 +1571,34 @@ TN_API void tn__buffer_retain(tn_buffer *b) {
     if (b) __atomic_fetch_add(&b->refcount, 1, __ATOMIC_RELAXED);
 }
 
+#define TN__PIN_MIN ((size_t)64 << 10)
+#define TN__PIN_MAX ((size_t)1 << 30)
+
+TN_API bool tn__buffer_host_direct(tn_buffer *b, int device, const void *p, size_t n) {
+    const tn_device_ops *ops = tn__lib.device_ops;
+    if (!b || b->device != TN_HOST || !p) return false;
+    if (b->free_fn) return true;                       /* the back end's pinned memory */
+    int st = __atomic_load_n(&b->pin, __ATOMIC_ACQUIRE);
+    if (st != 0) return (st == 1 || st == 3) && (const char *)p >= b->pin_ptr && n <= b->pin_bytes &&
+                        (size_t)((const char *)p - b->pin_ptr) <= b->pin_bytes - n;
+    char *lo = b->bytes ? (char *)b->data : (char *)p;
+    size_t len = b->bytes ? b->bytes : n;
+    if (!ops || !ops->host_register || len < TN__PIN_MIN || len > TN__PIN_MAX) return false;
+    if (__atomic_fetch_add(&b->h2d, 1, __ATOMIC_RELAXED) < 1) return false;   /* the first copy stages */
+    int zero = 0;
+    if (!__atomic_compare_exchange_n(&b->pin, &zero, 2, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) return false;
+    bool elsewhere = false, ok = ops->host_register(device, lo, len, &elsewhere);
+    b->pin_device = device;
+    b->pin_ptr = lo;
+    b->pin_bytes = len;
+    __atomic_store_n(&b->pin, ok ? (elsewhere ? 3 : 1) : -1, __ATOMIC_RELEASE);
+    return ok;
+}
+
 TN_API void tn__buffer_release(tn_buffer *b) {
     if (!b || __atomic_sub_fetch(&b->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+    if (__atomic_load_n(&b->pin, __ATOMIC_ACQUIRE) == 1 && tn__lib.device_ops && tn__lib.device_ops->host_unregister)
+        tn__lib.device_ops->host_unregister(b->pin_device, b->pin_ptr);
     if (b->owns) {
         if (b->free_fn) b->free_fn(b->free_device, b->raw, b->bytes);
         else if (b->device == TN_HOST) tn__free(b->raw);
@@ -8165,6 +8220,21 @@ static bool tn__shapes_changed(tn_func *f) {
     return changed;
 }
 
+/* The fence scope (tn__fence_open): while a call runs its steps, a copy
+   that touches host memory (a device output into page-locked memory, an
+   input read by DMA from the caller's buffer) may stay queued. The fence
+   waits for them: before a host step reads host memory, and before the call
+   returns, so the caller's memory is not touched after tn_call and one wait
+   covers every output. (The profiler times device and transfer steps with
+   events, so it needs no wait either.) */
+static _Thread_local int tn__fence_depth;
+TN_API bool tn__fence_open(void) { return tn__fence_depth > 0; }
+
+static tn_result tn__fence(void) {
+    const tn_device_ops *ops = tn__lib.device_ops;
+    return ops && ops->fence ? ops->fence() : TN_OK;
+}
+
 /* How tn__steps runs: every step, or (the >>replay section's probe)
    only the views, noting each kernel's operands instead of launching it. */
 enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
@@ -8197,6 +8267,12 @@ static tn_result tn__steps(tn_func *f, int how) {
         }
         tn_var *v = st->node;
         if (how == TN__STEPS_PROBE) { tn__replay_note(f, st, in, out); if (!st->view) continue; }
+        /* a host step reads host memory a queued copy may still write (a
+           transfer's input is on its device, or its copy waits by itself) */
+        if (!st->brow && !st->view && tn__fence_depth && !(st->def->kind == TN_OPK_TRANSFER && in[0]->device != TN_HOST)) {
+            tn_result r = tn__fence();
+            if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
+        }
         double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
         tn_result r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
                     : st->brow ? st->brow->run(v, st->bstate, in, out)
@@ -8215,8 +8291,15 @@ static tn_result tn__steps(tn_func *f, int how) {
 }
 
 /* Every step, once; through a captured CUDA graph where f has one (the
-   >>replay section). */
-static tn_result tn__run_steps(tn_func *f) { return tn__replay_run(f); }
+   >>replay section); then the fence. */
+static tn_result tn__run_steps(tn_func *f) {
+    tn__fence_depth++;
+    tn_result r = tn__replay_run(f);
+    tn__fence_depth--;
+    tn_result rf = tn__fence();           /* after a failure too: nothing stays queued on the caller's memory */
+    if (r == TN_OK && rf != TN_OK) r = tn__err(rf, "%s: %s", f->name, tn_last_error());
+    return r;
+}
 
 /* The shared value can take the update's buffer, and give its own buffer
    (big enough for the plan) to the function in exchange. */

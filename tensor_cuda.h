@@ -198,6 +198,8 @@ enum {
     TN__CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
     TN__CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
     TN__CU_MEMHOSTALLOC_PORTABLE = 1,
+    TN__CU_MEMHOSTREGISTER_PORTABLE = 1,
+    TN__CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
     TN__CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     TN__CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
@@ -260,7 +262,10 @@ enum {
     X(cuCtxEnablePeerAccess, tn__CUresult, (tn__CUcontext peer, unsigned int flags), 0) \
     X(cuMemcpyPeerAsync, tn__CUresult, (tn__CUdeviceptr dst, tn__CUcontext dst_ctx, tn__CUdeviceptr src, \
         tn__CUcontext src_ctx, size_t bytes, tn__CUstream stream), 0) \
-    X(cuMemHostAlloc, tn__CUresult, (void **pp, size_t bytes, unsigned int flags), 0)
+    X(cuMemHostAlloc, tn__CUresult, (void **pp, size_t bytes, unsigned int flags), 0) \
+    X(cuMemHostRegister_v2, tn__CUresult, (void *p, size_t bytes, unsigned int flags), 0) \
+    X(cuMemHostUnregister, tn__CUresult, (void *p), 0) \
+    X(cuMemHostGetFlags, tn__CUresult, (unsigned int *flags, void *p), 0)
 
 typedef unsigned int tn__nvrtcResult;
 typedef struct _nvrtcProgram *tn__nvrtcProgram;
@@ -3452,6 +3457,71 @@ static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *
     return TN_OK;
 }
 
+/* The fence (tn_device_ops.fence): streams of this thread with a queued copy
+   that reads or writes host memory, waited for at the call's fence. */
+#define TN__CUDA_FENCE_MAX 8
+static _Thread_local struct { tn__CUstream s[TN__CUDA_FENCE_MAX]; int dev[TN__CUDA_FENCE_MAX], n; } tn__cuda_fenceq;
+
+static tn_result tn__cuda_fence(void) {
+    tn_result r = TN_OK;
+    for (int i = 0; i < tn__cuda_fenceq.n; i++) {
+        tn__cuda_dev *D;
+        tn_result ri = tn__cuda_enter(tn__cuda_fenceq.dev[i], &D, "tn_call: waiting for its copies");
+        tn__CUresult cr = ri == TN_OK ? tn__cuda.cu.cuStreamSynchronize(tn__cuda_fenceq.s[i]) : TN__CUDA_SUCCESS;
+        if (ri == TN_OK && cr != TN__CUDA_SUCCESS) {
+            char eb[160];
+            ri = tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE,
+                         "tn_call: waiting for copies between host and cuda%d failed (a kernel before them may have failed: "
+                         "launch_blocking=1 names it): %s", tn__cuda_fenceq.dev[i], tn__cu_errstr(cr, eb, sizeof eb));
+        }
+        if (r == TN_OK) r = ri;
+    }
+    tn__cuda_fenceq.n = 0;
+    return r;
+}
+
+/* A copy touching host memory was queued on D's stream s: the fence waits
+   for it (at once when the queue is full). */
+static tn_result tn__cuda_fence_note(tn__cuda_dev *D, tn__CUstream s, const char *who) {
+    for (int i = 0; i < tn__cuda_fenceq.n; i++)
+        if (tn__cuda_fenceq.s[i] == s) return TN_OK;
+    if (tn__cuda_fenceq.n == TN__CUDA_FENCE_MAX) {
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(s), who);
+        return TN_OK;
+    }
+    tn__cuda_fenceq.s[tn__cuda_fenceq.n] = s;
+    tn__cuda_fenceq.dev[tn__cuda_fenceq.n++] = D->ordinal;
+    return TN_OK;
+}
+
+/* tn_device_ops.host_register: page-locks [p, p + n) for every context.
+   Memory its owner already page-locked (cudaHostAlloc, cudaHostRegister)
+   is used as it is and left to them. */
+static bool tn__cuda_host_register(int device, void *p, size_t n, bool *elsewhere) {
+    tn__cuda_dev *D;
+    *elsewhere = false;
+    if (!tn__cuda.cu.cuMemHostRegister_v2 || !tn__cuda.cu.cuMemHostUnregister || tn__cuda_enter(device, &D, "tn_call") != TN_OK) {
+        tn_clear_error();
+        return false;
+    }
+    tn__CUresult cr = tn__cuda.cu.cuMemHostRegister_v2(p, n, TN__CU_MEMHOSTREGISTER_PORTABLE);
+    if (cr == TN__CUDA_SUCCESS) return true;
+    unsigned flags = 0;
+    if (cr == TN__CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED && tn__cuda.cu.cuMemHostGetFlags &&
+        tn__cuda.cu.cuMemHostGetFlags(&flags, p) == TN__CUDA_SUCCESS &&
+        tn__cuda.cu.cuMemHostGetFlags(&flags, (char *)p + n - 1) == TN__CUDA_SUCCESS)
+        return *elsewhere = true;
+    return false;                 /* it stages, as before; nothing to report */
+}
+
+static void tn__cuda_host_unregister(int device, void *p) {
+    tn__cuda_dev *D;
+    if (tn__cuda_enter(device, &D, "tn_array_free") != TN_OK) { tn_clear_error(); return; }
+    tn__CUresult cr = tn__cuda.cu.cuMemHostUnregister(p);
+    TN_ASSERT(cr == TN__CUDA_SUCCESS && "cuMemHostUnregister of a buffer this library registered");
+    (void)cr;
+}
+
 static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who) {
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(out->device, &D, who);
@@ -3463,6 +3533,13 @@ static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn
     }
     size_t n = tn_array_nbytes(out);
     if (n == 0) return TN_OK;
+    if (tn__fence_open() && in->dtype == out->dtype && tn_array_is_contiguous(in) && tn_array_size(in) == tn_array_size(out) &&
+        tn__buffer_host_direct(in->base, D->ordinal, in->data, n)) {
+        /* one DMA from the caller's page-locked memory; the call's fence waits for it */
+        TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)out->data, in->data, n, tn__cuda_stream(D)), who);
+        if ((r = tn__cuda_fence_note(D, tn__cuda_stream(D), who)) != TN_OK) return r;
+        return tn__cuda_sync_if_blocking(D, who);
+    }
     if (st->ev_live) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(st->ev), who);   /* the last copy out of pin is done */
     st->ev_live = false;
     r = tn__cuda_pinned(&st->pin, &st->cap, n, who);
@@ -3495,9 +3572,11 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
     }
     tn__CUresult cr = TN__CUDA_SUCCESS;
     if (out->base && out->base->free_fn == tn__cuda_host_free) {
-        /* pinned (a function's output or plan buffer): one DMA straight into it */
+        /* pinned (a function's output or plan buffer): one DMA straight into
+           it, waited for here or at the call's fence */
         cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(out->data, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream(D));
-        if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D));
+        if (cr == TN__CUDA_SUCCESS && tn__fence_open()) r = tn__cuda_fence_note(D, tn__cuda_stream(D), who);
+        else if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D));
     } else {
         /* pageable: through the device's pinned stage (faster than the driver's own staging) */
         pthread_mutex_lock(&D->stage.mu);
@@ -4716,7 +4795,8 @@ static const tn_backend tn__cuda_backend = {
 };
 
 static const tn_device_ops tn__cuda_device_ops = {
-    tn__cuda_alloc, tn__cuda_free, tn__cuda_copy, tn__cuda_host_alloc, tn__cuda_host_free, tn__cuda_d2h
+    tn__cuda_alloc, tn__cuda_free, tn__cuda_copy, tn__cuda_host_alloc, tn__cuda_host_free, tn__cuda_d2h,
+    tn__cuda_host_register, tn__cuda_host_unregister, tn__cuda_fence
 };
 
 static void tn__cuda_register_backend(void) {

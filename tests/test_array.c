@@ -383,7 +383,7 @@ static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t n)
 }
 
 TEST(test_device_arrays) {
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL };
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
     tn__set_device_ops(&ops);
     int64_t sh[] = {5, 6};
     tn_array *h = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 11);
@@ -402,6 +402,71 @@ TEST(test_device_arrays) {
     tn_array_snprint(d, b2, sizeof b2);
     CHECK(!strcmp(b1, b2), "print of a device array");
     tn_array_free(h); tn_array_free(d); tn_array_free(dt); tn_array_free(back);
+    tn__set_device_ops(NULL);
+}
+
+/* Host buffers and the back end's DMA (tn__buffer_host_direct): a range of
+   64 KiB .. 1 GiB is registered the second time a copy reads its buffer
+   (the first stages), once, for the whole buffer (a wrap: the range read),
+   and unregistered when the last view is freed; smaller ranges, refused
+   registrations and memory already page-locked by its owner as the back
+   end reports it. */
+static int fake_regs, fake_unregs, fake_refuse, fake_elsewhere;
+static void *fake_reg_p;
+static size_t fake_reg_n;
+static bool fake_register(int device, void *p, size_t n, bool *elsewhere) {
+    (void)device;
+    fake_regs++;
+    fake_reg_p = p; fake_reg_n = n;
+    *elsewhere = fake_elsewhere;
+    return !fake_refuse;
+}
+static void fake_unregister(int device, void *p) { (void)device; CHECK(p == fake_reg_p, "unregisters what it registered"); fake_unregs++; }
+
+TEST(test_host_register) {
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, fake_register, fake_unregister, NULL };
+    tn__set_device_ops(&ops);
+    int64_t big[] = { 256, 128 }, tiny[] = { 16, 16 };     /* 128 KiB and 1 KiB of float32 */
+    tn_array *a = tn_array_zeros(TN_F32, 2, big), *t = tn_array_zeros(TN_F32, 2, tiny);
+    size_t na = tn_array_nbytes(a);
+    fake_regs = fake_unregs = 0;
+    CHECK(!tn__buffer_host_direct(a->base, 0, a->data, na) && fake_regs == 0, "the first copy stages");
+    CHECK(tn__buffer_host_direct(a->base, 0, a->data, na) && fake_regs == 1, "the second registers");
+    CHECK(fake_reg_p == a->data && fake_reg_n >= na, "the whole buffer: %p %zu", fake_reg_p, fake_reg_n);
+    tn_array *v = tn_array_slice(a, 0, 100, 200, 1);
+    CHECK(tn__buffer_host_direct(v->base, 0, v->data, tn_array_nbytes(v)) && fake_regs == 1, "a view of it: direct, no new registration");
+    CHECK(!tn__buffer_host_direct(a->base, 0, (char *)a->data + 64, na), "a range past the registered one stages");
+    CHECK(!tn__buffer_host_direct(t->base, 0, t->data, tn_array_nbytes(t)) && !tn__buffer_host_direct(t->base, 0, t->data, tn_array_nbytes(t)) &&
+          fake_regs == 1, "1 KiB: never registered");
+    CHECK(!tn__buffer_host_direct(NULL, 0, a->data, na), "no buffer");
+    tn_array_free(a);
+    CHECK(fake_unregs == 0, "a view still holds the buffer");
+    tn_array_free(v);
+    CHECK(fake_unregs == 1, "the last view freed: unregistered (%d)", fake_unregs);
+    /* a wrap: the range read is registered */
+    float *mem = (float *)calloc(70000, sizeof(float));
+    tn_array *w = tn_array_wrap(TN_F32, 1, (int64_t[]){ 70000 }, NULL, mem);
+    tn_array *wv = tn_array_slice(w, 0, 1000, 70000, 1);
+    size_t nwv = tn_array_nbytes(wv);
+    CHECK(!tn__buffer_host_direct(wv->base, 0, wv->data, nwv) && tn__buffer_host_direct(wv->base, 0, wv->data, nwv), "wrap: second copy");
+    CHECK(fake_reg_p == (void *)(mem + 1000) && fake_reg_n == nwv, "wrap: the bytes read are registered");
+    CHECK(!tn__buffer_host_direct(w->base, 0, w->data, tn_array_nbytes(w)), "wrap: bytes outside the registered range stage");
+    tn_array_free(wv); tn_array_free(w);
+    CHECK(fake_unregs == 2, "wrap freed: unregistered");
+    /* refused: stages for good, never unregistered; page-locked by its owner: direct, never unregistered */
+    for (int k = 0; k < 2; k++) {
+        fake_refuse = k == 0; fake_elsewhere = k == 1;
+        tn_array *b = tn_array_zeros(TN_F32, 2, big);
+        bool d1 = tn__buffer_host_direct(b->base, 0, b->data, na), d2 = tn__buffer_host_direct(b->base, 0, b->data, na),
+             d3 = tn__buffer_host_direct(b->base, 0, b->data, na);
+        CHECK(!d1 && d2 == (k == 1) && d3 == (k == 1), "%s: %d %d %d", k ? "owner's" : "refused", d1, d2, d3);
+        int before = fake_unregs;
+        tn_array_free(b);
+        CHECK(fake_unregs == before, "%s: not unregistered", k ? "owner's" : "refused");
+    }
+    fake_refuse = fake_elsewhere = 0;
+    free(mem);
+    tn_array_free(t);
     tn__set_device_ops(NULL);
 }
 
@@ -434,6 +499,7 @@ int main(void) {
     TH_RUN(test_stale);
     TH_RUN(test_errors);
     TH_RUN(test_device_arrays);
+    TH_RUN(test_host_register);
     TH_RUN(test_large_parallel);
     TH_END();
 }

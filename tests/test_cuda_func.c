@@ -611,6 +611,94 @@ out:
     free(x64); free(ref);
 }
 
+/* Inputs passed each call reach the device by one DMA from the caller's
+   buffer once it is page-locked (registered at its second copy, unregistered
+   when freed), and outputs come back with one wait: the caller's array is
+   changed in place between calls and each result follows it; an owned
+   array, a view of a larger one and a tn_array_wrap of malloc'd memory;
+   under 64 KiB it stages. Freed, the memory is no longer page-locked. */
+static bool host_locked(void *p) {      /* asked only where it should be (a failed driver call is an error to the sanitizer) */
+    unsigned fl = 0;
+    return tn__cuda.cu.cuMemHostGetFlags && tn__cuda.cu.cuMemHostGetFlags(&fl, p) == TN__CUDA_SUCCESS;
+}
+static bool host_unlocked(void *p, size_t n) {   /* registering it succeeds: nobody had it page-locked */
+    if (tn__cuda.cu.cuMemHostRegister_v2(p, n, 0) != TN__CUDA_SUCCESS) return false;
+    return tn__cuda.cu.cuMemHostUnregister(p) == TN__CUDA_SUCCESS;
+}
+
+TEST(test_passed_inputs_registered) {
+    enum { R = 300, C = 200 };        /* 234 KiB of float32 */
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_input(g, "x", TN_F32, 2, (int64_t[]){ -1, C }, NULL), *v = tn_input(g, "v", TN_F32, 1, (int64_t[]){ C }, NULL);
+    int ax = 1;
+    tn_var *outs[2] = { tn_sum(tn_mul(tn_exp(tn_mul(x, tn_lit(x, 0.25))), v), &ax, 1, false), tn_mul(x, tn_lit(x, 2)) };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, v }, .n_outputs = 2, .outputs = outs, .name = "passed" });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    tn_array *big = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 2 * R, C }, -2, 2, 5);
+    tn_array *own = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ R, C }, -2, 2, 6);
+    tn_array *view = tn_array_slice(big, 0, R / 2, R / 2 + R, 1);
+    float *mem = (float *)malloc((size_t)R * C * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)R * C; i++) mem[i] = (float)sin(0.37 * (double)i);
+    tn_array *wrap = tn_array_wrap(TN_F32, 2, (int64_t[]){ R, C }, NULL, mem);
+    tn_array *small = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 8, C }, -2, 2, 7);
+    tn_array *vv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ C }, -1, 1, 8);
+    tn_array *xs[4] = { own, view, wrap, small };
+    const char *names[4] = { "owned", "view", "wrap", "small" };
+    CHECK(f && view && wrap && big && own && small && vv, "setup: %s", tn_last_error());
+    for (int w = 0; f && w < 4; w++) {
+        tn_array *X = xs[w];
+        int64_t rows = X->shape[0];
+        for (int call = 0; call < 4; call++) {
+            /* the caller writes new values in place before each call */
+            for (int64_t i = 0; i < rows; i++)
+                for (int j = 0; j < C; j++) {
+                    float *e = (float *)((char *)X->data + i * X->strides[0] + j * X->strides[1]);
+                    *e = (float)cos(0.011 * (double)(i * C + j) + 0.7 * call + w);
+                }
+            tn_array *o[2] = { NULL, NULL };
+            tn_result r = tn_call(f, (tn_array *[]){ X, vv }, o);
+            CHECK(r == TN_OK, "%s call %d: %s", names[w], call, tn_last_error());
+            if (r != TN_OK) break;
+            double e0 = 0, e1 = 0;
+            const float *V = (const float *)vv->data, *O0 = (const float *)o[0]->data, *O1 = (const float *)o[1]->data;
+            for (int64_t i = 0; i < rows; i++) {
+                double acc = 0;
+                for (int j = 0; j < C; j++) {
+                    double xe = (double)*(const float *)((const char *)X->data + i * X->strides[0] + j * X->strides[1]);
+                    acc += exp(xe / 4) * V[j];
+                    e1 = fmax(e1, fabs(O1[i * C + j] - 2 * xe));
+                }
+                e0 = fmax(e0, fabs(O0[i] - acc) / fmax(1, fabs(acc)));
+            }
+            CHECK(e0 < 1e-5 && e1 == 0, "%s call %d: errors %g %g (the result follows the caller's new values)", names[w], call, e0, e1);
+            CHECK(o[0]->device == TN_HOST && o[1]->device == TN_HOST, "%s: host outputs", names[w]);
+            tn_array_free(o[0]); tn_array_free(o[1]);
+        }
+        char *p = w == 2 ? (char *)mem : (char *)X->base->data;
+        if (w != 3) CHECK(X->base->pin == 1 && host_locked(p), "%s: page-locked after 4 calls (state %d)", names[w], X->base->pin);
+        else CHECK(X->base->pin == 0 && host_unlocked(X->data, tn_array_nbytes(X)), "small: staged, not page-locked");
+    }
+    /* freed: unregistered; malloc'd memory at the same place registers again */
+    tn_array_free(wrap);
+    CHECK(host_unlocked(mem, (size_t)R * C * sizeof(float)), "the wrap freed, its memory is no longer page-locked");
+    wrap = tn_array_wrap(TN_F32, 2, (int64_t[]){ R, C }, NULL, mem);
+    for (int call = 0; f && call < 3; call++) {
+        tn_array *o[2] = { NULL, NULL };
+        CHECK(tn_call(f, (tn_array *[]){ wrap, vv }, o) == TN_OK, "wrap again, call %d: %s", call, tn_last_error());
+        CHECK(o[1] && ((const float *)o[1]->data)[7] == 2 * mem[7], "wrap again: output follows the memory");
+        tn_array_free(o[0]); tn_array_free(o[1]);
+    }
+    CHECK(wrap->base->pin == 1 && host_locked(mem), "a new wrap of the memory registers again");
+    tn_array_free(wrap);
+    tn_array_free(view);
+    CHECK(big->base->pin == 1 && host_locked(big->base->data), "a view freed: the buffer is still alive and page-locked");
+    tn_array_free(big);
+    tn_array_free(own); tn_array_free(small); tn_array_free(vv);
+    free(mem);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* Update targets computed on the device live there: y <- exp(x) and the
    all-shared lin <- m.x + b (Gemm: b copied into the destination, beta = 1)
    run with no transfer, swap device buffers, and get_value reads them back. */
@@ -1285,6 +1373,7 @@ int main(void) {
     TH_RUN(test_graph_replay);
     TH_RUN(test_streams_per_function);
     TH_RUN(test_fresh_outputs_on_device_and_pinned);
+    TH_RUN(test_passed_inputs_registered);
     TH_RUN(test_update_targets_on_device);
     TH_RUN(test_threads_on_gpu);
     TH_RUN(test_products_on_two_streams);

@@ -325,7 +325,7 @@ static void fake_func_free(void *s) { free(s); }
 
 static void use_two_fake_devices(void) {
     static tn_backend be;
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL };
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     tn__cuda.device_count = 2;

@@ -100,7 +100,7 @@ static void fake_func_free(void *s) { if (s) streams_live--; free(s); }
 
 static void use_fake_device(void) {
     static tn_backend be;
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL };
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;

@@ -223,7 +223,7 @@ static tn_func *events_fn(tn_graph *g, tn_var **x) {
 
 TEST(test_profile_events) {
     static tn_backend be;
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL };
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
     const tn_backend *saved_be = tn__get_backend();
     const tn_device_ops *saved_ops = tn__get_device_ops();
     tn__cuda.state = 1;
