@@ -561,6 +561,9 @@ typedef struct tn_device_ops {
    1 GiB stage (a memcpy is cheaper than registering the first; the second
    would lock too much memory). */
 TN_API bool tn__buffer_host_direct(tn_buffer *b, int device, const void *p, size_t n);
+TN_API bool tn__buffer_host_ready(const tn_buffer *b, const void *p, size_t n);   /* the same, registering nothing */
+#define TN__PIN_MIN ((size_t)64 << 10)
+#define TN__PIN_MAX ((size_t)1 << 30)
 /* Open while a call runs its steps: copies that touch host
    memory may stay queued until the call's fence (tn_device_ops.fence). */
 TN_API bool tn__fence_open(void);
@@ -581,6 +584,12 @@ typedef struct tn_backend_op {
     tn_result (*run)(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out);
     /* Frees what prepare made (NULL: nothing to free). */
     void (*release)(void *state);
+    /* Host work a captured graph cannot hold (NULL: none), done before each
+       call that may replay one (the >>replay section's probe): e.g. packing
+       a host input into the node's staging buffer. *key goes into the
+       replay signature in place of the step's input pointers (what the
+       graph's copy reads); 0: the step cannot be replayed this call. */
+    tn_result (*stage)(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out, uint64_t *key);
 } tn_backend_op;
 
 /* What the compiler tells the placement and fusion passes about the function
@@ -1571,16 +1580,19 @@ TN_API void tn__buffer_retain(tn_buffer *b) {
     if (b) __atomic_fetch_add(&b->refcount, 1, __ATOMIC_RELAXED);
 }
 
-#define TN__PIN_MIN ((size_t)64 << 10)
-#define TN__PIN_MAX ((size_t)1 << 30)
+TN_API bool tn__buffer_host_ready(const tn_buffer *b, const void *p, size_t n) {
+    if (!b || b->device != TN_HOST || !p) return false;
+    if (b->free_fn) return true;                       /* the back end's pinned memory */
+    int st = __atomic_load_n(&b->pin, __ATOMIC_ACQUIRE);
+    return (st == 1 || st == 3) && (const char *)p >= b->pin_ptr && n <= b->pin_bytes &&
+           (size_t)((const char *)p - b->pin_ptr) <= b->pin_bytes - n;
+}
 
 TN_API bool tn__buffer_host_direct(tn_buffer *b, int device, const void *p, size_t n) {
     const tn_device_ops *ops = tn__lib.device_ops;
     if (!b || b->device != TN_HOST || !p) return false;
-    if (b->free_fn) return true;                       /* the back end's pinned memory */
     int st = __atomic_load_n(&b->pin, __ATOMIC_ACQUIRE);
-    if (st != 0) return (st == 1 || st == 3) && (const char *)p >= b->pin_ptr && n <= b->pin_bytes &&
-                        (size_t)((const char *)p - b->pin_ptr) <= b->pin_bytes - n;
+    if (b->free_fn || st != 0) return tn__buffer_host_ready(b, p, n);
     char *lo = b->bytes ? (char *)b->data : (char *)p;
     size_t len = b->bytes ? b->bytes : n;
     if (!ops || !ops->host_register || len < TN__PIN_MIN || len > TN__PIN_MAX) return false;
@@ -8238,7 +8250,7 @@ static tn_result tn__fence(void) {
 /* How tn__steps runs: every step, or (the >>replay section's probe)
    only the views, noting each kernel's operands instead of launching it. */
 enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
-static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
+static tn_result tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
 
 static tn_result tn__steps(tn_func *f, int how) {
     for (int k = 0; k < f->n_steps; k++) {
@@ -8266,7 +8278,11 @@ static tn_result tn__steps(tn_func *f, int how) {
             out[o] = a;
         }
         tn_var *v = st->node;
-        if (how == TN__STEPS_PROBE) { tn__replay_note(f, st, in, out); if (!st->view) continue; }
+        if (how == TN__STEPS_PROBE) {
+            tn_result r = tn__replay_note(f, st, in, out);
+            if (r != TN_OK) return tn__err(r, "%s: staging step %d: %s", f->name, k, tn_last_error());
+            if (!st->view) continue;
+        }
         /* a host step reads host memory a queued copy may still write (a
            transfer's input is on its device, or its copy waits by itself) */
         if (!st->brow && !st->view && tn__fence_depth && !(st->def->kind == TN_OPK_TRANSFER && in[0]->device != TN_HOST)) {
@@ -8459,10 +8475,15 @@ static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **output
    used first out. A signature is captured the second time it is seen (its
    first run compiled the kernels and sized their scratch, so nothing is
    allocated under capture; the back end refuses allocations there).
-   Eligible: every step but the views runs on the device, no transfers (they
-   stage through host memory and wait), at least two kernels, every output
-   produced by a step borrowed (a copied output is a new buffer each call),
-   and none of cuda_graph=0, launch_blocking=1, profiling, mode=check. A
+   Copies between the host and the device are graph nodes too: a passed
+   input is read by DMA from the caller's page-locked buffer (its address
+   in the signature) or packed before the launch into the node's pinned
+   staging buffer (tn_backend_op.stage), an output lands in pinned memory
+   (a fresh output keeps its address while the caller frees the last one),
+   and the call's fence waits for the graph. Eligible: every step but the
+   views runs on the device or copies between it and the host, at least
+   two kernels, and none of cuda_graph=0, launch_blocking=1, profiling,
+   mode=check. A
    capture that fails (an op that synchronises or allocates) turns graphs off
    for that function for good, silently (tn__replay_stats says why); that
    call runs its kernels plainly. */
@@ -8482,7 +8503,7 @@ typedef struct tn__replay_cache {
     tn__replay_entry e[TN__REPLAY_SLOTS];
     uint64_t *sig;                 /* this call's signature (the probe's) */
     size_t n_sig, cap_sig;
-    uint64_t tick;
+    uint64_t tick, nonce;          /* nonce: one-of-a-kind signature values (tn__replay_note) */
     int state;                     /* TN__REPLAY_*: eligibility, decided at the first call after a plan */
     int misses;
     bool sig_overflow;
@@ -8536,10 +8557,16 @@ static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
             return false;
         }
         if (v->device != TN_HOST) dev = v->device;
-        if (tn__op_kind(v->op) == TN_OPK_TRANSFER || v->device == TN_HOST || v->op == TN_OP_SCAN) {
+        /* copies between the host and this device are graph nodes (a copy to
+           the host: where the back end queues it, tn_device_ops.d2h); a move
+           between devices is not */
+        const tn_device_ops *ops = tn__lib.device_ops;
+        bool host_copy = tn__op_kind(v->op) == TN_OPK_TRANSFER && (v->device == TN_HOST) != (v->in[0]->device == TN_HOST) &&
+                         (v->device != TN_HOST || (ops && ops->d2h));
+        if ((tn__op_kind(v->op) == TN_OPK_TRANSFER && !host_copy) || (v->device == TN_HOST && !host_copy) || v->op == TN_OP_SCAN) {
             tn__node_label(v, lb, sizeof lb);
             snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
-                     tn__op_kind(v->op) == TN_OPK_TRANSFER ? "copies through host memory"
+                     tn__op_kind(v->op) == TN_OPK_TRANSFER ? (v->device == TN_HOST ? "copies to the host without the back end" : "copies between devices")
                      : v->op == TN_OP_SCAN ? "walks its steps from the host (its step function may replay graphs)"
                      : "runs on the host");
             return false;
@@ -8547,11 +8574,6 @@ static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
         kernels++;
     }
     if (kernels < 2) { snprintf(why, cap, "%d device kernel%s: a graph saves nothing", kernels, kernels == 1 ? "" : "s"); return false; }
-    for (int i = 0; i < f->n_outputs; i++)
-        if (!f->out_borrow[i] && f->slots[f->out_slot[i]].kind == TN__SLOT_INTERNAL) {
-            snprintf(why, cap, "output %d is copied for the caller each call (borrow it to replay graphs)", i);
-            return false;
-        }
     return true;
 }
 
@@ -8567,16 +8589,28 @@ static tn__replay_cache *tn__replay_cache_get(tn_func *f) {
     return f->rcache = gc;
 }
 
-/* The probe: one kernel's operands into the signature. */
-static void tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+/* The probe: one kernel's operands into the signature. A step with host
+   work a graph cannot hold does it now (tn_backend_op.stage) and keys on
+   what its copy reads; a copy to the host lands in the back end's pinned
+   memory or is not replayed; a step that cannot be replayed this call
+   makes the signature one of a kind (it matches nothing). */
+static tn_result tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
     tn__replay_cache *gc = f->rcache;
-    if (st->view) return;
+    if (st->view) return TN_OK;
+    uint64_t key = 1;
+    if (st->brow && st->brow->stage) {
+        tn_result r = st->brow->stage(st->node, st->bstate, in, out, &key);
+        if (r != TN_OK) return r;
+    } else if (!st->brow && st->def->kind == TN_OPK_TRANSFER && !(out[0]->base && out[0]->base->free_fn))
+        key = 0;
     for (int i = 0; i < st->n_in + st->n_out; i++) {
         const tn_array *a = i < st->n_in ? in[i] : out[i - st->n_in];
-        if (gc->n_sig + 1 + (size_t)a->ndim > gc->cap_sig) { gc->sig_overflow = true; return; }
-        gc->sig[gc->n_sig++] = (uint64_t)(uintptr_t)a->data;
+        if (gc->n_sig + 1 + (size_t)a->ndim > gc->cap_sig) { gc->sig_overflow = true; return TN_OK; }
+        gc->sig[gc->n_sig++] = key == 0 ? (1ull << 63) | ++gc->nonce
+                             : st->brow && st->brow->stage && i < st->n_in ? key : (uint64_t)(uintptr_t)a->data;
         for (int d = 0; d < a->ndim; d++) gc->sig[gc->n_sig++] = (uint64_t)a->strides[d];
     }
+    return TN_OK;
 }
 
 static tn__replay_entry *tn__replay_find(tn__replay_cache *gc) {

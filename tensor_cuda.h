@@ -3420,6 +3420,8 @@ static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_arr
     return r;
 }
 
+static const char *tn__cuda_who(const tn_var *node, char *who, size_t cap);   /* >>cuda_backend */
+
 /* >>cuda_transfer: host <-> device ----------------------------------------------- */
 /* Host to device: the host array is packed into a pinned staging buffer
    (reused call after call; an event says when the previous copy from it is
@@ -3480,9 +3482,13 @@ static tn_result tn__cuda_fence(void) {
     return r;
 }
 
+static _Thread_local bool tn__cuda_capture_host;   /* the graph being captured copies to or from host memory */
+
 /* A copy touching host memory was queued on D's stream s: the fence waits
-   for it (at once when the queue is full). */
+   for it (at once when the queue is full). Under capture, the graph's
+   launches will note it (tn__cuda_replay.host). */
 static tn_result tn__cuda_fence_note(tn__cuda_dev *D, tn__CUstream s, const char *who) {
+    if (tn__cuda_capturing) { tn__cuda_capture_host = true; return TN_OK; }
     for (int i = 0; i < tn__cuda_fenceq.n; i++)
         if (tn__cuda_fenceq.s[i] == s) return TN_OK;
     if (tn__cuda_fenceq.n == TN__CUDA_FENCE_MAX) {
@@ -3522,6 +3528,17 @@ static void tn__cuda_host_unregister(int device, void *p) {
     (void)cr;
 }
 
+/* The host array in packed into st's pinned buffer, once the last copy out of it is done. */
+static tn_result tn__cuda_h2d_pack(tn__cuda_h2d_state *st, const tn_array *in, const tn_array *out, size_t n, const char *who) {
+    if (st->ev_live) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(st->ev), who);
+    st->ev_live = false;
+    tn_result r = tn__cuda_pinned(&st->pin, &st->cap, n, who);
+    if (r != TN_OK) return r;
+    if (tn_array_is_contiguous(in) && tn_array_size(in) == tn_array_size(out)) memcpy(st->pin, in->data, n);
+    else if ((r = tn_array_copy_to(in, out->dtype, st->pin, st->cap)) != TN_OK) return r;   /* packs views, broadcasts */
+    return TN_OK;
+}
+
 static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn_array *out, const char *who) {
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(out->device, &D, who);
@@ -3540,16 +3557,35 @@ static tn_result tn__cuda_h2d_run(tn__cuda_h2d_state *st, const tn_array *in, tn
         if ((r = tn__cuda_fence_note(D, tn__cuda_stream(D), who)) != TN_OK) return r;
         return tn__cuda_sync_if_blocking(D, who);
     }
-    if (st->ev_live) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(st->ev), who);   /* the last copy out of pin is done */
-    st->ev_live = false;
-    r = tn__cuda_pinned(&st->pin, &st->cap, n, who);
-    if (r != TN_OK) return r;
-    if (tn_array_is_contiguous(in) && tn_array_size(in) == tn_array_size(out)) memcpy(st->pin, in->data, n);
-    else if ((r = tn_array_copy_to(in, out->dtype, st->pin, st->cap)) != TN_OK) return r;   /* packs views, broadcasts */
+    if ((r = tn__cuda_h2d_pack(st, in, out, n, who)) != TN_OK) return r;
     TN__CU_CHECK(tn__cuda.cu.cuMemcpyHtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)out->data, st->pin, n, tn__cuda_stream(D)), who);
+    if (tn__cuda_capturing) return tn__cuda_fence_note(D, tn__cuda_stream(D), who);   /* each launch waits at its call's fence */
     TN__CU_CHECK(tn__cuda.cu.cuEventRecord(st->ev, tn__cuda_stream(D)), who);
     st->ev_live = true;
     return tn__cuda_sync_if_blocking(D, who);
+}
+
+/* tn_backend_op.stage of GpuFromHost: before a call that may replay a
+   graph, a host input that stages is packed into the pinned buffer the
+   graph's copy reads (the key), and one read in place by DMA keys on its
+   address; a large one not page-locked yet (its first copies) is not
+   replayed this call. */
+static tn_result tn__cuda_h2d_stage(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out, uint64_t *key) {
+    tn__cuda_h2d_state *st = (tn__cuda_h2d_state *)state;
+    const tn_array *x = in[0], *y = out[0];
+    size_t n = tn_array_nbytes(y);
+    *key = 0;
+    if (x->device != TN_HOST || n == 0) return TN_OK;
+    if (x->dtype == y->dtype && tn_array_is_contiguous(x) && tn_array_size(x) == tn_array_size(y)) {
+        if (tn__buffer_host_ready(x->base, x->data, n)) { *key = (uint64_t)(uintptr_t)x->data; return TN_OK; }
+        if (n >= TN__PIN_MIN) return TN_OK;
+    }
+    char who[128];
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(y->device, &D, tn__cuda_who(node, who, sizeof who));
+    if (r == TN_OK) r = tn__cuda_h2d_pack(st, x, y, n, who);
+    if (r == TN_OK) *key = (uint64_t)(uintptr_t)st->pin;
+    return r;
 }
 
 /* HostFromGpu's kernel (tn_device_ops.d2h: the >>transfer section calls it). */
@@ -3577,6 +3613,8 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
         cr = tn__cuda.cu.cuMemcpyDtoHAsync_v2(out->data, (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream(D));
         if (cr == TN__CUDA_SUCCESS && tn__fence_open()) r = tn__cuda_fence_note(D, tn__cuda_stream(D), who);
         else if (cr == TN__CUDA_SUCCESS) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D));
+    } else if (tn__cuda_capturing) {
+        r = tn__err(TN_ERR_UNSUPPORTED, "%s: a copy into pageable host memory cannot be captured", who);
     } else {
         /* pageable: through the device's pinned stage (faster than the driver's own staging) */
         pthread_mutex_lock(&D->stage.mu);
@@ -3712,7 +3750,11 @@ static tn_result tn__cuda_peer_run(tn__cuda_h2d_state *st, const tn_array *in, t
    products (else it may allocate one inside the capture). An instantiated
    graph remembers its device (tn__cuda_replay). */
 
-typedef struct tn__cuda_replay { tn__cuda_dev *dev; tn__CUgraphExec x; } tn__cuda_replay;
+typedef struct tn__cuda_replay {
+    tn__cuda_dev *dev;
+    tn__CUgraphExec x;
+    bool host;               /* it copies to or from host memory: each launch waits at its call's fence */
+} tn__cuda_replay;
 static _Thread_local tn__cuda_fstream *tn__cuda_capture_fs;   /* the stream being captured */
 
 static tn_result tn__cuda_replay_begin(void) {
@@ -3727,6 +3769,7 @@ static tn_result tn__cuda_replay_begin(void) {
     TN__CU_CHECK(tn__cuda.cu.cuStreamBeginCapture_v2(f->s, TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
                  "beginning a CUDA graph capture");
     tn__cuda_capturing = true;
+    tn__cuda_capture_host = false;
     tn__cuda_capture_fs = f;
     return TN_OK;
 }
@@ -3769,6 +3812,7 @@ static tn_result tn__cuda_replay_end(void **exec) {
     }
     R->dev = f->dev;
     R->x = x;
+    R->host = tn__cuda_capture_host;
     *exec = R;
     return TN_OK;
 }
@@ -3778,7 +3822,7 @@ static tn_result tn__cuda_replay_launch(void *exec) {
     tn_result r = tn__cuda_bind(R->dev);
     if (r != TN_OK) return r;
     TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch(R->x, tn__cuda_stream(R->dev)), "replaying a captured CUDA graph");
-    return TN_OK;
+    return R->host ? tn__cuda_fence_note(R->dev, tn__cuda_stream(R->dev), "replaying a captured CUDA graph") : TN_OK;
 }
 
 /* A graph still running is freed by the driver when it completes. */
@@ -3932,7 +3976,6 @@ static void tn__cuda_shared_free(void *state) {
    one thread busy: a parallel scan would be faster there but would change
    float results (it reassociates the sums). */
 typedef struct tn__cuda_cum_state { tn__CUfunction fn; } tn__cuda_cum_state;
-static const char *tn__cuda_who(const tn_var *node, char *who, size_t cap);   /* >>cuda_backend */
 
 static bool tn__cuda_cum_supports(const tn_var *node) {
     return node->n_in == 1 && node->in[0]->type.ndim >= 1 && tn__cuda_stype(node->in[0]->type.dtype) &&
@@ -4388,18 +4431,18 @@ static tn_result tn__cuda_view_run(const tn_var *node, void *state, tn_array *co
     return tn__op_def(node->op)->cpu(node, in, out);
 }
 
-static const tn_backend_op tn__cuda_row_ew = { tn__cuda_ew_supports, tn__cuda_ew_prepare, tn__cuda_ew_node_run, tn__free };
-static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn__cuda_reduce_node_prepare, tn__cuda_reduce_node_run, tn__cuda_reduce_release };
-static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, NULL };
-static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free };
-static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__cuda_h2d_node_run, tn__cuda_h2d_release };
-static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release };
-static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL };
-static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn__cuda_view_run, NULL };
-static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free };
-static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release };
-static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release };
-static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free };
+static const tn_backend_op tn__cuda_row_ew = { tn__cuda_ew_supports, tn__cuda_ew_prepare, tn__cuda_ew_node_run, tn__free, NULL };
+static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn__cuda_reduce_node_prepare, tn__cuda_reduce_node_run, tn__cuda_reduce_release, NULL };
+static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, NULL, NULL };
+static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free, NULL };
+static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__cuda_h2d_node_run, tn__cuda_h2d_release, tn__cuda_h2d_stage };
+static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release, NULL };
+static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL, NULL };
+static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn__cuda_view_run, NULL, NULL };
+static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free, NULL };
+static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release, NULL };
+static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release, NULL };
+static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL };
 
 #define TN__CUDA_EW_ROW(E, ...) [TN_OP_##E] = &tn__cuda_row_ew,
 static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {

@@ -467,7 +467,11 @@ static void logreg_cases(void) {
             run_func(r, f, (tn_array *[]){ X, Y }, iters);
             if (!r->na[0]) {
                 if (GPU) set_limit(r, "issue 16 (<= 60 us on an H100)", 0, T_ABS, 60e-6);
-                snprintf(r->note, sizeof r->note, "%d ops; x 1.25 MB and y passed, 2 outputs back", f->n_steps);
+                int64_t rep = 0, cap = 0;
+                const char *gwhy = "";
+                tn__replay_stats(f, &rep, &cap, &gwhy);
+                snprintf(r->note, sizeof r->note, "%d ops, data passed; %lld replays, %lld captures%s%.40s", f->n_steps,
+                         (long long)rep, (long long)cap, *gwhy ? ": " : "", gwhy);
             }
         }
         tn_function_free(f);

@@ -14,6 +14,7 @@ static const tn_backend_op *const *fake_table(tn_result (*prepare)(const tn_var 
         rows[op].prepare = prepare;
         rows[op].run = run;
         rows[op].release = NULL;
+        rows[op].stage = NULL;      /* its "graphs" read the host input where it is */
         ops[op] = &rows[op];
     }
     return ops;

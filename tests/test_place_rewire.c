@@ -451,12 +451,11 @@ TEST(test_graph_off_cases) {
     gstep_free(&s);
     tn_init(&cfg);
     use_fake_device();
-    /* a copied output: not eligible, and says why */
+    /* a copied output replays too: the copy for the caller is made after the graph */
     gstep_build(&s, 29, false);
     e = s.f ? gstep_run(&s, 6) : INFINITY;
     tn__replay_stats(s.f, &rep, &cap, &why);
-    CHECK(e < 1e-5 && rep == 0 && cap == 0 && strstr(why, "output 0 is copied"), "copied output: error %g, %lld/%lld (%s)", e,
-          (long long)rep, (long long)cap, why);
+    CHECK(e < 1e-5 && rep >= 1 && cap >= 1, "copied output: error %g, %lld/%lld (%s)", e, (long long)rep, (long long)cap, why);
     gstep_free(&s);
     /* a capture that fails: plain launches for good, correct results, no error left behind */
     fake_fail_capture = 1;
@@ -469,7 +468,8 @@ TEST(test_graph_off_cases) {
     gstep_free(&s);
     fake_fail_capture = 0;
     CHECK(graphs_live == 0, "%d graphs alive", graphs_live);
-    /* an input passed each call crosses through GpuFromHost: not eligible */
+    /* outputs copied back without the back end's queued copy (the stand-in has
+       no tn_device_ops.d2h): not eligible, and says which step */
     chk c;
     chk_build(&c, TN_MODE_FAST_RUN);
     tn_array *in[2] = { c.xv, c.yv }, *r[3] = { 0 };
@@ -478,7 +478,7 @@ TEST(test_graph_off_cases) {
         for (int i = 0; i < 3; i++) tn_array_free(r[i]);
     }
     tn__replay_stats(c.f, &rep, &cap, &why);
-    CHECK(rep == 0 && strstr(why, "GpuFromHost"), "inputs passed each call: %lld replays (%s)", (long long)rep, why);
+    CHECK(rep == 0 && strstr(why, "HostFromGpu") && strstr(why, "without the back end"), "copied back: %lld replays (%s)", (long long)rep, why);
     chk_free(&c);
 }
 
