@@ -567,6 +567,9 @@ TN_API bool tn__buffer_host_ready(const tn_buffer *b, const void *p, size_t n); 
 /* Open while a call runs its steps: copies that touch host
    memory may stay queued until the call's fence (tn_device_ops.fence). */
 TN_API bool tn__fence_open(void);
+/* A scope around several calls (nested): leaving the outermost one waits. */
+TN_API void tn__fence_enter(void);
+TN_API tn_result tn__fence_leave(void);
 TN_API void tn__set_device_ops(const tn_device_ops *ops);
 TN_API const tn_device_ops *tn__get_device_ops(void);
 TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int device); /* contiguous, uninitialised, on any device */
@@ -8237,8 +8240,12 @@ static bool tn__shapes_changed(tn_func *f) {
    input read by DMA from the caller's buffer) may stay queued. The fence
    waits for them: before a host step reads host memory, and before the call
    returns, so the caller's memory is not touched after tn_call and one wait
-   covers every output. (The profiler times device and transfer steps with
-   events, so it needs no wait either.) */
+   covers every output. Scopes nest (tn__fence_enter/leave): a call inside
+   an open scope (a replica of tn_replicated_call) leaves its copies queued
+   for the outermost scope's fence, and waits only before the executor
+   reads host memory itself (a copied output, an update copied). (The
+   profiler times device and transfer steps with events, so it needs no
+   wait either.) */
 static _Thread_local int tn__fence_depth;
 TN_API bool tn__fence_open(void) { return tn__fence_depth > 0; }
 
@@ -8246,6 +8253,9 @@ static tn_result tn__fence(void) {
     const tn_device_ops *ops = tn__lib.device_ops;
     return ops && ops->fence ? ops->fence() : TN_OK;
 }
+
+TN_API void tn__fence_enter(void) { tn__fence_depth++; }
+TN_API tn_result tn__fence_leave(void) { return --tn__fence_depth > 0 ? TN_OK : tn__fence(); }
 
 /* How tn__steps runs: every step, or (the >>replay section's probe)
    only the views, noting each kernel's operands instead of launching it. */
@@ -8309,10 +8319,9 @@ static tn_result tn__steps(tn_func *f, int how) {
 /* Every step, once; through a captured CUDA graph where f has one (the
    >>replay section); then the fence. */
 static tn_result tn__run_steps(tn_func *f) {
-    tn__fence_depth++;
+    tn__fence_enter();
     tn_result r = tn__replay_run(f);
-    tn__fence_depth--;
-    tn_result rf = tn__fence();           /* after a failure too: nothing stays queued on the caller's memory */
+    tn_result rf = tn__fence_leave();     /* after a failure too: nothing stays queued on the caller's memory */
     if (r == TN_OK && rf != TN_OK) r = tn__err(rf, "%s: %s", f->name, tn_last_error());
     return r;
 }
@@ -8337,11 +8346,15 @@ static tn_result tn__apply_updates(tn_func *f) {
         if (!n) return tn__err(TN_ERR_OOM, "%s: out of memory for updates", f->name);
         f->retired = n; f->cap_retired = nu;
     }
+    bool host = false;
     for (int u = 0; u < nu; u++) {         /* fixed shapes first: all updates or none */
         const tn_array *nv = f->slotp[f->upd_slot[u]];
         tn_result r = tn__shared_fixed_check(f->upd_user[u], nv->ndim, nv->shape, f->name, u);
         if (r != TN_OK) return r;
+        host |= nv->device == TN_HOST;
     }
+    if (host && tn__fence() != TN_OK)     /* a new value a queued copy may still write */
+        return tn__err(tn_last_result(), "%s: %s", f->name, tn_last_error());
     for (int u = 0; u < nu; u++) {
         f->upd_new[u] = NULL;
         if (tn__can_swap(f, u)) continue;
@@ -8389,7 +8402,12 @@ static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
             continue;
         }
         const tn_array *o = f->slotp[f->out_slot[i]];
-        tn_array *c = tn__copy_on(o, o->device);       /* a device output (tn_gpu_from_host) stays there */
+        tn_result rf = o->device == TN_HOST ? tn__fence() : TN_OK;   /* a queued copy may still write it */
+        tn_array *c = rf == TN_OK ? tn__copy_on(o, o->device) : NULL; /* a device output (tn_gpu_from_host) stays there */
+        if (!c && rf != TN_OK) {
+            for (int j = 0; j < i; j++) { tn_array_free(outputs[j]); outputs[j] = NULL; }
+            return tn__err(rf, "%s: output %d: %s", f->name, i, tn_last_error());
+        }
         if (!c) {
             for (int j = 0; j < i; j++) { tn_array_free(outputs[j]); outputs[j] = NULL; }
             return tn__err(TN_ERR_OOM, "%s: out of memory copying output %d: %s", f->name, i, tn_last_error());

@@ -3461,7 +3461,7 @@ static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *
 
 /* The fence (tn_device_ops.fence): streams of this thread with a queued copy
    that reads or writes host memory, waited for at the call's fence. */
-#define TN__CUDA_FENCE_MAX 8
+#define TN__CUDA_FENCE_MAX 32
 static _Thread_local struct { tn__CUstream s[TN__CUDA_FENCE_MAX]; int dev[TN__CUDA_FENCE_MAX], n; } tn__cuda_fenceq;
 
 static tn_result tn__cuda_fence(void) {
@@ -5574,6 +5574,9 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
     if (N >= 0 && N < R->n)
         return tn__err(TN_ERR_SHAPE, "%s: a batch of %lld rows cannot feed %d replicas (each needs a row)", W, (long long)N, R->n);
     tn_result r = TN_OK;
+    /* One fence for the whole step: a replica's copies from and to host
+       memory stay queued, so the next replica starts at once. */
+    tn__fence_enter();
     /* 1. each replica: its rows, outputs and weighted gradients */
     for (int k = 0; k < R->n && r == TN_OK; k++) {
         tn__replica *P = &R->r[k];
@@ -5596,7 +5599,10 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
     }
     /* 2. the gradients summed across replicas */
     if (r == TN_OK && R->n_grads > 0 && R->n_upd > 0) {
-        if (R->mode == TN__DP_HOST) r = tn__dp_host_sum(R, W);
+        if (R->mode == TN__DP_HOST) {      /* the gradients' copies to the host first */
+            if ((r = tn__cuda_fence()) != TN_OK) r = tn__err(r, "%s: %s", W, tn_last_error());
+            else r = tn__dp_host_sum(R, W);
+        }
         else if (R->mode == TN__DP_NCCL) r = tn__dp_nccl_sum(R, W);
         for (int k = 0; k < R->n; k++)
             for (int i = 0; i < R->n_grads; i++)
@@ -5608,6 +5614,8 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
         if (P->f2 && (r = tn_call(P->f2, P->in2, NULL)) != TN_OK)
             r = tn__err(r, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
     }
+    tn_result rf = tn__fence_leave();
+    if (r == TN_OK && rf != TN_OK) r = tn__err(rf, "%s: %s", W, tn_last_error());
     /* 4. outputs */
     for (int o = 0; o < R->n_out && r == TN_OK; o++) r = tn__dp_combine(R, o, &outputs[o], W);
     if (r != TN_OK)
