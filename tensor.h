@@ -294,6 +294,11 @@ TN_API tn_graph *tn_var_graph(const tn_var *v);
 /* >>api_function --------------------------------------------------------- */
 
 typedef struct tn_update { tn_var *shared; tn_var *value; } tn_update;
+/* Theano's givens: var (an input, a shared variable or any node) replaced by
+   value in every output and update at compile time; same dtype and ndim. */
+typedef struct tn_given { tn_var *var; tn_var *value; } tn_given;
+/* A listed input that no output or update uses: an error (Theano's default), a log line, or nothing. */
+typedef enum { TN_UNUSED_RAISE = 0, TN_UNUSED_WARN, TN_UNUSED_IGNORE } tn_unused_input;
 
 typedef struct tn_func_desc {
     int n_inputs;
@@ -309,6 +314,14 @@ typedef struct tn_func_desc {
     int max_fused_inputs;          /* tests, benchmarks: most inputs of one fused elementwise op
                                       (0: the back end's limit; -1: no elementwise fusion) */
     const char *context;           /* where nodes of no context run (NULL: the device flag's device) */
+    int n_givens;
+    const tn_given *givens;        /* substitutions made before compiling */
+    tn_unused_input on_unused_input;
+    /* An input array of another dtype is converted at each call (into a
+       buffer the function keeps) where NumPy's can_cast(..., 'safe') allows
+       it; with allow_input_downcast also where precision may be lost
+       (float64 data for a float32 input, Theano's allow_input_downcast). */
+    bool allow_input_downcast;
 } tn_func_desc;
 
 TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *desc);
@@ -3499,6 +3512,8 @@ struct tn_func {
     int *in_slot;
     tn_type *in_type;
     const char **in_name;
+    bool allow_downcast;                /* tn_func_desc.allow_input_downcast */
+    tn_array **in_conv;                 /* an input of another dtype, converted (kept for the next call) */
     int *out_slot;
     bool *out_borrow;
     tn_array *ring;                     /* n_outputs * TN__RING borrowed structs */
@@ -4821,7 +4836,7 @@ static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
     for (int k = 0; k < s->n_res && ok; k++) ok = (res[k] = tn_gpu_from_host(s->res[k])) != NULL;
     if (ok) {
         for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = 0;   /* any ordinal: placement takes its own */
-        s->dfn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
+        s->dfn = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
                                                  .outputs = res, .borrow = true, .name = s->name });
         for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = TN_HOST;
     }
@@ -4832,7 +4847,7 @@ static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
 }
 
 static tn_result tn__scan_compile(tn__scan *s, tn_graph *g) {
-    s->fn = tn_function(g, &(tn_func_desc){ .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
+    s->fn = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
                                             .outputs = s->res, .borrow = true, .name = s->name });
     if (!s->fn) return tn__err(tn_last_result(), "tn_scan '%s': compiling the step: %s", s->name, tn_last_error());
     tn__func_share_stream(s->fn);
@@ -7364,7 +7379,7 @@ static tn_result tn__vg_build(tn__vg *v, tn_var **cost) {
         return tn__err(TN_ERR_DTYPE, "tn_verify_grad: the builder's output is %s, not float", tn_dtype_name(out->type.dtype));
     if (out->type.ndim == 0) { *cost = tn_cast(out, TN_F64); return *cost ? TN_OK : tn_last_result(); }
     tn_array *o = NULL;
-    if (!(v->fout = tn_function(v->g, &(tn_func_desc){ .n_inputs = d->n_inputs, .inputs = v->in, .n_outputs = 1,
+    if (!(v->fout = tn_function(v->g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = d->n_inputs, .inputs = v->in, .n_outputs = 1,
                                                         .outputs = &out, .mode = d->mode, .name = "verify_grad_out" })))
         return tn_last_result();
     tn_result r = tn_call(v->fout, v->x, &o);
@@ -7402,9 +7417,9 @@ TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *d, tn_verify_grad_rep
     ga = (tn_array **)tn__calloc((size_t)n, sizeof(tn_array *));
     if (!gv || !ga) { r = tn__err(TN_ERR_OOM, "tn_verify_grad: out of memory"); goto done; }
     if ((r = tn_grad(cost, n, v.in, gv, &(tn_grad_options){ .disconnected_inputs = TN_DISCONNECTED_IGNORE })) != TN_OK) goto done;
-    v.fcost = tn_function(v.g, &(tn_func_desc){ .n_inputs = n, .inputs = v.in, .n_outputs = 1, .outputs = &cost,
+    v.fcost = tn_function(v.g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = n, .inputs = v.in, .n_outputs = 1, .outputs = &cost,
                                                 .mode = d->mode, .name = "verify_grad_cost" });
-    v.fgrad = tn_function(v.g, &(tn_func_desc){ .n_inputs = n, .inputs = v.in, .n_outputs = n, .outputs = gv,
+    v.fgrad = tn_function(v.g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = n, .inputs = v.in, .n_outputs = n, .outputs = gv,
                                                 .mode = d->mode, .name = "verify_grad_grads" });
     if (!v.fcost || !v.fgrad) { r = tn_last_result(); goto done; }
     if ((r = tn_call(v.fgrad, v.x, ga)) != TN_OK) goto done;
@@ -7568,6 +7583,8 @@ TN_API void tn_function_free(tn_func *f) {
     tn__free(f->out_borrow);
     tn__free(f->out_slot);
     tn__free(f->in_name);
+    for (int i = 0; f->in_conv && i < f->n_inputs; i++) tn_array_free(f->in_conv[i]);
+    tn__free(f->in_conv);
     tn__free(f->in_type);
     tn__free(f->in_slot);
     /* The function graph's shared leaves link to the user's (ext, see
@@ -7633,6 +7650,25 @@ static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
                 return tn__err(TN_ERR_UPDATE, "%s: shared variable '%s' is updated twice (updates %d and %d)", W, tn__var_label_name(s), j, i);
         if (tn__shared_fixed_check(s, v->type.ndim, v->type.shape, W, i) != TN_OK) return tn__err(TN_ERR_UPDATE, "%s", tn_last_error());
     }
+    if (d->n_givens < 0 || (d->n_givens > 0 && !d->givens))
+        return tn__err(d->n_givens < 0 ? TN_ERR_INVALID : TN_ERR_NULL, "%s: n_givens is %d but givens is %s", W, d->n_givens, d->givens ? "set" : "NULL");
+    if ((unsigned)d->on_unused_input > TN_UNUSED_IGNORE)
+        return tn__err(TN_ERR_INVALID, "%s: on_unused_input %d is not a tn_unused_input", W, (int)d->on_unused_input);
+    for (int i = 0; i < d->n_givens; i++) {
+        tn_var *v = d->givens[i].var, *x = d->givens[i].value;
+        if (!v || !x) return tn__err(TN_ERR_NULL, "%s: given %d: %s is NULL", W, i, !v ? "var" : "value");
+        if (v->graph != g || x->graph != g) return tn__err(TN_ERR_GRAPH, "%s: given %d ('%s'): variables from another graph", W, i, tn__var_label_name(v));
+        if (v->type.dtype != x->type.dtype || v->type.ndim != x->type.ndim) {
+            char a[160], b[160];
+            return tn__err(TN_ERR_DTYPE, "%s: given %d: '%s' has type %s but its replacement has type %s (dtype and ndim must match; cast it)",
+                           W, i, tn__var_label_name(v), tn__type_str(&v->type, a), tn__type_str(&x->type, b));
+        }
+        for (int j = 0; j < i; j++)
+            if (d->givens[j].var == v) return tn__err(TN_ERR_INVALID, "%s: '%s' is given twice (givens %d and %d)", W, tn__var_label_name(v), j, i);
+        for (int j = 0; j < d->n_inputs; j++)
+            if (d->inputs[j] == v)
+                return tn__err(TN_ERR_INVALID, "%s: '%s' is both input %d and replaced by given %d", W, tn__var_label_name(v), j, i);
+    }
     return TN_OK;
 }
 
@@ -7665,6 +7701,55 @@ static tn_var *tn__clone_var(tn_graph *fg, const tn_var *u, tn_var *const *map) 
     return v;
 }
 
+/* Copies of roots[n] in g with from[i] replaced by to[i] (Theano's clone with
+   replace): nodes that reach a replaced one are cloned, the rest shared. */
+static tn_result tn__graph_replace(tn_graph *g, tn_var *const *roots, int n, tn_var *const *from, tn_var *const *to, int n_rep,
+                                tn_var **out, const char *who) {
+    int nv = tn__graph_nvars(g);
+    tn_var **order = NULL;
+    int n_order = 0;
+    tn_result r = tn__toposort(roots, n, nv, &order, &n_order, NULL, who);
+    if (r != TN_OK) return r;
+    tn_var **map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
+    if (!map) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", who); }
+    for (int k = 0; k < n_order && r == TN_OK; k++) {
+        tn_var *u = order[k], *rep = NULL;
+        for (int j = 0; j < n_rep && !rep; j++) if (from[j] == u) rep = to[j];
+        bool changed = false;
+        for (int i = 0; i < u->n_in; i++) changed |= map[u->in[i]->id] != u->in[i];
+        if (rep) map[u->id] = rep;
+        else if (!changed) map[u->id] = u;
+        else if (!(map[u->id] = tn__clone_var(g, u, map))) r = tn_last_result() ? tn_last_result() : TN_ERR_OOM;
+    }
+    for (int i = 0; r == TN_OK && i < n; i++) out[i] = map[roots[i]->id];
+    tn__free(map);
+    tn__free(order);
+    return r;
+}
+
+/* The roots with every given var replaced by its value (new nodes in g
+   where a root reaches one); a value that reaches its own var is a cycle. */
+static tn_result tn__apply_givens(tn_graph *g, const tn_func_desc *d, tn_var **roots, int n_roots) {
+    const char *W = "tn_function";
+    int n = d->n_givens;
+    tn_var **from = (tn_var **)tn__malloc(2 * (size_t)n * sizeof *from), **to = from ? from + n : NULL;
+    if (!from) return tn__err(TN_ERR_OOM, "%s: out of memory", W);
+    for (int i = 0; i < n; i++) { from[i] = d->givens[i].var; to[i] = d->givens[i].value; }
+    tn_result r = TN_OK;
+    /* a value is used as written (givens are not applied inside it) and must not reach its own var */
+    for (int i = 0; i < n && r == TN_OK; i++) {
+        tn_var **order = NULL;
+        int n_order = 0;
+        if ((r = tn__toposort(&to[i], 1, g->nvars, &order, &n_order, NULL, W)) != TN_OK) break;
+        for (int k = 0; k < n_order; k++)
+            if (order[k] == from[i]) { r = tn__err(TN_ERR_GRAPH, "%s: given %d: the value of '%s' depends on '%s' itself", W, i, tn__var_label_name(from[i]), tn__var_label_name(from[i])); break; }
+        tn__free(order);
+    }
+    if (r == TN_OK) r = tn__graph_replace(g, roots, n_roots, from, to, n, roots, W);
+    tn__free(from);
+    return r;
+}
+
 /* Clones what the roots reach (and every listed input) into f->fg. */
 static tn_result tn__clone_subgraph(tn_graph *g, const tn_func_desc *d, tn_func *f, tn_var **roots, int n_roots) {
     int nv = g->nvars;
@@ -7694,7 +7779,15 @@ static tn_result tn__clone_subgraph(tn_graph *g, const tn_func_desc *d, tn_func 
     }
     for (int i = 0; i < d->n_inputs; i++) {      /* inputs the outputs do not use still have a slot */
         tn_var *u = d->inputs[i];
-        if (!map[u->id] && !(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
+        if (map[u->id]) continue;
+        if (d->on_unused_input != TN_UNUSED_IGNORE) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "tn_function: input %d ('%s') is not used by any output or update%s", i, tn__var_label_name(u),
+                     d->on_unused_input == TN_UNUSED_RAISE ? " (on_unused_input = TN_UNUSED_WARN or TN_UNUSED_IGNORE allows it)" : "");
+            if (d->on_unused_input == TN_UNUSED_RAISE) { r = tn__err(TN_ERR_INVALID, "%s", msg); goto done; }
+            tn__log(TN_LOG_WARN, msg);
+        }
+        if (!(map[u->id] = tn__clone_var(f->fg, u, map))) { r = tn_last_result() ? tn_last_result() : TN_ERR_OOM; goto done; }
     }
     for (int i = 0; i < n_roots; i++) f->roots[i] = map[roots[i]->id];
     /* the listed inputs' clones, by position, ride after the roots */
@@ -7897,6 +7990,8 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     f->in_slot = (int *)tn__calloc((size_t)ni + 1, sizeof *f->in_slot);
     f->in_type = (tn_type *)tn__calloc((size_t)ni + 1, sizeof *f->in_type);
     f->in_name = (const char **)tn__calloc((size_t)ni + 1, sizeof *f->in_name);
+    f->in_conv = (tn_array **)tn__calloc((size_t)ni + 1, sizeof *f->in_conv);
+    f->allow_downcast = d->allow_input_downcast;
     f->out_slot = (int *)tn__calloc((size_t)no + 1, sizeof *f->out_slot);
     f->out_borrow = (bool *)tn__calloc((size_t)no + 1, sizeof *f->out_borrow);
     f->ring = (tn_array *)tn__calloc((size_t)no * TN__RING + 1, sizeof *f->ring);
@@ -7907,7 +8002,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     f->upd_new = (tn_array **)tn__calloc((size_t)nu + 1, sizeof *f->upd_new);
     f->roots = (tn_var **)tn__calloc((size_t)(n_roots + ni) + 1, sizeof *f->roots);
     tn_var **uroots = (tn_var **)tn__calloc((size_t)n_roots + 1, sizeof *uroots);
-    if (!f->fg || !f->in_slot || !f->in_type || !f->in_name || !f->out_slot || !f->out_borrow || !f->ring || !f->ring_ref ||
+    if (!f->fg || !f->in_slot || !f->in_type || !f->in_name || !f->in_conv || !f->out_slot || !f->out_borrow || !f->ring || !f->ring_ref ||
         !f->upd_user || !f->upd_slot || !f->upd_swappable || !f->upd_new || !f->roots || !uroots) {
         tn__err(TN_ERR_OOM, "tn_function: out of memory");
         goto fail;
@@ -7920,6 +8015,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
         f->out_borrow[i] = d->borrow_outputs ? d->borrow_outputs[i] : d->borrow;
     }
     for (int i = 0; i < nu; i++) { uroots[no + i] = d->updates[i].value; f->upd_user[i] = d->updates[i].shared; }
+    if (d->n_givens > 0 && tn__apply_givens(g, d, uroots, n_roots) != TN_OK) goto fail;
     for (int i = 0; i < ni; i++) {
         f->in_type[i] = d->inputs[i]->type;
         f->in_name[i] = d->inputs[i]->name ? tn__graph_strdup(f->fg, d->inputs[i]->name) : "";
@@ -8193,6 +8289,17 @@ fail:
 
 /* Checks one input against its static type; messages name the function,
    the input and both shapes. */
+/* NumPy's can_cast(from, to, 'safe'): every value of from is exact in to. */
+static bool tn__can_cast_safe(tn_dtype from, tn_dtype to) {
+    if (from == to || from == TN_BOOL) return true;
+    switch (to) {
+    case TN_I64: return from == TN_I32;
+    case TN_F32: return from == TN_F16;
+    case TN_F64: return from == TN_I32 || from == TN_I64 || from == TN_F16 || from == TN_F32;
+    default: return false;
+    }
+}
+
 static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
     const char *W = f->name, *nm = f->in_name[i];
     const tn_type *t = &f->in_type[i];
@@ -8204,11 +8311,13 @@ static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
     if (a->live_gen == &f->gen)     /* valid until this call, which overwrites (or frees) its buffer */
         return tn__err(TN_ERR_STALE, "%s: input %d ('%s') is a borrowed output of this function, which this call "
                        "overwrites: pass a copy (tn_array_copy)", W, i, nm);
-    if (a->dtype != t->dtype || a->ndim != t->ndim) {
+    bool cast_ok = tn__can_cast_safe(a->dtype, t->dtype) || f->allow_downcast;
+    if (!cast_ok || a->ndim != t->ndim) {
         tn__shape_str(a->ndim, a->shape, got);
-        return tn__err(a->dtype != t->dtype ? TN_ERR_DTYPE : TN_ERR_SHAPE,
-                       "%s: input %d ('%s') expects %s but got a %s array of %d dims %s", W, i, nm,
-                       tn__type_str(t, want), tn_dtype_name(a->dtype), a->ndim, got);
+        return tn__err(!cast_ok ? TN_ERR_DTYPE : TN_ERR_SHAPE,
+                       "%s: input %d ('%s') expects %s but got a %s array of %d dims %s%s", W, i, nm,
+                       tn__type_str(t, want), tn_dtype_name(a->dtype), a->ndim, got,
+                       !cast_ok ? " (converting it could lose precision: cast it, or compile with allow_input_downcast)" : "");
     }
     for (int d = 0; d < t->ndim; d++) {
         if ((t->bcast[d] && a->shape[d] != 1) || (t->shape[d] >= 0 && a->shape[d] != t->shape[d])) {
@@ -8433,6 +8542,27 @@ static tn_result tn__make_outputs(tn_func *f, tn_array **outputs) {
 
 static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **outputs);
 
+/* Input i converted to its dtype (NumPy's astype) in a buffer kept for the
+   next call of the same shape: the slot reads the conversion. */
+static tn_result tn__convert_input(tn_func *f, int i, const tn_array *a) {
+    tn_array *c = f->in_conv[i];
+    bool same = c && c->ndim == a->ndim;
+    for (int d = 0; same && d < a->ndim; d++) same = c->shape[d] == a->shape[d];
+    if (!same) {
+        tn_array_free(c);
+        f->in_conv[i] = c = tn__array_alloc(f->in_type[i].dtype, a->ndim, a->shape, TN_HOST);
+        if (!c) return tn__err(TN_ERR_OOM, "%s: out of memory converting input %d ('%s') to %s", f->name, i, f->in_name[i],
+                               tn_dtype_name(f->in_type[i].dtype));
+    }
+    if (a->device == TN_HOST) tn__copy_strided(c->dtype, c->data, c->strides, a->dtype, a->data, a->strides, a->ndim, a->shape);
+    else {                                   /* a device array: through the host (rare; allocates) */
+        tn_result r = tn_array_assign(c, a);
+        if (r != TN_OK) return tn__err(r, "%s: converting input %d ('%s'): %s", f->name, i, f->in_name[i], tn_last_error());
+    }
+    f->slotp[f->in_slot[i]] = c;
+    return TN_OK;
+}
+
 /* One call at a time per function (an atomic flag, no lock on this path);
    see "Threads" at the top of this file. */
 TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
@@ -8458,10 +8588,14 @@ static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **output
         tn_result r = tn__check_input(f, i, inputs[i]);
         if (r != TN_OK) return r;
     }
+    tn_result r0;
     double t_call = f->prof ? tn__prof_begin_call(f, inputs) : 0, t_run = 0;
     f->gen++;                        /* borrowed outputs of earlier calls are stale from here on */
     tn__retired_release(f);
-    for (int i = 0; i < f->n_inputs; i++) f->slotp[f->in_slot[i]] = inputs[i];
+    for (int i = 0; i < f->n_inputs; i++) {
+        f->slotp[f->in_slot[i]] = inputs[i];
+        if (inputs[i]->dtype != f->in_type[i].dtype && (r0 = tn__convert_input(f, i, inputs[i])) != TN_OK) return r0;
+    }
     for (int s = 0; s < f->n_slots; s++)
         if (f->slots[s].kind == TN__SLOT_SHARED) f->slotp[s] = f->slots[s].user->value;
     tn_result r;

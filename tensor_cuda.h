@@ -5136,7 +5136,7 @@ static void tn__nccl_shutdown(void) {
    context: f1 computes the outputs and the gradients scaled by the replica's
    weight (its share of the rows, an input of f1; 1 when the cost is a sum),
    f2 the updates from the summed gradients (placeholder inputs standing for
-   them, tn__dp_replace). Between the two the gradients are summed: by NCCL
+   them, tn__graph_replace). Between the two the gradients are summed: by NCCL
    into per-replica device buffers (f1's gradients stay on the device, f2
    reads the sums where they are), or in host memory in float64, in replica
    order (the CPU, replicas sharing a GPU, or asked for). f1 returns device
@@ -5173,32 +5173,6 @@ struct tn_replicated {
     double *acc, *tmp;       /* host mode: float64 scratch */
     size_t acc_n;
 };
-
-/* Copies of roots[n] in g with from[i] replaced by to[i] (Theano's clone with
-   replace): nodes that reach a replaced one are cloned, the rest shared. */
-static tn_result tn__dp_replace(tn_graph *g, tn_var *const *roots, int n, tn_var *const *from, tn_var *const *to, int n_rep,
-                                tn_var **out, const char *who) {
-    int nv = tn__graph_nvars(g);
-    tn_var **order = NULL;
-    int n_order = 0;
-    tn_result r = tn__toposort(roots, n, nv, &order, &n_order, NULL, who);
-    if (r != TN_OK) return r;
-    tn_var **map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
-    if (!map) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", who); }
-    for (int k = 0; k < n_order && r == TN_OK; k++) {
-        tn_var *u = order[k], *rep = NULL;
-        for (int j = 0; j < n_rep && !rep; j++) if (from[j] == u) rep = to[j];
-        bool changed = false;
-        for (int i = 0; i < u->n_in; i++) changed |= map[u->in[i]->id] != u->in[i];
-        if (rep) map[u->id] = rep;
-        else if (!changed) map[u->id] = u;
-        else if (!(map[u->id] = tn__clone_var(g, u, map))) r = tn_last_result() ? tn_last_result() : TN_ERR_OOM;
-    }
-    for (int i = 0; r == TN_OK && i < n; i++) out[i] = map[roots[i]->id];
-    tn__free(map);
-    tn__free(order);
-    return r;
-}
 
 TN_API int tn_replicated_count(const tn_replicated *R) { return R ? R->n : 0; }
 TN_API const char *tn_replicated_allreduce(const tn_replicated *R) {
@@ -5276,13 +5250,13 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
     }
     /* f1 */
     if (r == TN_OK && n1 > 0) {
-        if (k > 0) r = tn__dp_replace(g, roots1, n1, R->shared, P->shared, R->n_shared, r1, W);
+        if (k > 0) r = tn__graph_replace(g, roots1, n1, R->shared, P->shared, R->n_shared, r1, W);
         else memcpy(r1, roots1, (size_t)n1 * sizeof *r1);
         for (int i = 0; i < R->n_in; i++) ins1[i] = d->inputs[i];
         for (int i = 0; i < R->n_scale; i++) ins1[R->n_in + i] = scale_in[i];
         snprintf(nm, sizeof nm, "%s [replica %d on %s: outputs and gradients]", d->name ? d->name : "tn_function_replicate", k, cname);
         if (r == TN_OK &&
-            !(P->f1 = tn_function(g, &(tn_func_desc){ .n_inputs = nin1, .inputs = ins1, .n_outputs = n1, .outputs = r1, .borrow = true,
+            !(P->f1 = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = nin1, .inputs = ins1, .n_outputs = n1, .outputs = r1, .borrow = true,
                                                       .mode = d->mode, .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname })))
             r = tn__err(tn_last_result(), "%s: replica %d (%s): %s", W, k, cname, tn_last_error());
     }
@@ -5298,7 +5272,7 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
         }
         for (int i = 0; i < R->n_shared && k > 0; i++) { from[R->n_grads + i] = R->shared[i]; to[R->n_grads + i] = P->shared[i]; }
         for (int u = 0; u < R->n_upd; u++) vals[u] = d->updates[u].value;
-        if (r == TN_OK) r = tn__dp_replace(g, vals, R->n_upd, from, to, R->n_grads + (k > 0 ? R->n_shared : 0), vals_k, W);
+        if (r == TN_OK) r = tn__graph_replace(g, vals, R->n_upd, from, to, R->n_grads + (k > 0 ? R->n_shared : 0), vals_k, W);
         if (r == TN_OK && !(ups = (tn_update *)tn__calloc((size_t)R->n_upd, sizeof *ups))) r = tn__err(TN_ERR_OOM, "%s: out of memory", W);
         for (int u = 0; r == TN_OK && u < R->n_upd; u++) {
             ups[u].value = vals_k[u];
@@ -5309,7 +5283,7 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
         for (int i = 0; i < R->n_grads; i++) ins2[R->n_in + i] = ph[i];
         snprintf(nm, sizeof nm, "%s [replica %d on %s: updates]", d->name ? d->name : "tn_function_replicate", k, cname);
         if (r == TN_OK &&
-            !(P->f2 = tn_function(g, &(tn_func_desc){ .n_inputs = nin2, .inputs = ins2, .n_updates = R->n_upd, .updates = ups,
+            !(P->f2 = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = nin2, .inputs = ins2, .n_updates = R->n_upd, .updates = ups,
                                                       .mode = d->mode, .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname })))
             r = tn__err(tn_last_result(), "%s: replica %d (%s): %s", W, k, cname, tn_last_error());
     }

@@ -604,6 +604,110 @@ TEST(test_free_graph_before_function) {
     tn_array_free(w0);
 }
 
+/* Theano's function options: givens (a substitution at compile time, of an
+   input or a shared variable, by an expression), on_unused_input (raise by
+   default, warn, ignore) and allow_input_downcast (safe casts always
+   convert; a lossy one only when allowed, and then as NumPy's astype). */
+static int warn_count;
+static char warn_last[400];
+static void warn_hook(tn_log_level lv, const char *msg, void *ud) {
+    (void)ud;
+    if (lv == TN_LOG_WARN) { warn_count++; snprintf(warn_last, sizeof warn_last, "%s", msg); }
+}
+
+TEST(test_function_options) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32), *y = tn_vector(g, "y", TN_F32), *k = tn_scalar(g, "k", TN_F32);
+    tn_array *wv = tn_array_from_data(TN_F32, 1, (int64_t[]){ 3 }, (float[]){ 1.5f, -2.0f, 0.25f });
+    tn_var *w = tn_shared(g, "w", wv);
+    tn_var *out = tn_add(tn_mul(x, w), y);
+    /* givens: y := 2x + k (an input by an expression), w := x (a shared variable by an input) */
+    tn_var *twox = tn_add(tn_mul(x, tn_lit(x, 2)), k);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, k }, .n_outputs = 1, .outputs = &out,
+                                                 .n_givens = 2, .givens = (tn_given[]){ { y, twox }, { w, x } } });
+    CHECK(f != NULL, "givens: %s", tn_last_error());
+    tn_array *xa = tn_array_from_data(TN_F32, 1, (int64_t[]){ 3 }, (float[]){ 0.5f, 3.0f, -1.0f }), *ka = tn_array_scalar(TN_F32, 0.75), *o = NULL;
+    if (f) {
+        CHECK(tn_call(f, (tn_array *[]){ xa, ka }, &o) == TN_OK, "call: %s", tn_last_error());
+        const float xs[3] = { 0.5f, 3.0f, -1.0f };
+        for (int i = 0; o && i < 3; i++) {
+            double want = (double)xs[i] * xs[i] + (2.0 * xs[i] + 0.75);    /* x*x + (2x + k) */
+            CHECK(fabs(at1(o, i) - want) < 1e-5, "givens: out[%d] = %g, want %g", i, at1(o, i), want);
+        }
+        tn_array_free(o); o = NULL;
+    }
+    tn_function_free(f);
+    /* givens errors, each named */
+    tn_var *xd = tn_vector(g, "xd", TN_F64), *m = tn_matrix(g, "m", TN_F32);
+    struct { tn_given gv[2]; int n; tn_result code; const char *words; } bad[] = {
+        { { { y, xd } }, 1, TN_ERR_DTYPE, "given 0: 'y' has type" },
+        { { { y, m } }, 1, TN_ERR_DTYPE, "dtype and ndim must match" },
+        { { { y, x }, { y, twox } }, 2, TN_ERR_INVALID, "'y' is given twice" },
+        { { { x, y } }, 1, TN_ERR_INVALID, "'x' is both input 0 and replaced by given 0" },
+        { { { y, tn_add(y, x) } }, 1, TN_ERR_GRAPH, "depends on 'y' itself" },
+        { { { y, NULL } }, 1, TN_ERR_NULL, "given 0: value is NULL" },
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        tn_func *fb = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, k }, .n_outputs = 1, .outputs = &out,
+                                                      .n_givens = bad[c].n, .givens = bad[c].gv, .on_unused_input = TN_UNUSED_IGNORE });
+        CHECK(!fb && tn_last_result() == bad[c].code && strstr(tn_last_error(), bad[c].words),
+              "bad given %zu: %s (%s)", c, tn_result_string(tn_last_result()), tn_last_error());
+        tn_function_free(fb);
+    }
+    /* on_unused_input: k is not used by x*w */
+    tn_var *xw = tn_mul(x, w);
+    tn_func *fu = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, k }, .n_outputs = 1, .outputs = &xw });
+    CHECK(!fu && tn_last_result() == TN_ERR_INVALID && strstr(tn_last_error(), "input 1 ('k') is not used") &&
+          strstr(tn_last_error(), "on_unused_input"), "raise by default: %s", tn_last_error());
+    tn_set_log(warn_hook, NULL);
+    warn_count = 0;
+    fu = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, k }, .n_outputs = 1, .outputs = &xw, .on_unused_input = TN_UNUSED_WARN });
+    CHECK(fu && warn_count == 1 && strstr(warn_last, "input 1 ('k') is not used"), "warn: %d '%s'", warn_count, warn_last);
+    tn_function_free(fu);
+    warn_count = 0;
+    fu = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, k }, .n_outputs = 1, .outputs = &xw, .on_unused_input = TN_UNUSED_IGNORE });
+    CHECK(fu && warn_count == 0, "ignore: %d", warn_count);
+    tn_set_log(NULL, NULL);
+    if (fu) {      /* an unused input is still checked and counted */
+        CHECK(tn_call(fu, (tn_array *[]){ xa, ka }, &o) == TN_OK && o && fabs(at1(o, 1) - 3.0 * -2.0) < 1e-6, "ignore: call %s", tn_last_error());
+        tn_array_free(o); o = NULL;
+    }
+    tn_function_free(fu);
+    tn_func *fo = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &xw, .on_unused_input = (tn_unused_input)7 });
+    CHECK(!fo && tn_last_result() == TN_ERR_INVALID && strstr(tn_last_error(), "on_unused_input 7"), "bad on_unused_input: %s", tn_last_error());
+    /* input dtypes: a safe cast converts; a lossy one is refused unless allowed */
+    tn_func *fs = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &xw });
+    tn_func *fd = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &xw, .allow_input_downcast = true });
+    tn_array *xi = tn_array_from_data(TN_I32, 1, (int64_t[]){ 3 }, (int32_t[]){ 7, -3, 16777217 });      /* 2^24 + 1: not a float32 */
+    tn_array *xh = tn_array_from_data(TN_F16, 1, (int64_t[]){ 3 }, (uint16_t[]){ tn_f32_to_f16(0.5f), tn_f32_to_f16(-1.25f), tn_f32_to_f16(4.0f) });
+    tn_array *x64 = tn_array_from_data(TN_F64, 1, (int64_t[]){ 3 }, (double[]){ 0.1, 1e-50, 3e300 });
+    CHECK(fs && fd, "compile: %s", tn_last_error());
+    if (fs && fd) {
+        CHECK(tn_call(fs, &xh, &o) == TN_OK && o && at1(o, 0) == 0.75 && at1(o, 1) == 2.5 && at1(o, 2) == 1.0, "float16 -> float32 converts: %s", tn_last_error());
+        tn_array_free(o); o = NULL;
+        CHECK(tn_call(fs, &xi, &o) == TN_ERR_DTYPE && strstr(tn_last_error(), "input 0 ('x') expects") && strstr(tn_last_error(), "int32") &&
+              strstr(tn_last_error(), "allow_input_downcast"), "int32 -> float32 refused: %s", tn_last_error());
+        CHECK(tn_call(fs, &x64, &o) == TN_ERR_DTYPE && strstr(tn_last_error(), "float64"), "float64 -> float32 refused: %s", tn_last_error());
+        CHECK(tn_call(fd, &x64, &o) == TN_OK && o, "allowed: %s", tn_last_error());
+        /* as NumPy: float32(0.1) * 1.5, float32(1e-50) = 0, float32(3e300) = inf */
+        if (o) CHECK(at1(o, 0) == (double)((float)0.1 * 1.5f) && at1(o, 1) == -0.0 && isinf(at1(o, 2)) && signbit(at1(o, 1)),
+                     "downcast values %g %g %g", at1(o, 0), at1(o, 1), at1(o, 2));
+        tn_array_free(o); o = NULL;
+        long before = th_mallocs;
+        for (int it = 0; it < 5; it++) { CHECK(tn_call(fd, &xa, &o) == TN_OK, "float32"); tn_array_free(o); o = NULL; }
+        long same = th_mallocs - before;        /* the output each call */
+        before = th_mallocs;
+        for (int it = 0; it < 5; it++) { CHECK(tn_call(fd, &x64, &o) == TN_OK, "again"); tn_array_free(o); o = NULL; }
+        CHECK(th_mallocs - before == same, "the conversion buffer is kept: %ld allocations in 5 calls, %ld without conversion",
+              th_mallocs - before, same);
+        CHECK(tn_call(fd, &xi, &o) == TN_OK && o && at1(o, 2) == (double)(float)16777217 * 0.25, "int32 -> float32 allowed: %g", o ? at1(o, 2) : 0);
+        tn_array_free(o); o = NULL;
+    }
+    tn_function_free(fs); tn_function_free(fd);
+    tn_array_free(xa); tn_array_free(ka); tn_array_free(wv); tn_array_free(xi); tn_array_free(xh); tn_array_free(x64);
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_init(NULL);
     TH_RUN(test_copy_output_independent);
@@ -623,6 +727,7 @@ int main(void) {
     TH_RUN(test_views);
     TH_RUN(test_debugprint);
     TH_RUN(test_free_graph_before_function);
+    TH_RUN(test_function_options);
     tn_shutdown();
     TH_END();
 }

@@ -1850,6 +1850,19 @@ static void act_compile(void) {
     if (must_fail) fz_fail("tn_function succeeded with a bad description");
 }
 
+/* Whether tn_call converts an array of dtype a for an input of dtype b:
+   NumPy's can_cast(a, b, 'safe'), as its table lists the library's dtypes. */
+static bool fz_safe_cast(tn_dtype a, tn_dtype b) {
+    static const char *const ok[] = { "bool>int32", "bool>int64", "bool>float16", "bool>float32", "bool>float64",
+                                      "int32>int64", "int32>float64", "int64>float64", "float16>float32", "float16>float64",
+                                      "float32>float64" };
+    char k[40];
+    if (a == b) return true;
+    snprintf(k, sizeof k, "%s>%s", tn_dtype_name(a), tn_dtype_name(b));
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) if (!strcmp(ok[i], k)) return true;
+    return false;
+}
+
 /* The array a call passes for input i: its planned shape, as a plain,
    strided or broadcast array, or sometimes a wrong one. *bad: the call must
    fail because of it. */
@@ -1866,14 +1879,14 @@ static tn_array *fz_call_arg(int i, int f, bool *bad, bool *fresh) {
         if (A[k].huge) return NULL;
         *fresh = false;
         tn_array *a = A[k].a;
-        if (A[k].fn == f || tn_array_check(a) != TN_OK || a->dtype != t || a->ndim != nd) *bad = true;   /* its own borrowed output too */
+        if (A[k].fn == f || tn_array_check(a) != TN_OK || !fz_safe_cast(a->dtype, t) || a->ndim != nd) *bad = true;   /* its own borrowed output too */
         for (int d = 0; !*bad && d < nd; d++) {
             int64_t s = tn_var_dim(r->v, d);
             if (s >= 0 && a->shape[d] != s) *bad = true;
         }
         return a;
     }
-    if (c < 12) { t = (tn_dtype)(t % 6 + 1); *bad = true; }
+    if (c < 12) { tn_dtype w = (tn_dtype)(t % 6 + 1); if (!fz_safe_cast(w, t)) *bad = true; t = w; }
     else if (c < 16) { nd = nd ? nd - 1 : 1; sh[0] = 2; *bad = true; }
     else if (c < 24 && nd > 0) {                   /* another size: fine where the static dim is unknown */
         int d = fz_pick(nd);

@@ -52,7 +52,7 @@ static void vg2(build_fn b, void *user, int na, const int64_t *sa, int nb, const
 
 /* compiles outs from ins and runs it once; outputs are caller-owned */
 static tn_result run(tn_graph *g, int ni, tn_var *const *ins, tn_array *const *vals, int no, tn_var *const *outs, tn_array **res, tn_mode mode) {
-    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = ni, .inputs = ins, .n_outputs = no, .outputs = outs, .mode = mode });
+    tn_func *f = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = ni, .inputs = ins, .n_outputs = no, .outputs = outs, .mode = mode });
     if (!f) return tn_last_result();
     tn_result r = tn_call(f, vals, res);
     tn_function_free(f);

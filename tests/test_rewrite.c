@@ -6,7 +6,7 @@
 #include "harness.h"
 
 static tn_func *compile(int ni, tn_var **in, int no, tn_var **out, tn_mode mode) {
-    tn_func *f = tn_function(tn_var_graph(out[0]), &(tn_func_desc){ .n_inputs = ni, .inputs = in,
+    tn_func *f = tn_function(tn_var_graph(out[0]), &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = ni, .inputs = in,
                               .n_outputs = no, .outputs = out, .mode = mode });
     if (!f) fprintf(stderr, "compile failed: %s\n", tn_last_error());
     return f;

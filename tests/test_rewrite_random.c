@@ -313,7 +313,7 @@ static tn_func *compile(built *b, int first, int n_outputs, tn_mode mode, int fa
     tn_config cfg = *tn_get_config();
     cfg.fast_math = fast_math;
     if (fast_math) tn_init(&cfg);
-    tn_func *f = tn_function(b->g, &(tn_func_desc){ .n_inputs = NIN, .inputs = b->in, .n_outputs = n_outputs,
+    tn_func *f = tn_function(b->g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = NIN, .inputs = b->in, .n_outputs = n_outputs,
                                                      .outputs = b->out + first, .mode = mode });
     cfg.fast_math = false;
     if (fast_math) tn_init(&cfg);
