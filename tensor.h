@@ -540,6 +540,7 @@ TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap);   /* 
 /* Gather/scatter (mode 0 gather, 1 set, 2 add) and sort kernels as CUDA C (tensor_ops.h >>index_cuda); -1: no kernel. */
 TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap);
 TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
+TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* im2col and col2im as CUDA C (tensor_ops.h >>conv_cuda); -1: none */
 TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap);   /* a random draw as CUDA C (tensor_ops.h >>random_cuda); -1: none */
 
 /* Device memory: the back end allocates, frees and copies buffers of its devices. */
@@ -9905,6 +9906,7 @@ static const tn_op_def tn__op_rows[] = {
     TN__EW_OP_ROWS          /* the >>ops_ew section: TN_EW_OPS, Composite */
     TN__REDUCE_OP_ROWS      /* the >>ops_reduce section: reductions, softmax */
     TN__CUM_OP_ROWS         /* the >>ops_cumulative section: cumsum, cumprod */
+    TN__CONV_OP_ROWS        /* the >>ops_conv section: im2col, col2im */
     TN__RANDOM_OP_ROWS      /* the >>ops_random section: random draws */
     TN__LINALG_OP_ROWS      /* the >>ops_linalg section */
     TN__SHAPE_OP_ROWS       /* the >>ops_shape section */

@@ -4214,6 +4214,81 @@ done:
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 
+/* >>cuda_conv: im2col and col2im ---------------------------------------------- */
+/* The kernels are tensor_ops.h's (>>conv_cuda: the CPU's gathers as CUDA C),
+   compiled once per dtype at prepare time (both in one module); one thread
+   per output element; a strided input is first made contiguous. The
+   products around them are cuBLAS's (batched over the groups and the
+   batch). */
+typedef struct tn__cgeo_dev {          /* the kernels' view of tn__cgeo (the layout of tensor_ops.h >>conv_cuda's tn_cg) */
+    long long k[3], s[3], plo[3], dl[3], in[3], out[3];
+    long long N, C, Cg, K, L, n;
+    double padv;
+    int nsp, G;
+} tn__cgeo_dev;
+
+static void tn__cgeo_to_dev(const tn__cgeo *g, int64_t n, tn__cgeo_dev *o) {
+    memset(o, 0, sizeof *o);
+    for (int d = 0; d < 3; d++) {
+        o->k[d] = g->k[d]; o->s[d] = g->s[d]; o->plo[d] = g->plo[d]; o->dl[d] = g->dl[d]; o->in[d] = g->in[d]; o->out[d] = g->out[d];
+    }
+    o->N = g->N; o->C = g->C; o->Cg = g->Cg; o->K = g->K; o->L = g->L; o->n = n; o->padv = g->padv;
+    o->nsp = g->nsp; o->G = g->G;
+}
+
+typedef struct tn__cuda_conv_state { tn__CUfunction fn; } tn__cuda_conv_state;
+
+static bool tn__cuda_conv_supports(const tn_var *node) {
+    return tn__conv_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
+}
+
+static tn_result tn__cuda_conv_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    char who[128], src[6144];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(node->device, &D, who);
+    if (r != TN_OK) return r;
+    int n = tn__conv_cuda_source(node->in[0]->type.dtype, src, sizeof src);
+    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->in[0]->type.dtype));
+    tn__kentry *e;
+    tn__CUfunction fn;
+    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK ||
+        (r = tn__cuda_entry_function(D, e, node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", &fn)) != TN_OK)
+        return tn__err(r, "%s: %s", who, tn_last_error());
+    tn__cuda_conv_state *st = (tn__cuda_conv_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    st->fn = fn;
+    *state = st;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    const tn__cuda_conv_state *st = (const tn__cuda_conv_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    const tn_array *x = in[0];
+    tn_array *y = out[0];
+    bool fwd = node->op == TN_OP_IM2COL;
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, fwd ? x->shape[0] : y->shape[0], fwd ? x->shape[1] : y->shape[1], &g);
+    long long n = tn_array_size(y);
+    if (n == 0) return TN_OK;
+    if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    tn_array *tmp = NULL;
+    if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
+    tn__cgeo_dev G;
+    tn__cgeo_to_dev(&g, n, &G);
+    void *xp = x->data, *yp = y->data;
+    void *params[3] = { &xp, &yp, &G };
+    r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
+    tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
+    return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
+}
+
 /* >>cuda_random: random draws ------------------------------------------------ */
 /* The kernel is tensor_ops.h's (>>random_cuda: the CPU's functions as text),
    compiled once per distribution and dtype at prepare time without fast math
@@ -4442,6 +4517,7 @@ static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn
 static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release, NULL };
 static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release, NULL };
+static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL };
 
 #define TN__CUDA_EW_ROW(E, ...) [TN_OP_##E] = &tn__cuda_row_ew,
@@ -4462,6 +4538,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
     [TN_OP_ADV_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ADV_INC_SUBTENSOR] = &tn__cuda_row_index,
     [TN_OP_INC_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ARGSORT] = &tn__cuda_row_sort,
     [TN_OP_RANDOM] = &tn__cuda_row_rnd,
+    [TN_OP_IM2COL] = &tn__cuda_row_conv, [TN_OP_COL2IM] = &tn__cuda_row_conv,
 };
 #undef TN__CUDA_EW_ROW
 

@@ -307,6 +307,8 @@ extern "C" {
     X(LOG_SOFTMAX)    /* tn__p_axis */ \
     X(CUMSUM)         /* tn__p_axis; NumPy's cumsum along one axis */ \
     X(CUMPROD)        /* tn__p_axis; NumPy's cumprod along one axis */ \
+    X(IM2COL)         /* windows of an (N, C, spatial...) image as columns (the >>ops_conv section): tn__p_conv_* */ \
+    X(COL2IM)         /* the columns summed back into the image (IM2COL's transpose): tn__p_conv_* */ \
     X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
     X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
     X(GEMV)           /* in: y, A, x: alpha*A@x + beta*y */ \
@@ -369,6 +371,20 @@ static inline void tn__p_set_red(tn_params *p, uint64_t mask, bool keepdims) { p
 /* SOFTMAX, LOG_SOFTMAX, CUMSUM, CUMPROD, CONCATENATE, ARGSORT: one axis, >= 0 (i[0]). */
 static inline int tn__p_axis(const tn_params *p) { return (int)p->i[0]; }
 static inline void tn__p_set_axis(tn_params *p, int axis) { p->i[0] = axis; }
+/* IM2COL, COL2IM: spatial rank (i[0]), groups (i[1]), per spatial dim d the
+   kernel (i[2+d]), stride (i[5+d]), padding before (i[8+d]) and after
+   (i[11+d]), dilation (i[14+d]) and the image size (i[17+d]); the value of
+   padded positions (f[0]: 0, or -inf for max pooling). */
+static inline int tn__p_conv_nsp(const tn_params *p) { return (int)p->i[0]; }
+static inline int tn__p_conv_groups(const tn_params *p) { return (int)p->i[1]; }
+static inline int64_t tn__p_conv_at(const tn_params *p, int what, int d) { return p->i[2 + 3 * what + d]; }   /* what: TN__CONV_K .. TN__CONV_IN */
+static inline double tn__p_conv_padv(const tn_params *p) { return p->f[0]; }
+enum { TN__CONV_K = 0, TN__CONV_S, TN__CONV_PLO, TN__CONV_PHI, TN__CONV_DL, TN__CONV_IN };
+static inline void tn__p_set_conv(tn_params *p, int nsp, int groups, const int64_t v[6][3], double padv) {
+    p->i[0] = nsp; p->i[1] = groups;
+    for (int w = 0; w < 6; w++) for (int d = 0; d < 3; d++) p->i[2 + 3 * w + d] = d < nsp ? v[w][d] : 0;
+    p->f[0] = padv;
+}
 /* GEMM, GEMV: alpha * A @ B + beta * C (f[0], f[1]). */
 static inline double tn__p_alpha(const tn_params *p) { return p->f[0]; }
 static inline double tn__p_beta(const tn_params *p) { return p->f[1]; }
@@ -638,6 +654,38 @@ TN_API tn_var *tn_alloc(tn_var *value, int ndim, const int64_t *shape);  /* valu
 TN_API tn_var *tn_fill(tn_var *like, tn_var *value);                    /* value broadcast to like's shape */
 TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k);
 TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step);
+
+/* Convolutions and pooling (the >>ops_conv section), NCHW as PyTorch:
+   x (N, C, spatial...) with 1 to 3 spatial dims, w (C_out, C / groups,
+   kernel...). Zeroed options are the defaults: stride 1, no padding,
+   dilation 1, one group. padding = TN_PAD_SAME pads so the output has the
+   input's spatial size (stride 1; the odd extra pixel goes after, as
+   PyTorch); TN_PAD_VALID pads nothing. The channel and spatial sizes of x
+   and w must be static (the batch may vary). Pooling: kernel (stride
+   defaults to the kernel), padding of at most half the kernel;
+   avg_exclude_pad averages over the in-image positions only (PyTorch's
+   count_include_pad=False). */
+enum { TN_PAD_EXPLICIT = 0, TN_PAD_VALID, TN_PAD_SAME };
+typedef struct tn_conv_opts {
+    int stride[3], padding[3], dilation[3];   /* per spatial dim; 0: the default */
+    int pad_mode;                             /* TN_PAD_EXPLICIT (padding[]), TN_PAD_VALID, TN_PAD_SAME */
+    int groups;                               /* 0: 1 */
+    int output_padding[3];                    /* tn_conv_transpose: added after, < stride or dilation */
+    int kernel[3];                            /* pooling: the window */
+    bool avg_exclude_pad;                     /* tn_avg_pool: count only in-image positions */
+} tn_conv_opts;
+TN_API tn_var *tn_conv(tn_var *x, tn_var *w, const tn_conv_opts *o);             /* any spatial rank 1..3 */
+TN_API tn_var *tn_conv1d(tn_var *x, tn_var *w, const tn_conv_opts *o);
+TN_API tn_var *tn_conv2d(tn_var *x, tn_var *w, const tn_conv_opts *o);
+TN_API tn_var *tn_conv3d(tn_var *x, tn_var *w, const tn_conv_opts *o);
+/* PyTorch's conv_transpose: x (N, C_in, ...), w (C_in, C_out / groups, kernel...). */
+TN_API tn_var *tn_conv_transpose(tn_var *x, tn_var *w, const tn_conv_opts *o);
+TN_API tn_var *tn_conv2d_transpose(tn_var *x, tn_var *w, const tn_conv_opts *o);
+TN_API tn_var *tn_max_pool(tn_var *x, const tn_conv_opts *o);
+TN_API tn_var *tn_avg_pool(tn_var *x, const tn_conv_opts *o);
+TN_API tn_var *tn_max_pool2d(tn_var *x, const tn_conv_opts *o);
+TN_API tn_var *tn_avg_pool2d(tn_var *x, const tn_conv_opts *o);
+TN_API tn_var *tn_global_avg_pool(tn_var *x);      /* mean over the spatial dims, kept as size 1 */
 
 /* Indexing and sorting (the >>ops_index section), NumPy's semantics. Index
    arrays are int32 or int64 of any shape; a negative index counts from the
@@ -3461,6 +3509,458 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
                        .label = tn__cum_label, .vjp = tn__cumsum_vjp, .flags = TN_OPF_LINEAR }, \
     [TN_OP_CUMPROD] = { .name = "CumProd", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
                         .label = tn__cum_label, .vjp = tn__cumprod_vjp, .jvp = tn__cumprod_jvp },
+
+/* >>ops_conv ========================================================== */
+/* Convolutions and pooling, built on two ops that move windows around and
+   the products and reductions the library has:
+
+   IM2COL(x), x an (N, C, in...) image: out (N, G, Cg*K, L), G groups of Cg
+   channels, K the kernel's size, L the output grid's size; row r = c*K + k
+   (c the channel in its group, k the window position, row-major) and column
+   l (the grid position, row-major) hold x[n, g*Cg + c, o*s - plo + k*dl],
+   or the padding value (0; -inf for max pooling) outside the image.
+   COL2IM(cols) is its transpose: each image element is the sum of the
+   column entries that read it (the gradient of IM2COL, and IM2COL the
+   gradient of COL2IM; both linear). Both are gathers (one output element
+   at a time, in a fixed order, accumulated in float32 for float16/float32,
+   double for float64), on the CPU and the GPU alike, so the GPU gives the
+   CPU's bits.
+
+   conv(x, w) = reshape(dot(reshape(w, (G, Co/G, Cg*K)), IM2COL(x)));
+   conv_transpose(x, w) = COL2IM(dot(w^T per group, x)) (the gradient of a
+   conv with respect to its input); max/avg pooling reduce the window rows
+   of IM2COL(x) with G = C. The gradients come from the pieces: a conv's
+   with respect to its input is a COL2IM of a product, to its filters a
+   product with IM2COL(x); max pooling's gives the gradient to every element
+   equal to the window's max (ties share it, as Theano; PyTorch picks one).
+   Cost: the columns are Cg*K times the image; the CPU product is CBLAS's,
+   the GPU's cuBLAS's batched one. */
+
+/* >>conv_geometry ------------------------------------------------------------ */
+typedef struct tn__cgeo {
+    int nsp, G;
+    int64_t k[3], s[3], plo[3], phi[3], dl[3], in[3], out[3];
+    int64_t N, C, Cg, K, L;
+    double padv;
+} tn__cgeo;
+
+/* The geometry of a node's params and its image's (N, C); out sizes computed. */
+static void tn__cgeo_of(const tn_params *p, int64_t N, int64_t C, tn__cgeo *g) {
+    memset(g, 0, sizeof *g);
+    g->nsp = tn__p_conv_nsp(p);
+    g->G = tn__p_conv_groups(p);
+    g->N = N; g->C = C; g->Cg = g->G > 0 ? C / g->G : 0;
+    g->K = 1; g->L = 1;
+    g->padv = tn__p_conv_padv(p);
+    for (int d = 0; d < g->nsp; d++) {
+        g->k[d] = tn__p_conv_at(p, TN__CONV_K, d); g->s[d] = tn__p_conv_at(p, TN__CONV_S, d);
+        g->plo[d] = tn__p_conv_at(p, TN__CONV_PLO, d); g->phi[d] = tn__p_conv_at(p, TN__CONV_PHI, d);
+        g->dl[d] = tn__p_conv_at(p, TN__CONV_DL, d); g->in[d] = tn__p_conv_at(p, TN__CONV_IN, d);
+        int64_t span = g->dl[d] * (g->k[d] - 1) + 1, room = g->in[d] + g->plo[d] + g->phi[d];
+        g->out[d] = room >= span && g->s[d] > 0 ? (room - span) / g->s[d] + 1 : 0;
+        g->K *= g->k[d];
+        g->L *= g->out[d];
+    }
+}
+
+/* >>conv_cpu ------------------------------------------------------------------ */
+/* One output element each, through a T -> accumulator load and a store. */
+typedef struct tn__cjob {
+    const tn__cgeo *g;
+    const char *x;
+    const int64_t *xs;     /* the input's byte strides (image or columns) */
+    char *y;               /* contiguous output */
+    int64_t n;
+} tn__cjob;
+
+/* x's (n, c, i...) element offset, or -1 outside the image: i = o*s - plo + k*dl. */
+static inline int64_t tn__cgeo_src(const tn__cgeo *g, const int64_t *xs, int64_t n, int64_t c, int64_t kidx, int64_t l) {
+    int64_t off = n * xs[0] + c * xs[1];
+    for (int d = g->nsp - 1; d >= 0; d--) {
+        int64_t kd = kidx % g->k[d], od = l % g->out[d];
+        kidx /= g->k[d]; l /= g->out[d];
+        int64_t i = od * g->s[d] - g->plo[d] + kd * g->dl[d];
+        if (i < 0 || i >= g->in[d]) return -1;
+        off += i * xs[2 + d];
+    }
+    return off;
+}
+
+#define TN__CONV_T(SUF, T, AT, LOAD, STORE) \
+static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
+    const tn__cjob *J = (const tn__cjob *)ctx; \
+    const tn__cgeo *g = J->g; \
+    T pad = STORE((AT)g->padv); \
+    for (int64_t t = lo; t < hi; t++) { \
+        int64_t l = t % g->L, r = (t / g->L) % (g->Cg * g->K), ng = t / g->L / (g->Cg * g->K); \
+        int64_t gi = ng % g->G, n = ng / g->G, c = gi * g->Cg + r / g->K; \
+        int64_t off = tn__cgeo_src(g, J->xs, n, c, r % g->K, l); \
+        ((T *)(void *)J->y)[t] = off < 0 ? pad : *(const T *)(const void *)(J->x + off); \
+    } \
+} \
+static void tn__col2im_##SUF(void *ctx, int64_t lo, int64_t hi) { \
+    const tn__cjob *J = (const tn__cjob *)ctx; \
+    const tn__cgeo *g = J->g; \
+    int64_t S = 1; \
+    for (int d = 0; d < g->nsp; d++) S *= g->in[d]; \
+    for (int64_t t = lo; t < hi; t++) { \
+        int64_t sp = t % S, c = (t / S) % g->C, n = t / S / g->C, gi = c / g->Cg, cr = c % g->Cg; \
+        int64_t id[3], rem = sp; \
+        for (int d = g->nsp - 1; d >= 0; d--) { id[d] = rem % g->in[d]; rem /= g->in[d]; } \
+        AT acc = 0; \
+        for (int64_t kidx = 0; kidx < g->K; kidx++) { \
+            int64_t kk = kidx, l = 0, mul = 1; \
+            bool ok = true; \
+            for (int d = g->nsp - 1; d >= 0 && ok; d--) { \
+                int64_t kd = kk % g->k[d]; kk /= g->k[d]; \
+                int64_t num = id[d] + g->plo[d] - kd * g->dl[d]; \
+                if (num < 0 || num % g->s[d] != 0 || num / g->s[d] >= g->out[d]) ok = false; \
+                else { l += num / g->s[d] * mul; mul *= g->out[d]; } \
+            } \
+            if (!ok) continue; \
+            int64_t off = n * J->xs[0] + gi * J->xs[1] + (cr * g->K + kidx) * J->xs[2] + l * J->xs[3]; \
+            acc += LOAD(*(const T *)(const void *)(J->x + off)); \
+        } \
+        ((T *)(void *)J->y)[t] = STORE(acc); \
+    } \
+}
+#define TN__CONV_ID(v) (v)
+#define TN__CONV_F2H(v) tn__ew_f2h((float)(v))
+TN__CONV_T(f16, uint16_t, float, tn__ew_h2f, TN__CONV_F2H)
+TN__CONV_T(f32, float, float, TN__CONV_ID, TN__CONV_ID)
+TN__CONV_T(f64, double, double, TN__CONV_ID, TN__CONV_ID)
+
+static tn_result tn__conv_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    tn_array *y = out[0];
+    bool fwd = node->op == TN_OP_IM2COL;
+    const tn_array *img = fwd ? x : y;
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, img->shape[0], fwd ? x->shape[1] : y->shape[1], &g);
+    if (!tn_array_is_contiguous(y) || (x->dtype != TN_F16 && x->dtype != TN_F32 && x->dtype != TN_F64) || y->dtype != x->dtype)
+        return tn__err(TN_ERR_INTERNAL, "%s: a contiguous float output of the input's dtype expected", tn__op_def(node->op)->name);
+    tn__cjob J = { &g, (const char *)x->data, x->strides, (char *)y->data, tn_array_size(y) };
+    if (J.n == 0) return TN_OK;
+    static void (*const fns[2][3])(void *, int64_t, int64_t) = { { tn__col2im_f16, tn__col2im_f32, tn__col2im_f64 },
+                                                                  { tn__im2col_f16, tn__im2col_f32, tn__im2col_f64 } };
+    int64_t work = fwd ? 1 : g.K;
+    tn__parallel_for(J.n, 16384 / work + 1, fns[fwd][x->dtype - TN_F16], &J);
+    return TN_OK;
+}
+
+/* >>conv_cuda ------------------------------------------------------------------ */
+/* The same gathers as CUDA C for tensor_cuda.h's >>cuda_conv section: extern
+   "C" tn_im2col(x, y, geo) and tn_col2im(cols, y, geo) over contiguous
+   operands, one thread per output element, geo passed by value (its layout
+   is tensor_cuda.h's tn__cgeo_dev). Returns the
+   length snprintf reports, or -1 for a dtype without a kernel. */
+TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
+    static const char *const ty[3] = { "unsigned short", "float", "double" }, *const at[3] = { "float", "float", "double" };
+    static const char *const ld[3] = { "tn_h2f", "", "" }, *const st[3] = { "tn_f2h", "", "" };
+    if (t != TN_F16 && t != TN_F32 && t != TN_F64) return -1;
+    int k = t - TN_F16;
+    return snprintf(buf, cap,
+        "%s"
+        "struct tn_cg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long N, C, Cg, K, L, n; double padv; int nsp, G; };\n"
+        "typedef %s T;\n"
+        "typedef %s AT;\n"
+        "extern \"C\" __global__ void tn_im2col(const T *x, T *y, const tn_cg g) {\n"
+        "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (t >= g.n) return;\n"
+        "    long long l = t %% g.L, r = (t / g.L) %% (g.Cg * g.K), ng = t / g.L / (g.Cg * g.K);\n"
+        "    long long c = (ng %% g.G) * g.Cg + r / g.K, kidx = r %% g.K, S = 1, off = 0;\n"
+        "    for (int d = 0; d < g.nsp; d++) S *= g.in[d];\n"
+        "    for (int d = g.nsp - 1, m = 1; d >= 0; d--) {\n"
+        "        long long kd = kidx %% g.k[d], od = l %% g.out[d];\n"
+        "        kidx /= g.k[d]; l /= g.out[d];\n"
+        "        long long i = od * g.s[d] - g.plo[d] + kd * g.dl[d];\n"
+        "        if (i < 0 || i >= g.in[d]) { y[t] = %s((AT)g.padv); return; }\n"
+        "        off += i * m; m *= (int)g.in[d];\n"
+        "    }\n"
+        "    y[t] = x[((ng / g.G) * g.C + c) * S + off];\n"
+        "}\n"
+        "extern \"C\" __global__ void tn_col2im(const T *x, T *y, const tn_cg g) {\n"
+        "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (t >= g.n) return;\n"
+        "    long long S = 1;\n"
+        "    for (int d = 0; d < g.nsp; d++) S *= g.in[d];\n"
+        "    long long sp = t %% S, c = (t / S) %% g.C, n = t / S / g.C, gi = c / g.Cg, cr = c %% g.Cg, id[3], rem = sp;\n"
+        "    for (int d = g.nsp - 1; d >= 0; d--) { id[d] = rem %% g.in[d]; rem /= g.in[d]; }\n"
+        "    const T *base = x + ((n * g.G + gi) * (g.Cg * g.K) + cr * g.K) * g.L;\n"
+        "    AT acc = 0;\n"
+        "    for (long long kidx = 0; kidx < g.K; kidx++) {\n"
+        "        long long kk = kidx, l = 0, mul = 1;\n"
+        "        bool ok = true;\n"
+        "        for (int d = g.nsp - 1; d >= 0 && ok; d--) {\n"
+        "            long long kd = kk %% g.k[d]; kk /= g.k[d];\n"
+        "            long long num = id[d] + g.plo[d] - kd * g.dl[d];\n"
+        "            if (num < 0 || num %% g.s[d] != 0 || num / g.s[d] >= g.out[d]) ok = false;\n"
+        "            else { l += num / g.s[d] * mul; mul *= g.out[d]; }\n"
+        "        }\n"
+        "        if (ok) acc += %s(base[kidx * g.L + l]);\n"
+        "    }\n"
+        "    y[t] = %s(acc);\n"
+        "}\n",
+        t == TN_F16 ? "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+                      "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+                    : "",
+        ty[k], at[k], st[k], ld[k], st[k]);
+}
+
+/* >>conv_infer_label ----------------------------------------------------------- */
+static tn_result tn__conv_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const char *who = tn__op_def(node->op)->name;
+    char sb[128];
+    int nsp = tn__p_conv_nsp(&node->p), G = tn__p_conv_groups(&node->p);
+    if (in[0].dtype != TN_F16 && in[0].dtype != TN_F32 && in[0].dtype != TN_F64)
+        return tn__err(TN_ERR_DTYPE, "%s: a float input expected, not %s", who, tn_dtype_name(in[0].dtype));
+    tn__cgeo g;
+    memset(out, 0, sizeof *out);
+    out->dtype = in[0].dtype;
+    if (node->op == TN_OP_IM2COL) {
+        if (in[0].ndim != nsp + 2 || in[0].shape[1] < 0 || G <= 0 || in[0].shape[1] % G != 0)
+            return tn__err(TN_ERR_SHAPE, "%s: an (N, C, %d spatial dims) input with C static and divisible by %d groups expected, not %s",
+                           who, nsp, G, tn__shape_str(in[0].ndim, in[0].shape, sb));
+        tn__cgeo_of(&node->p, in[0].shape[0], in[0].shape[1], &g);
+        for (int d = 0; d < nsp; d++)
+            if (in[0].shape[2 + d] != g.in[d] || g.out[d] < 1)
+                return tn__err(TN_ERR_SHAPE, "%s: input %s does not fit the window (spatial dim %d: size %lld, kernel %lld, dilation %lld, padding %lld+%lld)",
+                               who, tn__shape_str(in[0].ndim, in[0].shape, sb), d, (long long)in[0].shape[2 + d], (long long)g.k[d],
+                               (long long)g.dl[d], (long long)g.plo[d], (long long)g.phi[d]);
+        out->ndim = 4;
+        out->shape[0] = in[0].shape[0]; out->shape[1] = G; out->shape[2] = g.Cg * g.K; out->shape[3] = g.L;
+        out->bcast[0] = in[0].bcast[0];
+        return TN_OK;
+    }
+    tn__cgeo_of(&node->p, in[0].shape[0], 0, &g);
+    if (in[0].ndim != 4 || in[0].shape[1] != G || in[0].shape[2] < 0 || in[0].shape[2] % g.K != 0 || in[0].shape[3] != g.L)
+        return tn__err(TN_ERR_SHAPE, "%s: columns (N, %d, C/groups*%lld, %lld) expected, not %s", who, G, (long long)g.K, (long long)g.L,
+                       tn__shape_str(in[0].ndim, in[0].shape, sb));
+    out->ndim = nsp + 2;
+    out->shape[0] = in[0].shape[0];
+    out->shape[1] = G * (in[0].shape[2] / g.K);
+    for (int d = 0; d < nsp; d++) out->shape[2 + d] = g.in[d];
+    out->bcast[0] = in[0].bcast[0];
+    return TN_OK;
+}
+
+/* Im2Col{kernel=(3, 3), stride=(1, 1), pad=(1, 1), dilation=(1, 1), groups=1} */
+static void tn__conv_label(const tn_var *node, char *buf, size_t cap) {
+    const tn_params *p = &node->p;
+    int nsp = tn__p_conv_nsp(p);
+    static const char *const what[5] = { "kernel", "stride", "pad", "pad_after", "dilation" };
+    size_t n = (size_t)snprintf(buf, cap, "%s{", node->op == TN_OP_IM2COL ? "Im2Col" : "Col2Im");
+    for (int w = 0; w < 5 && n < cap; w++) {
+        n += (size_t)snprintf(buf + n, cap - n, "%s=(", what[w]);
+        for (int d = 0; d < nsp && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)tn__p_conv_at(p, w, d));
+        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "), ");
+    }
+    if (n < cap) n += (size_t)snprintf(buf + n, cap - n, "groups=%d", tn__p_conv_groups(p));
+    if (n < cap && tn__p_conv_padv(p) != 0) n += (size_t)snprintf(buf + n, cap - n, ", pad_value=%g", tn__p_conv_padv(p));
+    if (n < cap) snprintf(buf + n, cap - n, "}");
+}
+
+/* >>conv_grad ------------------------------------------------------------------ */
+/* Each is the other's transpose: the same params. (Padding by -inf only
+   feeds max pooling, whose gradient never reaches a padded position.) */
+static tn_result tn__conv_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_params p = node->p;
+    p.f[0] = 0;
+    gin[0] = tn__node(node->graph, node->op == TN_OP_IM2COL ? TN_OP_COL2IM : TN_OP_IM2COL, 1, &g, &p, NULL, "tn_grad");
+    return gin[0] ? TN_OK : tn__gfail(tn__op_def(node->op)->name, node);
+}
+
+/* >>conv_constructors ------------------------------------------------------------ */
+/* The window geometry of o for x (spatial rank nsp, static sizes), kernel k. */
+static tn_result tn__conv_geometry(const char *who, tn_var *x, const int64_t *k, const tn_conv_opts *o, bool pool, int64_t v[6][3]) {
+    int nsp = x->type.ndim - 2;
+    char sb[128];
+    for (int d = 0; d < nsp; d++) {
+        int st = o->stride[d] ? o->stride[d] : pool ? (int)k[d] : 1, dl = o->dilation[d] ? o->dilation[d] : 1;
+        if (st < 1 || dl < 1 || k[d] < 1 || o->padding[d] < 0)
+            return tn__err(TN_ERR_INVALID, "%s: spatial dim %d: stride %d, dilation %d, kernel %lld and padding %d must be positive (padding >= 0)",
+                           who, d, st, dl, (long long)k[d], o->padding[d]);
+        int64_t plo = o->padding[d], phi = o->padding[d], span = (int64_t)dl * (k[d] - 1);
+        if (o->pad_mode == TN_PAD_VALID) plo = phi = 0;
+        else if (o->pad_mode == TN_PAD_SAME) {
+            if (st != 1) return tn__err(TN_ERR_INVALID, "%s: padding 'same' needs stride 1 (spatial dim %d has %d), as PyTorch", who, d, st);
+            plo = span / 2; phi = span - plo;
+        } else if (o->pad_mode != TN_PAD_EXPLICIT) return tn__err(TN_ERR_INVALID, "%s: pad_mode %d is not a TN_PAD_* value", who, o->pad_mode);
+        if (pool && 2 * plo > k[d])
+            return tn__err(TN_ERR_INVALID, "%s: padding %lld is more than half the kernel %lld (spatial dim %d), as PyTorch refuses", who,
+                           (long long)plo, (long long)k[d], d);
+        if (x->type.shape[2 + d] < 0)
+            return tn__err(TN_ERR_SHAPE, "%s: x's spatial sizes must be static, %s has dim %d unknown", who,
+                           tn__shape_str(x->type.ndim, x->type.shape, sb), 2 + d);
+        v[TN__CONV_K][d] = k[d]; v[TN__CONV_S][d] = st; v[TN__CONV_PLO][d] = plo; v[TN__CONV_PHI][d] = phi;
+        v[TN__CONV_DL][d] = dl; v[TN__CONV_IN][d] = x->type.shape[2 + d];
+    }
+    return TN_OK;
+}
+
+static tn_result tn__conv_check(const char *who, tn_var *x, int want_nsp, bool need_float) {
+    char sb[128];
+    if (!x) return TN_ERR_NULL;
+    int nsp = x->type.ndim - 2;
+    if (nsp < 1 || nsp > 3 || (want_nsp && nsp != want_nsp))
+        return tn__err(TN_ERR_SHAPE, "%s: x must be (N, C, %s spatial dims), not %s", who, want_nsp == 1 ? "1" : want_nsp == 2 ? "2" : want_nsp == 3 ? "3" : "1 to 3",
+                       tn__shape_str(x->type.ndim, x->type.shape, sb));
+    if (need_float && !tn_dtype_is_float(x->type.dtype))
+        return tn__err(TN_ERR_DTYPE, "%s: x is %s; convolutions and pooling take float16, float32 or float64", who, tn_dtype_name(x->type.dtype));
+    if (x->type.shape[1] < 0) return tn__err(TN_ERR_SHAPE, "%s: x's channel count (dim 1 of %s) must be static", who, tn__shape_str(x->type.ndim, x->type.shape, sb));
+    return TN_OK;
+}
+
+static tn_var *tn__im2col(const char *who, tn_var *x, int nsp, int groups, int64_t v[6][3], double padv) {
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    tn__p_set_conv(&p, nsp, groups, (const int64_t (*)[3])v, padv);
+    return tn__node(x->graph, TN_OP_IM2COL, 1, &x, &p, NULL, who);
+}
+
+/* reshape of y (N, G, per, L) to (N, G*per, out...) with N possibly unknown */
+static tn_var *tn__conv_unflatten(tn_var *y, int64_t C, int nsp, const tn__cgeo *g) {
+    int64_t sh[5] = { -1, C, 1, 1, 1 };
+    for (int d = 0; d < nsp; d++) sh[2 + d] = g->out[d];
+    return tn_reshape(y, nsp + 2, sh);
+}
+
+static tn_var *tn__conv_make(const char *who, tn_var *x, tn_var *w, const tn_conv_opts *o, int want_nsp) {
+    static const tn_conv_opts zero;
+    char s1[128], s2[128];
+    if (!x || !w) { tn__err_null(who, !x ? "x" : "w"); return NULL; }
+    if (!o) o = &zero;
+    if (tn__conv_check(who, x, want_nsp, true) != TN_OK) return NULL;
+    int nsp = x->type.ndim - 2, G = o->groups ? o->groups : 1;
+    int64_t C = x->type.shape[1], Co = w->type.shape[0];
+    bool wok = w->type.ndim == nsp + 2 && Co > 0 && G > 0 && Co % G == 0 && C % G == 0 && w->type.shape[1] == C / G;
+    for (int d = 0; wok && d < nsp; d++) wok = w->type.shape[2 + d] > 0;
+    if (!wok) {
+        tn__err(TN_ERR_SHAPE, "%s: w must be (C_out, C/groups, kernel...) with static sizes and C_out divisible by groups: x %s, w %s, groups %d",
+                who, tn__shape_str(x->type.ndim, x->type.shape, s1), tn__shape_str(w->type.ndim, w->type.shape, s2), G);
+        return NULL;
+    }
+    if (w->type.dtype != x->type.dtype) {
+        tn__err(TN_ERR_DTYPE, "%s: x is %s but w is %s", who, tn_dtype_name(x->type.dtype), tn_dtype_name(w->type.dtype));
+        return NULL;
+    }
+    int64_t v[6][3] = { { 0 } };
+    if (tn__conv_geometry(who, x, w->type.shape + 2, o, false, v) != TN_OK) return NULL;
+    tn_var *cols = tn__im2col(who, x, nsp, G, v, 0.0);
+    if (!cols) return NULL;
+    tn__cgeo g;
+    tn__cgeo_of(&cols->p, -1, C, &g);
+    tn_var *wr = tn_reshape(w, 3, (int64_t[]){ G, Co / G, g.Cg * g.K });
+    return tn__conv_unflatten(tn_dot(wr, cols), Co, nsp, &g);
+}
+
+TN_API tn_var *tn_conv(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_make("tn_conv", x, w, o, 0); }
+TN_API tn_var *tn_conv1d(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_make("tn_conv1d", x, w, o, 1); }
+TN_API tn_var *tn_conv2d(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_make("tn_conv2d", x, w, o, 2); }
+TN_API tn_var *tn_conv3d(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_make("tn_conv3d", x, w, o, 3); }
+
+static tn_var *tn__conv_transpose_make(const char *who, tn_var *x, tn_var *w, const tn_conv_opts *o, int want_nsp) {
+    static const tn_conv_opts zero;
+    char s1[128], s2[128];
+    if (!x || !w) { tn__err_null(who, !x ? "x" : "w"); return NULL; }
+    if (!o) o = &zero;
+    if (tn__conv_check(who, x, want_nsp, true) != TN_OK) return NULL;
+    int nsp = x->type.ndim - 2, G = o->groups ? o->groups : 1;
+    int64_t Ci = x->type.shape[1], Cog = w->type.shape[1];
+    bool wok = w->type.ndim == nsp + 2 && w->type.shape[0] == Ci && Cog > 0 && G > 0 && Ci % G == 0;
+    for (int d = 0; wok && d < nsp; d++) wok = w->type.shape[2 + d] > 0 && x->type.shape[2 + d] >= 1;
+    if (!wok) {
+        tn__err(TN_ERR_SHAPE, "%s: w must be (C_in, C_out/groups, kernel...) with static sizes, C_in divisible by groups: x %s, w %s, groups %d",
+                who, tn__shape_str(x->type.ndim, x->type.shape, s1), tn__shape_str(w->type.ndim, w->type.shape, s2), G);
+        return NULL;
+    }
+    if (w->type.dtype != x->type.dtype) {
+        tn__err(TN_ERR_DTYPE, "%s: x is %s but w is %s", who, tn_dtype_name(x->type.dtype), tn_dtype_name(w->type.dtype));
+        return NULL;
+    }
+    if (o->pad_mode != TN_PAD_EXPLICIT) { tn__err(TN_ERR_INVALID, "%s: takes explicit padding only (pad_mode %d)", who, o->pad_mode); return NULL; }
+    /* the image this is the input gradient of: size (in-1)*s - 2p + dl*(k-1) + output_padding + 1
+       (a conv over it, padded p on both sides, has x's size: output_padding < s is floored away) */
+    int64_t v[6][3] = { { 0 } };
+    for (int d = 0; d < nsp; d++) {
+        int st = o->stride[d] ? o->stride[d] : 1, dl = o->dilation[d] ? o->dilation[d] : 1, op = o->output_padding[d];
+        if (st < 1 || dl < 1 || o->padding[d] < 0 || op < 0 || (op >= st && op >= dl)) {
+            tn__err(TN_ERR_INVALID, "%s: spatial dim %d: stride %d, dilation %d, padding %d, output_padding %d (output_padding must be smaller "
+                    "than the stride or the dilation)", who, d, st, dl, o->padding[d], op);
+            return NULL;
+        }
+        int64_t k = w->type.shape[2 + d], size = (x->type.shape[2 + d] - 1) * st - 2 * (int64_t)o->padding[d] + dl * (k - 1) + op + 1;
+        if (size < 1) { tn__err(TN_ERR_SHAPE, "%s: spatial dim %d of the result would be %lld", who, d, (long long)size); return NULL; }
+        v[TN__CONV_K][d] = k; v[TN__CONV_S][d] = st; v[TN__CONV_PLO][d] = o->padding[d]; v[TN__CONV_PHI][d] = o->padding[d];
+        v[TN__CONV_DL][d] = dl; v[TN__CONV_IN][d] = size;
+    }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    tn__p_set_conv(&p, nsp, G, (const int64_t (*)[3])v, 0.0);
+    tn__cgeo g;
+    tn__cgeo_of(&p, -1, Cog * G, &g);
+    /* (N, Ci, S) -> (N, G, Ci/G, L); w (Ci, Cog, k) -> (G, Ci/G, Cog*K) -> per group its transpose */
+    tn_var *xr = tn_reshape(x, 4, (int64_t[]){ -1, G, Ci / G, g.L });
+    tn_var *wr = tn_dimshuffle(tn_reshape(w, 3, (int64_t[]){ G, Ci / G, Cog * g.K }), 3, (int[]){ 0, 2, 1 });
+    tn_var *cols = tn_dot(wr, xr);
+    return cols ? tn__node(x->graph, TN_OP_COL2IM, 1, &cols, &p, NULL, who) : NULL;
+}
+
+TN_API tn_var *tn_conv_transpose(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_transpose_make("tn_conv_transpose", x, w, o, 0); }
+TN_API tn_var *tn_conv2d_transpose(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_transpose_make("tn_conv2d_transpose", x, w, o, 2); }
+
+static tn_var *tn__pool_make(const char *who, tn_var *x, const tn_conv_opts *o, bool max, int want_nsp) {
+    if (!x) { tn__err_null(who, "x"); return NULL; }
+    if (!o) { tn__err_null(who, "o (the options, with the kernel)"); return NULL; }
+    if (tn__conv_check(who, x, want_nsp, true) != TN_OK) return NULL;
+    int nsp = x->type.ndim - 2;
+    int64_t C = x->type.shape[1], k[3] = { 0 }, v[6][3] = { { 0 } };
+    for (int d = 0; d < nsp; d++) k[d] = o->kernel[d];
+    if (o->groups > 1 || o->pad_mode == TN_PAD_SAME) { tn__err(TN_ERR_INVALID, "%s: pooling takes no groups and no 'same' padding", who); return NULL; }
+    if (tn__conv_geometry(who, x, k, o, true, v) != TN_OK) return NULL;
+    tn_var *cols = tn__im2col(who, x, nsp, (int)C, v, max ? -INFINITY : 0.0);      /* (N, C, K, L) */
+    if (!cols) return NULL;
+    tn__cgeo g;
+    tn__cgeo_of(&cols->p, -1, C, &g);
+    int ax = 2;
+    tn_var *r;
+    if (max) r = tn_max(cols, &ax, 1, false);
+    else if (!o->avg_exclude_pad) r = tn_mean(cols, &ax, 1, false);
+    else {     /* the in-image positions of each window: a constant of the static geometry */
+        tn_array *cnt = tn_array_zeros(x->type.dtype, 1, &g.L);
+        if (!cnt) return NULL;
+        for (int64_t l = 0; l < g.L; l++) {
+            int64_t n = 0;
+            for (int64_t kidx = 0; kidx < g.K; kidx++) n += tn__cgeo_src(&g, (const int64_t[]){ 0, 0, 1, 1, 1 }, 0, 0, kidx, l) >= 0;
+            tn_array_set(cnt, &l, (double)n);
+        }
+        tn_var *c = tn_constant(x->graph, cnt);
+        tn_array_free(cnt);
+        r = tn_div(tn_sum(cols, &ax, 1, false), c);
+    }
+    return r ? tn__conv_unflatten(r, C, nsp, &g) : NULL;
+}
+
+TN_API tn_var *tn_max_pool(tn_var *x, const tn_conv_opts *o) { return tn__pool_make("tn_max_pool", x, o, true, 0); }
+TN_API tn_var *tn_avg_pool(tn_var *x, const tn_conv_opts *o) { return tn__pool_make("tn_avg_pool", x, o, false, 0); }
+TN_API tn_var *tn_max_pool2d(tn_var *x, const tn_conv_opts *o) { return tn__pool_make("tn_max_pool2d", x, o, true, 2); }
+TN_API tn_var *tn_avg_pool2d(tn_var *x, const tn_conv_opts *o) { return tn__pool_make("tn_avg_pool2d", x, o, false, 2); }
+
+TN_API tn_var *tn_global_avg_pool(tn_var *x) {
+    const char *who = "tn_global_avg_pool";
+    if (!x) { tn__err_null(who, "x"); return NULL; }
+    if (tn__conv_check(who, x, 0, true) != TN_OK) return NULL;
+    int ax[3] = { 2, 3, 4 };
+    return tn_mean(x, ax, x->type.ndim - 2, true);
+}
+
+/* >>conv_rows: this part's rows of the op table (the >>ops_table section) --- */
+#define TN__CONV_OP_ROWS \
+    [TN_OP_IM2COL] = { .name = "Im2Col", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
+                       .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR }, \
+    [TN_OP_COL2IM] = { .name = "Col2Im", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
+                       .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR },
 
 /* >>ops_linalg ======================================================== */
 /* Dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.

@@ -209,10 +209,10 @@ TEST(test_codegen_errors) {
     }
 }
 
-/* Appends an index or sort kernel's source with its extern "C" names numbered
+/* Appends an index, sort or conv kernel's source with its extern "C" names numbered
    and its macros cleared, so one NVRTC run compiles many. */
 static void batch_add_named(tn__sb *batch, const char *src, int k) {
-    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(" };
+    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(", "tn_im2col(", "tn_col2im(" };
     tn__sb_printf(batch, "#undef ND\n#undef K\n#undef CH\nnamespace k%d {\n", k);
     for (const char *p = src; *p;) {
         const char *hit = NULL;
@@ -260,6 +260,23 @@ TEST(test_index_and_sort_kernels) {
     printf("  %d index and sort kernels compiled for sm_90\n", kernels);
 }
 
+/* im2col and col2im (convolutions and pooling) for every float dtype; the
+   geometry struct the kernels take is the host's, byte for byte. */
+TEST(test_conv_kernels) {
+    static char src[8192];
+    tn__sb batch = { 0 };
+    int kernels = 0;
+    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+        int n = tn__conv_cuda_source(t, src, sizeof src);
+        CHECK((n > 0) == (t == TN_F16 || t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "%s: %d", tn_dtype_name(t), n);
+        if (n <= 0) continue;
+        batch_add_named(&batch, src, kernels++);
+        tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_cg) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__cgeo_dev));
+    }
+    compile_batch(&batch, "sm_90", "conv kernels");
+    printf("  %d im2col/col2im kernels compiled for sm_90\n", kernels);
+}
+
 TEST(test_compile_error_reports_log_and_source) {
     const void *bin;
     size_t n;
@@ -283,6 +300,7 @@ int main(void) {
     TH_RUN(test_float16_programs);
     TH_RUN(test_codegen_errors);
     TH_RUN(test_index_and_sort_kernels);
+    TH_RUN(test_conv_kernels);
     TH_RUN(test_compile_error_reports_log_and_source);
     th_nvrtc_finish(th_dir);
     TH_END();
