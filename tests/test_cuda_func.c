@@ -556,6 +556,74 @@ TEST(test_index_gpu_equals_cpu) {
     tn_array_free(r); tn_array_free(x); tn_array_free(i);
 }
 
+/* Convolutions and pooling on the GPU: im2col/col2im kernels and cuBLAS
+   products, forward and gradients (a LeNet-like step: conv, relu, max pool,
+   conv transpose, avg pool), float32, float64 and float16 storage, equal to
+   the CPU's (the gathers give the same bits; the products differ by cuBLAS's
+   summation order). */
+static int cv_run(tn_dtype t, bool gpu, tn_array **res, char *dp, size_t cap) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_input(g, "x", t, 4, (int64_t[]){ -1, 3, 12, 10 }, NULL), *w = tn_input(g, "w", t, 4, (int64_t[]){ 8, 3, 3, 3 }, NULL);
+    tn_var *wt = tn_input(g, "wt", t, 4, (int64_t[]){ 8, 2, 2, 2 }, NULL);
+    tn_conv_opts o, pool, tr, ap;
+    memset(&o, 0, sizeof o);
+    o.padding[0] = o.padding[1] = 1;
+    pool = tr = ap = o;
+    pool.padding[0] = pool.padding[1] = 0; pool.kernel[0] = pool.kernel[1] = 2;
+    tr.padding[0] = tr.padding[1] = 0; tr.stride[0] = tr.stride[1] = 2; tr.groups = 2;
+    ap.kernel[0] = 3; ap.kernel[1] = 2; ap.avg_exclude_pad = true; ap.padding[1] = 1; ap.padding[0] = 1;
+    tn_var *h = tn_max_pool2d(tn_relu(tn_conv2d(x, w, &o)), &pool);            /* (N, 8, 6, 5) */
+    tn_var *u = tn_avg_pool2d(tn_conv2d_transpose(h, wt, &tr), &ap);          /* (N, 4, 12, 10) -> avg */
+    tn_var *cost = tn_sum(tn_sqr(u), NULL, 0, false);
+    tn_var *gr[3];
+    tn_var *wrt[3] = { x, w, wt };
+    tn_result r = tn_grad(cost, 3, wrt, gr, NULL);
+    int n_out = 0;
+    if (r == TN_OK) {
+        tn_var *outs[4] = { tn_gpu_from_host(u), tn_gpu_from_host(gr[0]), tn_gpu_from_host(gr[1]), tn_gpu_from_host(gr[2]) };
+        tn_config c = base_cfg;
+        c.device = gpu ? TN_DEVICE_CUDA : TN_DEVICE_CPU;
+        tn_init(&c);
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = wrt, .n_outputs = 4, .outputs = outs });
+        if (f && dp) { FILE *m = fmemopen(dp, cap, "w"); if (m) { tn_debugprint_function(f, m); fclose(m); } }
+        tn_array *xa = tn_array_rand_uniform(t, 4, (int64_t[]){ 5, 3, 12, 10 }, -1, 1, 31), *wa = tn_array_rand_uniform(t, 4, (int64_t[]){ 8, 3, 3, 3 }, -0.5, 0.5, 32);
+        tn_array *ta = tn_array_rand_uniform(t, 4, (int64_t[]){ 8, 2, 2, 2 }, -0.5, 0.5, 33), *o4[4] = { 0 };
+        if (f && tn_call(f, (tn_array *[]){ xa, wa, ta }, o4) == TN_OK)
+            for (int i = 0; i < 4; i++) { res[i] = tn_array_astype(o4[i], TN_F64); n_out++; }
+        else fprintf(stderr, "conv on the %s: %s\n", gpu ? "GPU" : "CPU", tn_last_error());
+        for (int i = 0; i < 4; i++) tn_array_free(o4[i]);
+        tn_array_free(xa); tn_array_free(wa); tn_array_free(ta);
+        tn_function_free(f);
+        tn_init(&base_cfg);
+    }
+    tn_graph_free(g);
+    return n_out;
+}
+
+TEST(test_conv_gpu_equals_cpu) {
+    static const tn_dtype ts[3] = { TN_F32, TN_F64, TN_F16 };
+    static const double tol[3] = { 2e-5, 1e-12, 2e-2 };
+    for (int k = 0; k < 3; k++) {
+        tn_array *rg[4] = { 0 }, *rc[4] = { 0 };
+        char dp[16384] = "";
+        int ng = cv_run(ts[k], true, rg, dp, sizeof dp), nc = cv_run(ts[k], false, rc, NULL, 0);
+        CHECK(ng == 4 && nc == 4, "%s: ran %d and %d", tn_dtype_name(ts[k]), ng, nc);
+        CHECK(strstr(dp, "GpuIm2Col{") && strstr(dp, "GpuCol2Im{") && !strstr(dp, " Im2Col{") && !strstr(dp, " Col2Im{"),
+              "%s: im2col and col2im on the GPU:\n%s", tn_dtype_name(ts[k]), dp);
+        const char *what[4] = { "forward", "d/dx", "d/dw", "d/dwt" };
+        for (int i = 0; i < 4 && ng == 4 && nc == 4; i++) {
+            int64_t n = tn_array_size(rc[i]);
+            double worst = 0, scale = 0;
+            const double *a = (const double *)rg[i]->data, *b = (const double *)rc[i]->data;
+            for (int64_t j = 0; j < n; j++) scale = fmax(scale, fabs(b[j]));
+            for (int64_t j = 0; j < n; j++) worst = fmax(worst, fabs(a[j] - b[j]) / fmax(fabs(b[j]), scale * 1e-2));
+            CHECK(n == tn_array_size(rg[i]) && worst <= tol[k], "%s %s: GPU vs CPU %g", tn_dtype_name(ts[k]), what[i], worst);
+        }
+        for (int i = 0; i < 4; i++) { tn_array_free(rg[i]); tn_array_free(rc[i]); }
+    }
+    printf("  conv, pool, conv_transpose and their gradients: GPU equals the CPU (float32, float64, float16)\n");
+}
+
 /* Copied outputs are the arrays their steps wrote: a device output is a new
    device array each call (caching allocator), a host output is pinned memory
    HostFromGpu copied straight into; both go back to their caches when freed,
@@ -1391,6 +1459,7 @@ int main(void) {
     TH_RUN(test_new_ops_and_cumulative_on_gpu);
     TH_RUN(test_cumulative_gpu_equals_cpu);
     TH_RUN(test_index_gpu_equals_cpu);
+    TH_RUN(test_conv_gpu_equals_cpu);
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_random_gpu_equals_cpu);
     TH_RUN(test_scan_seed_on_gpu);
