@@ -3837,8 +3837,9 @@ static tn_var *tn__conv_make(const char *who, tn_var *x, tn_var *w, const tn_con
     bool wok = w->type.ndim == nsp + 2 && Co > 0 && G > 0 && Co % G == 0 && C % G == 0 && w->type.shape[1] == C / G;
     for (int d = 0; wok && d < nsp; d++) wok = w->type.shape[2 + d] > 0;
     if (!wok) {
-        tn__err(TN_ERR_SHAPE, "%s: w must be (C_out, C/groups, kernel...) with static sizes and C_out divisible by groups: x %s, w %s, groups %d",
-                who, tn__shape_str(x->type.ndim, x->type.shape, s1), tn__shape_str(w->type.ndim, w->type.shape, s2), G);
+        tn__err(TN_ERR_SHAPE, "%s: w must be (C_out, C/groups, kernel...) with static sizes and C_out divisible by groups: x %s, w %s, groups %d%s",
+                who, tn__shape_str(x->type.ndim, x->type.shape, s1), tn__shape_str(w->type.ndim, w->type.shape, s2), G,
+                w->op == TN_OP_SHARED ? " (a shared variable's shape is static with tn_shared_fixed)" : "");
         return NULL;
     }
     if (w->type.dtype != x->type.dtype) {

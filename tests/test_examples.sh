@@ -6,7 +6,7 @@ set -u
 OUT=${1:-build/examples}
 mkdir -p "$OUT"
 pass=0; fail=0
-NAMES="tour check1 check2 borrow speed_test logistic_regression gpu_op rnn_scan scan_gemm"
+NAMES="tour check1 check2 borrow speed_test logistic_regression gpu_op rnn_scan scan_gemm mlp convnet denoising_autoencoder"
 for name in $NAMES; do
     cc -std=c11 -O2 -I. "examples/$name.c" -o "$OUT/$name" -lm -lpthread -ldl 2> "$OUT/$name.build.log" &
 done
@@ -30,5 +30,9 @@ check logistic_regression 300 -- "agrees with the target on"
 check gpu_op -- "largest difference from plain C"
 check rnn_scan -- "^OK"
 check scan_gemm 2 -- "^OK"
+check mlp 3 -- "held-out accuracy after 3 epochs"
+# with examples/digits.bin it trains; without, it says how to get the data and exits 0
+check convnet 2 -- "test accuracy on the held-out split\|needs scikit-learn's digits"
+check denoising_autoencoder 3 -- "held-out reconstruction cost"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
