@@ -480,6 +480,50 @@ static void logreg_cases(void) {
     tn_array_free(X); tn_array_free(U); tn_array_free(W0); tn_array_free(B0); tn_array_free(Y);
 }
 
+/* >>cases: convolutions (the peers' CONV_SHAPES: bench/peers.py) ---------------- */
+/* conv2d of x (N, Ci, H, H) with w (Co, Ci, k, k), padding k/2, forward and
+   forward + gradients with respect to x and w (the sum of the output as the
+   cost), x and w shared, results kept on the device (borrowed): the
+   library's im2col + product path, as TFLOP/s of the convolution's own
+   2 N Co Ci k^2 H^2 (x3 with the gradients). PyTorch's cuDNN rows are in the
+   peers' table. */
+static void conv_cases(void) {
+    static const int shapes[3][5] = { { 64, 3, 64, 3, 32 }, { 64, 64, 128, 3, 16 }, { 64, 128, 128, 1, 8 } };
+    const char *S = GPU ? "conv" : "cpu";
+    for (int dt = 0; dt < (GPU ? 2 : 1); dt++) {
+        tn_dtype t = dt ? TN_F16 : TN_F32;
+        for (int q = 0; q < 3; q++) {
+            int n = shapes[q][0], ci = shapes[q][1], co = shapes[q][2], k = shapes[q][3], h = shapes[q][4];
+            int iters = GPU ? (Q ? 20 : 200) : (Q ? 2 : 5);
+            tn_array *X = tn_array_rand_normal(t, 4, (int64_t[]){ n, ci, h, h }, 0, 1, 5), *W = tn_array_rand_normal(t, 4, (int64_t[]){ co, ci, k, k }, 0, 0.1, 6);
+            tn_graph *g = tn_graph_new();
+            tn_var *x = tn_shared_fixed(g, "x", X), *w = tn_shared_fixed(g, "w", W);
+            tn_conv_opts o;
+            memset(&o, 0, sizeof o);
+            o.padding[0] = o.padding[1] = k / 2;
+            tn_var *y = tn_conv2d(x, w, &o);
+            tn_var *wrt[2] = { x, w }, *gr[2] = { NULL, NULL };
+            tn_result ge = y ? tn_grad(tn_sum(y, NULL, 0, false), 2, wrt, gr, NULL) : TN_ERR_NULL;
+            for (int b = 0; b < 2; b++) {
+                char name[96];
+                snprintf(name, sizeof name, "conv2d %d->%d %dx%d @%d N=%d %s %s", ci, co, k, k, h, n, dt ? "f16" : "f32", b ? "fwd+bwd" : "fwd");
+                row *r = R(S, name);
+                if (!y || (b && ge != TN_OK)) { err(r, "building the graph"); continue; }
+                tn_var *outs[3] = { GPU ? tn_gpu_from_host(y) : y, gr[0] && GPU ? tn_gpu_from_host(gr[0]) : gr[0], gr[1] && GPU ? tn_gpu_from_host(gr[1]) : gr[1] };
+                tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = b ? 3 : 1, .outputs = outs, .borrow = true, .name = "conv" });
+                if (!f) err(r, "in tn_function");
+                else {
+                    run_func(r, f, NULL, iters);
+                    if (!r->na[0]) rate(r, (b ? 3.0 : 1.0) * 2.0 * n * co * ci * k * k * h * h, "FLOP/s");
+                }
+                tn_function_free(f);
+            }
+            tn_graph_free(g);
+            tn_array_free(X); tn_array_free(W);
+        }
+    }
+}
+
 /* >>cases: compile time ------------------------------------------------------ */
 
 /* About n nodes: repeated blocks of ~20 nodes with shared subexpressions
@@ -1031,6 +1075,7 @@ int main(int argc, char **argv) {
         fusion_cases();
         cpu_gemm_cases();
         logreg_cases();
+        conv_cases();
         rewrite_cases();
     }
     if (!cpu_only) {
@@ -1048,6 +1093,7 @@ int main(int argc, char **argv) {
             gpu_graph_cases();
             fusion_cases();
             logreg_cases();
+            conv_cases();
         } else {
             row *r = R("gpu", "GPU cases");
             na(r, "%s", tn_cuda_status());
