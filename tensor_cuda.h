@@ -4214,6 +4214,30 @@ done:
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 
+/* >>cuda_reshape: Reshape and Flatten ---------------------------------------- */
+/* A reshape copies (tensor_ops.h >>ops_shape): on the device, the input read
+   in row-major order into the contiguous output (one DMA when the input is
+   contiguous, else the elementwise copy kernel over a view of the output
+   with the input's shape). */
+static tn_result tn__cuda_reshape_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    (void)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    const tn_array *x = in[0];
+    tn_array v = *out[0];
+    if (tn_array_size(x) != tn_array_size(&v) || !tn_array_is_contiguous(&v))
+        return tn__err(TN_ERR_INTERNAL, "%s: %lld elements into %lld", who, (long long)tn_array_size(x), (long long)tn_array_size(&v));
+    v.ndim = x->ndim;
+    memcpy(v.shape, x->shape, sizeof v.shape);
+    tn__contiguous_strides(v.dtype, v.ndim, v.shape, v.strides);
+    tn_result r = tn__cuda_copy_into(&v, x, who);
+    if (r != TN_OK) return r;
+    tn__cuda_dev *D;
+    return (r = tn__cuda_enter(v.device, &D, who)) != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
+}
+
+static bool tn__cuda_reshape_supports(const tn_var *node) { return tn__cuda_stype(node->type.dtype); }
+
 /* >>cuda_conv: im2col and col2im ---------------------------------------------- */
 /* The kernels are tensor_ops.h's (>>conv_cuda: the CPU's gathers as CUDA C),
    compiled once per dtype at prepare time (both in one module); one thread
@@ -4517,6 +4541,7 @@ static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn
 static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release, NULL };
 static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release, NULL };
+static const tn_backend_op tn__cuda_row_reshape = { tn__cuda_reshape_supports, tn__cuda_bind_prepare, tn__cuda_reshape_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL };
 
@@ -4539,6 +4564,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
     [TN_OP_INC_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ARGSORT] = &tn__cuda_row_sort,
     [TN_OP_RANDOM] = &tn__cuda_row_rnd,
     [TN_OP_IM2COL] = &tn__cuda_row_conv, [TN_OP_COL2IM] = &tn__cuda_row_conv,
+    [TN_OP_RESHAPE] = &tn__cuda_row_reshape, [TN_OP_FLATTEN] = &tn__cuda_row_reshape,
 };
 #undef TN__CUDA_EW_ROW
 

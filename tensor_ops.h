@@ -3514,11 +3514,13 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 /* Convolutions and pooling, built on two ops that move windows around and
    the products and reductions the library has:
 
-   IM2COL(x), x an (N, C, in...) image: out (N, G, Cg*K, L), G groups of Cg
+   IM2COL(x), x an (N, C, in...) image: out (G, Cg*K, N, L), G groups of Cg
    channels, K the kernel's size, L the output grid's size; row r = c*K + k
-   (c the channel in its group, k the window position, row-major) and column
-   l (the grid position, row-major) hold x[n, g*Cg + c, o*s - plo + k*dl],
-   or the padding value (0; -inf for max pooling) outside the image.
+   (c the channel in its group, k the window position, row-major), image n
+   and grid position l (row-major) hold x[n, g*Cg + c, o*s - plo + k*dl],
+   or the padding value (0; -inf for max pooling) outside the image. The
+   batch sits next to the grid so one product per group (a batch of G)
+   covers every image: (G, C_out/G, Cg*K) . (G, Cg*K, N*L).
    COL2IM(cols) is its transpose: each image element is the sum of the
    column entries that read it (the gradient of IM2COL, and IM2COL the
    gradient of COL2IM; both linear). Both are gathers (one output element
@@ -3526,10 +3528,10 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
    double for float64), on the CPU and the GPU alike, so the GPU gives the
    CPU's bits.
 
-   conv(x, w) = reshape(dot(reshape(w, (G, Co/G, Cg*K)), IM2COL(x)));
-   conv_transpose(x, w) = COL2IM(dot(w^T per group, x)) (the gradient of a
-   conv with respect to its input); max/avg pooling reduce the window rows
-   of IM2COL(x) with G = C. The gradients come from the pieces: a conv's
+   conv(x, w) = (N, C_out, out...) of dot(reshape(w, (G, Co/G, Cg*K)),
+   IM2COL(x) as (G, Cg*K, N*L)); conv_transpose(x, w) = COL2IM(dot(w^T per
+   group, x as (G, Ci/G, N*L))) (the gradient of a conv with respect to its
+   input); max/avg pooling reduce the window rows of IM2COL(x) with G = C. The gradients come from the pieces: a conv's
    with respect to its input is a COL2IM of a product, to its filters a
    product with IM2COL(x); max pooling's gives the gradient to every element
    equal to the window's max (ties share it, as Theano; PyTorch picks one).
@@ -3592,8 +3594,8 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cgeo *g = J->g; \
     T pad = STORE((AT)g->padv); \
     for (int64_t t = lo; t < hi; t++) { \
-        int64_t l = t % g->L, r = (t / g->L) % (g->Cg * g->K), ng = t / g->L / (g->Cg * g->K); \
-        int64_t gi = ng % g->G, n = ng / g->G, c = gi * g->Cg + r / g->K; \
+        int64_t l = t % g->L, n = (t / g->L) % g->N, r = (t / g->L / g->N) % (g->Cg * g->K), gi = t / g->L / g->N / (g->Cg * g->K); \
+        int64_t c = gi * g->Cg + r / g->K; \
         int64_t off = tn__cgeo_src(g, J->xs, n, c, r % g->K, l); \
         ((T *)(void *)J->y)[t] = off < 0 ? pad : *(const T *)(const void *)(J->x + off); \
     } \
@@ -3618,7 +3620,7 @@ static void tn__col2im_##SUF(void *ctx, int64_t lo, int64_t hi) { \
                 else { l += num / g->s[d] * mul; mul *= g->out[d]; } \
             } \
             if (!ok) continue; \
-            int64_t off = n * J->xs[0] + gi * J->xs[1] + (cr * g->K + kidx) * J->xs[2] + l * J->xs[3]; \
+            int64_t off = gi * J->xs[0] + (cr * g->K + kidx) * J->xs[1] + n * J->xs[2] + l * J->xs[3]; \
             acc += LOAD(*(const T *)(const void *)(J->x + off)); \
         } \
         ((T *)(void *)J->y)[t] = STORE(acc); \
@@ -3667,8 +3669,8 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "extern \"C\" __global__ void tn_im2col(const T *x, T *y, const tn_cg g) {\n"
         "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
         "    if (t >= g.n) return;\n"
-        "    long long l = t %% g.L, r = (t / g.L) %% (g.Cg * g.K), ng = t / g.L / (g.Cg * g.K);\n"
-        "    long long c = (ng %% g.G) * g.Cg + r / g.K, kidx = r %% g.K, S = 1, off = 0;\n"
+        "    long long l = t %% g.L, n = (t / g.L) %% g.N, r = (t / g.L / g.N) %% (g.Cg * g.K), gi = t / g.L / g.N / (g.Cg * g.K);\n"
+        "    long long c = gi * g.Cg + r / g.K, kidx = r %% g.K, S = 1, off = 0;\n"
         "    for (int d = 0; d < g.nsp; d++) S *= g.in[d];\n"
         "    for (int d = g.nsp - 1, m = 1; d >= 0; d--) {\n"
         "        long long kd = kidx %% g.k[d], od = l %% g.out[d];\n"
@@ -3677,7 +3679,7 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "        if (i < 0 || i >= g.in[d]) { y[t] = %s((AT)g.padv); return; }\n"
         "        off += i * m; m *= (int)g.in[d];\n"
         "    }\n"
-        "    y[t] = x[((ng / g.G) * g.C + c) * S + off];\n"
+        "    y[t] = x[(n * g.C + c) * S + off];\n"
         "}\n"
         "extern \"C\" __global__ void tn_col2im(const T *x, T *y, const tn_cg g) {\n"
         "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -3686,7 +3688,7 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "    for (int d = 0; d < g.nsp; d++) S *= g.in[d];\n"
         "    long long sp = t %% S, c = (t / S) %% g.C, n = t / S / g.C, gi = c / g.Cg, cr = c %% g.Cg, id[3], rem = sp;\n"
         "    for (int d = g.nsp - 1; d >= 0; d--) { id[d] = rem %% g.in[d]; rem /= g.in[d]; }\n"
-        "    const T *base = x + ((n * g.G + gi) * (g.Cg * g.K) + cr * g.K) * g.L;\n"
+        "    const T *base = x + ((gi * g.Cg + cr) * g.K * g.N + n) * g.L;\n"
         "    AT acc = 0;\n"
         "    for (long long kidx = 0; kidx < g.K; kidx++) {\n"
         "        long long kk = kidx, l = 0, mul = 1;\n"
@@ -3697,7 +3699,7 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "            if (num < 0 || num %% g.s[d] != 0 || num / g.s[d] >= g.out[d]) ok = false;\n"
         "            else { l += num / g.s[d] * mul; mul *= g.out[d]; }\n"
         "        }\n"
-        "        if (ok) acc += %s(base[kidx * g.L + l]);\n"
+        "        if (ok) acc += %s(base[kidx * g.N * g.L + l]);\n"
         "    }\n"
         "    y[t] = %s(acc);\n"
         "}\n",
@@ -3728,19 +3730,19 @@ static tn_result tn__conv_infer(const tn_var *node, const tn_type *in, tn_type *
                                who, tn__shape_str(in[0].ndim, in[0].shape, sb), d, (long long)in[0].shape[2 + d], (long long)g.k[d],
                                (long long)g.dl[d], (long long)g.plo[d], (long long)g.phi[d]);
         out->ndim = 4;
-        out->shape[0] = in[0].shape[0]; out->shape[1] = G; out->shape[2] = g.Cg * g.K; out->shape[3] = g.L;
-        out->bcast[0] = in[0].bcast[0];
+        out->shape[0] = G; out->shape[1] = g.Cg * g.K; out->shape[2] = in[0].shape[0]; out->shape[3] = g.L;
+        out->bcast[2] = in[0].bcast[0];
         return TN_OK;
     }
-    tn__cgeo_of(&node->p, in[0].shape[0], 0, &g);
-    if (in[0].ndim != 4 || in[0].shape[1] != G || in[0].shape[2] < 0 || in[0].shape[2] % g.K != 0 || in[0].shape[3] != g.L)
-        return tn__err(TN_ERR_SHAPE, "%s: columns (N, %d, C/groups*%lld, %lld) expected, not %s", who, G, (long long)g.K, (long long)g.L,
+    tn__cgeo_of(&node->p, in[0].shape[2], 0, &g);
+    if (in[0].ndim != 4 || in[0].shape[0] != G || in[0].shape[1] < 0 || in[0].shape[1] % g.K != 0 || in[0].shape[3] != g.L)
+        return tn__err(TN_ERR_SHAPE, "%s: columns (%d, C/groups*%lld, N, %lld) expected, not %s", who, G, (long long)g.K, (long long)g.L,
                        tn__shape_str(in[0].ndim, in[0].shape, sb));
     out->ndim = nsp + 2;
-    out->shape[0] = in[0].shape[0];
-    out->shape[1] = G * (in[0].shape[2] / g.K);
+    out->shape[0] = in[0].shape[2];
+    out->shape[1] = G * (in[0].shape[1] / g.K);
     for (int d = 0; d < nsp; d++) out->shape[2 + d] = g.in[d];
-    out->bcast[0] = in[0].bcast[0];
+    out->bcast[0] = in[0].bcast[2];
     return TN_OK;
 }
 
@@ -3819,11 +3821,12 @@ static tn_var *tn__im2col(const char *who, tn_var *x, int nsp, int groups, int64
     return tn__node(x->graph, TN_OP_IM2COL, 1, &x, &p, NULL, who);
 }
 
-/* reshape of y (N, G, per, L) to (N, G*per, out...) with N possibly unknown */
+/* y (G, per, N, L) as (N, G*per, out...), N possibly unknown. */
 static tn_var *tn__conv_unflatten(tn_var *y, int64_t C, int nsp, const tn__cgeo *g) {
-    int64_t sh[5] = { -1, C, 1, 1, 1 };
+    int64_t sh[5] = { C, -1, 1, 1, 1 };
     for (int d = 0; d < nsp; d++) sh[2 + d] = g->out[d];
-    return tn_reshape(y, nsp + 2, sh);
+    int perm[5] = { 1, 0, 2, 3, 4 };
+    return tn_dimshuffle(tn_reshape(y, nsp + 2, sh), nsp + 2, perm);
 }
 
 static tn_var *tn__conv_make(const char *who, tn_var *x, tn_var *w, const tn_conv_opts *o, int want_nsp) {
@@ -3853,7 +3856,8 @@ static tn_var *tn__conv_make(const char *who, tn_var *x, tn_var *w, const tn_con
     tn__cgeo g;
     tn__cgeo_of(&cols->p, -1, C, &g);
     tn_var *wr = tn_reshape(w, 3, (int64_t[]){ G, Co / G, g.Cg * g.K });
-    return tn__conv_unflatten(tn_dot(wr, cols), Co, nsp, &g);
+    tn_var *prod = tn_dot(wr, tn_reshape(cols, 3, (int64_t[]){ G, g.Cg * g.K, -1 }));   /* (G, Co/G, N*L) */
+    return tn__conv_unflatten(prod, Co, nsp, &g);
 }
 
 TN_API tn_var *tn_conv(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_make("tn_conv", x, w, o, 0); }
@@ -3901,10 +3905,11 @@ static tn_var *tn__conv_transpose_make(const char *who, tn_var *x, tn_var *w, co
     tn__p_set_conv(&p, nsp, G, (const int64_t (*)[3])v, 0.0);
     tn__cgeo g;
     tn__cgeo_of(&p, -1, Cog * G, &g);
-    /* (N, Ci, S) -> (N, G, Ci/G, L); w (Ci, Cog, k) -> (G, Ci/G, Cog*K) -> per group its transpose */
-    tn_var *xr = tn_reshape(x, 4, (int64_t[]){ -1, G, Ci / G, g.L });
+    /* (N, Ci, S) -> (G, Ci/G, N*L); w (Ci, Cog, k) -> (G, Ci/G, Cog*K) -> per group its transpose */
+    tn_var *xr = tn_dimshuffle(tn_reshape(x, 4, (int64_t[]){ -1, G, Ci / G, g.L }), 4, (int[]){ 1, 2, 0, 3 });
+    xr = tn_reshape(xr, 3, (int64_t[]){ G, Ci / G, -1 });
     tn_var *wr = tn_dimshuffle(tn_reshape(w, 3, (int64_t[]){ G, Ci / G, Cog * g.K }), 3, (int[]){ 0, 2, 1 });
-    tn_var *cols = tn_dot(wr, xr);
+    tn_var *cols = tn_reshape(tn_dot(wr, xr), 4, (int64_t[]){ G, Cog * g.K, -1, g.L });     /* (G, Cog*K, N, L) */
     return cols ? tn__node(x->graph, TN_OP_COL2IM, 1, &cols, &p, NULL, who) : NULL;
 }
 
@@ -3920,11 +3925,11 @@ static tn_var *tn__pool_make(const char *who, tn_var *x, const tn_conv_opts *o, 
     for (int d = 0; d < nsp; d++) k[d] = o->kernel[d];
     if (o->groups > 1 || o->pad_mode == TN_PAD_SAME) { tn__err(TN_ERR_INVALID, "%s: pooling takes no groups and no 'same' padding", who); return NULL; }
     if (tn__conv_geometry(who, x, k, o, true, v) != TN_OK) return NULL;
-    tn_var *cols = tn__im2col(who, x, nsp, (int)C, v, max ? -INFINITY : 0.0);      /* (N, C, K, L) */
+    tn_var *cols = tn__im2col(who, x, nsp, (int)C, v, max ? -INFINITY : 0.0);      /* (C, K, N, L) */
     if (!cols) return NULL;
     tn__cgeo g;
     tn__cgeo_of(&cols->p, -1, C, &g);
-    int ax = 2;
+    int ax = 1;
     tn_var *r;
     if (max) r = tn_max(cols, &ax, 1, false);
     else if (!o->avg_exclude_pad) r = tn_mean(cols, &ax, 1, false);
