@@ -80,6 +80,7 @@ typedef enum tn_result {
     TN_ERR_INTERNAL,      /* a bug in the library: please report it */
     TN_ERR_CHECK,         /* mode=check: a device op's result differs from its CPU reference */
     TN_ERR_BUSY,          /* tn_call: the function is running in another thread (nothing was done) */
+    TN_ERR_IO,            /* a file could not be opened, read or written */
     TN_RESULT_COUNT
 } tn_result;
 
@@ -422,6 +423,17 @@ TN_API int tn__num_threads(void);
 TN_API void tn__blas_enable(bool on);      /* tests: false forces the built-in kernels */
 TN_API const char *tn__blas_name(void);    /* the library in use, NULL if none or disabled */
 
+/* >>api_files (the >>array_files section) ------------------------------- */
+/* NumPy's .npy format (numpy.lib.format, versions 1.0, 2.0 and 3.0): every
+   dtype the library has (bool '|b1', int32, int64, float16, float32,
+   float64), either byte order, C or Fortran order. Saving writes version
+   1.0 (2.0 when the header needs it), little-endian, C order, of any view.
+   Loading refuses other dtypes (complex, object, strings, ...) naming the
+   descr, a truncated file and a bad header with TN_ERR_INVALID (or
+   TN_ERR_DTYPE), and a file it cannot open or read with TN_ERR_IO. */
+TN_API tn_result tn_save_npy(const char *path, const tn_array *a);
+TN_API tn_array *tn_load_npy(const char *path);      /* NULL with the error set */
+
 /* >>api_printing --------------------------------------------------------- */
 
 TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
@@ -717,6 +729,7 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #include <stdatomic.h>
 #include <limits.h>
 #include <unistd.h>
+#include <errno.h>
 
 #if defined(TN_MALLOC) || defined(TN_REALLOC) || defined(TN_FREE)
 #  if !defined(TN_MALLOC) || !defined(TN_REALLOC) || !defined(TN_FREE)
@@ -889,7 +902,7 @@ TN_API const char *tn_result_string(tn_result r) {
         "TN_OK", "TN_ERR_NULL", "TN_ERR_INVALID", "TN_ERR_SHAPE", "TN_ERR_DTYPE", "TN_ERR_AXIS",
         "TN_ERR_NUM_INPUTS", "TN_ERR_UPDATE", "TN_ERR_GRAPH", "TN_ERR_DISCONNECTED", "TN_ERR_STALE",
         "TN_ERR_OOM", "TN_ERR_DEVICE", "TN_ERR_UNSUPPORTED", "TN_ERR_INTERNAL", "TN_ERR_CHECK",
-        "TN_ERR_BUSY",
+        "TN_ERR_BUSY", "TN_ERR_IO",
     };
     _Static_assert(sizeof names / sizeof names[0] == TN_RESULT_COUNT, "tn_result_string: one name per result");
     return (unsigned)r < TN_RESULT_COUNT ? names[r] : "TN_ERR_UNKNOWN";
@@ -2598,6 +2611,146 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v) {
     if (!tn__lib.device_ops || !tn__lib.device_ops->copy)
         return tn__err(TN_ERR_DEVICE, "tn_array_set: the array lives on device %d but no device back end is loaded", a->device);
     return tn__lib.device_ops->copy(p, a->device, tmp, TN_HOST, tn_dtype_size(a->dtype));
+}
+
+/* >>array_files: .npy ------------------------------------------------------ */
+/* The header is a Python dict literal as NumPy writes it:
+   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), } padded with
+   spaces and a newline so the data starts on a 64-byte boundary. The
+   reader parses the three keys in any order and rejects anything else. */
+static const char *tn__npy_descr(tn_dtype t) {
+    switch (t) {
+    case TN_BOOL: return "|b1";
+    case TN_I32: return "<i4";
+    case TN_I64: return "<i8";
+    case TN_F16: return "<f2";
+    case TN_F32: return "<f4";
+    case TN_F64: return "<f8";
+    default: return NULL;
+    }
+}
+
+static bool tn__host_little(void) { const uint16_t one = 1; return *(const uint8_t *)&one == 1; }
+
+TN_API tn_result tn_save_npy(const char *path, const tn_array *a) {
+    const char *W = "tn_save_npy";
+    if (!path) return tn__err(TN_ERR_NULL, "%s: path is NULL", W);
+    if (!a) return tn__err(TN_ERR_NULL, "%s: a is NULL", W);
+    tn_result r = tn__array_readable(a, W);
+    if (r != TN_OK) return r;
+    const char *descr = tn__npy_descr(a->dtype);
+    if (!descr) return tn__err(TN_ERR_DTYPE, "%s: no .npy descr for dtype %s", W, tn_dtype_name(a->dtype));
+    char dict[64 + 24 * TN_MAX_DIMS];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int d = 0; d < a->ndim; d++) n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld,%s", (long long)a->shape[d], d + 1 < a->ndim ? " " : "");
+    n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
+    size_t pre = 10, total = pre + (size_t)n + 1;
+    total = (total + 63) / 64 * 64;
+    if (total - pre > 65535) { pre = 12; total = (pre + (size_t)n + 1 + 63) / 64 * 64; }
+    unsigned char head[12] = { 0x93, 'N', 'U', 'M', 'P', 'Y', pre == 10 ? 1 : 2, 0 };
+    size_t hl = total - pre;
+    if (pre == 10) { head[8] = (unsigned char)(hl & 0xff); head[9] = (unsigned char)(hl >> 8); }
+    else for (int k = 0; k < 4; k++) head[8 + k] = (unsigned char)(hl >> (8 * k));
+    tn_array *c = tn_array_astype(a, a->dtype);          /* a contiguous host copy, C order */
+    if (!c) return tn__err(tn_last_result(), "%s: %s", W, tn_last_error());
+    FILE *f = fopen(path, "wb");
+    if (!f) { tn_array_free(c); return tn__err(TN_ERR_IO, "%s: cannot open '%s' for writing: %s", W, path, strerror(errno)); }
+    bool ok = fwrite(head, 1, pre, f) == pre && fwrite(dict, 1, (size_t)n, f) == (size_t)n;
+    for (size_t k = pre + (size_t)n; ok && k + 1 < total; k++) ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF;
+    size_t bytes = tn_array_nbytes(c), es = tn_dtype_size(c->dtype);
+    if (ok && (tn__host_little() || es == 1)) ok = fwrite(c->data, 1, bytes, f) == bytes;
+    else for (size_t k = 0; ok && k < bytes; k += es)         /* a big-endian host writes little-endian */
+        for (size_t b = es; ok && b-- > 0;) ok = fputc(((const unsigned char *)c->data)[k + b], f) != EOF;
+    ok = fclose(f) == 0 && ok;
+    tn_array_free(c);
+    return ok ? TN_OK : tn__err(TN_ERR_IO, "%s: writing '%s' failed: %s", W, path, strerror(errno));
+}
+
+/* The value after 'key': in the header dict (NULL: absent). */
+static const char *tn__npy_key(const char *h, const char *key) {
+    char k[32];
+    snprintf(k, sizeof k, "'%s'", key);
+    const char *p = strstr(h, k);
+    if (!p) return NULL;
+    p += strlen(k);
+    while (*p == ' ') p++;
+    if (*p != ':') return NULL;
+    p++;
+    while (*p == ' ') p++;
+    return p;
+}
+
+TN_API tn_array *tn_load_npy(const char *path) {
+    const char *W = "tn_load_npy";
+    if (!path) { tn__err(TN_ERR_NULL, "%s: path is NULL", W); return NULL; }
+    FILE *f = fopen(path, "rb");
+    if (!f) { tn__err(TN_ERR_IO, "%s: cannot open '%s': %s", W, path, strerror(errno)); return NULL; }
+    unsigned char pre[12];
+    char *h = NULL;
+    tn_array *a = NULL;
+    if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) { tn__err(TN_ERR_INVALID, "%s: '%s' is not a .npy file (no \\x93NUMPY magic)", W, path); goto done; }
+    if (pre[6] < 1 || pre[6] > 3) { tn__err(TN_ERR_INVALID, "%s: '%s': .npy format version %d.%d is not one of 1.0, 2.0, 3.0", W, path, pre[6], pre[7]); goto done; }
+    size_t hl = 0, nl = pre[6] == 1 ? 2 : 4;
+    if (fread(pre + 8, 1, nl, f) != nl) { tn__err(TN_ERR_INVALID, "%s: '%s' is truncated in its header", W, path); goto done; }
+    for (size_t k = 0; k < nl; k++) hl |= (size_t)pre[8 + k] << (8 * k);
+    if (hl > (1u << 24) || !(h = (char *)tn__malloc(hl + 1))) { tn__err(hl > (1u << 24) ? TN_ERR_INVALID : TN_ERR_OOM, "%s: '%s': header of %zu bytes", W, path, hl); goto done; }
+    if (fread(h, 1, hl, f) != hl) { tn__err(TN_ERR_INVALID, "%s: '%s' is truncated in its header", W, path); goto done; }
+    h[hl] = 0;
+    const char *dv = tn__npy_key(h, "descr"), *fv = tn__npy_key(h, "fortran_order"), *sv = tn__npy_key(h, "shape");
+    if (!dv || !fv || !sv || *dv != '\'' || *sv != '(') { tn__err(TN_ERR_INVALID, "%s: '%s': a header without descr, fortran_order and shape: %.120s", W, path, h); goto done; }
+    char descr[16] = { 0 };
+    size_t dn = 0;
+    for (dv++; *dv && *dv != '\'' && dn + 1 < sizeof descr; dv++) descr[dn++] = *dv;
+    static const struct { const char *code; tn_dtype t; } kinds[] = { { "b1", TN_BOOL }, { "i4", TN_I32 }, { "i8", TN_I64 }, { "f2", TN_F16 }, { "f4", TN_F32 }, { "f8", TN_F64 } };
+    tn_dtype t = TN_DTYPE_NONE;
+    char order = descr[0];
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && dn == 3; k++) if (!strcmp(descr + 1, kinds[k].code)) t = kinds[k].t;
+    if (t == TN_DTYPE_NONE || (order != '<' && order != '>' && order != '|' && order != '=')) {
+        tn__err(TN_ERR_DTYPE, "%s: '%s' holds dtype '%s', which the library has no dtype for (bool, int32, int64, float16, float32, float64)", W, path, descr);
+        goto done;
+    }
+    bool fortran = !strncmp(fv, "True", 4);
+    if (!fortran && strncmp(fv, "False", 5)) { tn__err(TN_ERR_INVALID, "%s: '%s': fortran_order is neither True nor False", W, path); goto done; }
+    int64_t shape[TN_MAX_DIMS];
+    int nd = 0;
+    const char *p = sv + 1;
+    while (*p && *p != ')') {
+        while (*p == ' ' || *p == ',') p++;
+        if (*p == ')') break;
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 0 || nd == TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "%s: '%s': shape %.60s is not %d or fewer sizes", W, path, sv, TN_MAX_DIMS); goto done; }
+        shape[nd++] = v;
+        p = end;
+    }
+    if (*p != ')') { tn__err(TN_ERR_INVALID, "%s: '%s': shape %.60s is not closed", W, path, sv); goto done; }
+    int64_t fsh[TN_MAX_DIMS];                 /* Fortran order: the data is the transpose's C order */
+    for (int d = 0; d < nd; d++) fsh[d] = fortran ? shape[nd - 1 - d] : shape[d];
+    if (!(a = tn__array_or_err(tn__array_alloc(t, nd, fsh, TN_HOST), W))) goto done;
+    size_t bytes = tn_array_nbytes(a), es = tn_dtype_size(t);
+    if (fread(a->data, 1, bytes, f) != bytes) {
+        tn__err(TN_ERR_INVALID, "%s: '%s' is truncated: %zu bytes of data for shape %s", W, path, bytes, tn__shape_str(nd, shape, h));
+        tn_array_free(a); a = NULL; goto done;
+    }
+    if (es > 1 && (order == '>') == tn__host_little())
+        for (size_t k = 0; k < bytes; k += es)
+            for (size_t b = 0; b < es / 2; b++) {
+                unsigned char *q = (unsigned char *)a->data + k, tmp = q[b];
+                q[b] = q[es - 1 - b]; q[es - 1 - b] = tmp;
+            }
+    if (t == TN_BOOL)
+        for (size_t k = 0; k < bytes; k++) ((unsigned char *)a->data)[k] = ((unsigned char *)a->data)[k] != 0;
+    if (fortran && nd > 1) {                  /* a contiguous copy in C order */
+        tn_array *tr = tn_array_transpose(a, NULL), *c = tr ? tn_array_astype(tr, t) : NULL;
+        tn_array_free(tr);
+        tn_array_free(a);
+        a = c;
+    }
+done:
+    tn__free(h);
+    fclose(f);
+    return a;
 }
 
 /* >>print: NumPy's str() of an array (numpy/core/arrayprint.py, default
