@@ -4249,6 +4249,7 @@ typedef struct tn__cgeo_dev {          /* the kernels' view of tn__cgeo (the lay
     long long N, C, Cg, K, L, n;
     double padv;
     int nsp, G;
+    int small;                         /* every index of the call below 2^31: the kernels divide in 32 bits */
 } tn__cgeo_dev;
 
 static void tn__cgeo_to_dev(const tn__cgeo *g, int64_t n, tn__cgeo_dev *o) {
@@ -4258,6 +4259,9 @@ static void tn__cgeo_to_dev(const tn__cgeo *g, int64_t n, tn__cgeo_dev *o) {
     }
     o->N = g->N; o->C = g->C; o->Cg = g->Cg; o->K = g->K; o->L = g->L; o->n = n; o->padv = g->padv;
     o->nsp = g->nsp; o->G = g->G;
+    int64_t img = g->N * g->C, cols = g->N * g->Cg * g->K * g->L * g->G;
+    for (int d = 0; d < g->nsp; d++) img *= g->in[d];
+    o->small = n < INT32_MAX && img < INT32_MAX && cols < INT32_MAX;
 }
 
 typedef struct tn__cuda_conv_state { tn__CUfunction fn; } tn__cuda_conv_state;
