@@ -196,6 +196,73 @@ TEST(test_replicated_logreg) {
     }
 }
 
+/* A small convnet step (conv 3x3, relu, max pool, dense, softmax NLL with
+   integer labels), replicated: the weights after three SGD steps on every
+   GPU (NCCL), and on two contexts of one GPU (host sums), equal one GPU's. */
+static tn_result cnn_run(int n, const char *const *ctx, tn_allreduce how, double *out, int nout) {
+    tn_graph *g = tn_graph_new();
+    tn_array *w1 = tn_array_rand_uniform(TN_F32, 4, (int64_t[]){ 4, 1, 3, 3 }, -0.5, 0.5, 71), *w2 = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 64, 10 }, -0.2, 0.2, 72);
+    tn_var *W1 = tn_shared_fixed(g, "W1", w1), *W2 = tn_shared_fixed(g, "W2", w2);
+    tn_var *x = tn_input(g, "x", TN_F32, 4, (int64_t[]){ -1, 1, 8, 8 }, NULL), *y = tn_vector(g, "y", TN_I32);
+    tn_conv_opts c, p;
+    memset(&c, 0, sizeof c);
+    c.padding[0] = c.padding[1] = 1;
+    memset(&p, 0, sizeof p);
+    p.kernel[0] = p.kernel[1] = 2;
+    tn_var *h = tn_flatten(tn_max_pool2d(tn_relu(tn_conv2d(x, W1, &c)), &p), 2);
+    int one = 1;
+    tn_var *cost = tn_neg(tn_mean(tn_sum(tn_mul(tn_one_hot(y, 10, TN_F32), tn_log_softmax(tn_dot(h, W2), 1)), &one, 1, false), NULL, 0, false));
+    tn_var *wrt[2] = { W1, W2 }, *gr[2];
+    tn_result r = tn_grad(cost, 2, wrt, gr, NULL);
+    tn_replicated *R = NULL;
+    if (r == TN_OK) {
+        tn_update up[2] = { { W1, tn_sub(W1, tn_mul(tn_lit(W1, 0.1), gr[0])) }, { W2, tn_sub(W2, tn_mul(tn_lit(W2, 0.1), gr[1])) } };
+        R = tn_function_replicate(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 1, .outputs = &cost,
+                                                      .n_updates = 2, .updates = up },
+                                  &(tn_replicate_desc){ .n_replicas = n, .contexts = ctx, .allreduce = how, .n_grads = 2, .grads = gr });
+        r = R ? TN_OK : tn_last_result();
+    }
+    tn_array *X = tn_array_rand_uniform(TN_F32, 4, (int64_t[]){ 32, 1, 8, 8 }, 0, 1, 73), *Y = tn_array_empty(TN_I32, 1, (int64_t[]){ 32 });
+    for (int64_t i = 0; i < 32; i++) tn_array_set(Y, &i, (double)(i * 7 % 10));
+    for (int s = 0; r == TN_OK && s < 3; s++) {
+        tn_array *o = NULL;
+        r = tn_replicated_call(R, (tn_array *[]){ X, Y }, &o);
+        tn_array_free(o);
+    }
+    if (r == TN_OK) {
+        tn_array *a = tn_shared_get_value(W1), *b = tn_shared_get_value(W2);
+        tn_array_copy_to(a, TN_F64, out, 36 * sizeof(double));
+        tn_array_copy_to(b, TN_F64, out + 36, (size_t)(nout - 36) * sizeof(double));
+        tn_array_free(a); tn_array_free(b);
+    }
+    tn_replicated_free(R);
+    tn_graph_free(g);
+    tn_array_free(w1); tn_array_free(w2); tn_array_free(X); tn_array_free(Y);
+    return r;
+}
+
+TEST(test_replicated_convnet) {
+    enum { NW = 36 + 640 };
+    double one[NW], other[NW], w0[NW];
+    const char *c1[1] = { "cuda0" }, *same[2] = { "da", "da2" };
+    tn_array *a = tn_array_rand_uniform(TN_F32, 4, (int64_t[]){ 4, 1, 3, 3 }, -0.5, 0.5, 71);
+    tn_array_copy_to(a, TN_F64, w0, 36 * sizeof(double));
+    tn_array_free(a);
+    CHECK(cnn_run(1, c1, TN_ALLREDUCE_AUTO, one, NW) == TN_OK, "one GPU: %s", tn_last_error());
+    double moved = 0;
+    for (int j = 0; j < 36; j++) moved = fmax(moved, fabs(one[j] - w0[j]));
+    CHECK(moved > 1e-4, "the step moved the filters (%g)", moved);
+    struct { int n; const char *const *ctx; tn_allreduce how; const char *what; } runs[2] = {
+        { 2, same, TN_ALLREDUCE_AUTO, "two contexts on cuda0" }, { 0, NULL, TN_ALLREDUCE_AUTO, "every GPU" } };
+    for (int k = 0; k < (ngpu >= 2 ? 2 : 1); k++) {
+        CHECK(cnn_run(runs[k].n, runs[k].ctx, runs[k].how, other, NW) == TN_OK, "%s: %s", runs[k].what, tn_last_error());
+        double e = 0;
+        for (int j = 0; j < NW; j++) e = fmax(e, fabs(other[j] - one[j]) / (1e-3 + fabs(one[j])));
+        CHECK(e < 1e-4, "%s vs one GPU: weights differ by %g", runs[k].what, e);
+        printf("  replicated convnet step, %s: weights within %.2g of one GPU\n", runs[k].what, e);
+    }
+}
+
 int main(void) {
     tn_config c = { .device = TN_DEVICE_CUDA, .floatX = TN_F32, .allow_gc = true };
     if (tn_parse_flags(getenv("TENSOR_FLAGS"), &c) != TN_OK) printf("TENSOR_FLAGS: %s\n", tn_last_error());
@@ -215,5 +282,6 @@ int main(void) {
     TH_RUN(test_placement_across_devices);
     TH_RUN(test_nccl_allreduce);
     TH_RUN(test_replicated_logreg);
+    TH_RUN(test_replicated_convnet);
     TH_END();
 }
