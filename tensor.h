@@ -7285,14 +7285,15 @@ static tn_result tn__gcheck_args(tn_var *cost, int n, tn_var *const *wrt, tn_var
 }
 
 /* The gradient of a wrt the cost does not reach, per disconnected_inputs. */
-static tn_result tn__gdisconnected(tn_var *w, int i, tn_disconnected mode, tn_var **out) {
+static tn_result tn__gdisconnected(tn_var *w, int i, tn_disconnected mode, bool null, tn_var **out) {
     char nb[64];
     static const char *why = "is not part of the computational graph of the cost (or reaches it only through "
                              "consider_constant or tn_stop_gradient)";
     if (mode == TN_DISCONNECTED_RAISE)
         return tn__err(TN_ERR_DISCONNECTED, "tn_grad: wrt[%d] '%s' %s; pass disconnected_inputs = "
                        "TN_DISCONNECTED_WARN or TN_DISCONNECTED_IGNORE to get zeros", i, tn__gname(w, nb), why);
-    if (mode == TN_DISCONNECTED_WARN) tn__warn("tn_grad: wrt[%d] '%s' %s; its gradient is zero", i, tn__gname(w, nb), why);
+    if (mode == TN_DISCONNECTED_WARN) tn__warn("tn_grad: wrt[%d] '%s' %s; its gradient is %s", i, tn__gname(w, nb), why, null ? "NULL" : "zero");
+    if (null) { *out = NULL; return TN_OK; }
     *out = tn__gzeros_like(w);
     return *out ? TN_OK : tn__gfail("zeros", w);
 }
@@ -7350,12 +7351,18 @@ TN_API tn_result tn_grad(tn_var *cost, int n, tn_var *const *wrt, tn_var **grads
     for (int i = 0; i < n; i++) {
         tn_var *w = wrt[i];
         if (!(s.st[w->id] & TN__G_CONN)) {
-            if ((r = tn__gdisconnected(w, i, opt ? opt->disconnected_inputs : TN_DISCONNECTED_RAISE, &grads[i])) != TN_OK) goto done;
-            continue;
+            if ((r = tn__gdisconnected(w, i, opt ? opt->disconnected_inputs : TN_DISCONNECTED_RAISE,
+                                       opt && opt->return_disconnected == TN_RETURN_NULL, &grads[i])) != TN_OK) goto done;
+        } else {
+            /* connected only through discrete values: zero */
+            grads[i] = s.acc[w->id] ? tn__gbcast_like(s.acc[w->id], w) : tn__gzeros_like(w);
+            if (!grads[i]) { r = tn__gfail("the result", w); goto done; }
         }
-        /* connected only through discrete values: zero */
-        grads[i] = s.acc[w->id] ? tn__gbcast_like(s.acc[w->id], w) : tn__gzeros_like(w);
-        if (!grads[i]) { r = tn__gfail("the result", w); goto done; }
+        if (opt && opt->add_names && grads[i] && cost && cost->name && w->name) {
+            char nm[200];
+            snprintf(nm, sizeof nm, "(d%s/d%s)", cost->name, w->name);
+            if (!tn_var_set_name(grads[i], nm)) { r = tn_last_result(); goto done; }
+        }
     }
     r = TN_OK;
 done:

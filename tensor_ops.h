@@ -775,6 +775,9 @@ typedef enum tn_disconnected {
     TN_DISCONNECTED_IGNORE       /* the gradient is zeros */
 } tn_disconnected;
 
+/* What tn_grad returns for a disconnected wrt it lets through (Theano's return_disconnected). */
+typedef enum tn_return_disconnected { TN_RETURN_ZERO = 0, TN_RETURN_NULL } tn_return_disconnected;
+
 typedef struct tn_grad_options {
     int n_consider_constant;
     tn_var *const *consider_constant;  /* not backpropagated through (may still be wrt) */
@@ -782,6 +785,12 @@ typedef struct tn_grad_options {
     int n_known_grads;                 /* start from given gradients of intermediate */
     tn_var *const *known_vars;         /* variables: d cost/d known_vars[i] = known_grads[i] */
     tn_var *const *known_grads;        /* (same rank); cost may then be NULL */
+    /* Theano's add_names: each gradient named "(dcost/dw)" from the cost's
+       and wrt[i]'s names, when both have one */
+    bool add_names;
+    /* a disconnected wrt that disconnected_inputs lets through gets zeros of
+       its shape (TN_RETURN_ZERO) or NULL */
+    tn_return_disconnected return_disconnected;
 } tn_grad_options;
 
 /* Fills grads[0..n) with d cost / d wrt[i]; cost is a 0-d float (or NULL with

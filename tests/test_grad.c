@@ -664,6 +664,13 @@ TEST(test_errors) {
         CHECK(z1 && z2 && maxabsdiff(z1, zero, 4) == 0 && maxabsdiff(z2, zero, 4) == 0 && z1->shape[0] == 4, "zeros");
         tn_array_free(z1); tn_array_free(z2); tn_array_free(oa);
     }
+    /* return_disconnected NULL: the connected one computed, the other NULL; add_names */
+    tn_var_set_name(cost, "cost");
+    CHECK(tn_grad(cost, 2, w2, gr, &(tn_grad_options){ .disconnected_inputs = TN_DISCONNECTED_IGNORE, .return_disconnected = TN_RETURN_NULL,
+                                                        .add_names = true }) == TN_OK && gr[0] && !gr[1], "NULL for the disconnected: %s", tn_last_error());
+    CHECK(gr[0] && tn_var_name(gr[0]) && !strcmp(tn_var_name(gr[0]), "(dcost/dx)"), "add_names: '%s'", gr[0] ? tn_var_name(gr[0]) : "(null)");
+    CHECK(tn_grad(cost, 2, w2, gr, &(tn_grad_options){ .return_disconnected = TN_RETURN_NULL }) == TN_ERR_DISCONNECTED,
+          "return_disconnected does not override raise");
     /* integer wrt */
     tn_var *c2 = tn_add(cost, tn_sum(tn_cast(n, TN_F64), NULL, 0, false));
     CHECK(tn_grad(c2, 1, &n, gr, NULL) == TN_ERR_DTYPE, "int wrt");
