@@ -10067,6 +10067,7 @@ static const tn_op_def tn__op_rows[] = {
     TN__REDUCE_OP_ROWS      /* the >>ops_reduce section: reductions, softmax */
     TN__CUM_OP_ROWS         /* the >>ops_cumulative section: cumsum, cumprod */
     TN__CONV_OP_ROWS        /* the >>ops_conv section: im2col, col2im */
+    TN__PRINT_OP_ROWS       /* the >>ops_print section */
     TN__RANDOM_OP_ROWS      /* the >>ops_random section: random draws */
     TN__LINALG_OP_ROWS      /* the >>ops_linalg section */
     TN__SHAPE_OP_ROWS       /* the >>ops_shape section */

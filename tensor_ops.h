@@ -309,6 +309,7 @@ extern "C" {
     X(CUMPROD)        /* tn__p_axis; NumPy's cumprod along one axis */ \
     X(IM2COL)         /* windows of an (N, C, spatial...) image as columns (the >>ops_conv section): tn__p_conv_* */ \
     X(COL2IM)         /* the columns summed back into the image (IM2COL's transpose): tn__p_conv_* */ \
+    X(PRINT)          /* in[0] passed through (a view), printed each run (the >>ops_print section): tn__p_print_* */ \
     X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
     X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
     X(GEMV)           /* in: y, A, x: alpha*A@x + beta*y */ \
@@ -384,6 +385,18 @@ static inline void tn__p_set_conv(tn_params *p, int nsp, int groups, const int64
     p->i[0] = nsp; p->i[1] = groups;
     for (int w = 0; w < 6; w++) for (int d = 0; d < 3; d++) p->i[2 + 3 * w + d] = d < nsp ? v[w][d] : 0;
     p->f[0] = padv;
+}
+/* PRINT: what to print (i[0], TN_PRINT_* bits) and the message, its bytes
+   packed into i[1..] (NUL-terminated, so merge compares it by value). */
+#define TN__PRINT_MSG_MAX ((int)((TN_MAX_IPARAMS - 1) * sizeof(int64_t)) - 1)
+static inline unsigned tn__p_print_attrs(const tn_params *p) { return (unsigned)p->i[0]; }
+static inline const char *tn__p_print_msg(const tn_params *p) { return (const char *)(const void *)&p->i[1]; }
+static inline void tn__p_set_print(tn_params *p, unsigned attrs, const char *msg) {
+    p->i[0] = attrs;
+    char *m = (char *)(void *)&p->i[1];
+    int n = 0;
+    for (; msg && msg[n] && n < TN__PRINT_MSG_MAX; n++) m[n] = msg[n];
+    m[n] = 0;
 }
 /* GEMM, GEMV: alpha * A @ B + beta * C (f[0], f[1]). */
 static inline double tn__p_alpha(const tn_params *p) { return p->f[0]; }
@@ -686,6 +699,15 @@ TN_API tn_var *tn_avg_pool(tn_var *x, const tn_conv_opts *o);
 TN_API tn_var *tn_max_pool2d(tn_var *x, const tn_conv_opts *o);
 TN_API tn_var *tn_avg_pool2d(tn_var *x, const tn_conv_opts *o);
 TN_API tn_var *tn_global_avg_pool(tn_var *x);      /* mean over the spatial dims, kept as size 1 */
+
+/* Theano's Print op: x passed through unchanged (its gradient too), and each
+   time a compiled function runs the node, one line per attribute on stdout:
+   "message __str__ = [...]" (the values, as tn_array_print), "message shape
+   = (2, 3)", "message mean = ...", max, min. attrs 0: the values. The
+   message keeps its first 214 bytes. On a GPU the node runs on the host
+   (the value is copied there for it). */
+enum { TN_PRINT_VALUE = 1, TN_PRINT_SHAPE = 2, TN_PRINT_MEAN = 4, TN_PRINT_MAX = 8, TN_PRINT_MIN = 16 };
+TN_API tn_var *tn_print(tn_var *x, const char *message, unsigned attrs);
 
 /* Indexing and sorting (the >>ops_index section), NumPy's semantics. Index
    arrays are int32 or int64 of any shape; a negative index counts from the
@@ -3984,6 +4006,75 @@ TN_API tn_var *tn_global_avg_pool(tn_var *x) {
                        .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR }, \
     [TN_OP_COL2IM] = { .name = "Col2Im", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
                        .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR },
+
+/* >>ops_print ========================================================= */
+/* Print (the >>constructors' tn_print): a view of its input, so it costs no
+   copy, is never folded into a constant (views are not) and keeps its place
+   in the graph; the kernel prints, then aliases. */
+static tn_result tn__print_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    (void)node;
+    *out = in[0];
+    return TN_OK;
+}
+
+static tn_result tn__print_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    unsigned at = tn__p_print_attrs(&node->p);
+    const char *m = tn__p_print_msg(&node->p);
+    memcpy(out[0]->strides, x->strides, sizeof x->strides);   /* the view: x's layout */
+    if (!at) at = TN_PRINT_VALUE;
+    if (at & TN_PRINT_VALUE) {
+        printf("%s __str__ = ", m);
+        tn_result r = tn_array_print(x, stdout);
+        if (r != TN_OK) return r;
+    }
+    if (at & TN_PRINT_SHAPE) {
+        char sb[160];
+        printf("%s shape = %s\n", m, tn__shape_str(x->ndim, x->shape, sb));
+    }
+    if (at & (TN_PRINT_MEAN | TN_PRINT_MAX | TN_PRINT_MIN)) {
+        int64_t n = tn_array_size(x), idx[TN_MAX_DIMS] = { 0 };
+        double sum = 0, mx = -INFINITY, mn = INFINITY;
+        bool nan = false;
+        for (int64_t k = 0; k < n; k++) {
+            double v = tn_array_get(x, idx);
+            nan |= isnan(v);
+            sum += v; mx = v > mx ? v : mx; mn = v < mn ? v : mn;
+            for (int d = x->ndim - 1; d >= 0 && ++idx[d] == x->shape[d]; d--) idx[d] = 0;
+        }
+        if (at & TN_PRINT_MEAN) printf("%s mean = %.17g\n", m, n ? sum / (double)n : NAN);
+        if (at & TN_PRINT_MAX) printf("%s max = %.17g\n", m, nan ? NAN : mx);
+        if (at & TN_PRINT_MIN) printf("%s min = %.17g\n", m, nan ? NAN : mn);
+    }
+    fflush(stdout);
+    return TN_OK;
+}
+
+/* Print{message} */
+static void tn__print_label(const tn_var *node, char *buf, size_t cap) { snprintf(buf, cap, "Print{%s}", tn__p_print_msg(&node->p)); }
+
+static tn_result tn__print_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)node; (void)need;
+    gin[0] = g;
+    return TN_OK;
+}
+
+TN_API tn_var *tn_print(tn_var *x, const char *message, unsigned attrs) {
+    if (!x) { tn__err_null("tn_print", "x"); return NULL; }
+    if (attrs & ~(unsigned)(TN_PRINT_VALUE | TN_PRINT_SHAPE | TN_PRINT_MEAN | TN_PRINT_MAX | TN_PRINT_MIN)) {
+        tn__err(TN_ERR_INVALID, "tn_print: attrs 0x%x has bits that are not TN_PRINT_*", attrs);
+        return NULL;
+    }
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    tn__p_set_print(&p, attrs, message);
+    return tn__node(x->graph, TN_OP_PRINT, 1, &x, &p, NULL, "tn_print");
+}
+
+/* >>print_rows: this part's rows of the op table (the >>ops_table section) --- */
+#define TN__PRINT_OP_ROWS \
+    [TN_OP_PRINT] = { .name = "Print", .kind = TN_OPK_VIEW, .arity = 1, .infer = tn__print_infer, .cpu = tn__print_cpu, \
+                      .label = tn__print_label, .vjp = tn__print_vjp, .flags = TN_OPF_LINEAR },
 
 /* >>ops_linalg ======================================================== */
 /* Dot, gemm, gemv, outer; the CPU matrix product; the CBLAS loader.

@@ -624,6 +624,33 @@ TEST(test_conv_gpu_equals_cpu) {
     printf("  conv, pool, conv_transpose and their gradients: GPU equals the CPU (float32, float64, float16)\n");
 }
 
+/* The Print op in a GPU function: it runs on the host (the value is copied
+   there for it), prints, and the results are the CPU's. */
+TEST(test_print_on_gpu) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *p = tn_print(tn_exp(x), "exp of x", TN_PRINT_SHAPE | TN_PRINT_MAX);
+    tn_var *y = tn_gpu_from_host(tn_mul(p, tn_lit(p, 3)));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    char *dp = f ? dprint(f) : NULL;
+    CHECK(dp && strstr(dp, "Print{exp of x}") && strstr(dp, "GpuElemwise"), "debugprint:\n%s", dp ? dp : "");
+    free(dp);
+    tn_array *xa = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 1000 }, -2, 2, 5), *o = NULL;
+    printf("  (a Print op's lines follow)\n");
+    CHECK(f && tn_call(f, &xa, &o) == TN_OK && o, "call: %s", tn_last_error());
+    tn_array *h = o ? tn_array_to_host(o) : NULL;
+    double worst = 0;
+    for (int64_t k = 0; h && k < 1000; k++) {
+        double xv = tn_array_get(xa, &k), want = 3.0 * exp(xv);
+        worst = fmax(worst, fabs(tn_array_get(h, &k) - want) / want);
+    }
+    CHECK(h && worst < 1e-6, "values through the print: error %g", worst);
+    tn_array_free(h); tn_array_free(o); tn_array_free(xa);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* Copied outputs are the arrays their steps wrote: a device output is a new
    device array each call (caching allocator), a host output is pinned memory
    HostFromGpu copied straight into; both go back to their caches when freed,
@@ -1460,6 +1487,7 @@ int main(void) {
     TH_RUN(test_cumulative_gpu_equals_cpu);
     TH_RUN(test_index_gpu_equals_cpu);
     TH_RUN(test_conv_gpu_equals_cpu);
+    TH_RUN(test_print_on_gpu);
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_random_gpu_equals_cpu);
     TH_RUN(test_scan_seed_on_gpu);

@@ -1,7 +1,9 @@
 /* Printers: the Graphviz DOT writer (well-formed output, one box per apply
    node, typed edge labels, Composite programs listed) for compiled functions
    and for graphs as built; debugprint's ids, dtypes and shapes. */
+#define _POSIX_C_SOURCE 200809L
 #define TENSOR_IMPLEMENTATION
+#include <unistd.h>
 #include "tensor.h"
 #include "harness.h"
 
@@ -146,10 +148,79 @@ TEST(test_debugprint_annotations) {
     tn_graph_free(g);
 }
 
+/* Theano's Print op: the value passes through (and its gradient), and each
+   call prints the chosen attributes on stdout. */
+static char *stdout_of_call(tn_func *f, tn_array *const *in, tn_array **out, tn_result *r) {
+    fflush(stdout);
+    FILE *t = tmpfile();
+    int saved = dup(1);
+    if (!t || saved < 0) return NULL;
+    dup2(fileno(t), 1);
+    *r = tn_call(f, in, out);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    long n = ftell(t);
+    rewind(t);
+    char *s = (char *)malloc((size_t)(n > 0 ? n : 0) + 1);
+    if (s) { size_t got = fread(s, 1, (size_t)(n > 0 ? n : 0), t); s[got] = 0; }
+    fclose(t);
+    return s;
+}
+
+TEST(test_print_op) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *p = tn_print(tn_mul(x, tn_lit(x, 2)), "twice", TN_PRINT_VALUE | TN_PRINT_SHAPE | TN_PRINT_MEAN | TN_PRINT_MAX | TN_PRINT_MIN);
+    tn_var *out = tn_add(tn_sum(p, NULL, 0, false), tn_lit(x, 1));
+    tn_var *gx = tn_grad1(tn_sum(tn_sqr(p), NULL, 0, false), x);
+    tn_var *outs[2] = { out, gx };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = outs });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    tn_array *xa = tn_array_from_data(TN_F64, 1, (int64_t[]){ 3 }, (double[]){ 1, 2, 3.5 }), *o[2] = { 0 };
+    for (int call = 0; f && call < 2; call++) {
+        tn_result r = TN_ERR_INTERNAL;
+        char *txt = stdout_of_call(f, &xa, o, &r);
+        CHECK(r == TN_OK && txt, "call %d: %s", call, tn_last_error());
+        if (txt) {
+            /* the print runs once even though two outputs read it (merge) */
+            const char *want[5] = { "twice __str__ = [2. 4. 7.]\n", "twice shape = (3,)\n", "twice mean = 4.333333333333333", "twice max = 7\n", "twice min = 2\n" };
+            for (int k = 0; k < 5; k++) CHECK(strstr(txt, want[k]) != NULL, "call %d: '%s' missing from:\n%s", call, want[k], txt);
+            const char *second = strstr(txt, "twice __str__");
+            CHECK(second && !strstr(second + 1, "twice __str__"), "printed once a call:\n%s", txt);
+            free(txt);
+        }
+        CHECK(o[0] && tn_array_get(o[0], NULL) == 14.0, "the value passes through (2 + 4 + 7 + 1): %g", o[0] ? tn_array_get(o[0], NULL) : -1);
+        for (int k = 0; o[1] && k < 3; k++) {
+            double xv = tn_array_get(xa, (int64_t[]){ k });
+            CHECK(tn_array_get(o[1], (int64_t[]){ k }) == 8 * xv, "the gradient passes through: %g", tn_array_get(o[1], (int64_t[]){ k }));
+        }
+        tn_array_free(o[0]); tn_array_free(o[1]); o[0] = o[1] = NULL;
+    }
+    FILE *t = tmpfile();
+    if (f && t) {
+        tn_debugprint_function(f, t);
+        long n = ftell(t);
+        rewind(t);
+        char buf[4096] = "";
+        size_t got = fread(buf, 1, n < 4095 ? (size_t)n : 4095, t);
+        buf[got] = 0;
+        CHECK(strstr(buf, "Print{twice}") != NULL, "debugprint names it:\n%s", buf);
+    }
+    if (t) fclose(t);
+    tn_clear_error();
+    CHECK(!tn_print(x, "bad", 64) && tn_last_result() == TN_ERR_INVALID && strstr(tn_last_error(), "tn_print: attrs 0x40"), "bad attrs: %s", tn_last_error());
+    CHECK(!tn_print(NULL, "m", 0) && tn_last_result() == TN_ERR_NULL, "NULL x");
+    tn_array_free(xa);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_init(NULL);
     TH_RUN(test_dot_function);
     TH_RUN(test_dot_var);
     TH_RUN(test_debugprint_annotations);
+    TH_RUN(test_print_op);
     TH_END();
 }
