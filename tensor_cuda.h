@@ -4238,6 +4238,19 @@ static tn_result tn__cuda_reshape_run(const tn_var *node, void *state, tn_array 
 
 static bool tn__cuda_reshape_supports(const tn_var *node) { return tn__cuda_stype(node->type.dtype); }
 
+/* >>cuda_print: the Print op on the device --------------------------------------- */
+/* A view: its output takes the input's layout; the value goes to the host
+   (a copy that waits) to be printed by the op's own printer. */
+static tn_result tn__cuda_print_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    (void)state;
+    memcpy(out[0]->strides, in[0]->strides, sizeof in[0]->strides);
+    tn_array *h = tn_array_to_host(in[0]);
+    if (!h) return tn_last_result();
+    tn_result r = tn__print_show(node, h);
+    tn_array_free(h);
+    return r;
+}
+
 /* >>cuda_conv: im2col and col2im ---------------------------------------------- */
 /* The kernels are tensor_ops.h's (>>conv_cuda: the CPU's gathers as CUDA C),
    compiled once per dtype at prepare time (both in one module); one thread
@@ -4546,6 +4559,7 @@ static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_
 static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release, NULL };
 static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release, NULL };
 static const tn_backend_op tn__cuda_row_reshape = { tn__cuda_reshape_supports, tn__cuda_bind_prepare, tn__cuda_reshape_run, NULL, NULL };
+static const tn_backend_op tn__cuda_row_print = { NULL, tn__cuda_bind_prepare, tn__cuda_print_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL };
 
@@ -4569,6 +4583,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
     [TN_OP_RANDOM] = &tn__cuda_row_rnd,
     [TN_OP_IM2COL] = &tn__cuda_row_conv, [TN_OP_COL2IM] = &tn__cuda_row_conv,
     [TN_OP_RESHAPE] = &tn__cuda_row_reshape, [TN_OP_FLATTEN] = &tn__cuda_row_reshape,
+    [TN_OP_PRINT] = &tn__cuda_row_print,
 };
 #undef TN__CUDA_EW_ROW
 

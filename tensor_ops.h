@@ -704,8 +704,9 @@ TN_API tn_var *tn_global_avg_pool(tn_var *x);      /* mean over the spatial dims
    time a compiled function runs the node, one line per attribute on stdout:
    "message __str__ = [...]" (the values, as tn_array_print), "message shape
    = (2, 3)", "message mean = ...", max, min. attrs 0: the values. The
-   message keeps its first 214 bytes. On a GPU the node runs on the host
-   (the value is copied there for it). */
+   message keeps its first 214 bytes. In a GPU function the value is copied
+   to the host to be printed (a wait: such a function is not replayed as a
+   CUDA graph). */
 enum { TN_PRINT_VALUE = 1, TN_PRINT_SHAPE = 2, TN_PRINT_MEAN = 4, TN_PRINT_MAX = 8, TN_PRINT_MIN = 16 };
 TN_API tn_var *tn_print(tn_var *x, const char *message, unsigned attrs);
 
@@ -4017,11 +4018,10 @@ static tn_result tn__print_infer(const tn_var *node, const tn_type *in, tn_type 
     return TN_OK;
 }
 
-static tn_result tn__print_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    const tn_array *x = in[0];
+/* The lines of node's attributes of x (a host array). */
+static tn_result tn__print_show(const tn_var *node, const tn_array *x) {
     unsigned at = tn__p_print_attrs(&node->p);
     const char *m = tn__p_print_msg(&node->p);
-    memcpy(out[0]->strides, x->strides, sizeof x->strides);   /* the view: x's layout */
     if (!at) at = TN_PRINT_VALUE;
     if (at & TN_PRINT_VALUE) {
         printf("%s __str__ = ", m);
@@ -4048,6 +4048,11 @@ static tn_result tn__print_cpu(const tn_var *node, tn_array *const *in, tn_array
     }
     fflush(stdout);
     return TN_OK;
+}
+
+static tn_result tn__print_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    memcpy(out[0]->strides, in[0]->strides, sizeof in[0]->strides);   /* the view: x's layout */
+    return tn__print_show(node, in[0]);
 }
 
 /* Print{message} */

@@ -624,8 +624,8 @@ TEST(test_conv_gpu_equals_cpu) {
     printf("  conv, pool, conv_transpose and their gradients: GPU equals the CPU (float32, float64, float16)\n");
 }
 
-/* The Print op in a GPU function: it runs on the host (the value is copied
-   there for it), prints, and the results are the CPU's. */
+/* The Print op in a GPU function: the value is copied to the host to be
+   printed, and the results are the CPU's. */
 TEST(test_print_on_gpu) {
     tn_graph *g = tn_graph_new();
     tn_var *x = tn_vector(g, "x", TN_F32);
@@ -634,7 +634,7 @@ TEST(test_print_on_gpu) {
     tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
     CHECK(f != NULL, "compile: %s", tn_last_error());
     char *dp = f ? dprint(f) : NULL;
-    CHECK(dp && strstr(dp, "Print{exp of x}") && strstr(dp, "GpuElemwise"), "debugprint:\n%s", dp ? dp : "");
+    CHECK(dp && strstr(dp, "GpuPrint{exp of x}") && strstr(dp, "GpuElemwise"), "debugprint:\n%s", dp ? dp : "");
     free(dp);
     tn_array *xa = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 1000 }, -2, 2, 5), *o = NULL;
     printf("  (a Print op's lines follow)\n");
