@@ -4239,16 +4239,22 @@ static tn_result tn__cuda_reshape_run(const tn_var *node, void *state, tn_array 
 static bool tn__cuda_reshape_supports(const tn_var *node) { return tn__cuda_stype(node->type.dtype); }
 
 /* >>cuda_print: the Print op on the device --------------------------------------- */
-/* A view: its output takes the input's layout; the value goes to the host
-   (a copy that waits) to be printed by the op's own printer. */
+/* The value goes to the host (a copy ordered after the work queued so far,
+   which waits) to be printed by the op's own printer; the output is a copy
+   on the device. */
 static tn_result tn__cuda_print_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     (void)state;
-    memcpy(out[0]->strides, in[0]->strides, sizeof in[0]->strides);
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(in[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
     tn_array *h = tn_array_to_host(in[0]);
     if (!h) return tn_last_result();
-    tn_result r = tn__print_show(node, h);
+    r = tn__print_show(node, h);
     tn_array_free(h);
-    return r;
+    return r != TN_OK ? r : tn__cuda_copy_into(out[0], in[0], who);
 }
 
 /* >>cuda_conv: im2col and col2im ---------------------------------------------- */

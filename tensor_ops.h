@@ -309,7 +309,7 @@ extern "C" {
     X(CUMPROD)        /* tn__p_axis; NumPy's cumprod along one axis */ \
     X(IM2COL)         /* windows of an (N, C, spatial...) image as columns (the >>ops_conv section): tn__p_conv_* */ \
     X(COL2IM)         /* the columns summed back into the image (IM2COL's transpose): tn__p_conv_* */ \
-    X(PRINT)          /* in[0] passed through (a view), printed each run (the >>ops_print section): tn__p_print_* */ \
+    X(PRINT)          /* in[0] passed through (copied), printed each run (the >>ops_print section): tn__p_print_* */ \
     X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
     X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
     X(GEMV)           /* in: y, A, x: alpha*A@x + beta*y */ \
@@ -4009,9 +4009,9 @@ TN_API tn_var *tn_global_avg_pool(tn_var *x) {
                        .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR },
 
 /* >>ops_print ========================================================= */
-/* Print (the >>constructors' tn_print): a view of its input, so it costs no
-   copy, is never folded into a constant (views are not) and keeps its place
-   in the graph; the kernel prints, then aliases. */
+/* Print (the >>constructors' tn_print): a copy of its input (TN_OPK_OTHER:
+   never folded into a constant, and run only when the function runs: a
+   view would also run when the executor probes a call for graph replay). */
 static tn_result tn__print_infer(const tn_var *node, const tn_type *in, tn_type *out) {
     (void)node;
     *out = in[0];
@@ -4051,8 +4051,8 @@ static tn_result tn__print_show(const tn_var *node, const tn_array *x) {
 }
 
 static tn_result tn__print_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    memcpy(out[0]->strides, in[0]->strides, sizeof in[0]->strides);   /* the view: x's layout */
-    return tn__print_show(node, in[0]);
+    tn_result r = tn__print_show(node, in[0]);
+    return r != TN_OK ? r : tn_array_assign(out[0], in[0]);
 }
 
 /* Print{message} */
@@ -4078,7 +4078,7 @@ TN_API tn_var *tn_print(tn_var *x, const char *message, unsigned attrs) {
 
 /* >>print_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__PRINT_OP_ROWS \
-    [TN_OP_PRINT] = { .name = "Print", .kind = TN_OPK_VIEW, .arity = 1, .infer = tn__print_infer, .cpu = tn__print_cpu, \
+    [TN_OP_PRINT] = { .name = "Print", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__print_infer, .cpu = tn__print_cpu, \
                       .label = tn__print_label, .vjp = tn__print_vjp, .flags = TN_OPF_LINEAR },
 
 /* >>ops_linalg ======================================================== */
