@@ -192,6 +192,10 @@ TN_API const char *tn_var_context(const tn_var *v);   /* its context's name, NUL
 
 TN_API size_t tn_dtype_size(tn_dtype t);
 TN_API const char *tn_dtype_name(tn_dtype t);     /* "float32", ... as NumPy spells them */
+/* The dtype NumPy's np.dtype(name) gives, for the library's dtypes: "float32",
+   "f4", "<f4", "single", "float" (float64, as NumPy), "int" (int64), "i4", "?",
+   "bool", "half", "double", ...; TN_DTYPE_NONE and TN_ERR_DTYPE naming it otherwise. */
+TN_API tn_dtype tn_dtype_from_name(const char *name);
 TN_API tn_dtype tn_dtype_promote(tn_dtype a, tn_dtype b);
 TN_API bool tn_dtype_is_float(tn_dtype t);
 TN_API uint16_t tn_f32_to_f16(float f);           /* round to nearest even */
@@ -1017,6 +1021,23 @@ TN_API size_t tn_dtype_size(tn_dtype t) {
 TN_API const char *tn_dtype_name(tn_dtype t) {
     static const char *const names[TN_DTYPE_COUNT] = { "none", "bool", "int32", "int64", "float16", "float32", "float64" };
     return (unsigned)t < TN_DTYPE_COUNT ? names[t] : "invalid";
+}
+
+TN_API tn_dtype tn_dtype_from_name(const char *name) {
+    static const struct { const char *n; tn_dtype t; } names[] = {
+        { "bool", TN_BOOL }, { "bool_", TN_BOOL }, { "?", TN_BOOL }, { "b1", TN_BOOL }, { "|b1", TN_BOOL },
+        { "int32", TN_I32 }, { "i4", TN_I32 }, { "<i4", TN_I32 }, { "intc", TN_I32 },
+        { "int64", TN_I64 }, { "i8", TN_I64 }, { "<i8", TN_I64 }, { "int", TN_I64 }, { "int_", TN_I64 }, { "long", TN_I64 }, { "intp", TN_I64 },
+        { "float16", TN_F16 }, { "f2", TN_F16 }, { "<f2", TN_F16 }, { "half", TN_F16 }, { "e", TN_F16 },
+        { "float32", TN_F32 }, { "f4", TN_F32 }, { "<f4", TN_F32 }, { "single", TN_F32 }, { "f", TN_F32 },
+        { "float64", TN_F64 }, { "f8", TN_F64 }, { "<f8", TN_F64 }, { "double", TN_F64 }, { "float", TN_F64 }, { "float_", TN_F64 }, { "d", TN_F64 },
+    };
+    if (!name) { tn__err(TN_ERR_NULL, "tn_dtype_from_name: name is NULL"); return TN_DTYPE_NONE; }
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!strcmp(names[k].n, name)) return names[k].t;
+    tn__err(TN_ERR_DTYPE, "tn_dtype_from_name: '%.60s' is not a dtype the library has (bool, int32, int64, float16, float32, float64, "
+            "or a NumPy alias of one)", name);
+    return TN_DTYPE_NONE;
 }
 
 TN_API bool tn_dtype_is_float(tn_dtype t) { return t == TN_F16 || t == TN_F32 || t == TN_F64; }

@@ -117,6 +117,41 @@ TEST(test_npy_with_numpy) {
     CHECK(!tn_load_npy(at("truncated.npy")) && tn_last_result() == TN_ERR_INVALID && strstr(tn_last_error(), "is truncated"), "truncated: %s", tn_last_error());
 }
 
+/* tn_dtype_from_name agrees with np.dtype(name).name for every alias it takes, and refuses what the library lacks. */
+TEST(test_dtype_names_as_numpy) {
+    static const char *const aliases[] = { "bool", "bool_", "?", "b1", "|b1", "int32", "i4", "<i4", "intc", "int64", "i8", "<i8", "int",
+        "int_", "long", "intp", "float16", "f2", "<f2", "half", "e", "float32", "f4", "<f4", "single", "f", "float64", "f8", "<f8",
+        "double", "float", "float_", "d" };
+    if (!have_numpy()) { TH_SKIP("no NumPy for /usr/bin/python3: apt-get install python3-numpy"); return; }
+    /* an alias this NumPy no longer knows (NumPy 2 dropped float_) prints "-" and is not compared */
+    char cmd[2048] = "/usr/bin/python3 -c \"import numpy as np, sys\n"
+                     "def name(a):\n    try: return np.dtype(a).name\n    except TypeError: return '-'\n"
+                     "[print(name(a)) for a in sys.argv[1:]]\"";
+    for (size_t k = 0; k < sizeof aliases / sizeof *aliases; k++) {
+        strcat(cmd, " '");
+        strcat(cmd, aliases[k]);
+        strcat(cmd, "'");
+    }
+    strcat(cmd, " 2>/dev/null");
+    FILE *pp = popen(cmd, "r");
+    char line[64];
+    for (size_t k = 0; pp && k < sizeof aliases / sizeof *aliases; k++) {
+        if (!fgets(line, sizeof line, pp)) { CHECK(0, "NumPy printed nothing for '%s'", aliases[k]); break; }
+        line[strcspn(line, "\n")] = 0;
+        if (!strcmp(line, "-")) continue;
+        tn_dtype t = tn_dtype_from_name(aliases[k]);
+        CHECK(!strcmp(tn_dtype_name(t), line), "'%s': the library says %s, NumPy %s", aliases[k], tn_dtype_name(t), line);
+    }
+    if (pp) pclose(pp);
+    static const char *const bad[] = { "complex64", "uint8", "float128", "F4", "" };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        tn_clear_error();
+        CHECK(tn_dtype_from_name(bad[k]) == TN_DTYPE_NONE && tn_last_result() == TN_ERR_DTYPE && strstr(tn_last_error(), "tn_dtype_from_name"),
+              "'%s' refused: %s", bad[k], tn_last_error());
+    }
+    CHECK(tn_dtype_from_name(NULL) == TN_DTYPE_NONE && tn_last_result() == TN_ERR_NULL, "NULL name");
+}
+
 TEST(test_npy_errors) {
     FILE *f = fopen(at("junk.npy"), "wb");
     if (f) { fputs("PK\x03\x04 not numpy", f); fclose(f); }
@@ -139,6 +174,7 @@ int main(void) {
     TH_RUN(test_npy_self_roundtrip);
     TH_RUN(test_npy_with_numpy);
     TH_RUN(test_npy_errors);
+    TH_RUN(test_dtype_names_as_numpy);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("could not remove %s\n", dir);
