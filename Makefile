@@ -24,13 +24,17 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # (tensor.h and tensor_ops.h) and $(BUILD)/tensor_impl.o (with tensor_cuda.h),
 # and every test that uses only the public API and the internals tensor.h
 # declares (its >>backend_api section) links tensor_cpu.o: the headers'
-# _DONE guards skip the test's own copy. SELF_TESTS compile the
-# implementation themselves: they hook its allocator (TN_MALLOC), read its
-# private functions and state, or test the CUDA back end. Every test still
-# builds alone with `cc -I. tests/test_x.c -lm -lpthread -ldl`.
-SELF_TESTS = test_alloc_fail test_ew test_function test_linalg test_threads test_profile \
-             test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
-             test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi test_random
+# _DONE guards skip the test's own copy. The self tests read the
+# implementation's private functions and state, so they compile it: they are
+# built as two programs (tests/self_tests.c), SELF_CPU with tensor.h and
+# SELF_CUDA with tensor_cuda.h, and $(BUILD)/test_x is a link to its group's
+# program, which runs the test its name says. test_alloc_fail hooks the
+# allocator (TN_MALLOC) and builds alone. Every test still builds alone with
+# `cc -I. tests/test_x.c -lm -lpthread -ldl` (tests/gpu/run_gpu.sh does so).
+SELF_CPU  = test_function test_ew test_linalg test_threads test_random
+SELF_CUDA = test_profile test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
+            test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi
+SELF_TESTS = test_alloc_fail
 IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
 $(BUILD)/tensor_cpu.o: $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor.h
@@ -38,6 +42,14 @@ $(BUILD)/%: tests/%.c tests/harness.h $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD
 	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 $(addprefix $(BUILD)/,$(SELF_TESTS)): $(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
+$(BUILD)/self_cpu: tests/self_tests.c $(SELF_CPU:%=tests/%.c) $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CPU -o $@ $< $(LDLIBS)
+$(BUILD)/self_cuda: tests/self_tests.c $(SELF_CUDA:%=tests/%.c) $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CUDA -o $@ $< $(LDLIBS)
+$(addprefix $(BUILD)/,$(SELF_CPU)): $(BUILD)/self_cpu
+	ln -sf self_cpu $@
+$(addprefix $(BUILD)/,$(SELF_CUDA)): $(BUILD)/self_cuda
+	ln -sf self_cuda $@
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)
@@ -93,7 +105,8 @@ fuzz-libfuzzer: | $(BUILD)
 TSAN_TESTS = build-tsan/test_threads
 TSAN_FLAGS ?= -O1 -g1 -fsanitize=thread
 tsan:
-	$(MAKE) BUILD=build-tsan CFLAGS="$(TSAN_FLAGS)" $(TSAN_TESTS)
+	@mkdir -p build-tsan
+	$(CC) $(WARN) $(TSAN_FLAGS) -I. -o build-tsan/test_threads tests/test_threads.c $(LDLIBS)
 	@TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" tests/run.sh $(TSAN_TESTS)
 
 examples: $(EXAMPLES)

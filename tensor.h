@@ -1360,7 +1360,7 @@ TN_API int tn_context_get(const char *name) {
 
 TN_API int tn_context_count(void) { return atomic_load(&tn__ctx.n); }
 TN_API const char *tn_context_name(int ctx) { return ctx >= 0 && ctx < atomic_load(&tn__ctx.n) ? tn__ctx.name[ctx] : NULL; }
-TN_API int tn_context_device(int ctx) { return ctx >= 0 && ctx < atomic_load(&tn__ctx.n) ? atomic_load(&tn__ctx.device[ctx]) : TN_HOST; }
+TN_API int tn_context_device(int ctx) { return ctx >= 0 && ctx < TN_MAX_CONTEXTS && ctx < atomic_load(&tn__ctx.n) ? atomic_load(&tn__ctx.device[ctx]) : TN_HOST; }
 
 static const char *tn__var_label_name(const tn_var *v);   /* the >>graph_nodes section */
 

@@ -7,6 +7,58 @@
 #ifndef TN_NVRTC_ENV_H
 #define TN_NVRTC_ENV_H
 
+/* NVRTC gave a cubin: an ELF image. */
+static inline bool is_elf(const void *p, size_t n) { return n > 4 && !memcmp(p, "\x7f" "ELF", 4); }
+
+/* The fast compile of the tests that compile whole tables: NVRTC takes
+   ~50 ms per program but ~0.1-0.7 s per kernel at the default optimisation,
+   most of it in NVVM and ptxas optimising code whose speed these tests never
+   measure. So the kernels of one op share a program (each in its own
+   namespace), and the tables compile with -Ofc=max where NVRTC has it (12.8+:
+   fast compile; the same front end, PTX and ptxas, so every syntax, type,
+   inline-asm, parameter and resource error is still caught): a quarter of
+   the time. A sample of each table also compiles through tn_cuda_compile,
+   with the options the back end uses. */
+static const char *th_fast_opts[2] = { "--gpu-architecture=sm_90", NULL };
+
+/* Compiles src with th_fast_opts to a cubin; on failure *log is NVRTC's log
+   (tn__malloc'd). */
+static inline tn_result th_fast_compile(const char *src, char **log) {
+    const tn__nvrtc_api *nv = &tn__nvrtc.api;
+    tn__nvrtcProgram prog = NULL;
+    *log = NULL;
+    if (nv->nvrtcCreateProgram(&prog, src, "tn_batch.cu", 0, NULL, NULL) != TN__NVRTC_SUCCESS)
+        return tn__err(TN_ERR_DEVICE, "nvrtcCreateProgram failed");
+    tn_result r = TN_OK;
+    size_t n = 0;
+    if (nv->nvrtcCompileProgram(prog, th_fast_opts[1] ? 2 : 1, th_fast_opts) != TN__NVRTC_SUCCESS) {
+        if (nv->nvrtcGetProgramLogSize(prog, &n) == TN__NVRTC_SUCCESS && (*log = (char *)tn__malloc(n + 1)) != NULL) {
+            if (nv->nvrtcGetProgramLog(prog, *log) != TN__NVRTC_SUCCESS) (*log)[0] = 0;
+            (*log)[n] = 0;
+        }
+        r = tn__err(TN_ERR_DEVICE, "NVRTC: %.200s", *log ? *log : "no log");
+    } else {
+        char *bin = NULL;
+        if (nv->nvrtcGetCUBINSize(prog, &n) != TN__NVRTC_SUCCESS || !(bin = (char *)tn__malloc(n ? n : 1)) ||
+            nv->nvrtcGetCUBIN(prog, bin) != TN__NVRTC_SUCCESS || !is_elf(bin, n))
+            r = tn__err(TN_ERR_DEVICE, "no cubin, or it is not an ELF image");
+        tn__free(bin);
+    }
+    nv->nvrtcDestroyProgram(&prog);
+    return r;
+}
+
+/* -Ofc=max where this NVRTC has it; otherwise the default options (slower). */
+static inline void th_use_fast_compile(void) {
+    char *log = NULL;
+    th_fast_opts[1] = "-Ofc=max";
+    if (th_fast_compile("extern \"C\" __global__ void k(int *p) { *p = 1; }\n", &log) != TN_OK) {
+        printf("  NVRTC has no -Ofc=max (%.80s): default options, several minutes\n", log ? log : "?");
+        th_fast_opts[1] = NULL;
+    }
+    tn__free(log);
+}
+
 static inline void th_nvrtc_start(const char *name, char *dir, size_t cap) {
     tn_config cfg = { .device = TN_DEVICE_CPU };
     tn_init(&cfg);
@@ -22,6 +74,7 @@ static inline void th_nvrtc_start(const char *name, char *dir, size_t cap) {
     if (!mkdtemp(dir)) { perror("mkdtemp"); exit(1); }
     cfg.cache_dir = dir;
     tn_init(&cfg);
+    th_use_fast_compile();
 }
 
 static inline void th_nvrtc_finish(const char *dir) {

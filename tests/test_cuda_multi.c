@@ -11,18 +11,11 @@
 #include "tensor.h"
 #include "tensor_cuda.h"
 #include "harness.h"
+#include "print_text.h"
 #include "multi_logreg.h"
 
 static int ngpu;
 
-static char *print_fn(const tn_func *f) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    tn_debugprint_function(f, m);
-    fclose(m);
-    return buf;
-}
 
 /* y = (exp(A) + x) * T(move(T(tanh(B)) to da)), z = move(exp(A)[::2] to db) * B[::2]:
    a strided view crosses each way. */

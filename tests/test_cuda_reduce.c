@@ -22,14 +22,14 @@
 #include "harness.h"
 #include "gpu/ew_programs.h"
 
-static const int DEV = 0;
+static const int RDEV = 0;
 static bool quick;
 
 /* Random values of dtype t for op: floats in [-3, 3] (prod: [0.5, 1.5], so
    float32 neither overflows nor underflows where double does not), ints in
    [-50, 50] (many ties: first-index rules are exercised), bools. special:
    NaN, +inf and a row of -inf planted. */
-static tn_array *rand_array(int op, tn_dtype t, int ndim, const int64_t *shape, uint64_t seed, bool special) {
+static tn_array *red_rand_array(int op, tn_dtype t, int ndim, const int64_t *shape, uint64_t seed, bool special) {
     bool prod = op == TN_OP_PROD;
     tn_array *a = tn_array_rand_uniform(TN_F64, ndim, shape, prod ? 0.5 : -3, prod ? 1.5 : 3, seed);
     if (!a) return NULL;
@@ -50,25 +50,25 @@ static tn_array *rand_array(int op, tn_dtype t, int ndim, const int64_t *shape, 
     return c;
 }
 
-static tn_array *to_device(const tn_array *h) {
-    if (tn_array_size(h) == 0) return tn__array_alloc(h->dtype, h->ndim, h->shape, DEV);
+static tn_array *red_to_device(const tn_array *h) {
+    if (tn_array_size(h) == 0) return tn__array_alloc(h->dtype, h->ndim, h->shape, RDEV);
     int64_t lo = 0, hi = (int64_t)tn_dtype_size(h->dtype);
     for (int d = 0; d < h->ndim; d++) {
         int64_t span = (h->shape[d] - 1) * h->strides[d];
         if (span < 0) lo += span; else hi += span;
     }
     int64_t n = hi - lo;
-    tn_array *buf = tn__array_alloc(TN_BOOL, 1, &n, DEV);
+    tn_array *buf = tn__array_alloc(TN_BOOL, 1, &n, RDEV);
     if (!buf) return NULL;
-    if (tn__cuda_copy(buf->data, DEV, (const char *)h->data + lo, TN_HOST, (size_t)n) != TN_OK) { tn_array_free(buf); return NULL; }
-    tn_array *v = tn__array_from_buffer(buf->base, h->dtype, h->ndim, h->shape, h->strides, (char *)buf->data - lo, DEV);
+    if (tn__cuda_copy(buf->data, RDEV, (const char *)h->data + lo, TN_HOST, (size_t)n) != TN_OK) { tn_array_free(buf); return NULL; }
+    tn_array *v = tn__array_from_buffer(buf->base, h->dtype, h->ndim, h->shape, h->strides, (char *)buf->data - lo, RDEV);
     tn_array_free(buf);
     return v;
 }
 
 /* Normalised comparison: |gpu - cpu| <= tol * (1 + |cpu| + scale), scale the
    spread a sum of n terms of size 3 may carry; exact for ints and bools. */
-static bool outputs_match(const tn_array *cpu, const tn_array *gpu_dev, double tol, double scale, char *why, size_t cap) {
+static bool red_outputs_match(const tn_array *cpu, const tn_array *gpu_dev, double tol, double scale, char *why, size_t cap) {
     tn_array *g = tn_array_to_host(gpu_dev);
     if (!g) { snprintf(why, cap, "copy back: %.150s", tn_last_error()); return false; }
     int64_t n = tn_array_size(cpu);
@@ -93,10 +93,10 @@ static bool outputs_match(const tn_array *cpu, const tn_array *gpu_dev, double t
     return ok;
 }
 
-static double tol_for(tn_dtype t) { return t == TN_F16 ? 2e-3 : t == TN_F32 ? 2e-5 : t == TN_F64 ? 1e-12 : 0; }
+static double red_tol_for(tn_dtype t) { return t == TN_F16 ? 2e-3 : t == TN_F32 ? 2e-5 : t == TN_F64 ? 1e-12 : 0; }
 
-enum { LAY_CONTIG, LAY_TRANSPOSED, LAY_SLICED };
-static const char *lay_name[] = { "contiguous", "transposed", "sliced" };
+enum { RLAY_CONTIG, RLAY_TRANSPOSED, RLAY_SLICED };
+static const char *red_lay_name[] = { "contiguous", "transposed", "sliced" };
 
 /* One case: op over inputs of shape (nd, shape) laid out as lay; prologue
    kind 0 none, 1 x*b with b of shape bshape (nb dims), 2 maximum(x*b, -0.25)
@@ -121,12 +121,12 @@ typedef struct rcase {
 static void case_str(const rcase *c, char *buf, size_t cap) {
     char sb[128], bb[128];
     snprintf(buf, cap, "%s %s %s %s param %lld keep %d%s%s%s%s", tn__op_def(c->op)->name, tn_dtype_name(c->t),
-             tn__shape_str(c->nd, c->shape, sb), lay_name[c->lay], (long long)c->param, (int)c->keep,
+             tn__shape_str(c->nd, c->shape, sb), red_lay_name[c->lay], (long long)c->param, (int)c->keep,
              c->pro ? " prologue b" : "", c->pro ? tn__shape_str(c->nb, c->bshape, bb) : "", c->special ? " specials" : "",
              c->inplace ? " in place" : "");
 }
 
-static bool run_case(const rcase *c, char *why, size_t cap) {
+static bool red_run_case(const rcase *c, char *why, size_t cap) {
     tn_array *hin[2] = { 0 }, *din[2] = { 0 }, *keep[2] = { 0 }, *hout = NULL, *dout = NULL;
     bool ok = true, sm = tn__cred_is_softmax(c->op);
     why[0] = 0;
@@ -143,17 +143,17 @@ static bool run_case(const rcase *c, char *why, size_t cap) {
         int nd = i ? c->nb : c->nd;
         const int64_t *sh = i ? c->bshape : c->shape;
         int64_t s2[3];
-        if (c->lay == LAY_TRANSPOSED && nd > 1) {
+        if (c->lay == RLAY_TRANSPOSED && nd > 1) {
             for (int d = 0; d < nd; d++) s2[d] = sh[nd - 1 - d];
-            keep[i] = rand_array(c->op, c->t, nd, s2, c->seed + (uint64_t)i, c->special && !i);
+            keep[i] = red_rand_array(c->op, c->t, nd, s2, c->seed + (uint64_t)i, c->special && !i);
             hin[i] = keep[i] ? tn_array_transpose(keep[i], NULL) : NULL;
-        } else if (c->lay == LAY_SLICED && nd > 0) {
+        } else if (c->lay == RLAY_SLICED && nd > 0) {
             memcpy(s2, sh, sizeof(int64_t) * (size_t)nd);
             s2[nd - 1] = 2 * sh[nd - 1] + 1;
-            keep[i] = rand_array(c->op, c->t, nd, s2, c->seed + (uint64_t)i, c->special && !i);
+            keep[i] = red_rand_array(c->op, c->t, nd, s2, c->seed + (uint64_t)i, c->special && !i);
             hin[i] = keep[i] ? tn_array_slice(keep[i], nd - 1, 1, s2[nd - 1], 2) : NULL;
-        } else hin[i] = rand_array(c->op, c->t, nd, sh, c->seed + (uint64_t)i, c->special && !i);
-        ok = hin[i] && (din[i] = to_device(hin[i]));
+        } else hin[i] = red_rand_array(c->op, c->t, nd, sh, c->seed + (uint64_t)i, c->special && !i);
+        ok = hin[i] && (din[i] = red_to_device(hin[i]));
     }
     /* a node as the graph would record it, with its input variables' types */
     tn_var vin[2], *vp[2] = { &vin[0], &vin[1] }, node;
@@ -180,7 +180,7 @@ static bool run_case(const rcase *c, char *why, size_t cap) {
     node.type = tout;
     if (ok) {
         hout = tn__array_alloc(tout.dtype, tout.ndim, tout.shape, TN_HOST);
-        dout = c->inplace ? tn_array_view(din[0]) : tn__array_alloc(tout.dtype, tout.ndim, tout.shape, DEV);
+        dout = c->inplace ? tn_array_view(din[0]) : tn__array_alloc(tout.dtype, tout.ndim, tout.shape, RDEV);
         ok = hout && dout;
         if (!ok) snprintf(why, cap, "alloc: %.300s", tn_last_error());
     }
@@ -197,7 +197,7 @@ static bool run_case(const rcase *c, char *why, size_t cap) {
         for (int d = 0; d < c->nd; d++) if (sm ? d == c->param : (c->param >> d & 1)) nred *= c->shape[d];
         bool sumlike = c->op == TN_OP_SUM || c->op == TN_OP_MEAN;
         char w[240];
-        if (!outputs_match(hout, dout, tol_for(tout.dtype), sumlike ? 3 * sqrt((double)nred) : 0, w, sizeof w)) {
+        if (!red_outputs_match(hout, dout, red_tol_for(tout.dtype), sumlike ? 3 * sqrt((double)nred) : 0, w, sizeof w)) {
             snprintf(why, cap, "%.300s", w);
             ok = false;
         }
@@ -213,7 +213,7 @@ static int cases, bad;
 static void check_case(const rcase *c) {
     char why[400], cs[300];
     cases++;
-    if (!run_case(c, why, sizeof why) && ++bad <= 25) {
+    if (!red_run_case(c, why, sizeof why) && ++bad <= 25) {
         case_str(c, cs, sizeof cs);
         CHECK(0, "%s: %s", cs, why);
     }
@@ -235,9 +235,9 @@ TEST(test_every_op_dtype_axes_keepdims) {
                         memcpy(c.shape, shapes3[s], sizeof c.shape);
                         check_case(&c);
                         if (s == 2 && !keep) {
-                            c.lay = LAY_TRANSPOSED; check_case(&c);
-                            c.lay = LAY_SLICED; check_case(&c);
-                            if (tn_dtype_is_float(t)) { c.lay = LAY_CONTIG; c.special = true; check_case(&c); }
+                            c.lay = RLAY_TRANSPOSED; check_case(&c);
+                            c.lay = RLAY_SLICED; check_case(&c);
+                            if (tn_dtype_is_float(t)) { c.lay = RLAY_CONTIG; c.special = true; check_case(&c); }
                         }
                     }
                 }
@@ -262,8 +262,8 @@ TEST(test_fused_prologue) {
                                 .nb = bnd[bi], .seed = 900 + (uint64_t)cases };
                     memcpy(c.bshape, bshapes[bi], sizeof c.bshape);
                     check_case(&c);
-                    if (bi == 0 && mask == 4) { c.lay = LAY_TRANSPOSED; check_case(&c); c.lay = LAY_SLICED; check_case(&c); }
-                    if (bi == 0 && ts[ti] != TN_I64) { c.lay = LAY_CONTIG; c.pro = 2; check_case(&c); }
+                    if (bi == 0 && mask == 4) { c.lay = RLAY_TRANSPOSED; check_case(&c); c.lay = RLAY_SLICED; check_case(&c); }
+                    if (bi == 0 && ts[ti] != TN_I64) { c.lay = RLAY_CONTIG; c.pro = 2; check_case(&c); }
                 }
             }
     printf("  %d prologue cases, %d mismatches\n", cases, bad);
@@ -278,8 +278,8 @@ TEST(test_large_sizes) {
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
             rcase c = { .op = op, .t = t, .nd = 1, .shape = { (1 << 20) + 3 }, .param = 1, .seed = 5000 + (uint64_t)cases };
             check_case(&c);
-            c.lay = LAY_SLICED; check_case(&c);
-            if (t == TN_F32) { c.lay = LAY_CONTIG; c.special = true; check_case(&c); }
+            c.lay = RLAY_SLICED; check_case(&c);
+            if (t == TN_F32) { c.lay = RLAY_CONTIG; c.special = true; check_case(&c); }
         }
     /* 4096 x 4096 rows and columns; 3 x 2^20+3 columns (few outputs, split); with a prologue */
     const int ops[] = { TN_OP_SUM, TN_OP_MEAN, TN_OP_MAX, TN_OP_ARGMAX, TN_OP_LOGSUMEXP, TN_OP_ANY };
@@ -309,9 +309,9 @@ TEST(test_softmax) {
                     memcpy(c.shape, shapes3[s], sizeof c.shape);
                     check_case(&c);
                     if (s == 2) {
-                        c.lay = LAY_TRANSPOSED; check_case(&c);
-                        c.lay = LAY_SLICED; check_case(&c);
-                        c.lay = LAY_CONTIG;
+                        c.lay = RLAY_TRANSPOSED; check_case(&c);
+                        c.lay = RLAY_SLICED; check_case(&c);
+                        c.lay = RLAY_CONTIG;
                         if (tn_dtype_is_float(t)) { c.special = true; check_case(&c); c.special = false; }
                         if (t == TN_F32 || t == TN_F64) { c.inplace = true; check_case(&c); }
                     }
@@ -333,14 +333,14 @@ TEST(test_empty_and_errors) {
         if (tn__rop_needs_nonempty(op)) continue;
         rcase c = { .op = op, .t = TN_F32, .nd = 3, .shape = { 4, 0, 3 }, .param = 2, .seed = 11 };
         char why[400];
-        CHECK(run_case(&c, why, sizeof why), "%s over an empty axis: %s", tn__op_def(op)->name, why);
+        CHECK(red_run_case(&c, why, sizeof why), "%s over an empty axis: %s", tn__op_def(op)->name, why);
     }
     /* arrays that only claim to be on the device: the checks fail before any access */
     int64_t one = 1;
     tn_array fx, fy, fy3, *x = &fx, *y = &fy, *y3 = &fy3;
     memset(&fx, 0, sizeof fx);
     fx.dtype = TN_F32; fx.ndim = 2; fx.shape[0] = 3; fx.shape[1] = 0; fx.strides[0] = 0; fx.strides[1] = 4;
-    fx.data = (void *)(uintptr_t)256; fx.device = DEV;
+    fx.data = (void *)(uintptr_t)256; fx.device = RDEV;
     fy3 = fx; fy3.ndim = 1; fy3.strides[0] = 4;
     fy = fy3; fy.shape[0] = 1;
     tn_var vx, *vp = &vx, node;
@@ -390,7 +390,7 @@ TEST(test_sum_bandwidth) {
     if (quick) return;
     int64_t n = (int64_t)1 << 24, one = 1;
     tn_array *h = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 3);
-    tn_array *x = h ? to_device(h) : NULL, *y = tn__array_alloc(TN_F32, 0, &one, DEV), *dst = tn__array_alloc(TN_F32, 1, &n, DEV);
+    tn_array *x = h ? red_to_device(h) : NULL, *y = tn__array_alloc(TN_F32, 0, &one, RDEV), *dst = tn__array_alloc(TN_F32, 1, &n, RDEV);
     CHECK(x && y && dst, "%s", tn_last_error());
     if (!x || !y || !dst) return;
     tn_var vx, *vp = &vx, node;

@@ -21,7 +21,6 @@
 
 static char th_dir[256];        /* a fresh cache_dir for this run */
 
-static bool is_elf(const void *p, size_t n) { return n > 4 && !memcmp(p, "\x7f" "ELF", 4); }
 
 static const char *kernel_src = "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] *= 2.0f; }\n";
 

@@ -135,7 +135,7 @@ static void expect(const ref *A, const ref *B, const ref *C, double alpha, doubl
 }
 
 /* Compares out with the reference; returns the number of bad elements. */
-static int compare(const tn_array *out, int k, const double *val, const double *mag, const uint64_t *ival,
+static int check_out(const tn_array *out, int k, const double *val, const double *mag, const uint64_t *ival,
                    const char *what) {
     int64_t n = tn_array_size(out);
     ref o = load(out);
@@ -220,7 +220,7 @@ static void check_case(int op, tn_dtype t, int n, const int *nd, const int64_t (
             uint64_t *iv = (uint64_t *)malloc(sizeof(uint64_t) * (size_t)(nel ? nel : 1));
             expect(&A, &B, first ? &C : NULL, first ? alpha : 1, first ? beta : 0, out->ndim, out->shape, val, mag, iv);
             int k = (int)A.shape[A.ndim - 1];
-            int bad = compare(out, k, val, mag, iv, what);
+            int bad = check_out(out, k, val, mag, iv, what);
             CHECK(bad == 0, "%s: %d elements differ", what, bad);
             free(val); free(mag); free(iv);
             unload(&A); unload(&B);
@@ -358,7 +358,7 @@ TEST(test_gemm_beta_zero_ignores_c) {
             double val[24], mag[24];
             uint64_t iv[24];
             expect(&A, &B, NULL, 1.5, 0, 2, out->shape, val, mag, iv);
-            CHECK(compare(out, 5, val, mag, iv, "gemm beta 0") == 0, "%s path %d", tn_dtype_name(t), path);
+            CHECK(check_out(out, 5, val, mag, iv, "gemm beta 0") == 0, "%s path %d", tn_dtype_name(t), path);
             unload(&A); unload(&B);
             tn_array_free(out); tn_array_free(a); tn_array_free(b); tn_array_free(c);
         }
@@ -383,7 +383,7 @@ TEST(test_gemm_inplace) {
             double val[99], mag[99];
             uint64_t iv[99];
             expect(&A, &B, &C, alpha, beta, 2, out->shape, val, mag, iv);
-            CHECK(compare(c, 300, val, mag, iv, "gemm inplace") == 0, "%s path %d", tn_dtype_name(t), path);
+            CHECK(check_out(c, 300, val, mag, iv, "gemm inplace") == 0, "%s path %d", tn_dtype_name(t), path);
             unload(&A); unload(&B); unload(&C);
             tn_array_free(out); tn_array_free(a); tn_array_free(b); tn_array_free(c);
         }
@@ -632,7 +632,7 @@ TEST(test_graph_dot_promotes) {
         double val[6], mag[6];
         uint64_t iv[6];
         expect(&A, &B, NULL, 1, 0, 1, out->shape, val, mag, iv);
-        CHECK(out->dtype == TN_F32 && compare(out, 5, val, mag, iv, "graph dot") == 0, "values");
+        CHECK(out->dtype == TN_F32 && check_out(out, 5, val, mag, iv, "graph dot") == 0, "values");
         unload(&A); unload(&B);
     }
     tn_array_free(out); tn_array_free(wv); tn_array_free(vv);
@@ -667,7 +667,7 @@ TEST(test_graph_gemm_gemv_outer) {
         double val[64], mag[64];
         uint64_t iv[64];
         expect(cs[c].a, cs[c].b, cs[c].c, cs[c].al, cs[c].be, out->ndim, out->shape, val, mag, iv);
-        CHECK(compare(out, cs[c].k, val, mag, iv, "graph gemm/gemv") == 0, "case %d", c);
+        CHECK(check_out(out, cs[c].k, val, mag, iv, "graph gemm/gemv") == 0, "case %d", c);
         tn_array_free(out);
     }
     {   /* outer of x (9) and y (7): (9, 7) */
@@ -683,7 +683,7 @@ TEST(test_graph_gemm_gemv_outer) {
             double val[63], mag[63];
             uint64_t iv[63];
             expect(&X2, &Y2, NULL, 1, 0, 2, out->shape, val, mag, iv);
-            CHECK(compare(out, 1, val, mag, iv, "graph outer") == 0, "outer values");
+            CHECK(check_out(out, 1, val, mag, iv, "graph outer") == 0, "outer values");
         }
         tn_array_free(out);
     }

@@ -11,17 +11,10 @@
 #include "tensor.h"
 #include "tensor_cuda.h"
 #include "harness.h"
+#include "print_text.h"
 #include "fake_table.h"
 #include "multi_logreg.h"
 
-static char *print_fn(const tn_func *f) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    tn_debugprint_function(f, m);
-    fclose(m);
-    return buf;
-}
 
 TEST(test_contexts_flag) {
     tn_config c = { 0 };
@@ -294,12 +287,8 @@ TEST(test_nccl_loader_messages) {
 
 /* ---- two stand-in devices: host memory tagged cuda0 and cuda1 ---- */
 
-static tn_result fake_prepare(const tn_var *n, void **s) { (void)n; *s = NULL; return TN_OK; }
-static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b ? b : 1); }
-static void fake_free(int d, void *p) { (void)d; free(p); }
-static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t b) { (void)dd; (void)sd; memcpy(dst, src, b); return TN_OK; }
 static int fake_d2d;        /* GpuToGpu steps run */
-static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
+static tn_result multi_fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
     (void)s;
     if (tn__op_kind(n->op) == TN_OPK_VIEW) return tn__op_def(n->op)->cpu(n, in, out);
     tn_array ha[16], *hp[16];
@@ -319,9 +308,9 @@ static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_arra
     return tn__op_def(n->op)->cpu(n, hp, hp + n->n_in);
 }
 static int streams_on[2];
-static void *fake_func_new(int device) { if (device >= 0 && device < 2) streams_on[device]++; return malloc(1); }
-static tn_result fake_func_enter(void *s) { (void)s; return TN_OK; }
-static void fake_func_free(void *s) { free(s); }
+static void *multi_fake_func_new(int device) { if (device >= 0 && device < 2) streams_on[device]++; return malloc(1); }
+static tn_result multi_fake_func_enter(void *s) { (void)s; return TN_OK; }
+static void multi_fake_func_free(void *s) { free(s); }
 
 static void use_two_fake_devices(void) {
     static tn_backend be;
@@ -330,10 +319,10 @@ static void use_two_fake_devices(void) {
     tn__cuda.ordinal = 0;
     tn__cuda.device_count = 2;
     be = tn__cuda_backend;
-    be.ops = fake_table(fake_prepare, fake_run);
+    be.ops = fake_table(fake_prepare, multi_fake_run);
     be.prof_new = NULL; be.prof_mark = NULL; be.prof_collect = NULL; be.prof_free = NULL;
     be.replay_begin = NULL; be.replay_end = NULL; be.replay_launch = NULL; be.replay_release = NULL;
-    be.func_new = fake_func_new; be.func_enter = fake_func_enter; be.func_free = fake_func_free;
+    be.func_new = multi_fake_func_new; be.func_enter = multi_fake_func_enter; be.func_free = multi_fake_func_free;
     be.shared_order = NULL; be.shared_free = NULL;
     tn__set_backend(&be);
     tn__set_device_ops(&ops);

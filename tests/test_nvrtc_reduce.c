@@ -29,8 +29,6 @@ static char th_dir[256];
    front end, PTX and ptxas, so every syntax, type, inline-asm and parameter
    error is still caught): ~35 s of CPU instead of ~150 s. A sample of each
    op also compiles through tn_cuda_compile with the options the back end uses. */
-static const char *fast_opts[2] = { "--gpu-architecture=sm_90", NULL };
-static int n_fast_opts = 1;
 
 /* One generated kernel, described for a failure report. */
 typedef struct kern { char *src; char what[128]; } kern;
@@ -55,34 +53,6 @@ static void kb_free(kbatch *b) {
     memset(b, 0, sizeof *b);
 }
 
-static bool is_elf(const void *p, size_t n) { return n > 4 && !memcmp(p, "\x7f" "ELF", 4); }
-
-/* Compiles src with the fast options to a cubin; on failure *log is NVRTC's
-   log (tn__malloc'd). */
-static tn_result fast_compile(const char *src, char **log) {
-    const tn__nvrtc_api *nv = &tn__nvrtc.api;
-    tn__nvrtcProgram prog = NULL;
-    *log = NULL;
-    if (nv->nvrtcCreateProgram(&prog, src, "tn_batch.cu", 0, NULL, NULL) != TN__NVRTC_SUCCESS)
-        return tn__err(TN_ERR_DEVICE, "nvrtcCreateProgram failed");
-    tn_result r = TN_OK;
-    size_t n = 0;
-    if (nv->nvrtcCompileProgram(prog, n_fast_opts, fast_opts) != TN__NVRTC_SUCCESS) {
-        if (nv->nvrtcGetProgramLogSize(prog, &n) == TN__NVRTC_SUCCESS && (*log = (char *)tn__malloc(n + 1)) != NULL) {
-            if (nv->nvrtcGetProgramLog(prog, *log) != TN__NVRTC_SUCCESS) (*log)[0] = 0;
-            (*log)[n] = 0;
-        }
-        r = tn__err(TN_ERR_DEVICE, "NVRTC: %.200s", *log ? *log : "no log");
-    } else {
-        char *bin = NULL;
-        if (nv->nvrtcGetCUBINSize(prog, &n) != TN__NVRTC_SUCCESS || !(bin = (char *)tn__malloc(n ? n : 1)) ||
-            nv->nvrtcGetCUBIN(prog, bin) != TN__NVRTC_SUCCESS || !is_elf(bin, n))
-            r = tn__err(TN_ERR_DEVICE, "no cubin, or it is not an ELF image");
-        tn__free(bin);
-    }
-    nv->nvrtcDestroyProgram(&prog);
-    return r;
-}
 
 /* Kernel k's source inside namespace k<k>, its entry renamed tn_red_<k>
    (extern "C" names are global: two tn_red would clash). */
@@ -104,7 +74,7 @@ static int find_bad_kernels(const kbatch *b, bool print, int *first) {
     *first = -1;
     for (int i = 0; i < b->n; i++) {
         char *log = NULL;
-        if (fast_compile(b->k[i].src, &log) != TN_OK) {
+        if (th_fast_compile(b->k[i].src, &log) != TN_OK) {
             if (!bad++) *first = i;
             if (print) {
                 char what[200];
@@ -132,7 +102,7 @@ static bool compile_kernels(kbatch *b, const char *what) {
     bool ok = false;
     if (wrapped && !text.oom) {
         char *log = NULL;
-        ok = fast_compile(text.s, &log) == TN_OK;
+        ok = th_fast_compile(text.s, &log) == TN_OK;
         if (!ok) {
             int first;
             int bad = find_bad_kernels(b, true, &first);
@@ -224,7 +194,7 @@ TEST(test_every_reduction_kernel_compiles) {
         programs++;
     }
     printf("  %d of %d reduction and softmax kernels compiled for sm_90 in %d programs (%s)\n", compiled, kernels_total,
-           programs, n_fast_opts > 1 ? fast_opts[1] : "default options");
+           programs, th_fast_opts[1] ? th_fast_opts[1] : "default options");
     CHECK(kernels_total > 600, "only %d kernels generated", kernels_total);
 }
 
@@ -271,7 +241,7 @@ TEST(test_a_broken_kernel_is_named) {
         tn__sb text = { 0 };
         for (int i = 0; i < batch.n; i++) wrap_kernel(&text, batch.k[i].src, i);
         char *log = NULL;
-        CHECK(text.s && fast_compile(text.s, &log) == TN_ERR_DEVICE, "break %d: the batch compiled", b);
+        CHECK(text.s && th_fast_compile(text.s, &log) == TN_ERR_DEVICE, "break %d: the batch compiled", b);
         CHECK(log && strstr(log, "error"), "break %d: log %s", b, log ? log : "(none)");
         int first;
         CHECK(find_bad_kernels(&batch, false, &first) == 1 && first == 1, "break %d: blamed kernel %d", b, first);
@@ -319,7 +289,7 @@ TEST(test_widest_parameters_fit) {
     tn__free(text.s);
 }
 
-TEST(test_codegen_errors) {
+TEST(test_reduce_codegen_errors) {
     char *src = NULL;
     tn__cred_layout bad = { TN__CRED_SMROW, 1, 1, false, 0 };
     CHECK(tn__cuda_reduce_source(TN_OP_SUM, TN_F32, NULL, &bad, &src) == TN_ERR_INVALID && !src, "softmax layout for a sum");
@@ -354,23 +324,9 @@ TEST(test_sources_are_keyed_by_structure) {
     tn__free(b);
 }
 
-/* -Ofc=max where this NVRTC has it (12.8+); otherwise the default options (slower). */
-static void use_fast_compile(void) {
-    char *log = NULL;
-    fast_opts[1] = "-Ofc=max";
-    n_fast_opts = 2;
-    if (fast_compile("extern \"C\" __global__ void k(int *p) { *p = 1; }\n", &log) != TN_OK) {
-        printf("  NVRTC has no -Ofc=max (%.80s): default options, several minutes\n", log ? log : "?");
-        n_fast_opts = 1;
-        fast_opts[1] = NULL;
-    }
-    tn__free(log);
-}
-
 int main(void) {
     th_nvrtc_start("test_nvrtc_reduce", th_dir, sizeof th_dir);
-    use_fast_compile();
-    TH_RUN(test_codegen_errors);
+    TH_RUN(test_reduce_codegen_errors);
     TH_RUN(test_sources_are_keyed_by_structure);
     TH_RUN(test_widest_parameters_fit);
     TH_RUN(test_a_broken_kernel_is_named);

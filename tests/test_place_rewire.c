@@ -12,14 +12,11 @@
 #include "tensor.h"
 #include "tensor_cuda.h"
 #include "harness.h"
+#include "print_text.h"
 #include "fake_table.h"
 #include "scan_seed.h"
 #include "scan_device.h"
 
-static tn_result fake_prepare(const tn_var *n, void **s) { (void)n; *s = NULL; return TN_OK; }
-static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
-static void fake_free(int d, void *p) { (void)d; free(p); }
-static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t b) { (void)dd; (void)sd; memcpy(dst, src, b); return TN_OK; }
 
 /* A stand-in kernel run: the op's CPU kernel on the (host) memory; with
    wrong_op set, that op's output 0 gets element wrong_at off by 0.5. */
@@ -54,7 +51,7 @@ typedef struct fake_rec { const tn_var *node; int n_in, n_out; tn_array arr[8]; 
 typedef struct fake_graph { int n; fake_rec rec[64]; } fake_graph;
 static fake_graph *capturing;
 static int fake_fail_capture, graphs_live;
-static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
+static tn_result rewire_fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
     (void)s;
     if (!capturing || tn__op_kind(n->op) == TN_OPK_VIEW) return fake_exec(n, in, out);   /* views run on the host */
     if (capturing->n == 64 || n->n_in + n->n_out > 8) return tn__err(TN_ERR_INTERNAL, "fake graph full");
@@ -93,9 +90,9 @@ static void fake_replay_release(void *exec) { free(exec); graphs_live--; }
 /* Stand-in streams: counted, so a test can see each function get one, enter
    it at every call and drop it when freed. */
 static int streams_made, streams_live, stream_enters;
-static void *fake_func_new(int device) { (void)device; streams_made++; streams_live++; return malloc(1); }
-static tn_result fake_func_enter(void *s) { (void)s; stream_enters++; return TN_OK; }
-static void fake_func_free(void *s) { if (s) streams_live--; free(s); }
+static void *rewire_fake_func_new(int device) { (void)device; streams_made++; streams_live++; return malloc(1); }
+static tn_result rewire_fake_func_enter(void *s) { (void)s; stream_enters++; return TN_OK; }
+static void rewire_fake_func_free(void *s) { if (s) streams_live--; free(s); }
 
 
 static void use_fake_device(void) {
@@ -104,34 +101,26 @@ static void use_fake_device(void) {
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
-    be.ops = fake_table(fake_prepare, fake_run);
+    be.ops = fake_table(fake_prepare, rewire_fake_run);
     be.replay_begin = fake_replay_begin;
     be.replay_end = fake_replay_end;
     be.replay_launch = fake_replay_launch;
     be.replay_release = fake_replay_release;
-    be.func_new = fake_func_new;
-    be.func_enter = fake_func_enter;
-    be.func_free = fake_func_free;
+    be.func_new = rewire_fake_func_new;
+    be.func_enter = rewire_fake_func_enter;
+    be.func_free = rewire_fake_func_free;
     be.shared_order = NULL;     /* no events on the fake device */
     be.shared_free = NULL;
     tn__set_backend(&be);
     tn__set_device_ops(&ops);
 }
 
-static int count(const char *s, const char *needle) {
+static int count_in(const char *s, const char *needle) {
     int n = 0;
     for (const char *p = s; (p = strstr(p, needle)) != NULL; p++) n++;
     return n;
 }
 
-static char *print_fn(const tn_func *f) {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
-    tn_debugprint_function(f, m);
-    fclose(m);
-    return buf;
-}
 
 TEST(test_update_folded_into_gemv_after_placement) {
     /* b <- b + 0.5 * (W.x + b) specialises to one Gemv; placement then
@@ -147,7 +136,7 @@ TEST(test_update_folded_into_gemv_after_placement) {
     CHECK(f != NULL, "compile: %s", tn_last_error());
     if (f) {
         char *s = print_fn(f);
-        CHECK(count(s, "GpuGemv") >= 1 && strstr(s, "HostFromGpu"), "placed graph:\n%s", s);
+        CHECK(count_in(s, "GpuGemv") >= 1 && strstr(s, "HostFromGpu"), "placed graph:\n%s", s);
         free(s);
     }
     tn_function_free(f);
@@ -165,7 +154,7 @@ TEST(test_fused_group_with_transfers) {
     CHECK(f != NULL, "compile: %s", tn_last_error());
     if (f) {
         char *s = print_fn(f);
-        CHECK(count(s, "GpuFromHost<None> [id") == 2, "one transfer per input:\n%s", s);
+        CHECK(count_in(s, "GpuFromHost<None> [id") == 2, "one transfer per input:\n%s", s);
         CHECK(strstr(s, "GpuElemwise{Composite{") != NULL, "one fused kernel:\n%s", s);
         free(s);
     }

@@ -197,9 +197,8 @@ static tn_result fake_prof_collect(void *ps, double *t, bool all) {
     return TN_OK;
 }
 static void fake_prof_free(void *ps) { (void)ps; fk.frees++; }
-static tn_result fake_prepare(const tn_var *n, void **s) { (void)n; *s = NULL; return TN_OK; }
 /* The CPU kernel on the stand-in's arrays, retagged as host ones for the call. */
-static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
+static tn_result prof_fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
     (void)s;
     tn_array ca[8], co[8], *pa[8], *po[8];
     if (n->n_in > 8 || n->n_out > 8) return TN_ERR_INTERNAL;
@@ -209,9 +208,6 @@ static tn_result fake_run(const tn_var *n, void *s, tn_array *const *in, tn_arra
     for (int o = 0; o < n->n_out; o++) { int d = out[o]->device; *out[o] = co[o]; out[o]->device = d; }
     return r;
 }
-static void *fake_alloc(int d, size_t b) { (void)d; return malloc(b); }
-static void fake_free(int d, void *p) { (void)d; free(p); }
-static tn_result fake_copy(void *dst, int dd, const void *src, int sd, size_t b) { (void)dd; (void)sd; memcpy(dst, src, b); return TN_OK; }
 
 static tn_func *events_fn(tn_graph *g, tn_var **x) {
     /* exp(x)*2 on the device, concatenate on the host (no GPU kernel), tanh back on the device */
@@ -229,7 +225,7 @@ TEST(test_profile_events) {
     tn__cuda.state = 1;
     tn__cuda.ordinal = 0;
     be = tn__cuda_backend;
-    be.ops = fake_table(fake_prepare, fake_run);
+    be.ops = fake_table(fake_prepare, prof_fake_run);
     be.prof_new = fake_prof_new; be.prof_mark = fake_prof_mark; be.prof_collect = fake_prof_collect; be.prof_free = fake_prof_free;
     be.func_new = NULL; be.func_enter = NULL; be.func_free = NULL;     /* no driver here: no streams */
     tn__set_backend(&be);
