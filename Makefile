@@ -28,20 +28,16 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # implementation's private functions and state, so they compile it: they are
 # built as two programs (tests/self_tests.c), SELF_CPU with tensor.h and
 # SELF_CUDA with tensor_cuda.h, and $(BUILD)/test_x is a link to its group's
-# program, which runs the test its name says. test_alloc_fail hooks the
-# allocator (TN_MALLOC) and builds alone. Every test still builds alone with
+# program, which runs the test its name says. Every test still builds alone with
 # `cc -I. tests/test_x.c -lm -lpthread -ldl` (tests/gpu/run_gpu.sh does so).
-SELF_CPU  = test_function test_ew test_linalg test_threads test_random
+SELF_CPU  = test_alloc_fail test_function test_ew test_linalg test_threads test_random
 SELF_CUDA = test_profile test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
             test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi
-SELF_TESTS = test_alloc_fail
 IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
 $(BUILD)/tensor_cpu.o: $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor.h
 $(BUILD)/%: tests/%.c tests/harness.h $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
-$(addprefix $(BUILD)/,$(SELF_TESTS)): $(BUILD)/%: tests/%.c tests/harness.h $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 $(BUILD)/self_cpu: tests/self_tests.c $(SELF_CPU:%=tests/%.c) $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CPU -o $@ $< $(LDLIBS)
 $(BUILD)/self_cuda: tests/self_tests.c $(SELF_CUDA:%=tests/%.c) $(HEADERS) | $(BUILD)
@@ -53,10 +49,9 @@ $(addprefix $(BUILD)/,$(SELF_CUDA)): $(BUILD)/self_cuda
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)
-$(BUILD)/cxx_impl.o: tests/cxx_impl.c $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -c -o $@ $<
-$(BUILD)/%: tests/%.cpp $(BUILD)/cxx_impl.o $(HEADERS) | $(BUILD)
-	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/cxx_impl.o $(LDLIBS)
+# C++ tests link the implementation compiled as C.
+$(BUILD)/%: tests/%.cpp $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
+	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 # Examples share one compiled implementation here (the headers' _DONE guards
 # skip each file's own); make test-examples checks the one-command builds.
 $(BUILD)/tensor_impl.o: $(HEADERS) | $(BUILD)

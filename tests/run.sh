@@ -4,15 +4,19 @@
 # "N skipped (...)" naming what: a binary that printed "SKIP (reason)" and
 # exited 0 without counts (no GPU, no NVRTC), and tests a binary reported
 # with "N skipped" beside its counts. A skip never counts as a pass.
-# The binaries run in parallel (TN_TEST_JOBS at a time, default one per core);
-# each one's report is printed in the order given.
+# The binaries run in parallel (TN_TEST_JOBS at a time, default one per core),
+# the slowest first (SLOW below, so none starts last and runs alone); each
+# one's report is printed in the order given.
 jobs=${TN_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+SLOW=" test_nvrtc_reduce test_nvrtc test_rewrite_random test_fuzz test_graph test_linalg "
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-i=0
-for t in "$@"; do
+order=()
+i=0; for t in "$@"; do case "$SLOW" in *" $(basename "$t") "*) order+=("$i");; esac; i=$((i + 1)); done
+i=0; for t in "$@"; do case "$SLOW" in *" $(basename "$t") "*) ;; *) order+=("$i");; esac; i=$((i + 1)); done
+args=("$@")
+for i in "${order[@]}"; do
     while [ "$(jobs -pr | wc -l)" -ge "$jobs" ]; do wait -n 2>/dev/null || true; done
-    ( "$t" > "$tmp/$i.out" 2>&1; echo $? > "$tmp/$i.rc" ) &
-    i=$((i + 1))
+    ( "${args[$i]}" > "$tmp/$i.out" 2>&1; echo $? > "$tmp/$i.rc" ) &
 done
 wait
 total_p=0; total_f=0; total_s=0; skipped=(); status=0

@@ -10,8 +10,12 @@
 #include <string.h>
 
 #if defined(SELF_GROUP_CPU)
-/* test_function hooks the allocator: it comes first, before tensor.h. */
-#define SELF_TESTS_LIST(X) X(test_function) X(test_ew) X(test_linalg) X(test_threads) X(test_random)
+/* test_function and test_alloc_fail hook the allocator (tests/alloc_hooks.h):
+   they come first, before tensor.h. */
+#define SELF_TESTS_LIST(X) X(test_alloc_fail) X(test_function) X(test_ew) X(test_linalg) X(test_threads) X(test_random)
+#define main th_main_test_alloc_fail
+#include "test_alloc_fail.c"
+#undef main
 #define main th_main_test_function
 #include "test_function.c"
 #undef main

@@ -11,29 +11,7 @@
 
    TN_ALLOC_FAIL_K=k runs only k (and says what happened). */
 #define _POSIX_C_SOURCE 200809L
-#include <stdatomic.h>
-#include <stdlib.h>
-static atomic_long fa_count, fa_live;
-static long fa_fail_at = -1;
-static void *fa_malloc(size_t n) {
-    if (atomic_fetch_add(&fa_count, 1) + 1 == fa_fail_at) return NULL;
-    void *p = malloc(n);
-    if (p) atomic_fetch_add(&fa_live, 1);
-    return p;
-}
-static void *fa_realloc(void *p, size_t n) {
-    if (atomic_fetch_add(&fa_count, 1) + 1 == fa_fail_at) return NULL;
-    void *q = realloc(p, n);
-    if (q && !p) atomic_fetch_add(&fa_live, 1);
-    return q;
-}
-static void fa_free(void *p) {
-    if (p) atomic_fetch_sub(&fa_live, 1);
-    free(p);
-}
-#define TN_MALLOC(n) fa_malloc(n)
-#define TN_REALLOC(p, n) fa_realloc(p, n)
-#define TN_FREE(p) fa_free(p)
+#include "alloc_hooks.h"
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "harness.h"
@@ -174,12 +152,12 @@ TEST(test_program_correct_without_failures) {
     const char *where;
     char msg[512] = "";
     program(&where, msg, sizeof msg);         /* warms the library's lazy state */
-    long live0 = atomic_load(&fa_live);
-    atomic_store(&fa_count, 0);
+    long live0 = atomic_load(&th_alloc_live);
+    atomic_store(&th_alloc_count, 0);
     run_end e = program(&where, msg, sizeof msg);
-    total = atomic_load(&fa_count);
+    total = atomic_load(&th_alloc_count);
     CHECK(e == RUN_OK, "%s: %s %s", where, msg, tn_last_error());
-    CHECK(atomic_load(&fa_live) == live0, "%ld allocations not freed", atomic_load(&fa_live) - live0);
+    CHECK(atomic_load(&th_alloc_live) == live0, "%ld allocations not freed", atomic_load(&th_alloc_live) - live0);
     CHECK(total > 100, "only %ld allocations: the hooks are not in use", total);
 }
 
@@ -190,13 +168,13 @@ TEST(test_every_allocation_fails_once) {
     for (long k = lo; k <= hi; k++) {
         const char *where;
         char msg[512] = "";
-        long live0 = atomic_load(&fa_live);
-        atomic_store(&fa_count, 0);
-        fa_fail_at = k;
+        long live0 = atomic_load(&th_alloc_live);
+        atomic_store(&th_alloc_count, 0);
+        th_alloc_fail_at = k;
         tn_clear_error();
         run_end e = program(&where, msg, sizeof msg);
-        fa_fail_at = -1;
-        long leaked = atomic_load(&fa_live) - live0;
+        th_alloc_fail_at = -1;
+        long leaked = atomic_load(&th_alloc_live) - live0;
         if (e == RUN_WRONG && wrong++ < 10) CHECK(0, "k=%ld: %s", k, msg);
         if (leaked && leaks++ < 10) CHECK(0, "k=%ld: %ld allocations not freed (failed in %s: %s)", k, leaked, where, tn_last_error());
         clean += e == RUN_CLEAN_ERROR;

@@ -1,12 +1,7 @@
 /* Compiled functions: copy and borrow semantics, updates, shared variables,
    allocation-free steady state, shape changes, the memory plan, debugprint. */
 #include <stdlib.h>
-static long th_mallocs;     /* every allocation the library makes goes through these hooks */
-static void *th_malloc(size_t n) { th_mallocs++; return malloc(n); }
-static void *th_realloc(void *p, size_t n) { th_mallocs++; return realloc(p, n); }
-#define TN_MALLOC(n) th_malloc(n)
-#define TN_REALLOC(p, n) th_realloc(p, n)
-#define TN_FREE(p) free(p)
+#include "alloc_hooks.h"    /* every allocation the library makes is counted */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "harness.h"
@@ -193,9 +188,9 @@ TEST(test_steady_state_allocates_nothing) {
     tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 22), *o = NULL;
     CHECK(f && tn_call(f, &xv, &o) == TN_OK, "warm-up: %s", tn_last_error());
     CHECK(tn_call(f, &xv, &o) == TN_OK, "warm-up 2: %s", tn_last_error());
-    long before = th_mallocs;
+    long before = th_alloc_count;
     for (int i = 0; i < 50; i++) CHECK(tn_call(f, &xv, &o) == TN_OK, "call %d: %s", i, tn_last_error());
-    CHECK(th_mallocs == before, "steady calls allocated %ld times", th_mallocs - before);
+    CHECK(th_alloc_count == before, "steady calls allocated %ld times", th_alloc_count - before);
     /* and the values are still right: one more step against a float64 reference */
     tn_array *wold = tn_shared_get_value(w);
     CHECK(tn_call(f, &xv, &o) == TN_OK, "call");
@@ -693,13 +688,13 @@ TEST(test_function_options) {
         if (o) CHECK(at1(o, 0) == (double)((float)0.1 * 1.5f) && at1(o, 1) == -0.0 && isinf(at1(o, 2)) && signbit(at1(o, 1)),
                      "downcast values %g %g %g", at1(o, 0), at1(o, 1), at1(o, 2));
         tn_array_free(o); o = NULL;
-        long before = th_mallocs;
+        long before = th_alloc_count;
         for (int it = 0; it < 5; it++) { CHECK(tn_call(fd, &xa, &o) == TN_OK, "float32"); tn_array_free(o); o = NULL; }
-        long same = th_mallocs - before;        /* the output each call */
-        before = th_mallocs;
+        long same = th_alloc_count - before;        /* the output each call */
+        before = th_alloc_count;
         for (int it = 0; it < 5; it++) { CHECK(tn_call(fd, &x64, &o) == TN_OK, "again"); tn_array_free(o); o = NULL; }
-        CHECK(th_mallocs - before == same, "the conversion buffer is kept: %ld allocations in 5 calls, %ld without conversion",
-              th_mallocs - before, same);
+        CHECK(th_alloc_count - before == same, "the conversion buffer is kept: %ld allocations in 5 calls, %ld without conversion",
+              th_alloc_count - before, same);
         CHECK(tn_call(fd, &xi, &o) == TN_OK && o && at1(o, 2) == (double)(float)16777217 * 0.25, "int32 -> float32 allowed: %g", o ? at1(o, 2) : 0);
         tn_array_free(o); o = NULL;
     }
