@@ -473,6 +473,75 @@ TN_API tn_result tn_save_safetensors_mem(const char *const *names, const tn_arra
                                          void **data, size_t *size);
 TN_API tn_result tn_load_safetensors_mem(const void *data, size_t size, tn_array_list *out);
 
+/* >>api_dlpack (the >>dlpack section) ------------------------------------ */
+/* DLPack 1.x (github.com/dmlc/dlpack): arrays shared with PyTorch, JAX,
+   CuPy, NumPy and any other DLPack library without a copy. The types below
+   are dlpack.h's, same names and layout, declared under its include guard:
+   a file that includes dlpack.h before tensor.h uses dlpack.h's, and one
+   that includes it after gets these (include it first for its newer parts). */
+#if !defined(DLPACK_DLPACK_H_) && !defined(DLPACK_MAJOR_VERSION)
+#define DLPACK_DLPACK_H_
+#ifdef __cplusplus
+#  define DLPACK_EXTERN_C extern "C"
+#else
+#  define DLPACK_EXTERN_C
+#endif
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 0
+#define DLPACK_DLL
+typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
+#ifdef __cplusplus
+typedef enum : int32_t {
+#else
+typedef enum {
+#endif
+    kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLOpenCL = 4, kDLVulkan = 7, kDLMetal = 8, kDLVPI = 9, kDLROCM = 10,
+    kDLROCMHost = 11, kDLExtDev = 12, kDLCUDAManaged = 13, kDLOneAPI = 14, kDLWebGPU = 15, kDLHexagon = 16, kDLMAIA = 17
+} DLDeviceType;
+typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;
+typedef enum {
+    kDLInt = 0U, kDLUInt = 1U, kDLFloat = 2U, kDLOpaqueHandle = 3U, kDLBfloat = 4U, kDLComplex = 5U, kDLBool = 6U
+} DLDataTypeCode;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;                 /* with byte_offset, the first element */
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;           /* in elements; NULL: compact row-major */
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#endif
+
+/* Exports a (host or CUDA device) array without copying: the managed tensor
+   holds a reference to a's memory until its deleter is called (once, by the
+   consumer), so a may be freed first. Strides and offsets are a's (a view
+   stays a view); dtypes bool, int32, int64, float16, float32, float64. A
+   device array is exported as it is: its values are ready once the call
+   that made it has returned. NULL with the error. */
+TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a);
+/* Imports without copying: on success the array (and its views) own mt, and
+   mt's deleter runs when the last of them is freed; on failure the caller
+   keeps mt (and calls its deleter). Takes kDLCPU, kDLCUDAHost and
+   kDLCUDAManaged memory as host arrays, kDLCUDA as device arrays (with the
+   CUDA back end loaded); major version 1; one lane; dtypes the library has. */
+TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt);
+
 /* >>api_printing --------------------------------------------------------- */
 
 TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
@@ -1623,6 +1692,9 @@ struct tn_buffer {
     int pin, pin_device, h2d;
     char *pin_ptr;
     size_t pin_bytes;
+    /* memory lent by its owner (an imported DLPack tensor): on_release(release_ctx) gives it back */
+    void (*on_release)(void *ctx);
+    void *release_ctx;
 };
 
 TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__lib.device_ops = ops; }
@@ -1702,6 +1774,7 @@ TN_API void tn__buffer_release(tn_buffer *b) {
         else if (b->device == TN_HOST) tn__free(b->raw);
         else if (tn__lib.device_ops && tn__lib.device_ops->free) tn__lib.device_ops->free(b->device, b->data);
     }
+    if (b->on_release) b->on_release(b->release_ctx);
     tn__free(b);
 }
 
@@ -3848,6 +3921,145 @@ TN_API tn_result tn_load_safetensors(const char *path, tn_array_list *out) {
 }
 TN_API tn_result tn_load_safetensors_mem(const void *data, size_t size, tn_array_list *out) {
     return tn__load_list("tn_load_safetensors_mem", false, NULL, data, size, out, tn__st_parse);
+}
+
+/* >>dlpack: DLPack export and import (the >>api_dlpack section). An export
+   is one block: the managed tensor, then its shape and strides; its
+   manager_ctx is a view of the array, which holds the buffer. An import
+   wraps the memory in a buffer that does not own it and whose last release
+   calls the managed tensor's deleter. */
+
+#if defined(__LP64__) && !defined(__cplusplus)
+_Static_assert(sizeof(DLTensor) == 48 && offsetof(DLTensor, byte_offset) == 40 &&
+               offsetof(DLManagedTensorVersioned, dl_tensor) == 32 && sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8,
+               "DLPack's layout");
+#endif
+
+typedef struct tn__dlpack_export {
+    DLManagedTensorVersioned mt;
+    int64_t shape[TN_MAX_DIMS], strides[TN_MAX_DIMS];
+} tn__dlpack_export;
+
+static void tn__dlpack_export_free(DLManagedTensorVersioned *mt) {
+    if (!mt) return;
+    tn_array_free((tn_array *)mt->manager_ctx);
+    tn__free(mt);
+}
+
+/* DLPack's code and bits of each dtype; TN_DTYPE_NONE where none. */
+static const struct { tn_dtype t; uint8_t code, bits; } tn__dl_types[] = {
+    { TN_BOOL, kDLBool, 8 }, { TN_I32, kDLInt, 32 }, { TN_I64, kDLInt, 64 },
+    { TN_F16, kDLFloat, 16 }, { TN_F32, kDLFloat, 32 }, { TN_F64, kDLFloat, 64 },
+};
+
+TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a) {
+    const char *W = "tn_array_to_dlpack";
+    if (tn__array_readable(a, W) != TN_OK) return NULL;
+    int k = 0;
+    while (k < (int)(sizeof tn__dl_types / sizeof tn__dl_types[0]) && tn__dl_types[k].t != a->dtype) k++;
+    if (k == (int)(sizeof tn__dl_types / sizeof tn__dl_types[0])) {
+        tn__err(TN_ERR_DTYPE, "%s: dtype %s has no DLPack type", W, tn_dtype_name(a->dtype));
+        return NULL;
+    }
+    tn__dlpack_export *e = (tn__dlpack_export *)tn__calloc(1, sizeof *e);
+    tn_array *v = e ? tn_array_view(a) : NULL;
+    if (!v) {
+        tn__free(e);
+        tn__err(TN_ERR_OOM, "%s: out of memory", W);
+        return NULL;
+    }
+    int64_t es = (int64_t)tn_dtype_size(a->dtype);
+    for (int d = 0; d < a->ndim; d++) {
+        e->shape[d] = a->shape[d];
+        e->strides[d] = a->strides[d] / es;          /* views step by whole elements */
+    }
+    char *base = a->base ? (char *)a->base->data : NULL, *first = (char *)a->data;
+    bool offset = base && first >= base;
+    DLTensor *t = &e->mt.dl_tensor;
+    t->data = offset ? base : first;
+    t->byte_offset = offset ? (uint64_t)(first - base) : 0;
+    t->device.device_type = a->device == TN_HOST ? kDLCPU : kDLCUDA;
+    t->device.device_id = a->device == TN_HOST ? 0 : a->device;
+    t->ndim = a->ndim;
+    t->dtype.code = tn__dl_types[k].code;
+    t->dtype.bits = tn__dl_types[k].bits;
+    t->dtype.lanes = 1;
+    t->shape = e->shape;
+    t->strides = e->strides;
+    e->mt.version.major = 1;
+    e->mt.version.minor = 0;
+    e->mt.manager_ctx = v;
+    e->mt.deleter = tn__dlpack_export_free;
+    return &e->mt;
+}
+
+static void tn__dlpack_release(void *ctx) {
+    DLManagedTensorVersioned *mt = (DLManagedTensorVersioned *)ctx;
+    if (mt->deleter) mt->deleter(mt);
+}
+
+TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt) {
+    const char *W = "tn_array_from_dlpack";
+    if (!mt) { tn__err(TN_ERR_NULL, "%s: mt is NULL", W); return NULL; }
+    if (mt->version.major != 1) {
+        tn__err(TN_ERR_UNSUPPORTED, "%s: DLPack major version %u (this takes 1)", W, (unsigned)mt->version.major);
+        return NULL;
+    }
+    const DLTensor *t = &mt->dl_tensor;
+    DLDataType dt = t->dtype;
+    tn_dtype type = TN_DTYPE_NONE;
+    for (size_t k = 0; k < sizeof tn__dl_types / sizeof tn__dl_types[0]; k++)
+        if (tn__dl_types[k].code == dt.code && tn__dl_types[k].bits == dt.bits) type = tn__dl_types[k].t;
+    if (type == TN_DTYPE_NONE || dt.lanes != 1) {
+        static const char *const codes[] = { "int", "uint", "float", "opaque handle", "bfloat", "complex", "bool" };
+        tn__err(TN_ERR_DTYPE, "%s: DLPack dtype %s%u%s (code %u, bits %u, lanes %u) has no dtype here: the library has bool, "
+                "int32, int64, float16, float32, float64, one lane", W, dt.code < 7 ? codes[dt.code] : "code ", (unsigned)dt.bits,
+                dt.lanes != 1 ? " with several lanes" : "", (unsigned)dt.code, (unsigned)dt.bits, (unsigned)dt.lanes);
+        return NULL;
+    }
+    int device;
+    switch ((int)t->device.device_type) {
+    case kDLCPU: case kDLCUDAHost: case kDLCUDAManaged: device = TN_HOST; break;
+    case kDLCUDA:
+        device = t->device.device_id;
+        if (device < 0 || !tn__lib.device_ops) {
+            tn__err(TN_ERR_DEVICE, "%s: a kDLCUDA tensor on device %d, but %s", W, device,
+                    device < 0 ? "that is no CUDA ordinal" : "no CUDA back end is loaded (include tensor_cuda.h; a GPU is needed)");
+            return NULL;
+        }
+        break;
+    default:
+        tn__err(TN_ERR_UNSUPPORTED, "%s: DLPack device type %d (this takes kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3, "
+                "kDLCUDAManaged 13)", W, (int)t->device.device_type);
+        return NULL;
+    }
+    if (t->ndim < 0 || t->ndim > TN_MAX_DIMS) {
+        tn__err(TN_ERR_SHAPE, "%s: ndim %d is outside [0, TN_MAX_DIMS = %d]", W, (int)t->ndim, TN_MAX_DIMS);
+        return NULL;
+    }
+    if (t->ndim > 0 && !t->shape) { tn__err(TN_ERR_NULL, "%s: shape is NULL for ndim %d", W, (int)t->ndim); return NULL; }
+    if (tn__check_shape(W, type, t->ndim, t->shape) != TN_OK) return NULL;
+    int64_t es = (int64_t)tn_dtype_size(type), strides[TN_MAX_DIMS];
+    if (t->strides) {
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->strides[d] > INT64_MAX / 16 || t->strides[d] < -(INT64_MAX / 16)) {
+                tn__err(TN_ERR_SHAPE, "%s: stride %lld of dim %d overflows in bytes", W, (long long)t->strides[d], d);
+                return NULL;
+            }
+            strides[d] = t->strides[d] * es;
+        }
+    } else tn__contiguous_strides(type, t->ndim, t->shape, strides);
+    if (!t->data && tn__shape_size(t->ndim, t->shape) > 0) { tn__err(TN_ERR_NULL, "%s: data is NULL", W); return NULL; }
+    char *first = (char *)t->data + t->byte_offset;
+    tn_buffer *b = tn__buffer_borrow(first, 0, device);
+    if (!b) { tn__err(TN_ERR_OOM, "%s: out of memory", W); return NULL; }
+    tn_array *a = tn__array_or_err(tn__array_from_buffer(b, type, t->ndim, t->shape, strides, first, device), W);
+    if (a) {
+        b->on_release = tn__dlpack_release;
+        b->release_ctx = mt;
+    }
+    tn__buffer_release(b);
+    return a;
 }
 
 /* >>print: NumPy's str() of an array (numpy/core/arrayprint.py, default
