@@ -544,6 +544,13 @@ TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt);
 
 /* >>api_printing --------------------------------------------------------- */
 
+#define TN_VERSION "0.1"
+/* What this build runs with, for bug reports: the version, the SIMD the
+   compiler targeted, CPU threads, the BLAS library (or the built-in
+   kernels), the GPU (name, driver, NVRTC and cuBLAS versions; else why
+   none) and the kernel cache directory. */
+TN_API tn_result tn_print_info(FILE *out);
+
 TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
 TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out);
 TN_API tn_result tn_print_toposort(const tn_func *f, FILE *out);
@@ -806,8 +813,8 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    constant node and its value in a graph), tn__broadcast_strides (strides of
    an array broadcast to a shape), tn__scan_run and tn__scan_mem (a scan
    loop with device memory), tn__func_share_stream, tn__log (a line through
-   the log callback), the hooks tn__lib.device_init_hook and
-   tn__lib.shutdown_hook, and the reduction planner of tensor_ops.h
+   the log callback), the hooks tn__lib.device_init_hook,
+   tn__lib.shutdown_hook and tn__lib.info_hook, and the reduction planner of tensor_ops.h
    (tn__rplan, tn__rplan_build, tn__rk_of, TN__RK_MAX, tn__reduce_dtype,
    tn__reduce_label, tn__rfinish, tn__rstore, tn__rop_needs_nonempty,
    TN__RED_MAX_SRC, the fold table as text: tn__rfold_src, tn__rfold_text;
@@ -888,6 +895,7 @@ static struct tn__lib {
     const tn_device_ops *_Atomic device_ops;
     tn_result (*device_init_hook)(const tn_config *cfg);    /* set by tensor_cuda.h at load time */
     void (*shutdown_hook)(void);
+    void (*info_hook)(tn__sb *out);        /* tn_print_info's GPU lines (tensor_cuda.h, set with device_init_hook) */
 #ifndef TN_NO_THREADS
     tn__pool pool;                         /* the >>threads section */
     pthread_once_t pool_once;
@@ -11169,6 +11177,62 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
 }
 
 /* >>printers ========================================================== */
+
+/* >>print_info: tn_print_info (the >>api_printing section) */
+static const char *tn__simd_target(void) {
+#if defined(__AVX512F__)
+    return "x86-64 AVX-512F" " AVX2 FMA";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "x86-64 AVX2 FMA";
+#elif defined(__AVX2__)
+    return "x86-64 AVX2";
+#elif defined(__AVX__)
+    return "x86-64 AVX";
+#elif defined(__SSE4_2__)
+    return "x86-64 SSE4.2";
+#elif defined(__SSE2__)
+    return "x86-64 SSE2 (the baseline: build with -march=native for more)";
+#elif defined(__ARM_FEATURE_SVE)
+    return "AArch64 NEON SVE";
+#elif defined(__ARM_NEON)
+    return "NEON";
+#else
+    return "none the compiler advertised";
+#endif
+}
+
+TN_API tn_result tn_print_info(FILE *out) {
+    if (!out) return tn__err(TN_ERR_NULL, "tn_print_info: out is NULL");
+    const tn_config *cfg = tn_get_config();
+    const char *blas = tn__blas_name();
+    tn__sb b = { 0 };
+    tn__sb_printf(&b, "tensor.h %s\n", TN_VERSION);
+#if defined(__clang__)
+    tn__sb_printf(&b, "  compiler:     clang %d.%d.%d", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+    tn__sb_printf(&b, "  compiler:     gcc %d.%d.%d", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#else
+    tn__sb_puts(&b, "  compiler:     unknown");
+#endif
+    tn__sb_printf(&b, ", SIMD: %s%s\n", tn__simd_target(),
+#ifdef __OPTIMIZE__
+                  ""
+#else
+                  " (built without optimisation)"
+#endif
+    );
+    tn__sb_printf(&b, "  CPU threads:  %d\n", tn__num_threads());
+    tn__sb_printf(&b, "  BLAS:         %s\n", blas ? blas : "built-in kernels (no CBLAS library loaded)");
+    tn__sb_printf(&b, "  floatX:       %s\n", tn_dtype_name(cfg->floatX));
+    if (tn__lib.info_hook) tn__lib.info_hook(&b);
+    else tn__sb_puts(&b, "  GPU:          none: the CUDA back end is not compiled in (include tensor_cuda.h where "
+                         "TENSOR_IMPLEMENTATION is defined)\n  kernel cache: none (no GPU back end)\n");
+    if (b.oom) { tn__free(b.s); return tn__err(TN_ERR_OOM, "tn_print_info: out of memory"); }
+    fputs(b.s, out);
+    tn__free(b.s);
+    return TN_OK;
+}
+
 /* Graphviz pictures of graphs, as Theano's pydotprint.
    Variables are ellipses (inputs blue, shared variables green, constants
    grey, function outputs white; after a call, with the shapes of that call); ops are boxes (white on the CPU, green on a
