@@ -257,6 +257,21 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v);
 TN_API tn_result tn_array_check(const tn_array *a); /* TN_ERR_STALE for an outdated borrowed array */
 TN_API tn_result tn_array_print(const tn_array *a, FILE *out);          /* like NumPy's repr of the values */
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap);  /* as snprintf */
+/* numpy.set_printoptions: what tn_array_print and tn_array_snprint follow
+   (process-wide; NumPy's defaults until set). Start from
+   tn_get_print_options() and change fields; threshold TN_PRINT_ALL prints
+   every element. */
+typedef struct tn_print_options {
+    int precision;          /* most digits after the point (8); floats print their shortest round-trip digits up to it */
+    int64_t threshold;      /* arrays of more elements are summarised with "..." (1000) */
+    int edgeitems;          /* items kept at each end of a summarised axis (3) */
+    int linewidth;          /* characters per line before wrapping (75) */
+} tn_print_options;
+#define TN_PRINT_ALL INT64_MAX
+TN_API tn_result tn_set_print_options(const tn_print_options *o);     /* NULL: NumPy's defaults again */
+TN_API tn_print_options tn_get_print_options(void);
+/* One print with its own options (o NULL: the current ones), e.g. the whole array. */
+TN_API tn_result tn_array_print_with(const tn_array *a, const tn_print_options *o, FILE *out);
 TN_API tn_array *tn_array_to_host(const tn_array *a);    /* copy of a device array (or a host one) */
 
 /* >>api_graph ------------------------------------------------------------ */
@@ -4070,11 +4085,41 @@ TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt) {
     return a;
 }
 
-/* >>print: NumPy's str() of an array (numpy/core/arrayprint.py, default
-   options: precision 8, linewidth 75, threshold 1000, edgeitems 3).
-   Floats print the shortest digits that read back as the same value of
-   their dtype, at most 8 after the point; a column switches to scientific
-   notation when max >= 1e8, min < 1e-4 or max/min > 1e3 (nonzero |values|). */
+/* >>print: NumPy's str() of an array (numpy/core/arrayprint.py), under
+   its print options (precision 8, linewidth 75, threshold 1000, edgeitems 3
+   by default; tn_set_print_options). Floats print the shortest digits that
+   read back as the same value of their dtype, at most `precision` after the
+   point; a column switches to scientific notation when max >= 1e8,
+   min < 1e-4 or max/min > 1e3 (nonzero |values|). An array of more than
+   `threshold` elements shows `edgeitems` at each end of every axis longer
+   than twice that. */
+
+static pthread_mutex_t tn__print_mu = PTHREAD_MUTEX_INITIALIZER;
+static tn_print_options tn__print_opts = { 8, 1000, 3, 75 };
+
+TN_API tn_print_options tn_get_print_options(void) {
+    pthread_mutex_lock(&tn__print_mu);
+    tn_print_options o = tn__print_opts;
+    pthread_mutex_unlock(&tn__print_mu);
+    return o;
+}
+
+static tn_result tn__print_options_check(const char *who, const tn_print_options *o) {
+    if (o->precision < 0 || o->precision > 100) return tn__err(TN_ERR_INVALID, "%s: precision %d is outside [0, 100]", who, o->precision);
+    if (o->threshold < 0) return tn__err(TN_ERR_INVALID, "%s: threshold %lld is negative", who, (long long)o->threshold);
+    if (o->edgeitems < 1) return tn__err(TN_ERR_INVALID, "%s: edgeitems %d is below 1", who, o->edgeitems);
+    if (o->linewidth < 1) return tn__err(TN_ERR_INVALID, "%s: linewidth %d is below 1", who, o->linewidth);
+    return TN_OK;
+}
+
+TN_API tn_result tn_set_print_options(const tn_print_options *o) {
+    static const tn_print_options numpy = { 8, 1000, 3, 75 };
+    if (o && tn__print_options_check("tn_set_print_options", o) != TN_OK) return tn_last_result();
+    pthread_mutex_lock(&tn__print_mu);
+    tn__print_opts = o ? *o : numpy;
+    pthread_mutex_unlock(&tn__print_mu);
+    return TN_OK;
+}
 
 static void tn__sb_spaces(tn__sb *s, int n) { for (int i = 0; i < n; i++) tn__sb_putn(s, " ", 1); }
 
@@ -4083,6 +4128,7 @@ typedef struct tn__fmt {
     bool sci;
     int pad_left, pad_right, precision, exp_size;
     int int_width;
+    int maxprec, edge;          /* the options' precision and edgeitems */
 } tn__fmt;
 
 /* Fewest significant digits (1..17) that read back as v in dtype t. */
@@ -4106,7 +4152,7 @@ static void tn__float_parts(const tn__fmt *f, double v, char *ip, char *fp, char
     int p = tn__shortest_digits(v, f->t);
     ep[0] = 0;
     if (f->sci) {
-        int frac = p - 1 > 8 ? 8 : p - 1;
+        int frac = p - 1 > f->maxprec ? f->maxprec : p - 1;
         snprintf(buf, sizeof buf, "%.*e", frac, v);
         char *e = strchr(buf, 'e');
         strcpy(ep, e + 1);
@@ -4115,7 +4161,7 @@ static void tn__float_parts(const tn__fmt *f, double v, char *ip, char *fp, char
         snprintf(buf, sizeof buf, "%.*e", p - 1, v);
         int e10 = atoi(strchr(buf, 'e') + 1);
         int frac = p - 1 - e10;
-        frac = frac < 0 ? 0 : frac > 8 ? 8 : frac;
+        frac = frac < 0 ? 0 : frac > f->maxprec ? f->maxprec : frac;
         snprintf(buf, sizeof buf, "%.*f", frac, v);
     }
     char *dot = strchr(buf, '.');
@@ -4130,12 +4176,12 @@ static void tn__float_parts(const tn__fmt *f, double v, char *ip, char *fp, char
 
 /* Walks the elements that will be shown (edges only when summarising). */
 typedef void (*tn__visit_fn)(void *ctx, const char *p);
-static void tn__visit_shown(const tn_array *a, int d, const char *p, bool summary, tn__visit_fn fn, void *ctx) {
+static void tn__visit_shown(const tn_array *a, int d, const char *p, bool summary, int edge, tn__visit_fn fn, void *ctx) {
     if (d == a->ndim) { fn(ctx, p); return; }
     int64_t n = a->shape[d];
     for (int64_t i = 0; i < n; i++) {
-        if (summary && n > 6 && i == 3) i = n - 3;
-        tn__visit_shown(a, d + 1, p + i * a->strides[d], summary, fn, ctx);
+        if (summary && n > 2 * (int64_t)edge && i == edge) i = n - edge;
+        tn__visit_shown(a, d + 1, p + i * a->strides[d], summary, edge, fn, ctx);
     }
 }
 
@@ -4181,13 +4227,15 @@ static void tn__fmt_visit(void *ctx, const char *p) {
     if (le > f->exp_size) f->exp_size = le;
 }
 
-static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary) {
+static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary, const tn_print_options *o) {
     memset(f, 0, sizeof *f);
     f->t = h->dtype;
+    f->maxprec = o->precision;
+    f->edge = o->edgeitems;
     tn__fmt_stats st;
     memset(&st, 0, sizeof st);
     st.f = f;
-    tn__visit_shown(h, 0, (const char *)h->data, summary, tn__fmt_visit, &st);
+    tn__visit_shown(h, 0, (const char *)h->data, summary, f->edge, tn__fmt_visit, &st);
     if (f->t == TN_BOOL) { f->int_width = 5; return; }
     if (!tn_dtype_is_float(f->t)) {
         char b1[32], b2[32];
@@ -4197,7 +4245,7 @@ static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary) {
     }
     if (st.any_finite_nonzero && (st.max_abs >= 1e8 || st.min_abs < 1e-4 || st.max_abs / st.min_abs > 1e3)) f->sci = true;
     st.pass = 1;
-    tn__visit_shown(h, 0, (const char *)h->data, summary, tn__fmt_visit, &st);
+    tn__visit_shown(h, 0, (const char *)h->data, summary, f->edge, tn__fmt_visit, &st);
     f->pad_right = f->sci ? f->exp_size + 2 + f->precision : f->precision;
     if (st.any_nonfinite) {
         int offset = f->pad_right + 1, inflen = 3 + st.neg_inf;
@@ -4258,8 +4306,8 @@ static void tn__fmt_rec(const tn__fmt *f, const tn_array *a, int d, const char *
                         int width, tn__sb *out) {
     if (d == a->ndim) { tn__fmt_elem(f, p, out); return; }
     int64_t n = a->shape[d];
-    bool show = summary && n > 6;
-    int64_t lead = show ? 3 : 0, trail = show ? 3 : n;
+    bool show = summary && n > 2 * (int64_t)f->edge;
+    int64_t lead = show ? f->edge : 0, trail = show ? f->edge : n;
     int axes_left = a->ndim - d;
     tn__sb s = {0};
     tn__sb_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
@@ -4332,19 +4380,21 @@ static void tn__fmt_scalar(const tn_array *h, tn__sb *out) {
     tn__sb_puts(out, buf);
 }
 
-static tn_result tn__array_format(const tn_array *a, tn__sb *out, const char *who) {
+static tn_result tn__array_format(const tn_array *a, const tn_print_options *o, tn__sb *out, const char *who) {
     tn_result r = tn__array_readable(a, who);
     if (r != TN_OK) return r;
+    tn_print_options cur = o ? *o : tn_get_print_options();
+    if (tn__print_options_check(who, &cur) != TN_OK) return tn_last_result();
     tn_array *h = tn__host_view(a, who);
     if (!h) return tn_last_result();
     int64_t n = tn_array_size(h);
     if (h->ndim == 0) tn__fmt_scalar(h, out);
     else if (n == 0) tn__sb_puts(out, "[]");
     else {
-        bool summary = n > 1000;
+        bool summary = n > cur.threshold;
         tn__fmt f;
-        tn__fmt_init(&f, h, summary);
-        tn__fmt_rec(&f, h, 0, (const char *)h->data, summary, 1, 75, out);
+        tn__fmt_init(&f, h, summary, &cur);
+        tn__fmt_rec(&f, h, 0, (const char *)h->data, summary, 1, cur.linewidth, out);
     }
     tn_array_free(h);
     if (out->oom) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
@@ -4353,7 +4403,7 @@ static tn_result tn__array_format(const tn_array *a, tn__sb *out, const char *wh
 
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
     tn__sb s = {0};
-    if (tn__array_format(a, &s, "tn_array_snprint") != TN_OK) { tn__free(s.s); if (buf && cap) buf[0] = 0; return -1; }
+    if (tn__array_format(a, NULL, &s, "tn_array_snprint") != TN_OK) { tn__free(s.s); if (buf && cap) buf[0] = 0; return -1; }
     int n = (int)s.n;
     if (buf && cap) {
         size_t k = s.n < cap - 1 ? s.n : cap - 1;
@@ -4364,13 +4414,17 @@ TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
     return n;
 }
 
-TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
-    if (!out) return tn__err(TN_ERR_NULL, "tn_array_print: out is NULL");
+static tn_result tn__array_print(const tn_array *a, const tn_print_options *o, FILE *out, const char *who) {
+    if (!out) return tn__err(TN_ERR_NULL, "%s: out is NULL", who);
     tn__sb s = {0};
-    tn_result r = tn__array_format(a, &s, "tn_array_print");
+    tn_result r = tn__array_format(a, o, &s, who);
     if (r == TN_OK) { fwrite(s.s, 1, s.n, out); fputc('\n', out); }
     tn__free(s.s);
     return r;
+}
+TN_API tn_result tn_array_print(const tn_array *a, FILE *out) { return tn__array_print(a, NULL, out, "tn_array_print"); }
+TN_API tn_result tn_array_print_with(const tn_array *a, const tn_print_options *o, FILE *out) {
+    return tn__array_print(a, o, out, "tn_array_print_with");
 }
 
 /* >>graph ============================================================= */
