@@ -449,7 +449,8 @@ TN_API const char *tn__blas_name(void);    /* the library in use, NULL if none o
    int16, uint8 and uint16 widen to int32, uint32 to int64, uint64 to int64
    when every value fits, all exactly; any other dtype is refused with an
    error naming it. Saves write any array (device arrays, strided and
-   broadcast views) as its values in C order, little-endian on this host.
+   broadcast views) as its values in C order, in this host's byte order
+   (marked in an .npy; safetensors, little-endian only, refuses other hosts).
    Errors name the function, the file (or "memory") and what was wrong:
    TN_ERR_IO for a file it cannot open, read or write, TN_ERR_INVALID for a
    malformed or truncated one ("is truncated", "is not a .npy file"),
@@ -462,7 +463,7 @@ TN_API tn_result tn_save_npy_mem(const tn_array *a, void **data, size_t *size);
 TN_API tn_array *tn_load_npy_mem(const void *data, size_t size);
 TN_API void tn_bytes_free(void *data);
 
-/* Named arrays, from an .npz or safetensors file. The set owns them. */
+/* Named arrays, from an .npz or safetensors file, in the file's order. The list owns them. */
 typedef struct tn_array_list {
     int n;
     char **names;
