@@ -257,6 +257,21 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v);
 TN_API tn_result tn_array_check(const tn_array *a); /* TN_ERR_STALE for an outdated borrowed array */
 TN_API tn_result tn_array_print(const tn_array *a, FILE *out);          /* like NumPy's repr of the values */
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap);  /* as snprintf */
+/* numpy.set_printoptions: what tn_array_print and tn_array_snprint follow
+   (process-wide; NumPy's defaults until set). Start from
+   tn_get_print_options() and change fields; threshold TN_PRINT_ALL prints
+   every element. */
+typedef struct tn_print_options {
+    int precision;          /* most digits after the point (8); floats print their shortest round-trip digits up to it */
+    int64_t threshold;      /* arrays of more elements are summarised with "..." (1000) */
+    int edgeitems;          /* items kept at each end of a summarised axis (3) */
+    int linewidth;          /* characters per line before wrapping (75) */
+} tn_print_options;
+#define TN_PRINT_ALL INT64_MAX
+TN_API tn_result tn_set_print_options(const tn_print_options *o);     /* NULL: NumPy's defaults again */
+TN_API tn_print_options tn_get_print_options(void);
+/* One print with its own options (o NULL: the current ones), e.g. the whole array. */
+TN_API tn_result tn_array_print_with(const tn_array *a, const tn_print_options *o, FILE *out);
 TN_API tn_array *tn_array_to_host(const tn_array *a);    /* copy of a device array (or a host one) */
 
 /* >>api_graph ------------------------------------------------------------ */
@@ -428,17 +443,129 @@ TN_API void tn__blas_enable(bool on);      /* tests: false forces the built-in k
 TN_API const char *tn__blas_name(void);    /* the library in use, NULL if none or disabled */
 
 /* >>api_files (the >>array_files section) ------------------------------- */
-/* NumPy's .npy format (numpy.lib.format, versions 1.0, 2.0 and 3.0): every
-   dtype the library has (bool '|b1', int32, int64, float16, float32,
-   float64), either byte order, C or Fortran order. Saving writes version
-   1.0 (2.0 when the header needs it), little-endian, C order, of any view.
-   Loading refuses other dtypes (complex, object, strings, ...) naming the
-   descr, a truncated file and a bad header with TN_ERR_INVALID (or
-   TN_ERR_DTYPE), and a file it cannot open or read with TN_ERR_IO. */
+/* Array files as NumPy and safetensors write them.
+   Loads give host arrays in C order: a Fortran-order .npy is reordered, a
+   big-endian one swapped. The library's dtypes load as they are; int8,
+   int16, uint8 and uint16 widen to int32, uint32 to int64, uint64 to int64
+   when every value fits, all exactly; any other dtype is refused with an
+   error naming it. Saves write any array (device arrays, strided and
+   broadcast views) as its values in C order, in this host's byte order
+   (marked in an .npy; safetensors, little-endian only, refuses other hosts).
+   Errors name the function, the file (or "memory") and what was wrong:
+   TN_ERR_IO for a file it cannot open, read or write, TN_ERR_INVALID for a
+   malformed or truncated one ("is truncated", "is not a .npy file"),
+   TN_ERR_DTYPE for a dtype it cannot hold (naming the descr, '<c8'),
+   TN_ERR_SHAPE for more than TN_MAX_DIMS dims or a size that overflows. */
 TN_API tn_result tn_save_npy(const char *path, const tn_array *a);
-TN_API tn_array *tn_load_npy(const char *path);      /* NULL with the error set */
+TN_API tn_array *tn_load_npy(const char *path);              /* NULL with the error */
+/* The same in memory: *data (free it with tn_bytes_free) holds *size bytes. */
+TN_API tn_result tn_save_npy_mem(const tn_array *a, void **data, size_t *size);
+TN_API tn_array *tn_load_npy_mem(const void *data, size_t size);
+TN_API void tn_bytes_free(void *data);
+
+/* Named arrays, from an .npz or safetensors file, in the file's order. The list owns them. */
+typedef struct tn_array_list {
+    int n;
+    char **names;
+    tn_array **arrays;
+    char *metadata;       /* safetensors: the __metadata__ object as JSON text; else NULL */
+} tn_array_list;
+TN_API tn_array *tn_array_list_get(const tn_array_list *s, const char *name);   /* borrowed; NULL with TN_ERR_INVALID */
+TN_API void tn_array_list_free(tn_array_list *s);     /* frees what it holds and zeroes it */
+/* .npz as numpy.savez writes it: a zip of name.npy members, stored. Loads
+   read stored and deflated members (numpy.savez_compressed) and check each
+   one's CRC-32; members not named *.npy are skipped. On failure *out is empty. */
+TN_API tn_result tn_save_npz(const char *path, const char *const *names, const tn_array *const *arrays, int n);
+TN_API tn_result tn_load_npz(const char *path, tn_array_list *out);
+TN_API tn_result tn_save_npz_mem(const char *const *names, const tn_array *const *arrays, int n, void **data, size_t *size);
+TN_API tn_result tn_load_npz_mem(const void *data, size_t size, tn_array_list *out);
+/* safetensors: BOOL, I8..I64, U8..U64, F16, F32, F64 (BF16 and float8 are
+   refused: the library has no such dtype). metadata: NULL or a JSON object
+   of strings, written as __metadata__ and given back by the load. */
+TN_API tn_result tn_save_safetensors(const char *path, const char *const *names, const tn_array *const *arrays, int n,
+                                     const char *metadata);
+TN_API tn_result tn_load_safetensors(const char *path, tn_array_list *out);
+TN_API tn_result tn_save_safetensors_mem(const char *const *names, const tn_array *const *arrays, int n, const char *metadata,
+                                         void **data, size_t *size);
+TN_API tn_result tn_load_safetensors_mem(const void *data, size_t size, tn_array_list *out);
+
+/* >>api_dlpack (the >>dlpack section) ------------------------------------ */
+/* DLPack 1.x (github.com/dmlc/dlpack): arrays shared with PyTorch, JAX,
+   CuPy, NumPy and any other DLPack library without a copy. The types below
+   are dlpack.h's, same names and layout, declared under its include guard:
+   a file that includes dlpack.h before tensor.h uses dlpack.h's, and one
+   that includes it after gets these (include it first for its newer parts). */
+#if !defined(DLPACK_DLPACK_H_) && !defined(DLPACK_MAJOR_VERSION)
+#define DLPACK_DLPACK_H_
+#ifdef __cplusplus
+#  define DLPACK_EXTERN_C extern "C"
+#else
+#  define DLPACK_EXTERN_C
+#endif
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 0
+#define DLPACK_DLL
+typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
+#ifdef __cplusplus
+typedef enum : int32_t {
+#else
+typedef enum {
+#endif
+    kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLOpenCL = 4, kDLVulkan = 7, kDLMetal = 8, kDLVPI = 9, kDLROCM = 10,
+    kDLROCMHost = 11, kDLExtDev = 12, kDLCUDAManaged = 13, kDLOneAPI = 14, kDLWebGPU = 15, kDLHexagon = 16, kDLMAIA = 17
+} DLDeviceType;
+typedef struct { DLDeviceType device_type; int32_t device_id; } DLDevice;
+typedef enum {
+    kDLInt = 0U, kDLUInt = 1U, kDLFloat = 2U, kDLOpaqueHandle = 3U, kDLBfloat = 4U, kDLComplex = 5U, kDLBool = 6U
+} DLDataTypeCode;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;                 /* with byte_offset, the first element */
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;           /* in elements; NULL: compact row-major */
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+typedef struct DLManagedTensorVersioned {
+    DLPackVersion version;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensorVersioned *self);
+    uint64_t flags;
+    DLTensor dl_tensor;
+} DLManagedTensorVersioned;
+#endif
+
+/* Exports a (host or CUDA device) array without copying: the managed tensor
+   holds a reference to a's memory until its deleter is called (once, by the
+   consumer), so a may be freed first. Strides and offsets are a's (a view
+   stays a view); dtypes bool, int32, int64, float16, float32, float64. A
+   device array is exported as it is: its values are ready once the call
+   that made it has returned. NULL with the error. */
+TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a);
+/* Imports without copying: on success the array (and its views) own mt, and
+   mt's deleter runs when the last of them is freed; on failure the caller
+   keeps mt (and calls its deleter). Takes kDLCPU, kDLCUDAHost and
+   kDLCUDAManaged memory as host arrays, kDLCUDA as device arrays (with the
+   CUDA back end loaded); major version 1; one lane; dtypes the library has. */
+TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt);
 
 /* >>api_printing --------------------------------------------------------- */
+
+#define TN_VERSION "0.1"
+/* What this build runs with, for bug reports: the version, the SIMD the
+   compiler targeted, CPU threads, the BLAS library (or the built-in
+   kernels), the GPU (name, driver, NVRTC and cuBLAS versions; else why
+   none) and the kernel cache directory. */
+TN_API tn_result tn_print_info(FILE *out);
 
 TN_API tn_result tn_debugprint(const tn_var *v, FILE *out);
 TN_API tn_result tn_debugprint_function(const tn_func *f, FILE *out);
@@ -702,8 +829,8 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
    constant node and its value in a graph), tn__broadcast_strides (strides of
    an array broadcast to a shape), tn__scan_run and tn__scan_mem (a scan
    loop with device memory), tn__func_share_stream, tn__log (a line through
-   the log callback), the hooks tn__lib.device_init_hook and
-   tn__lib.shutdown_hook, and the reduction planner of tensor_ops.h
+   the log callback), the hooks tn__lib.device_init_hook,
+   tn__lib.shutdown_hook and tn__lib.info_hook, and the reduction planner of tensor_ops.h
    (tn__rplan, tn__rplan_build, tn__rk_of, TN__RK_MAX, tn__reduce_dtype,
    tn__reduce_label, tn__rfinish, tn__rstore, tn__rop_needs_nonempty,
    TN__RED_MAX_SRC, the fold table as text: tn__rfold_src, tn__rfold_text;
@@ -784,6 +911,7 @@ static struct tn__lib {
     const tn_device_ops *_Atomic device_ops;
     tn_result (*device_init_hook)(const tn_config *cfg);    /* set by tensor_cuda.h at load time */
     void (*shutdown_hook)(void);
+    void (*info_hook)(tn__sb *out);        /* tn_print_info's GPU lines (tensor_cuda.h, set with device_init_hook) */
 #ifndef TN_NO_THREADS
     tn__pool pool;                         /* the >>threads section */
     pthread_once_t pool_once;
@@ -1588,6 +1716,9 @@ struct tn_buffer {
     int pin, pin_device, h2d;
     char *pin_ptr;
     size_t pin_bytes;
+    /* memory lent by its owner (an imported DLPack tensor): on_release(release_ctx) gives it back */
+    void (*on_release)(void *ctx);
+    void *release_ctx;
 };
 
 TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__lib.device_ops = ops; }
@@ -1667,6 +1798,7 @@ TN_API void tn__buffer_release(tn_buffer *b) {
         else if (b->device == TN_HOST) tn__free(b->raw);
         else if (tn__lib.device_ops && tn__lib.device_ops->free) tn__lib.device_ops->free(b->device, b->data);
     }
+    if (b->on_release) b->on_release(b->release_ctx);
     tn__free(b);
 }
 
@@ -2634,151 +2766,1361 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v) {
     return tn__lib.device_ops->copy(p, a->device, tmp, TN_HOST, tn_dtype_size(a->dtype));
 }
 
-/* >>array_files: .npy ------------------------------------------------------ */
-/* The header is a Python dict literal as NumPy writes it:
-   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), } padded with
-   spaces and a newline so the data starts on a 64-byte boundary. The
-   reader parses the three keys in any order and rejects anything else. */
-static const char *tn__npy_descr(tn_dtype t) {
-    switch (t) {
-    case TN_BOOL: return "|b1";
-    case TN_I32: return "<i4";
-    case TN_I64: return "<i8";
-    case TN_F16: return "<f2";
-    case TN_F32: return "<f4";
-    case TN_F64: return "<f8";
-    default: return NULL;
-    }
+/* >>array_files: .npy, .npz and safetensors (the >>api_files section).
+   Formats: NumPy's numpy/lib/format.py, the ZIP file format (PKWARE's
+   APPNOTE.TXT; ZIP64 read), RFC 1951 (inflate), safetensors' README. A
+   reader reads a source (a file or memory, at offsets); a writer writes to a
+   sink (a file, memory, or nothing: counting bytes and their CRC-32, which a
+   zip member's header needs before its data). */
+#include <errno.h>
+
+typedef struct tn__src {
+    const uint8_t *mem;      /* NULL: read f */
+    FILE *f;
+    uint64_t base, len;      /* the window [base, base + len) of the input */
+    const char *where;       /* "'path'", "memory" or a zip member, for messages */
+} tn__src;
+
+static bool tn__src_read(const tn__src *s, uint64_t off, void *dst, uint64_t n) {
+    if (off > s->len || n > s->len - off) return false;
+    if (n == 0) return true;
+    if (s->mem) { memcpy(dst, s->mem + s->base + off, (size_t)n); return true; }
+    if (s->base + off > (uint64_t)LONG_MAX || fseek(s->f, (long)(s->base + off), SEEK_SET) != 0) return false;
+    return fread(dst, 1, (size_t)n, s->f) == n;
 }
 
-static bool tn__host_little(void) { const uint16_t one = 1; return *(const uint8_t *)&one == 1; }
-
-TN_API tn_result tn_save_npy(const char *path, const tn_array *a) {
-    const char *W = "tn_save_npy";
-    if (!path) return tn__err(TN_ERR_NULL, "%s: path is NULL", W);
-    if (!a) return tn__err(TN_ERR_NULL, "%s: a is NULL", W);
-    tn_result r = tn__array_readable(a, W);
-    if (r != TN_OK) return r;
-    const char *descr = tn__npy_descr(a->dtype);
-    if (!descr) return tn__err(TN_ERR_DTYPE, "%s: no .npy descr for dtype %s", W, tn_dtype_name(a->dtype));
-    char dict[64 + 24 * TN_MAX_DIMS];
-    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
-    for (int d = 0; d < a->ndim; d++) n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld,%s", (long long)a->shape[d], d + 1 < a->ndim ? " " : "");
-    n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
-    size_t pre = 10, total = pre + (size_t)n + 1;
-    total = (total + 63) / 64 * 64;
-    if (total - pre > 65535) { pre = 12; total = (pre + (size_t)n + 1 + 63) / 64 * 64; }
-    unsigned char head[12] = { 0x93, 'N', 'U', 'M', 'P', 'Y', pre == 10 ? 1 : 2, 0 };
-    size_t hl = total - pre;
-    if (pre == 10) { head[8] = (unsigned char)(hl & 0xff); head[9] = (unsigned char)(hl >> 8); }
-    else for (int k = 0; k < 4; k++) head[8 + k] = (unsigned char)(hl >> (8 * k));
-    tn_array *c = tn_array_astype(a, a->dtype);          /* a contiguous host copy, C order */
-    if (!c) return tn__err(tn_last_result(), "%s: %s", W, tn_last_error());
-    FILE *f = fopen(path, "wb");
-    if (!f) { tn_array_free(c); return tn__err(TN_ERR_IO, "%s: cannot open '%s' for writing: %s", W, path, strerror(errno)); }
-    bool ok = fwrite(head, 1, pre, f) == pre && fwrite(dict, 1, (size_t)n, f) == (size_t)n;
-    for (size_t k = pre + (size_t)n; ok && k + 1 < total; k++) ok = fputc(' ', f) != EOF;
-    ok = ok && fputc('\n', f) != EOF;
-    size_t bytes = tn_array_nbytes(c), es = tn_dtype_size(c->dtype);
-    if (ok && (tn__host_little() || es == 1)) ok = fwrite(c->data, 1, bytes, f) == bytes;
-    else for (size_t k = 0; ok && k < bytes; k += es)         /* a big-endian host writes little-endian */
-        for (size_t b = es; ok && b-- > 0;) ok = fputc(((const unsigned char *)c->data)[k + b], f) != EOF;
-    ok = fclose(f) == 0 && ok;
-    tn_array_free(c);
-    return ok ? TN_OK : tn__err(TN_ERR_IO, "%s: writing '%s' failed: %s", W, path, strerror(errno));
+static tn_result tn__src_open(const char *who, const char *path, tn__src *s, char *where, size_t where_cap) {
+    memset(s, 0, sizeof *s);
+    if (!path) return tn__err(TN_ERR_NULL, "%s: path is NULL", who);
+    snprintf(where, where_cap, "'%s'", path);
+    s->where = where;
+    s->f = fopen(path, "rb");
+    if (!s->f) return tn__err(TN_ERR_IO, "%s: cannot open %s: %s", who, where, strerror(errno));
+    long n = fseek(s->f, 0, SEEK_END) == 0 ? ftell(s->f) : -1;
+    if (n < 0) {
+        int e = errno;
+        fclose(s->f);
+        s->f = NULL;
+        return tn__err(TN_ERR_IO, "%s: cannot read %s: %s", who, where, strerror(e));
+    }
+    s->len = (uint64_t)n;
+    return TN_OK;
 }
 
-/* The value after 'key': in the header dict (NULL: absent). */
-static const char *tn__npy_key(const char *h, const char *key) {
-    char k[32];
-    snprintf(k, sizeof k, "'%s'", key);
-    const char *p = strstr(h, k);
-    if (!p) return NULL;
-    p += strlen(k);
-    while (*p == ' ') p++;
-    if (*p != ':') return NULL;
-    p++;
-    while (*p == ' ') p++;
-    return p;
+static tn_result tn__src_mem(const char *who, const void *data, size_t size, tn__src *s) {
+    memset(s, 0, sizeof *s);
+    s->where = "memory";
+    if (!data && size) return tn__err(TN_ERR_NULL, "%s: data is NULL for size %zu", who, size);
+    s->mem = (const uint8_t *)data;
+    s->len = size;
+    return TN_OK;
 }
 
-TN_API tn_array *tn_load_npy(const char *path) {
-    const char *W = "tn_load_npy";
-    if (!path) { tn__err(TN_ERR_NULL, "%s: path is NULL", W); return NULL; }
-    FILE *f = fopen(path, "rb");
-    if (!f) { tn__err(TN_ERR_IO, "%s: cannot open '%s': %s", W, path, strerror(errno)); return NULL; }
-    unsigned char pre[12];
-    char *h = NULL;
-    tn_array *a = NULL;
-    if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) { tn__err(TN_ERR_INVALID, "%s: '%s' is not a .npy file (no \\x93NUMPY magic)", W, path); goto done; }
-    if (pre[6] < 1 || pre[6] > 3) { tn__err(TN_ERR_INVALID, "%s: '%s': .npy format version %d.%d is not one of 1.0, 2.0, 3.0", W, path, pre[6], pre[7]); goto done; }
-    size_t hl = 0, nl = pre[6] == 1 ? 2 : 4;
-    if (fread(pre + 8, 1, nl, f) != nl) { tn__err(TN_ERR_INVALID, "%s: '%s' is truncated in its header", W, path); goto done; }
-    for (size_t k = 0; k < nl; k++) hl |= (size_t)pre[8 + k] << (8 * k);
-    if (hl > (1u << 24) || !(h = (char *)tn__malloc(hl + 1))) { tn__err(hl > (1u << 24) ? TN_ERR_INVALID : TN_ERR_OOM, "%s: '%s': header of %zu bytes", W, path, hl); goto done; }
-    if (fread(h, 1, hl, f) != hl) { tn__err(TN_ERR_INVALID, "%s: '%s' is truncated in its header", W, path); goto done; }
-    h[hl] = 0;
-    const char *dv = tn__npy_key(h, "descr"), *fv = tn__npy_key(h, "fortran_order"), *sv = tn__npy_key(h, "shape");
-    if (!dv || !fv || !sv || *dv != '\'' || *sv != '(') { tn__err(TN_ERR_INVALID, "%s: '%s': a header without descr, fortran_order and shape: %.120s", W, path, h); goto done; }
-    char descr[16] = { 0 };
-    size_t dn = 0;
-    for (dv++; *dv && *dv != '\'' && dn + 1 < sizeof descr; dv++) descr[dn++] = *dv;
-    static const struct { const char *code; tn_dtype t; } kinds[] = { { "b1", TN_BOOL }, { "i4", TN_I32 }, { "i8", TN_I64 }, { "f2", TN_F16 }, { "f4", TN_F32 }, { "f8", TN_F64 } };
-    tn_dtype t = TN_DTYPE_NONE;
-    char order = descr[0];
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0] && dn == 3; k++) if (!strcmp(descr + 1, kinds[k].code)) t = kinds[k].t;
-    if (t == TN_DTYPE_NONE || (order != '<' && order != '>' && order != '|' && order != '=')) {
-        tn__err(TN_ERR_DTYPE, "%s: '%s' holds dtype '%s', which the library has no dtype for (bool, int32, int64, float16, float32, float64)", W, path, descr);
-        goto done;
+static uint64_t tn__le(const uint8_t *p, int bytes) {
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static bool tn__host_little(void) {
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* CRC-32 of ZIP (reflected polynomial 0xEDB88320), one table built once. */
+static uint32_t tn__crc_table[256];
+static pthread_once_t tn__crc_once = PTHREAD_ONCE_INIT;
+static void tn__crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        tn__crc_table[i] = c;
     }
-    bool fortran = !strncmp(fv, "True", 4);
-    if (!fortran && strncmp(fv, "False", 5)) { tn__err(TN_ERR_INVALID, "%s: '%s': fortran_order is neither True nor False", W, path); goto done; }
-    int64_t shape[TN_MAX_DIMS];
-    int nd = 0;
-    const char *p = sv + 1;
-    while (*p && *p != ')') {
-        while (*p == ' ' || *p == ',') p++;
-        if (*p == ')') break;
-        char *end;
-        long long v = strtoll(p, &end, 10);
-        if (end == p || v < 0 || nd == TN_MAX_DIMS) { tn__err(TN_ERR_INVALID, "%s: '%s': shape %.60s is not %d or fewer sizes", W, path, sv, TN_MAX_DIMS); goto done; }
-        shape[nd++] = v;
-        p = end;
+}
+static uint32_t tn__crc32(uint32_t crc, const void *data, size_t n) {
+    pthread_once(&tn__crc_once, tn__crc_init);
+    const uint8_t *p = (const uint8_t *)data;
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) crc = tn__crc_table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+typedef struct tn__sink {
+    FILE *f;                 /* the output: a file, */
+    tn__sb *mem;             /* or memory, or neither: only counting */
+    uint64_t n;              /* bytes put */
+    uint32_t crc;            /* their CRC-32 when crc_on */
+    bool crc_on, failed;
+    int err;                 /* errno of a failed write */
+} tn__sink;
+
+static void tn__sink_put(tn__sink *s, const void *p, size_t n) {
+    if (s->failed || n == 0) return;
+    if (s->f && fwrite(p, 1, n, s->f) != n) { s->failed = true; s->err = errno; return; }
+    if (s->mem) {
+        tn__sb_putn(s->mem, (const char *)p, n);
+        if (s->mem->oom) { s->failed = true; s->err = ENOMEM; return; }
     }
-    if (*p != ')') { tn__err(TN_ERR_INVALID, "%s: '%s': shape %.60s is not closed", W, path, sv); goto done; }
-    int64_t fsh[TN_MAX_DIMS];                 /* Fortran order: the data is the transpose's C order */
-    for (int d = 0; d < nd; d++) fsh[d] = fortran ? shape[nd - 1 - d] : shape[d];
-    if (!(a = tn__array_or_err(tn__array_alloc(t, nd, fsh, TN_HOST), W))) goto done;
-    size_t bytes = tn_array_nbytes(a), es = tn_dtype_size(t);
-    if (fread(a->data, 1, bytes, f) != bytes) {
-        tn__err(TN_ERR_INVALID, "%s: '%s' is truncated: %zu bytes of data for shape %s", W, path, bytes, tn__shape_str(nd, shape, h));
-        tn_array_free(a); a = NULL; goto done;
+    if (s->crc_on) s->crc = tn__crc32(s->crc, p, n);
+    s->n += n;
+}
+
+static void tn__sink_le(tn__sink *s, uint64_t v, int bytes) {
+    uint8_t b[8];
+    for (int i = 0; i < bytes; i++) b[i] = (uint8_t)(v >> (8 * i));
+    tn__sink_put(s, b, (size_t)bytes);
+}
+
+/* File element types: the library's dtypes and the ints it widens. */
+typedef struct tn__ftype {
+    char kind;               /* NumPy's: b bool, i int, u unsigned, f float */
+    int size;
+    const char *st;          /* safetensors' name */
+    tn_dtype t;              /* the dtype it loads as */
+} tn__ftype;
+static const tn__ftype tn__ftypes[] = {
+    { 'b', 1, "BOOL", TN_BOOL }, { 'i', 1, "I8", TN_I32 }, { 'u', 1, "U8", TN_I32 },
+    { 'i', 2, "I16", TN_I32 }, { 'u', 2, "U16", TN_I32 }, { 'i', 4, "I32", TN_I32 },
+    { 'u', 4, "U32", TN_I64 }, { 'i', 8, "I64", TN_I64 }, { 'u', 8, "U64", TN_I64 },
+    { 'f', 2, "F16", TN_F16 }, { 'f', 4, "F32", TN_F32 }, { 'f', 8, "F64", TN_F64 },
+};
+#define TN__N_FTYPES ((int)(sizeof tn__ftypes / sizeof tn__ftypes[0]))
+
+/* The file type a dtype is saved as. */
+static const tn__ftype *tn__ftype_of(tn_dtype t) {
+    char kind = t == TN_BOOL ? 'b' : tn_dtype_is_float(t) ? 'f' : 'i';
+    for (int i = 0; i < TN__N_FTYPES; i++)
+        if (tn__ftypes[i].kind == kind && tn__ftypes[i].size == (int)tn_dtype_size(t)) return &tn__ftypes[i];
+    return NULL;
+}
+
+static void tn__bswap(uint8_t *p, int64_t n, int size) {
+    for (int64_t i = 0; i < n; i++, p += size)
+        for (int a = 0, b = size - 1; a < b; a++, b--) { uint8_t c = p[a]; p[a] = p[b]; p[b] = c; }
+}
+
+/* ndim dims of `shape` stored from offset off of s as elements of ft (swap:
+   the other byte order; fortran: column-major), as a C-order host array of
+   ft->t. */
+static tn_array *tn__load_raw(const char *who, const tn__src *s, uint64_t off, const tn__ftype *ft, bool swap,
+                              bool fortran, int ndim, const int64_t *shape, const char *name) {
+    char sb[128];
+    const char *nsep = name ? " array '" : "", *nend = name ? "'" : "";
+    if (!name) name = "";
+    if (!tn__extent_fits(ndim, shape)) {
+        tn__err(TN_ERR_SHAPE, "%s: %s%s%s%s: shape %s overflows (its byte size does not fit 64 bits)", who, s->where,
+                nsep, name, nend, tn__shape_str(ndim, shape, sb));
+        return NULL;
     }
-    if (es > 1 && (order == '>') == tn__host_little())
-        for (size_t k = 0; k < bytes; k += es)
-            for (size_t b = 0; b < es / 2; b++) {
-                unsigned char *q = (unsigned char *)a->data + k, tmp = q[b];
-                q[b] = q[es - 1 - b]; q[es - 1 - b] = tmp;
-            }
-    if (t == TN_BOOL)
-        for (size_t k = 0; k < bytes; k++) ((unsigned char *)a->data)[k] = ((unsigned char *)a->data)[k] != 0;
-    if (fortran && nd > 1) {                  /* a contiguous copy in C order */
-        tn_array *tr = tn_array_transpose(a, NULL), *c = tr ? tn_array_astype(tr, t) : NULL;
-        tn_array_free(tr);
+    int64_t fshape[TN_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) fshape[d] = fortran ? shape[ndim - 1 - d] : shape[d];
+    int64_t n = tn__shape_size(ndim, shape);
+    uint64_t bytes = (uint64_t)n * (uint64_t)ft->size;
+    if (off > s->len || bytes > s->len - off) {
+        tn__err(TN_ERR_INVALID, "%s: %s%s%s%s is truncated: shape %s needs %llu bytes of data from byte %llu, the input has %llu",
+                who, s->where, nsep, name, nend, tn__shape_str(ndim, shape, sb), (unsigned long long)bytes,
+                (unsigned long long)off, (unsigned long long)(s->len > off ? s->len - off : 0));
+        return NULL;
+    }
+    tn_array *a = tn__array_new(who, ft->t, ndim, fshape, TN_HOST);
+    if (!a) return NULL;
+    bool same = ft->kind != 'u' && ft->size == (int)tn_dtype_size(ft->t);
+    uint8_t *raw = same ? (uint8_t *)a->data : (uint8_t *)tn__malloc((size_t)bytes);
+    if (!raw) {
         tn_array_free(a);
+        tn__err(TN_ERR_OOM, "%s: %s: out of memory for %llu bytes", who, s->where, (unsigned long long)bytes);
+        return NULL;
+    }
+    if (!tn__src_read(s, off, raw, bytes)) {
+        if (!same) tn__free(raw);
+        tn_array_free(a);
+        tn__err(TN_ERR_IO, "%s: %s: reading %llu bytes failed: %s", who, s->where, (unsigned long long)bytes,
+                strerror(errno));
+        return NULL;
+    }
+    if (swap && ft->size > 1) tn__bswap(raw, n, ft->size);
+    if (ft->kind == 'b')
+        for (int64_t i = 0; i < n; i++) raw[i] = raw[i] != 0;
+    if (!same) {
+        for (int64_t i = 0; i < n; i++) {
+            const uint8_t *p = raw + i * ft->size;
+            int64_t v;
+            if (ft->kind == 'u' && ft->size == 8) {
+                uint64_t u;
+                memcpy(&u, p, 8);
+                if (u > (uint64_t)INT64_MAX) {
+                    tn__free(raw);
+                    tn_array_free(a);
+                    tn__err(TN_ERR_DTYPE, "%s: %s%s%s%s: uint64 value %llu (element %lld) does not fit int64, the widest int "
+                            "the library has", who, s->where, nsep, name, nend, (unsigned long long)u, (long long)i);
+                    return NULL;
+                }
+                v = (int64_t)u;
+            } else if (ft->size == 1) v = ft->kind == 'u' ? (int64_t)*p : (int64_t)(int8_t)*p;
+            else if (ft->size == 2) {
+                uint16_t u;
+                memcpy(&u, p, 2);
+                v = ft->kind == 'u' ? (int64_t)u : (int64_t)(int16_t)u;
+            } else {
+                uint32_t u;
+                memcpy(&u, p, 4);
+                v = ft->kind == 'u' ? (int64_t)u : (int64_t)(int32_t)u;
+            }
+            if (ft->t == TN_I32) ((int32_t *)a->data)[i] = (int32_t)v;
+            else ((int64_t *)a->data)[i] = v;
+        }
+        tn__free(raw);
+    }
+    if (fortran && ndim > 1) {
+        tn_array *t = tn_array_transpose(a, NULL);
+        tn_array *c = t ? tn_array_copy(t) : NULL;
+        tn_array_free(t);
+        tn_array_free(a);
+        if (!c) tn__err_in(who, tn_last_result());
         a = c;
     }
-done:
-    tn__free(h);
-    fclose(f);
     return a;
 }
 
-/* >>print: NumPy's str() of an array (numpy/core/arrayprint.py, default
-   options: precision 8, linewidth 75, threshold 1000, edgeitems 3).
-   Floats print the shortest digits that read back as the same value of
-   their dtype, at most 8 after the point; a column switches to scientific
-   notation when max >= 1e8, min < 1e-4 or max/min > 1e3 (nonzero |values|). */
+/* A host array with a's values in C order: a view when a already is one. */
+static tn_array *tn__host_c_order(const tn_array *a) {
+    return a->device == TN_HOST && tn_array_is_contiguous(a) ? tn_array_view(a) : tn_array_copy(a);
+}
+
+/* What a save writes: one array, or n named ones (metadata: safetensors'). */
+typedef struct tn__save_args {
+    const char *const *names;
+    const tn_array *const *arrays;
+    int n;
+    const char *metadata;
+} tn__save_args;
+typedef tn_result (*tn__emit_fn)(const char *who, tn__sink *s, const tn__save_args *a);
+
+/* Checks every array (and, with names, every name: set, unique) before anything is written. */
+static tn_result tn__save_check(const char *who, const tn__save_args *a, bool named) {
+    if (a->n < 0) return tn__err(TN_ERR_INVALID, "%s: n is %d", who, a->n);
+    if (a->n > 0 && !a->arrays) return tn__err(TN_ERR_NULL, "%s: arrays is NULL for n %d", who, a->n);
+    if (named && a->n > 0 && !a->names) return tn__err(TN_ERR_NULL, "%s: names is NULL for n %d", who, a->n);
+    for (int i = 0; i < a->n; i++) {
+        const tn_array *x = a->arrays[i];
+        if (!x) return tn__err_null(who, named ? "arrays[%d] ('%s')" : "array", i, named && a->names[i] ? a->names[i] : "");
+        if (tn__array_readable(x, who) != TN_OK) return tn_last_result();
+        if (x->dtype <= TN_DTYPE_NONE || x->dtype >= TN_DTYPE_COUNT)
+            return tn__err(TN_ERR_DTYPE, "%s: array %d has invalid dtype %d", who, i, (int)x->dtype);
+        if (!named) continue;
+        const char *nm = a->names[i];
+        if (!nm || !nm[0]) return tn__err(TN_ERR_INVALID, "%s: names[%d] is %s", who, i, nm ? "empty" : "NULL");
+        if (strlen(nm) > 60000) return tn__err(TN_ERR_INVALID, "%s: names[%d] is %zu bytes long (at most 60000)", who, i, strlen(nm));
+        for (int j = 0; j < i; j++)
+            if (!strcmp(a->names[j], nm)) return tn__err(TN_ERR_INVALID, "%s: names[%d] and names[%d] are both '%s'", who, j, i, nm);
+    }
+    return TN_OK;
+}
+
+static tn_result tn__save_file(const char *who, const char *path, tn__emit_fn emit, const tn__save_args *a) {
+    if (!path) return tn__err(TN_ERR_NULL, "%s: path is NULL", who);
+    FILE *f = fopen(path, "wb");
+    if (!f) return tn__err(TN_ERR_IO, "%s: cannot open '%s' for writing: %s", who, path, strerror(errno));
+    tn__sink s;
+    memset(&s, 0, sizeof s);
+    s.f = f;
+    tn_result r = emit(who, &s, a);
+    if (fclose(f) != 0 && !s.failed) { s.failed = true; s.err = errno; }
+    if (r == TN_OK && s.failed) r = tn__err(TN_ERR_IO, "%s: writing '%s' failed: %s", who, path, strerror(s.err));
+    if (r != TN_OK) remove(path);
+    return r;
+}
+
+static tn_result tn__save_mem(const char *who, void **data, size_t *size, tn__emit_fn emit, const tn__save_args *a) {
+    if (!data || !size) return tn__err(TN_ERR_NULL, "%s: %s is NULL", who, data ? "size" : "data");
+    *data = NULL;
+    *size = 0;
+    tn__sb b;
+    memset(&b, 0, sizeof b);
+    tn__sink s;
+    memset(&s, 0, sizeof s);
+    s.mem = &b;
+    tn_result r = emit(who, &s, a);
+    if (r == TN_OK && s.failed) r = tn__err(TN_ERR_OOM, "%s: out of memory for %llu bytes", who, (unsigned long long)s.n);
+    if (r != TN_OK) { tn__free(b.s); return r; }
+    *data = b.s ? (void *)b.s : tn__malloc(1);
+    *size = b.n;
+    if (!*data) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    return TN_OK;
+}
+
+TN_API void tn_bytes_free(void *data) { tn__free(data); }
+
+/* ---- .npy ---- */
+
+/* The header NumPy 1.24's format.write_array writes (version 1.0), byte for byte. */
+static void tn__npy_header(tn__sink *s, const tn_array *a) {
+    char descr[8], head[512];
+    const tn__ftype *ft = tn__ftype_of(a->dtype);
+    snprintf(descr, sizeof descr, "%c%c%d", ft->size == 1 ? '|' : tn__host_little() ? '<' : '>', ft->kind, ft->size);
+    tn__sbuf h = { head, sizeof head, 0 };
+    tn__sbuf_put(&h, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int d = 0; d < a->ndim; d++) tn__sbuf_put(&h, "%s%lld", d ? ", " : "", (long long)a->shape[d]);
+    tn__sbuf_put(&h, "%s), }", a->ndim == 1 ? "," : "");
+    if (a->ndim > 0) {   /* room to grow the first dim in place, as NumPy leaves */
+        char first[32];
+        int k = snprintf(first, sizeof first, "%lld", (long long)a->shape[0]);
+        for (int i = k; i < 21; i++) tn__sbuf_put(&h, " ");
+    }
+    size_t hlen = h.len + 1, pad = 64 - (10 + hlen) % 64;
+    tn__sink_put(s, "\x93NUMPY\x01\x00", 8);
+    tn__sink_le(s, hlen + pad, 2);
+    tn__sink_put(s, head, h.len);
+    for (size_t i = 0; i < pad; i++) tn__sink_put(s, " ", 1);
+    tn__sink_put(s, "\n", 1);
+}
+
+/* An .npy of the host C-order array h. */
+static void tn__npy_put(tn__sink *s, const tn_array *h) {
+    tn__npy_header(s, h);
+    tn__sink_put(s, h->data, tn_array_nbytes(h));
+}
+
+static tn_result tn__npy_emit(const char *who, tn__sink *s, const tn__save_args *a) {
+    tn_array *h = tn__host_c_order(a->arrays[0]);
+    if (!h) return tn__err_in(who, tn_last_result());
+    tn__npy_put(s, h);
+    tn_array_free(h);
+    return TN_OK;
+}
+
+/* A Python literal of an .npy header: 'text' (into buf), True/False, or a tuple of ints. */
+typedef struct tn__pylit { const char *s; size_t i, n; } tn__pylit;
+static void tn__pyl_ws(tn__pylit *p) { while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n')) p->i++; }
+static bool tn__pyl_char(tn__pylit *p, char c) {
+    tn__pyl_ws(p);
+    if (p->i < p->n && p->s[p->i] == c) { p->i++; return true; }
+    return false;
+}
+static bool tn__pyl_str(tn__pylit *p, char *buf, size_t cap) {
+    tn__pyl_ws(p);
+    if (p->i >= p->n || (p->s[p->i] != '\'' && p->s[p->i] != '"')) return false;
+    char q = p->s[p->i++];
+    size_t k = 0;
+    while (p->i < p->n && p->s[p->i] != q) {
+        if (k + 1 < cap) buf[k++] = p->s[p->i];
+        p->i++;
+    }
+    buf[k] = 0;
+    return p->i++ < p->n;
+}
+
+static tn_array *tn__npy_parse(const char *who, const tn__src *s) {
+    uint8_t pre[12] = { 0 };
+    bool read = tn__src_read(s, 0, pre, s->len < 8 ? s->len : 8);
+    if (!read || s->len < 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        tn__err(TN_ERR_INVALID, "%s: %s is not a .npy file (bad magic: it starts %02x %02x %02x %02x %02x %02x, not "
+                "93 'NUMPY')", who, s->where, pre[0], pre[1], pre[2], pre[3], pre[4], pre[5]);
+        return NULL;
+    }
+    int major = pre[6], minor = pre[7];
+    if (major < 1 || major > 3 || minor != 0) {
+        tn__err(TN_ERR_INVALID, "%s: %s: .npy format version %d.%d is not one of 1.0, 2.0, 3.0", who, s->where, major, minor);
+        return NULL;
+    }
+    uint64_t start = major == 1 ? 10 : 12;
+    if (!tn__src_read(s, 0, pre, start)) {
+        tn__err(TN_ERR_INVALID, "%s: %s is truncated in the .npy preamble (%llu bytes)", who, s->where, (unsigned long long)s->len);
+        return NULL;
+    }
+    uint64_t hlen = tn__le(pre + 8, (int)start - 8);
+    if (hlen > s->len - start) {
+        tn__err(TN_ERR_INVALID, "%s: %s is truncated: the header says %llu bytes, the input has %llu after the preamble", who,
+                s->where, (unsigned long long)hlen, (unsigned long long)(s->len - start));
+        return NULL;
+    }
+    char *text = (char *)tn__malloc((size_t)hlen + 1);
+    if (!text) { tn__err(TN_ERR_OOM, "%s: %s: out of memory for the header", who, s->where); return NULL; }
+    if (!tn__src_read(s, start, text, hlen)) {
+        tn__free(text);
+        tn__err(TN_ERR_INVALID, "%s: %s: reading the header failed", who, s->where);
+        return NULL;
+    }
+    text[hlen] = 0;
+    tn__pylit p = { text, 0, (size_t)hlen };
+    char key[32], descr[32] = "";
+    int fortran = -1, ndim = -1;
+    int64_t shape[TN_MAX_DIMS];
+    const char *bad = NULL;
+    tn_result code = TN_ERR_INVALID;
+    if (!tn__pyl_char(&p, '{')) bad = "it is not a dict";
+    while (!bad && !tn__pyl_char(&p, '}')) {
+        if (!tn__pyl_str(&p, key, sizeof key) || !tn__pyl_char(&p, ':')) { bad = "a key is malformed"; break; }
+        tn__pyl_ws(&p);
+        if (!strcmp(key, "descr")) {
+            if (p.i < p.n && p.s[p.i] == '[') { bad = "the dtype is structured (a list of fields), which is not supported"; code = TN_ERR_DTYPE; break; }
+            if (!tn__pyl_str(&p, descr, sizeof descr)) { bad = "'descr' is not a string"; break; }
+        } else if (!strcmp(key, "fortran_order")) {
+            if (p.n - p.i >= 4 && !strncmp(p.s + p.i, "True", 4)) fortran = 1, p.i += 4;
+            else if (p.n - p.i >= 5 && !strncmp(p.s + p.i, "False", 5)) fortran = 0, p.i += 5;
+            else { bad = "'fortran_order' is not True or False"; break; }
+        } else if (!strcmp(key, "shape")) {
+            if (!tn__pyl_char(&p, '(')) { bad = "'shape' is not a tuple"; break; }
+            ndim = 0;
+            while (!bad && !tn__pyl_char(&p, ')')) {
+                tn__pyl_ws(&p);
+                uint64_t v = 0;
+                size_t i0 = p.i;
+                while (p.i < p.n && p.s[p.i] >= '0' && p.s[p.i] <= '9') {
+                    unsigned dg = (unsigned)(p.s[p.i++] - '0');
+                    if (v > ((uint64_t)INT64_MAX - dg) / 10) { bad = "a dimension in 'shape' overflows 64 bits"; code = TN_ERR_SHAPE; break; }
+                    v = v * 10 + dg;
+                }
+                if (bad) break;
+                if (p.i == i0) { bad = "'shape' holds something other than non-negative ints"; break; }
+                if (p.i < p.n && p.s[p.i] == 'L') p.i++;
+                if (ndim == TN_MAX_DIMS) { bad = "'shape' has more dims than TN_MAX_DIMS (8)"; code = TN_ERR_SHAPE; break; }
+                shape[ndim++] = (int64_t)v;
+                if (!tn__pyl_char(&p, ',')) { if (!tn__pyl_char(&p, ')')) bad = "'shape' is malformed"; break; }
+            }
+        } else { bad = "it has a key other than 'descr', 'fortran_order' and 'shape'"; break; }
+        if (!bad && !tn__pyl_char(&p, ',')) {
+            if (!tn__pyl_char(&p, '}')) bad = "entries are not separated by commas";
+            break;
+        }
+    }
+    if (!bad && (!descr[0] || fortran < 0 || ndim < 0)) bad = "it lacks one of 'descr', 'fortran_order' and 'shape'";
+    if (bad) {
+        tn__err(code, "%s: %s: bad .npy header (%s): %.200s", who, s->where, bad, text);
+        tn__free(text);
+        return NULL;
+    }
+    tn__free(text);
+    /* descr: byte order (< > | =), kind, size */
+    const char *d = descr;
+    char order = strchr("<>|=", d[0]) ? *d++ : '=';
+    char *end = NULL;
+    long size = d[0] ? strtol(d + 1, &end, 10) : 0;
+    const tn__ftype *ft = NULL;
+    for (int i = 0; end && !*end && i < TN__N_FTYPES; i++)
+        if (tn__ftypes[i].kind == d[0] && tn__ftypes[i].size == size) ft = &tn__ftypes[i];
+    if (!ft) {
+        const char *what = d[0] == 'c' ? "complex" : d[0] == 'O' ? "Python objects" : strchr("SUa", d[0]) ? "strings"
+                         : d[0] == 'V' ? "raw bytes (void)" : strchr("Mm", d[0]) ? "datetime" : "an unknown type";
+        tn__err(TN_ERR_DTYPE, "%s: %s: dtype '%s' (%s) is not supported: this reads bool, int8..int64, uint8..uint64, "
+                "float16, float32, float64", who, s->where, descr, what);
+        return NULL;
+    }
+    bool swap = order != '|' && order != '=' && (order == '<') != tn__host_little();
+    return tn__load_raw(who, s, start + hlen, ft, swap, fortran == 1, ndim, shape, NULL);
+}
+
+TN_API tn_result tn_save_npy(const char *path, const tn_array *a) {
+    tn__save_args args = { NULL, &a, 1, NULL };
+    if (tn__save_check("tn_save_npy", &args, false) != TN_OK) return tn_last_result();
+    return tn__save_file("tn_save_npy", path, tn__npy_emit, &args);
+}
+
+TN_API tn_result tn_save_npy_mem(const tn_array *a, void **data, size_t *size) {
+    tn__save_args args = { NULL, &a, 1, NULL };
+    if (tn__save_check("tn_save_npy_mem", &args, false) != TN_OK) return tn_last_result();
+    return tn__save_mem("tn_save_npy_mem", data, size, tn__npy_emit, &args);
+}
+
+TN_API tn_array *tn_load_npy(const char *path) {
+    tn__src s;
+    char where[512];
+    if (tn__src_open("tn_load_npy", path, &s, where, sizeof where) != TN_OK) return NULL;
+    tn_array *a = tn__npy_parse("tn_load_npy", &s);
+    fclose(s.f);
+    return a;
+}
+
+TN_API tn_array *tn_load_npy_mem(const void *data, size_t size) {
+    tn__src s;
+    if (tn__src_mem("tn_load_npy_mem", data, size, &s) != TN_OK) return NULL;
+    return tn__npy_parse("tn_load_npy_mem", &s);
+}
+
+/* ---- named array sets ---- */
+
+static tn_result tn__list_add(const char *who, tn_array_list *out, const char *name, size_t name_len, tn_array *a) {
+    char **names = (char **)tn__realloc(out->names, (size_t)(out->n + 1) * sizeof *names);
+    if (names) out->names = names;
+    tn_array **arrays = names ? (tn_array **)tn__realloc(out->arrays, (size_t)(out->n + 1) * sizeof *arrays) : NULL;
+    if (arrays) out->arrays = arrays;
+    char *nm = arrays ? (char *)tn__malloc(name_len + 1) : NULL;
+    if (!nm) { tn_array_free(a); return tn__err(TN_ERR_OOM, "%s: out of memory for array %d", who, out->n); }
+    memcpy(nm, name, name_len);
+    nm[name_len] = 0;
+    out->names[out->n] = nm;
+    out->arrays[out->n++] = a;
+    return TN_OK;
+}
+
+TN_API void tn_array_list_free(tn_array_list *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) { tn__free(s->names[i]); tn_array_free(s->arrays[i]); }
+    tn__free(s->names);
+    tn__free(s->arrays);
+    tn__free(s->metadata);
+    memset(s, 0, sizeof *s);
+}
+
+TN_API tn_array *tn_array_list_get(const tn_array_list *s, const char *name) {
+    if (!s || !name) { tn__err(TN_ERR_NULL, "tn_array_list_get: %s is NULL", s ? "name" : "set"); return NULL; }
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->names[i], name)) return s->arrays[i];
+    tn__err(TN_ERR_INVALID, "tn_array_list_get: no array named '%s' among the set's %d", name, s->n);
+    return NULL;
+}
+
+typedef tn_result (*tn__parse_list_fn)(const char *who, const tn__src *s, tn_array_list *out);
+
+/* Loads a set from the file path, or from memory. */
+static tn_result tn__load_list(const char *who, bool file, const char *path, const void *data, size_t size, tn_array_list *out,
+                              tn__parse_list_fn parse) {
+    if (!out) return tn__err(TN_ERR_NULL, "%s: out is NULL", who);
+    memset(out, 0, sizeof *out);
+    tn__src s;
+    char where[512];
+    tn_result r = file ? tn__src_open(who, path, &s, where, sizeof where) : tn__src_mem(who, data, size, &s);
+    if (r != TN_OK) return r;
+    r = parse(who, &s, out);
+    if (s.f) fclose(s.f);
+    if (r != TN_OK) tn_array_list_free(out);
+    return r;
+}
+
+/* ---- inflate (RFC 1951), after zlib's contrib/puff: canonical Huffman codes
+   decoded a bit at a time ---- */
+
+typedef struct tn__inflate {
+    const uint8_t *in;
+    size_t in_n, in_pos;
+    uint8_t *out;
+    size_t out_n, out_pos;
+    uint32_t bitbuf;
+    int bitcnt;
+    bool eof;                /* read past the input's end */
+} tn__inflate;
+typedef struct tn__huff { short count[16], symbol[288]; } tn__huff;
+
+static int tn__inf_bits(tn__inflate *s, int need) {
+    uint32_t v = s->bitbuf;
+    while (s->bitcnt < need) {
+        if (s->in_pos == s->in_n) { s->eof = true; return 0; }
+        v |= (uint32_t)s->in[s->in_pos++] << s->bitcnt;
+        s->bitcnt += 8;
+    }
+    s->bitbuf = v >> need;
+    s->bitcnt -= need;
+    return (int)(v & ((1u << need) - 1));
+}
+
+/* Counts and symbols of the code with these lengths; returns 0 when the code
+   is complete, > 0 incomplete, < 0 over-subscribed. */
+static int tn__huff_build(tn__huff *h, const short *length, int n) {
+    short offs[16];
+    memset(h->count, 0, sizeof h->count);
+    for (int i = 0; i < n; i++) h->count[length[i]]++;
+    if (h->count[0] == n) return 0;
+    int left = 1;
+    for (int len = 1; len < 16; len++) {
+        left = left * 2 - h->count[len];
+        if (left < 0) return left;
+    }
+    offs[1] = 0;
+    for (int len = 1; len < 15; len++) offs[len + 1] = (short)(offs[len] + h->count[len]);
+    for (int i = 0; i < n; i++)
+        if (length[i]) h->symbol[offs[length[i]]++] = (short)i;
+    return left;
+}
+
+static int tn__huff_decode(tn__inflate *s, const tn__huff *h) {
+    int code = 0, first = 0, index = 0;
+    for (int len = 1; len < 16; len++) {
+        code |= tn__inf_bits(s, 1);
+        int count = h->count[len];
+        if (code - count < first) return h->symbol[index + (code - first)];
+        index += count;
+        first = (first + count) << 1;
+        code <<= 1;
+    }
+    return -1;
+}
+
+static const char *tn__inf_codes(tn__inflate *s, const tn__huff *lencode, const tn__huff *distcode) {
+    static const short lbase[29] = { 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99,
+                                     115, 131, 163, 195, 227, 258 };
+    static const short lext[29] = { 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0 };
+    static const short dbase[30] = { 1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025,
+                                     1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577 };
+    static const short dext[30] = { 0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13 };
+    for (;;) {
+        int sym = tn__huff_decode(s, lencode);
+        if (s->eof) return "the compressed data ends early";
+        if (sym < 0) return "an invalid literal/length code";
+        if (sym == 256) return NULL;
+        if (sym < 256) {
+            if (s->out_pos == s->out_n) return "it holds more bytes than the member's size";
+            s->out[s->out_pos++] = (uint8_t)sym;
+            continue;
+        }
+        sym -= 257;
+        if (sym >= 29) return "an invalid length symbol";
+        size_t len = (size_t)(lbase[sym] + tn__inf_bits(s, lext[sym]));
+        int dsym = tn__huff_decode(s, distcode);
+        if (dsym < 0 || dsym >= 30) return "an invalid distance symbol";
+        size_t dist = (size_t)(dbase[dsym] + tn__inf_bits(s, dext[dsym]));
+        if (s->eof) return "the compressed data ends early";
+        if (dist > s->out_pos) return "a distance too far back";
+        if (len > s->out_n - s->out_pos) return "it holds more bytes than the member's size";
+        for (size_t i = 0; i < len; i++, s->out_pos++) s->out[s->out_pos] = s->out[s->out_pos - dist];
+    }
+}
+
+static const char *tn__inf_fixed(tn__inflate *s) {
+    tn__huff lencode, distcode;
+    short lengths[288];
+    int i = 0;
+    for (; i < 144; i++) lengths[i] = 8;
+    for (; i < 256; i++) lengths[i] = 9;
+    for (; i < 280; i++) lengths[i] = 7;
+    for (; i < 288; i++) lengths[i] = 8;
+    tn__huff_build(&lencode, lengths, 288);
+    for (i = 0; i < 30; i++) lengths[i] = 5;
+    tn__huff_build(&distcode, lengths, 30);
+    return tn__inf_codes(s, &lencode, &distcode);
+}
+
+static const char *tn__inf_dynamic(tn__inflate *s) {
+    static const short order[19] = { 16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15 };
+    short lengths[320];
+    tn__huff lencode, distcode;
+    int nlen = tn__inf_bits(s, 5) + 257, ndist = tn__inf_bits(s, 5) + 1, ncode = tn__inf_bits(s, 4) + 4;
+    if (s->eof) return "the compressed data ends early";
+    if (nlen > 286 || ndist > 30) return "a dynamic block with too many codes";
+    int i = 0;
+    for (; i < ncode; i++) lengths[order[i]] = (short)tn__inf_bits(s, 3);
+    for (; i < 19; i++) lengths[order[i]] = 0;
+    if (tn__huff_build(&lencode, lengths, 19) != 0) return "an incomplete code-length code";
+    for (i = 0; i < nlen + ndist;) {
+        int sym = tn__huff_decode(s, &lencode);
+        if (s->eof) return "the compressed data ends early";
+        if (sym < 0) return "an invalid code-length code";
+        if (sym < 16) { lengths[i++] = (short)sym; continue; }
+        short len = 0;
+        int rep;
+        if (sym == 16) {
+            if (i == 0) return "a repeat with no length before it";
+            len = lengths[i - 1];
+            rep = 3 + tn__inf_bits(s, 2);
+        } else rep = sym == 17 ? 3 + tn__inf_bits(s, 3) : 11 + tn__inf_bits(s, 7);
+        if (i + rep > nlen + ndist) return "too many code lengths";
+        while (rep--) lengths[i++] = len;
+    }
+    if (lengths[256] == 0) return "no end-of-block code";
+    int err = tn__huff_build(&lencode, lengths, nlen);
+    if (err < 0 || (err > 0 && nlen - lencode.count[0] != 1)) return "an incomplete literal/length code";
+    err = tn__huff_build(&distcode, lengths + nlen, ndist);
+    if (err < 0 || (err > 0 && ndist - distcode.count[0] != 1)) return "an incomplete distance code";
+    return tn__inf_codes(s, &lencode, &distcode);
+}
+
+/* Inflates in[in_n] into exactly out[out_n]; NULL, or what is wrong. */
+static const char *tn__inflate_all(const uint8_t *in, size_t in_n, uint8_t *out, size_t out_n) {
+    tn__inflate s;
+    memset(&s, 0, sizeof s);
+    s.in = in, s.in_n = in_n, s.out = out, s.out_n = out_n;
+    int last;
+    do {
+        last = tn__inf_bits(&s, 1);
+        int type = tn__inf_bits(&s, 2);
+        if (s.eof) return "the compressed data ends early";
+        const char *bad;
+        if (type == 0) {
+            s.bitbuf = 0, s.bitcnt = 0;
+            if (s.in_n - s.in_pos < 4) return "the compressed data ends early";
+            size_t len = (size_t)tn__le(s.in + s.in_pos, 2), nlen = (size_t)tn__le(s.in + s.in_pos + 2, 2);
+            s.in_pos += 4;
+            if (len != (~nlen & 0xffff)) return "a stored block's length check fails";
+            if (s.in_n - s.in_pos < len) return "the compressed data ends early";
+            if (s.out_n - s.out_pos < len) return "it holds more bytes than the member's size";
+            memcpy(s.out + s.out_pos, s.in + s.in_pos, len);
+            s.in_pos += len, s.out_pos += len;
+            bad = NULL;
+        } else if (type == 1) bad = tn__inf_fixed(&s);
+        else if (type == 2) bad = tn__inf_dynamic(&s);
+        else bad = "an invalid block type";
+        if (bad) return bad;
+    } while (!last);
+    return s.out_pos == s.out_n ? NULL : "it holds fewer bytes than the member's size";
+}
+
+/* ---- .npz: a zip of .npy members ---- */
+
+static tn_result tn__npz_parse(const char *who, const tn__src *s, tn_array_list *out) {
+    /* the end of central directory record: 22 bytes and a comment of at most 65535 */
+    uint64_t tail_n = s->len < 65557 ? s->len : 65557, tail_off = s->len - tail_n;
+    uint8_t *tail = (uint8_t *)tn__malloc((size_t)tail_n);
+    if (!tail) return tn__err(TN_ERR_OOM, "%s: %s: out of memory", who, s->where);
+    if (!tn__src_read(s, tail_off, tail, tail_n)) { tn__free(tail); return tn__err(TN_ERR_INVALID, "%s: %s: read failed", who, s->where); }
+    int64_t e = (int64_t)tail_n - 22;
+    while (e >= 0 && memcmp(tail + e, "PK\5\6", 4) != 0) e--;
+    if (e < 0) {
+        tn__free(tail);
+        return tn__err(TN_ERR_INVALID, "%s: %s: not a zip file (no end of central directory record)", who, s->where);
+    }
+    uint64_t count = tn__le(tail + e + 10, 2), cd_size = tn__le(tail + e + 12, 4), cd_off = tn__le(tail + e + 16, 4);
+    uint64_t eocd = tail_off + (uint64_t)e;
+    tn__free(tail);
+    if (count == 0xffff || cd_size == 0xffffffffu || cd_off == 0xffffffffu) {   /* ZIP64 */
+        uint8_t loc[20], rec[56];
+        if (eocd < 20 || !tn__src_read(s, eocd - 20, loc, 20) || memcmp(loc, "PK\6\7", 4) != 0 ||
+            !tn__src_read(s, tn__le(loc + 8, 8), rec, 56) || memcmp(rec, "PK\6\6", 4) != 0)
+            return tn__err(TN_ERR_INVALID, "%s: %s: a ZIP64 end of central directory record is missing or damaged", who, s->where);
+        count = tn__le(rec + 32, 8), cd_size = tn__le(rec + 40, 8), cd_off = tn__le(rec + 48, 8);
+    }
+    if (cd_off > s->len || cd_size > s->len - cd_off)
+        return tn__err(TN_ERR_INVALID, "%s: %s is truncated: the central directory (%llu bytes at %llu) lies past the end (%llu bytes)",
+                       who, s->where, (unsigned long long)cd_size, (unsigned long long)cd_off, (unsigned long long)s->len);
+    uint8_t *cd = (uint8_t *)tn__malloc((size_t)cd_size);
+    if (!cd) return tn__err(TN_ERR_OOM, "%s: %s: out of memory for the central directory", who, s->where);
+    if (!tn__src_read(s, cd_off, cd, cd_size)) { tn__free(cd); return tn__err(TN_ERR_INVALID, "%s: %s: read failed", who, s->where); }
+    tn_result r = TN_OK;
+    uint64_t p = 0;
+    for (uint64_t k = 0; k < count && r == TN_OK; k++) {
+        if (cd_size - p < 46 || memcmp(cd + p, "PK\1\2", 4) != 0) {
+            r = tn__err(TN_ERR_INVALID, "%s: %s: central directory entry %llu is damaged", who, s->where, (unsigned long long)k);
+            break;
+        }
+        const uint8_t *c = cd + p;
+        unsigned flags = (unsigned)tn__le(c + 8, 2), method = (unsigned)tn__le(c + 10, 2);
+        uint32_t crc = (uint32_t)tn__le(c + 16, 4);
+        uint64_t csize = tn__le(c + 20, 4), usize = tn__le(c + 24, 4), off = tn__le(c + 42, 4);
+        size_t nlen = (size_t)tn__le(c + 28, 2), xlen = (size_t)tn__le(c + 30, 2), clen = (size_t)tn__le(c + 32, 2);
+        if (cd_size - p - 46 < nlen + xlen + clen) {
+            r = tn__err(TN_ERR_INVALID, "%s: %s: central directory entry %llu is damaged", who, s->where, (unsigned long long)k);
+            break;
+        }
+        const char *name = (const char *)c + 46;
+        for (size_t x = 0; x + 4 <= xlen;) {   /* the ZIP64 extra field: the sizes and offset that did not fit */
+            const uint8_t *f = c + 46 + nlen + x;
+            size_t id = (size_t)tn__le(f, 2), fl = (size_t)tn__le(f + 2, 2), q = 4;
+            if (x + 4 + fl > xlen) break;
+            if (id == 1) {
+                if (usize == 0xffffffffu && q + 8 <= 4 + fl) usize = tn__le(f + q, 8), q += 8;
+                if (csize == 0xffffffffu && q + 8 <= 4 + fl) csize = tn__le(f + q, 8), q += 8;
+                if (off == 0xffffffffu && q + 8 <= 4 + fl) off = tn__le(f + q, 8);
+            }
+            x += 4 + fl;
+        }
+        p += 46 + nlen + xlen + clen;
+        if (nlen < 4 || memcmp(name + nlen - 4, ".npy", 4) != 0) continue;
+        char where[600];
+        snprintf(where, sizeof where, "%s member '%.*s'", s->where, (int)(nlen > 256 ? 256 : nlen), name);
+        if (flags & 1) { r = tn__err(TN_ERR_UNSUPPORTED, "%s: %s is encrypted", who, where); break; }
+        if (method != 0 && method != 8) {
+            r = tn__err(TN_ERR_UNSUPPORTED, "%s: %s: compression method %u (this reads 0, stored, and 8, deflate)", who, where, method);
+            break;
+        }
+        uint8_t lh[30];
+        if (!tn__src_read(s, off, lh, 30) || memcmp(lh, "PK\3\4", 4) != 0) {
+            r = tn__err(TN_ERR_INVALID, "%s: %s: its local header at byte %llu is missing", who, where, (unsigned long long)off);
+            break;
+        }
+        uint64_t data_off = off + 30 + tn__le(lh + 26, 2) + tn__le(lh + 28, 2);
+        if (method == 0 && csize != usize) {
+            r = tn__err(TN_ERR_INVALID, "%s: %s: stored, but its sizes differ (%llu, %llu)", who, where,
+                        (unsigned long long)csize, (unsigned long long)usize);
+            break;
+        }
+        if (data_off > s->len || csize > s->len - data_off) {
+            r = tn__err(TN_ERR_INVALID, "%s: %s is truncated: its %llu bytes at byte %llu lie past the end (%llu bytes)", who,
+                        where, (unsigned long long)csize, (unsigned long long)data_off, (unsigned long long)s->len);
+            break;
+        }
+        if (usize > (uint64_t)SIZE_MAX - 1) { r = tn__err(TN_ERR_OOM, "%s: %s: too large", who, where); break; }
+        uint8_t *comp = (uint8_t *)tn__malloc((size_t)csize);
+        uint8_t *data = method == 8 ? (uint8_t *)tn__malloc((size_t)usize) : comp;
+        if (!comp || !data) {
+            if (data != comp) tn__free(data);
+            tn__free(comp);
+            r = tn__err(TN_ERR_OOM, "%s: %s: out of memory for %llu bytes", who, where, (unsigned long long)usize);
+            break;
+        }
+        const char *bad = !tn__src_read(s, data_off, comp, csize) ? "reading it failed"
+                        : method == 8 ? tn__inflate_all(comp, (size_t)csize, data, (size_t)usize) : NULL;
+        if (bad) r = tn__err(TN_ERR_INVALID, "%s: %s: corrupt deflate data (%s)", who, where, bad);
+        else if (tn__crc32(0, data, (size_t)usize) != crc)
+            r = tn__err(TN_ERR_INVALID, "%s: %s: CRC-32 mismatch (the directory says %08x, the data has %08x)", who, where,
+                        (unsigned)crc, (unsigned)tn__crc32(0, data, (size_t)usize));
+        if (r == TN_OK) {
+            tn__src m;
+            tn__src_mem(who, data, (size_t)usize, &m);
+            m.where = where;
+            tn_array *a = tn__npy_parse(who, &m);
+            r = a ? tn__list_add(who, out, name, nlen - 4, a) : tn_last_result();
+        }
+        if (data != comp) tn__free(data);
+        tn__free(comp);
+    }
+    tn__free(cd);
+    return r;
+}
+
+static tn_result tn__npz_emit(const char *who, tn__sink *s, const tn__save_args *a) {
+    uint64_t *entry = (uint64_t *)tn__calloc((size_t)a->n + 1, 3 * sizeof(uint64_t));   /* offset, size, crc */
+    if (!entry) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    tn_result r = TN_OK;
+    for (int i = 0; i < a->n && r == TN_OK && !s->failed; i++) {
+        tn_array *h = tn__host_c_order(a->arrays[i]);
+        if (!h) { r = tn__err_in(who, tn_last_result()); break; }
+        tn__sink count;
+        memset(&count, 0, sizeof count);
+        count.crc_on = true;
+        tn__npy_put(&count, h);
+        size_t nlen = strlen(a->names[i]) + 4;
+        if (count.n >= 0xffffffffu || s->n >= 0xffffffffu || a->n > 0xfffe)
+            r = tn__err(TN_ERR_UNSUPPORTED, "%s: array '%s' (%llu bytes at byte %llu of %d arrays) needs ZIP64, which this "
+                        "does not write (the limits: 4 GiB, 65534 arrays)", who, a->names[i], (unsigned long long)count.n,
+                        (unsigned long long)s->n, a->n);
+        else {
+            entry[3 * i] = s->n, entry[3 * i + 1] = count.n, entry[3 * i + 2] = count.crc;
+            tn__sink_le(s, 0x04034b50u, 4);
+            tn__sink_le(s, 20, 2);                         /* version needed: 2.0 */
+            tn__sink_le(s, 0, 2);                          /* flags */
+            tn__sink_le(s, 0, 2);                          /* stored */
+            tn__sink_le(s, 0, 2);                          /* time 00:00 */
+            tn__sink_le(s, 0x21, 2);                       /* date 1980-01-01 */
+            tn__sink_le(s, count.crc, 4);
+            tn__sink_le(s, count.n, 4);
+            tn__sink_le(s, count.n, 4);
+            tn__sink_le(s, nlen, 2);
+            tn__sink_le(s, 0, 2);
+            tn__sink_put(s, a->names[i], nlen - 4);
+            tn__sink_put(s, ".npy", 4);
+            tn__npy_put(s, h);
+        }
+        tn_array_free(h);
+    }
+    uint64_t cd_off = s->n;
+    for (int i = 0; i < a->n && r == TN_OK; i++) {
+        size_t nlen = strlen(a->names[i]) + 4;
+        tn__sink_le(s, 0x02014b50u, 4);
+        tn__sink_le(s, 20, 2);                             /* made by: 2.0 */
+        tn__sink_le(s, 20, 2);
+        tn__sink_le(s, 0, 2);
+        tn__sink_le(s, 0, 2);
+        tn__sink_le(s, 0, 2);
+        tn__sink_le(s, 0x21, 2);
+        tn__sink_le(s, entry[3 * i + 2], 4);
+        tn__sink_le(s, entry[3 * i + 1], 4);
+        tn__sink_le(s, entry[3 * i + 1], 4);
+        tn__sink_le(s, nlen, 2);
+        tn__sink_le(s, 0, 2);                              /* extra */
+        tn__sink_le(s, 0, 2);                              /* comment */
+        tn__sink_le(s, 0, 2);                              /* disk */
+        tn__sink_le(s, 0, 2);                              /* internal attributes */
+        tn__sink_le(s, 0, 4);                              /* external attributes */
+        tn__sink_le(s, entry[3 * i], 4);
+        tn__sink_put(s, a->names[i], nlen - 4);
+        tn__sink_put(s, ".npy", 4);
+    }
+    if (r == TN_OK && s->n >= 0xffffffffu)
+        r = tn__err(TN_ERR_UNSUPPORTED, "%s: the file passes 4 GiB and needs ZIP64, which this does not write", who);
+    if (r == TN_OK) {
+        uint64_t cd_size = s->n - cd_off;
+        tn__sink_le(s, 0x06054b50u, 4);
+        tn__sink_le(s, 0, 4);                              /* disks */
+        tn__sink_le(s, (uint64_t)a->n, 2);
+        tn__sink_le(s, (uint64_t)a->n, 2);
+        tn__sink_le(s, cd_size, 4);
+        tn__sink_le(s, cd_off, 4);
+        tn__sink_le(s, 0, 2);
+    }
+    tn__free(entry);
+    return r;
+}
+
+TN_API tn_result tn_save_npz(const char *path, const char *const *names, const tn_array *const *arrays, int n) {
+    tn__save_args args = { names, arrays, n, NULL };
+    if (tn__save_check("tn_save_npz", &args, true) != TN_OK) return tn_last_result();
+    return tn__save_file("tn_save_npz", path, tn__npz_emit, &args);
+}
+
+TN_API tn_result tn_save_npz_mem(const char *const *names, const tn_array *const *arrays, int n, void **data, size_t *size) {
+    tn__save_args args = { names, arrays, n, NULL };
+    if (tn__save_check("tn_save_npz_mem", &args, true) != TN_OK) return tn_last_result();
+    return tn__save_mem("tn_save_npz_mem", data, size, tn__npz_emit, &args);
+}
+
+TN_API tn_result tn_load_npz(const char *path, tn_array_list *out) {
+    return tn__load_list("tn_load_npz", true, path, NULL, 0, out, tn__npz_parse);
+}
+TN_API tn_result tn_load_npz_mem(const void *data, size_t size, tn_array_list *out) {
+    return tn__load_list("tn_load_npz_mem", false, NULL, data, size, out, tn__npz_parse);
+}
+
+/* ---- safetensors: an 8-byte little-endian header size, a JSON header
+   {"name": {"dtype", "shape", "data_offsets"}, "__metadata__": {...}}, the data ---- */
+
+typedef struct tn__json { const char *s; size_t i, n; } tn__json;
+static void tn__js_ws(tn__json *j) {
+    while (j->i < j->n && (j->s[j->i] == ' ' || j->s[j->i] == '\t' || j->s[j->i] == '\n' || j->s[j->i] == '\r')) j->i++;
+}
+static bool tn__js_char(tn__json *j, char c) {
+    tn__js_ws(j);
+    if (j->i < j->n && j->s[j->i] == c) { j->i++; return true; }
+    return false;
+}
+/* A string into out (NULL: skipped), \u escapes as UTF-8. */
+static bool tn__js_string(tn__json *j, tn__sb *out) {
+    if (!tn__js_char(j, '"')) return false;
+    while (j->i < j->n && j->s[j->i] != '"') {
+        char c = j->s[j->i++];
+        if ((unsigned char)c < 0x20) return false;
+        if (c != '\\') { if (out) tn__sb_putn(out, &c, 1); continue; }
+        if (j->i >= j->n) return false;
+        c = j->s[j->i++];
+        const char *esc = strchr("\"\\/bfnrt", c);
+        if (esc && c) { char r = "\"\\/\b\f\n\r\t"[esc - "\"\\/bfnrt"]; if (out) tn__sb_putn(out, &r, 1); continue; }
+        if (c != 'u' || j->n - j->i < 4) return false;
+        unsigned cp = 0;
+        for (int k = 0; k < 4; k++) {
+            char h = j->s[j->i++];
+            int v = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            if (v < 0) return false;
+            cp = cp * 16 + (unsigned)v;
+        }
+        char u[3];
+        int k = cp < 0x80 ? 1 : cp < 0x800 ? 2 : 3;   /* a surrogate half is kept as its own 3 bytes */
+        if (k == 1) u[0] = (char)cp;
+        else if (k == 2) u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f));
+        else u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3f)), u[2] = (char)(0x80 | (cp & 0x3f));
+        if (out) tn__sb_putn(out, u, (size_t)k);
+    }
+    return j->i++ < j->n;
+}
+static bool tn__js_int(tn__json *j, int64_t *v) {
+    tn__js_ws(j);
+    uint64_t x = 0;
+    size_t i0 = j->i;
+    while (j->i < j->n && j->s[j->i] >= '0' && j->s[j->i] <= '9') {
+        unsigned d = (unsigned)(j->s[j->i++] - '0');
+        if (x > ((uint64_t)INT64_MAX - d) / 10) return false;
+        x = x * 10 + d;
+    }
+    *v = (int64_t)x;
+    return j->i > i0;
+}
+/* Skips any value (nested at most 64 deep). */
+static bool tn__js_skip(tn__json *j, int depth) {
+    tn__js_ws(j);
+    if (j->i >= j->n || depth > 64) return false;
+    char c = j->s[j->i];
+    if (c == '"') return tn__js_string(j, NULL);
+    if (c == '{' || c == '[') {
+        char close = c == '{' ? '}' : ']';
+        j->i++;
+        if (tn__js_char(j, close)) return true;
+        do {
+            if (c == '{' && (!tn__js_string(j, NULL) || !tn__js_char(j, ':'))) return false;
+            if (!tn__js_skip(j, depth + 1)) return false;
+        } while (tn__js_char(j, ','));
+        return tn__js_char(j, close);
+    }
+    size_t i0 = j->i;
+    while (j->i < j->n && strchr("+-.0123456789eEtruefalsn", j->s[j->i]) && j->s[j->i]) j->i++;
+    return j->i > i0;
+}
+/* A JSON object whose values are all strings (safetensors' __metadata__). */
+static bool tn__js_string_map(tn__json *j) {
+    if (!tn__js_char(j, '{')) return false;
+    if (tn__js_char(j, '}')) return true;
+    do {
+        if (!tn__js_string(j, NULL) || !tn__js_char(j, ':') || !tn__js_string(j, NULL)) return false;
+    } while (tn__js_char(j, ','));
+    return tn__js_char(j, '}');
+}
+
+/* One tensor's entry: {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]} */
+static tn_result tn__st_entry(const char *who, const tn__src *s, tn__json *j, const char *name, uint64_t data_start,
+                              tn_array_list *out) {
+    char dtype[32] = "";
+    int ndim = -1, noff = -1;
+    int64_t shape[TN_MAX_DIMS], offs[2];
+    const char *bad = NULL;
+    tn_result code = TN_ERR_INVALID;
+    tn__sb key;
+    memset(&key, 0, sizeof key);
+    if (!tn__js_char(j, '{')) bad = "it is not an object";
+    while (!bad && !tn__js_char(j, '}')) {
+        key.n = 0;
+        if (!tn__js_string(j, &key) || !tn__js_char(j, ':')) { bad = "a key is malformed"; break; }
+        const char *k = key.s ? key.s : "";
+        if (!strcmp(k, "dtype")) {
+            tn__sb v;
+            memset(&v, 0, sizeof v);
+            if (!tn__js_string(j, &v)) bad = "'dtype' is not a string";
+            else snprintf(dtype, sizeof dtype, "%s", v.s ? v.s : "");
+            tn__free(v.s);
+        } else if (!strcmp(k, "shape") || !strcmp(k, "data_offsets")) {
+            bool sh = k[0] == 's';
+            int64_t *dst = sh ? shape : offs;
+            int cap = sh ? TN_MAX_DIMS : 2, m = 0;
+            if (!tn__js_char(j, '[')) { bad = sh ? "'shape' is not a list" : "'data_offsets' is not a list"; break; }
+            if (!tn__js_char(j, ']')) {
+                do {
+                    int64_t v;
+                    if (!tn__js_int(j, &v)) { bad = "a list holds something other than non-negative ints that fit 64 bits"; code = sh ? TN_ERR_SHAPE : code; break; }
+                    if (m == cap) { bad = sh ? "'shape' has more dims than TN_MAX_DIMS (8)" : "'data_offsets' has more than 2 ints"; code = sh ? TN_ERR_SHAPE : code; break; }
+                    dst[m++] = v;
+                } while (tn__js_char(j, ','));
+                if (!bad && !tn__js_char(j, ']')) bad = "a list is malformed";
+            }
+            if (sh) ndim = m;
+            else noff = m;
+        } else if (!tn__js_skip(j, 0)) bad = "a value is malformed";
+        if (!bad && !tn__js_char(j, ',')) {
+            if (!tn__js_char(j, '}')) bad = "entries are not separated by commas";
+            break;
+        }
+    }
+    tn__free(key.s);
+    if (!bad && (!dtype[0] || ndim < 0 || noff != 2)) bad = "it lacks 'dtype', 'shape' or 'data_offsets' [begin, end]";
+    if (bad) return tn__err(code, "%s: %s: tensor '%s': %s", who, s->where, name, bad);
+    const tn__ftype *ft = NULL;
+    for (int i = 0; i < TN__N_FTYPES; i++)
+        if (!strcmp(tn__ftypes[i].st, dtype)) ft = &tn__ftypes[i];
+    if (!ft && !strcmp(dtype, "BF16"))
+        return tn__err(TN_ERR_DTYPE, "%s: %s: tensor '%s' has dtype BF16 (bfloat16), which the library does not have: save "
+                       "it as F32 or F16", who, s->where, name);
+    if (!ft)
+        return tn__err(TN_ERR_DTYPE, "%s: %s: tensor '%s' has dtype '%s', which is not supported: this reads BOOL, I8..I64, "
+                       "U8..U64, F16, F32, F64", who, s->where, name, dtype);
+    char sb[128];
+    if (!tn__extent_fits(ndim, shape))
+        return tn__err(TN_ERR_SHAPE, "%s: %s: tensor '%s': shape %s overflows (its byte size does not fit 64 bits)", who,
+                       s->where, name, tn__shape_str(ndim, shape, sb));
+    uint64_t bytes = (uint64_t)tn__shape_size(ndim, shape) * (uint64_t)ft->size;
+    if (offs[0] > offs[1] || (uint64_t)(offs[1] - offs[0]) != bytes)
+        return tn__err(TN_ERR_INVALID, "%s: %s: tensor '%s': data_offsets [%lld, %lld] do not span the %llu bytes of %s %s",
+                       who, s->where, name, (long long)offs[0], (long long)offs[1], (unsigned long long)bytes, dtype,
+                       tn__shape_str(ndim, shape, sb));
+    tn_array *a = tn__load_raw(who, s, data_start + (uint64_t)offs[0], ft, !tn__host_little(), false, ndim, shape, name);
+    return a ? tn__list_add(who, out, name, strlen(name), a) : tn_last_result();
+}
+
+static tn_result tn__st_parse(const char *who, const tn__src *s, tn_array_list *out) {
+    uint8_t pre[8];
+    if (!tn__src_read(s, 0, pre, 8))
+        return tn__err(TN_ERR_INVALID, "%s: %s is truncated: %llu bytes, shorter than the 8-byte header size", who, s->where,
+                       (unsigned long long)s->len);
+    uint64_t hlen = tn__le(pre, 8);
+    if (hlen > s->len - 8)
+        return tn__err(TN_ERR_INVALID, "%s: %s is truncated: the header size is %llu bytes, the input has %llu after it (not "
+                       "a safetensors file?)", who, s->where, (unsigned long long)hlen, (unsigned long long)(s->len - 8));
+    char *text = (char *)tn__malloc((size_t)hlen + 1);
+    if (!text) return tn__err(TN_ERR_OOM, "%s: %s: out of memory for a %llu-byte header", who, s->where, (unsigned long long)hlen);
+    if (!tn__src_read(s, 8, text, hlen)) { tn__free(text); return tn__err(TN_ERR_INVALID, "%s: %s: reading the header failed", who, s->where); }
+    text[hlen] = 0;
+    tn__json j = { text, 0, (size_t)hlen };
+    tn__sb name;
+    memset(&name, 0, sizeof name);
+    tn_result r = TN_OK;
+    if (!tn__js_char(&j, '{')) r = tn__err(TN_ERR_INVALID, "%s: %s: the header is not a JSON object (not a safetensors file?)", who, s->where);
+    while (r == TN_OK && !tn__js_char(&j, '}')) {
+        name.n = 0;
+        if (!tn__js_string(&j, &name) || !tn__js_char(&j, ':') || name.oom) {
+            r = tn__err(TN_ERR_INVALID, "%s: %s: malformed JSON header near byte %zu", who, s->where, j.i);
+            break;
+        }
+        const char *nm = name.s ? name.s : "";
+        if (!strcmp(nm, "__metadata__")) {
+            tn__js_ws(&j);
+            size_t b = j.i;
+            if (!tn__js_string_map(&j)) {
+                r = tn__err(TN_ERR_INVALID, "%s: %s: __metadata__ is not a JSON object of strings", who, s->where);
+                break;
+            }
+            tn__free(out->metadata);
+            out->metadata = (char *)tn__malloc(j.i - b + 1);
+            if (!out->metadata) { r = tn__err(TN_ERR_OOM, "%s: out of memory", who); break; }
+            memcpy(out->metadata, text + b, j.i - b);
+            out->metadata[j.i - b] = 0;
+        } else {
+            for (int i = 0; i < out->n && r == TN_OK; i++)
+                if (!strcmp(out->names[i], nm)) r = tn__err(TN_ERR_INVALID, "%s: %s: tensor '%s' appears twice", who, s->where, nm);
+            if (r == TN_OK) r = tn__st_entry(who, s, &j, nm, 8 + hlen, out);
+        }
+        if (r == TN_OK && !tn__js_char(&j, ',') && !tn__js_char(&j, '}')) {
+            r = tn__err(TN_ERR_INVALID, "%s: %s: malformed JSON header near byte %zu", who, s->where, j.i);
+            break;
+        } else if (r == TN_OK && j.s[j.i - 1] == '}') break;
+    }
+    tn__free(name.s);
+    tn__free(text);
+    return r;
+}
+
+static void tn__json_put_string(tn__sink *s, const char *str) {
+    tn__sink_put(s, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)str; *p; p++) {
+        char e[8];
+        if (*p == '"' || *p == '\\') { e[0] = '\\', e[1] = (char)*p; tn__sink_put(s, e, 2); }
+        else if (*p < 0x20) { snprintf(e, sizeof e, "\\u%04x", *p); tn__sink_put(s, e, 6); }
+        else tn__sink_put(s, p, 1);
+    }
+    tn__sink_put(s, "\"", 1);
+}
+
+/* The header, or (s NULL) its length. */
+static void tn__st_header(tn__sink *s, const tn__save_args *a) {
+    tn__sink_put(s, "{", 1);
+    if (a->metadata) {
+        tn__sink_put(s, "\"__metadata__\":", 15);
+        tn__sink_put(s, a->metadata, strlen(a->metadata));
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < a->n; i++) {
+        const tn_array *x = a->arrays[i];
+        char buf[64];
+        if (i || a->metadata) tn__sink_put(s, ",", 1);
+        tn__json_put_string(s, a->names[i]);
+        tn__sink_put(s, ":{\"dtype\":\"", 11);
+        tn__sink_put(s, tn__ftype_of(x->dtype)->st, strlen(tn__ftype_of(x->dtype)->st));
+        tn__sink_put(s, "\",\"shape\":[", 11);
+        for (int d = 0; d < x->ndim; d++) tn__sink_put(s, buf, (size_t)snprintf(buf, sizeof buf, "%s%lld", d ? "," : "", (long long)x->shape[d]));
+        uint64_t end = off + tn_array_nbytes(x);
+        tn__sink_put(s, buf, (size_t)snprintf(buf, sizeof buf, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off, (unsigned long long)end));
+        off = end;
+    }
+    tn__sink_put(s, "}", 1);
+}
+
+static tn_result tn__st_emit(const char *who, tn__sink *s, const tn__save_args *a) {
+    if (!tn__host_little())
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: safetensors is little-endian; this host is big-endian", who);
+    tn__sink count;
+    memset(&count, 0, sizeof count);
+    tn__st_header(&count, a);
+    uint64_t pad = (8 - count.n % 8) % 8;
+    tn__sink_le(s, count.n + pad, 8);
+    tn__st_header(s, a);
+    for (uint64_t i = 0; i < pad; i++) tn__sink_put(s, " ", 1);
+    for (int i = 0; i < a->n && !s->failed; i++) {
+        tn_array *h = tn__host_c_order(a->arrays[i]);
+        if (!h) return tn__err_in(who, tn_last_result());
+        tn__sink_put(s, h->data, tn_array_nbytes(h));
+        tn_array_free(h);
+    }
+    return TN_OK;
+}
+
+static tn_result tn__st_check(const char *who, const tn__save_args *a) {
+    if (tn__save_check(who, a, true) != TN_OK) return tn_last_result();
+    for (int i = 0; i < a->n; i++)
+        if (!strcmp(a->names[i], "__metadata__")) return tn__err(TN_ERR_INVALID, "%s: names[%d] is __metadata__, which safetensors reserves", who, i);
+    if (a->metadata) {
+        tn__json j = { a->metadata, 0, strlen(a->metadata) };
+        if (!tn__js_string_map(&j) || (tn__js_ws(&j), j.i != j.n))
+            return tn__err(TN_ERR_INVALID, "%s: metadata is not a JSON object of strings: %.100s", who, a->metadata);
+    }
+    return TN_OK;
+}
+
+TN_API tn_result tn_save_safetensors(const char *path, const char *const *names, const tn_array *const *arrays, int n,
+                                     const char *metadata) {
+    tn__save_args args = { names, arrays, n, metadata };
+    if (tn__st_check("tn_save_safetensors", &args) != TN_OK) return tn_last_result();
+    return tn__save_file("tn_save_safetensors", path, tn__st_emit, &args);
+}
+
+TN_API tn_result tn_save_safetensors_mem(const char *const *names, const tn_array *const *arrays, int n, const char *metadata,
+                                         void **data, size_t *size) {
+    tn__save_args args = { names, arrays, n, metadata };
+    if (tn__st_check("tn_save_safetensors_mem", &args) != TN_OK) return tn_last_result();
+    return tn__save_mem("tn_save_safetensors_mem", data, size, tn__st_emit, &args);
+}
+
+TN_API tn_result tn_load_safetensors(const char *path, tn_array_list *out) {
+    return tn__load_list("tn_load_safetensors", true, path, NULL, 0, out, tn__st_parse);
+}
+TN_API tn_result tn_load_safetensors_mem(const void *data, size_t size, tn_array_list *out) {
+    return tn__load_list("tn_load_safetensors_mem", false, NULL, data, size, out, tn__st_parse);
+}
+
+/* >>dlpack: DLPack export and import (the >>api_dlpack section). An export
+   is one block: the managed tensor, then its shape and strides; its
+   manager_ctx is a view of the array, which holds the buffer. An import
+   wraps the memory in a buffer that does not own it and whose last release
+   calls the managed tensor's deleter. */
+
+#if defined(__LP64__) && !defined(__cplusplus)
+_Static_assert(sizeof(DLTensor) == 48 && offsetof(DLTensor, byte_offset) == 40 &&
+               offsetof(DLManagedTensorVersioned, dl_tensor) == 32 && sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8,
+               "DLPack's layout");
+#endif
+
+typedef struct tn__dlpack_export {
+    DLManagedTensorVersioned mt;
+    int64_t shape[TN_MAX_DIMS], strides[TN_MAX_DIMS];
+} tn__dlpack_export;
+
+static void tn__dlpack_export_free(DLManagedTensorVersioned *mt) {
+    if (!mt) return;
+    tn_array_free((tn_array *)mt->manager_ctx);
+    tn__free(mt);
+}
+
+/* DLPack's code and bits of each dtype; TN_DTYPE_NONE where none. */
+static const struct { tn_dtype t; uint8_t code, bits; } tn__dl_types[] = {
+    { TN_BOOL, kDLBool, 8 }, { TN_I32, kDLInt, 32 }, { TN_I64, kDLInt, 64 },
+    { TN_F16, kDLFloat, 16 }, { TN_F32, kDLFloat, 32 }, { TN_F64, kDLFloat, 64 },
+};
+
+TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a) {
+    const char *W = "tn_array_to_dlpack";
+    if (tn__array_readable(a, W) != TN_OK) return NULL;
+    int k = 0;
+    while (k < (int)(sizeof tn__dl_types / sizeof tn__dl_types[0]) && tn__dl_types[k].t != a->dtype) k++;
+    if (k == (int)(sizeof tn__dl_types / sizeof tn__dl_types[0])) {
+        tn__err(TN_ERR_DTYPE, "%s: dtype %s has no DLPack type", W, tn_dtype_name(a->dtype));
+        return NULL;
+    }
+    tn__dlpack_export *e = (tn__dlpack_export *)tn__calloc(1, sizeof *e);
+    tn_array *v = e ? tn_array_view(a) : NULL;
+    if (!v) {
+        tn__free(e);
+        tn__err(TN_ERR_OOM, "%s: out of memory", W);
+        return NULL;
+    }
+    int64_t es = (int64_t)tn_dtype_size(a->dtype);
+    for (int d = 0; d < a->ndim; d++) {
+        e->shape[d] = a->shape[d];
+        e->strides[d] = a->strides[d] / es;          /* views step by whole elements */
+    }
+    char *base = a->base ? (char *)a->base->data : NULL, *first = (char *)a->data;
+    bool offset = base && first >= base;
+    DLTensor *t = &e->mt.dl_tensor;
+    t->data = offset ? base : first;
+    t->byte_offset = offset ? (uint64_t)(first - base) : 0;
+    t->device.device_type = a->device == TN_HOST ? kDLCPU : kDLCUDA;
+    t->device.device_id = a->device == TN_HOST ? 0 : a->device;
+    t->ndim = a->ndim;
+    t->dtype.code = tn__dl_types[k].code;
+    t->dtype.bits = tn__dl_types[k].bits;
+    t->dtype.lanes = 1;
+    t->shape = e->shape;
+    t->strides = e->strides;
+    e->mt.version.major = 1;
+    e->mt.version.minor = 0;
+    e->mt.manager_ctx = v;
+    e->mt.deleter = tn__dlpack_export_free;
+    return &e->mt;
+}
+
+static void tn__dlpack_release(void *ctx) {
+    DLManagedTensorVersioned *mt = (DLManagedTensorVersioned *)ctx;
+    if (mt->deleter) mt->deleter(mt);
+}
+
+TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt) {
+    const char *W = "tn_array_from_dlpack";
+    if (!mt) { tn__err(TN_ERR_NULL, "%s: mt is NULL", W); return NULL; }
+    if (mt->version.major != 1) {
+        tn__err(TN_ERR_UNSUPPORTED, "%s: DLPack major version %u (this takes 1)", W, (unsigned)mt->version.major);
+        return NULL;
+    }
+    const DLTensor *t = &mt->dl_tensor;
+    DLDataType dt = t->dtype;
+    tn_dtype type = TN_DTYPE_NONE;
+    for (size_t k = 0; k < sizeof tn__dl_types / sizeof tn__dl_types[0]; k++)
+        if (tn__dl_types[k].code == dt.code && tn__dl_types[k].bits == dt.bits) type = tn__dl_types[k].t;
+    if (type == TN_DTYPE_NONE || dt.lanes != 1) {
+        static const char *const codes[] = { "int", "uint", "float", "opaque handle", "bfloat", "complex", "bool" };
+        tn__err(TN_ERR_DTYPE, "%s: DLPack dtype %s%u%s (code %u, bits %u, lanes %u) has no dtype here: the library has bool, "
+                "int32, int64, float16, float32, float64, one lane", W, dt.code < 7 ? codes[dt.code] : "code ", (unsigned)dt.bits,
+                dt.lanes != 1 ? " with several lanes" : "", (unsigned)dt.code, (unsigned)dt.bits, (unsigned)dt.lanes);
+        return NULL;
+    }
+    int device;
+    switch ((int)t->device.device_type) {
+    case kDLCPU: case kDLCUDAHost: case kDLCUDAManaged: device = TN_HOST; break;
+    case kDLCUDA:
+        device = t->device.device_id;
+        if (device < 0 || !tn__lib.device_ops) {
+            tn__err(TN_ERR_DEVICE, "%s: a kDLCUDA tensor on device %d, but %s", W, device,
+                    device < 0 ? "that is no CUDA ordinal" : "no CUDA back end is loaded (include tensor_cuda.h; a GPU is needed)");
+            return NULL;
+        }
+        break;
+    default:
+        tn__err(TN_ERR_UNSUPPORTED, "%s: DLPack device type %d (this takes kDLCPU 1, kDLCUDA 2, kDLCUDAHost 3, "
+                "kDLCUDAManaged 13)", W, (int)t->device.device_type);
+        return NULL;
+    }
+    if (t->ndim < 0 || t->ndim > TN_MAX_DIMS) {
+        tn__err(TN_ERR_SHAPE, "%s: ndim %d is outside [0, TN_MAX_DIMS = %d]", W, (int)t->ndim, TN_MAX_DIMS);
+        return NULL;
+    }
+    if (t->ndim > 0 && !t->shape) { tn__err(TN_ERR_NULL, "%s: shape is NULL for ndim %d", W, (int)t->ndim); return NULL; }
+    if (tn__check_shape(W, type, t->ndim, t->shape) != TN_OK) return NULL;
+    int64_t es = (int64_t)tn_dtype_size(type), strides[TN_MAX_DIMS];
+    if (t->strides) {
+        for (int d = 0; d < t->ndim; d++) {
+            if (t->strides[d] > INT64_MAX / 16 || t->strides[d] < -(INT64_MAX / 16)) {
+                tn__err(TN_ERR_SHAPE, "%s: stride %lld of dim %d overflows in bytes", W, (long long)t->strides[d], d);
+                return NULL;
+            }
+            strides[d] = t->strides[d] * es;
+        }
+    } else tn__contiguous_strides(type, t->ndim, t->shape, strides);
+    if (!t->data && tn__shape_size(t->ndim, t->shape) > 0) { tn__err(TN_ERR_NULL, "%s: data is NULL", W); return NULL; }
+    char *first = (char *)t->data + t->byte_offset;
+    tn_buffer *b = tn__buffer_borrow(first, 0, device);
+    if (!b) { tn__err(TN_ERR_OOM, "%s: out of memory", W); return NULL; }
+    tn_array *a = tn__array_or_err(tn__array_from_buffer(b, type, t->ndim, t->shape, strides, first, device), W);
+    if (a) {
+        b->on_release = tn__dlpack_release;
+        b->release_ctx = mt;
+    }
+    tn__buffer_release(b);
+    return a;
+}
+
+/* >>print: NumPy's str() of an array (numpy/core/arrayprint.py), under
+   its print options (precision 8, linewidth 75, threshold 1000, edgeitems 3
+   by default; tn_set_print_options). Floats print the shortest digits that
+   read back as the same value of their dtype, at most `precision` after the
+   point; a column switches to scientific notation when max >= 1e8,
+   min < 1e-4 or max/min > 1e3 (nonzero |values|). An array of more than
+   `threshold` elements shows `edgeitems` at each end of every axis longer
+   than twice that. */
+
+static pthread_mutex_t tn__print_mu = PTHREAD_MUTEX_INITIALIZER;
+static tn_print_options tn__print_opts = { 8, 1000, 3, 75 };
+
+TN_API tn_print_options tn_get_print_options(void) {
+    pthread_mutex_lock(&tn__print_mu);
+    tn_print_options o = tn__print_opts;
+    pthread_mutex_unlock(&tn__print_mu);
+    return o;
+}
+
+static tn_result tn__print_options_check(const char *who, const tn_print_options *o) {
+    if (o->precision < 0 || o->precision > 100) return tn__err(TN_ERR_INVALID, "%s: precision %d is outside [0, 100]", who, o->precision);
+    if (o->threshold < 0) return tn__err(TN_ERR_INVALID, "%s: threshold %lld is negative", who, (long long)o->threshold);
+    if (o->edgeitems < 1) return tn__err(TN_ERR_INVALID, "%s: edgeitems %d is below 1", who, o->edgeitems);
+    if (o->linewidth < 1) return tn__err(TN_ERR_INVALID, "%s: linewidth %d is below 1", who, o->linewidth);
+    return TN_OK;
+}
+
+TN_API tn_result tn_set_print_options(const tn_print_options *o) {
+    static const tn_print_options numpy = { 8, 1000, 3, 75 };
+    if (o && tn__print_options_check("tn_set_print_options", o) != TN_OK) return tn_last_result();
+    pthread_mutex_lock(&tn__print_mu);
+    tn__print_opts = o ? *o : numpy;
+    pthread_mutex_unlock(&tn__print_mu);
+    return TN_OK;
+}
 
 static void tn__sb_spaces(tn__sb *s, int n) { for (int i = 0; i < n; i++) tn__sb_putn(s, " ", 1); }
 
@@ -2787,6 +4129,7 @@ typedef struct tn__fmt {
     bool sci;
     int pad_left, pad_right, precision, exp_size;
     int int_width;
+    int maxprec, edge;          /* the options' precision and edgeitems */
 } tn__fmt;
 
 /* Fewest significant digits (1..17) that read back as v in dtype t. */
@@ -2810,7 +4153,7 @@ static void tn__float_parts(const tn__fmt *f, double v, char *ip, char *fp, char
     int p = tn__shortest_digits(v, f->t);
     ep[0] = 0;
     if (f->sci) {
-        int frac = p - 1 > 8 ? 8 : p - 1;
+        int frac = p - 1 > f->maxprec ? f->maxprec : p - 1;
         snprintf(buf, sizeof buf, "%.*e", frac, v);
         char *e = strchr(buf, 'e');
         strcpy(ep, e + 1);
@@ -2819,7 +4162,7 @@ static void tn__float_parts(const tn__fmt *f, double v, char *ip, char *fp, char
         snprintf(buf, sizeof buf, "%.*e", p - 1, v);
         int e10 = atoi(strchr(buf, 'e') + 1);
         int frac = p - 1 - e10;
-        frac = frac < 0 ? 0 : frac > 8 ? 8 : frac;
+        frac = frac < 0 ? 0 : frac > f->maxprec ? f->maxprec : frac;
         snprintf(buf, sizeof buf, "%.*f", frac, v);
     }
     char *dot = strchr(buf, '.');
@@ -2834,12 +4177,12 @@ static void tn__float_parts(const tn__fmt *f, double v, char *ip, char *fp, char
 
 /* Walks the elements that will be shown (edges only when summarising). */
 typedef void (*tn__visit_fn)(void *ctx, const char *p);
-static void tn__visit_shown(const tn_array *a, int d, const char *p, bool summary, tn__visit_fn fn, void *ctx) {
+static void tn__visit_shown(const tn_array *a, int d, const char *p, bool summary, int edge, tn__visit_fn fn, void *ctx) {
     if (d == a->ndim) { fn(ctx, p); return; }
     int64_t n = a->shape[d];
     for (int64_t i = 0; i < n; i++) {
-        if (summary && n > 6 && i == 3) i = n - 3;
-        tn__visit_shown(a, d + 1, p + i * a->strides[d], summary, fn, ctx);
+        if (summary && n > 2 * (int64_t)edge && i == edge) i = n - edge;
+        tn__visit_shown(a, d + 1, p + i * a->strides[d], summary, edge, fn, ctx);
     }
 }
 
@@ -2885,13 +4228,15 @@ static void tn__fmt_visit(void *ctx, const char *p) {
     if (le > f->exp_size) f->exp_size = le;
 }
 
-static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary) {
+static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary, const tn_print_options *o) {
     memset(f, 0, sizeof *f);
     f->t = h->dtype;
+    f->maxprec = o->precision;
+    f->edge = o->edgeitems;
     tn__fmt_stats st;
     memset(&st, 0, sizeof st);
     st.f = f;
-    tn__visit_shown(h, 0, (const char *)h->data, summary, tn__fmt_visit, &st);
+    tn__visit_shown(h, 0, (const char *)h->data, summary, f->edge, tn__fmt_visit, &st);
     if (f->t == TN_BOOL) { f->int_width = 5; return; }
     if (!tn_dtype_is_float(f->t)) {
         char b1[32], b2[32];
@@ -2901,7 +4246,7 @@ static void tn__fmt_init(tn__fmt *f, const tn_array *h, bool summary) {
     }
     if (st.any_finite_nonzero && (st.max_abs >= 1e8 || st.min_abs < 1e-4 || st.max_abs / st.min_abs > 1e3)) f->sci = true;
     st.pass = 1;
-    tn__visit_shown(h, 0, (const char *)h->data, summary, tn__fmt_visit, &st);
+    tn__visit_shown(h, 0, (const char *)h->data, summary, f->edge, tn__fmt_visit, &st);
     f->pad_right = f->sci ? f->exp_size + 2 + f->precision : f->precision;
     if (st.any_nonfinite) {
         int offset = f->pad_right + 1, inflen = 3 + st.neg_inf;
@@ -2962,8 +4307,8 @@ static void tn__fmt_rec(const tn__fmt *f, const tn_array *a, int d, const char *
                         int width, tn__sb *out) {
     if (d == a->ndim) { tn__fmt_elem(f, p, out); return; }
     int64_t n = a->shape[d];
-    bool show = summary && n > 6;
-    int64_t lead = show ? 3 : 0, trail = show ? 3 : n;
+    bool show = summary && n > 2 * (int64_t)f->edge;
+    int64_t lead = show ? f->edge : 0, trail = show ? f->edge : n;
     int axes_left = a->ndim - d;
     tn__sb s = {0};
     tn__sb_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
@@ -3036,19 +4381,21 @@ static void tn__fmt_scalar(const tn_array *h, tn__sb *out) {
     tn__sb_puts(out, buf);
 }
 
-static tn_result tn__array_format(const tn_array *a, tn__sb *out, const char *who) {
+static tn_result tn__array_format(const tn_array *a, const tn_print_options *o, tn__sb *out, const char *who) {
     tn_result r = tn__array_readable(a, who);
     if (r != TN_OK) return r;
+    tn_print_options cur = o ? *o : tn_get_print_options();
+    if (tn__print_options_check(who, &cur) != TN_OK) return tn_last_result();
     tn_array *h = tn__host_view(a, who);
     if (!h) return tn_last_result();
     int64_t n = tn_array_size(h);
     if (h->ndim == 0) tn__fmt_scalar(h, out);
     else if (n == 0) tn__sb_puts(out, "[]");
     else {
-        bool summary = n > 1000;
+        bool summary = n > cur.threshold;
         tn__fmt f;
-        tn__fmt_init(&f, h, summary);
-        tn__fmt_rec(&f, h, 0, (const char *)h->data, summary, 1, 75, out);
+        tn__fmt_init(&f, h, summary, &cur);
+        tn__fmt_rec(&f, h, 0, (const char *)h->data, summary, 1, cur.linewidth, out);
     }
     tn_array_free(h);
     if (out->oom) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
@@ -3057,7 +4404,7 @@ static tn_result tn__array_format(const tn_array *a, tn__sb *out, const char *wh
 
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
     tn__sb s = {0};
-    if (tn__array_format(a, &s, "tn_array_snprint") != TN_OK) { tn__free(s.s); if (buf && cap) buf[0] = 0; return -1; }
+    if (tn__array_format(a, NULL, &s, "tn_array_snprint") != TN_OK) { tn__free(s.s); if (buf && cap) buf[0] = 0; return -1; }
     int n = (int)s.n;
     if (buf && cap) {
         size_t k = s.n < cap - 1 ? s.n : cap - 1;
@@ -3068,13 +4415,17 @@ TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
     return n;
 }
 
-TN_API tn_result tn_array_print(const tn_array *a, FILE *out) {
-    if (!out) return tn__err(TN_ERR_NULL, "tn_array_print: out is NULL");
+static tn_result tn__array_print(const tn_array *a, const tn_print_options *o, FILE *out, const char *who) {
+    if (!out) return tn__err(TN_ERR_NULL, "%s: out is NULL", who);
     tn__sb s = {0};
-    tn_result r = tn__array_format(a, &s, "tn_array_print");
+    tn_result r = tn__array_format(a, o, &s, who);
     if (r == TN_OK) { fwrite(s.s, 1, s.n, out); fputc('\n', out); }
     tn__free(s.s);
     return r;
+}
+TN_API tn_result tn_array_print(const tn_array *a, FILE *out) { return tn__array_print(a, NULL, out, "tn_array_print"); }
+TN_API tn_result tn_array_print_with(const tn_array *a, const tn_print_options *o, FILE *out) {
+    return tn__array_print(a, o, out, "tn_array_print_with");
 }
 
 /* >>graph ============================================================= */
@@ -9881,6 +11232,62 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
 }
 
 /* >>printers ========================================================== */
+
+/* >>print_info: tn_print_info (the >>api_printing section) */
+static const char *tn__simd_target(void) {
+#if defined(__AVX512F__)
+    return "x86-64 AVX-512F" " AVX2 FMA";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "x86-64 AVX2 FMA";
+#elif defined(__AVX2__)
+    return "x86-64 AVX2";
+#elif defined(__AVX__)
+    return "x86-64 AVX";
+#elif defined(__SSE4_2__)
+    return "x86-64 SSE4.2";
+#elif defined(__SSE2__)
+    return "x86-64 SSE2 (the baseline: build with -march=native for more)";
+#elif defined(__ARM_FEATURE_SVE)
+    return "AArch64 NEON SVE";
+#elif defined(__ARM_NEON)
+    return "NEON";
+#else
+    return "none the compiler advertised";
+#endif
+}
+
+TN_API tn_result tn_print_info(FILE *out) {
+    if (!out) return tn__err(TN_ERR_NULL, "tn_print_info: out is NULL");
+    const tn_config *cfg = tn_get_config();
+    const char *blas = tn__blas_name();
+    tn__sb b = { 0 };
+    tn__sb_printf(&b, "tensor.h %s\n", TN_VERSION);
+#if defined(__clang__)
+    tn__sb_printf(&b, "  compiler:     clang %d.%d.%d", __clang_major__, __clang_minor__, __clang_patchlevel__);
+#elif defined(__GNUC__)
+    tn__sb_printf(&b, "  compiler:     gcc %d.%d.%d", __GNUC__, __GNUC_MINOR__, __GNUC_PATCHLEVEL__);
+#else
+    tn__sb_puts(&b, "  compiler:     unknown");
+#endif
+    tn__sb_printf(&b, ", SIMD: %s%s\n", tn__simd_target(),
+#ifdef __OPTIMIZE__
+                  ""
+#else
+                  " (built without optimisation)"
+#endif
+    );
+    tn__sb_printf(&b, "  CPU threads:  %d\n", tn__num_threads());
+    tn__sb_printf(&b, "  BLAS:         %s\n", blas ? blas : "built-in kernels (no CBLAS library loaded)");
+    tn__sb_printf(&b, "  floatX:       %s\n", tn_dtype_name(cfg->floatX));
+    if (tn__lib.info_hook) tn__lib.info_hook(&b);
+    else tn__sb_puts(&b, "  GPU:          none: the CUDA back end is not compiled in (include tensor_cuda.h where "
+                         "TENSOR_IMPLEMENTATION is defined)\n  kernel cache: none (no GPU back end)\n");
+    if (b.oom) { tn__free(b.s); return tn__err(TN_ERR_OOM, "tn_print_info: out of memory"); }
+    fputs(b.s, out);
+    tn__free(b.s);
+    return TN_OK;
+}
+
 /* Graphviz pictures of graphs, as Theano's pydotprint.
    Variables are ellipses (inputs blue, shared variables green, constants
    grey, function outputs white; after a call, with the shapes of that call); ops are boxes (white on the CPU, green on a

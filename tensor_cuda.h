@@ -312,6 +312,7 @@ enum {
     X(cublasSetStream_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__CUstream stream), 1) \
     X(cublasSetMathMode, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasMath_t mode), 1) \
     X(cublasGetStatusString, const char *, (tn__cublasStatus_t status), 0) \
+    X(cublasGetProperty, tn__cublasStatus_t, (unsigned int type, int *value), 0) \
     X(cublasSetWorkspace_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, void *workspace, size_t bytes), 0) \
     X(cublasSgemm_v2, tn__cublasStatus_t, (tn__cublasHandle_t handle, tn__cublasOperation_t ta, tn__cublasOperation_t tb, \
         int m, int n, int k, const float *alpha, const float *A, int lda, const float *B, int ldb, \
@@ -4991,10 +4992,41 @@ static tn_result tn__cuda_device_init(const tn_config *cfg) {
     return TN_OK;
 }
 
+/* tn_print_info's GPU lines: the configured device, the driver, NVRTC,
+   cuBLAS (loaded here if it was not yet) and NCCL when loaded, and the kernel
+   cache directory; without a GPU, why not. */
+static void tn__cuda_info(tn__sb *out) {
+    tn__cuda_dev *D = tn_cuda_init() == TN_OK ? tn__cuda_dev_get(tn__cuda.ordinal) : NULL;
+    if (!D) {
+        tn__sb_printf(out, "  GPU:          none: %s\n", tn__cuda.status);
+        tn_clear_error();
+    } else {
+        int v[3] = { 0, 0, 0 };
+        bool blas = tn__cublas_load() == TN_OK;
+        for (unsigned k = 0; blas && k < 3 && tn__cuda.blas.cublasGetProperty; k++)
+            if (tn__cuda.blas.cublasGetProperty(k, &v[k]) != 0) v[k] = -1;
+        tn__sb_printf(out, "  GPU:          cuda%d of %d: %s (%s, %d SMs)\n", D->ordinal, tn__cuda.device_count, D->name,
+                      D->arch, D->sm_count);
+        tn__sb_printf(out, "  driver:       CUDA %d.%d\n", tn__cuda.driver_version / 1000, tn__cuda.driver_version % 1000 / 10);
+        tn__sb_printf(out, "  NVRTC:        %d.%d (%s)\n", tn__nvrtc.major, tn__nvrtc.minor, tn__nvrtc.path);
+        if (!blas) tn__sb_printf(out, "  cuBLAS:       none: %s\n", tn_last_error());
+        else if (v[0] > 0) tn__sb_printf(out, "  cuBLAS:       %d.%d.%d (%s)\n", v[0], v[1], v[2], tn__cuda.cublas_path);
+        else tn__sb_printf(out, "  cuBLAS:       %s\n", tn__cuda.cublas_path);
+        if (tn_nccl_version() > 0) tn__sb_printf(out, "  NCCL:         %d\n", tn_nccl_version());
+        tn_clear_error();
+    }
+    char *dir = tn__cuda_cache_dir();
+    tn__sb_printf(out, "  kernel cache: %s\n", dir ? dir : "none (no cache_dir, XDG_CACHE_HOME or HOME)");
+    tn__free(dir);
+}
+
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((constructor))
 #endif
-static void tn__cuda_hook_ctor(void) { tn__lib.device_init_hook = tn__cuda_device_init; }
+static void tn__cuda_hook_ctor(void) {
+    tn__lib.device_init_hook = tn__cuda_device_init;
+    tn__lib.info_hook = tn__cuda_info;
+}
 
 /* tn_shutdown: every opened device's caches go back to the driver (its
    context, home stream and properties stay: the next tn_init reuses them). */

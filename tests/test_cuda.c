@@ -260,6 +260,40 @@ TEST(test_alloc_on_gpu) {
     tn_array_free(xv); tn_array_free(sv);
 }
 
+/* DLPack on the device: a device array exports as kDLCUDA on its ordinal,
+   with its device pointer, and comes back as a device array on the same
+   memory; the deleter runs once, after the last array is freed. */
+static int dl_deletes;
+static void (*dl_inner)(DLManagedTensorVersioned *);
+static void dl_counting(DLManagedTensorVersioned *mt) { dl_deletes++; dl_inner(mt); }
+TEST(test_dlpack_on_gpu) {
+    int64_t shape[2] = { 33, 70 };
+    tn_array *h = tn_array_rand_uniform(TN_F32, 2, shape, -1, 1, 11), *d = tn__array_alloc(TN_F32, 2, shape, DEV);
+    CHECK(d && tn_array_assign(d, h) == TN_OK, "to the device: %s", tn_last_error());
+    tn_array *dv = d ? tn_array_slice(d, 1, 3, 70, 2) : NULL;
+    DLManagedTensorVersioned *mt = dv ? tn_array_to_dlpack(dv) : NULL;
+    CHECK(mt && mt->dl_tensor.device.device_type == kDLCUDA && mt->dl_tensor.device.device_id == DEV &&
+          (char *)mt->dl_tensor.data + mt->dl_tensor.byte_offset == (char *)dv->data && mt->dl_tensor.strides[1] == 2,
+          "kDLCUDA on device %d, the view's pointer and strides: %s", DEV, tn_last_error());
+    if (!mt) { tn_array_free(dv); tn_array_free(d); tn_array_free(h); return; }
+    dl_deletes = 0;
+    dl_inner = mt->deleter;
+    mt->deleter = dl_counting;
+    tn_array *b = tn_array_from_dlpack(mt);
+    CHECK(b && b->device == DEV && b->data == dv->data, "imported on the device without a copy: %s", tn_last_error());
+    tn_array_free(dv);
+    tn_array_free(d);
+    tn_array *back = b ? tn_array_to_host(b) : NULL;
+    bool same = back && back->shape[0] == 33 && back->shape[1] == 34;
+    for (int i = 0; same && i < 33; i++)
+        for (int j = 0; j < 34; j++) same = same && tn_array_get(back, (int64_t[]){ i, j }) == tn_array_get(h, (int64_t[]){ i, 3 + 2 * j });
+    CHECK(same, "the device values, read back through the import");
+    tn_array_free(back);
+    tn_array_free(b);
+    CHECK(dl_deletes == 1, "deleted once (%d)", dl_deletes);
+    tn_array_free(h);
+}
+
 /* A shared variable moved to the device by one function stays readable by a
    function compiled with FAST_COMPILE (placement runs in every mode). */
 TEST(test_fast_compile_reads_device_shared) {
@@ -306,6 +340,7 @@ int main(void) {
     TH_RUN(test_out_of_memory_is_an_error);
     TH_RUN(test_alloc_on_gpu);
     TH_RUN(test_fast_compile_reads_device_shared);
+    TH_RUN(test_dlpack_on_gpu);
     tn_shutdown();
     TH_END();
 }

@@ -57,6 +57,22 @@ TEST(test_cuda_without_driver_says_why_once) {
           "the ordinal is named: '%s'", last_warn);
 }
 
+/* tn_print_info without a GPU: the reason, and the kernel cache directory the disk cache would use. */
+TEST(test_info_says_why_no_gpu) {
+    init_with(TN_DEVICE_AUTO, 0);
+    setenv("XDG_CACHE_HOME", "/tmp/tn_info_cache", 1);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    CHECK(tn_print_info(m) == TN_OK, "%s", tn_last_error());
+    fclose(m);
+    CHECK(buf && strstr(buf, "  GPU:          none: libcuda.so.1 was not found (no NVIDIA driver)\n"), "the reason:\n%s", buf);
+    CHECK(buf && strstr(buf, "  kernel cache: /tmp/tn_info_cache/tensor\n"), "the cache directory:\n%s", buf);
+    CHECK(buf && !strstr(buf, "not compiled in"), "the back end is compiled in");
+    free(buf);
+    unsetenv("XDG_CACHE_HOME");
+}
+
 TEST(test_stub_driver) {
     const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
     FILE *f = fopen(stub, "rb");
@@ -143,6 +159,7 @@ int main(void) {
     TH_RUN(test_cpu_never_loads_cuda);
     TH_RUN(test_auto_without_driver_is_silent);
     TH_RUN(test_cuda_without_driver_says_why_once);
+    TH_RUN(test_info_says_why_no_gpu);
     TH_RUN(test_stub_driver);
     TH_RUN(test_long_cuda_path_is_searched_whole);
     TH_RUN(test_compile_for_device_without_gpu);
