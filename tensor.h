@@ -41,6 +41,12 @@
 #ifndef TENSOR_H
 #define TENSOR_H
 
+/* The version (CHANGELOG.md); the CMake package and tensor.pc read TENSOR_VERSION. */
+#define TENSOR_VERSION_MAJOR 0
+#define TENSOR_VERSION_MINOR 1
+#define TENSOR_VERSION_PATCH 0
+#define TENSOR_VERSION "0.1.0"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
