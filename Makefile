@@ -55,7 +55,7 @@ $(BUILD):
 	mkdir -p $(BUILD)
 
 test: $(TESTS) $(CXXTESTS)
-	@tests/run.sh tests/check_house.sh tests/check_run.sh $(TESTS) $(CXXTESTS)
+	@tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh $(TESTS) $(CXXTESTS)
 
 test-gpu:
 	tests/gpu/run_gpu.sh

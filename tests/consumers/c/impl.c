@@ -1,0 +1,5 @@
+/* The one file of the program that compiles the implementation (the CMake
+   builds generate theirs with tensor_add_implementation). */
+#define TENSOR_IMPLEMENTATION
+#include <tensor.h>
+#include <tensor_cuda.h>
