@@ -41,10 +41,9 @@ $(addprefix $(BUILD)/,$(SELF_TESTS)): $(BUILD)/%: tests/%.c tests/harness.h $(HE
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)
-$(BUILD)/cxx_impl.o: tests/cxx_impl.c $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -c -o $@ $<
-$(BUILD)/%: tests/%.cpp $(BUILD)/cxx_impl.o $(HEADERS) | $(BUILD)
-	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/cxx_impl.o $(LDLIBS)
+# C++ tests link the implementation compiled as C (tensor_cpu.o).
+$(BUILD)/%: tests/%.cpp $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
+	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 # Examples share one compiled implementation here (the headers' _DONE guards
 # skip each file's own); make test-examples checks the one-command builds.
 $(BUILD)/tensor_impl.o: $(HEADERS) | $(BUILD)

@@ -5,7 +5,7 @@
 # CMake's add_subdirectory, through find_package after the install (a version
 # it cannot meet fails), and through pkg-config with a plain cc; a C++ program
 # (tests/consumers/cxx) includes the headers as C++11 and C++17 and links the
-# implementation compiled as C. Every build is warning-free (-Wall -Wextra
+# C project's implementation file, compiled as C. Every build is warning-free (-Wall -Wextra
 # -Werror), with gcc and with clang when it is installed. Each program checks
 # its own result and prints OK. Prints "N passed, N failed" like the tests.
 cd "$(dirname "$0")/.." || exit 1
@@ -51,10 +51,9 @@ consumer() {
     pc="env PKG_CONFIG_PATH=$tmp/make/share/pkgconfig pkg-config tensor"
     step "$cc: pkg-config build" sh -c "$cc -std=c11 $WARN \$($pc --cflags) -c -o '$b/impl.o' tests/consumers/c/impl.c \
             && $cc -std=c11 $WARN \$($pc --cflags) -o '$b/consumer' tests/consumers/c/main.c '$b/impl.o' \$($pc --libs)" \
-        && step "$cc: pkg-config program" runs_ok "$b/consumer"
-    step "$cc: C++ implementation" sh -c "$cc -std=c11 $WARN \$($pc --cflags) -c -o '$b/cxx_impl.o' tests/consumers/cxx/impl.c" || return
-    for std in c++11 c++17; do
-        step "$cxx -std=$std" sh -c "$cxx -std=$std $WARN \$($pc --cflags) -o '$b/cxx_$std' tests/consumers/cxx/main.cpp '$b/cxx_impl.o' \$($pc --libs)" \
+        && step "$cc: pkg-config program" runs_ok "$b/consumer" || return
+    for std in c++11 c++17; do    # the C project's implementation file, compiled as C above
+        step "$cxx -std=$std" sh -c "$cxx -std=$std $WARN \$($pc --cflags) -o '$b/cxx_$std' tests/consumers/cxx/main.cpp '$b/impl.o' \$($pc --libs)" \
             && step "$cxx -std=$std program" runs_ok "$b/cxx_$std"
     done
 }

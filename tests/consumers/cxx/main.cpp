@@ -1,7 +1,9 @@
 // A C++ program using tensor.h: the headers are included from C++, the
-// implementation is compiled as C in impl.c. Checked as C++11 and C++17 by
-// tests/check_consumers.sh. Computes max(a * b - 1) and compares it with a loop.
+// implementation is compiled as C (tests/consumers/c/impl.c). Checked as C++11
+// and C++17 by tests/check_consumers.sh. Computes max(a * b - 1) and compares
+// it with a loop.
 #include <tensor.h>
+#include <tensor_cuda.h>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -27,7 +29,8 @@ int main() {
     double got = tn_array_get(out, nullptr);
     tn_array_free(out); tn_array_free(in[0]); tn_array_free(in[1]); tn_function_free(f); tn_graph_free(g);
 
-    std::printf("tensor.h %s from C++%ld: max = %g, loop %g\n", TENSOR_VERSION, long(__cplusplus / 100 % 100), got, double(want));
+    std::printf("tensor.h %s from C++%ld: max = %g, loop %g (GPU: %s)\n", TENSOR_VERSION, long(__cplusplus / 100 % 100), got, double(want),
+                tn_cuda_status());
     if (got != double(want)) { std::printf("FAIL: the maxima differ\n"); return 1; }
     std::printf("OK\n");
     return 0;
