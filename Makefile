@@ -16,7 +16,7 @@ TESTS    = $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 CXXTESTS = $(patsubst tests/%.cpp,$(BUILD)/%,$(wildcard tests/test_*.cpp))
 EXAMPLES = $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 
-.PHONY: all test test-gpu test-examples sanitize tsan fuzz fuzz-libfuzzer examples bench run clean
+.PHONY: all install uninstall test test-gpu test-examples sanitize tsan fuzz fuzz-libfuzzer examples bench run clean
 all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 
 # Build once: the implementation is compiled once per build folder (its
@@ -49,7 +49,7 @@ $(addprefix $(BUILD)/,$(SELF_CUDA)): $(BUILD)/self_cuda
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)
-# C++ tests link the implementation compiled as C.
+# C++ tests link the implementation compiled as C (tensor_cpu.o).
 $(BUILD)/%: tests/%.cpp $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
 	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 # Examples share one compiled implementation here (the headers' _DONE guards
@@ -62,7 +62,7 @@ $(BUILD):
 	mkdir -p $(BUILD)
 
 test: $(TESTS) $(CXXTESTS)
-	@tests/run.sh tests/check_house.sh tests/check_run.sh $(TESTS) $(CXXTESTS)
+	@tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh $(TESTS) $(CXXTESTS)
 
 test-gpu:
 	tests/gpu/run_gpu.sh
@@ -107,6 +107,32 @@ tsan:
 	@TSAN_OPTIONS="halt_on_error=1 $(TSAN_OPTIONS)" tests/run.sh $(TSAN_TESTS)
 
 examples: $(EXAMPLES)
+
+# Install the headers, tensor.pc and the CMake package (what cmake --install
+# writes, from the same templates in cmake/; README, "Use it in your project").
+# The package files find the headers relative to where they lie.
+PREFIX  ?= /usr/local
+VERSION := $(shell sed -n 's/^\#define TENSOR_VERSION "\([0-9.]*\)"$$/\1/p' tensor.h)
+VERSION_PARTS = $(subst ., ,$(VERSION))
+INCDIR   = $(DESTDIR)$(PREFIX)/include
+PCDIR    = $(DESTDIR)$(PREFIX)/share/pkgconfig
+CMAKEDIR = $(DESTDIR)$(PREFIX)/share/cmake/tensor
+FILL     = sed -e 's|@TENSOR_VERSION@|$(VERSION)|g' -e 's|@TENSOR_VERSION_MAJOR@|$(word 1,$(VERSION_PARTS))|g' \
+               -e 's|@TENSOR_VERSION_MINOR@|$(word 2,$(VERSION_PARTS))|g' \
+               -e 's|@TENSOR_PC_INCLUDEDIR@|$${pcfiledir}/../../include|g' \
+               -e 's|@TENSOR_CONFIG_INCLUDEDIR@|$${CMAKE_CURRENT_LIST_DIR}/../../../include|g'
+install:
+	@test -n "$(VERSION)" || { echo "make install: no #define TENSOR_VERSION \"X.Y.Z\" in tensor.h"; exit 1; }
+	mkdir -p $(INCDIR) $(PCDIR) $(CMAKEDIR)
+	cp tensor.h tensor_ops.h tensor_cuda.h $(INCDIR)/
+	$(FILL) cmake/tensor.pc.in > $(PCDIR)/tensor.pc
+	$(FILL) cmake/tensorConfig.cmake.in > $(CMAKEDIR)/tensorConfig.cmake
+	$(FILL) cmake/tensorConfigVersion.cmake.in > $(CMAKEDIR)/tensorConfigVersion.cmake
+	cp cmake/tensorImplementation.cmake $(CMAKEDIR)/
+uninstall:
+	rm -f $(INCDIR)/tensor.h $(INCDIR)/tensor_ops.h $(INCDIR)/tensor_cuda.h $(PCDIR)/tensor.pc \
+	      $(CMAKEDIR)/tensorConfig.cmake $(CMAKEDIR)/tensorConfigVersion.cmake $(CMAKEDIR)/tensorImplementation.cmake
+	-rmdir $(CMAKEDIR) 2>/dev/null
 
 # Every example built with the one command in its header, run briefly, its key line checked.
 test-examples:

@@ -41,6 +41,12 @@
 #ifndef TENSOR_H
 #define TENSOR_H
 
+/* The version (CHANGELOG.md); the CMake package and tensor.pc read TENSOR_VERSION. */
+#define TENSOR_VERSION_MAJOR 0
+#define TENSOR_VERSION_MINOR 1
+#define TENSOR_VERSION_PATCH 0
+#define TENSOR_VERSION "0.1.0"
+
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -560,7 +566,6 @@ TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt);
 
 /* >>api_printing --------------------------------------------------------- */
 
-#define TN_VERSION "0.1"
 /* What this build runs with, for bug reports: the version, the SIMD the
    compiler targeted, CPU threads, the BLAS library (or the built-in
    kernels), the GPU (name, driver, NVRTC and cuBLAS versions; else why
@@ -11261,7 +11266,7 @@ TN_API tn_result tn_print_info(FILE *out) {
     const tn_config *cfg = tn_get_config();
     const char *blas = tn__blas_name();
     tn__sb b = { 0 };
-    tn__sb_printf(&b, "tensor.h %s\n", TN_VERSION);
+    tn__sb_printf(&b, "tensor.h %s\n", TENSOR_VERSION);
 #if defined(__clang__)
     tn__sb_printf(&b, "  compiler:     clang %d.%d.%d", __clang_major__, __clang_minor__, __clang_patchlevel__);
 #elif defined(__GNUC__)

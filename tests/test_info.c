@@ -18,7 +18,7 @@ static char *info(void) {
 TEST(test_info_lines) {
     tn_init(NULL);
     char *s = info(), want[256];
-    CHECK(!strncmp(s, "tensor.h " TN_VERSION "\n", strlen("tensor.h " TN_VERSION "\n")), "first line: %s", s);
+    CHECK(!strncmp(s, "tensor.h " TENSOR_VERSION "\n", strlen("tensor.h " TENSOR_VERSION "\n")), "first line: %s", s);
     snprintf(want, sizeof want, "  CPU threads:  %d\n", tn__num_threads());
     CHECK(strstr(s, want), "threads as tn__num_threads says (%s):\n%s", want, s);
     const char *blas = tn__blas_name();
