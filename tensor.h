@@ -3755,7 +3755,6 @@ static tn_var *tn__glit(tn_var *like, tn_dtype t, double v) {
     return c && c->type.dtype != t ? tn_cast(c, t) : c;
 }
 static tn_var *tn__gzeros_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 0.0)) : NULL; }
-static tn_var *tn__gones_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 1.0)) : NULL; }
 static tn_var *tn__gmask(tn_var *cond, tn_var *g) { return tn_where(cond, g, tn_lit(g, 0.0)); }
 static tn_var *tn__gscale(tn_var *g, double s) { return !g || s == 1.0 ? g : tn_mul(g, tn_lit(g, s)); }
 static tn_var *tn__gadd(tn_var *a, tn_var *b) { return !a ? b : !b ? a : tn_add(a, b); }
