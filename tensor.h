@@ -5316,7 +5316,6 @@ static tn_var *tn__glit(tn_var *like, tn_dtype t, double v) {
     return c && c->type.dtype != t ? tn_cast(c, t) : c;
 }
 static tn_var *tn__gzeros_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 0.0)) : NULL; }
-static tn_var *tn__gones_like(tn_var *x) { return x ? tn_fill(x, tn__glit(x, x->type.dtype, 1.0)) : NULL; }
 static tn_var *tn__gmask(tn_var *cond, tn_var *g) { return tn_where(cond, g, tn_lit(g, 0.0)); }
 static tn_var *tn__gscale(tn_var *g, double s) { return !g || s == 1.0 ? g : tn_mul(g, tn_lit(g, s)); }
 static tn_var *tn__gadd(tn_var *a, tn_var *b) { return !a ? b : !b ? a : tn_add(a, b); }
@@ -6779,7 +6778,9 @@ done:
    tn__optimize(fg, roots) rewrites a function-private graph in place. Passes,
    in this order (DESIGN.md):
      1 canonicalize  x*1, x*-1, x/1, x**1, x**2 -> sqr, --x and negations,
-                     x-c -> x+(-c), x+(-0), x-0, sum(alloc), shape-op pairs;
+                     x-c -> x+(-c), x+(-0), x-0, sum(alloc), shape-op pairs,
+                     an elementwise node's Alloc input its other inputs
+                     already give the shape of -> the Alloc's value;
                      on integers also x+0, x-x, constant chains
      2 scan rules    on scan nodes (>>scan_rewrite)
      3 merge         CSE by hash-consing; equal constants become one node
@@ -7470,6 +7471,100 @@ static tn_var *tn__b_sum_alloc(tn__rw *c, tn_var *v) {
     return tn_alloc(r, v->type.ndim, v->type.shape);
 }
 
+/* Extents, for the Alloc rules below. ext(v, r) is the extent of v's dim r
+   counted from the last (0: the last dim; r >= v's rank: 1). It is the
+   NumPy broadcast of terms: an elementwise node's, that of its inputs' dims
+   r; a fill's (Alloc with `like`), like's; a dimshuffle's, its source dim's
+   (none for an 'x'); a dim the type knows, that number; a broadcastable
+   dim, none (1). Broadcasting is associative, commutative and idempotent,
+   with 1 as unit, so where the node ran, bcast(a, b) = b whenever every
+   term of a is a term of b. A term is a (node, dim) pair or a known size. */
+enum { TN__XSET_CAP = 48, TN__XSET_DEPTH = 8 };
+typedef struct tn__xset { uint64_t t[TN__XSET_CAP]; int n; bool full; } tn__xset;
+#define TN__XT_SIZE(k) ((1ull << 63) | (uint64_t)(k))
+#define TN__XT_DIM(v, r) (((uint64_t)(v)->id << 8) | (uint64_t)(r))
+
+static bool tn__xset_has(const tn__xset *s, uint64_t t) {
+    for (int i = 0; i < s->n; i++) if (s->t[i] == t) return true;
+    return false;
+}
+static void tn__xset_add(tn__xset *s, uint64_t t) {
+    if (tn__xset_has(s, t)) return;
+    if (s->n < TN__XSET_CAP) s->t[s->n++] = t; else s->full = true;
+}
+
+/* The terms of ext(v, r) into s. every: v's own term and each term on the
+   way down as well (each is the broadcast of the terms below it, so adding
+   it changes nothing): the most any comparison can find; else only the
+   deepest terms reached. */
+static void tn__rw_extent(const tn_var *v, int r, int depth, bool every, tn__xset *s) {
+    if (r >= v->type.ndim) return;
+    int d = v->type.ndim - 1 - r;
+    int64_t k = v->type.shape[d];
+    if (v->type.bcast[d] || k == 1) return;
+    if (k >= 0) {
+        tn__xset_add(s, TN__XT_SIZE(k));
+        if (!every) return;
+    }
+    bool ew = tn__rw_is_ew(v->op) && v->n_out == 1, fill = v->op == TN_OP_ALLOC && v->n_in == 2;
+    bool deeper = depth > 0 && (ew || fill || v->op == TN_OP_DIMSHUFFLE);
+    if (every || !deeper) tn__xset_add(s, TN__XT_DIM(v, r));
+    if (!deeper) return;
+    if (v->op == TN_OP_DIMSHUFFLE) {
+        int a = tn__p_shuffle_src(&v->p, d);
+        if (a >= 0) tn__rw_extent(v->in[0], v->in[0]->type.ndim - 1 - a, depth - 1, every, s);
+    } else if (fill) {
+        tn__rw_extent(v->in[1], r, depth - 1, every, s);
+    } else {
+        for (int i = 0; i < v->n_in; i++) tn__rw_extent(v->in[i], r, depth - 1, every, s);
+    }
+}
+
+/* Every dim of x broadcasts into the broadcast of v's inputs other than x:
+   each term of x's extent is one of theirs. */
+static bool tn__rw_covered(const tn_var *v, const tn_var *x) {
+    for (int r = 0; r < x->type.ndim; r++) {
+        tn__xset a = { .n = 0 }, b = { .n = 0 };
+        tn__rw_extent(x, r, TN__XSET_DEPTH, false, &a);
+        if (a.full) return false;
+        if (!a.n) continue;
+        for (int i = 0; i < v->n_in; i++)
+            if (v->in[i] != x) tn__rw_extent(v->in[i], r, TN__XSET_DEPTH, true, &b);
+        for (int i = 0; i < a.n; i++) if (!tn__xset_has(&b, a.t[i])) return false;
+    }
+    return true;
+}
+
+/* An elementwise node reading an Alloc whose shape its other inputs already
+   give: reads the Alloc's value instead (Theano's local_alloc_elemwise), so
+   no kernel writes the broadcast array, and the value (a scalar, often a
+   constant) joins the fused kernel. The Alloc's shape broadcasts into the
+   other inputs' (tn__rw_covered), so the output's shape is theirs either
+   way, and every element the same. A 0-d value under a dimshuffle of 'x's
+   is read as is where another input has the output's rank; a value of lower
+   rank than the output gets leading 'x' dims where none has. */
+static tn_var *tn__b_alloc_elemwise(tn__rw *c, tn_var *v) {
+    if (!tn__rw_is_ew(v->op) || v->n_out != 1 || v->n_in > 8) return NULL;
+    tn_var *a = NULL;
+    for (int i = 0; i < v->n_in && !a; i++)
+        if (v->in[i]->op == TN_OP_ALLOC && tn__rw_covered(v, v->in[i])) a = v->in[i];
+    if (!a) return NULL;
+    tn_var *s = a->in[0], *in[8];
+    bool full_rank = false;
+    for (int i = 0; i < v->n_in; i++) full_rank |= v->in[i] != a && v->in[i]->type.ndim == v->type.ndim;
+    bool xs = s->op == TN_OP_DIMSHUFFLE && s->in[0]->type.ndim == 0;
+    for (int k = 0; xs && k < s->type.ndim; k++) xs = tn__p_shuffle_src(&s->p, k) < 0;
+    if (xs && full_rank) s = s->in[0];
+    if (!full_rank && s->type.ndim < v->type.ndim) {
+        int pat[TN_MAX_DIMS], lead = v->type.ndim - s->type.ndim;
+        for (int k = 0; k < v->type.ndim; k++) pat[k] = k < lead ? -1 : k - lead;
+        s = tn_dimshuffle(s, v->type.ndim, pat);
+        if (!s) return NULL;
+    }
+    for (int i = 0; i < v->n_in; i++) in[i] = v->in[i] == a ? s : v->in[i];
+    return tn__node(c->g, v->op, v->n_in, in, &v->p, v->ext, "optimizer");
+}
+
 static const tn__rewrite tn__canon_rules[] = {
     { "local_commute_const", { TN_OP_ADD, TN_OP_MUL }, 0, 0, 0, tn__b_commute },
     { "local_mul_by_one", { TN_OP_MUL }, TN__ANY_IN, 1.0, 0, tn__b_other },
@@ -7494,6 +7589,7 @@ static const tn__rewrite tn__canon_rules[] = {
     { "local_dimshuffle", { TN_OP_DIMSHUFFLE }, 0, 0, 0, tn__b_dimshuffle },
     { "local_reshape", { TN_OP_RESHAPE }, 0, 0, 0, tn__b_reshape },
     { "local_sum_alloc", { TN_OP_SUM }, 0, 0, 0, tn__b_sum_alloc },
+    { "local_alloc_elemwise", { TN__ANY_OP }, 0, 0, 0, tn__b_alloc_elemwise },
 };
 
 /* >>stabilize ------------------------------------------------------------ */

@@ -236,6 +236,10 @@ enum {
     X(cuMemcpyDtoHAsync_v2, tn__CUresult, (void *dst, tn__CUdeviceptr src, size_t bytes, tn__CUstream stream), 1) \
     X(cuMemcpyDtoDAsync_v2, tn__CUresult, (tn__CUdeviceptr dst, tn__CUdeviceptr src, size_t bytes, tn__CUstream stream), 1) \
     X(cuMemsetD8Async, tn__CUresult, (tn__CUdeviceptr dst, unsigned char uc, size_t n, tn__CUstream stream), 1) \
+    X(cuMemsetD16Async, tn__CUresult, (tn__CUdeviceptr dst, unsigned short us, size_t n, tn__CUstream stream), 1) \
+    X(cuMemsetD32Async, tn__CUresult, (tn__CUdeviceptr dst, unsigned int ui, size_t n, tn__CUstream stream), 1) \
+    X(cuMemsetD2D32Async, tn__CUresult, (tn__CUdeviceptr dst, size_t pitch, unsigned int ui, size_t width, size_t height, \
+        tn__CUstream stream), 1) \
     X(cuStreamCreate, tn__CUresult, (tn__CUstream *stream, unsigned int flags), 1) \
     X(cuStreamSynchronize, tn__CUresult, (tn__CUstream stream), 1) \
     X(cuStreamDestroy_v2, tn__CUresult, (tn__CUstream stream), 1) \
@@ -4492,6 +4496,45 @@ static tn_result tn__cuda_alloc_node_run(const tn_var *node, void *state, tn_arr
     return r != TN_OK ? r : tn__cuda_alloc_run((tn__cuda_alloc_state *)state, in, out, tn__cuda_who(node, who, sizeof who));
 }
 
+/* >>cuda_size: SIZE (tn_size). Its bytes come from x's shape on the host
+   (tensor_ops.h >>size) and are stored by memsets: no kernel to compile, no
+   data read, and a memset node in a captured CUDA graph (a plan fixes the
+   shapes; a new plan drops the graphs). An 8-byte dtype takes two 2D
+   memsets of pitch 8: the first word of each element, then the second. */
+static bool tn__cuda_size_supports(const tn_var *node) {
+    size_t es = tn_dtype_size(node->type.dtype);
+    return node->op == TN_OP_SIZE && (es == 1 || es == 2 || es == 4 || es == 8);
+}
+
+static tn_result tn__cuda_size_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    (void)state;
+    char who[128];
+    tn_result r = tn__cuda_node_bind(node);
+    if (r != TN_OK) return r;
+    tn__cuda_who(node, who, sizeof who);
+    const tn_array *o = out[0];
+    if (!tn_array_is_contiguous(o)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    unsigned char val[8];
+    size_t es = tn__size_bytes(node, in[0], o->dtype, val), n = (size_t)tn_array_size(o);
+    tn__cuda_dev *D = tn__cuda_dev_get(o->device);
+    tn__CUstream s = tn__cuda_stream(D);
+    tn__CUdeviceptr p = (tn__CUdeviceptr)(uintptr_t)o->data;
+    uint32_t w[2];
+    uint16_t h;
+    memcpy(w, val, sizeof w);
+    memcpy(&h, val, sizeof h);
+    if (n == 0) return TN_OK;
+    switch (es) {
+    case 1: TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async(p, val[0], n, s), who); break;
+    case 2: TN__CU_CHECK(tn__cuda.cu.cuMemsetD16Async(p, h, n, s), who); break;
+    case 4: TN__CU_CHECK(tn__cuda.cu.cuMemsetD32Async(p, w[0], n, s), who); break;
+    default:
+        TN__CU_CHECK(tn__cuda.cu.cuMemsetD2D32Async(p, 8, w[0], 1, n, s), who);
+        TN__CU_CHECK(tn__cuda.cu.cuMemsetD2D32Async(p + 4, 8, w[1], 1, n, s), who);
+    }
+    return tn__cuda_sync_if_blocking(D, who);
+}
+
 /* GpuFromHost: a pinned stage and an event per node */
 static tn_result tn__cuda_h2d_prepare(const tn_var *node, void **state) {
     tn_result r = tn__cuda_bind_prepare(node, state);
@@ -4558,6 +4601,7 @@ static const tn_backend_op tn__cuda_row_ew = { tn__cuda_ew_supports, tn__cuda_ew
 static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn__cuda_reduce_node_prepare, tn__cuda_reduce_node_run, tn__cuda_reduce_release, NULL };
 static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free, NULL };
+static const tn_backend_op tn__cuda_row_size = { tn__cuda_size_supports, tn__cuda_bind_prepare, tn__cuda_size_node_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__cuda_h2d_node_run, tn__cuda_h2d_release, tn__cuda_h2d_stage };
 static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release, NULL };
 static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL, NULL };
@@ -4580,7 +4624,7 @@ static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
     [TN_OP_LOGSUMEXP] = &tn__cuda_row_reduce, [TN_OP_SOFTMAX] = &tn__cuda_row_reduce, [TN_OP_LOG_SOFTMAX] = &tn__cuda_row_reduce,
     [TN_OP_DOT] = &tn__cuda_row_la, [TN_OP_GEMM] = &tn__cuda_row_la, [TN_OP_GEMV] = &tn__cuda_row_la, [TN_OP_OUTER] = &tn__cuda_row_la,
     [TN_OP_DIMSHUFFLE] = &tn__cuda_row_view, [TN_OP_SLICE] = &tn__cuda_row_view, [TN_OP_BROADCAST_TO] = &tn__cuda_row_view,
-    [TN_OP_ALLOC] = &tn__cuda_row_alloc,
+    [TN_OP_ALLOC] = &tn__cuda_row_alloc, [TN_OP_SIZE] = &tn__cuda_row_size,
     [TN_OP_GPU_FROM_HOST] = &tn__cuda_row_h2d,
     [TN_OP_CUSTOM] = &tn__cuda_row_custom,
     [TN_OP_SCAN] = &tn__cuda_row_scan,

@@ -327,6 +327,8 @@ extern "C" {
     X(ALLOC)          /* in[0] value broadcast to tn__p_shape; with a second input `like` (tn_fill), to like's shape instead */ \
     X(EYE)            /* tn__p_eye_n, _m, _k (diagonal offset); tn__p_out_dtype */ \
     X(ARANGE)         /* tn__p_arange_start, _stop, _step; tn__p_out_dtype */ \
+    X(SIZE)           /* the count of elements a reduction over tn__p_red_mask (and keepdims) folds, of in[0]'s \
+                         shape only (the >>size section) */ \
     X(RANDOM)         /* a draw of a random stream (the >>ops_random section): in[0] the stream's state, optional \
                          in[1] whose shape it takes; tn__p_rand_* */ \
     X(CUSTOM)         /* user op: ext = tn_custom_op */ \
@@ -364,7 +366,7 @@ static inline void tn__p_set_cast_dtype(tn_params *p, tn_dtype t) { p->i[0] = (i
 /* PROJ: which output of its source it reads (i[0]). */
 static inline int tn__p_proj_index(const tn_params *p) { return (int)p->i[0]; }
 static inline void tn__p_set_proj_index(tn_params *p, int k) { p->i[0] = k; }
-/* Reductions (SUM .. LOGSUMEXP, ARGMAX, ARGMIN, ALL, ANY): the reduced axes
+/* Reductions (SUM .. LOGSUMEXP, ARGMAX, ARGMIN, ALL, ANY) and SIZE: the reduced axes
    as a bit mask (i[0]), keepdims (i[1]). */
 static inline uint64_t tn__p_red_mask(const tn_params *p) { return (uint64_t)p->i[0]; }
 static inline bool tn__p_red_keepdims(const tn_params *p) { return p->i[1] != 0; }
@@ -637,6 +639,10 @@ TN_API tn_var *tn_min(tn_var *x, const int *axes, int naxes, bool keepdims);
 TN_API tn_var *tn_all(tn_var *x, const int *axes, int naxes, bool keepdims);
 TN_API tn_var *tn_any(tn_var *x, const int *axes, int naxes, bool keepdims);
 TN_API tn_var *tn_logsumexp(tn_var *x, const int *axes, int naxes, bool keepdims);
+/* tn_sum(ones_like(x), axes, naxes, keepdims) without reading x: the number
+   of elements over the axes, from x's shape at call time (NumPy's x.size for
+   every axis), in the sum's dtype (a float x's, else int64); no gradient. */
+TN_API tn_var *tn_size(tn_var *x, const int *axes, int naxes, bool keepdims);
 TN_API tn_var *tn_argmax(tn_var *x, int axis, bool keepdims);  /* first index of the max; int64 */
 TN_API tn_var *tn_argmin(tn_var *x, int axis, bool keepdims);
 TN_API tn_var *tn_softmax(tn_var *x, int axis);
@@ -2938,7 +2944,7 @@ static tn_result tn__softmax_cpu(const tn_var *node, tn_array *const *in, tn_arr
 /* >>reduce_infer: NumPy's dtype rules */
 static tn_dtype tn__reduce_dtype(int op, tn_dtype t) {
     switch (op) {
-    case TN_OP_SUM: case TN_OP_PROD: return tn_dtype_is_float(t) ? t : TN_I64;
+    case TN_OP_SUM: case TN_OP_PROD: case TN_OP_SIZE: return tn_dtype_is_float(t) ? t : TN_I64;
     case TN_OP_MEAN: case TN_OP_LOGSUMEXP: case TN_OP_SOFTMAX: case TN_OP_LOG_SOFTMAX:
         return tn_dtype_is_float(t) ? t : TN_F64;
     case TN_OP_ARGMAX: case TN_OP_ARGMIN: return TN_I64;
@@ -3099,6 +3105,8 @@ TN_API tn_var *tn_logsumexp(tn_var *x, const int *axes, int naxes, bool keepdims
 TN_API tn_var *tn_argmax(tn_var *x, int axis, bool keepdims) { return tn__reduce_make("tn_argmax", TN_OP_ARGMAX, x, &axis, 1, keepdims); }
 TN_API tn_var *tn_argmin(tn_var *x, int axis, bool keepdims) { return tn__reduce_make("tn_argmin", TN_OP_ARGMIN, x, &axis, 1, keepdims); }
 
+TN_API tn_var *tn_size(tn_var *x, const int *axes, int naxes, bool keepdims) { return tn__reduce_make("tn_size", TN_OP_SIZE, x, axes, naxes, keepdims); }
+
 /* An op of one input and one axis (softmax, log_softmax, cumsum, cumprod):
    the axis checked against x's rank (negative from the end) and stored. */
 static tn_var *tn__axis_op_make(const char *who, int op, tn_var *x, int axis) {
@@ -3117,6 +3125,35 @@ static tn_var *tn__axis_op_make(const char *who, int op, tn_var *x, int axis) {
 }
 TN_API tn_var *tn_softmax(tn_var *x, int axis) { return tn__axis_op_make("tn_softmax", TN_OP_SOFTMAX, x, axis); }
 TN_API tn_var *tn_log_softmax(tn_var *x, int axis) { return tn__axis_op_make("tn_log_softmax", TN_OP_LOG_SOFTMAX, x, axis); }
+
+/* >>size: SIZE, the count a reduction folds ------------------------------- */
+/* Every element of the output is the product of x's reduced dims (1 for
+   none), exact in int64 (x's element count fits), stored in the output's
+   dtype: a float rounds it once, as the sum of ones does. The type rule and
+   label are the reductions'. The CUDA back end stores the same bytes (its
+   memsets, tensor_cuda.h >>cuda_size): no kernel reads x. */
+static size_t tn__size_bytes(const tn_var *node, const tn_array *x, tn_dtype t, unsigned char val[8]) {
+    uint64_t mask = tn__p_red_mask(&node->p);
+    int64_t n = 1;
+    for (int d = 0; d < x->ndim; d++) if ((mask >> d) & 1) n *= x->shape[d];
+    memset(val, 0, 8);
+    if (tn_dtype_is_float(t)) tn__store_f(t, val, (double)n);
+    else tn__store_i(t, val, n);
+    return tn_dtype_size(t);
+}
+
+static tn_result tn__size_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    tn_array *o = out[0];
+    unsigned char val[8];
+    size_t es = tn__size_bytes(node, in[0], o->dtype, val);
+    int64_t total = tn_array_size(o);
+    for (int64_t i = 0; i < total; i++) {
+        int64_t off = 0, r = i;
+        for (int d = o->ndim - 1; d >= 0; d--) { off += (r % o->shape[d]) * o->strides[d]; r /= o->shape[d]; }
+        memcpy((char *)o->data + off, val, es);
+    }
+    return TN_OK;
+}
 
 /* >>reduce_grad ----------------------------------------------------------- */
 
@@ -3167,7 +3204,7 @@ static tn_result tn__reduce_vjp(tn_var *node, tn_var *g, const bool *need, tn_va
     case TN_OP_MEAN: {
         double cnt = 1;
         for (int k = 0; k < na; k++) cnt = x->type.shape[ax[k]] < 0 ? -1 : cnt * (double)x->type.shape[ax[k]];
-        tn_var *n = cnt >= 0 ? tn_lit(x, cnt) : tn_sum(tn__gones_like(x), ax, na, true);
+        tn_var *n = cnt >= 0 ? tn_lit(x, cnt) : tn_size(x, ax, na, true);   /* the sum of ones, not computed */
         gin[0] = tn__gbcast_like(tn_div(gk, n), x);
         break;
     }
@@ -3238,7 +3275,9 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__REDUCE_ROW(ANY,       "Any",       TN_OPF_DISCRETE, NULL, NULL) \
     TN__REDUCE_ROW(LOGSUMEXP, "LogSumExp", TN_OPF_PROLOGUE, tn__reduce_vjp, tn__reduce_jvp) \
     TN__SOFTMAX_ROW(SOFTMAX,     "Softmax") \
-    TN__SOFTMAX_ROW(LOG_SOFTMAX, "LogSoftmax")
+    TN__SOFTMAX_ROW(LOG_SOFTMAX, "LogSoftmax") \
+    [TN_OP_SIZE] = { .name = "Size", .kind = TN_OPK_SHAPE, .arity = 1, .infer = tn__reduce_infer, .cpu = tn__size_cpu, \
+                     .label = tn__reduce_label, .flags = TN_OPF_DISCRETE },
 
 /* >>ops_cumulative ==================================================== */
 /* Cumsum and cumprod along one axis, NumPy's cumsum(x, axis)

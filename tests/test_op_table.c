@@ -35,7 +35,7 @@ TEST(test_every_row_complete) {
 /* What the flags replace: the lists of ops the code used to spell out. */
 TEST(test_flags) {
     const int prologue[] = { TN_OP_SUM, TN_OP_PROD, TN_OP_MEAN, TN_OP_MAX, TN_OP_MIN, TN_OP_LOGSUMEXP };
-    const int discrete_other[] = { TN_OP_ARGMAX, TN_OP_ARGMIN, TN_OP_ALL, TN_OP_ANY, TN_OP_ARGSORT, TN_OP_RANDOM };
+    const int discrete_other[] = { TN_OP_ARGMAX, TN_OP_ARGMIN, TN_OP_ALL, TN_OP_ANY, TN_OP_ARGSORT, TN_OP_RANDOM, TN_OP_SIZE };
     const int linear[] = { TN_OP_SUM, TN_OP_MEAN, TN_OP_CUMSUM, TN_OP_RESHAPE, TN_OP_DIMSHUFFLE, TN_OP_SLICE, TN_OP_BROADCAST_TO,
                            TN_OP_FLATTEN, TN_OP_ALLOC, TN_OP_GPU_FROM_HOST, TN_OP_HOST_FROM_GPU, TN_OP_ADV_SUBTENSOR, TN_OP_IM2COL, TN_OP_COL2IM, TN_OP_PRINT };
     const int no_kernel[] = { TN_OP_INPUT, TN_OP_CONSTANT, TN_OP_SHARED, TN_OP_PROJ };

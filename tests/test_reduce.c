@@ -528,6 +528,94 @@ TEST(test_constructor_errors) {
     tn_graph_free(g);
 }
 
+/* tn_size: the sum of ones over the axes, from the shape alone. Reference:
+   tn_sum of an array of ones of the same shape and dtype (a running sum, the
+   sum's dtype rule), in every dtype, axis subset and keepdims, with empty
+   dims; x's values (NaN here) are never read. Errors name tn_size. */
+TEST(test_size) {
+    const tn_dtype ts[] = { TN_BOOL, TN_I32, TN_F16, TN_F32, TN_F64 };
+    const int64_t shapes[3][3] = { { 3, 4, 5 }, { 3, 0, 5 }, { 1, 7, 2 } };
+    const int axsets[5][3] = { { 0, 1, 2 }, { 0 }, { 1, 2 }, { -1 }, { 2, 0 } };
+    const int nax[5] = { 3, 1, 2, 1, 2 };
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++)
+        for (int a = 0; a < 6; a++)
+            for (int keep = 0; keep < 2; keep++) {
+                tn_graph *g = tn_graph_new();
+                tn_var *x = tn_input(g, "x", ts[ti], 3, NULL, NULL), *o = tn_input(g, "o", ts[ti], 3, NULL, NULL);
+                const int *ax = a < 5 ? axsets[a] : NULL;
+                int n = a < 5 ? nax[a] : 0;
+                tn_var *y[2] = { tn_size(x, ax, n, keep), tn_sum(o, ax, n, keep) };
+                CHECK(y[0] && y[1], "%s", tn_last_error());
+                tn_func *f = y[0] && y[1] ? tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, o }, .n_outputs = 2, .outputs = y }) : NULL;
+                CHECK(f, "%s", tn_last_error());
+                for (int si = 0; f && si < 3; si++) {
+                    tn_array *xv = tn_array_full(ts[ti], 3, shapes[si], NAN), *ov = tn_array_full(ts[ti], 3, shapes[si], 1.0), *r[2] = { 0 };
+                    CHECK(tn_call(f, (tn_array *[]){ xv, ov }, r) == TN_OK, "%s", tn_last_error());
+                    if (r[0] && r[1]) {
+                        CHECK(r[0]->dtype == r[1]->dtype && r[0]->ndim == r[1]->ndim && tn_array_size(r[0]) == tn_array_size(r[1]),
+                              "dtype %s axes %d keep %d shape %d: dtype or shape", tn_dtype_name(ts[ti]), a, keep, si);
+                        for (int d = 0; d < r[0]->ndim && d < r[1]->ndim; d++) CHECK(r[0]->shape[d] == r[1]->shape[d], "dim %d", d);
+                        int64_t m = tn_array_size(r[0]) < tn_array_size(r[1]) ? tn_array_size(r[0]) : tn_array_size(r[1]);
+                        double *p0 = (double *)malloc((size_t)(m + 1) * 8), *p1 = (double *)malloc((size_t)(m + 1) * 8);
+                        tn_array_copy_to(r[0], TN_F64, p0, (size_t)m * 8);
+                        tn_array_copy_to(r[1], TN_F64, p1, (size_t)m * 8);
+                        for (int64_t i = 0; i < m; i++)
+                            CHECK(p0[i] == p1[i], "dtype %s axes %d keep %d shape %d [%lld]: size %g, sum of ones %g",
+                                  tn_dtype_name(ts[ti]), a, keep, si, (long long)i, p0[i], p1[i]);
+                        free(p0); free(p1);
+                    }
+                    tn_array_free(r[0]); tn_array_free(r[1]); tn_array_free(xv); tn_array_free(ov);
+                }
+                tn_function_free(f);
+                tn_graph_free(g);
+            }
+    tn_graph *g = tn_graph_new();
+    tn_var *w = tn_var_set_name(tn_matrix(g, "W", TN_F32), "W");
+    CHECK(tn_size(w, (int[]){ 2 }, 1, false) == NULL, "axis 2 of a matrix");
+    CHECK_ERR(TN_ERR_AXIS, "tn_size: axis 2");
+    CHECK_ERR(TN_ERR_AXIS, "'W'");
+    CHECK(tn_size(NULL, NULL, 0, false) == NULL, "NULL");
+    CHECK_ERR(TN_ERR_NULL, "tn_size");
+    tn_graph_free(g);
+}
+
+/* The mean's gradient where the count is known only at call time: 1/N from
+   the shape (a Size, no sum of ones), bit for bit the float32 division
+   1/N of the gradient as it was (gk / sum(ones_like(x))) and within half an
+   ulp of 1/N. */
+TEST(test_mean_grad_unknown_count) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32), *gx = NULL;
+    CHECK(tn_grad(tn_mean(x, NULL, 0, false), 1, &x, &gx, NULL) == TN_OK, "%s", tn_last_error());
+    tn_var *old = tn_div(tn_fill(x, tn_lit(x, 1.0)), tn_sum(tn_fill(x, tn_lit(x, 1.0)), NULL, 0, true));
+    tn_var *y[2] = { gx, old };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = y });
+    CHECK(f, "%s", tn_last_error());
+    tn_func *fg = f ? tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &gx }) : NULL;
+    if (fg) {
+        char buf[4096] = { 0 };
+        FILE *m = tmpfile();
+        if (m) { tn_debugprint_function(fg, m); rewind(m); buf[fread(buf, 1, sizeof buf - 1, m)] = 0; fclose(m); }
+        CHECK(strstr(buf, "Size{axis=[0]") && !strstr(buf, "Sum"), "the count is a Size, no Sum:\n%s", buf);
+    }
+    const int64_t ns[] = { 1, 3, 7, 400, 1000001 };
+    for (size_t k = 0; f && k < sizeof ns / sizeof ns[0]; k++) {
+        tn_array *xv = tn_array_full(TN_F32, 1, &ns[k], 0.25), *r[2] = { 0 };
+        CHECK(tn_call(f, &xv, r) == TN_OK, "%s", tn_last_error());
+        if (r[0] && r[1]) {
+            int64_t i0 = 0, il = ns[k] - 1;
+            float a = (float)tn_array_get(r[0], &il), b = (float)tn_array_get(r[1], &il), c = (float)tn_array_get(r[0], &i0);
+            long double exact = 1.0L / (long double)ns[k];
+            CHECK(a == b && a == c, "N=%lld: %.9g, the sum of ones gives %.9g", (long long)ns[k], a, b);
+            CHECK(fabsl((long double)a - exact) <= 0.5L * (nextafterf(a, INFINITY) - a), "N=%lld: %.9g vs 1/N", (long long)ns[k], a);
+        }
+        tn_array_free(r[0]); tn_array_free(r[1]); tn_array_free(xv);
+    }
+    tn_function_free(f);
+    tn_function_free(fg);
+    tn_graph_free(g);
+}
+
 /* The same ops through tn_function / tn_call. */
 TEST(test_function) {
     tn_graph *g = tn_graph_new();
@@ -577,6 +665,8 @@ int main(void) {
     TH_RUN(test_prologue);
     TH_RUN(test_constructor_errors);
     TH_RUN(test_function);
+    TH_RUN(test_size);
+    TH_RUN(test_mean_grad_unknown_count);
     tn_shutdown();
     TH_END();
 }

@@ -913,6 +913,64 @@ TEST(test_sum_of_alloc_values) {
     tn_graph_free(g);
 }
 
+/* An elementwise node reading an Alloc whose shape its other inputs give
+   reads the Alloc's value instead (local_alloc_elemwise): it fires on the
+   forms gradients make, not where the Alloc gives the output a dim its other
+   inputs may lack (shapes unknown until the call: x may be (1, 4) beside z's
+   (3, 4)), and the values are the graph's as written, bit for bit, at every
+   input shape. */
+static void alloc_case(const char *what, int want, int ni, tn_var **in, tn_var *y, tn_array **sets, int nsets) {
+    tn_func *f = compile(ni, in, 1, &y, TN_MODE_FAST_RUN);
+    int fired = N("local_alloc_elemwise");
+    CHECK(f != NULL, "%s: compile: %s", what, tn_last_error());
+    CHECK(want ? fired > 0 : fired == 0, "%s: local_alloc_elemwise fired %d times, want %s", what, fired, want ? ">0" : "0");
+    if (f && want) CHECK(!dp_has(f, "Alloc"), "%s: an Alloc is left", what);
+    if (f && !want) CHECK(dp_has(f, "Alloc"), "%s: the Alloc is gone", what);
+    for (int k = 0; k < nsets; k++) CHECK(agree(f, ni, in, 1, &y, sets + k * ni, 0), "%s: values differ (input set %d)", what, k);
+    tn_function_free(f);
+}
+
+TEST(test_alloc_elemwise) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F64), *z = tn_matrix(g, "z", TN_F64), *s = tn_scalar(g, "s", TN_F64);
+    tn_var *v = tn_vector(g, "v", TN_F64), *in[4] = { x, z, s, v };
+    const int64_t S14[2] = { 1, 4 }, S4[1] = { 4 }, S1[1] = { 1 };
+    /* x, z, s, v: all of one shape; x broadcast along rows; v a single element */
+    tn_array *sets[12] = { rnd(2, S34, -2, 2, 1), rnd(2, S34, -2, 2, 2), tn_array_scalar(TN_F64, -0.3), rnd(1, S4, -2, 2, 3),
+                           rnd(2, S14, -2, 2, 4), rnd(2, S34, -2, 2, 5), tn_array_scalar(TN_F64, 1e-3), rnd(1, S1, -2, 2, 6),
+                           rnd(2, S34, -2, 2, 7), rnd(2, S34, -2, 2, 8), tn_array_scalar(TN_F64, 7.5), rnd(1, S1, -2, 2, 9) };
+    tn_var *sxx = tn_dimshuffle(s, 2, (int[]){ -1, -1 });
+    /* the gradient of 0.01 * sum(x**2): fill(sqr(x), 0.01) * (x * 2); sqr goes with it */
+    tn_var *y = tn_mul(tn_fill(tn_sqr(x), sxx), tn_mul(x, tn_lit(x, 2)));
+    alloc_case("fill(sqr(x), s) * (x*2)", 1, 4, in, y, sets, 3);
+    {
+        tn_func *f = compile(4, in, 1, &y, TN_MODE_FAST_RUN);
+        CHECK(f && !dp_has(f, "sqr") && all_fused(f), "sqr(x) left, or not one kernel");
+        tn_function_free(f);
+    }
+    /* like = x + z, the other input x * z: the same broadcast */
+    alloc_case("fill(x+z, s) * (x*z)", 1, 4, in, tn_mul(tn_fill(tn_add(x, z), s), tn_mul(x, z)), sets, 3);
+    /* a vector value, broadcast along x's rows */
+    alloc_case("fill(x, v) - exp(x)", 1, 4, in, tn_sub(tn_fill(x, v), tn_exp(x)), sets, 3);
+    /* both inputs the same Alloc, and a third input giving the shape */
+    tn_var *f2 = tn_fill(z, s);
+    alloc_case("where(z > 0, fill(z, s), fill(z, s))", 1, 4, in, tn_where(tn_gt(z, tn_lit(z, 0)), f2, f2), sets, 3);
+    /* not: z's rows are not x's when x is (1, 4) */
+    alloc_case("fill(x+z, s) * x", 0, 4, in, tn_mul(tn_fill(tn_add(x, z), s), x), sets, 3);
+    /* not: the Alloc alone gives the shape */
+    alloc_case("fill(x, s) * s", 0, 4, in, tn_mul(tn_fill(x, s), s), sets, 3);
+    alloc_case("exp(fill(x, s))", 0, 4, in, tn_exp(tn_fill(x, s)), sets, 3);
+    alloc_case("fill(x, s) * v", 0, 4, in, tn_mul(tn_fill(x, s), v), sets, 3);
+    /* not: a (3, 4) Alloc beside x, unknown (and (1, 4) in the second set) */
+    alloc_case("alloc(s, (3, 4)) * x", 0, 4, in, tn_mul(tn_alloc(s, 2, S34), x), sets, 3);
+    /* a (3, 4) Alloc beside a (3, 4) constant: the sizes match */
+    tn_array *cv = rnd(2, S34, -1, 1, 11);
+    alloc_case("alloc(s, (3, 4)) + C", 1, 4, in, tn_add(tn_alloc(s, 2, S34), tn_constant(g, cv)), sets, 3);
+    tn_array_free(cv);
+    for (int i = 0; i < 12; i++) tn_array_free(sets[i]);
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_init(NULL);
     TH_RUN(test_canonicalize);
@@ -936,5 +994,6 @@ int main(void) {
     TH_RUN(test_gemm_zero_scale_keeps_nan);
     TH_RUN(test_exact_rules_at_special_values);
     TH_RUN(test_sum_of_alloc_values);
+    TH_RUN(test_alloc_elemwise);
     TH_END();
 }

@@ -139,6 +139,10 @@ static tn_var *grow(tn_var *W) {
     /* constant chains: (a*2^100)*2^-100, (a+1)-1 */
     case 32: return tn_mul(tn_mul(a, lit(a)), pick(2) ? lit(a) : tn_mul(b, lit(a)));
     case 33: return tn_add(tn_sub(a, lit(a)), lit(a));
+    /* an Alloc an elementwise node reads, as gradients make them: a fill of a's
+       shape or of a+b's (which b alone may not give), by a scalar */
+    case 31: { tn_var *f = tn_fill(pick(2) ? a : tn_add(a, b), pick(2) ? lit(a) : tn_sum(b, NULL, 0, false));
+               return pick(2) ? tn_mul(f, pick(2) ? a : b) : tn_sub(tn_exp(tn_tanh(pick(2) ? a : b)), f); }
     /* the logistic function written out, and the forms its gradient takes */
     case 34: switch (pick(3)) { case 0: return tn_div(K(a, 1), tn_add(K(a, 1), tn_exp(a)));
                                 case 1: return tn_mul(tn_sub(K(a, 1), tn_sigmoid(a)), b);
@@ -306,7 +310,7 @@ static void lost_values(tn_array **a32, tn_array **a64, int first, int npool, ui
     }
 }
 
-typedef struct tally { int graphs, fired, stab, fast_only, edge, judged[NJUDGE]; } tally;
+typedef struct tally { int graphs, fired, stab, fast_only, edge, alloc_ew, judged[NJUDGE]; } tally;
 
 /* b's outputs [first, first + n_outputs) */
 static tn_func *compile(built *b, int first, int n_outputs, tn_mode mode, int fast_math) {
@@ -360,6 +364,7 @@ static int one_graph(uint64_t seed, int fast, tally *t) {
     tn_func *u = compile(&b32, 0, nall, TN_MODE_FAST_COMPILE, 0), *f = compile(&b32, 0, b32.nout, TN_MODE_FAST_RUN, fast);
     t->fired += tn__rewrite_count(NULL);
     t->fast_only += COUNT(FAST_ONLY);
+    t->alloc_ew += tn__rewrite_count("local_alloc_elemwise");
     int ok = f && u && ref && refs;
     if (ok && !fast && COUNT(FAST_ONLY)) {
         fprintf(stderr, "seed %llu: a fast_math rewrite fired by default\n", (unsigned long long)seed);
@@ -439,7 +444,8 @@ static void run_graphs(int fast, int n_default) {
         if (!one_graph(seed, fast, &t)) bad++;
     }
     if (getenv("TN_STATS")) {
-        fprintf(stderr, "%d graphs (%d with special values), %d outputs with stabilising rewrites; elements:", t.graphs, t.edge, t.stab);
+        fprintf(stderr, "%d graphs (%d with special values), %d outputs with stabilising rewrites, %d Allocs read as values; elements:",
+                t.graphs, t.edge, t.stab, t.alloc_ew);
         for (int j = 0; j < NJUDGE; j++) fprintf(stderr, " %s %d;", JUDGE_NAME[j], t.judged[j]);
         fputc('\n', stderr);
     }
@@ -447,6 +453,7 @@ static void run_graphs(int fast, int n_default) {
     CHECK(one || t.fired > n, "the optimizer hardly fired (%d rewrites)", t.fired);
     CHECK(one || t.stab > n / 10, "stabilising rewrites reached %d outputs of %d graphs", t.stab, n);
     CHECK(one || fast || t.edge > n / 5, "%d graphs of %d drew special values", t.edge, n);
+    CHECK(one || t.alloc_ew > n / 100, "local_alloc_elemwise fired %d times in %d graphs", t.alloc_ew, n);
     CHECK(one || !fast || t.fast_only > n / 10, "fast_math rewrites fired %d times in %d graphs", t.fast_only, n);
 }
 
