@@ -163,6 +163,7 @@ typedef struct tn_config {
     int threads;                /* threads=N (0: one per core) */
     const char *cache_dir;      /* cache_dir=PATH */
     const char *contexts;       /* contexts=dev0->cuda0;dev1->cuda1 (the >>api_contexts section) */
+    const char *blas;           /* blas=auto|none|PATH: the CBLAS library of CPU products (NULL: auto) */
 } tn_config;
 
 TN_API tn_result tn_init(const tn_config *cfg);   /* NULL: defaults + TENSOR_FLAGS */
@@ -443,8 +444,9 @@ typedef void (*tn__range_fn)(void *ctx, int64_t lo, int64_t hi);
 TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ctx);
 TN_API int tn__num_threads(void);
 
-/* CPU products use CBLAS (libopenblas.so.0, libcblas.so.3 or libblas.so.3,
-   loaded at first use unless TN_NO_BLAS=1) for float32/float64. */
+/* CPU products use CBLAS for float32/float64: the library the blas flag
+   names (auto: libopenblas.so.0, libcblas.so.3 or libblas.so.3; none: the
+   built-in kernels; else a path), loaded at the first product. */
 TN_API void tn__blas_enable(bool on);      /* tests: false forces the built-in kernels */
 TN_API const char *tn__blas_name(void);    /* the library in use, NULL if none or disabled */
 
@@ -1313,6 +1315,10 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             const char *c = tn__intern(v, strlen(v));
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for cache_dir"); break; }
             cfg->cache_dir = c;
+        } else if (!strcmp(k, "blas")) {
+            const char *c = tn__intern(v, strlen(v));
+            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for blas"); break; }
+            cfg->blas = c;
         }
 #define TN__BOOL_FLAG(name, field) else if (!strcmp(k, name)) { if ((ok = tn__flag_bool(v, &b))) cfg->field = b; }
         TN__BOOL_FLAG("profile", profile)
@@ -1331,15 +1337,15 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
     return res;
 }
 
+static bool tn__str_same(const char *x, const char *y) { return x == y || (x && y && !strcmp(x, y)); }
 static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
-    const char *cx = a->cache_dir, *cy = b->cache_dir, *tx = a->contexts, *ty = b->contexts;
     return a->device == b->device && a->device_ordinal == b->device_ordinal && a->floatX == b->floatX &&
            a->mode == b->mode && a->profile == b->profile && a->fast_math == b->fast_math &&
            a->launch_blocking == b->launch_blocking && a->print_kernels == b->print_kernels &&
            a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
-           a->threads == b->threads && (cx == cy || (cx && cy && !strcmp(cx, cy))) &&
-           (tx == ty || (tx && ty && !strcmp(tx, ty)));
+           a->threads == b->threads && tn__str_same(a->cache_dir, b->cache_dir) &&
+           tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas);
 }
 
 TN_API tn_result tn_init(const tn_config *cfg) {
@@ -1357,6 +1363,8 @@ TN_API tn_result tn_init(const tn_config *cfg) {
        writes nothing, so threads reading the config meanwhile see it whole. */
     if (c.cache_dir && !(c.cache_dir = tn__intern(c.cache_dir, strlen(c.cache_dir))))
         return tn__err(TN_ERR_OOM, "tn_init: out of memory for cache_dir");
+    if (c.blas && !(c.blas = tn__intern(c.blas, strlen(c.blas))))
+        return tn__err(TN_ERR_OOM, "tn_init: out of memory for blas");
     if (c.contexts) {
         if (tn__contexts_apply(c.contexts, false) != TN_OK) return tn__err_as("tn_init", "tn_parse_flags");
         if (!(c.contexts = tn__intern(c.contexts, strlen(c.contexts)))) return tn__err(TN_ERR_OOM, "tn_init: out of memory for contexts");
@@ -1653,10 +1661,11 @@ TN_API void tn_shutdown(void) {
     if (tn__lib.shutdown_hook) tn__lib.shutdown_hook();    /* back ends' teardown (tensor_cuda.h) */
     tn__pool_stop();
     tn__func_blocks_release();
-    pthread_mutex_lock(&tn__lib.init_mu);      /* the strings, but the one the config uses */
+    pthread_mutex_lock(&tn__lib.init_mu);      /* the strings, but those the config uses */
     int keep = 0;
     for (int i = 0; i < tn__lib.n_interned; i++) {
-        if (tn__lib.interned[i] == tn__lib.cfg.cache_dir) tn__lib.interned[keep++] = tn__lib.interned[i];
+        const char *s = tn__lib.interned[i];
+        if (s == tn__lib.cfg.cache_dir || s == tn__lib.cfg.contexts || s == tn__lib.cfg.blas) tn__lib.interned[keep++] = tn__lib.interned[i];
         else tn__free(tn__lib.interned[i]);
     }
     tn__lib.n_interned = keep;

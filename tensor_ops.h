@@ -4158,27 +4158,37 @@ static struct {
 static pthread_once_t tn__blas_once = PTHREAD_ONCE_INIT;
 static atomic_bool tn__blas_on = true;
 
-/* Tries the optimised library first. A library lacking any of the four
-   symbols (a Fortran-only libblas) is closed and the next one tried. The
-   environment variable TN_NO_BLAS=1 skips loading altogether. */
+/* The blas flag (read at the first product): auto tries the optimised
+   library first, and a library lacking any of the four symbols (a
+   Fortran-only libblas) is closed and the next one tried; none loads
+   nothing; a path is the only file tried, and one that cannot be used is
+   said once through the log. Either way the built-in kernels remain. */
+/* Loads name as the CBLAS library: 0, or 1 (it cannot be opened) or 2 (it
+   lacks one of the four functions). */
+static int tn__blas_try(const char *name) {
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return 1;
+    tn__cblas_sgemm_fn sg = (tn__cblas_sgemm_fn)dlsym(h, "cblas_sgemm");
+    tn__cblas_dgemm_fn dg = (tn__cblas_dgemm_fn)dlsym(h, "cblas_dgemm");
+    tn__cblas_sgemv_fn sv = (tn__cblas_sgemv_fn)dlsym(h, "cblas_sgemv");
+    tn__cblas_dgemv_fn dv = (tn__cblas_dgemv_fn)dlsym(h, "cblas_dgemv");
+    if (!(sg && dg && sv && dv)) { dlclose(h); return 2; }
+    tn__blas.sgemm = sg; tn__blas.dgemm = dg; tn__blas.sgemv = sv; tn__blas.dgemv = dv;
+    tn__blas.name = name;
+    return 0;                    /* kept open for the life of the process */
+}
 static void tn__blas_load(void) {
     static const char *const names[] = { "libopenblas.so.0", "libcblas.so.3", "libblas.so.3" };
-    const char *off = getenv("TN_NO_BLAS");
-    if (off && off[0] && strcmp(off, "0") != 0) return;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) continue;
-        tn__cblas_sgemm_fn sg = (tn__cblas_sgemm_fn)dlsym(h, "cblas_sgemm");
-        tn__cblas_dgemm_fn dg = (tn__cblas_dgemm_fn)dlsym(h, "cblas_dgemm");
-        tn__cblas_sgemv_fn sv = (tn__cblas_sgemv_fn)dlsym(h, "cblas_sgemv");
-        tn__cblas_dgemv_fn dv = (tn__cblas_dgemv_fn)dlsym(h, "cblas_dgemv");
-        if (sg && dg && sv && dv) {
-            tn__blas.sgemm = sg; tn__blas.dgemm = dg; tn__blas.sgemv = sv; tn__blas.dgemv = dv;
-            tn__blas.name = names[i];
-            return;                  /* kept open for the life of the process */
-        }
-        dlclose(h);
+    const char *want = tn_get_config()->blas;
+    if (want && !strcmp(want, "none")) return;
+    if (want && *want && strcmp(want, "auto") != 0) {
+        int r = tn__blas_try(want);
+        if (r) tn__warn("blas=%s: %s; CPU products use the built-in kernels", want,
+                        r == 1 ? "it cannot be opened" : "it lacks cblas_sgemm, cblas_dgemm, cblas_sgemv or cblas_dgemv");
+        return;
     }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (tn__blas_try(names[i]) == 0) return;
 }
 
 /* Name of the CBLAS library in use, or NULL (none found, or disabled). */
