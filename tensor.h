@@ -818,6 +818,12 @@ typedef struct tn_backend {
        shared_free drops it. */
     tn_result (*shared_order)(void **state);
     void (*shared_free)(void *state);
+    /* Kernel compiles on the calling thread so far (NULL: the back end
+       compiles none): how many, the seconds they took, how many were
+       written to the disk cache, and that cache's directory ("" if none).
+       A function's first call says so in one log line when its compiles
+       took over a second (>>compile_note). */
+    void (*compile_clock)(uint64_t *kernels, double *seconds, uint64_t *stored, char *dir, size_t dir_cap);
 } tn_backend;
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
@@ -5053,6 +5059,10 @@ struct tn_func {
     tn_type *in_type;
     const char **in_name;
     bool allow_downcast;                /* tn_func_desc.allow_input_downcast */
+    bool compile_noted;                 /* the first call's compile note is done (>>compile_note) */
+    uint64_t kc_kernels, kc_stored;     /* backend->compile_clock when tn_function began, on kc_thread */
+    double kc_seconds;
+    pthread_t kc_thread;
     tn_array **in_conv;                 /* an input of another dtype, converted (kept for the next call) */
     int *out_slot;
     bool *out_borrow;
@@ -9653,6 +9663,13 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     f->name = d->name ? tn__graph_strdup(f->fg, d->name) : "tn_call";
     if (!f->name) goto fail;
     f->backend = tn__get_backend();
+    if (f->backend && f->backend->compile_clock) {
+        char none[1];
+        f->backend->compile_clock(&f->kc_kernels, &f->kc_seconds, &f->kc_stored, none, sizeof none);
+        f->kc_thread = pthread_self();
+    } else {
+        f->compile_noted = true;
+    }
     for (int i = 0; i < no; i++) {
         uroots[i] = d->outputs[i];
         f->out_borrow[i] = d->borrow_outputs ? d->borrow_outputs[i] : d->borrow;
@@ -10206,6 +10223,33 @@ static tn_result tn__convert_input(tn_func *f, int i, const tn_array *a) {
     return TN_OK;
 }
 
+/* >>compile_note: a long first call says why --------------------------------
+   The GPU kernels of a function are compiled (NVRTC) while it is compiled
+   and at its first call. When that took over a second, the end of the first
+   call logs one line (TN_LOG_WARN): how many kernels, how long, and that the
+   next run reads them from the disk cache (or that it cannot). Counted on
+   the thread that compiled the function; a first call on another thread
+   says nothing. */
+static void tn__compile_note(tn_func *f) {
+    f->compile_noted = true;
+    if (!pthread_equal(f->kc_thread, pthread_self())) return;
+    uint64_t n, stored;
+    double s;
+    char dir[512];
+    f->backend->compile_clock(&n, &s, &stored, dir, sizeof dir);
+    n -= f->kc_kernels;
+    stored -= f->kc_stored;
+    s -= f->kc_seconds;
+    if (n == 0 || s <= 1.0) return;
+    if (stored >= n)
+        tn__warn("%s: compiling %llu GPU kernel%s took %.1f s; the next run reads them from the disk cache (%s)", f->name,
+                 (unsigned long long)n, n == 1 ? "" : "s", s, dir);
+    else
+        tn__warn("%s: compiling %llu GPU kernel%s took %.1f s; %llu could not be kept in a disk cache (%s), so the next run "
+                 "compiles them again", f->name, (unsigned long long)n, n == 1 ? "" : "s", s, (unsigned long long)(n - stored),
+                 dir[0] ? dir : "none is set: cache_dir, XDG_CACHE_HOME and HOME are empty");
+}
+
 /* One call at a time per function (an atomic flag, no lock on this path);
    see "Threads" at the top of this file. */
 TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
@@ -10216,6 +10260,7 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
                        "(compile one per thread to run them concurrently)", f->name);
     tn__func_lock(f);
     r = tn__call(f, inputs, outputs);
+    if (!f->compile_noted) tn__compile_note(f);
     tn__func_unlock(f);
     atomic_flag_clear_explicit(&f->busy, memory_order_release);
     return r == TN_OK ? r : tn__err_in("tn_call", r);
@@ -11269,6 +11314,7 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
     }
     double T = p->t_call;
     fprintf(out, "Function profiling\n==================\n");
+    (void)tn_print_info(out);           /* what it ran with, as make run's first lines say */
     fprintf(out, "  Message: %s\n", f->name);
     fprintf(out, "  Time in %llu calls to tn_call: %.6es\n", (unsigned long long)p->calls, T);
     if (p->calls) fprintf(out, "  Time per call: %.6es (first call %.6es)\n", T / (double)p->calls, p->t_first);

@@ -1559,6 +1559,17 @@ static bool tn__kcache_first_report(const char *dir) {
 
 /* The cache entry of `src` compiled for `arch`: from memory, else from disk,
    else compiled (and stored). The entry lives until tn_shutdown. */
+/* This thread's compiles (tn_backend.compile_clock; tensor.h >>compile_note). */
+static _Thread_local struct { uint64_t kernels, stored; double seconds; } tn__kclock;
+static void tn__cuda_compile_clock(uint64_t *kernels, double *seconds, uint64_t *stored, char *dir, size_t dir_cap) {
+    *kernels = tn__kclock.kernels;
+    *seconds = tn__kclock.seconds;
+    *stored = tn__kclock.stored;
+    char *d = dir_cap > 1 ? tn__cuda_cache_dir() : NULL;
+    tn__strlcpy(dir, d ? d : "", dir_cap);
+    tn__free(d);
+}
+
 static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fast_math, tn__kentry **out) {
     *out = NULL;
     tn_result r = tn__nvrtc_load(tn__cuda.driver_version / 1000);
@@ -1606,10 +1617,14 @@ static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fas
     }
     bool report = false;
     if (!bin) {
+        struct timespec t0, t1;
+        timespec_get(&t0, TIME_UTC);
         r = tn__nvrtc_compile(src, arch, fast_math, &bin, &size);
-        if (r == TN_OK) tn__kcache.stats.compiles++;
+        timespec_get(&t1, TIME_UTC);
+        tn__kclock.seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (r == TN_OK) { tn__kcache.stats.compiles++; tn__kclock.kernels++; }
         if (r == TN_OK && path) {
-            if (tn__kfile_store(dir, path, key, key_len, bin, size, why, sizeof why)) tn__kcache.stats.disk_writes++;
+            if (tn__kfile_store(dir, path, key, key_len, bin, size, why, sizeof why)) { tn__kcache.stats.disk_writes++; tn__kclock.stored++; }
             else report = tn__kcache_first_report(dir);
         }
     }
@@ -5007,7 +5022,7 @@ static const tn_backend tn__cuda_backend = {
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
     tn__cuda_replay_begin, tn__cuda_replay_end, tn__cuda_replay_launch, tn__cuda_replay_release,
     tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free,
-    tn__cuda_shared_order, tn__cuda_shared_free
+    tn__cuda_shared_order, tn__cuda_shared_free, tn__cuda_compile_clock
 };
 
 static const tn_device_ops tn__cuda_device_ops = {

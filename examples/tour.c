@@ -19,6 +19,7 @@ static double now(void) {
 
 int main(void) {
     TRY(tn_init(NULL) == TN_OK);
+    TRY(tn_print_info(stdout) == TN_OK);    /* what this build runs with */
     tn_graph *g = tn_graph_new();
     int64_t n = 1000;
 

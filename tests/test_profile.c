@@ -314,11 +314,82 @@ out:
     tn__cuda.state = 0;
 }
 
+/* The first call's compile note (tensor.h >>compile_note), with a stand-in
+   clock: the test says what "was compiled" between the function and its
+   first call. */
+static struct { uint64_t kernels, stored; double seconds; const char *dir; } fclk;
+static void fake_compile_clock(uint64_t *kernels, double *seconds, uint64_t *stored, char *dir, size_t cap) {
+    *kernels = fclk.kernels; *seconds = fclk.seconds; *stored = fclk.stored;
+    snprintf(dir, cap, "%s", fclk.dir);
+}
+static char note_log[4][512];
+static int n_notes;
+static void keep_note(tn_log_level level, const char *msg, void *user) {
+    (void)user;
+    if (level == TN_LOG_WARN && n_notes < 4) snprintf(note_log[n_notes++], sizeof note_log[0], "%s", msg);
+}
+/* Compiles a function at clock (k0, s0, st0), moves the clock to (k1, s1, st1)
+   as a first call's compiles would, calls it twice; returns the notes logged. */
+static int note_for(tn_backend *be, uint64_t k1, double s1, uint64_t st1, const char *dir) {
+    fclk.kernels = 3; fclk.seconds = 0.25; fclk.stored = 3; fclk.dir = dir;
+    tn__set_backend(be);
+    tn_graph *g = tn_graph_new();
+    tn_var *x;
+    tn_func *f = events_fn(g, &x);
+    n_notes = 0;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 100 }, -1, 1, 5), *out = NULL;
+    fclk.kernels = 3 + k1; fclk.seconds = 0.25 + s1; fclk.stored = 3 + st1;
+    for (int i = 0; f && i < 2; i++) {
+        CHECK(tn_call(f, &xv, &out) == TN_OK, "call: %s", tn_last_error());
+        tn_array_free(out);
+        out = NULL;
+        fclk.kernels += 7; fclk.seconds += 5;       /* a later call's compiles say nothing */
+    }
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+    return n_notes;
+}
+
+TEST(test_first_call_compile_note) {
+    static tn_backend be;
+    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
+    const tn_backend *saved_be = tn__get_backend();
+    const tn_device_ops *saved_ops = tn__get_device_ops();
+    tn__cuda.state = 1;
+    tn__cuda.ordinal = 0;
+    be = tn__cuda_backend;
+    be.ops = fake_table(fake_prepare, prof_fake_run);
+    be.func_new = NULL; be.func_enter = NULL; be.func_free = NULL;
+    be.compile_clock = fake_compile_clock;
+    tn__set_device_ops(&ops);
+    tn_set_log(keep_note, NULL);
+    int n = note_for(&be, 12, 2.5, 12, "/some/cache");
+    CHECK(n == 1 && !strcmp(note_log[0], "evented: compiling 12 GPU kernels took 2.5 s; the next run reads them from the disk cache (/some/cache)"),
+          "one note after the first call (%d): %s", n, n ? note_log[0] : "");
+    n = note_for(&be, 5, 1.5, 2, "/ro/cache");
+    CHECK(n == 1 && strstr(note_log[0], "compiling 5 GPU kernels took 1.5 s; 3 could not be kept in a disk cache (/ro/cache), so the next run compiles them again"),
+          "kernels not stored (%d): %s", n, n ? note_log[0] : "");
+    n = note_for(&be, 1, 1.25, 0, "");
+    CHECK(n == 1 && strstr(note_log[0], "compiling 1 GPU kernel took 1.2 s; 1 could not be kept in a disk cache (none is set"),
+          "no cache directory (%d): %s", n, n ? note_log[0] : "");
+    n = note_for(&be, 40, 0.9, 40, "/some/cache");
+    CHECK(n == 0, "under a second: no note (%d): %s", n, n ? note_log[0] : "");
+    n = note_for(&be, 0, 3.0, 0, "/some/cache");
+    CHECK(n == 0, "nothing compiled (a failed compile's time alone): no note (%d)", n);
+    tn_set_log(NULL, NULL);
+    tn__set_backend(saved_be);
+    tn__set_device_ops(saved_ops);
+    tn__cuda.state = 0;
+}
+
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     TH_RUN(test_profile_report);
     TH_RUN(test_profile_large_input);
     TH_RUN(test_profile_flag);
     TH_RUN(test_profile_events);
+    TH_RUN(test_first_call_compile_note);
     TH_END();
 }
