@@ -164,6 +164,10 @@ typedef struct tn_config {
     const char *cache_dir;      /* cache_dir=PATH */
     const char *contexts;       /* contexts=dev0->cuda0;dev1->cuda1 (the >>api_contexts section) */
     const char *blas;           /* blas=auto|none|PATH: the CBLAS library of CPU products (NULL: auto) */
+    const char *nvrtc_flags;    /* nvrtc_flags=-ftz=true --prec-div=false: NVRTC options added to every
+                                   kernel compile (Theano's nvcc.flags; at most 400 characters) */
+    const char *cuda_root;      /* cuda_root=PATH: a CUDA toolkit searched first for the driver, NVRTC and
+                                   cuBLAS (Theano's cuda.root; before $CUDA_PATH) */
 } tn_config;
 
 TN_API tn_result tn_init(const tn_config *cfg);   /* NULL: defaults + TENSOR_FLAGS */
@@ -1321,6 +1325,25 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             const char *c = tn__intern(v, strlen(v));
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for cache_dir"); break; }
             cfg->cache_dir = c;
+        } else if (!strcmp(k, "nvrtc_flags")) {
+            /* options are spaces apart; in TENSOR_FLAGS the items after it
+               that start with '-' are more of them: nvrtc_flags=-ftz=true,--prec-div=false */
+            tn__sb fl = { 0 };
+            tn__sb_puts(&fl, v);
+            while (*p == '-') {
+                size_t m = strcspn(p, ",");
+                tn__sb_printf(&fl, " %.*s", (int)m, p);
+                p += m + (p[m] == ',');
+            }
+            const char *c = fl.oom ? NULL : fl.n > 400 ? "" : tn__intern(fl.s, fl.n);
+            tn__free(fl.s);
+            if (c && !*c) { res = tn__err(TN_ERR_INVALID, "tn_parse_flags: nvrtc_flags is over 400 characters"); break; }
+            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for nvrtc_flags"); break; }
+            cfg->nvrtc_flags = c;
+        } else if (!strcmp(k, "cuda_root")) {
+            const char *c = tn__intern(v, strlen(v));
+            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for cuda_root"); break; }
+            cfg->cuda_root = c;
         } else if (!strcmp(k, "blas")) {
             const char *c = tn__intern(v, strlen(v));
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for blas"); break; }
@@ -1351,7 +1374,8 @@ static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
            a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
            a->threads == b->threads && tn__str_same(a->cache_dir, b->cache_dir) &&
-           tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas);
+           tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas) &&
+           tn__str_same(a->nvrtc_flags, b->nvrtc_flags) && tn__str_same(a->cuda_root, b->cuda_root);
 }
 
 TN_API tn_result tn_init(const tn_config *cfg) {
@@ -1371,6 +1395,12 @@ TN_API tn_result tn_init(const tn_config *cfg) {
         return tn__err(TN_ERR_OOM, "tn_init: out of memory for cache_dir");
     if (c.blas && !(c.blas = tn__intern(c.blas, strlen(c.blas))))
         return tn__err(TN_ERR_OOM, "tn_init: out of memory for blas");
+    if (c.nvrtc_flags && strlen(c.nvrtc_flags) > 400)
+        return tn__err(TN_ERR_INVALID, "tn_init: nvrtc_flags is over 400 characters");
+    if (c.nvrtc_flags && !(c.nvrtc_flags = tn__intern(c.nvrtc_flags, strlen(c.nvrtc_flags))))
+        return tn__err(TN_ERR_OOM, "tn_init: out of memory for nvrtc_flags");
+    if (c.cuda_root && !(c.cuda_root = tn__intern(c.cuda_root, strlen(c.cuda_root))))
+        return tn__err(TN_ERR_OOM, "tn_init: out of memory for cuda_root");
     if (c.contexts) {
         if (tn__contexts_apply(c.contexts, false) != TN_OK) return tn__err_as("tn_init", "tn_parse_flags");
         if (!(c.contexts = tn__intern(c.contexts, strlen(c.contexts)))) return tn__err(TN_ERR_OOM, "tn_init: out of memory for contexts");
@@ -1671,7 +1701,9 @@ TN_API void tn_shutdown(void) {
     int keep = 0;
     for (int i = 0; i < tn__lib.n_interned; i++) {
         const char *s = tn__lib.interned[i];
-        if (s == tn__lib.cfg.cache_dir || s == tn__lib.cfg.contexts || s == tn__lib.cfg.blas) tn__lib.interned[keep++] = tn__lib.interned[i];
+        const tn_config *c = &tn__lib.cfg;
+        if (s == c->cache_dir || s == c->contexts || s == c->blas || s == c->nvrtc_flags || s == c->cuda_root)
+            tn__lib.interned[keep++] = tn__lib.interned[i];
         else tn__free(tn__lib.interned[i]);
     }
     tn__lib.n_interned = keep;

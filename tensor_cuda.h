@@ -407,9 +407,9 @@ static void tn__strlcpy(char *dst, const char *src, size_t cap) {
     dst[n] = 0;
 }
 
-/* Opens the first of names[] found: through the loader's search path, then
-   under $CUDA_PATH/lib64 and /usr/local/cuda/lib64. An env override is the
-   only file tried. `tried` receives a short list for messages. */
+/* Opens the first of names[] found: under the cuda_root flag's lib64, then
+   through the loader's search path, then under $CUDA_PATH/lib64 and
+   /usr/local/cuda/lib64. An env override is the only file tried. */
 static void *tn__dlopen_first(const char *env_override, const char *const *names, int n_names,
                               char *found, size_t found_cap) {
     const char *over = env_override ? getenv(env_override) : NULL;
@@ -418,12 +418,12 @@ static void *tn__dlopen_first(const char *env_override, const char *const *names
         if (h) tn__strlcpy(found, over, found_cap);
         return h;
     }
-    const char *roots[3] = { NULL, getenv("CUDA_PATH"), "/usr/local/cuda" };
+    const char *roots[4] = { tn_get_config()->cuda_root, NULL, getenv("CUDA_PATH"), "/usr/local/cuda" };
     for (int i = 0; i < n_names; i++) {
-        for (int r = 0; r < 3; r++) {
-            if (r > 0 && !(roots[r] && *roots[r])) continue;
+        for (int r = 0; r < 4; r++) {
+            if (r != 1 && !(roots[r] && *roots[r])) continue;
             tn__sb path = { 0 };   /* allocated: a root of any length is tried whole */
-            if (r == 0) tn__sb_puts(&path, names[i]);
+            if (r == 1) tn__sb_puts(&path, names[i]);
             else tn__sb_printf(&path, "%s/lib64/%s", roots[r], names[i]);
             void *h = path.oom ? NULL : dlopen(path.s, RTLD_NOW | RTLD_LOCAL);
             if (h) tn__strlcpy(found, path.s, found_cap);
@@ -1263,9 +1263,12 @@ static void tn__cuda_keep_log(const char *what, const char *log, const char *src
     else fprintf(stderr, "tensor.h: %s", b.s);
 }
 
-/* The NVRTC options of a compile, as one string (part of the cache key). */
+/* The NVRTC options of a compile, as one string (part of the cache key):
+   the architecture, fast_math's, then the nvrtc_flags flag's. */
 static void tn__nvrtc_options(const char *arch, bool fast_math, char *buf, size_t cap) {
-    snprintf(buf, cap, "--gpu-architecture=%s%s", arch, fast_math ? " --use_fast_math" : "");
+    const char *extra = tn_get_config()->nvrtc_flags;
+    snprintf(buf, cap, "--gpu-architecture=%s%s%s%s", arch, fast_math ? " --use_fast_math" : "", extra && *extra ? " " : "",
+             extra ? extra : "");
 }
 
 /* Compiles `src` with NVRTC to a cubin (tn__malloc'd). No GPU needed. */
@@ -1275,14 +1278,22 @@ static tn_result tn__nvrtc_compile(const char *src, const char *arch, bool fast_
     tn_result r = tn__nvrtc_load(tn__cuda.driver_version / 1000);
     if (r != TN_OK) return r;
     const tn__nvrtc_api *nv = &tn__nvrtc.api;
-    char archopt[48];
+    char archopt[48], extra[408];
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
-    const char *opts[3] = { archopt, "--use_fast_math", NULL };
+    const char *opts[40] = { archopt };
+    int n_opts = 1;
+    if (fast_math) opts[n_opts++] = "--use_fast_math";
+    const char *flags = tn_get_config()->nvrtc_flags;      /* nvrtc_flags: options spaces apart */
+    tn__strlcpy(extra, flags ? flags : "", sizeof extra);
+    for (char *q = strtok(extra, " \t"); q; q = strtok(NULL, " \t")) {
+        if (n_opts == 40) return tn__err(TN_ERR_INVALID, "tn_cuda: nvrtc_flags has more than %d options", 40 - 2);
+        opts[n_opts++] = q;
+    }
     tn__nvrtcProgram prog = NULL;
     tn__nvrtcResult nr = nv->nvrtcCreateProgram(&prog, src, "tn_kernel.cu", 0, NULL, NULL);
     if (nr != TN__NVRTC_SUCCESS)
         return tn__err(nr == 1 ? TN_ERR_OOM : TN_ERR_DEVICE, "nvrtcCreateProgram failed: %s", nv->nvrtcGetErrorString(nr));
-    nr = nv->nvrtcCompileProgram(prog, fast_math ? 2 : 1, opts);
+    nr = nv->nvrtcCompileProgram(prog, n_opts, opts);
     if (nr != TN__NVRTC_SUCCESS) {
         size_t n = 0;
         char *log = NULL;
@@ -1290,9 +1301,10 @@ static tn_result tn__nvrtc_compile(const char *src, const char *arch, bool fast_
             if (nv->nvrtcGetProgramLog(prog, log) != TN__NVRTC_SUCCESS) log[0] = 0;
             log[n] = 0;
         }
-        char what[160];
-        snprintf(what, sizeof what, "NVRTC %d.%d failed to compile a kernel for %s: %s",
-                 tn__nvrtc.major, tn__nvrtc.minor, arch, nv->nvrtcGetErrorString(nr));
+        char what[600];
+        snprintf(what, sizeof what, "NVRTC %d.%d failed to compile a kernel for %s%s%s%s: %s", tn__nvrtc.major, tn__nvrtc.minor, arch,
+                 flags && *flags ? " with nvrtc_flags '" : "", flags && *flags ? flags : "", flags && *flags ? "'" : "",
+                 nv->nvrtcGetErrorString(nr));
         tn__cuda_keep_log(what, log, src);
         /* first line of the log in the message; the rest was printed */
         char first[300] = "";
@@ -1574,7 +1586,7 @@ static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fas
     *out = NULL;
     tn_result r = tn__nvrtc_load(tn__cuda.driver_version / 1000);
     if (r != TN_OK) return r;
-    char opts[96], head[160];
+    char opts[560], head[640];
     tn__nvrtc_options(arch, fast_math, opts, sizeof opts);
     int hl = snprintf(head, sizeof head, "%s\n%s\nnvrtc %d.%d\n", arch, opts, tn__nvrtc.major, tn__nvrtc.minor);
     size_t sl = strlen(src), key_len = (size_t)hl + sl;

@@ -407,8 +407,64 @@ TEST(test_failed_write_is_reported_once) {
     CHECK(count_tmp(dir) == 0 && count_files(dir, ".cubin", NULL, 0) == 0, "no temporary file or entry left");
 }
 
+/* nvrtc_flags: parsed from TENSOR_FLAGS' comma-continued items, passed to
+   NVRTC (a division kernel compiles to other code with --prec-div=false),
+   part of the cache key, and a bad option is named in the error. */
+static void set_nvrtc_flags(const char *flags) {
+    tn_config cfg = *tn_get_config();
+    cfg.nvrtc_flags = flags;
+    CHECK(tn_init(&cfg) == TN_OK, "tn_init: %s", tn_last_error());
+}
+static const char *div_src =
+    "extern \"C\" __global__ void k(float *o, const float *a, const float *b) {\n"
+    "    int i = blockIdx.x * blockDim.x + threadIdx.x; o[i] = a[i] / b[i] + sqrtf(a[i]);\n}\n";
+
+TEST(test_nvrtc_flags) {
+    tn_config c = { 0 };
+    CHECK(tn_parse_flags("nvrtc_flags=-ftz=true,--prec-div=false,device=cpu", &c) == TN_OK, "parse: %s", tn_last_error());
+    CHECK(c.nvrtc_flags && !strcmp(c.nvrtc_flags, "-ftz=true --prec-div=false") && c.device == TN_DEVICE_CPU,
+          "the items starting with '-' continue nvrtc_flags: '%s'", c.nvrtc_flags ? c.nvrtc_flags : "(null)");
+    char big[512];
+    memset(big, 'x', sizeof big - 1);
+    big[0] = 'n'; memcpy(big, "nvrtc_flags=-D", 14); big[sizeof big - 1] = 0;
+    CHECK(tn_parse_flags(big, &c) == TN_ERR_INVALID, "an overlong value");
+    CHECK_ERR(TN_ERR_INVALID, "nvrtc_flags is over 400 characters");
+    CHECK(tn_parse_flags("cuda_root=/opt/cuda-x", &c) == TN_OK && c.cuda_root && !strcmp(c.cuda_root, "/opt/cuda-x"), "cuda_root parsed");
+
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/flags", th_dir);
+    set_cache_dir(dir);
+    tn__cuda_kcache_clear();
+    tn_cuda_cache_stats s0, s;
+    const void *bin;
+    size_t n;
+    tn_cuda_get_cache_stats(&s0);
+    CHECK(tn_cuda_compile(div_src, "sm_90", &bin, &n) == TN_OK, "plain: %s", tn_last_error());
+    void *plain = malloc(n);
+    size_t plain_n = n;
+    if (plain) memcpy(plain, bin, n);
+    set_nvrtc_flags("-ftz=true --prec-div=false --prec-sqrt=false");
+    CHECK(tn_cuda_compile(div_src, "sm_90", &bin, &n) == TN_OK, "with flags: %s", tn_last_error());
+    tn_cuda_get_cache_stats(&s);
+    CHECK(s.compiles == s0.compiles + 2, "the flags are part of the key: %llu compiles", (unsigned long long)(s.compiles - s0.compiles));
+    CHECK(plain && (n != plain_n || memcmp(bin, plain, n) != 0), "approximate division and square root compile to other code");
+    CHECK(tn_cuda_compile(div_src, "sm_90", &bin, &n) == TN_OK, "again");
+    tn_cuda_get_cache_stats(&s0);
+    CHECK(s0.mem_hits == s.mem_hits + 1 && s0.compiles == s.compiles, "then a memory hit");
+    free(plain);
+
+    set_nvrtc_flags("--no-such-option");
+    printf("(an NVRTC error report is expected below)\n");
+    fflush(stdout);
+    CHECK(tn_cuda_compile(div_src, "sm_90", &bin, &n) == TN_ERR_DEVICE, "a bad option fails");
+    CHECK_ERR(TN_ERR_DEVICE, "with nvrtc_flags '--no-such-option'");
+    set_nvrtc_flags(NULL);
+    CHECK(tn_cuda_compile(div_src, "sm_90", &bin, &n) == TN_OK, "without the flags again: %s", tn_last_error());
+}
+
 int main(void) {
     th_nvrtc_start("test_kcache", th_dir, sizeof th_dir);
+    TH_RUN(test_nvrtc_flags);
     TH_RUN(test_disk_cache_roundtrip_and_corruption);
     TH_RUN(test_disk_cache_concurrent_processes);
     TH_RUN(test_fifo_at_an_entry_is_a_miss);
