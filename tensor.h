@@ -51,6 +51,9 @@
 #include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
+#ifdef __cplusplus
+#  include <initializer_list>     /* TN_SHAPE and TN_AXES */
+#endif
 
 #ifndef TN_API
 #  ifdef TENSOR_STATIC
@@ -215,6 +218,18 @@ TN_API float tn_f16_to_f32(uint16_t h);
 /* >>api_array ------------------------------------------------------------ */
 
 TN_API tn_array *tn_array_empty(tn_dtype t, int ndim, const int64_t *shape);   /* uninitialised */
+/* Shapes and axes written in place, in C and C++ alike: TN_SHAPE(3, 4) is
+   the pair `ndim, shape` (2 and {3, 4}), TN_AXES(0, 2) the pair `axes,
+   naxes` of the reductions: tn_array_zeros(TN_F32, TN_SHAPE(3, 4)),
+   tn_sum(x, TN_AXES(0, 2), false). The arrays live until the end of the
+   statement. */
+#ifdef __cplusplus
+#  define TN_SHAPE(...) (int)std::initializer_list<int64_t>{ __VA_ARGS__ }.size(), std::initializer_list<int64_t>{ __VA_ARGS__ }.begin()
+#  define TN_AXES(...) std::initializer_list<int>{ __VA_ARGS__ }.begin(), (int)std::initializer_list<int>{ __VA_ARGS__ }.size()
+#else
+#  define TN_SHAPE(...) (int)(sizeof((const int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), (const int64_t[]){ __VA_ARGS__ }
+#  define TN_AXES(...) (const int[]){ __VA_ARGS__ }, (int)(sizeof((const int[]){ __VA_ARGS__ }) / sizeof(int))
+#endif
 TN_API tn_array *tn_array_zeros(tn_dtype t, int ndim, const int64_t *shape);
 TN_API tn_array *tn_array_ones(tn_dtype t, int ndim, const int64_t *shape);
 TN_API tn_array *tn_array_full(tn_dtype t, int ndim, const int64_t *shape, double value);

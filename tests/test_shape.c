@@ -528,7 +528,32 @@ TEST(test_eye_arange) {
     tn_graph_free(g);
 }
 
+/* TN_SHAPE and TN_AXES expand to the (ndim, shape) and (axes, naxes) pairs. */
+TEST(test_shape_and_axes_macros) {
+    tn_array *r = tn_array_arange(TN_F64, 0, 24, 1), *a = tn_array_reshape(r, TN_SHAPE(2, 3, 4));
+    CHECK(a && a->ndim == 3 && a->shape[0] == 2 && a->shape[1] == 3 && a->shape[2] == 4, "TN_SHAPE(2, 3, 4)");
+    tn_array *one = tn_array_zeros(TN_F32, TN_SHAPE(7));
+    CHECK(one && one->ndim == 1 && one->shape[0] == 7, "TN_SHAPE(7)");
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_tensor3(g, "x", TN_F64), *s = tn_sum(x, TN_AXES(0, -1), true), *m = tn_max(x, TN_AXES(1), false);
+    CHECK(s && s->type.ndim == 3 && s->type.bcast[0] && s->type.bcast[2] && !s->type.bcast[1], "sum over axes 0 and -1, kept");
+    CHECK(m && m->type.ndim == 2, "max over axis 1");
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = (tn_var *[]){ s, m } });
+    tn_array *out[2] = { NULL, NULL };
+    CHECK(f && a && tn_call(f, &a, out) == TN_OK, "call: %s", tn_last_error());
+    if (out[0] && out[1]) {
+        for (int64_t j = 0; j < 3; j++)    /* sum over i < 2, k < 4 of 12i + 4j + k; max over j of it: 12i + 8 + k */
+            CHECK(tn_array_get(out[0], (int64_t[]){ 0, j, 0 }) == 60 + 32 * j, "sum at %lld", (long long)j);
+        CHECK(tn_array_get(out[1], (int64_t[]){ 1, 3 }) == 23, "max at (1, 3)");
+    }
+    tn_array_free(out[0]); tn_array_free(out[1]);
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_array_free(one); tn_array_free(a); tn_array_free(r);
+}
+
 int main(void) {
+    TH_RUN(test_shape_and_axes_macros);
     TH_RUN(test_reshape);
     TH_RUN(test_flatten);
     TH_RUN(test_dimshuffle);
