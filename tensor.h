@@ -1336,10 +1336,10 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             const char *c = tn__intern(v, strlen(v));
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for contexts"); break; }
             cfg->contexts = c;
-        } else if (!strcmp(k, "cache_dir")) {
+        } else if (!strcmp(k, "cache_dir") || !strcmp(k, "cuda_root") || !strcmp(k, "blas")) {
             const char *c = tn__intern(v, strlen(v));
-            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for cache_dir"); break; }
-            cfg->cache_dir = c;
+            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for %s", k); break; }
+            *(!strcmp(k, "cache_dir") ? &cfg->cache_dir : !strcmp(k, "cuda_root") ? &cfg->cuda_root : &cfg->blas) = c;
         } else if (!strcmp(k, "nvrtc_flags")) {
             /* options are spaces apart; in TENSOR_FLAGS the items after it
                that start with '-' are more of them: nvrtc_flags=-ftz=true,--prec-div=false */
@@ -1355,14 +1355,6 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             if (c && !*c) { res = tn__err(TN_ERR_INVALID, "tn_parse_flags: nvrtc_flags is over 400 characters"); break; }
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for nvrtc_flags"); break; }
             cfg->nvrtc_flags = c;
-        } else if (!strcmp(k, "cuda_root")) {
-            const char *c = tn__intern(v, strlen(v));
-            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for cuda_root"); break; }
-            cfg->cuda_root = c;
-        } else if (!strcmp(k, "blas")) {
-            const char *c = tn__intern(v, strlen(v));
-            if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for blas"); break; }
-            cfg->blas = c;
         }
 #define TN__BOOL_FLAG(name, field) else if (!strcmp(k, name)) { if ((ok = tn__flag_bool(v, &b))) cfg->field = b; }
         TN__BOOL_FLAG("profile", profile)
@@ -1406,16 +1398,11 @@ TN_API tn_result tn_init(const tn_config *cfg) {
         return tn__err(TN_ERR_DTYPE, "tn_init: floatX must be a float dtype, not %s", tn_dtype_name(c.floatX));
     /* Racing callers take turns; one that finds the same settings in place
        writes nothing, so threads reading the config meanwhile see it whole. */
-    if (c.cache_dir && !(c.cache_dir = tn__intern(c.cache_dir, strlen(c.cache_dir))))
-        return tn__err(TN_ERR_OOM, "tn_init: out of memory for cache_dir");
-    if (c.blas && !(c.blas = tn__intern(c.blas, strlen(c.blas))))
-        return tn__err(TN_ERR_OOM, "tn_init: out of memory for blas");
     if (c.nvrtc_flags && strlen(c.nvrtc_flags) > 400)
         return tn__err(TN_ERR_INVALID, "tn_init: nvrtc_flags is over 400 characters");
-    if (c.nvrtc_flags && !(c.nvrtc_flags = tn__intern(c.nvrtc_flags, strlen(c.nvrtc_flags))))
-        return tn__err(TN_ERR_OOM, "tn_init: out of memory for nvrtc_flags");
-    if (c.cuda_root && !(c.cuda_root = tn__intern(c.cuda_root, strlen(c.cuda_root))))
-        return tn__err(TN_ERR_OOM, "tn_init: out of memory for cuda_root");
+    const char **strs[4] = { &c.cache_dir, &c.blas, &c.nvrtc_flags, &c.cuda_root };   /* the caller's strings, copied */
+    for (int i = 0; i < 4; i++)
+        if (*strs[i] && !(*strs[i] = tn__intern(*strs[i], strlen(*strs[i])))) return tn__err(TN_ERR_OOM, "tn_init: out of memory");
     if (c.contexts) {
         if (tn__contexts_apply(c.contexts, false) != TN_OK) return tn__err_as("tn_init", "tn_parse_flags");
         if (!(c.contexts = tn__intern(c.contexts, strlen(c.contexts)))) return tn__err(TN_ERR_OOM, "tn_init: out of memory for contexts");

@@ -217,17 +217,23 @@ static tn_func *events_fn(tn_graph *g, tn_var **x) {
     return tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = x, .n_outputs = 1, .outputs = &z, .name = "evented" });
 }
 
+/* A stand-in for the CUDA back end on the CPU (its rows, the stand-in's
+   prepare and run, no streams); the caller's own hooks go on top. */
+static void prof_fake_backend(tn_backend *be) {
+    tn__cuda.state = 1;
+    tn__cuda.ordinal = 0;
+    *be = tn__cuda_backend;
+    be->ops = fake_table(fake_prepare, prof_fake_run);
+    be->func_new = NULL; be->func_enter = NULL; be->func_free = NULL;     /* no driver here: no streams */
+}
+
 TEST(test_profile_events) {
     static tn_backend be;
     static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
     const tn_backend *saved_be = tn__get_backend();
     const tn_device_ops *saved_ops = tn__get_device_ops();
-    tn__cuda.state = 1;
-    tn__cuda.ordinal = 0;
-    be = tn__cuda_backend;
-    be.ops = fake_table(fake_prepare, prof_fake_run);
+    prof_fake_backend(&be);
     be.prof_new = fake_prof_new; be.prof_mark = fake_prof_mark; be.prof_collect = fake_prof_collect; be.prof_free = fake_prof_free;
-    be.func_new = NULL; be.func_enter = NULL; be.func_free = NULL;     /* no driver here: no streams */
     tn__set_backend(&be);
     tn__set_device_ops(&ops);
     memset(&fk, 0, sizeof fk);
@@ -357,11 +363,7 @@ TEST(test_first_call_compile_note) {
     static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
     const tn_backend *saved_be = tn__get_backend();
     const tn_device_ops *saved_ops = tn__get_device_ops();
-    tn__cuda.state = 1;
-    tn__cuda.ordinal = 0;
-    be = tn__cuda_backend;
-    be.ops = fake_table(fake_prepare, prof_fake_run);
-    be.func_new = NULL; be.func_enter = NULL; be.func_free = NULL;
+    prof_fake_backend(&be);
     be.compile_clock = fake_compile_clock;
     tn__set_device_ops(&ops);
     tn_set_log(keep_note, NULL);
