@@ -9896,7 +9896,10 @@ static tn_result tn__plan(tn_func *f) {
         char lb[256];
         if ((r = tn__infer_outputs(v, types, outs)) != TN_OK) {
             tn__node_label(v, lb, sizeof lb);
-            r = tn__err(r, "%s: %s: %s", W, lb, tn_last_error());
+            const char *m = tn_last_error(), *name = st->def->name ? st->def->name : "";
+            size_t nl = strlen(lb), nn = strlen(name);
+            bool named = (!strncmp(m, lb, nl) && m[nl] == ':') || (nn && !strncmp(m, name, nn) && m[nn] == ':');
+            r = named ? tn__err(r, "%s: %s", W, m) : tn__err(r, "%s: %s: %s", W, lb, m);   /* the op named once */
             goto fail;
         }
         for (int o = 0; o < st->n_out; o++) {

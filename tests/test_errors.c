@@ -326,8 +326,26 @@ TEST(test_messages_name_the_function) {
     tn_graph_free(g);
 }
 
+/* A shape error found when the function runs names the op once, whether
+   the op's own message already starts with its name or not. */
+TEST(test_call_time_error_names_the_op_once) {
+    tn_graph *g = tn_graph_new();
+    tn_var *v = tn_vector(g, "v", TN_F32);
+    tn_var *y = tn_alloc(v, 2, (int64_t[]){ 2, 3 });
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &v, .n_outputs = 1, .outputs = &y, .mode = TN_MODE_FAST_COMPILE });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    tn_array *a = tn_array_full(TN_F32, 1, (int64_t[]){ 4 }, 1.5), *o = NULL;
+    CHECK(f && tn_call(f, &a, &o) == TN_ERR_SHAPE, "a (4,) value cannot fill (2, 3)");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_call: Alloc: cannot broadcast (4,) to (2, 3)");
+    CHECK(!strstr(tn_last_error(), "Alloc: Alloc:"), "named twice: %s", tn_last_error());
+    tn_array_free(a);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_init(NULL);
+    TH_RUN(test_call_time_error_names_the_op_once);
     TH_RUN(test_function_desc_errors);
     TH_RUN(test_update_errors);
     TH_RUN(test_call_errors);
