@@ -41,7 +41,7 @@ $(BUILD)/%: tests/%.c tests/harness.h $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD
 $(BUILD)/self_cpu: tests/self_tests.c $(SELF_CPU:%=tests/%.c) $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CPU -o $@ $< $(LDLIBS)
 $(BUILD)/self_cuda: tests/self_tests.c $(SELF_CUDA:%=tests/%.c) $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CUDA -o $@ $< $(LDLIBS)
+	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CUDA $(SELF_DEFS) -o $@ $< $(LDLIBS)
 $(addprefix $(BUILD)/,$(SELF_CPU)): $(BUILD)/self_cpu
 	ln -sf self_cpu $@
 $(addprefix $(BUILD)/,$(SELF_CUDA)): $(BUILD)/self_cuda
@@ -70,13 +70,14 @@ test-gpu:
 # Under the sanitizers: every test of the library's own code. The CUDA and
 # NVRTC tests are left out (they skip without a GPU, or only hand generated
 # text to NVRTC, and each costs a minute to build with the sanitizers).
+# (SELF_NO_GPU_TESTS leaves the skipped ones out of build-san/self_cuda.)
 SAN_SKIP  = test_cuda test_cuda_func test_cuda_reduce test_cuda_multi test_cuda_decls test_nvrtc test_nvrtc_reduce test_place_rewire test_smoke
 SAN_TESTS = $(filter-out $(addprefix build-san/,$(SAN_SKIP)),$(patsubst tests/%.c,build-san/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.cpp,build-san/%,$(wildcard tests/test_*.cpp)))
 SAN_FLAGS ?= -O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 # The random-program tests draw other programs here than in make test, half
 # as many (they run ~5x slower under the sanitizers).
 sanitize:
-	$(MAKE) BUILD=build-san CFLAGS="$(SAN_FLAGS)" $(SAN_TESTS)
+	$(MAKE) BUILD=build-san CFLAGS="$(SAN_FLAGS)" SELF_DEFS=-DSELF_NO_GPU_TESTS $(SAN_TESTS)
 	@TN_FUZZ_FIRST=40000 TN_FUZZ_SEEDS=20000 TN_RANDOM_FIRST=10000 TN_RANDOM_N=5000 tests/run.sh $(SAN_TESTS)
 
 # The API fuzzer (tests/test_fuzz.c), long: FUZZ_SEEDS programs under the

@@ -32,16 +32,33 @@
 #include "test_random.c"
 #undef main
 #elif defined(SELF_GROUP_CUDA)
-#define SELF_TESTS_LIST(X) X(test_profile) X(test_place_rewire) X(test_kcache) X(test_nvrtc) X(test_nvrtc_reduce) \
-    X(test_cuda) X(test_cuda_fallback) X(test_cuda_func) X(test_cuda_place) X(test_cuda_reduce) X(test_multi) X(test_cuda_multi)
+/* SELF_NO_GPU_TESTS (make sanitize) leaves out the tests that need a GPU
+   or only hand kernels to NVRTC: their build is the group's largest part. */
+#ifdef SELF_NO_GPU_TESTS
+#define SELF_GPU_TESTS(X)
+#else
+#define SELF_GPU_TESTS(X) X(test_place_rewire) X(test_nvrtc) X(test_nvrtc_reduce) X(test_cuda) X(test_cuda_func) \
+    X(test_cuda_reduce) X(test_cuda_multi)
+#endif
+#define SELF_TESTS_LIST(X) X(test_profile) X(test_kcache) X(test_cuda_fallback) X(test_cuda_place) X(test_multi) SELF_GPU_TESTS(X)
 #define main th_main_test_profile
 #include "test_profile.c"
 #undef main
-#define main th_main_test_place_rewire
-#include "test_place_rewire.c"
-#undef main
 #define main th_main_test_kcache
 #include "test_kcache.c"
+#undef main
+#define main th_main_test_cuda_fallback
+#include "test_cuda_fallback.c"
+#undef main
+#define main th_main_test_cuda_place
+#include "test_cuda_place.c"
+#undef main
+#define main th_main_test_multi
+#include "test_multi.c"
+#undef main
+#ifndef SELF_NO_GPU_TESTS
+#define main th_main_test_place_rewire
+#include "test_place_rewire.c"
 #undef main
 #define main th_main_test_nvrtc
 #include "test_nvrtc.c"
@@ -52,24 +69,16 @@
 #define main th_main_test_cuda
 #include "test_cuda.c"
 #undef main
-#define main th_main_test_cuda_fallback
-#include "test_cuda_fallback.c"
-#undef main
 #define main th_main_test_cuda_func
 #include "test_cuda_func.c"
-#undef main
-#define main th_main_test_cuda_place
-#include "test_cuda_place.c"
 #undef main
 #define main th_main_test_cuda_reduce
 #include "test_cuda_reduce.c"
 #undef main
-#define main th_main_test_multi
-#include "test_multi.c"
-#undef main
 #define main th_main_test_cuda_multi
 #include "test_cuda_multi.c"
 #undef main
+#endif
 #else
 #error "tests/self_tests.c: define SELF_GROUP_CPU or SELF_GROUP_CUDA"
 #endif
