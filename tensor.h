@@ -217,7 +217,7 @@ TN_API float tn_f16_to_f32(uint16_t h);
 
 /* >>api_array ------------------------------------------------------------ */
 
-TN_API tn_array *tn_array_empty(tn_dtype t, int ndim, const int64_t *shape);   /* uninitialised */
+TN_API tn_array *tn_array_empty(tn_dtype t, int ndim, const int64_t *shape);   /* uninitialised (bool: false) */
 /* Shapes and axes written in place, in C and C++ alike: TN_SHAPE(3, 4) is
    the pair `ndim, shape` (2 and {3, 4}), TN_AXES(0, 2) the pair `axes,
    naxes` of the reductions: tn_array_zeros(TN_F32, TN_SHAPE(3, 4)),
@@ -2290,7 +2290,10 @@ TN_API tn_result tn_array_assign(tn_array *dst, const tn_array *src) {
 /* >>creation */
 
 TN_API tn_array *tn_array_empty(tn_dtype t, int ndim, const int64_t *shape) {
-    return tn__array_new("tn_array_empty", t, ndim, shape, TN_HOST);
+    tn_array *a = tn__array_new("tn_array_empty", t, ndim, shape, TN_HOST);
+    /* a bool byte other than 0 or 1 is no value of C's bool: empty bools are false */
+    if (a && t == TN_BOOL) memset(a->data, 0, tn_array_nbytes(a));
+    return a;
 }
 
 TN_API tn_array *tn_array_zeros(tn_dtype t, int ndim, const int64_t *shape) {

@@ -489,7 +489,25 @@ TEST(test_large_parallel) {
     tn_array_free(a); tn_array_free(t); tn_array_free(c);
 }
 
+/* Empty bool arrays hold valid bools (false): reading one is defined. */
+TEST(test_empty_bool_is_false) {
+    for (int round = 0; round < 3; round++) {
+        tn_array *junk = tn_array_full(TN_I64, 1, (int64_t[]){ 4096 }, -1.0);   /* leaves 0xff bytes to reuse */
+        tn_array_free(junk);
+        tn_array *b = tn_array_empty(TN_BOOL, 2, (int64_t[]){ 64, 64 });
+        CHECK(b != NULL, "%s", tn_last_error());
+        if (!b) return;
+        const unsigned char *p = (const unsigned char *)b->data;
+        int bad = 0;
+        for (int64_t i = 0; i < 4096; i++) bad += p[i] != 0;
+        CHECK(bad == 0, "%d bytes are not false", bad);
+        CHECK(tn_array_get(b, (int64_t[]){ 63, 63 }) == 0, "reads as false");
+        tn_array_free(b);
+    }
+}
+
 int main(void) {
+    TH_RUN(test_empty_bool_is_false);
     TH_RUN(test_create);
     TH_RUN(test_random);
     TH_RUN(test_views);
