@@ -171,6 +171,8 @@ typedef struct tn_config {
                                    kernel compile (Theano's nvcc.flags; at most 400 characters) */
     const char *cuda_root;      /* cuda_root=PATH: a CUDA toolkit searched first for the driver, NVRTC and
                                    cuBLAS (Theano's cuda.root; before $CUDA_PATH) */
+    const char *profile_trace;  /* profile_trace=FILE.json: profile every function and write its calls,
+                                   steps, transfers and GPU times as a Chrome trace (the >>trace section) */
 } tn_config;
 
 TN_API tn_result tn_init(const tn_config *cfg);   /* NULL: defaults + TENSOR_FLAGS */
@@ -789,6 +791,14 @@ struct tn_place_args {
     int context;                    /* where nodes of no context go: context index + 1 (0: the device flag's) */
 };
 
+/* Where a back end's profiler collection sends each step it timed
+   (tn_backend.prof_collect). */
+typedef struct tn_prof_sink {
+    void (*step)(void *user, int step, double start, double seconds);
+    void *user;
+    double (*now)(void);               /* the host clock the starts are on */
+} tn_prof_sink;
+
 /* A device back end as the compiler and executor see it. The placement pass
    sets node->device on the nodes it moves; for those the executor calls the
    op's row: prepare once at compile time, run at each call, with inputs and
@@ -804,11 +814,13 @@ typedef struct tn_backend {
        events for n_steps steps, made once per profiled function. prof_mark
        records mark 2k (before step k) or 2k+1 (after) on the stream, without
        waiting. prof_collect waits for marks recorded two calls ago (all:
-       every mark) and adds each step's device seconds to t[k]; t NULL drops
-       them unwaited. */
+       every mark) and gives each step run to sink->step: its device seconds
+       and its start on the host's clock (sink->now's seconds; negative when
+       sink->now is NULL, no starts wanted, or the back end cannot tell);
+       sink NULL drops them unwaited. */
     void *(*prof_new)(int n_steps);
     tn_result (*prof_mark)(void *pstate, int mark);
-    tn_result (*prof_collect)(void *pstate, double *t, bool all);
+    tn_result (*prof_collect)(void *pstate, const tn_prof_sink *sink, bool all);
     void (*prof_free)(void *pstate);
     /* Replay (CUDA graphs; the >>cuda_replay section; all NULL: no capture).
        begin starts capturing the calling thread's stream of the function
@@ -1336,10 +1348,11 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             const char *c = tn__intern(v, strlen(v));
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for contexts"); break; }
             cfg->contexts = c;
-        } else if (!strcmp(k, "cache_dir") || !strcmp(k, "cuda_root") || !strcmp(k, "blas")) {
+        } else if (!strcmp(k, "cache_dir") || !strcmp(k, "cuda_root") || !strcmp(k, "blas") || !strcmp(k, "profile_trace")) {
             const char *c = tn__intern(v, strlen(v));
             if (!c) { res = tn__err(TN_ERR_OOM, "tn_parse_flags: out of memory for %s", k); break; }
-            *(!strcmp(k, "cache_dir") ? &cfg->cache_dir : !strcmp(k, "cuda_root") ? &cfg->cuda_root : &cfg->blas) = c;
+            *(!strcmp(k, "cache_dir") ? &cfg->cache_dir : !strcmp(k, "cuda_root") ? &cfg->cuda_root
+              : !strcmp(k, "blas") ? &cfg->blas : &cfg->profile_trace) = c;
         } else if (!strcmp(k, "nvrtc_flags")) {
             /* options are spaces apart; in TENSOR_FLAGS the items after it
                that start with '-' are more of them: nvrtc_flags=-ftz=true,--prec-div=false */
@@ -1382,7 +1395,8 @@ static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
            a->threads == b->threads && tn__str_same(a->cache_dir, b->cache_dir) &&
            tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas) &&
-           tn__str_same(a->nvrtc_flags, b->nvrtc_flags) && tn__str_same(a->cuda_root, b->cuda_root);
+           tn__str_same(a->nvrtc_flags, b->nvrtc_flags) && tn__str_same(a->cuda_root, b->cuda_root) &&
+           tn__str_same(a->profile_trace, b->profile_trace);
 }
 
 TN_API tn_result tn_init(const tn_config *cfg) {
@@ -1400,8 +1414,8 @@ TN_API tn_result tn_init(const tn_config *cfg) {
        writes nothing, so threads reading the config meanwhile see it whole. */
     if (c.nvrtc_flags && strlen(c.nvrtc_flags) > 400)
         return tn__err(TN_ERR_INVALID, "tn_init: nvrtc_flags is over 400 characters");
-    const char **strs[4] = { &c.cache_dir, &c.blas, &c.nvrtc_flags, &c.cuda_root };   /* the caller's strings, copied */
-    for (int i = 0; i < 4; i++)
+    const char **strs[5] = { &c.cache_dir, &c.blas, &c.nvrtc_flags, &c.cuda_root, &c.profile_trace };   /* the caller's strings, copied */
+    for (int i = 0; i < 5; i++)
         if (*strs[i] && !(*strs[i] = tn__intern(*strs[i], strlen(*strs[i])))) return tn__err(TN_ERR_OOM, "tn_init: out of memory");
     if (c.contexts) {
         if (tn__contexts_apply(c.contexts, false) != TN_OK) return tn__err_as("tn_init", "tn_parse_flags");
@@ -1694,17 +1708,19 @@ static void tn__pool_stop(void) {}
 #endif
 
 static void tn__func_blocks_release(void);   /* >>func_handles */
+static void tn__trace_close(void);           /* >>trace */
 
 TN_API void tn_shutdown(void) {
     if (tn__lib.shutdown_hook) tn__lib.shutdown_hook();    /* back ends' teardown (tensor_cuda.h) */
     tn__pool_stop();
     tn__func_blocks_release();
+    tn__trace_close();
     pthread_mutex_lock(&tn__lib.init_mu);      /* the strings, but those the config uses */
     int keep = 0;
     for (int i = 0; i < tn__lib.n_interned; i++) {
         const char *s = tn__lib.interned[i];
         const tn_config *c = &tn__lib.cfg;
-        if (s == c->cache_dir || s == c->contexts || s == c->blas || s == c->nvrtc_flags || s == c->cuda_root)
+        if (s == c->cache_dir || s == c->contexts || s == c->blas || s == c->nvrtc_flags || s == c->cuda_root || s == c->profile_trace)
             tn__lib.interned[keep++] = tn__lib.interned[i];
         else tn__free(tn__lib.interned[i]);
     }
@@ -5197,6 +5213,7 @@ static double tn__prof_now(void);
 static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare);
 static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs);
 static double tn__prof_step_begin(tn_func *f, int k);
+static bool tn__trace_on(void);                /* >>trace */
 static void tn__prof_step(tn_func *f, int k, double t0);
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
 static void tn__prof_finish(tn_func *f);
@@ -9721,6 +9738,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK) goto fail;
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
     f->mode = mode;
+    if (tn_get_config()->profile_trace) (void)tn__trace_on();    /* the trace starts before the compile's first event */
     double t_opt = tn__prof_now();
     tn_place_args pa = { no, f->upd_user, 64, true, 0 };
     if (d->context) {
@@ -9749,7 +9767,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     f->n_roots = n_roots;
     double t_sched = tn__prof_now();
     if (tn__schedule(f, n_roots) != TN_OK) goto fail;
-    if (tn_get_config()->profile) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
+    if (tn_get_config()->profile || tn_get_config()->profile_trace) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
     tn__free(uroots);
     tn__free(all_updates);
     return f;
@@ -11017,12 +11035,24 @@ typedef struct tn__prof {
     uint64_t *in_full;         /* whole checksum, at calls 0, 1, 2, 4, 8, ... */
     size_t *in_bytes;
     uint64_t *in_same;         /* calls whose data equalled the previous call's (0 once a whole check differs) */
+    char **label;              /* per step, for the trace (the >>trace section); NULL when not tracing */
+    int gpu_track;             /* the trace's track of this function's device steps */
 } tn__prof;
 
-static double tn__prof_now(void) {
+/* Seconds since the first reading (so a double keeps nanoseconds; since the
+   epoch it would keep a quarter of a microsecond). */
+static pthread_once_t tn__clock_once = PTHREAD_ONCE_INIT;
+static time_t tn__clock_base;
+static void tn__clock_start(void) {
     struct timespec ts;
     timespec_get(&ts, TIME_UTC);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    tn__clock_base = ts.tv_sec;
+}
+static double tn__prof_now(void) {
+    pthread_once(&tn__clock_once, tn__clock_start);
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)(ts.tv_sec - tn__clock_base) + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* 64-bit checksum of a host array's bytes (FNV-1a over 8-byte words); 0 for
@@ -11049,6 +11079,137 @@ static uint64_t tn__prof_checksum(const tn_array *a, bool sampled, size_t *bytes
 }
 
 typedef enum { TN__PROF_CPU = 0, TN__PROF_GPU, TN__PROF_XFER } tn__prof_where;
+
+/* >>trace: profile_trace=FILE.json, the profile as a Chrome trace --------- */
+/* The JSON array format of Chrome's Trace Event Format (Perfetto and
+   chrome://tracing open it): complete events ("ph":"X", microseconds from
+   the trace's start) on one track per host thread (compiles, calls, and each
+   step's host time: a CPU op's run, a GPU op's launch) and one track per
+   profiled function's device steps (kernels and transfers as the device ran
+   them, from the events of the >>profile section, placed on the host's
+   clock by the back end). The file is opened when the first function is
+   profiled with the flag set, written through one lock, and closed with "]"
+   by tn_shutdown or at exit; a trace cut short is still readable (the
+   format allows a missing "]"). A function profiled after tn_shutdown
+   starts the file anew. */
+static struct tn__trace_state {
+    pthread_mutex_t mu;
+    FILE *f;
+    const char *path;          /* the flag's string the file was opened for */
+    double t0;                 /* the host clock at the trace's start */
+    bool any, at_exit, failed;
+    int gen;                   /* files opened so far */
+    int n_threads, n_tracks;   /* track numbers given (for the process: a thread keeps its number) */
+} tn__trace = { .mu = PTHREAD_MUTEX_INITIALIZER };
+static _Thread_local int tn__trace_thread;   /* this thread's track, 0 until named */
+
+static double tn__prof_now(void);
+
+static void tn__trace_str(FILE *o, const char *s) {
+    fputc('"', o);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(o, "\\%c", c);
+        else if (c < 0x20) fprintf(o, "\\u%04x", c);
+        else fputc(c, o);
+    }
+    fputc('"', o);
+}
+
+/* Starts an entry (the comma between entries), the lock held. */
+static FILE *tn__trace_entry(void) {
+    if (tn__trace.any) fputs(",\n", tn__trace.f);
+    tn__trace.any = true;
+    return tn__trace.f;
+}
+
+static void tn__trace_name_track(int tid, const char *what, const char *name) {
+    FILE *o = tn__trace_entry();
+    fprintf(o, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":", tid);
+    char buf[300];
+    snprintf(buf, sizeof buf, "%s%.250s", what, name ? name : "");
+    tn__trace_str(o, buf);
+    fprintf(o, "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"sort_index\":%d}}", tid, tid);
+}
+
+static void tn__trace_close_locked(void) {
+    if (!tn__trace.f) return;
+    fputs("\n]\n", tn__trace.f);
+    if (fclose(tn__trace.f) != 0) tn__warn("profile_trace: writing %s failed", tn__trace.path);
+    tn__trace.f = NULL;
+    tn__trace.path = NULL;
+}
+
+static void tn__trace_close(void) {
+    pthread_mutex_lock(&tn__trace.mu);
+    tn__trace_close_locked();
+    pthread_mutex_unlock(&tn__trace.mu);
+}
+
+/* Is a trace being written (opening the file the flag names if it is not
+   open yet)? A file that cannot be opened is said once, and not traced. */
+static bool tn__trace_on(void) {
+    const char *path = tn_get_config()->profile_trace;
+    if (!path || !*path) return false;
+    pthread_mutex_lock(&tn__trace.mu);
+    if (tn__trace.f && !tn__str_same(tn__trace.path, path)) tn__trace_close_locked();
+    if (!tn__trace.f && !(tn__trace.failed && tn__str_same(tn__trace.path, path))) {
+        tn__trace.path = path;
+        tn__trace.failed = !(tn__trace.f = fopen(path, "w"));
+        if (tn__trace.failed) {
+            tn__warn("profile_trace: cannot write %s (%s); not tracing", path, strerror(errno));
+        } else {
+            tn__trace.t0 = tn__prof_now();
+            tn__trace.gen++;
+            fputs("[\n", tn__trace.f);
+            fputs("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"tensor.h\"}}", tn__trace.f);
+            tn__trace.any = true;
+            if (!tn__trace.at_exit) tn__trace.at_exit = atexit(tn__trace_close) == 0;
+        }
+    }
+    bool on = tn__trace.f != NULL;
+    pthread_mutex_unlock(&tn__trace.mu);
+    return on;
+}
+
+/* A new track for a function's device steps; 0 when not tracing. */
+static int tn__trace_track(const char *fname) {
+    pthread_mutex_lock(&tn__trace.mu);
+    int tid = 0;
+    if (tn__trace.f) {
+        tid = 1000 + ++tn__trace.n_tracks;
+        tn__trace_name_track(tid, "device: ", fname);
+    }
+    pthread_mutex_unlock(&tn__trace.mu);
+    return tid;
+}
+
+/* One complete event: on track `tid`, or on the calling thread's (tid 0).
+   `step` >= 0 adds it to the event's arguments. */
+static void tn__trace_event(const char *name, const char *cat, int tid, double start, double seconds, int step) {
+    pthread_mutex_lock(&tn__trace.mu);
+    if (tn__trace.f) {
+        if (!tid) {
+            if (!tn__trace_thread) tn__trace_thread = ++tn__trace.n_threads;
+            tid = tn__trace_thread;
+            static _Thread_local int named;      /* the file this thread's track is named in */
+            if (named != tn__trace.gen) {
+                char nm[32];
+                snprintf(nm, sizeof nm, "%d", tid);
+                tn__trace_name_track(tid, "host thread ", nm);
+                named = tn__trace.gen;
+            }
+        }
+        FILE *o = tn__trace_entry();
+        fputs("{\"name\":", o);
+        tn__trace_str(o, name);
+        fprintf(o, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", cat, tid,
+                1e6 * (start - tn__trace.t0), 1e6 * (seconds > 0 ? seconds : 0));
+        if (step >= 0) fprintf(o, ",\"args\":{\"step\":%d}", step);
+        fputc('}', o);
+    }
+    pthread_mutex_unlock(&tn__trace.mu);
+}
 
 static tn__prof_where tn__prof_where_of(const tn_func *f, const tn__step *st) {
     if (st->def->kind == TN_OPK_TRANSFER) return TN__PROF_XFER;
@@ -11085,6 +11246,8 @@ static void tn__prof_free_data(tn__prof *p) {
     if (p->ev) p->be->prof_free(p->ev);
     tn__free(p->t_step); tn__free(p->n_step); tn__free(p->t_host);
     tn__free(p->in_to_device); tn__free(p->in_ptr); tn__free(p->in_sum); tn__free(p->in_full); tn__free(p->in_bytes); tn__free(p->in_same);
+    for (int k = 0; p->label && k < p->n_steps; k++) tn__free(p->label[k]);
+    tn__free(p->label);
     tn__free(p);
 }
 
@@ -11117,7 +11280,35 @@ static tn__prof *tn__prof_new(const tn_func *f) {
         }
     }
     tn__prof_events_new(f, p);
+    if (tn__trace_on() && (p->label = (char **)tn__calloc(ns, sizeof *p->label))) {
+        char lb[256];
+        for (int k = 0; k < f->n_steps && p->label; k++) {
+            tn__node_label(f->steps[k].node, lb, sizeof lb);
+            size_t n = strlen(lb) + 1;
+            if ((p->label[k] = (char *)tn__malloc(n))) memcpy(p->label[k], lb, n);
+            else {
+                for (int j = 0; j < k; j++) tn__free(p->label[j]);
+                tn__free(p->label);
+                p->label = NULL;
+            }
+        }
+        if (p->label && p->ev) p->gpu_track = tn__trace_track(f->name);
+    }
     return p;
+}
+
+/* tn_backend.prof_collect's sink: a device step's time, to its total and
+   to the trace. */
+static void tn__prof_sink_step(void *user, int k, double start, double seconds) {
+    tn__prof *p = (tn__prof *)user;
+    if (k < 0 || k >= p->n_steps) return;
+    p->t_step[k] += seconds;
+    if (p->label && start >= 0) tn__trace_event(p->label[k], "device", p->gpu_track, start, seconds, k);
+}
+
+static tn_result tn__prof_collect(tn__prof *p, bool all) {
+    tn_prof_sink sk = { tn__prof_sink_step, p, p->label ? tn__prof_now : NULL };   /* a clock only for the trace */
+    return p->be->prof_collect(p->ev, &sk, all);
 }
 
 static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare) {
@@ -11128,6 +11319,14 @@ static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare) {
     p->t_rewrite = t_rewrite;
     p->t_prepare = t_prepare;
     f->prof = p;
+    if (p->label) {       /* the compile ended now: its rewrites, then its scheduling */
+        double end = tn__prof_now();
+        char nm[300];
+        snprintf(nm, sizeof nm, "rewrite %.250s", f->name);
+        tn__trace_event(nm, "compile", 0, end - t_prepare - t_rewrite, t_rewrite, -1);
+        snprintf(nm, sizeof nm, "prepare %.250s", f->name);
+        tn__trace_event(nm, "compile", 0, end - t_prepare, t_prepare, -1);
+    }
 }
 
 static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
@@ -11152,14 +11351,18 @@ static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
         p->in_bytes[i] = bytes;
     }
     /* frees the event set this call reuses: the GPU has almost always passed it */
-    if (p->ev && p->be->prof_collect(p->ev, p->t_step, false) != TN_OK) tn__prof_events_off(f, p);
+    if (p->ev && tn__prof_collect(p, false) != TN_OK) tn__prof_events_off(f, p);
     return tn__prof_now();   /* after the checksums: they are not the function's time */
 }
 
+/* The clock is read before the begin mark is recorded: on an idle stream
+   the device may pass the mark before the host returns from recording it,
+   and a trace shows a kernel starting no earlier than its launch. */
 static double tn__prof_step_begin(tn_func *f, int k) {
     tn__prof *p = f->prof;
+    double t0 = tn__prof_now();
     if (tn__prof_evented(f, p, k) && p->be->prof_mark(p->ev, 2 * k) != TN_OK) tn__prof_events_off(f, p);
-    return tn__prof_now();
+    return t0;
 }
 
 static void tn__prof_step(tn_func *f, int k, double t0) {
@@ -11167,7 +11370,12 @@ static void tn__prof_step(tn_func *f, int k, double t0) {
     double t = tn__prof_now() - t0;
     if (k >= p->n_steps) return;
     p->n_step[k]++;
-    if (!tn__prof_evented(f, p, k)) { p->t_step[k] += t; return; }
+    bool ev = tn__prof_evented(f, p, k);
+    if (p->label) {
+        tn__prof_where w = tn__prof_where_of(f, &f->steps[k]);
+        tn__trace_event(p->label[k], w == TN__PROF_CPU ? "cpu" : ev ? "launch" : w == TN__PROF_XFER ? "transfer" : "gpu", 0, t0, t, k);
+    }
+    if (!ev) { p->t_step[k] += t; return; }
     p->t_host[k] += t;
     if (p->be->prof_mark(p->ev, 2 * k + 1) != TN_OK) tn__prof_events_off(f, p);
 }
@@ -11175,6 +11383,7 @@ static void tn__prof_step(tn_func *f, int k, double t0) {
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run) {
     tn__prof *p = f->prof;
     double t = tn__prof_now() - t_call;
+    if (p->label) tn__trace_event(f->name, "call", 0, t_call, t, -1);
     if (p->calls == 0) p->t_first = t;
     p->calls++;
     p->t_call += t;
@@ -11183,6 +11392,7 @@ static void tn__prof_end_call(tn_func *f, double t_call, double t_run) {
 
 static void tn__prof_finish(tn_func *f) {
     if (tn_get_config()->profile && f->prof->calls > 0) tn_profile_print(f, stderr);
+    else if (f->prof->label && f->prof->ev && tn__prof_collect(f->prof, true) != TN_OK) tn_clear_error();   /* the trace's last device steps */
     tn__prof_free_data(f->prof);
     f->prof = NULL;
 }
@@ -11342,7 +11552,7 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
     tn__prof *p = f->prof;
     if (!p) return tn__err(TN_ERR_INVALID, "tn_profile_print: %s is not profiled (set the flag profile=1 or call tn_profile_enable)", f->name);
     /* waits for the device steps queued since the last collection */
-    if (p->ev && p->be->prof_collect(p->ev, p->t_step, true) != TN_OK) tn__prof_events_off(f, p);
+    if (p->ev && tn__prof_collect(p, true) != TN_OK) tn__prof_events_off(f, p);
     double t_ops = 0, t_where[3] = {0, 0, 0}, t_launch = 0;
     bool any_gpu = false;
     for (int k = 0; k < p->n_steps; k++) {

@@ -4685,9 +4685,18 @@ TN_API tn_result tn__cuda_synchronize(void) {
    before, which the GPU has almost always passed, so profiling keeps the host
    up to a call ahead of the stream. An event is created at its first use and
    reused for the function's life (a step that never runs on the device never
-   makes one). The events belong to the device of the function profiled. */
+   makes one). The events belong to the device of the function profiled.
+   Starts on the host's clock (for the trace) are times from an anchor, an
+   event a collection records and waits for, read on the host's clock as it
+   completes. Event times are float milliseconds, a microsecond apart at 16
+   s, so the anchor is renewed every 8 s (between calls, so a set's marks
+   are all before or all after it). */
 typedef struct tn__cuda_prof {
     tn__cuda_dev *dev;
+    tn__CUevent anchor;         /* 0 until the first collection with a clock */
+    double anchor_host;         /* the host's clock when the anchor completed */
+    int anchor_gen;             /* anchors recorded */
+    int set_gen[2];             /* the anchor_gen a set's marks were recorded under */
     int n_marks;                /* per set: 2 per step */
     int cur;                    /* the set this call records into */
     tn__CUevent *ev[2];
@@ -4705,6 +4714,7 @@ static void tn__cuda_prof_free(void *ps) {
         tn__free(P->ev[s]);
         tn__free(P->rec[s]);
     }
+    if (live && P->anchor) tn__cuda.cu.cuEventDestroy_v2(P->anchor);
     tn__free(P);
 }
 
@@ -4733,23 +4743,42 @@ static tn_result tn__cuda_prof_mark(void *ps, int m) {
     if (!*e) TN__CU_CHECK(tn__cuda.cu.cuEventCreate(e, TN__CU_EVENT_DEFAULT), "creating a profiler event");
     TN__CU_CHECK(tn__cuda.cu.cuEventRecord(*e, tn__cuda_stream(P->dev)), "recording a profiler event");
     P->rec[P->cur][m] = 1;
+    P->set_gen[P->cur] = P->anchor_gen;
     P->last[P->cur] = m;
     return TN_OK;
 }
 
-/* Waits for set s's latest mark, then adds each step's (mark 2k to 2k+1)
-   elapsed seconds to t[k]; t NULL forgets the set without waiting. */
-static tn_result tn__cuda_prof_collect_set(tn__cuda_prof *P, int s, double *t) {
+/* The anchor: an event recorded on the stream and waited for, put at the
+   host's clock read just after the wait returns (the event completes when
+   the stream reaches it; the wait returns a microsecond or so later). */
+static tn_result tn__cuda_prof_anchor(tn__cuda_prof *P, const tn_prof_sink *sink) {
+    if (!P->anchor) TN__CU_CHECK(tn__cuda.cu.cuEventCreate(&P->anchor, TN__CU_EVENT_DEFAULT), "creating a profiler event");
+    P->anchor_gen++;
+    TN__CU_CHECK(tn__cuda.cu.cuEventRecord(P->anchor, tn__cuda_stream(P->dev)), "recording a profiler event");
+    TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(P->anchor), "waiting for a profiler event");
+    P->anchor_host = sink->now();
+    return TN_OK;
+}
+
+/* Waits for set s's latest mark, then gives each step's (mark 2k to 2k+1)
+   start and elapsed seconds to the sink; sink NULL forgets the set without
+   waiting. */
+static tn_result tn__cuda_prof_collect_set(tn__cuda_prof *P, int s, const tn_prof_sink *sink) {
     int last = P->last[s];
     P->last[s] = -1;
     if (last < 0) return TN_OK;
-    if (t) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(P->ev[s][last]), "waiting for a profiler event");
+    if (sink) TN__CU_CHECK(tn__cuda.cu.cuEventSynchronize(P->ev[s][last]), "waiting for a profiler event");
     for (int k = 0; 2 * k + 1 <= last; k++) {
         unsigned char *rc = P->rec[s] + 2 * k;
-        if (t && rc[0] && rc[1]) {
-            float ms = 0;
-            TN__CU_CHECK(tn__cuda.cu.cuEventElapsedTime(&ms, P->ev[s][2 * k], P->ev[s][2 * k + 1]), "reading a profiler event");
-            t[k] += 1e-3 * (double)ms;
+        if (sink && rc[0] && rc[1]) {
+            float ms = 0, at = 0;
+            tn__CUevent b = P->ev[s][2 * k];
+            TN__CU_CHECK(tn__cuda.cu.cuEventElapsedTime(&ms, b, P->ev[s][2 * k + 1]), "reading a profiler event");
+            bool after = P->set_gen[s] == P->anchor_gen;     /* recorded after the anchor */
+            if (P->anchor)
+                TN__CU_CHECK(tn__cuda.cu.cuEventElapsedTime(&at, after ? P->anchor : b, after ? b : P->anchor), "reading a profiler event");
+            double start = !P->anchor ? -1.0 : P->anchor_host + (after ? 1e-3 : -1e-3) * (double)at;
+            sink->step(sink->user, k, start, 1e-3 * (double)ms);
         }
         rc[0] = rc[1] = 0;
     }
@@ -4757,13 +4786,15 @@ static tn_result tn__cuda_prof_collect_set(tn__cuda_prof *P, int s, double *t) {
     return TN_OK;
 }
 
-static tn_result tn__cuda_prof_collect(void *ps, double *t, bool all) {
+static tn_result tn__cuda_prof_collect(void *ps, const tn_prof_sink *sink, bool all) {
     tn__cuda_prof *P = (tn__cuda_prof *)ps;
     tn_result r = tn__cuda_bind(P->dev);
     if (r != TN_OK) return r;
-    if (all && (r = tn__cuda_prof_collect_set(P, P->cur, t)) != TN_OK) return r;
+    if (sink && sink->now && (!P->anchor || sink->now() - P->anchor_host > 8.0) && (r = tn__cuda_prof_anchor(P, sink)) != TN_OK)
+        return r;
+    if (all && (r = tn__cuda_prof_collect_set(P, P->cur, sink)) != TN_OK) return r;
     P->cur ^= 1;   /* the next call records into the set collected now */
-    return tn__cuda_prof_collect_set(P, P->cur, t);
+    return tn__cuda_prof_collect_set(P, P->cur, sink);
 }
 
 /* >>cuda_place: the placement pass (tn_backend.place) -------------------------- */

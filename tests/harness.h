@@ -61,6 +61,19 @@ static inline void th_skip_all(const char *fmt, ...) {
 }
 
 /* max |a-b| / max(1, |ref|) style comparison helper */
+/* What was written to t (from its start), as a string the caller frees;
+   closes t. NULL when t is NULL or memory runs out. */
+static inline char *th_read_stream(FILE *t) {
+    if (!t) return NULL;
+    long n = ftell(t);
+    if (n < 0) n = 0;
+    rewind(t);
+    char *s = (char *)malloc((size_t)n + 1);
+    if (s) { size_t got = fread(s, 1, (size_t)n, t); s[got] = 0; }
+    fclose(t);
+    return s;
+}
+
 static inline int th_close(double got, double ref, double rtol, double atol) {
     if (isnan(ref)) return isnan(got);
     if (isinf(ref)) return got == ref;

@@ -13,12 +13,7 @@ static char *capture(tn_result (*fn)(const void *, FILE *), const void *x, tn_re
     FILE *t = tmpfile();
     if (!t) return NULL;
     *r = fn(x, t);
-    long n = ftell(t);
-    rewind(t);
-    char *s = (char *)malloc((size_t)n + 1);
-    if (s) { size_t got = fread(s, 1, (size_t)n, t); s[got] = 0; }
-    fclose(t);
-    return s;
+    return th_read_stream(t);
 }
 static tn_result dot_f(const void *f, FILE *o) { return tn_write_dot((const tn_func *)f, o); }
 static tn_result dot_v(const void *v, FILE *o) { return tn_write_dot_var((const tn_var *)v, o); }
@@ -160,12 +155,7 @@ static char *stdout_of_call(tn_func *f, tn_array *const *in, tn_array **out, tn_
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
-    long n = ftell(t);
-    rewind(t);
-    char *s = (char *)malloc((size_t)(n > 0 ? n : 0) + 1);
-    if (s) { size_t got = fread(s, 1, (size_t)(n > 0 ? n : 0), t); s[got] = 0; }
-    fclose(t);
-    return s;
+    return th_read_stream(t);
 }
 
 TEST(test_print_op) {

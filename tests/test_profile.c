@@ -5,17 +5,13 @@
 #include "tensor_cuda.h"     /* only for the stand-in device of test_profile_events */
 #include "harness.h"
 #include "fake_table.h"
+#include <unistd.h>
 
 static char *report(const tn_func *f, tn_result *r) {
     FILE *t = tmpfile();
     if (!t) return NULL;
     *r = tn_profile_print(f, t);
-    long n = ftell(t);
-    rewind(t);
-    char *s = (char *)malloc((size_t)n + 1);
-    if (s) { size_t got = fread(s, 1, (size_t)n, t); s[got] = 0; }
-    fclose(t);
-    return s;
+    return th_read_stream(t);
 }
 static int count(const char *s, const char *needle) {
     int n = 0;
@@ -27,12 +23,7 @@ static char *toposort(const tn_func *f) {
     FILE *t = tmpfile();
     if (!t) return NULL;
     tn_print_toposort(f, t);
-    long n = ftell(t);
-    rewind(t);
-    char *s = (char *)malloc((size_t)n + 1);
-    if (s) { size_t got = fread(s, 1, (size_t)n, t); s[got] = 0; }
-    fclose(t);
-    return s;
+    return th_read_stream(t);
 }
 
 /* The Apply section: lines after "<Apply name>" up to the blank line. */
@@ -180,20 +171,25 @@ TEST(test_profile_flag) {
    the device steps (GPU ops and transfers), collect at each call and at
    print, report those times and counts, and leave host steps on host time. */
 enum { FAKE_MAX = 64 };
-static struct { int n, news, frees, collects, marks[2 * FAKE_MAX], open[FAKE_MAX], pend[FAKE_MAX], bad; } fk;
+static struct { int n, news, frees, collects, marks[2 * FAKE_MAX], open[FAKE_MAX], pend[FAKE_MAX], bad; double at[FAKE_MAX]; } fk;
 static void *fake_prof_new(int n) { fk.news++; fk.n = n; return n <= FAKE_MAX ? &fk : NULL; }
 static tn_result fake_prof_mark(void *ps, int m) {
     (void)ps;
     int k = m / 2;
     fk.marks[m]++;
-    if (m % 2 == 0) { fk.bad += fk.open[k]; fk.open[k] = 1; }         /* a begin while one is open */
+    if (m % 2 == 0) { fk.bad += fk.open[k]; fk.open[k] = 1; fk.at[k] = tn__prof_now(); }   /* a begin while one is open */
     else { fk.bad += !fk.open[k]; fk.open[k] = 0; fk.pend[k]++; }     /* an end without its begin */
     return TN_OK;
 }
-static tn_result fake_prof_collect(void *ps, double *t, bool all) {
+/* Each pending run of step k: (k + 1) ms, starting when its begin mark was
+   recorded (the latest run's time, for every pending one). */
+static tn_result fake_prof_collect(void *ps, const tn_prof_sink *sink, bool all) {
     (void)ps; (void)all;
     fk.collects++;
-    for (int k = 0; k < fk.n; k++) { if (t) t[k] += 1e-3 * (k + 1) * fk.pend[k]; fk.pend[k] = 0; }
+    for (int k = 0; k < fk.n; k++) {
+        for (int i = 0; sink && i < fk.pend[k]; i++) sink->step(sink->user, k, sink->now ? fk.at[k] : -1.0, 1e-3 * (k + 1));
+        fk.pend[k] = 0;
+    }
     return TN_OK;
 }
 static void fake_prof_free(void *ps) { (void)ps; fk.frees++; }
@@ -227,15 +223,27 @@ static void prof_fake_backend(tn_backend *be) {
     be->func_new = NULL; be->func_enter = NULL; be->func_free = NULL;     /* no driver here: no streams */
 }
 
+/* The stand-in put in place (its back end in *be, with the event hooks
+   above when `events`), and the real one put back. */
+static const tn_device_ops fake_dev_ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
+typedef struct { const tn_backend *be; const tn_device_ops *ops; } saved_device;
+static saved_device fake_device_on(tn_backend *be, bool events) {
+    saved_device s = { tn__get_backend(), tn__get_device_ops() };
+    prof_fake_backend(be);
+    if (events) { be->prof_new = fake_prof_new; be->prof_mark = fake_prof_mark; be->prof_collect = fake_prof_collect; be->prof_free = fake_prof_free; }
+    tn__set_backend(be);
+    tn__set_device_ops(&fake_dev_ops);
+    return s;
+}
+static void fake_device_off(saved_device s) {
+    tn__set_backend(s.be);
+    tn__set_device_ops(s.ops);
+    tn__cuda.state = 0;
+}
+
 TEST(test_profile_events) {
     static tn_backend be;
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
-    const tn_backend *saved_be = tn__get_backend();
-    const tn_device_ops *saved_ops = tn__get_device_ops();
-    prof_fake_backend(&be);
-    be.prof_new = fake_prof_new; be.prof_mark = fake_prof_mark; be.prof_collect = fake_prof_collect; be.prof_free = fake_prof_free;
-    tn__set_backend(&be);
-    tn__set_device_ops(&ops);
+    saved_device saved = fake_device_on(&be, true);
     memset(&fk, 0, sizeof fk);
 
     tn_graph *g = tn_graph_new();
@@ -300,7 +308,7 @@ TEST(test_profile_events) {
     c.launch_blocking = true;
     tn_init(&c);
     tn__set_backend(&be);
-    tn__set_device_ops(&ops);
+    tn__set_device_ops(&fake_dev_ops);
     f = events_fn(g, &x);
     CHECK(f && tn_profile_enable(f, true) == TN_OK && fk.news == 1, "no events under launch_blocking");
     if (f && tn_call(f, &xv, &out) == TN_OK) {
@@ -315,9 +323,7 @@ TEST(test_profile_events) {
 out:
     tn_function_free(f);
     tn_graph_free(g);
-    tn__set_backend(saved_be);
-    tn__set_device_ops(saved_ops);
-    tn__cuda.state = 0;
+    fake_device_off(saved);
 }
 
 /* The first call's compile note (tensor.h >>compile_note), with a stand-in
@@ -360,12 +366,8 @@ static int note_for(tn_backend *be, uint64_t k1, double s1, uint64_t st1, const 
 
 TEST(test_first_call_compile_note) {
     static tn_backend be;
-    static const tn_device_ops ops = { fake_alloc, fake_free, fake_copy, NULL, NULL, NULL, NULL, NULL, NULL };
-    const tn_backend *saved_be = tn__get_backend();
-    const tn_device_ops *saved_ops = tn__get_device_ops();
-    prof_fake_backend(&be);
+    saved_device saved = fake_device_on(&be, false);
     be.compile_clock = fake_compile_clock;
-    tn__set_device_ops(&ops);
     tn_set_log(keep_note, NULL);
     int n = note_for(&be, 12, 2.5, 12, "/some/cache");
     CHECK(n == 1 && !strcmp(note_log[0], "evented: compiling 12 GPU kernels took 2.5 s; the next run reads them from the disk cache (/some/cache)"),
@@ -381,9 +383,119 @@ TEST(test_first_call_compile_note) {
     n = note_for(&be, 0, 3.0, 0, "/some/cache");
     CHECK(n == 0, "nothing compiled (a failed compile's time alone): no note (%d)", n);
     tn_set_log(NULL, NULL);
-    tn__set_backend(saved_be);
-    tn__set_device_ops(saved_ops);
-    tn__cuda.state = 0;
+    fake_device_off(saved);
+}
+
+/* profile_trace=FILE.json (tensor.h >>trace) with the stand-in device: the
+   file is a JSON array of trace events; one "call" event per call, one host
+   event per step and call ("cpu" for host ops, "launch" for device ones),
+   one "device" event per device step and call on the function's own track,
+   lasting what the events measured and starting inside its call; the
+   compile's two events; the tracks named. */
+static char *slurp(const char *path) {
+    FILE *t = fopen(path, "rb");
+    if (t) fseek(t, 0, SEEK_END);
+    return th_read_stream(t);
+}
+typedef struct { char name[64], cat[16]; int tid, step; double ts, dur; } trace_ev;
+/* The complete events of a trace, one per line as the writer puts them. */
+static int trace_events(const char *s, trace_ev *ev, int cap) {
+    int n = 0;
+    for (const char *p = s; p && *p && n < cap; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        const char *ph = strstr(p, "\"ph\":\"X\""), *eol = strchr(p, '\n');
+        if (!ph || (eol && ph > eol)) continue;
+        trace_ev *e = &ev[n];
+        e->step = -1;
+        const char *st = strstr(p, "\"step\":");
+        if (sscanf(p, "{\"name\":\"%63[^\"]\",\"cat\":\"%15[^\"]\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%lf,\"dur\":%lf",
+                   e->name, e->cat, &e->tid, &e->ts, &e->dur) != 5) continue;
+        if (st && (!eol || st < eol)) sscanf(st, "\"step\":%d", &e->step);
+        n++;
+    }
+    return n;
+}
+
+TEST(test_profile_trace) {
+    static tn_backend be;
+    tn_config saved = *tn_get_config(), c = saved;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/tn_trace_%ld.json", (long)getpid());
+    c.profile_trace = path;
+    CHECK(tn_init(&c) == TN_OK && !strcmp(tn_get_config()->profile_trace, path), "tn_init keeps profile_trace");
+    saved_device real = fake_device_on(&be, true);
+    memset(&fk, 0, sizeof fk);
+    tn_graph *g = tn_graph_new();
+    tn_var *x;
+    tn_func *f = events_fn(g, &x);
+    CHECK(f && f->prof, "the flag profiles the function: %s", tn_last_error());
+    enum { CALLS = 4 };
+    int n = f ? f->n_steps : 0, ndev = 0;
+    bool dev[FAKE_MAX] = { false };
+    for (int k = 0; k < n && k < FAKE_MAX; k++) ndev += dev[k] = f->steps[k].def->kind == TN_OPK_TRANSFER || f->steps[k].node->device != TN_HOST;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 1000 }, -1, 1, 5), *out = NULL;
+    for (int i = 0; f && i < CALLS; i++) {
+        CHECK(tn_call(f, &xv, &out) == TN_OK, "call: %s", tn_last_error());
+        tn_array_free(out);
+        out = NULL;
+    }
+    tn_function_free(f);          /* collects the last calls' device steps */
+    tn__trace_close();
+    char *s = slurp(path);
+    CHECK(s && s[0] == '[' && strlen(s) > 3 && !strcmp(s + strlen(s) - 3, "\n]\n"), "a JSON array: %.80s", s ? s : "(no file)");
+    static trace_ev ev[512];
+    int me = tn__trace_thread, track = 1000 + tn__trace.n_tracks;    /* this thread's track, the function's device track */
+    int ne = s ? trace_events(s, ev, 512) : 0, calls = 0, host = 0, launch = 0, device = 0, compile = 0, bad = 0;
+    for (int i = 0; i < ne; i++) {
+        trace_ev *e = &ev[i];
+        if (!strcmp(e->cat, "call")) { calls++; bad += strcmp(e->name, "evented") != 0 || e->tid != me; continue; }
+        if (!strcmp(e->cat, "compile")) { compile++; bad += !strstr(e->name, " evented") || e->tid != me; continue; }
+        if (e->step < 0 || e->step >= n) { bad++; continue; }
+        if (!strcmp(e->cat, "cpu")) { host++; bad += dev[e->step] || e->tid != me; }
+        else if (!strcmp(e->cat, "launch")) { launch++; bad += !dev[e->step] || e->tid != me; }
+        else if (!strcmp(e->cat, "device")) {
+            device++;
+            bad += !dev[e->step] || e->tid != track || fabs(e->dur - 1e3 * (e->step + 1)) > 1e-3;
+            bool inside = false;    /* starts within one of the calls */
+            for (int j = 0; j < ne; j++)
+                inside |= !strcmp(ev[j].cat, "call") && e->ts >= ev[j].ts && e->ts <= ev[j].ts + ev[j].dur;
+            CHECK(inside, "device step %d at %.3f us starts within a call", e->step, e->ts);
+        } else bad++;
+    }
+    CHECK(calls == CALLS && compile == 2, "%d call events, %d compile events", calls, compile);
+    CHECK(host == CALLS * (n - ndev) && launch == CALLS * ndev && device == CALLS * ndev && ndev > 0,
+          "%d host, %d launch, %d device events; %d steps, %d on the device", host, launch, device, n, ndev);
+    CHECK(bad == 0, "%d events with a wrong name, track, step or duration", bad);
+    char want[2][96];
+    snprintf(want[0], sizeof want[0], "\"tid\":%d,\"args\":{\"name\":\"host thread %d\"}", me, me);
+    snprintf(want[1], sizeof want[1], "\"tid\":%d,\"args\":{\"name\":\"device: evented\"}", track);
+    CHECK(s && me > 0 && strstr(s, want[0]) && strstr(s, want[1]), "tracks named (%s; %s)", want[0], want[1]);
+    free(s);
+    remove(path);
+
+    /* a file that cannot be written: said once, the functions run untraced */
+    c.profile_trace = "/nonexistent-dir/t.json";
+    tn_init(&c);
+    tn_set_log(keep_note, NULL);
+    n_notes = 0;
+    f = events_fn(g, &x);
+    CHECK(f && tn_call(f, &xv, &out) == TN_OK, "runs untraced: %s", tn_last_error());
+    tn_array_free(out);
+    out = NULL;
+    CHECK(n_notes >= 1 && strstr(note_log[0], "profile_trace: cannot write /nonexistent-dir/t.json (No such file"),
+          "the warning names the file: %s", n_notes ? note_log[0] : "(none)");
+    tn_function_free(f);
+    tn_set_log(NULL, NULL);
+    tn_array_free(xv);
+    tn_graph_free(g);
+    tn_init(&saved);
+    fake_device_off(real);
+}
+
+/* profile_trace is a flag like the others */
+TEST(test_profile_trace_flag) {
+    tn_config c = { .floatX = TN_F32 };
+    CHECK(tn_parse_flags("profile_trace=/tmp/a b.json,profile=1", &c) == TN_OK && c.profile_trace &&
+          !strcmp(c.profile_trace, "/tmp/a b.json") && c.profile, "parsed");
 }
 
 int main(void) {
@@ -393,5 +505,7 @@ int main(void) {
     TH_RUN(test_profile_flag);
     TH_RUN(test_profile_events);
     TH_RUN(test_first_call_compile_note);
+    TH_RUN(test_profile_trace);
+    TH_RUN(test_profile_trace_flag);
     TH_END();
 }

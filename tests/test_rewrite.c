@@ -30,12 +30,7 @@ static char *dprint(tn_func *f) {
     FILE *t = tmpfile();
     if (!t) return NULL;
     tn_debugprint_function(f, t);
-    long n = ftell(t);
-    char *s = (char *)calloc((size_t)n + 1, 1);
-    rewind(t);
-    if (s && fread(s, 1, (size_t)n, t) != (size_t)n) s[0] = 0;
-    fclose(t);
-    return s;
+    return th_read_stream(t);
 }
 static int dp_has(tn_func *f, const char *needle) {
     char *s = dprint(f);
