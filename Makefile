@@ -61,8 +61,16 @@ $(BUILD)/%: examples/%.c $(BUILD)/tensor_impl.o $(HEADERS) | $(BUILD)
 $(BUILD):
 	mkdir -p $(BUILD)
 
-test: $(TESTS) $(CXXTESTS)
-	@tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh $(TESTS) $(CXXTESTS)
+# tests/dlpack_numpy.py trades arrays with NumPy through ctypes: the library
+# and tests/dlpack_peer.c as a shared library, a -fPIC build of its own without
+# CFLAGS (unoptimised, it builds in seconds; a sanitizer build could not be
+# loaded into Python).
+$(BUILD)/libdlpack_peer.so: tests/dlpack_peer.c $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) -O0 -fPIC -shared -I. -o $@ tests/dlpack_peer.c $(LDLIBS)
+
+test: $(TESTS) $(CXXTESTS) $(BUILD)/libdlpack_peer.so
+	@TN_DLPACK_PEER=$(BUILD)/libdlpack_peer.so tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh \
+		tests/dlpack_numpy.py $(TESTS) $(CXXTESTS)
 
 test-gpu:
 	tests/gpu/run_gpu.sh

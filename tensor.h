@@ -586,6 +586,13 @@ TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a);
    kDLCUDAManaged memory as host arrays, kDLCUDA as device arrays (with the
    CUDA back end loaded); major version 1; one lane; dtypes the library has. */
 TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt);
+/* The same for legacy (pre-1.0, unversioned) DLPack, what NumPy 1.x's
+   from_dlpack and __dlpack__() and older PyTorch speak (a PyCapsule named
+   "dltensor"). Same memory, lifetime, dtypes, devices and errors; the
+   legacy struct has no version and no flags: nothing in it marks a tensor
+   read-only or copied, and an export says neither. */
+TN_API DLManagedTensor *tn_array_to_dlpack_unversioned(const tn_array *a);
+TN_API tn_array *tn_array_from_dlpack_unversioned(DLManagedTensor *mt);
 
 /* >>api_printing --------------------------------------------------------- */
 
@@ -4024,20 +4031,28 @@ TN_API tn_result tn_load_safetensors_mem(const void *data, size_t size, tn_array
    is one block: the managed tensor, then its shape and strides; its
    manager_ctx is a view of the array, which holds the buffer. An import
    wraps the memory in a buffer that does not own it and whose last release
-   calls the managed tensor's deleter. */
+   calls the managed tensor's deleter. Versioned (1.x) and legacy managed
+   tensors share the code: they differ in where the DLTensor sits, the
+   version and the deleter's type. */
 
 #if defined(__LP64__) && !defined(__cplusplus)
 _Static_assert(sizeof(DLTensor) == 48 && offsetof(DLTensor, byte_offset) == 40 &&
-               offsetof(DLManagedTensorVersioned, dl_tensor) == 32 && sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8,
+               offsetof(DLManagedTensorVersioned, dl_tensor) == 32 && sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8 &&
+               offsetof(DLManagedTensor, dl_tensor) == 0 && offsetof(DLManagedTensor, deleter) == 56,
                "DLPack's layout");
 #endif
 
 typedef struct tn__dlpack_export {
-    DLManagedTensorVersioned mt;
+    union { DLManagedTensorVersioned v; DLManagedTensor u; } mt;   /* first: the deleter frees the block through it */
     int64_t shape[TN_MAX_DIMS], strides[TN_MAX_DIMS];
 } tn__dlpack_export;
 
 static void tn__dlpack_export_free(DLManagedTensorVersioned *mt) {
+    if (!mt) return;
+    tn_array_free((tn_array *)mt->manager_ctx);
+    tn__free(mt);
+}
+static void tn__dlpack_export_free_unversioned(DLManagedTensor *mt) {
     if (!mt) return;
     tn_array_free((tn_array *)mt->manager_ctx);
     tn__free(mt);
@@ -4049,8 +4064,8 @@ static const struct { tn_dtype t; uint8_t code, bits; } tn__dl_types[] = {
     { TN_F16, kDLFloat, 16 }, { TN_F32, kDLFloat, 32 }, { TN_F64, kDLFloat, 64 },
 };
 
-TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a) {
-    const char *W = "tn_array_to_dlpack";
+/* The export block, versioned or legacy; W names the public function. */
+static tn__dlpack_export *tn__dlpack_export_make(const tn_array *a, bool versioned, const char *W) {
     if (tn__array_readable(a, W) != TN_OK) return NULL;
     int k = 0;
     while (k < (int)(sizeof tn__dl_types / sizeof tn__dl_types[0]) && tn__dl_types[k].t != a->dtype) k++;
@@ -4072,7 +4087,7 @@ TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a) {
     }
     char *base = a->base ? (char *)a->base->data : NULL, *first = (char *)a->data;
     bool offset = base && first >= base;
-    DLTensor *t = &e->mt.dl_tensor;
+    DLTensor *t = versioned ? &e->mt.v.dl_tensor : &e->mt.u.dl_tensor;
     t->data = offset ? base : first;
     t->byte_offset = offset ? (uint64_t)(first - base) : 0;
     t->device.device_type = a->device == TN_HOST ? kDLCPU : kDLCUDA;
@@ -4083,26 +4098,45 @@ TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a) {
     t->dtype.lanes = 1;
     t->shape = e->shape;
     t->strides = e->strides;
-    e->mt.version.major = 1;
-    e->mt.version.minor = 0;
-    e->mt.manager_ctx = v;
-    e->mt.deleter = tn__dlpack_export_free;
-    return &e->mt;
+    if (versioned) {
+        e->mt.v.version.major = 1;
+        e->mt.v.version.minor = 0;
+        e->mt.v.manager_ctx = v;
+        e->mt.v.deleter = tn__dlpack_export_free;
+    } else {
+        e->mt.u.manager_ctx = v;
+        e->mt.u.deleter = tn__dlpack_export_free_unversioned;
+    }
+    return e;
+}
+
+TN_API DLManagedTensorVersioned *tn_array_to_dlpack(const tn_array *a) {
+    tn__dlpack_export *e = tn__dlpack_export_make(a, true, "tn_array_to_dlpack");
+    return e ? &e->mt.v : NULL;
+}
+
+TN_API DLManagedTensor *tn_array_to_dlpack_unversioned(const tn_array *a) {
+    tn__dlpack_export *e = tn__dlpack_export_make(a, false, "tn_array_to_dlpack_unversioned");
+    return e ? &e->mt.u : NULL;
 }
 
 static void tn__dlpack_release(void *ctx) {
     DLManagedTensorVersioned *mt = (DLManagedTensorVersioned *)ctx;
     if (mt->deleter) mt->deleter(mt);
 }
+static void tn__dlpack_release_unversioned(void *ctx) {
+    DLManagedTensor *mt = (DLManagedTensor *)ctx;
+    if (mt->deleter) mt->deleter(mt);
+}
 
-TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt) {
-    const char *W = "tn_array_from_dlpack";
-    if (!mt) { tn__err(TN_ERR_NULL, "%s: mt is NULL", W); return NULL; }
-    if (mt->version.major != 1) {
-        tn__err(TN_ERR_UNSUPPORTED, "%s: DLPack major version %u (this takes 1)", W, (unsigned)mt->version.major);
+/* Imports a versioned (mv) or legacy (mu) managed tensor, the other NULL; W names the public function. */
+static tn_array *tn__dlpack_import(DLManagedTensorVersioned *mv, DLManagedTensor *mu, const char *W) {
+    if (!mv && !mu) { tn__err(TN_ERR_NULL, "%s: mt is NULL", W); return NULL; }
+    if (mv && mv->version.major != 1) {
+        tn__err(TN_ERR_UNSUPPORTED, "%s: DLPack major version %u (this takes 1)", W, (unsigned)mv->version.major);
         return NULL;
     }
-    const DLTensor *t = &mt->dl_tensor;
+    const DLTensor *t = mv ? &mv->dl_tensor : &mu->dl_tensor;
     DLDataType dt = t->dtype;
     tn_dtype type = TN_DTYPE_NONE;
     for (size_t k = 0; k < sizeof tn__dl_types / sizeof tn__dl_types[0]; k++)
@@ -4152,11 +4186,19 @@ TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt) {
     if (!b) { tn__err(TN_ERR_OOM, "%s: out of memory", W); return NULL; }
     tn_array *a = tn__array_or_err(tn__array_from_buffer(b, type, t->ndim, t->shape, strides, first, device), W);
     if (a) {
-        b->on_release = tn__dlpack_release;
-        b->release_ctx = mt;
+        b->on_release = mv ? tn__dlpack_release : tn__dlpack_release_unversioned;
+        b->release_ctx = mv ? (void *)mv : (void *)mu;
     }
     tn__buffer_release(b);
     return a;
+}
+
+TN_API tn_array *tn_array_from_dlpack(DLManagedTensorVersioned *mt) {
+    return tn__dlpack_import(mt, NULL, "tn_array_from_dlpack");
+}
+
+TN_API tn_array *tn_array_from_dlpack_unversioned(DLManagedTensor *mt) {
+    return tn__dlpack_import(NULL, mt, "tn_array_from_dlpack_unversioned");
 }
 
 /* >>print: NumPy's str() of an array (numpy/core/arrayprint.py), under
