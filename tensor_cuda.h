@@ -5106,6 +5106,7 @@ static void tn__cuda_info(tn__sb *out) {
 __attribute__((constructor))
 #endif
 static void tn__cuda_hook_ctor(void) {
+    pthread_once(&tn__cuda_ops_once, tn__cuda_ops_fill);   /* the table is whole before anything reads it */
     tn__lib.device_init_hook = tn__cuda_device_init;
     tn__lib.info_hook = tn__cuda_info;
 }

@@ -4,7 +4,7 @@
    its row of the op table (tn_op_def: name, kind, arity, type rule, CPU
    kernel, debugprint label, vjp, jvp and flags), written in its family's
    section here next to the code it names, its params' accessors and its
-   public constructor. The rows are listed by the master table, tn__op_rows
+   public constructor. The rows are listed by the master table, tn__op_list
    (tensor.h, >>ops_table), which is pinned to TN_OP_COUNT at compile time and
    checked row by row when it is filled (first use). Elementwise ops come from
    one table, TN_EW_OPS, whose C expressions are compiled into the CPU kernels
@@ -36,12 +36,12 @@
         the vjp (or the TN_OPF_DISCRETE flag: no gradient) and the jvp (or the
         TN_OPF_LINEAR flag: the op applied to the tangent; or none: tn_rop
         refuses it), and its row in the section's rows macro (as >>cum_rows);
-     5. a new section's rows macro goes into tn__op_rows (tensor.h);
+     5. a new section's rows macro goes into tn__op_list (tensor.h);
      6. the flags the passes read: TN_OPF_PROLOGUE (a reduction that takes a
         fused elementwise prologue), TN_OPF_INPLACE and TN_OPF_INPLACE_ACC
         (the inplace pass), TN_OPF_NO_KERNEL; a flagged op also joins its
         flag's list in tests/test_op_table.c;
-     7. a GPU kernel: its functions and one row in tensor_cuda.h's tn__cuda_ops
+     7. a GPU kernel: its functions and one row in tensor_cuda.h's tn__cuda_op_rows
         (supports, prepare, run, release; cumsum's is >>cuda_cumulative, its
         CUDA C written here next to the CPU loop, >>cum_cuda). Without a row
         the op runs on the CPU, and placement, assert_no_cpu_op and the
