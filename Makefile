@@ -49,9 +49,13 @@ $(addprefix $(BUILD)/,$(SELF_CUDA)): $(BUILD)/self_cuda
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)
-# C++ tests link the implementation compiled as C (tensor_cpu.o).
+# C++ tests link the implementation compiled as C (tensor_cpu.o), except
+# test_cxx_impl, which compiles it as C++ (tests/check_cxx.sh checks C++11
+# and C++17 with g++ and clang++).
 $(BUILD)/%: tests/%.cpp $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
 	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
+$(BUILD)/test_cxx_impl: tests/test_cxx_impl.cpp tests/harness.h $(HEADERS) | $(BUILD)
+	$(CXX) -std=c++17 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(LDLIBS)
 # Examples share one compiled implementation here (the headers' _DONE guards
 # skip each file's own); make test-examples checks the one-command builds.
 $(BUILD)/tensor_impl.o: $(HEADERS) | $(BUILD)
@@ -70,7 +74,7 @@ $(BUILD)/libdlpack_peer.so: tests/dlpack_peer.c $(HEADERS) | $(BUILD)
 
 test: $(TESTS) $(CXXTESTS) $(BUILD)/libdlpack_peer.so
 	@TN_DLPACK_PEER=$(BUILD)/libdlpack_peer.so tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh \
-		tests/dlpack_numpy.py $(TESTS) $(CXXTESTS)
+		tests/check_cxx.sh tests/dlpack_numpy.py $(TESTS) $(CXXTESTS)
 
 test-gpu:
 	tests/gpu/run_gpu.sh

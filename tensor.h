@@ -685,6 +685,7 @@ TN_API void *tn__grow(void *p, int *cap, int need, int min_cap, size_t elem);
 /* String building: a growable, NUL-terminated buffer; after a failed
    allocation oom is set and further writes do nothing. Free s with tn__free. */
 typedef struct tn__sb { char *s; size_t n, cap; bool oom; } tn__sb;
+#define TN__SB_INIT { NULL, 0, 0, false }    /* an empty builder (every field: C++ warns of missing ones) */
 TN_API void tn__sb_putn(tn__sb *b, const char *text, size_t n);
 TN_API void tn__sb_puts(tn__sb *b, const char *text);
 TN_API void tn__sb_printf(tn__sb *b, const char *fmt, ...)
@@ -908,10 +909,66 @@ TN_API const char *tn__backend_why_cpu(const tn_backend *b, const tn_var *node, 
 #include <stdarg.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <limits.h>
 #include <unistd.h>
 #include <errno.h>
+
+/* >>cxx: the implementation compiles as C11 and as C++11 or later. What the
+   two languages spell differently is spelled here, once. Atomics: C11's
+   <stdatomic.h>; C++ has no such header before C++23, so there the same
+   operations are GCC/Clang's __atomic builtins on plain objects (the memory
+   orders are the same). */
+#ifdef __cplusplus
+#  define TN__RESTRICT __restrict
+#  define TN__THREAD_LOCAL thread_local
+#  define TN__STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#  define TN__ALIGNAS(n) alignas(n)
+#  define TN__ATOMIC(T) T
+typedef bool tn__atomic_flag;
+#  define TN__RELAXED __ATOMIC_RELAXED
+#  define TN__ACQUIRE __ATOMIC_ACQUIRE
+#  define TN__RELEASE __ATOMIC_RELEASE
+#  define tn__atomic_load_explicit(p, mo) __atomic_load_n(p, mo)
+#  define tn__atomic_store_explicit(p, v, mo) __atomic_store_n(p, v, mo)
+#  define tn__atomic_load(p) __atomic_load_n(p, __ATOMIC_SEQ_CST)
+#  define tn__atomic_store(p, v) __atomic_store_n(p, v, __ATOMIC_SEQ_CST)
+#  define tn__atomic_fetch_add(p, v) __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST)
+#  define tn__atomic_cas_weak(p, expected, desired) \
+       __atomic_compare_exchange_n(p, expected, desired, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+#  define tn__atomic_flag_test_and_set_explicit(p, mo) __atomic_test_and_set(p, mo)
+#  define tn__atomic_flag_clear_explicit(p, mo) __atomic_clear(p, mo)
+/* g++ warns of every field a designated initialiser leaves out; C zeroes
+   them, and the implementation names only the fields it sets throughout.
+   Restored at the end of each implementation (TN__CXX_END). */
+#  if defined(__GNUC__) && !defined(__clang__)
+#    define TN__CXX_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmissing-field-initializers\"")
+#    define TN__CXX_END _Pragma("GCC diagnostic pop")
+#  endif
+#else
+#  include <stdatomic.h>
+#  define TN__RESTRICT restrict
+#  define TN__THREAD_LOCAL _Thread_local
+#  define TN__STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#  define TN__ALIGNAS(n) _Alignas(n)
+#  define TN__ATOMIC(T) _Atomic(T)
+typedef atomic_flag tn__atomic_flag;
+#  define TN__RELAXED memory_order_relaxed
+#  define TN__ACQUIRE memory_order_acquire
+#  define TN__RELEASE memory_order_release
+#  define tn__atomic_load_explicit atomic_load_explicit
+#  define tn__atomic_store_explicit atomic_store_explicit
+#  define tn__atomic_load atomic_load
+#  define tn__atomic_store atomic_store
+#  define tn__atomic_fetch_add atomic_fetch_add
+#  define tn__atomic_cas_weak atomic_compare_exchange_weak
+#  define tn__atomic_flag_test_and_set_explicit atomic_flag_test_and_set_explicit
+#  define tn__atomic_flag_clear_explicit atomic_flag_clear_explicit
+#endif
+#ifndef TN__CXX_BEGIN
+#  define TN__CXX_BEGIN
+#  define TN__CXX_END
+#endif
+TN__CXX_BEGIN
 
 #if defined(TN_MALLOC) || defined(TN_REALLOC) || defined(TN_FREE)
 #  if !defined(TN_MALLOC) || !defined(TN_REALLOC) || !defined(TN_FREE)
@@ -952,14 +1009,14 @@ static struct tn__lib {
     pthread_mutex_t init_mu;               /* tn_init and the config's strings */
     pthread_mutex_t log_mu;                /* log_fn with log_user */
     tn_config cfg;                         /* cache_dir points into interned */
-    atomic_bool cfg_ready;
+    TN__ATOMIC(bool) cfg_ready;
     char **interned;                       /* the config's strings: one copy per value, kept until tn_shutdown */
     int n_interned;
     tn_log_fn log_fn;
     void *log_user;
     /* registries: the device back end, its memory operations and hooks */
-    const tn_backend *_Atomic backend;     /* atomic: tn_init may swap it while functions compile */
-    const tn_device_ops *_Atomic device_ops;
+    TN__ATOMIC(const tn_backend *) backend;     /* atomic: tn_init may swap it while functions compile */
+    TN__ATOMIC(const tn_device_ops *) device_ops;
     tn_result (*device_init_hook)(const tn_config *cfg);    /* set by tensor_cuda.h at load time */
     void (*shutdown_hook)(void);
     void (*info_hook)(tn__sb *out);        /* tn_print_info's GPU lines (tensor_cuda.h, set with device_init_hook) */
@@ -968,18 +1025,18 @@ static struct tn__lib {
     pthread_once_t pool_once;
     pthread_mutex_t pool_caller;           /* one parallel job at a time */
 #endif
-    atomic_uint_fast64_t shared_seq;       /* lock order of shared variables (>>shared_locks) */
+    TN__ATOMIC(uint_fast64_t) shared_seq;       /* lock order of shared variables (>>shared_locks) */
     pthread_mutex_t handles_mu;            /* freed function blocks, oldest first (>>func_handles) */
     tn_func *freed_funcs, *freed_funcs_tail;
 } tn__lib = {
     .init_mu = PTHREAD_MUTEX_INITIALIZER,
     .log_mu = PTHREAD_MUTEX_INITIALIZER,
-    .handles_mu = PTHREAD_MUTEX_INITIALIZER,
     .cfg = { .floatX = TN_F32, .allow_gc = true },
 #ifndef TN_NO_THREADS
     .pool_once = PTHREAD_ONCE_INIT,
     .pool_caller = PTHREAD_MUTEX_INITIALIZER,
 #endif
+    .handles_mu = PTHREAD_MUTEX_INITIALIZER,
 };
 
 /* >>core_helpers: growable arrays, string building, dimension merging */
@@ -1060,9 +1117,9 @@ TN_API int tn__merge_dims(int ndim, int64_t *shape, int nops, int64_t (*st)[TN_M
 
 /* >>errors */
 
-static _Thread_local tn_result tn__last_result;
-static _Thread_local tn_result tn__null_cause;     /* a TN_ERR_NULL quoting an earlier error: that error's code */
-static _Thread_local char tn__last_msg[1024];
+static TN__THREAD_LOCAL tn_result tn__last_result;
+static TN__THREAD_LOCAL tn_result tn__null_cause;     /* a TN_ERR_NULL quoting an earlier error: that error's code */
+static TN__THREAD_LOCAL char tn__last_msg[1024];
 
 TN_API bool tn__log_set(void) {
     pthread_mutex_lock(&tn__lib.log_mu);
@@ -1087,7 +1144,7 @@ TN_API const char *tn_result_string(tn_result r) {
         "TN_ERR_OOM", "TN_ERR_DEVICE", "TN_ERR_UNSUPPORTED", "TN_ERR_INTERNAL", "TN_ERR_CHECK",
         "TN_ERR_BUSY", "TN_ERR_IO",
     };
-    _Static_assert(sizeof names / sizeof names[0] == TN_RESULT_COUNT, "tn_result_string: one name per result");
+    TN__STATIC_ASSERT(sizeof names / sizeof names[0] == TN_RESULT_COUNT, "tn_result_string: one name per result");
     return (unsigned)r < TN_RESULT_COUNT ? names[r] : "TN_ERR_UNKNOWN";
 }
 
@@ -1363,7 +1420,7 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
         } else if (!strcmp(k, "nvrtc_flags")) {
             /* options are spaces apart; in TENSOR_FLAGS the items after it
                that start with '-' are more of them: nvrtc_flags=-ftz=true,--prec-div=false */
-            tn__sb fl = { 0 };
+            tn__sb fl = TN__SB_INIT;
             tn__sb_puts(&fl, v);
             while (*p == '-') {
                 size_t m = strcspn(p, ",");
@@ -1432,9 +1489,9 @@ TN_API tn_result tn_init(const tn_config *cfg) {
     }
     pthread_mutex_lock(&tn__lib.init_mu);
     tn_result r = TN_OK;
-    if (!atomic_load_explicit(&tn__lib.cfg_ready, memory_order_acquire) || !tn__cfg_same(&c, &tn__lib.cfg)) {
+    if (!tn__atomic_load_explicit(&tn__lib.cfg_ready, TN__ACQUIRE) || !tn__cfg_same(&c, &tn__lib.cfg)) {
         tn__lib.cfg = c;
-        atomic_store_explicit(&tn__lib.cfg_ready, true, memory_order_release);
+        tn__atomic_store_explicit(&tn__lib.cfg_ready, true, TN__RELEASE);
     }
     tn_result (*hook)(const tn_config *) = tn__lib.device_init_hook;
     if (r == TN_OK && hook) r = hook(&tn__lib.cfg);
@@ -1443,10 +1500,10 @@ TN_API tn_result tn_init(const tn_config *cfg) {
 }
 
 TN_API const tn_config *tn_get_config(void) {
-    if (!atomic_load_explicit(&tn__lib.cfg_ready, memory_order_acquire) && tn_init(NULL) != TN_OK) {
+    if (!tn__atomic_load_explicit(&tn__lib.cfg_ready, TN__ACQUIRE) && tn_init(NULL) != TN_OK) {
         tn__warn("%s; using defaults", tn_last_error());
         pthread_mutex_lock(&tn__lib.init_mu);
-        atomic_store_explicit(&tn__lib.cfg_ready, true, memory_order_release);
+        tn__atomic_store_explicit(&tn__lib.cfg_ready, true, TN__RELEASE);
         pthread_mutex_unlock(&tn__lib.init_mu);
     }
     return &tn__lib.cfg;
@@ -1457,9 +1514,9 @@ TN_API const tn_config *tn_get_config(void) {
    Entries are added, never removed (a node's index stays valid). */
 static struct tn__ctx_table {
     pthread_mutex_t mu;
-    atomic_int n;
+    TN__ATOMIC(int) n;
     char name[TN_MAX_CONTEXTS][32];
-    atomic_int device[TN_MAX_CONTEXTS];     /* CUDA ordinal or TN_HOST */
+    TN__ATOMIC(int) device[TN_MAX_CONTEXTS];     /* CUDA ordinal or TN_HOST */
 } tn__ctx = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* "cpu" -> TN_HOST, "cuda"/"gpu" -> 0, "cudaN"/"gpuN" -> N; -2 when not a target. */
@@ -1488,15 +1545,15 @@ static bool tn__ctx_name_ok(const char *s, size_t n) {
    or remapped); -1 when unknown and not defined here, or the table is full. */
 static int tn__ctx_lookup(const char *name, size_t n, int dev) {
     pthread_mutex_lock(&tn__ctx.mu);
-    int cnt = atomic_load(&tn__ctx.n), k = 0;
+    int cnt = tn__atomic_load(&tn__ctx.n), k = 0;
     while (k < cnt && !(strlen(tn__ctx.name[k]) == n && !memcmp(tn__ctx.name[k], name, n))) k++;
     if (k == cnt && dev > -2 && cnt < TN_MAX_CONTEXTS) {
         memcpy(tn__ctx.name[k], name, n);
         tn__ctx.name[k][n] = 0;
-        atomic_store(&tn__ctx.device[k], dev);
-        atomic_store(&tn__ctx.n, cnt + 1);
+        tn__atomic_store(&tn__ctx.device[k], dev);
+        tn__atomic_store(&tn__ctx.n, cnt + 1);
     } else if (k < cnt && dev > -2) {
-        atomic_store(&tn__ctx.device[k], dev);
+        tn__atomic_store(&tn__ctx.device[k], dev);
     } else if (k == cnt) {
         k = -1;
     }
@@ -1550,7 +1607,7 @@ TN_API int tn_context_get(const char *name) {
     if (k < 0) {
         char known[400] = "";
         size_t used = 0;
-        for (int i = 0; i < atomic_load(&tn__ctx.n) && used + 40 < sizeof known; i++)
+        for (int i = 0; i < tn__atomic_load(&tn__ctx.n) && used + 40 < sizeof known; i++)
             used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "", tn__ctx.name[i]);
         tn__err(TN_ERR_INVALID, "tn_context_get: no context named '%s' (known: %s; declare it with contexts=%s->cuda0 or tn_context_define)",
                 name, used ? known : "none", tn__ctx_name_ok(name, n) ? name : "name");
@@ -1558,9 +1615,9 @@ TN_API int tn_context_get(const char *name) {
     return k;
 }
 
-TN_API int tn_context_count(void) { return atomic_load(&tn__ctx.n); }
-TN_API const char *tn_context_name(int ctx) { return ctx >= 0 && ctx < atomic_load(&tn__ctx.n) ? tn__ctx.name[ctx] : NULL; }
-TN_API int tn_context_device(int ctx) { return ctx >= 0 && ctx < TN_MAX_CONTEXTS && ctx < atomic_load(&tn__ctx.n) ? atomic_load(&tn__ctx.device[ctx]) : TN_HOST; }
+TN_API int tn_context_count(void) { return tn__atomic_load(&tn__ctx.n); }
+TN_API const char *tn_context_name(int ctx) { return ctx >= 0 && ctx < tn__atomic_load(&tn__ctx.n) ? tn__ctx.name[ctx] : NULL; }
+TN_API int tn_context_device(int ctx) { return ctx >= 0 && ctx < TN_MAX_CONTEXTS && ctx < tn__atomic_load(&tn__ctx.n) ? tn__atomic_load(&tn__ctx.device[ctx]) : TN_HOST; }
 
 static const char *tn__var_label_name(const tn_var *v);   /* the >>graph_nodes section */
 
@@ -1618,7 +1675,7 @@ TN_API const char *tn_var_context(const tn_var *v) { return v && v->ctx > 0 ? tn
    does a kernel already running in a worker (no nested jobs, no deadlock). */
 
 #ifndef TN_NO_THREADS
-static _Thread_local bool tn__in_worker;
+static TN__THREAD_LOCAL bool tn__in_worker;
 
 static void *tn__pool_main(void *arg) {
     tn__pool *p = &tn__lib.pool;
@@ -1737,8 +1794,8 @@ TN_API void tn_shutdown(void) {
 }
 
 /* >>backend: at most one device back end, registered by tensor_cuda.h */
-TN_API void tn__set_backend(const tn_backend *b) { tn__lib.backend = b; }
-TN_API const tn_backend *tn__get_backend(void) { return tn__lib.backend; }
+TN_API void tn__set_backend(const tn_backend *b) { tn__atomic_store(&tn__lib.backend, b); }
+TN_API const tn_backend *tn__get_backend(void) { return tn__atomic_load(&tn__lib.backend); }
 
 TN_API const tn_backend_op *tn__backend_row(const tn_backend *b, int op) {
     return b && b->ops && op > 0 && op < TN_OP_COUNT ? b->ops[op] : NULL;
@@ -1798,8 +1855,8 @@ struct tn_buffer {
     void *release_ctx;
 };
 
-TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__lib.device_ops = ops; }
-TN_API const tn_device_ops *tn__get_device_ops(void) { return tn__lib.device_ops; }
+TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__atomic_store(&tn__lib.device_ops, ops); }
+TN_API const tn_device_ops *tn__get_device_ops(void) { return tn__atomic_load(&tn__lib.device_ops); }
 
 #define TN__ALIGN 64
 
@@ -1817,7 +1874,7 @@ static tn_buffer *tn__buffer_new(size_t bytes, int device) {
         uintptr_t p = ((uintptr_t)b->raw + TN__ALIGN - 1) & ~(uintptr_t)(TN__ALIGN - 1);
         b->data = (void *)p;
     } else {
-        const tn_device_ops *ops = tn__lib.device_ops;
+        const tn_device_ops *ops = tn__get_device_ops();
         b->data = ops && ops->alloc ? ops->alloc(device, bytes ? bytes : 1) : NULL;
         if (!b->data) { tn__free(b); return NULL; }
     }
@@ -1848,7 +1905,7 @@ TN_API bool tn__buffer_host_ready(const tn_buffer *b, const void *p, size_t n) {
 }
 
 TN_API bool tn__buffer_host_direct(tn_buffer *b, int device, const void *p, size_t n) {
-    const tn_device_ops *ops = tn__lib.device_ops;
+    const tn_device_ops *ops = tn__get_device_ops();
     if (!b || b->device != TN_HOST || !p) return false;
     int st = __atomic_load_n(&b->pin, __ATOMIC_ACQUIRE);
     if (b->free_fn || st != 0) return tn__buffer_host_ready(b, p, n);
@@ -1868,12 +1925,13 @@ TN_API bool tn__buffer_host_direct(tn_buffer *b, int device, const void *p, size
 
 TN_API void tn__buffer_release(tn_buffer *b) {
     if (!b || __atomic_sub_fetch(&b->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
-    if (__atomic_load_n(&b->pin, __ATOMIC_ACQUIRE) == 1 && tn__lib.device_ops && tn__lib.device_ops->host_unregister)
-        tn__lib.device_ops->host_unregister(b->pin_device, b->pin_ptr);
+    const tn_device_ops *ops = tn__get_device_ops();
+    if (__atomic_load_n(&b->pin, __ATOMIC_ACQUIRE) == 1 && ops && ops->host_unregister)
+        ops->host_unregister(b->pin_device, b->pin_ptr);
     if (b->owns) {
         if (b->free_fn) b->free_fn(b->free_device, b->raw, b->bytes);
         else if (b->device == TN_HOST) tn__free(b->raw);
-        else if (tn__lib.device_ops && tn__lib.device_ops->free) tn__lib.device_ops->free(b->device, b->data);
+        else if (ops && ops->free) ops->free(b->device, b->data);
     }
     if (b->on_release) b->on_release(b->release_ctx);
     tn__free(b);
@@ -1953,7 +2011,8 @@ static tn_array *tn__array_new(const char *who, tn_dtype t, int ndim, const int6
     const char *w = who ? who : "", *sep = who ? ": " : "";
     if (tn__check_shape(who ? who : "array", t, ndim, shape) != TN_OK) return NULL;
     size_t bytes = (size_t)tn__shape_size(ndim, shape) * tn_dtype_size(t);
-    if (device != TN_HOST && !(tn__lib.device_ops && tn__lib.device_ops->alloc)) {
+    const tn_device_ops *ops = tn__get_device_ops();
+    if (device != TN_HOST && !(ops && ops->alloc)) {
         tn__err(TN_ERR_DEVICE, "%s%sno device back end for device %d", w, sep, device);
         return NULL;
     }
@@ -1978,7 +2037,7 @@ TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int
    pinned_alloc), so a copy from `device` lands in it directly; ordinary host
    memory without one (or when pinned memory runs out). */
 static tn_array *tn__array_alloc_pinned(int device, tn_dtype t, int ndim, const int64_t *shape) {
-    const tn_device_ops *ops = tn__lib.device_ops;
+    const tn_device_ops *ops = tn__get_device_ops();
     if (device == TN_HOST || !ops || !ops->pinned_alloc || !ops->pinned_free ||
         tn__check_shape("tn__array_alloc_pinned", t, ndim, shape) != TN_OK)
         return tn__array_alloc(t, ndim, shape, TN_HOST);
@@ -2191,7 +2250,7 @@ static void tn__array_span(const tn_array *a, int64_t *lo, int64_t *hi) {
    host). Device arrays: the span they touch is copied down, keeping strides. */
 static tn_array *tn__host_view(const tn_array *a, const char *who) {
     if (a->device == TN_HOST) return tn__array_from_buffer(a->base, a->dtype, a->ndim, a->shape, a->strides, a->data, TN_HOST);
-    const tn_device_ops *ops = tn__lib.device_ops;
+    const tn_device_ops *ops = tn__get_device_ops();
     if (!ops || !ops->copy) {
         tn__err(TN_ERR_DEVICE, "%s: the array lives on device %d but no device back end is loaded", who, a->device);
         return NULL;
@@ -2221,8 +2280,9 @@ TN_API tn_result tn_array_copy_to(const tn_array *a, tn_dtype t, void *dst, size
         return tn__err(TN_ERR_INVALID, "tn_array_copy_to: dst holds %zu bytes but the %s array %s as %s needs %zu",
                        capacity, tn_dtype_name(a->dtype), tn__shape_str(a->ndim, a->shape, sb), tn_dtype_name(t), need);
     }
-    if (a->device != TN_HOST && t == a->dtype && tn_array_is_contiguous(a) && tn__lib.device_ops && tn__lib.device_ops->copy)
-        return need ? tn__lib.device_ops->copy(dst, TN_HOST, a->data, a->device, need) : TN_OK;
+    const tn_device_ops *ops = tn__get_device_ops();
+    if (a->device != TN_HOST && t == a->dtype && tn_array_is_contiguous(a) && ops && ops->copy)
+        return need ? ops->copy(dst, TN_HOST, a->data, a->device, need) : TN_OK;
     /* a host array is read where it is (nothing to allocate, nothing to fail) */
     tn_array *h = a->device == TN_HOST ? NULL : tn__host_view(a, "tn_array_copy_to");
     const tn_array *src = h ? h : a;
@@ -2296,7 +2356,8 @@ TN_API tn_result tn_array_assign(tn_array *dst, const tn_array *src) {
     /* Device destination: build the converted values on the host, then copy up. */
     if (!tn_array_is_contiguous(dst))
         return tn__err(TN_ERR_UNSUPPORTED, "tn_array_assign: dst on device %d must be contiguous", dst->device);
-    if (!tn__lib.device_ops || !tn__lib.device_ops->copy)
+    const tn_device_ops *ops = tn__get_device_ops();
+    if (!ops || !ops->copy)
         return tn__err(TN_ERR_DEVICE, "tn_array_assign: dst lives on device %d but no device back end is loaded", dst->device);
     tn_array *h = tn__host_view(src, "tn_array_assign");
     if (!h) return tn_last_result();
@@ -2304,7 +2365,7 @@ TN_API tn_result tn_array_assign(tn_array *dst, const tn_array *src) {
     if (!c) { tn_array_free(h); return tn_last_result(); }
     tn__broadcast_strides(h, dst->ndim, dst->shape, bstr);
     tn__copy_strided(dst->dtype, c->data, c->strides, h->dtype, h->data, bstr, dst->ndim, dst->shape);
-    r = tn__lib.device_ops->copy(dst->data, dst->device, c->data, TN_HOST, tn_array_nbytes(c));
+    r = ops->copy(dst->data, dst->device, c->data, TN_HOST, tn_array_nbytes(c));
     tn_array_free(c);
     tn_array_free(h);
     return r;
@@ -2415,7 +2476,7 @@ static inline uint64_t tn__splitmix_at(uint64_t seed, uint64_t i) {
 }
 
 static inline double tn__uniform_at(uint64_t seed, uint64_t i) {
-    return (double)(tn__splitmix_at(seed, i) >> 11) * 0x1.0p-53;
+    return (double)(tn__splitmix_at(seed, i) >> 11) / 9007199254740992.0;   /* 2^53: C++ before 17 has no hex floats */
 }
 
 typedef struct tn__rand_job { tn_array *a; uint64_t seed; double p0, p1; bool normal; } tn__rand_job;
@@ -2792,7 +2853,7 @@ TN_API tn_array *tn_array_reshape(const tn_array *a, int ndim, const int64_t *sh
     if (!c) return NULL;
     if (a->device != TN_HOST) {
         tn_array *d = tn__array_alloc(a->dtype, ndim, ns, a->device);
-        if (d && tn__lib.device_ops->copy(d->data, d->device, c->data, TN_HOST, tn_array_nbytes(c)) != TN_OK) { tn_array_free(d); d = NULL; }
+        if (d && tn__get_device_ops()->copy(d->data, d->device, c->data, TN_HOST, tn_array_nbytes(c)) != TN_OK) { tn_array_free(d); d = NULL; }
         tn_array_free(c);
         return d;
     }
@@ -2826,11 +2887,12 @@ TN_API double tn_array_get(const tn_array *a, const int64_t *index) {
     if (tn__array_readable(a, "tn_array_get") != TN_OK || tn__elem_ptr(a, index, "tn_array_get", &p) != TN_OK) return NAN;
     if (a->device == TN_HOST) return tn__load_f(a->dtype, p);
     char tmp[8];
-    if (!tn__lib.device_ops || !tn__lib.device_ops->copy) {
+    const tn_device_ops *ops = tn__get_device_ops();
+    if (!ops || !ops->copy) {
         tn__err(TN_ERR_DEVICE, "tn_array_get: the array lives on device %d but no device back end is loaded", a->device);
         return NAN;
     }
-    if (tn__lib.device_ops->copy(tmp, TN_HOST, p, a->device, tn_dtype_size(a->dtype)) != TN_OK) return NAN;
+    if (ops->copy(tmp, TN_HOST, p, a->device, tn_dtype_size(a->dtype)) != TN_OK) return NAN;
     return tn__load_f(a->dtype, tmp);
 }
 
@@ -2841,9 +2903,10 @@ TN_API tn_result tn_array_set(tn_array *a, const int64_t *index, double v) {
     if (a->device == TN_HOST) { tn__store_f(a->dtype, p, v); return TN_OK; }
     char tmp[8];
     tn__store_f(a->dtype, tmp, v);
-    if (!tn__lib.device_ops || !tn__lib.device_ops->copy)
+    const tn_device_ops *ops = tn__get_device_ops();
+    if (!ops || !ops->copy)
         return tn__err(TN_ERR_DEVICE, "tn_array_set: the array lives on device %d but no device back end is loaded", a->device);
-    return tn__lib.device_ops->copy(p, a->device, tmp, TN_HOST, tn_dtype_size(a->dtype));
+    return ops->copy(p, a->device, tmp, TN_HOST, tn_dtype_size(a->dtype));
 }
 
 /* >>array_files: .npy, .npz and safetensors (the >>api_files section).
@@ -4036,7 +4099,7 @@ TN_API tn_result tn_load_safetensors_mem(const void *data, size_t size, tn_array
    version and the deleter's type. */
 
 #if defined(__LP64__) && !defined(__cplusplus)
-_Static_assert(sizeof(DLTensor) == 48 && offsetof(DLTensor, byte_offset) == 40 &&
+TN__STATIC_ASSERT(sizeof(DLTensor) == 48 && offsetof(DLTensor, byte_offset) == 40 &&
                offsetof(DLManagedTensorVersioned, dl_tensor) == 32 && sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8 &&
                offsetof(DLManagedTensor, dl_tensor) == 0 && offsetof(DLManagedTensor, deleter) == 56,
                "DLPack's layout");
@@ -4153,7 +4216,7 @@ static tn_array *tn__dlpack_import(DLManagedTensorVersioned *mv, DLManagedTensor
     case kDLCPU: case kDLCUDAHost: case kDLCUDAManaged: device = TN_HOST; break;
     case kDLCUDA:
         device = t->device.device_id;
-        if (device < 0 || !tn__lib.device_ops) {
+        if (device < 0 || !tn__get_device_ops()) {
             tn__err(TN_ERR_DEVICE, "%s: a kDLCUDA tensor on device %d, but %s", W, device,
                     device < 0 ? "that is no CUDA ordinal" : "no CUDA back end is loaded (include tensor_cuda.h; a GPU is needed)");
             return NULL;
@@ -4425,11 +4488,11 @@ static void tn__fmt_rec(const tn__fmt *f, const tn_array *a, int d, const char *
     bool show = summary && n > 2 * (int64_t)f->edge;
     int64_t lead = show ? f->edge : 0, trail = show ? f->edge : n;
     int axes_left = a->ndim - d;
-    tn__sb s = {0};
+    tn__sb s = TN__SB_INIT;
     tn__sb_spaces(&s, indent);      /* the hanging indent, replaced by '[' below */
     if (axes_left == 1) {
         int ew = width - 1;
-        tn__sb line = {0}, word = {0};
+        tn__sb line = TN__SB_INIT, word = TN__SB_INIT;
         s.n = 0;
         tn__sb_spaces(&line, indent);
         for (int64_t i = 0; i < n; i++) {
@@ -4518,7 +4581,7 @@ static tn_result tn__array_format(const tn_array *a, const tn_print_options *o, 
 }
 
 TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
-    tn__sb s = {0};
+    tn__sb s = TN__SB_INIT;
     if (tn__array_format(a, NULL, &s, "tn_array_snprint") != TN_OK) { tn__free(s.s); if (buf && cap) buf[0] = 0; return -1; }
     int n = (int)s.n;
     if (buf && cap) {
@@ -4532,7 +4595,7 @@ TN_API int tn_array_snprint(const tn_array *a, char *buf, size_t cap) {
 
 static tn_result tn__array_print(const tn_array *a, const tn_print_options *o, FILE *out, const char *who) {
     if (!out) return tn__err(TN_ERR_NULL, "%s: out is NULL", who);
-    tn__sb s = {0};
+    tn__sb s = TN__SB_INIT;
     tn_result r = tn__array_format(a, o, &s, who);
     if (r == TN_OK) { fwrite(s.s, 1, s.n, out); fputc('\n', out); }
     tn__free(s.s);
@@ -4556,22 +4619,22 @@ TN_API tn_result tn_array_print_with(const tn_array *a, const tn_print_options *
    in the arena, hung on the user's leaf (tn_var.ext of a Shared node). */
 typedef struct tn__shvar {
     pthread_mutex_t mu;
-    atomic_uintptr_t owner;   /* the holding thread (tn__shvar_me), 0: none. Re-entrant: */
+    TN__ATOMIC(uintptr_t) owner;   /* the holding thread (tn__shvar_me), 0: none. Re-entrant: */
     int depth;                /* a scan's step function reads what its caller holds */
     uint64_t seq;             /* global lock order */
     void *bs;                 /* the back end's record (tn_backend.shared_order), or NULL */
 } tn__shvar;
-static _Thread_local char tn__shvar_me;      /* its address names the thread */
+static TN__THREAD_LOCAL char tn__shvar_me;      /* its address names the thread */
 static void tn__shvar_lock(tn__shvar *sh) {
     uintptr_t me = (uintptr_t)&tn__shvar_me;
-    if (atomic_load_explicit(&sh->owner, memory_order_relaxed) == me) { sh->depth++; return; }
+    if (tn__atomic_load_explicit(&sh->owner, TN__RELAXED) == me) { sh->depth++; return; }
     pthread_mutex_lock(&sh->mu);
-    atomic_store_explicit(&sh->owner, me, memory_order_relaxed);
+    tn__atomic_store_explicit(&sh->owner, me, TN__RELAXED);
     sh->depth = 1;
 }
 static void tn__shvar_unlock(tn__shvar *sh) {
     if (--sh->depth > 0) return;
-    atomic_store_explicit(&sh->owner, 0, memory_order_relaxed);
+    tn__atomic_store_explicit(&sh->owner, 0, TN__RELAXED);
     pthread_mutex_unlock(&sh->mu);
 }
 static void tn__shvar_release(tn__shvar *sh);
@@ -4583,7 +4646,7 @@ static void tn__shvar_release(tn__shvar *sh);
 typedef struct tn__chunk {
     struct tn__chunk *next;
     size_t used, cap;
-    _Alignas(16) unsigned char data[];
+    TN__ALIGNAS(16) unsigned char data[];
 } tn__chunk;
 
 struct tn_graph {
@@ -4935,7 +4998,7 @@ static tn_var *tn__shared_make(const char *fn, tn_graph *g, const char *name, co
     tn__shvar *sh = (tn__shvar *)tn__graph_alloc(g, sizeof *sh);
     if (!sh) return NULL;
     if (pthread_mutex_init(&sh->mu, NULL) != 0) { tn__err(TN_ERR_OOM, "%s: cannot make its lock", who); return NULL; }
-    sh->seq = atomic_fetch_add(&tn__lib.shared_seq, 1);
+    sh->seq = tn__atomic_fetch_add(&tn__lib.shared_seq, 1);
     v->ext = sh;
     return v;
 }
@@ -5191,7 +5254,7 @@ struct tn_func {
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
     struct tn__replay_cache *rcache;    /* captured CUDA graphs (the >>replay section); NULL until used */
-    atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
+    tn__atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
     struct tn__shvar **locks;           /* the shared variables it reads or updates, in lock order */
     int n_locks;
 };
@@ -5396,13 +5459,13 @@ TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, in
 /* Leaves hold values and a PROJ reads its source's output: no kernels. Only a
    scan's outputs have gradients through their PROJ (the >>scan_grad section). */
 #define TN__GRAPH_OP_ROWS \
-    [TN_OP_INPUT] = { .name = "Input", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_input, \
+    { .op = TN_OP_INPUT, .name = "Input", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_input, \
                       .flags = TN_OPF_NO_KERNEL }, \
-    [TN_OP_CONSTANT] = { .name = "Constant", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_constant, \
+    { .op = TN_OP_CONSTANT, .name = "Constant", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_constant, \
                          .flags = TN_OPF_NO_KERNEL }, \
-    [TN_OP_SHARED] = { .name = "Shared", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_input, \
+    { .op = TN_OP_SHARED, .name = "Shared", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_input, \
                        .flags = TN_OPF_NO_KERNEL }, \
-    [TN_OP_PROJ] = { .name = "Proj", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__infer_proj, .label = tn__label_proj, \
+    { .op = TN_OP_PROJ, .name = "Proj", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__infer_proj, .label = tn__label_proj, \
                      .vjp = tn__scan_proj_vjp, .flags = TN_OPF_NO_KERNEL },
 
 /* >>grad_helpers ====================================================== */
@@ -5501,7 +5564,7 @@ static tn_result tn__infer_transfer(const tn_var *node, const tn_type *in, tn_ty
 
 /* Host kernel of both ops: a copy into out[0] (converting nothing: same type). */
 static tn_result tn__cpu_transfer(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    const tn_device_ops *ops = tn__lib.device_ops;
+    const tn_device_ops *ops = tn__get_device_ops();
     if (node->op == TN_OP_HOST_FROM_GPU && in[0]->device != TN_HOST && out[0]->device == TN_HOST && ops && ops->d2h)
         return ops->d2h(node, in[0], out[0]);
     return tn_array_assign(out[0], in[0]);
@@ -5555,10 +5618,10 @@ static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_
 
 /* >>transfer_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__TRANSFER_OP_ROWS \
-    [TN_OP_GPU_FROM_HOST] = { .name = "GpuFromHost", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
+    { .op = TN_OP_GPU_FROM_HOST, .name = "GpuFromHost", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
                               .cpu = tn__cpu_transfer, .label = tn__label_gpu_from_host, .vjp = tn__transfer_vjp, \
                               .flags = TN_OPF_LINEAR }, \
-    [TN_OP_HOST_FROM_GPU] = { .name = "HostFromGpu", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
+    { .op = TN_OP_HOST_FROM_GPU, .name = "HostFromGpu", .kind = TN_OPK_TRANSFER, .arity = 1, .infer = tn__infer_transfer, \
                               .cpu = tn__cpu_transfer, .label = tn__label_host_from_gpu, .vjp = tn__transfer_vjp, \
                               .flags = TN_OPF_LINEAR },
 
@@ -5698,7 +5761,7 @@ static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_va
 
 /* >>custom_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__CUSTOM_OP_ROWS \
-    [TN_OP_CUSTOM] = { .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
+    { .op = TN_OP_CUSTOM, .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
                        .label = tn__custom_label, .vjp = tn__custom_vjp },
 
 /* >>scan ============================================================== */
@@ -5954,10 +6017,10 @@ static tn_result tn__scan_infer(const tn_var *node, const tn_type *in, tn_type *
     tn_type pt_s[32], rt_s[32];
     tn_type *pt = s->n_ph <= 32 ? pt_s : (tn_type *)tn__malloc((size_t)s->n_ph * sizeof *pt);
     tn_type *rt = s->n_res <= 32 ? rt_s : (tn_type *)tn__malloc((size_t)s->n_res * sizeof *rt);
+    int p = 0;
     if (!pt || !rt) { r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); goto done; }
     if ((r = tn__scan_ph_types(s, node, in, pt)) != TN_OK) goto done;
     if ((r = tn__scan_res_types(s, pt, rt)) != TN_OK) goto done;
-    int p = 0;
     for (int i = 0; i < s->n_seq; i++) p += s->seq_nt[i];
     for (int k = 0; k < s->n_out; k++) {
         tn_type st = rt[k];
@@ -6257,7 +6320,7 @@ TN_API bool tn__scan_device_ok(const tn_var *node) {
 /* >>scan_rows: this part's rows of the op table (the >>ops_table section); its
    gradient is the >>scan_grad section's (no forward mode). */
 #define TN__SCAN_OP_ROWS \
-    [TN_OP_SCAN] = { .name = "Scan", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__scan_infer, .cpu = tn__scan_cpu, \
+    { .op = TN_OP_SCAN, .name = "Scan", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__scan_infer, .cpu = tn__scan_cpu, \
                      .label = tn__scan_label, .vjp = tn__scan_vjp },
 
 /* >>scan_build ----------------------------------------------------------- */
@@ -6358,9 +6421,9 @@ static tn_result tn__scan_add_ns(tn__scan_b *b, tn_var *outer, tn_var *ph) {
    rebuilt after their placeholders (so ids stay topological). */
 static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
     tn__scan *s = b->s;
-    tn_var **inner = NULL, **freev = NULL, **map = NULL, **lift = NULL;
-    int ni = 0, nf = 0, nl = 0;
-    uint8_t *inv = NULL;
+    tn_var **inner = NULL, **freev = NULL, **map = NULL, **lift = NULL, **map2;
+    int ni = 0, nf = 0, nl = 0, nvar_ph = s->n_ph - s->n_ns;
+    uint8_t *inv = NULL, *want;
     tn_result r = tn__scan_collect(b, first_id, &inner, &ni, &freev, &nf);
     if (r != TN_OK) return r;
     int nv = tn__graph_nvars(b->g);
@@ -6368,7 +6431,6 @@ static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
     lift = (tn_var **)tn__malloc(((size_t)ni + nf + 1) * sizeof *lift);
     map = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map);
     if (!inv || !lift || !map) { r = tn__scan_oom(s); goto done; }
-    int nvar_ph = s->n_ph - s->n_ns;
     for (int p = 0; p < s->n_ph; p++)
         inv[s->ph[p]->id] = p >= nvar_ph && s->ns_upd[p - nvar_ph] < 0 ? 1 : 2;
     for (int i = 0; i < nf; i++) inv[freev[i]->id] = 1;
@@ -6379,7 +6441,7 @@ static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
         inv[v->id] = st;
     }
     /* lifted: invariant non-constant values read by a variant node or returned */
-    uint8_t *want = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
+    want = (uint8_t *)tn__calloc((size_t)nv + 1, 1);
     if (!want) { r = tn__scan_oom(s); goto done; }
     for (int i = 0; i < ni; i++) {
         if (inv[inner[i]->id] != 2) continue;
@@ -6398,7 +6460,7 @@ static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
         if (inv[inner[i]->id] != 1) continue;
         if (!(map[inner[i]->id] = tn__scan_clone(inner[i], map))) { r = tn_last_result(); goto done; }
     }
-    tn_var **map2 = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map2);
+    map2 = (tn_var **)tn__calloc((size_t)nv + 1, sizeof *map2);
     if (!map2) { r = tn__scan_oom(s); goto done; }
     for (int i = 0; i < nl && r == TN_OK; i++) {
         tn_var *x = lift[i], *outer = map[x->id] ? map[x->id] : x;
@@ -6481,8 +6543,9 @@ static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
     for (int k = 0; k < s->n_res && ok; k++) ok = (res[k] = tn_gpu_from_host(s->res[k])) != NULL;
     if (ok) {
         for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = 0;   /* any ordinal: placement takes its own */
-        s->dfn = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
-                                                 .outputs = res, .borrow = true, .name = s->name });
+        tn_func_desc fd = { .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res, .outputs = res, .borrow = true,
+                            .name = s->name, .on_unused_input = TN_UNUSED_IGNORE };
+        s->dfn = tn_function(g, &fd);
         for (int p = 0; p < s->n_ph; p++) s->ph[p]->device = TN_HOST;
     }
     tn__free(res);
@@ -6492,8 +6555,9 @@ static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
 }
 
 static tn_result tn__scan_compile(tn__scan *s, tn_graph *g) {
-    s->fn = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res,
-                                            .outputs = s->res, .borrow = true, .name = s->name });
+    tn_func_desc fd = { .n_inputs = s->n_ph, .inputs = s->ph, .n_outputs = s->n_res, .outputs = s->res, .borrow = true,
+                        .name = s->name, .on_unused_input = TN_UNUSED_IGNORE };
+    s->fn = tn_function(g, &fd);
     if (!s->fn) return tn__err(tn_last_result(), "tn_scan '%s': compiling the step: %s", s->name, tn_last_error());
     tn__func_share_stream(s->fn);
     tn__scan_compile_device(s, g);
@@ -6645,17 +6709,19 @@ static tn_result tn__scan_run_step(tn__scan_b *b, const tn_scan_desc *d) {
     tn_var **outs = (tn_var **)tn__calloc((size_t)nout + 1, sizeof *outs);
     tn_var **ups = (tn_var **)tn__calloc((size_t)nns + 1, sizeof *ups);
     tn_result r = TN_OK;
+    int p = 0, nu = 0, u = 0;
     if (!seqrows || !outrows || !outs || !ups) { r = tn__scan_oom(s); goto done; }
-    int p = 0;
     for (int i = 0; i < nseq; i++) { seqrows[i] = &s->ph[p]; p += s->seq_nt[i]; }
     for (int k = 0; k < nout; k++) { outrows[k] = s->out_nt[k] ? &s->ph[p] : NULL; p += s->out_nt[k]; }
-    tn_scan_step st = { b->g, (tn_var *const *const *)seqrows, (tn_var *const *const *)outrows, s->ph + p, s->n_ph,
-                        s->ph, outs, ups };
-    if ((r = d->step(&st, d->user)) != TN_OK) {
+    {
+        tn_scan_step st = { b->g, (tn_var *const *const *)seqrows, (tn_var *const *const *)outrows, s->ph + p, s->n_ph,
+                            s->ph, outs, ups };
+        r = d->step(&st, d->user);
+    }
+    if (r != TN_OK) {
         r = tn__err(r, "tn_scan '%s': the step callback failed: %s", s->name, tn_last_error());
         goto done;
     }
-    int nu = 0;
     for (int i = 0; i < nns; i++) if (ups[i]) nu++;
     s->n_upd = nu;
     s->n_res = nout + nu;
@@ -6677,7 +6743,6 @@ static tn_result tn__scan_run_step(tn__scan_b *b, const tn_scan_desc *d) {
         }
         s->res[k] = y;
     }
-    int u = 0;
     for (int i = 0; i < nns && r == TN_OK; i++) {
         if (!ups[i]) continue;
         tn_var *sv = d->non_sequences[i], *y = ups[i];
@@ -6713,7 +6778,7 @@ TN_API tn_result tn_scan(const tn_scan_desc *d, tn_var **outputs, tn_update *upd
     s->backwards = d->go_backwards;
     s->truncate = d->truncate_gradient;
     tn__scan_b b = { s, g, NULL, 0, NULL, 0 };
-    int first_id = tn__graph_nvars(g);
+    int first_id = tn__graph_nvars(g), nin;
     tn_var **ins = NULL, *node = NULL;
     if ((r = tn__scan_setup(&b, d)) != TN_OK) goto fail;
     if ((r = tn__scan_run_step(&b, d)) != TN_OK) goto fail;
@@ -6721,7 +6786,7 @@ TN_API tn_result tn_scan(const tn_scan_desc *d, tn_var **outputs, tn_update *upd
     if ((r = tn__scan_hoist(&b, first_id)) != TN_OK) goto fail;
     if ((r = tn__scan_tables(&b)) != TN_OK) goto fail;
     if ((r = tn__scan_compile(s, g)) != TN_OK) goto fail;
-    int nin = s->n_seq + s->n_init + s->n_ns;
+    nin = s->n_seq + s->n_init + s->n_ns;
     if (!(ins = (tn_var **)tn__malloc(((size_t)nin + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto fail; }
     for (int i = 0; i < s->n_seq; i++) ins[i] = d->sequences[i].var;
     for (int k = 0; k < s->n_out; k++) if (s->init_in[k] >= 0) ins[s->init_in[k]] = d->outputs[k].init;
@@ -6794,10 +6859,10 @@ static tn_result tn__scan_build_grad(tn__scan *s) {
     tn_var **wrt = (tn_var **)tn__calloc((size_t)s->n_ph + 1, sizeof *wrt);
     tn_var **kv = (tn_var **)tn__calloc((size_t)nf + 1, sizeof *kv);
     tn_result r = TN_OK;
+    int nk = 0, nw = 0;
     if (!b->ph || !b->g_of_out || !b->res || !b->res_ph || !wrt || !kv) { r = tn__scan_oom(s); goto done; }
     memcpy(b->ph, s->ph, (size_t)s->n_ph * sizeof *b->ph);
     b->n_ph = s->n_ph;
-    int nk = 0;
     for (int k = 0; k < s->n_out; k++) {
         b->g_of_out[k] = -1;
         tn_var *y = s->res[k];
@@ -6810,7 +6875,6 @@ static tn_result tn__scan_build_grad(tn__scan *s) {
         b->ph[b->n_ph++] = gp;
         kv[nk++] = y;
     }
-    int nw = 0;
     for (int p = 0; p < s->n_ph; p++)
         if (tn_dtype_is_float(s->ph[p]->type.dtype)) { b->res_ph[nw] = p; wrt[nw++] = s->ph[p]; }
     b->n_res = nw;
@@ -6847,7 +6911,9 @@ static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var 
     tn_var *one[1] = { g };
     if (node->n_out == 1) gk = one;
     tn_result r = TN_OK;
-    tn_var **ins = NULL;
+    tn_var **ins = NULL, *gn;
+    tn__scan *b;
+    int nfin;
     if (s->n_upd > 0) {
         char names[256];
         size_t n = 0;
@@ -6863,9 +6929,9 @@ static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var 
     }
     if (!gk) goto done;    /* no gradient reached an output */
     if ((r = tn__scan_build_grad(s)) != TN_OK) goto done;
-    tn__scan *b = s->grad;
+    b = s->grad;
     if (!b->fn) goto done;   /* nothing float: no gradient */
-    int nfin = node->n_in;
+    nfin = node->n_in;
     if (!(ins = (tn_var **)tn__malloc(((size_t)nfin + 2 * s->n_out + 1) * sizeof *ins))) { r = tn__scan_oom(s); goto done; }
     for (int j = 0; j < nfin; j++) ins[j] = node->in[j];
     for (int k = 0; k < s->n_out; k++) {
@@ -6875,7 +6941,7 @@ static tn_result tn__scan_vjp(tn_var *node, tn_var *g, const bool *need, tn_var 
         ins[nfin + k] = P;
         ins[nfin + s->n_out + k] = G;
     }
-    tn_var *gn = tn__node_multi(s->g, TN_OP_SCAN, nfin + 2 * s->n_out, ins, NULL, b, nfin, "tn_grad");
+    gn = tn__node_multi(s->g, TN_OP_SCAN, nfin + 2 * s->n_out, ins, NULL, b, nfin, "tn_grad");
     if (!gn) { r = tn_last_result(); goto done; }
     for (int j = 0; j < nfin; j++) {
         if (!need[j]) continue;
@@ -6945,8 +7011,8 @@ done:
 
 /* >>rewrite_counters: which rewrite fired how often in this thread's last optimize */
 #define TN__RW_MAX_NAMES 128
-static _Thread_local struct { const char *name; int n; } tn__rw_counts[TN__RW_MAX_NAMES];
-static _Thread_local int tn__rw_n_counts;
+static TN__THREAD_LOCAL struct { const char *name; int n; } tn__rw_counts[TN__RW_MAX_NAMES];
+static TN__THREAD_LOCAL int tn__rw_n_counts;
 
 static void tn__rw_count(const char *name) {
     for (int i = 0; i < tn__rw_n_counts; i++)
@@ -7312,7 +7378,7 @@ static void tn__rw_drop_new(tn__rw *c, int n0) {
 /* Applies the group of rewrites to a fixpoint. */
 static tn_result tn__rw_run(tn__rw *c, const tn__rewrite *rw, int n_rw) {
     enum { MAXPER = 24 };
-    static _Thread_local unsigned char idx[TN_OP_COUNT + 1][MAXPER], cnt[TN_OP_COUNT + 1];
+    static TN__THREAD_LOCAL unsigned char idx[TN_OP_COUNT + 1][MAXPER], cnt[TN_OP_COUNT + 1];
     memset(cnt, 0, sizeof cnt);
     for (int r = 0; r < n_rw; r++)
         for (int j = 0; j < 6 && rw[r].ops[j]; j++) {
@@ -7467,7 +7533,7 @@ static tn_var *tn__b_chain_const(tn__rw *c, tn_var *v) {
     tn__rw_const_value(u->in[1], &a);
     tn__rw_const_value(c2, &b);
     double ab = tn__rw_apply(v->op, a, b);
-    if (!tn_dtype_is_float(v->type.dtype) && (c2->type.dtype != v->type.dtype || fabs(a) >= 0x1p53 || fabs(b) >= 0x1p53 || fabs(ab) >= 0x1p31))
+    if (!tn_dtype_is_float(v->type.dtype) && (c2->type.dtype != v->type.dtype || fabs(a) >= 9007199254740992.0 || fabs(b) >= 9007199254740992.0 || fabs(ab) >= 2147483648.0))
         return NULL;
     tn_var *k = tn__rw_const_like(c->g, c2, ab);
     if (k && !(u->in[1]->flags & TN_VAR_WEAK)) k->flags &= ~(unsigned)TN_VAR_WEAK;
@@ -7496,7 +7562,7 @@ static tn_var *tn__b_sub_const(tn__rw *c, tn_var *v) {
     double k;
     tn_var *b = v->in[1];
     if (b->type.ndim != 0 || !tn__rw_const_value(b, &k) || v->in[0]->op == TN_OP_CONSTANT) return NULL;
-    if (b->type.dtype == TN_BOOL || (!tn_dtype_is_float(b->type.dtype) && fabs(k) >= 0x1p31)) return NULL;
+    if (b->type.dtype == TN_BOOL || (!tn_dtype_is_float(b->type.dtype) && fabs(k) >= 2147483648.0)) return NULL;
     return tn__rw_bin(TN_OP_ADD, v->in[0], tn__rw_const_like(c->g, b, -k));
 }
 
@@ -8570,6 +8636,7 @@ static tn_result tn__rw_fuse(tn__rw *c) {
     F.regst = (int *)tn__calloc((size_t)cap, sizeof *F.regst);
     F.cap = cap;
     tn_result r = TN_OK;
+    int ng = 0, *roots = NULL;
     if (c->oom || !F.G || !F.next || !F.reg || !F.regst) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); goto done; }
     for (int i = 0; i < c->synced; i++) { c->ni[i].reach = -1; c->ni[i].rmask = 0; }
     tn__fuse_group(&F);
@@ -8581,8 +8648,7 @@ static tn_result tn__rw_fuse(tn__rw *c) {
         F.G[g].tail = i;
     }
     /* the fused nodes are new (ids past F.regst's size): finish the groups first */
-    int ng = 0;
-    int *roots = (int *)tn__malloc((size_t)(F.ng + 1) * sizeof *roots);
+    roots = (int *)tn__malloc((size_t)(F.ng + 1) * sizeof *roots);
     if (!roots) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); goto done; }
     for (int g = 0; g < F.ng; g++) if (F.G[g].parent == g && F.G[g].head >= 0) roots[ng++] = g;
     for (int j = 0; j < ng && !c->oom; j++) tn__fuse_build(&F, roots[j]);
@@ -9118,6 +9184,13 @@ static tn_result tn__vg_cost(tn__vg *v, double *c) {
     return r;
 }
 
+/* One of tn_verify_grad's functions: its inputs to `outputs`. */
+static tn_func *tn__vg_function(const tn__vg *v, int n_outputs, tn_var *const *outputs, const char *name) {
+    tn_func_desc fd = { .n_inputs = v->d->n_inputs, .inputs = v->in, .n_outputs = n_outputs, .outputs = outputs,
+                        .mode = v->d->mode, .name = name, .on_unused_input = TN_UNUSED_IGNORE };
+    return tn_function(v->g, &fd);
+}
+
 /* Builds cost = sum(out * R), R a seeded random array of out's shape. */
 static tn_result tn__vg_build(tn__vg *v, tn_var **cost) {
     const tn_verify_grad_desc *d = v->d;
@@ -9128,9 +9201,7 @@ static tn_result tn__vg_build(tn__vg *v, tn_var **cost) {
         return tn__err(TN_ERR_DTYPE, "tn_verify_grad: the builder's output is %s, not float", tn_dtype_name(out->type.dtype));
     if (out->type.ndim == 0) { *cost = tn_cast(out, TN_F64); return *cost ? TN_OK : tn_last_result(); }
     tn_array *o = NULL;
-    if (!(v->fout = tn_function(v->g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = d->n_inputs, .inputs = v->in, .n_outputs = 1,
-                                                        .outputs = &out, .mode = d->mode, .name = "verify_grad_out" })))
-        return tn_last_result();
+    if (!(v->fout = tn__vg_function(v, 1, &out, "verify_grad_out"))) return tn_last_result();
     tn_result r = tn_call(v->fout, v->x, &o);
     if (r != TN_OK) return r;
     tn_array *R = tn_array_rand_uniform(TN_F64, o->ndim, o->shape, 0.5, 1.5, d->seed ? d->seed : 1234);
@@ -9157,6 +9228,7 @@ TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *d, tn_verify_grad_rep
     tn_var *cost = NULL, **gv = NULL;
     tn_array **ga = NULL;
     tn_verify_grad_report worst;
+    tn_grad_options gopt = { .disconnected_inputs = TN_DISCONNECTED_IGNORE };
     double worst_score = -1;
     memset(&worst, 0, sizeof worst);
     tn_result r = tn__vg_setup(&v);
@@ -9165,11 +9237,9 @@ TN_API tn_result tn_verify_grad(const tn_verify_grad_desc *d, tn_verify_grad_rep
     gv = (tn_var **)tn__calloc((size_t)n, sizeof(tn_var *));
     ga = (tn_array **)tn__calloc((size_t)n, sizeof(tn_array *));
     if (!gv || !ga) { r = tn__err(TN_ERR_OOM, "tn_verify_grad: out of memory"); goto done; }
-    if ((r = tn_grad(cost, n, v.in, gv, &(tn_grad_options){ .disconnected_inputs = TN_DISCONNECTED_IGNORE })) != TN_OK) goto done;
-    v.fcost = tn_function(v.g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = n, .inputs = v.in, .n_outputs = 1, .outputs = &cost,
-                                                .mode = d->mode, .name = "verify_grad_cost" });
-    v.fgrad = tn_function(v.g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = n, .inputs = v.in, .n_outputs = n, .outputs = gv,
-                                                .mode = d->mode, .name = "verify_grad_grads" });
+    if ((r = tn_grad(cost, n, v.in, gv, &gopt)) != TN_OK) goto done;
+    v.fcost = tn__vg_function(&v, 1, &cost, "verify_grad_cost");
+    v.fgrad = tn__vg_function(&v, n, gv, "verify_grad_grads");
     if (!v.fcost || !v.fgrad) { r = tn_last_result(); goto done; }
     if ((r = tn_call(v.fgrad, v.x, ga)) != TN_OK) goto done;
     for (int i = 0; i < n; i++) {
@@ -9565,7 +9635,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
     if (r != TN_OK) return r;
     int *slot_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *slot_of);
     if (!slot_of) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", W); }
-    int n_slots = 0, n_steps = 0, n_idx = 0;
+    int n_slots = 0, n_steps = 0, n_idx = 0, dev = TN_HOST;
     for (int k = 0; k < n_order; k++) {
         tn_var *v = order[k];
         if (v->op == TN_OP_PROJ) continue;
@@ -9670,7 +9740,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
     f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
     if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
     if ((r = tn__func_locks(f)) != TN_OK) goto done;
-    int dev = TN_HOST;            /* a function with device steps gets its own stream there */
+    /* a function with device steps gets its own stream there */
     for (int k = 0; k < f->n_steps && dev == TN_HOST; k++) dev = f->steps[k].node->device;
     if (dev != TN_HOST && f->backend && f->backend->func_new && f->backend->func_enter) f->bfstate = f->backend->func_new(dev);
 done:
@@ -9715,6 +9785,42 @@ static tn_result tn__stateful_updates(tn_graph *g, const tn_func_desc *d, tn_upd
     if (r != TN_OK) { tn__free(u); return r; }
     *all = u;
     *n_all = n;
+    return TN_OK;
+}
+
+/* tn_function's last part: optimizes f's private graph (roots cloned) and
+   schedules its steps. */
+static tn_result tn__func_optimize(tn_func *f, const tn_func_desc *d, tn_var *const *uroots, int n_roots) {
+    tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
+    f->mode = mode;
+    if (tn_get_config()->profile_trace) (void)tn__trace_on();    /* the trace starts before the compile's first event */
+    double t_opt = tn__prof_now();
+    tn_place_args pa = { d->n_outputs, f->upd_user, 64, true, 0 };
+    if (d->context) {
+        int k = tn_context_get(d->context);
+        if (k < 0) return tn__err_as("tn_function: context", "tn_context_get");
+        pa.context = k + 1;
+    }
+    const tn_backend *be = f->backend;
+    if (be && be->max_operands > 0 && pa.max_fused_inputs > be->max_operands - 8)   /* room for the outputs */
+        pa.max_fused_inputs = be->max_operands - 8 > 0 ? be->max_operands - 8 : 0;
+    if (d->max_fused_inputs) pa.max_fused_inputs = d->max_fused_inputs > 0 ? d->max_fused_inputs : 0;
+    tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode, &pa);
+    t_opt = tn__prof_now() - t_opt;
+    if (r != TN_OK) {
+        if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
+        return r;
+    }
+    for (int i = 0; i < n_roots; i++) {
+        tn_var *v = f->roots[i];
+        if (!v || v->graph != f->fg || v->type.dtype != uroots[i]->type.dtype || v->type.ndim != uroots[i]->type.ndim)
+            return tn__err(TN_ERR_INTERNAL, "tn_function: the optimizer replaced root %d with a variable of another type", i);
+        if (!v->name && uroots[i]->name && !(v->name = tn__graph_strdup(f->fg, uroots[i]->name))) return TN_ERR_OOM;
+    }
+    f->n_roots = n_roots;
+    double t_sched = tn__prof_now();
+    if ((r = tn__schedule(f, n_roots)) != TN_OK) return r;
+    if (tn_get_config()->profile || tn_get_config()->profile_trace) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
     return TN_OK;
 }
 
@@ -9777,39 +9883,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
         f->in_name[i] = d->inputs[i]->name ? tn__graph_strdup(f->fg, d->inputs[i]->name) : "";
         if (!f->in_name[i]) goto fail;
     }
-    if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK) goto fail;
-    tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
-    f->mode = mode;
-    if (tn_get_config()->profile_trace) (void)tn__trace_on();    /* the trace starts before the compile's first event */
-    double t_opt = tn__prof_now();
-    tn_place_args pa = { no, f->upd_user, 64, true, 0 };
-    if (d->context) {
-        int k = tn_context_get(d->context);
-        if (k < 0) { tn__err_as("tn_function: context", "tn_context_get"); goto fail; }
-        pa.context = k + 1;
-    }
-    const tn_backend *be = f->backend;
-    if (be && be->max_operands > 0 && pa.max_fused_inputs > be->max_operands - 8)   /* room for the outputs */
-        pa.max_fused_inputs = be->max_operands - 8 > 0 ? be->max_operands - 8 : 0;
-    if (d->max_fused_inputs) pa.max_fused_inputs = d->max_fused_inputs > 0 ? d->max_fused_inputs : 0;
-    tn_result r = tn__optimize(f->fg, f->roots, n_roots, mode, &pa);
-    t_opt = tn__prof_now() - t_opt;
-    if (r != TN_OK) {
-        if (strncmp(tn_last_error(), "tn_function", 11) != 0) tn__err(r, "tn_function: optimizer failed: %s", tn_last_error());
-        goto fail;
-    }
-    for (int i = 0; i < n_roots; i++) {
-        tn_var *v = f->roots[i];
-        if (!v || v->graph != f->fg || v->type.dtype != uroots[i]->type.dtype || v->type.ndim != uroots[i]->type.ndim) {
-            tn__err(TN_ERR_INTERNAL, "tn_function: the optimizer replaced root %d with a variable of another type", i);
-            goto fail;
-        }
-        if (!v->name && uroots[i]->name && !(v->name = tn__graph_strdup(f->fg, uroots[i]->name))) goto fail;
-    }
-    f->n_roots = n_roots;
-    double t_sched = tn__prof_now();
-    if (tn__schedule(f, n_roots) != TN_OK) goto fail;
-    if (tn_get_config()->profile || tn_get_config()->profile_trace) tn__prof_attach(f, t_opt, tn__prof_now() - t_sched);
+    if (tn__clone_subgraph(g, d, f, uroots, n_roots) != TN_OK || tn__func_optimize(f, d, uroots, n_roots) != TN_OK) goto fail;
     tn__free(uroots);
     tn__free(all_updates);
     return f;
@@ -10115,11 +10189,11 @@ static bool tn__shapes_changed(tn_func *f) {
    reads host memory itself (a copied output, an update copied). (The
    profiler times device and transfer steps with events, so it needs no
    wait either.) */
-static _Thread_local int tn__fence_depth;
+static TN__THREAD_LOCAL int tn__fence_depth;
 TN_API bool tn__fence_open(void) { return tn__fence_depth > 0; }
 
 static tn_result tn__fence(void) {
-    const tn_device_ops *ops = tn__lib.device_ops;
+    const tn_device_ops *ops = tn__get_device_ops();
     return ops && ops->fence ? ops->fence() : TN_OK;
 }
 
@@ -10355,14 +10429,14 @@ static void tn__compile_note(tn_func *f) {
 TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
     tn_result r = tn__func_check(f, "tn_call");
     if (r != TN_OK) return r;
-    if (atomic_flag_test_and_set_explicit(&f->busy, memory_order_acquire))
+    if (tn__atomic_flag_test_and_set_explicit(&f->busy, TN__ACQUIRE))
         return tn__err(TN_ERR_BUSY, "tn_call: function '%s' is running in another thread; a function takes one call at a time "
                        "(compile one per thread to run them concurrently)", f->name);
     tn__func_lock(f);
     r = tn__call(f, inputs, outputs);
     if (!f->compile_noted) tn__compile_note(f);
     tn__func_unlock(f);
-    atomic_flag_clear_explicit(&f->busy, memory_order_release);
+    tn__atomic_flag_clear_explicit(&f->busy, TN__RELEASE);
     return r == TN_OK ? r : tn__err_in("tn_call", r);
 }
 
@@ -10500,7 +10574,7 @@ static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
         /* copies between the host and this device are graph nodes (a copy to
            the host: where the back end queues it, tn_device_ops.d2h); a move
            between devices is not */
-        const tn_device_ops *ops = tn__lib.device_ops;
+        const tn_device_ops *ops = tn__get_device_ops();
         bool host_copy = tn__op_kind(v->op) == TN_OPK_TRANSFER && (v->device == TN_HOST) != (v->in[0]->device == TN_HOST) &&
                          (v->device != TN_HOST || (ops && ops->d2h));
         if ((tn__op_kind(v->op) == TN_OPK_TRANSFER && !host_copy) || (v->device == TN_HOST && !host_copy) || v->op == TN_OP_SCAN) {
@@ -11143,7 +11217,7 @@ static struct tn__trace_state {
     int gen;                   /* files opened so far */
     int n_threads, n_tracks;   /* track numbers given (for the process: a thread keeps its number) */
 } tn__trace = { .mu = PTHREAD_MUTEX_INITIALIZER };
-static _Thread_local int tn__trace_thread;   /* this thread's track, 0 until named */
+static TN__THREAD_LOCAL int tn__trace_thread;   /* this thread's track, 0 until named */
 
 static double tn__prof_now(void);
 
@@ -11234,7 +11308,7 @@ static void tn__trace_event(const char *name, const char *cat, int tid, double s
         if (!tid) {
             if (!tn__trace_thread) tn__trace_thread = ++tn__trace.n_threads;
             tid = tn__trace_thread;
-            static _Thread_local int named;      /* the file this thread's track is named in */
+            static TN__THREAD_LOCAL int named;      /* the file this thread's track is named in */
             if (named != tn__trace.gen) {
                 char nm[32];
                 snprintf(nm, sizeof nm, "%d", tid);
@@ -11708,7 +11782,7 @@ TN_API tn_result tn_print_info(FILE *out) {
     if (!out) return tn__err(TN_ERR_NULL, "tn_print_info: out is NULL");
     const tn_config *cfg = tn_get_config();
     const char *blas = tn__blas_name();
-    tn__sb b = { 0 };
+    tn__sb b = TN__SB_INIT;
     tn__sb_printf(&b, "tensor.h %s\n", TENSOR_VERSION);
 #if defined(__clang__)
     tn__sb_printf(&b, "  compiler:     clang %d.%d.%d", __clang_major__, __clang_minor__, __clang_patchlevel__);
@@ -11930,14 +12004,15 @@ TN_API tn_result tn_write_dot_var(const tn_var *root, FILE *out) {
    catalogue writes the rows of its ops next to their code (its rows block,
    e.g. >>ew_rows) and the table lists the parts. A row is the whole op (tn_op_def):
    name, kind, arity, type rule, CPU kernel, label, vjp, jvp and flags. The
-   array's length is pinned to TN_OP_COUNT at compile time (an op added to the
-   enums without a row fails to compile when it is the last; a duplicate row
-   trips -Woverride-init); when the table is filled, on first use, every row
-   is checked (tn__op_table_check), so a row left empty or incomplete is an
-   internal error naming it, not a crash later. */
+   rows name their op (tn_op_def.op) and come in any order; their count is
+   pinned to the ops' at compile time (an op added to the enums without a
+   row, or a row too many, fails to compile). When the table is filled, on
+   first use, each row goes to its op's index and every row is checked
+   (tn__op_table_check), so a row left empty or listed twice is an internal
+   error naming it, not a crash later. */
 #include <pthread.h>
 
-static const tn_op_def tn__op_rows[] = {
+static const tn_op_def tn__op_list[] = {
     TN__GRAPH_OP_ROWS       /* the >>graph section: leaves, PROJ */
     TN__EW_OP_ROWS          /* the >>ops_ew section: TN_EW_OPS, Composite */
     TN__REDUCE_OP_ROWS      /* the >>ops_reduce section: reductions, softmax */
@@ -11952,8 +12027,9 @@ static const tn_op_def tn__op_rows[] = {
     TN__SCAN_OP_ROWS        /* the >>scan section */
     TN__CUSTOM_OP_ROWS      /* the >>custom section */
 };
-_Static_assert(sizeof tn__op_rows / sizeof tn__op_rows[0] == TN_OP_COUNT,
-               "the op table needs one row per op of TN_EW_OPS and TN_OTHER_OPS (the last op has none)");
+TN__STATIC_ASSERT(sizeof tn__op_list / sizeof tn__op_list[0] == TN_OP_COUNT - 1,
+                  "the op table needs one row per op of TN_EW_OPS and TN_OTHER_OPS");
+static tn_op_def tn__op_rows[TN_OP_COUNT];   /* tn__op_list by op index */
 
 TN_API tn_result tn__op_table_check(const tn_op_def *rows, int n) {
     if (!rows) return tn__err(TN_ERR_INTERNAL, "op table: no rows");
@@ -11992,7 +12068,13 @@ static tn_result tn__op_table_install(const tn_op_def *rows) {
     return r;
 }
 
-static void tn__op_table_fill_builtin(void) { tn__op_table_install(tn__op_rows); }
+static void tn__op_table_fill_builtin(void) {
+    for (size_t i = 0; i < sizeof tn__op_list / sizeof tn__op_list[0]; i++) {
+        const tn_op_def *d = &tn__op_list[i];
+        if (d->op > TN_OP_NONE && d->op < TN_OP_COUNT && !tn__op_rows[d->op].name) tn__op_rows[d->op] = *d;
+    }
+    tn__op_table_install(tn__op_rows);
+}
 
 TN_API tn_result tn__op_table_fill(const tn_op_def *rows) {
     pthread_once(&tn__op_table_once, tn__op_table_fill_builtin);
@@ -12022,6 +12104,7 @@ TN_API bool tn__op_has(int op, unsigned flags) {
     return d && (d->flags & flags) == flags;
 }
 
+TN__CXX_END
 #endif /* TENSOR_IMPLEMENTATION */
 
 /*

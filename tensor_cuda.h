@@ -389,6 +389,7 @@ TN_API tn_result tn__cuda_synchronize(void);
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+TN__CXX_BEGIN   /* C++: tensor.h's >>cxx section */
 
 /* >>cuda_loader: dlopen of the driver, NVRTC and cuBLAS --------------------- */
 
@@ -422,7 +423,7 @@ static void *tn__dlopen_first(const char *env_override, const char *const *names
     for (int i = 0; i < n_names; i++) {
         for (int r = 0; r < 4; r++) {
             if (r != 1 && !(roots[r] && *roots[r])) continue;
-            tn__sb path = { 0 };   /* allocated: a root of any length is tried whole */
+            tn__sb path = TN__SB_INIT;   /* allocated: a root of any length is tried whole */
             if (r == 1) tn__sb_puts(&path, names[i]);
             else tn__sb_printf(&path, "%s/lib64/%s", roots[r], names[i]);
             void *h = path.oom ? NULL : dlopen(path.s, RTLD_NOW | RTLD_LOCAL);
@@ -538,7 +539,7 @@ typedef struct tn__cuda_loader {
     int driver_version;         /* 13000 for 13.0 */
     int device_count;
     int ordinal;                /* the configured device: placement's target */
-    atomic_uint_fast64_t epoch; /* bumped by tn_shutdown: threads forget their current streams */
+    TN__ATOMIC(uint_fast64_t) epoch; /* bumped by tn_shutdown: threads forget their current streams */
     tn__cuda_dev *dev[TN__CUDA_MAX_DEVICES];   /* opened devices (__atomic; set once under mu) */
     /* cuBLAS: loaded on first use */
     int cublas_state;           /* 0 not tried, 1 ok, -1 missing (__atomic) */
@@ -629,7 +630,7 @@ static void tn__cuda_shutdown(void);
 static void tn__cuda_register_backend(void);
 
 /* The context this thread has current (tn__cuda_bind). */
-static _Thread_local tn__CUcontext tn__cuda_bound;
+static TN__THREAD_LOCAL tn__CUcontext tn__cuda_bound;
 
 /* Opens device `ordinal` (its primary context and home stream) into
    tn__cuda.dev[]. Called with tn__cuda.mu held, the driver loaded. Returns
@@ -847,11 +848,11 @@ static tn_result tn__cuda_enter(int device, tn__cuda_dev **out, const char *who)
    queue on their own streams. tn__cuda_cur_dev is the device of the function
    this thread called last: the back-end entry points without an array or node
    (replay, events, shared variables) work there. */
-static _Thread_local tn__cuda_fstream *tn__cuda_cur[TN__CUDA_MAX_DEVICES];
-static _Thread_local uint64_t tn__cuda_cur_epoch;
-static _Thread_local tn__cuda_dev *tn__cuda_cur_dev;
+static TN__THREAD_LOCAL tn__cuda_fstream *tn__cuda_cur[TN__CUDA_MAX_DEVICES];
+static TN__THREAD_LOCAL uint64_t tn__cuda_cur_epoch;
+static TN__THREAD_LOCAL tn__cuda_dev *tn__cuda_cur_dev;
 static void tn__cuda_cur_check(void) {
-    uint64_t e = atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed);
+    uint64_t e = tn__atomic_load_explicit(&tn__cuda.epoch, TN__RELAXED);
     if (tn__cuda_cur_epoch != e) {
         memset(tn__cuda_cur, 0, sizeof tn__cuda_cur);
         tn__cuda_cur_dev = NULL;
@@ -895,7 +896,7 @@ typedef struct tn__cuda_layout {
    and TN_MAX_DIMS strides. */
 #define TN__CUDA_PARAM_BUDGET 4096
 #define TN__CUDA_MAX_OPERANDS ((TN__CUDA_PARAM_BUDGET - 8 * (1 + TN_MAX_DIMS)) / (8 + 8 * TN_MAX_DIMS))
-_Static_assert(TN__CUDA_MAX_OPERANDS >= 8, "kernel parameter budget");
+TN__STATIC_ASSERT(TN__CUDA_MAX_OPERANDS >= 8, "kernel parameter budget");
 TN_API int tn_cuda_max_fused_operands(void) { return TN__CUDA_MAX_OPERANDS; }
 
 static const char *tn__cuda_ctype(tn_dtype t) {      /* register (compute) type */
@@ -1224,7 +1225,7 @@ static tn_result tn__cuda_ew_source(const tn_ew_program *p, const tn__cuda_layou
         return tn__err(TN_ERR_INVALID, "tn_cuda codegen: strided layout of rank %d", L->ndim);
     if (L->kind != TN__CUDA_STRIDED && L->kind != TN__CUDA_CONTIG)
         return tn__err(TN_ERR_INVALID, "tn_cuda codegen: unknown layout kind %d", L->kind);
-    tn__sb b = { 0 };
+    tn__sb b = TN__SB_INIT;
     tn__sb_printf(&b, "/* tensor.h fused elementwise kernel: %d in, %d out, %d instructions, %s",
                   p->n_in, p->n_out, p->n_instr, L->kind == TN__CUDA_CONTIG ? "contiguous" : "strided");
     if (L->kind == TN__CUDA_STRIDED) tn__sb_printf(&b, " rank %d", L->ndim);
@@ -1240,14 +1241,14 @@ static tn_result tn__cuda_ew_source(const tn_ew_program *p, const tn__cuda_layou
 
 /* >>cuda_nvrtc: compile to a cubin ------------------------------------------ */
 
-static _Thread_local char *tn__cuda_compile_log;     /* last failure: log + numbered source */
+static TN__THREAD_LOCAL char *tn__cuda_compile_log;     /* last failure: log + numbered source */
 
 TN_API const char *tn_cuda_last_compile_log(void) { return tn__cuda_compile_log ? tn__cuda_compile_log : ""; }
 
 /* Keeps the full NVRTC log and the generated source with line numbers for the
    user (stderr, or the log callback) and for tn_cuda_last_compile_log(). */
 static void tn__cuda_keep_log(const char *what, const char *log, const char *src) {
-    tn__sb b = { 0 };
+    tn__sb b = TN__SB_INIT;
     tn__sb_printf(&b, "%s\n--- NVRTC log ---\n%s\n--- generated source ---\n", what, log && *log ? log : "(empty)");
     int line = 1;
     for (const char *p = src; *p; line++) {
@@ -1410,7 +1411,7 @@ static void tn__hash128(const void *data, size_t n, uint64_t *h1, uint64_t *h2) 
 static char *tn__cuda_cache_dir(void) {
     const tn_config *cfg = tn_get_config();
     const char *x;
-    tn__sb b = { 0 };
+    tn__sb b = TN__SB_INIT;
     if (cfg->cache_dir && *cfg->cache_dir) tn__sb_puts(&b, cfg->cache_dir);
     else if ((x = getenv("XDG_CACHE_HOME")) && *x) tn__sb_printf(&b, "%s/tensor", x);
     else if ((x = getenv("HOME")) && *x) tn__sb_printf(&b, "%s/.cache/tensor", x);
@@ -1527,7 +1528,7 @@ static bool tn__kfile_store(const char *dir, const char *path, const char *key, 
         return false;
     }
     static int counter;
-    tn__sb tmp = { 0 };
+    tn__sb tmp = TN__SB_INIT;
     tn__sb_printf(&tmp, "%s.tmp.%ld.%d", path, (long)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
     int fd = tmp.oom ? -1 : open(tmp.s, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) {
@@ -1572,7 +1573,7 @@ static bool tn__kcache_first_report(const char *dir) {
 /* The cache entry of `src` compiled for `arch`: from memory, else from disk,
    else compiled (and stored). The entry lives until tn_shutdown. */
 /* This thread's compiles (tn_backend.compile_clock; tensor.h >>compile_note). */
-static _Thread_local struct { uint64_t kernels, stored; double seconds; } tn__kclock;
+static TN__THREAD_LOCAL struct { uint64_t kernels, stored; double seconds; } tn__kclock;
 static void tn__cuda_compile_clock(uint64_t *kernels, double *seconds, uint64_t *stored, char *dir, size_t dir_cap) {
     *kernels = tn__kclock.kernels;
     *seconds = tn__kclock.seconds;
@@ -1614,7 +1615,7 @@ static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fas
        a kernel once; compiles are rare. */
     char *dir = tn__cuda_cache_dir(), *path = NULL, why[256] = "";
     if (dir) {
-        tn__sb p = { 0 };
+        tn__sb p = TN__SB_INIT;
         tn__sb_printf(&p, "%s/%016llx%016llx.cubin", dir, (unsigned long long)h1, (unsigned long long)h2);
         if (p.oom) tn__free(p.s);
         else path = p.s;
@@ -1754,7 +1755,7 @@ static void tn__dmem_release_cache(tn__cuda_dmem *M) {   /* with M->mu held, the
 /* Set while this thread captures a CUDA graph (the >>cuda_replay section): an
    allocation then fails, since the graph would keep its pointer after the
    block went back to the cache. */
-static _Thread_local bool tn__cuda_capturing;
+static TN__THREAD_LOCAL bool tn__cuda_capturing;
 
 /* A cached block freed on another stream is handed to stream s only after
    everything queued on its stream so far (its last use included): an event
@@ -1801,7 +1802,8 @@ static void *tn__cuda_alloc(int device, size_t bytes) {
             tn__cuda.cu.cuMemGetInfo_v2(&mfree, &mtotal);
         }
         bool fits = mtotal == 0 || want <= mfree;
-        tn__CUresult r = b && fits ? tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want) : TN__CUDA_ERROR_OUT_OF_MEMORY;
+        tn__CUresult r = TN__CUDA_ERROR_OUT_OF_MEMORY;
+        if (b && fits) r = tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want);
         if (b && r == TN__CUDA_ERROR_OUT_OF_MEMORY && M->free_list) {
             tn__dmem_release_cache(M);
             r = tn__cuda.cu.cuMemAlloc_v2(&b->ptr, want);
@@ -2323,7 +2325,7 @@ static void tn__cred_emit_x(tn__sb *b, const tn_ew_program *p, tn_dtype xt, char
 static void tn__cred_regs(char (*reg)[160], int ns, const tn_dtype *sd, const char *offfmt) {
     for (int i = 0; i < ns; i++) {
         char off[64], lv[128];
-        tn__sb t = { 0 };
+        tn__sb t = TN__SB_INIT;
         snprintf(off, sizeof off, offfmt, i);
         snprintf(lv, sizeof lv, "in%d[f[%d] + %s]", i, i, off);
         tn__cuda_load(&t, sd[i], lv);
@@ -2412,7 +2414,7 @@ static void tn__cred_emit_vec(tn__sb *b, const tn_ew_program *p, tn_dtype xt, in
                      "#pragma unroll\n                for (int j = 0; j < %d; j++) {\n"
                      "                    const int64_t k = k0 + (v + u * G) * %d + j;\n", vec, vec);
     for (int i = 0; i < ns; i++) {
-        tn__sb t = { 0 };
+        tn__sb t = TN__SB_INIT;
         char lv[32];
         snprintf(lv, sizeof lv, "X%d[u].v[j]", i);
         if (bmask >> i & 1) tn__sb_printf(&t, "s%d", i); else tn__cuda_load(&t, sd[i], lv);
@@ -2427,7 +2429,7 @@ static void tn__cred_emit_vec(tn__sb *b, const tn_ew_program *p, tn_dtype xt, in
     tn__sb_printf(b, "#pragma unroll\n                for (int j = 0; j < %d; j++) {\n"
                      "                    const int64_t k = k0 + v * %d + j;\n", vec, vec);
     for (int i = 0; i < ns; i++) {
-        tn__sb t = { 0 };
+        tn__sb t = TN__SB_INIT;
         char lv[32];
         snprintf(lv, sizeof lv, "X%d.v[j]", i);
         if (bmask >> i & 1) tn__sb_printf(&t, "s%d", i); else tn__cuda_load(&t, sd[i], lv);
@@ -2440,7 +2442,7 @@ static void tn__cred_emit_vec(tn__sb *b, const tn_ew_program *p, tn_dtype xt, in
     /* the tail (or everything, unaligned): scalar, broadcast sources as registers */
     tn__sb_puts(b, "        for (int64_t k = ks + lane; k < k1; k += G) {\n");
     for (int i = 0; i < ns; i++) {
-        tn__sb t = { 0 };
+        tn__sb t = TN__SB_INIT;
         char lv[64];
         snprintf(lv, sizeof lv, "in%d[f[%d] + k]", i, i);
         if (bmask >> i & 1) tn__sb_printf(&t, "s%d", i); else tn__cuda_load(&t, sd[i], lv);
@@ -2634,7 +2636,7 @@ static tn_result tn__cuda_reduce_source(int op, tn_dtype xt, const tn_ew_program
     const tn_dtype *sd = p ? p->in_dtype : &xt;
     tn_dtype yt = tn__reduce_dtype(op, xt);
     static const char *kn[] = { "", "row", "column", "softmax row", "softmax column" };
-    tn__sb b = { 0 };
+    tn__sb b = TN__SB_INIT;
     tn__sb_printf(&b, "/* tensor.h %s kernel: %s of %s -> %s, %s layout, %d kept dims, %d reduced dims%s, %d sources%s */\n",
                   tn__cred_is_softmax(op) ? "softmax" : "reduction", tn__op_def(op)->name, tn_dtype_name(xt),
                   tn_dtype_name(yt), kn[L->kind], L->nk, L->nr, L->vec ? ", vector loads" : "", ns, p ? ", fused prologue" : "");
@@ -2804,7 +2806,7 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
         return tn__err(TN_ERR_DTYPE, "%s: the output is %s, the kernel writes %s", who, tn_dtype_name(out[0]->dtype), tn_dtype_name(yt));
 
     /* the CPU's plan (byte strides, merged dims), then element strides */
-    static _Thread_local tn__rplan P;
+    static TN__THREAD_LOCAL tn__rplan P;
     P.op = op;
     P.rk = sm ? TN__RK_MAX : tn__rk_of(op);
     const int axis = (int)node->p.i[0];
@@ -3494,14 +3496,15 @@ static tn_result tn__cuda_pinned(void **pin, size_t *cap, size_t n, const char *
 /* The fence (tn_device_ops.fence): streams of this thread with a queued copy
    that reads or writes host memory, waited for at the call's fence. */
 #define TN__CUDA_FENCE_MAX 32
-static _Thread_local struct { tn__CUstream s[TN__CUDA_FENCE_MAX]; int dev[TN__CUDA_FENCE_MAX], n; } tn__cuda_fenceq;
+static TN__THREAD_LOCAL struct { tn__CUstream s[TN__CUDA_FENCE_MAX]; int dev[TN__CUDA_FENCE_MAX], n; } tn__cuda_fenceq;
 
 static tn_result tn__cuda_fence(void) {
     tn_result r = TN_OK;
     for (int i = 0; i < tn__cuda_fenceq.n; i++) {
         tn__cuda_dev *D;
         tn_result ri = tn__cuda_enter(tn__cuda_fenceq.dev[i], &D, "tn_call: waiting for its copies");
-        tn__CUresult cr = ri == TN_OK ? tn__cuda.cu.cuStreamSynchronize(tn__cuda_fenceq.s[i]) : TN__CUDA_SUCCESS;
+        tn__CUresult cr = TN__CUDA_SUCCESS;
+        if (ri == TN_OK) cr = tn__cuda.cu.cuStreamSynchronize(tn__cuda_fenceq.s[i]);
         if (ri == TN_OK && cr != TN__CUDA_SUCCESS) {
             char eb[160];
             ri = tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE,
@@ -3514,7 +3517,7 @@ static tn_result tn__cuda_fence(void) {
     return r;
 }
 
-static _Thread_local bool tn__cuda_capture_host;   /* the graph being captured copies to or from host memory */
+static TN__THREAD_LOCAL bool tn__cuda_capture_host;   /* the graph being captured copies to or from host memory */
 
 /* A copy touching host memory was queued on D's stream s: the fence waits
    for it (at once when the queue is full). Under capture, the graph's
@@ -3787,7 +3790,7 @@ typedef struct tn__cuda_replay {
     tn__CUgraphExec x;
     bool host;               /* it copies to or from host memory: each launch waits at its call's fence */
 } tn__cuda_replay;
-static _Thread_local tn__cuda_fstream *tn__cuda_capture_fs;   /* the stream being captured */
+static TN__THREAD_LOCAL tn__cuda_fstream *tn__cuda_capture_fs;   /* the stream being captured */
 
 static tn_result tn__cuda_replay_begin(void) {
     tn__cuda_dev *D;
@@ -3950,7 +3953,7 @@ static void tn__cuda_streams_shutdown(tn__cuda_dev *D) {
     }
     D->spare_streams = NULL;
     tn__cublas_handle_drop(&D->home);
-    atomic_fetch_add(&tn__cuda.epoch, 1);          /* every thread's current stream is home again */
+    tn__atomic_fetch_add(&tn__cuda.epoch, 1);          /* every thread's current stream is home again */
     pthread_mutex_unlock(&D->mu);
 }
 
@@ -3971,7 +3974,7 @@ static tn_result tn__cuda_shared_order(void **state) {
     tn_result r = tn__cuda_enter_current(&D, "tn_call: ordering after a shared variable's last user");
     if (r != TN_OK) return r;
     tn__CUstream cur = tn__cuda_stream(D);
-    uint64_t ep = atomic_load_explicit(&tn__cuda.epoch, memory_order_relaxed);
+    uint64_t ep = tn__atomic_load_explicit(&tn__cuda.epoch, TN__RELAXED);
     if (u && u->dev == D && u->last == cur && u->epoch == ep) return TN_OK;
     if (u && u->dev != D) {
         if (u->ev && tn__cuda_bind(u->dev) == TN_OK) tn__cuda.cu.cuEventDestroy_v2(u->ev);
@@ -4222,22 +4225,23 @@ static tn_result tn__cuda_sort_run(const tn_var *node, void *state, tn_array *co
     tn_array *tmp = NULL, *A = NULL, *B = NULL;
     if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
     int64_t len = total;
+    long long m = n < TN__SORT_CHUNK ? n : TN__SORT_CHUNK;
+    unsigned threads = 32;
+    while ((long long)threads < m && threads < 1024) threads *= 2;
+    void *xp = x->data, *ap = NULL, *bp = NULL, *yp = y->data;
+    void *pb[6] = { &xp, &ap, &lines, &n, &inner, &chunks }, *po[6] = { &ap, &yp, &lines, &n, &inner, &k };
     if (!(A = tn__array_alloc(TN_I64, 1, &len, D->ordinal)) || (n > TN__SORT_CHUNK && !(B = tn__array_alloc(TN_I64, 1, &len, D->ordinal)))) {
         r = tn_last_result();
         goto done;
     }
-    void *xp = x->data, *ap = A->data, *bp = B ? B->data : NULL, *yp = y->data;
-    long long m = n < TN__SORT_CHUNK ? n : TN__SORT_CHUNK;
-    unsigned threads = 32;
-    while ((long long)threads < m && threads < 1024) threads *= 2;
-    void *pb[6] = { &xp, &ap, &lines, &n, &inner, &chunks };
+    ap = A->data;
+    bp = B ? B->data : NULL;
     if ((r = tn__cuda_launch(st->fn, lines * chunks, threads, pb, D, who)) != TN_OK) goto done;
     for (long long w = TN__SORT_CHUNK; w < n; w *= 2) {
         void *pm[7] = { &xp, &ap, &bp, &lines, &n, &inner, &w };
         if ((r = tn__cuda_launch(st->merge, (total + 255) / 256, 256, pm, D, who)) != TN_OK) goto done;
         void *t = ap; ap = bp; bp = t;
     }
-    void *po[6] = { &ap, &yp, &lines, &n, &inner, &k };
     r = tn__cuda_launch(st->out, (lines * k + 255) / 256, 256, po, D, who);
 done:
     tn_array_free(A);           /* back to the cache on this stream, after the kernels in stream order */
@@ -4429,7 +4433,7 @@ static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *con
 /* The back end's per-op table (tn_backend.ops): one row per op with a GPU
    kernel, rows shared by op families. An op without a row runs on the CPU
    (placement moves its data back and forth, and says so). A GPU kernel for
-   a new op is its four functions and one line in tn__cuda_ops. Every entry
+   a new op is its four functions and one line in tn__cuda_op_rows. Every entry
    binds the context first: the executor may call from any thread. */
 
 /* "Gpu<label> (node N)", for messages */
@@ -4641,29 +4645,35 @@ static const tn_backend_op tn__cuda_row_print = { NULL, tn__cuda_bind_prepare, t
 static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL };
 
-#define TN__CUDA_EW_ROW(E, ...) [TN_OP_##E] = &tn__cuda_row_ew,
-static const tn_backend_op *const tn__cuda_ops[TN_OP_COUNT] = {
+#define TN__CUDA_EW_ROW(E, ...) { TN_OP_##E, &tn__cuda_row_ew },
+static const struct { int op; const tn_backend_op *row; } tn__cuda_op_rows[] = {   /* any order */
     TN_EW_OPS(TN__CUDA_EW_ROW)
-    [TN_OP_COMPOSITE] = &tn__cuda_row_ew,
-    [TN_OP_SUM] = &tn__cuda_row_reduce, [TN_OP_PROD] = &tn__cuda_row_reduce, [TN_OP_MEAN] = &tn__cuda_row_reduce,
-    [TN_OP_MAX] = &tn__cuda_row_reduce, [TN_OP_MIN] = &tn__cuda_row_reduce, [TN_OP_ARGMAX] = &tn__cuda_row_reduce,
-    [TN_OP_ARGMIN] = &tn__cuda_row_reduce, [TN_OP_ALL] = &tn__cuda_row_reduce, [TN_OP_ANY] = &tn__cuda_row_reduce,
-    [TN_OP_LOGSUMEXP] = &tn__cuda_row_reduce, [TN_OP_SOFTMAX] = &tn__cuda_row_reduce, [TN_OP_LOG_SOFTMAX] = &tn__cuda_row_reduce,
-    [TN_OP_DOT] = &tn__cuda_row_la, [TN_OP_GEMM] = &tn__cuda_row_la, [TN_OP_GEMV] = &tn__cuda_row_la, [TN_OP_OUTER] = &tn__cuda_row_la,
-    [TN_OP_DIMSHUFFLE] = &tn__cuda_row_view, [TN_OP_SLICE] = &tn__cuda_row_view, [TN_OP_BROADCAST_TO] = &tn__cuda_row_view,
-    [TN_OP_ALLOC] = &tn__cuda_row_alloc, [TN_OP_SIZE] = &tn__cuda_row_size,
-    [TN_OP_GPU_FROM_HOST] = &tn__cuda_row_h2d,
-    [TN_OP_CUSTOM] = &tn__cuda_row_custom,
-    [TN_OP_SCAN] = &tn__cuda_row_scan,
-    [TN_OP_CUMSUM] = &tn__cuda_row_cum, [TN_OP_CUMPROD] = &tn__cuda_row_cum,
-    [TN_OP_ADV_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ADV_INC_SUBTENSOR] = &tn__cuda_row_index,
-    [TN_OP_INC_SUBTENSOR] = &tn__cuda_row_index, [TN_OP_ARGSORT] = &tn__cuda_row_sort,
-    [TN_OP_RANDOM] = &tn__cuda_row_rnd,
-    [TN_OP_IM2COL] = &tn__cuda_row_conv, [TN_OP_COL2IM] = &tn__cuda_row_conv,
-    [TN_OP_RESHAPE] = &tn__cuda_row_reshape, [TN_OP_FLATTEN] = &tn__cuda_row_reshape,
-    [TN_OP_PRINT] = &tn__cuda_row_print,
+    { TN_OP_COMPOSITE, &tn__cuda_row_ew },
+    { TN_OP_SUM, &tn__cuda_row_reduce }, { TN_OP_PROD, &tn__cuda_row_reduce }, { TN_OP_MEAN, &tn__cuda_row_reduce },
+    { TN_OP_MAX, &tn__cuda_row_reduce }, { TN_OP_MIN, &tn__cuda_row_reduce }, { TN_OP_ARGMAX, &tn__cuda_row_reduce },
+    { TN_OP_ARGMIN, &tn__cuda_row_reduce }, { TN_OP_ALL, &tn__cuda_row_reduce }, { TN_OP_ANY, &tn__cuda_row_reduce },
+    { TN_OP_LOGSUMEXP, &tn__cuda_row_reduce }, { TN_OP_SOFTMAX, &tn__cuda_row_reduce }, { TN_OP_LOG_SOFTMAX, &tn__cuda_row_reduce },
+    { TN_OP_DOT, &tn__cuda_row_la }, { TN_OP_GEMM, &tn__cuda_row_la }, { TN_OP_GEMV, &tn__cuda_row_la }, { TN_OP_OUTER, &tn__cuda_row_la },
+    { TN_OP_DIMSHUFFLE, &tn__cuda_row_view }, { TN_OP_SLICE, &tn__cuda_row_view }, { TN_OP_BROADCAST_TO, &tn__cuda_row_view },
+    { TN_OP_ALLOC, &tn__cuda_row_alloc }, { TN_OP_SIZE, &tn__cuda_row_size },
+    { TN_OP_GPU_FROM_HOST, &tn__cuda_row_h2d },
+    { TN_OP_CUSTOM, &tn__cuda_row_custom },
+    { TN_OP_SCAN, &tn__cuda_row_scan },
+    { TN_OP_CUMSUM, &tn__cuda_row_cum }, { TN_OP_CUMPROD, &tn__cuda_row_cum },
+    { TN_OP_ADV_SUBTENSOR, &tn__cuda_row_index }, { TN_OP_ADV_INC_SUBTENSOR, &tn__cuda_row_index },
+    { TN_OP_INC_SUBTENSOR, &tn__cuda_row_index }, { TN_OP_ARGSORT, &tn__cuda_row_sort },
+    { TN_OP_RANDOM, &tn__cuda_row_rnd },
+    { TN_OP_IM2COL, &tn__cuda_row_conv }, { TN_OP_COL2IM, &tn__cuda_row_conv },
+    { TN_OP_RESHAPE, &tn__cuda_row_reshape }, { TN_OP_FLATTEN, &tn__cuda_row_reshape },
+    { TN_OP_PRINT, &tn__cuda_row_print },
 };
 #undef TN__CUDA_EW_ROW
+static const tn_backend_op *tn__cuda_ops[TN_OP_COUNT];   /* tn__cuda_op_rows by op index */
+static pthread_once_t tn__cuda_ops_once = PTHREAD_ONCE_INIT;
+static void tn__cuda_ops_fill(void) {
+    for (size_t i = 0; i < sizeof tn__cuda_op_rows / sizeof tn__cuda_op_rows[0]; i++)
+        tn__cuda_ops[tn__cuda_op_rows[i].op] = tn__cuda_op_rows[i].row;
+}
 
 /* Waits for this thread's current stream on every opened device (tests; the
    executor never waits on it). */
@@ -5074,6 +5084,7 @@ static const tn_device_ops tn__cuda_device_ops = {
 };
 
 static void tn__cuda_register_backend(void) {
+    pthread_once(&tn__cuda_ops_once, tn__cuda_ops_fill);
     tn__set_device_ops(&tn__cuda_device_ops);
     tn__set_backend(&tn__cuda_backend);
 }
@@ -5126,6 +5137,7 @@ static void tn__cuda_info(tn__sb *out) {
 __attribute__((constructor))
 #endif
 static void tn__cuda_hook_ctor(void) {
+    pthread_once(&tn__cuda_ops_once, tn__cuda_ops_fill);   /* the table is whole before anything reads it */
     tn__lib.device_init_hook = tn__cuda_device_init;
     tn__lib.info_hook = tn__cuda_info;
 }
@@ -5517,9 +5529,9 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
         for (int i = 0; i < R->n_in; i++) ins1[i] = d->inputs[i];
         for (int i = 0; i < R->n_scale; i++) ins1[R->n_in + i] = scale_in[i];
         snprintf(nm, sizeof nm, "%s [replica %d on %s: outputs and gradients]", d->name ? d->name : "tn_function_replicate", k, cname);
-        if (r == TN_OK &&
-            !(P->f1 = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = nin1, .inputs = ins1, .n_outputs = n1, .outputs = r1, .borrow = true,
-                                                      .mode = d->mode, .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname })))
+        tn_func_desc fd = { .n_inputs = nin1, .inputs = ins1, .n_outputs = n1, .outputs = r1, .borrow = true, .mode = d->mode,
+                            .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname, .on_unused_input = TN_UNUSED_IGNORE };
+        if (r == TN_OK && !(P->f1 = tn_function(g, &fd)))
             r = tn__err(tn_last_result(), "%s: replica %d (%s): %s", W, k, cname, tn_last_error());
     }
     /* f2: the updates, reading placeholders for the summed gradients */
@@ -5544,9 +5556,9 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
         for (int i = 0; i < R->n_in; i++) ins2[i] = d->inputs[i];
         for (int i = 0; i < R->n_grads; i++) ins2[R->n_in + i] = ph[i];
         snprintf(nm, sizeof nm, "%s [replica %d on %s: updates]", d->name ? d->name : "tn_function_replicate", k, cname);
-        if (r == TN_OK &&
-            !(P->f2 = tn_function(g, &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = nin2, .inputs = ins2, .n_updates = R->n_upd, .updates = ups,
-                                                      .mode = d->mode, .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname })))
+        tn_func_desc fd = { .n_inputs = nin2, .inputs = ins2, .n_updates = R->n_upd, .updates = ups, .mode = d->mode,
+                            .name = nm, .max_fused_inputs = d->max_fused_inputs, .context = cname, .on_unused_input = TN_UNUSED_IGNORE };
+        if (r == TN_OK && !(P->f2 = tn_function(g, &fd)))
             r = tn__err(tn_last_result(), "%s: replica %d (%s): %s", W, k, cname, tn_last_error());
     }
     for (int t = 0; r == TN_OK && t < R->n_scale; t++)
@@ -5583,6 +5595,7 @@ TN_API tn_replicated *tn_function_replicate(tn_graph *g, const tn_func_desc *d, 
     tn_var *scale_in[TN_DTYPE_COUNT] = { 0 };
     int devs[TN__CUDA_MAX_DEVICES];
     tn_result r = TN_OK;
+    bool any_host = !gpu, dup = false;
     R->r = (tn__replica *)tn__calloc((size_t)n, sizeof *R->r);
     R->combine = (tn_combine *)tn__calloc((size_t)R->n_out + 1, sizeof *R->combine);
     R->split = (bool *)tn__calloc((size_t)R->n_in + 1, 1);
@@ -5596,7 +5609,6 @@ TN_API tn_replicated *tn_function_replicate(tn_graph *g, const tn_func_desc *d, 
         if ((unsigned)R->combine[o] > TN_COMBINE_FIRST) { r = tn__err(TN_ERR_INVALID, "%s: combine[%d] is %d, not a tn_combine", W, o, (int)R->combine[o]); goto fail; }
     }
     /* contexts, devices, and how the gradients are summed */
-    bool any_host = !gpu, dup = false;
     for (int k = 0; k < n; k++) {
         char cn[32];
         snprintf(cn, sizeof cn, "cuda%d", k);
@@ -5859,4 +5871,5 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
     return r;
 }
 
+TN__CXX_END
 #endif /* TENSOR_IMPLEMENTATION */

@@ -4,7 +4,7 @@
    its row of the op table (tn_op_def: name, kind, arity, type rule, CPU
    kernel, debugprint label, vjp, jvp and flags), written in its family's
    section here next to the code it names, its params' accessors and its
-   public constructor. The rows are listed by the master table, tn__op_rows
+   public constructor. The rows are listed by the master table, tn__op_list
    (tensor.h, >>ops_table), which is pinned to TN_OP_COUNT at compile time and
    checked row by row when it is filled (first use). Elementwise ops come from
    one table, TN_EW_OPS, whose C expressions are compiled into the CPU kernels
@@ -36,12 +36,12 @@
         the vjp (or the TN_OPF_DISCRETE flag: no gradient) and the jvp (or the
         TN_OPF_LINEAR flag: the op applied to the tangent; or none: tn_rop
         refuses it), and its row in the section's rows macro (as >>cum_rows);
-     5. a new section's rows macro goes into tn__op_rows (tensor.h);
+     5. a new section's rows macro goes into tn__op_list (tensor.h);
      6. the flags the passes read: TN_OPF_PROLOGUE (a reduction that takes a
         fused elementwise prologue), TN_OPF_INPLACE and TN_OPF_INPLACE_ACC
         (the inplace pass), TN_OPF_NO_KERNEL; a flagged op also joins its
         flag's list in tests/test_op_table.c;
-     7. a GPU kernel: its functions and one row in tensor_cuda.h's tn__cuda_ops
+     7. a GPU kernel: its functions and one row in tensor_cuda.h's tn__cuda_op_rows
         (supports, prepare, run, release; cumsum's is >>cuda_cumulative, its
         CUDA C written here next to the CPU loop, >>cum_cuda). Without a row
         the op runs on the CPU, and placement, assert_no_cpu_op and the
@@ -546,6 +546,7 @@ typedef enum tn_op_flags {
 } tn_op_flags;
 
 typedef struct tn_op_def {
+    int op;                /* its TN_OP_* value: the op table's rows come in any order */
     const char *name;      /* "exp", "Sum", "Dot", ... */
     tn_op_kind kind;
     int arity;             /* -1: variadic */
@@ -975,15 +976,17 @@ TN_API void tn__scan_release_graph(tn_graph *g);
 
 /* Expression text is taken with TN_T, TN_F and TN_I undefined, so a code
    generator sees them as written and defines them itself. */
+/* By op: TN_OP_NONE's empty row, then TN_EW_OPS in its order, the enum's. */
 static const tn_ew_info tn__ew_infos[] = {
-#define TN__X_INFO(E, n, ar, k, fe, ie, d) [TN_OP_##E] = { #n, ar, k, TN__XSTRINGIFY(fe), TN__XSTRINGIFY(ie) },
+    { NULL, 0, 0, NULL, NULL },
+#define TN__X_INFO(E, n, ar, k, fe, ie, d) { #n, ar, k, TN__XSTRINGIFY(fe), TN__XSTRINGIFY(ie) },
     TN_EW_OPS(TN__X_INFO)
 #undef TN__X_INFO
 };
 
 /* The table's rows are the ops 1..TN_OP_CAST: CAST stays its last row. */
 #define TN__X_ONE(E, n, ar, k, fe, ie, d) + 1
-_Static_assert(0 TN_EW_OPS(TN__X_ONE) == TN_OP_CAST, "TN_EW_OPS: CAST must stay the last row (elementwise ops are 1..TN_OP_CAST)");
+TN__STATIC_ASSERT(0 TN_EW_OPS(TN__X_ONE) == TN_OP_CAST, "TN_EW_OPS: CAST must stay the last row (elementwise ops are 1..TN_OP_CAST)");
 #undef TN__X_ONE
 
 TN_API const tn_ew_info *tn__ew_info(int op) {
@@ -1122,9 +1125,9 @@ typedef void (*tn__ew_io_fn)(void *reg, char *mem, int64_t stride, int64_t n);
 
 #define TN__DEF_LOAD(DT, CT) \
     static void tn__load_##DT##_##CT(void *reg, char *mem, int64_t s, int64_t n) { \
-        tn__ct_##CT *restrict d = (tn__ct_##CT *)reg; \
+        tn__ct_##CT *TN__RESTRICT d = (tn__ct_##CT *)reg; \
         if (s == (int64_t)sizeof(tn__st_##DT)) { \
-            const tn__st_##DT *restrict p = (const tn__st_##DT *)mem; \
+            const tn__st_##DT *TN__RESTRICT p = (const tn__st_##DT *)mem; \
             for (int64_t i = 0; i < n; i++) d[i] = tn__ld_##DT##_##CT(p[i]); \
         } else if (s == 0) { \
             tn__ct_##CT v = tn__ld_##DT##_##CT(*(const tn__st_##DT *)mem); \
@@ -1134,9 +1137,9 @@ typedef void (*tn__ew_io_fn)(void *reg, char *mem, int64_t stride, int64_t n);
         } }
 #define TN__DEF_STORE(DT, CT) \
     static void tn__store_##CT##_##DT(void *reg, char *mem, int64_t s, int64_t n) { \
-        const tn__ct_##CT *restrict d = (const tn__ct_##CT *)reg; \
+        const tn__ct_##CT *TN__RESTRICT d = (const tn__ct_##CT *)reg; \
         if (s == (int64_t)sizeof(tn__st_##DT)) { \
-            tn__st_##DT *restrict p = (tn__st_##DT *)mem; \
+            tn__st_##DT *TN__RESTRICT p = (tn__st_##DT *)mem; \
             for (int64_t i = 0; i < n; i++) p[i] = tn__cv_##CT##_##DT(d[i]); \
         } else { \
             for (int64_t i = 0; i < n; i++) *(tn__st_##DT *)(mem + i * s) = tn__cv_##CT##_##DT(d[i]); \
@@ -1144,11 +1147,11 @@ typedef void (*tn__ew_io_fn)(void *reg, char *mem, int64_t stride, int64_t n);
 /* Register to register with storage semantics: the value `x` would read back
    as after being stored as DT. */
 #define TN__DEF_CAST(DT, CT, CT2) \
-    static void tn__cast_##CT##_##DT(int64_t n, void *restrict o, const void *restrict a, \
-                                     const void *restrict b, const void *restrict c) { \
+    static void tn__cast_##CT##_##DT(int64_t n, void *TN__RESTRICT o, const void *TN__RESTRICT a, \
+                                     const void *TN__RESTRICT b, const void *TN__RESTRICT c) { \
         (void)b; (void)c; \
-        const tn__ct_##CT *restrict x = (const tn__ct_##CT *)a; \
-        tn__ct_##CT2 *restrict y = (tn__ct_##CT2 *)o; \
+        const tn__ct_##CT *TN__RESTRICT x = (const tn__ct_##CT *)a; \
+        tn__ct_##CT2 *TN__RESTRICT y = (tn__ct_##CT2 *)o; \
         for (int64_t i = 0; i < n; i++) y[i] = tn__ld_##DT##_##CT2(tn__cv_##CT##_##DT(x[i])); }
 
 #define TN__DEF_IO3(DT, CT2) \
@@ -1162,28 +1165,25 @@ TN__DEF_IO3(I32, i)
 TN__DEF_IO3(I64, i)
 TN__DEF_IO3(BOOL, i)
 
-typedef void (*tn__ew_kfn)(int64_t n, void *restrict o, const void *restrict a,
-                           const void *restrict b, const void *restrict c);
+typedef void (*tn__ew_kfn)(int64_t n, void *TN__RESTRICT o, const void *TN__RESTRICT a,
+                           const void *TN__RESTRICT b, const void *TN__RESTRICT c);
 
+/* The dtype tables' rows, in tn_dtype's order (TN_DTYPE_NONE's empty). */
+#define TN__IO_ROWS { NULL, NULL, NULL }, TN__IO_ROW(BOOL), TN__IO_ROW(I32), TN__IO_ROW(I64), \
+                    TN__IO_ROW(F16), TN__IO_ROW(F32), TN__IO_ROW(F64)
+TN__STATIC_ASSERT(TN_BOOL == 1 && TN_I32 == 2 && TN_I64 == 3 && TN_F16 == 4 && TN_F32 == 5 && TN_F64 == 6 && TN_DTYPE_COUNT == 7,
+                  "TN__IO_ROWS lists the dtypes in tn_dtype's order");
 #define TN__IO_ROW(DT) { tn__load_##DT##_f, tn__load_##DT##_d, tn__load_##DT##_i }
-static const tn__ew_io_fn tn__ew_loads[TN_DTYPE_COUNT][3] = {
-    [TN_BOOL] = TN__IO_ROW(BOOL), [TN_I32] = TN__IO_ROW(I32), [TN_I64] = TN__IO_ROW(I64),
-    [TN_F16] = TN__IO_ROW(F16), [TN_F32] = TN__IO_ROW(F32), [TN_F64] = TN__IO_ROW(F64),
-};
+static const tn__ew_io_fn tn__ew_loads[TN_DTYPE_COUNT][3] = { TN__IO_ROWS };
 #undef TN__IO_ROW
 #define TN__IO_ROW(DT) { tn__store_f_##DT, tn__store_d_##DT, tn__store_i_##DT }
-static const tn__ew_io_fn tn__ew_stores[TN_DTYPE_COUNT][3] = {
-    [TN_BOOL] = TN__IO_ROW(BOOL), [TN_I32] = TN__IO_ROW(I32), [TN_I64] = TN__IO_ROW(I64),
-    [TN_F16] = TN__IO_ROW(F16), [TN_F32] = TN__IO_ROW(F32), [TN_F64] = TN__IO_ROW(F64),
-};
+static const tn__ew_io_fn tn__ew_stores[TN_DTYPE_COUNT][3] = { TN__IO_ROWS };
 #undef TN__IO_ROW
 #define TN__IO_ROW(DT) { tn__cast_f_##DT, tn__cast_d_##DT, tn__cast_i_##DT }
 /* [target dtype][source compute type] */
-static const tn__ew_kfn tn__ew_casts[TN_DTYPE_COUNT][3] = {
-    [TN_BOOL] = TN__IO_ROW(BOOL), [TN_I32] = TN__IO_ROW(I32), [TN_I64] = TN__IO_ROW(I64),
-    [TN_F16] = TN__IO_ROW(F16), [TN_F32] = TN__IO_ROW(F32), [TN_F64] = TN__IO_ROW(F64),
-};
+static const tn__ew_kfn tn__ew_casts[TN_DTYPE_COUNT][3] = { TN__IO_ROWS };
 #undef TN__IO_ROW
+#undef TN__IO_ROWS
 
 /* A register value of `v` converted to dtype t and back (immediates). */
 static void tn__ew_imm(double v, tn_dtype t, void *out) {
@@ -1210,19 +1210,19 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
 #define TN__KDEF(E, n, ar, k, fe, ie, d) \
     TN__KDEF_##ar(TN__CAT3(tn__k_, n, TN__KSFX), TN__KOUT_##k, TN__KA_##k, TN__KEXPR(fe, ie))
 #define TN__KHEAD(NAME, OT, AT) \
-    static void NAME(int64_t cnt, void *restrict o_, const void *restrict a_, \
-                     const void *restrict b_, const void *restrict c_) { \
-        OT *restrict o = (OT *)o_; \
-        const AT *restrict pa = (const AT *)a_;
+    static void NAME(int64_t cnt, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
+                     const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
+        OT *TN__RESTRICT o = (OT *)o_; \
+        const AT *TN__RESTRICT pa = (const AT *)a_;
 #define TN__KDEF_1(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
         (void)b_; (void)c_; \
         for (int64_t i = 0; i < cnt; i++) { const AT a = pa[i]; (void)a; o[i] = (OT)(EXPR); } }
 #define TN__KDEF_2(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
-        const TN_T *restrict pb = (const TN_T *)b_; (void)c_; \
+        const TN_T *TN__RESTRICT pb = (const TN_T *)b_; (void)c_; \
         for (int64_t i = 0; i < cnt; i++) { \
             const AT a = pa[i]; const TN_T b = pb[i]; (void)a; (void)b; o[i] = (OT)(EXPR); } }
 #define TN__KDEF_3(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
-        const TN_T *restrict pb = (const TN_T *)b_; const TN_T *restrict pc = (const TN_T *)c_; \
+        const TN_T *TN__RESTRICT pb = (const TN_T *)b_; const TN_T *TN__RESTRICT pc = (const TN_T *)c_; \
         for (int64_t i = 0; i < cnt; i++) { \
             const AT a = pa[i]; const TN_T b = pb[i]; const TN_T c = pc[i]; \
             (void)a; (void)b; (void)c; o[i] = (OT)(EXPR); } }
@@ -1255,7 +1255,8 @@ TN_EW_OPS(TN__KDEF)
 
 /* [op][compute type of the operands] */
 static const tn__ew_kfn tn__ew_kern[TN_OP_CAST + 1][3] = {
-#define TN__X_KROW(E, n, ar, k, fe, ie, d) [TN_OP_##E] = { tn__k_##n##_f, tn__k_##n##_d, tn__k_##n##_i },
+    { NULL, NULL, NULL },    /* TN_OP_NONE; then TN_EW_OPS in its order, the enum's */
+#define TN__X_KROW(E, n, ar, k, fe, ie, d) { tn__k_##n##_f, tn__k_##n##_d, tn__k_##n##_i },
     TN_EW_OPS(TN__X_KROW)
 #undef TN__X_KROW
 };
@@ -1275,17 +1276,17 @@ static const tn__ew_kfn tn__ew_kern[TN_OP_CAST + 1][3] = {
 /* After an instruction: make the register hold what its dtype can store, so
    a fused program computes what the unfused ops would (int32 wraps, bool is
    0/1, float16 rounds). */
-static void tn__norm_f16(int64_t n, void *restrict o, const void *restrict a, const void *restrict b, const void *restrict c) {
+static void tn__norm_f16(int64_t n, void *TN__RESTRICT o, const void *TN__RESTRICT a, const void *TN__RESTRICT b, const void *TN__RESTRICT c) {
     (void)a; (void)b; (void)c;
     float *x = (float *)o;
     for (int64_t i = 0; i < n; i++) x[i] = tn__ew_h2f(tn__ew_f2h(x[i]));
 }
-static void tn__norm_i32(int64_t n, void *restrict o, const void *restrict a, const void *restrict b, const void *restrict c) {
+static void tn__norm_i32(int64_t n, void *TN__RESTRICT o, const void *TN__RESTRICT a, const void *TN__RESTRICT b, const void *TN__RESTRICT c) {
     (void)a; (void)b; (void)c;
     int64_t *x = (int64_t *)o;
     for (int64_t i = 0; i < n; i++) x[i] = tn__ew_wrap32(x[i]);
 }
-static void tn__norm_bool(int64_t n, void *restrict o, const void *restrict a, const void *restrict b, const void *restrict c) {
+static void tn__norm_bool(int64_t n, void *TN__RESTRICT o, const void *TN__RESTRICT a, const void *TN__RESTRICT b, const void *TN__RESTRICT c) {
     (void)a; (void)b; (void)c;
     int64_t *x = (int64_t *)o;
     for (int64_t i = 0; i < n; i++) x[i] = x[i] != 0;
@@ -1375,7 +1376,7 @@ static void tn__ew_thread_init(const tn__ew_plan *P, double *scratch, void **rp)
 static void tn__ew_range_tiled(void *ctx, int64_t lo, int64_t hi) {
     const tn__ew_plan *P = (const tn__ew_plan *)ctx;
     const int nops = P->n_in + P->n_out, nd = P->ndim;
-    _Alignas(64) double scratch[TN__EW_SCRATCH];
+    TN__ALIGNAS(64) double scratch[TN__EW_SCRATCH];
     void *rp[TN__EW_MAX_REGS];
     char *p[TN__EW_MAX_OPERANDS];
     tn__ew_thread_init(P, scratch, rp);
@@ -1402,7 +1403,7 @@ static void tn__ew_range_tiled(void *ctx, int64_t lo, int64_t hi) {
 static void tn__ew_range(void *ctx, int64_t lo, int64_t hi) {
     const tn__ew_plan *P = (const tn__ew_plan *)ctx;
     const int nops = P->n_in + P->n_out, nd = P->ndim;
-    _Alignas(64) double scratch[TN__EW_SCRATCH];
+    TN__ALIGNAS(64) double scratch[TN__EW_SCRATCH];
     void *rp[TN__EW_MAX_REGS];
     char *p[TN__EW_MAX_OPERANDS];
     tn__ew_thread_init(P, scratch, rp);
@@ -2079,7 +2080,8 @@ TN_EW_OPS(TN__X_DFN)
 #undef TN__DBODY_TN_DISCRETE
 
 static const tn__ewd_fn tn__ew_deriv[TN_OP_CAST + 1] = {
-#define TN__X_DROW(E, n, ar, k, fe, ie, d) [TN_OP_##E] = tn__ewd_##n,
+    NULL,    /* TN_OP_NONE; then TN_EW_OPS in its order, the enum's */
+#define TN__X_DROW(E, n, ar, k, fe, ie, d) tn__ewd_##n,
     TN_EW_OPS(TN__X_DROW)
 #undef TN__X_DROW
 };
@@ -2129,12 +2131,12 @@ static tn_result tn__composite_vjp(tn_var *node, tn_var *g, const bool *need, tn
 #define TN__EW_DFLAG_TN_DERIV(...)  0
 #define TN__EW_DFLAG_TN_DISCRETE    TN_OPF_DISCRETE
 #define TN__X_EW_ROW(E, n, ar, k, fe, ie, d) \
-    [TN_OP_##E] = { .name = TN__EW_NAME_##k(n), .kind = TN_OPK_ELEMWISE, .arity = ar, .infer = tn__ew_infer, \
+    { .op = TN_OP_##E, .name = TN__EW_NAME_##k(n), .kind = TN_OPK_ELEMWISE, .arity = ar, .infer = tn__ew_infer, \
                     .cpu = tn__ew_cpu, .label = tn__ew_label, .vjp = tn__ew_vjp, .jvp = tn__ew_jvp, \
                     .flags = TN_OPF_ELEMWISE | TN_OPF_INPLACE | TN__EW_DFLAG_##d },
 #define TN__EW_OP_ROWS \
     TN_EW_OPS(TN__X_EW_ROW) \
-    [TN_OP_COMPOSITE] = { .name = "Composite", .kind = TN_OPK_COMPOSITE, .arity = -1, .infer = tn__composite_infer, \
+    { .op = TN_OP_COMPOSITE, .name = "Composite", .kind = TN_OPK_COMPOSITE, .arity = -1, .infer = tn__composite_infer, \
                           .cpu = tn__composite_cpu, .label = tn__composite_label, .vjp = tn__composite_vjp, \
                           .flags = TN_OPF_INPLACE },
 
@@ -2345,11 +2347,11 @@ static void tn__rf1_##OP##_##SUF(tn__racc *a, const char *p, int64_t n, int64_t 
 } \
 static void tn__rfl_##OP##_##SUF(tn__rlanes *a, const char *p, int64_t n, int64_t s, int64_t K) { \
     double (*const EXPFN)(double) = EXPF; \
-    double *restrict Da = a->d; const double *restrict Ma = a->m; \
-    int64_t *restrict Ia = a->i, *restrict Ga = a->g; \
+    double *TN__RESTRICT Da = a->d; const double *TN__RESTRICT Ma = a->m; \
+    int64_t *TN__RESTRICT Ia = a->i, *TN__RESTRICT Ga = a->g; \
     (void)K; (void)EXPFN; \
     if (s == (int64_t)sizeof(T)) { \
-        const T *restrict q = (const T *)(const void *)p; \
+        const T *TN__RESTRICT q = (const T *)(const void *)p; \
         int64_t j = 0; \
         for (; j + 4 <= n; j += 4) { /* four independent lanes per step */ \
             { T x = q[j]; TN__RLANE_BODY(OP, ISF, LF, LI, SF, SI) } j++; \
@@ -2396,7 +2398,7 @@ TN__RFOLDS(TN__RFOLD_OP)
 #define TN__RTAB_ROWL(E, OP, ...) { NULL, tn__rfl_##OP##_b8, tn__rfl_##OP##_i32, tn__rfl_##OP##_i64, tn__rfl_##OP##_f16, tn__rfl_##OP##_f32, tn__rfl_##OP##_f64 },
 static const tn__rfold1_fn tn__rfold1[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLDS(TN__RTAB_ROW1) };
 static const tn__rfoldl_fn tn__rfoldl[TN__RK_COUNT][TN_DTYPE_COUNT] = { TN__RFOLDS(TN__RTAB_ROWL) };
-_Static_assert(TN_DTYPE_COUNT == 7, "reduction fold tables list one column per dtype");
+TN__STATIC_ASSERT(TN_DTYPE_COUNT == 7, "reduction fold tables list one column per dtype");
 
 /* Folds in double: floats, and ints where the fold converts them. */
 static bool tn__rk_float(int rk, tn_dtype t) {
@@ -3258,10 +3260,10 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 /* arity -1: a fused prologue brings its own inputs (the type rule checks).
    softmax is no reduction to the fusion pass: it has an axis, not a mask. */
 #define TN__REDUCE_ROW(E, NAME, FLAGS, VJP, JVP) \
-    [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_REDUCE, .arity = -1, .infer = tn__reduce_infer, .cpu = tn__reduce_cpu, \
+    { .op = TN_OP_##E, .name = NAME, .kind = TN_OPK_REDUCE, .arity = -1, .infer = tn__reduce_infer, .cpu = tn__reduce_cpu, \
                     .label = tn__reduce_label, .vjp = VJP, .jvp = JVP, .flags = FLAGS },
 #define TN__SOFTMAX_ROW(E, NAME) \
-    [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__softmax_infer, .cpu = tn__softmax_cpu, \
+    { .op = TN_OP_##E, .name = NAME, .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__softmax_infer, .cpu = tn__softmax_cpu, \
                     .label = tn__reduce_label, .vjp = tn__softmax_vjp, .jvp = tn__softmax_jvp },
 #define TN__REDUCE_OP_ROWS \
     TN__REDUCE_ROW(SUM,       "Sum",       TN_OPF_PROLOGUE | TN_OPF_LINEAR, tn__reduce_vjp, NULL) \
@@ -3276,7 +3278,7 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__REDUCE_ROW(LOGSUMEXP, "LogSumExp", TN_OPF_PROLOGUE, tn__reduce_vjp, tn__reduce_jvp) \
     TN__SOFTMAX_ROW(SOFTMAX,     "Softmax") \
     TN__SOFTMAX_ROW(LOG_SOFTMAX, "LogSoftmax") \
-    [TN_OP_SIZE] = { .name = "Size", .kind = TN_OPK_SHAPE, .arity = 1, .infer = tn__reduce_infer, .cpu = tn__size_cpu, \
+    { .op = TN_OP_SIZE, .name = "Size", .kind = TN_OPK_SHAPE, .arity = 1, .infer = tn__reduce_infer, .cpu = tn__size_cpu, \
                      .label = tn__reduce_label, .flags = TN_OPF_DISCRETE },
 
 /* >>ops_cumulative ==================================================== */
@@ -3362,7 +3364,7 @@ static void tn__cumlanes_##OP##_##SUF(const char *x, int64_t n, int64_t xs, int6
     TN__CUM_T(OP, OPC, f64, double,   double,   TN__CUM_ID,  double,   TN__CUM_ID)
 TN__CUM_OP(sum, +)
 TN__CUM_OP(prod, *)
-_Static_assert(TN_DTYPE_COUNT == 7, "cumulative kernel tables list one column per dtype");
+TN__STATIC_ASSERT(TN_DTYPE_COUNT == 7, "cumulative kernel tables list one column per dtype");
 
 typedef void (*tn__cumrow_fn)(const char *, int64_t, int64_t, char *, int64_t);
 typedef void (*tn__cumlanes_fn)(const char *, int64_t, int64_t, int64_t, int64_t, char *, int64_t, int64_t);
@@ -3576,9 +3578,9 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 /* TN_OPK_OTHER: neither a reduction nor a shape op; the GPU runs them through their own
    row of the CUDA table (tensor_cuda.h >>cuda_cumulative). */
 #define TN__CUM_OP_ROWS \
-    [TN_OP_CUMSUM] = { .name = "CumSum", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
+    { .op = TN_OP_CUMSUM, .name = "CumSum", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
                        .label = tn__cum_label, .vjp = tn__cumsum_vjp, .flags = TN_OPF_LINEAR }, \
-    [TN_OP_CUMPROD] = { .name = "CumProd", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
+    { .op = TN_OP_CUMPROD, .name = "CumProd", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__cum_infer, .cpu = tn__cum_cpu, \
                         .label = tn__cum_label, .vjp = tn__cumprod_vjp, .jvp = tn__cumprod_jvp },
 
 /* >>ops_conv ========================================================== */
@@ -3909,7 +3911,7 @@ static tn_var *tn__conv_unflatten(tn_var *y, int64_t C, int nsp, const tn__cgeo 
 }
 
 static tn_var *tn__conv_make(const char *who, tn_var *x, tn_var *w, const tn_conv_opts *o, int want_nsp) {
-    static const tn_conv_opts zero;
+    static const tn_conv_opts zero = { .pad_mode = TN_PAD_EXPLICIT };   /* every option its default */
     char s1[128], s2[128];
     if (!x || !w) { tn__err_null(who, !x ? "x" : "w"); return NULL; }
     if (!o) o = &zero;
@@ -3934,8 +3936,8 @@ static tn_var *tn__conv_make(const char *who, tn_var *x, tn_var *w, const tn_con
     if (!cols) return NULL;
     tn__cgeo g;
     tn__cgeo_of(&cols->p, -1, C, &g);
-    tn_var *wr = tn_reshape(w, 3, (int64_t[]){ G, Co / G, g.Cg * g.K });
-    tn_var *prod = tn_dot(wr, tn_reshape(cols, 3, (int64_t[]){ G, g.Cg * g.K, -1 }));   /* (G, Co/G, N*L) */
+    tn_var *wr = tn_reshape(w, TN_SHAPE(G, Co / G, g.Cg * g.K));
+    tn_var *prod = tn_dot(wr, tn_reshape(cols, TN_SHAPE(G, g.Cg * g.K, -1)));   /* (G, Co/G, N*L) */
     return tn__conv_unflatten(prod, Co, nsp, &g);
 }
 
@@ -3945,7 +3947,7 @@ TN_API tn_var *tn_conv2d(tn_var *x, tn_var *w, const tn_conv_opts *o) { return t
 TN_API tn_var *tn_conv3d(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_make("tn_conv3d", x, w, o, 3); }
 
 static tn_var *tn__conv_transpose_make(const char *who, tn_var *x, tn_var *w, const tn_conv_opts *o, int want_nsp) {
-    static const tn_conv_opts zero;
+    static const tn_conv_opts zero = { .pad_mode = TN_PAD_EXPLICIT };   /* every option its default */
     char s1[128], s2[128];
     if (!x || !w) { tn__err_null(who, !x ? "x" : "w"); return NULL; }
     if (!o) o = &zero;
@@ -3985,10 +3987,11 @@ static tn_var *tn__conv_transpose_make(const char *who, tn_var *x, tn_var *w, co
     tn__cgeo g;
     tn__cgeo_of(&p, -1, Cog * G, &g);
     /* (N, Ci, S) -> (G, Ci/G, N*L); w (Ci, Cog, k) -> (G, Ci/G, Cog*K) -> per group its transpose */
-    tn_var *xr = tn_dimshuffle(tn_reshape(x, 4, (int64_t[]){ -1, G, Ci / G, g.L }), 4, (int[]){ 1, 2, 0, 3 });
-    xr = tn_reshape(xr, 3, (int64_t[]){ G, Ci / G, -1 });
-    tn_var *wr = tn_dimshuffle(tn_reshape(w, 3, (int64_t[]){ G, Ci / G, Cog * g.K }), 3, (int[]){ 0, 2, 1 });
-    tn_var *cols = tn_reshape(tn_dot(wr, xr), 4, (int64_t[]){ G, Cog * g.K, -1, g.L });     /* (G, Cog*K, N, L) */
+    static const int group_first[4] = { 1, 2, 0, 3 }, transposed[3] = { 0, 2, 1 };
+    tn_var *xr = tn_dimshuffle(tn_reshape(x, TN_SHAPE(-1, G, Ci / G, g.L)), 4, group_first);
+    xr = tn_reshape(xr, TN_SHAPE(G, Ci / G, -1));
+    tn_var *wr = tn_dimshuffle(tn_reshape(w, TN_SHAPE(G, Ci / G, Cog * g.K)), 3, transposed);
+    tn_var *cols = tn_reshape(tn_dot(wr, xr), TN_SHAPE(G, Cog * g.K, -1, g.L));     /* (G, Cog*K, N, L) */
     return cols ? tn__node(x->graph, TN_OP_COL2IM, 1, &cols, &p, NULL, who) : NULL;
 }
 
@@ -4042,9 +4045,9 @@ TN_API tn_var *tn_global_avg_pool(tn_var *x) {
 
 /* >>conv_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__CONV_OP_ROWS \
-    [TN_OP_IM2COL] = { .name = "Im2Col", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
+    { .op = TN_OP_IM2COL, .name = "Im2Col", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
                        .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR }, \
-    [TN_OP_COL2IM] = { .name = "Col2Im", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
+    { .op = TN_OP_COL2IM, .name = "Col2Im", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
                        .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR },
 
 /* >>ops_print ========================================================= */
@@ -4117,7 +4120,7 @@ TN_API tn_var *tn_print(tn_var *x, const char *message, unsigned attrs) {
 
 /* >>print_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__PRINT_OP_ROWS \
-    [TN_OP_PRINT] = { .name = "Print", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__print_infer, .cpu = tn__print_cpu, \
+    { .op = TN_OP_PRINT, .name = "Print", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__print_infer, .cpu = tn__print_cpu, \
                       .label = tn__print_label, .vjp = tn__print_vjp, .flags = TN_OPF_LINEAR },
 
 /* >>ops_linalg ======================================================== */
@@ -4133,7 +4136,6 @@ TN_API tn_var *tn_print(tn_var *x, const char *message, unsigned attrs) {
 */
 #include <dlfcn.h>
 #include <limits.h>
-#include <stdatomic.h>
 
 /* >>blas_loader --------------------------------------------------------- */
 /* The few CBLAS entry points we use, declared here (no cblas.h): enums are
@@ -4156,7 +4158,7 @@ static struct {
     tn__cblas_dgemv_fn dgemv;
 } tn__blas;
 static pthread_once_t tn__blas_once = PTHREAD_ONCE_INIT;
-static atomic_bool tn__blas_on = true;
+static TN__ATOMIC(bool) tn__blas_on = true;
 
 /* The blas flag (read at the first product): auto tries the optimised
    library first, and a library lacking any of the four symbols (a
@@ -4194,11 +4196,11 @@ static void tn__blas_load(void) {
 /* Name of the CBLAS library in use, or NULL (none found, or disabled). */
 TN_API const char *tn__blas_name(void) {
     pthread_once(&tn__blas_once, tn__blas_load);
-    return atomic_load(&tn__blas_on) ? tn__blas.name : NULL;
+    return tn__atomic_load(&tn__blas_on) ? tn__blas.name : NULL;
 }
 
 /* Tests switch BLAS off to compare it with the built-in kernels. */
-TN_API void tn__blas_enable(bool on) { atomic_store(&tn__blas_on, on); }
+TN_API void tn__blas_enable(bool on) { tn__atomic_store(&tn__blas_on, on); }
 
 /* >>matmul_plan --------------------------------------------------------- */
 
@@ -4451,7 +4453,7 @@ static void tn__mm_fill(const tn__mm_plan *p, bool scale) {
 typedef float tn__v4f __attribute__((vector_size(16)));
 typedef double tn__v2d __attribute__((vector_size(16)));
 #define TN__UKR_VEC(NAME, T, V, W) \
-    static void NAME(int64_t kc, const T *restrict ap, const T *restrict bp, T *restrict acc) { \
+    static void NAME(int64_t kc, const T *TN__RESTRICT ap, const T *TN__RESTRICT bp, T *TN__RESTRICT acc) { \
         V c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, \
           c30 = {0}, c31 = {0}, c40 = {0}, c41 = {0}, c50 = {0}, c51 = {0}; \
         for (int64_t p = 0; p < kc; p++, ap += 6, bp += 2 * W) { \
@@ -4494,7 +4496,7 @@ TN__UKR_SCALAR(tn__ukr_f64_scalar, double, 4)
 #  include <immintrin.h>
 #define TN__UKR_AVX2(NAME, T, VT, W, LOAD, BCAST, FMA, STORE) \
     __attribute__((target("avx2,fma"))) \
-    static void NAME(int64_t kc, const T *restrict ap, const T *restrict bp, T *restrict acc) { \
+    static void NAME(int64_t kc, const T *TN__RESTRICT ap, const T *TN__RESTRICT bp, T *TN__RESTRICT acc) { \
         VT c00 = _mm256_setzero_##W(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, \
            c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00; \
         const int L = (int)(32 / sizeof(T)); \
@@ -4572,7 +4574,7 @@ static void NAME(const tn__mm_plan *P, const int64_t off[4], int64_t i0, int64_t
     const char *A = P->a + off[0] + i0 * P->a_rs, *B = P->b + off[1] + j0 * P->b_cs; \
     char *C = P->c + off[2] + i0 * P->c_rs + j0 * P->c_cs; \
     const char *CI = (P->ci && P->beta != 0) ? P->ci + off[3] + i0 * P->ci_rs + j0 * P->ci_cs : NULL; \
-    _Alignas(64) T acc[TN__MR_MAX * TN__NR_MAX]; \
+    TN__ALIGNAS(64) T acc[TN__MR_MAX * TN__NR_MAX]; \
     const T alpha = (T)P->alpha, beta = (T)P->beta; \
     for (int64_t pc = 0; pc < P->k; pc += TN__KC) { \
         int64_t kc = P->k - pc < TN__KC ? P->k - pc : TN__KC; \
@@ -4635,14 +4637,14 @@ TN__TILE(tn__mm_tile_f64, double, tn__ld_f64, 0, tn__ukr.f64, mr64, nr64)
 typedef struct tn__mm_job {
     const tn__mm_plan *p;
     int64_t mt, nt;              /* tiles along m and n */
-    atomic_int oom;
+    TN__ATOMIC(int) oom;
 } tn__mm_job;
 
 static void tn__mm_float_range(void *ctx, int64_t lo, int64_t hi) {
     tn__mm_job *J = (tn__mm_job *)ctx;
     const tn__mm_plan *P = J->p;
     char *scratch = tn__scratch();
-    if (!scratch) { atomic_store(&J->oom, 1); return; }
+    if (!scratch) { tn__atomic_store(&J->oom, 1); return; }
     int64_t off[4], last_bi = -1;
     for (int64_t t = lo; t < hi; t++) {
         int64_t bi = t / (J->mt * J->nt), r = t % (J->mt * J->nt);
@@ -4667,7 +4669,7 @@ static tn_result tn__mm_float(const tn__mm_plan *P, const char *who) {
     int64_t ntask = P->nbatch * J.mt * J.nt;
     double work = (double)P->nbatch * (double)P->m * (double)P->n * (double)P->k;
     tn__parallel_for(ntask, work >= (double)TN__MM_PARALLEL_MIN ? 1 : ntask + 1, tn__mm_float_range, &J);
-    if (atomic_load(&J.oom))
+    if (tn__atomic_load(&J.oom))
         return tn__err(TN_ERR_OOM, "%s: out of memory for %zu bytes of packing scratch", who, (size_t)TN__SCRATCH_BYTES);
     return TN_OK;
 }
@@ -4687,7 +4689,7 @@ typedef struct tn__mv {
     int64_t rows, k, nblk;
     int64_t m_rs, m_cs, x_s, y_s, ci_s;   /* byte strides: M (output, k), x, y, Cin */
     int sel;                              /* 0: plan's (A, B) as (M, x); 1: (B^T, A) */
-    atomic_int oom;
+    TN__ATOMIC(int) oom;
 } tn__mv;
 
 #define TN__MV_KERNEL(NAME, T, LOAD, STORE_T) \
@@ -4736,7 +4738,7 @@ static void tn__mv_range(void *ctx, int64_t lo, int64_t hi) {
     tn__mv *V = (tn__mv *)ctx;
     const tn__mm_plan *P = V->P;
     char *scratch = tn__scratch();
-    if (!scratch) { atomic_store(&V->oom, 1); return; }
+    if (!scratch) { tn__atomic_store(&V->oom, 1); return; }
     void *acc = tn__align64(scratch);
     int64_t off[4];
     for (int64_t t = lo; t < hi; t++) {
@@ -4772,7 +4774,7 @@ static tn_result tn__mv_float(const tn__mm_plan *P, const char *who) {
     int64_t ntask = P->nbatch * V.nblk;
     double work = (double)P->nbatch * (double)V.rows * (double)P->k;
     tn__parallel_for(ntask, work >= (double)TN__MM_PARALLEL_MIN * 4 ? 1 : ntask + 1, tn__mv_range, &V);
-    if (atomic_load(&V.oom))
+    if (tn__atomic_load(&V.oom))
         return tn__err(TN_ERR_OOM, "%s: out of memory for %zu bytes of scratch", who, (size_t)TN__SCRATCH_BYTES);
     return TN_OK;
 }
@@ -4801,8 +4803,8 @@ static void NAME(const tn__mm_plan *P, const int64_t off[4], int64_t i0, int64_t
                     if (!a) continue; \
                     const char *br = B + p * P->b_rs; \
                     if (P->b_cs == (int64_t)sizeof(ST) && P->c_cs == (int64_t)sizeof(ST)) { \
-                        ST *restrict c = (ST *)cr; \
-                        const ST *restrict b = (const ST *)br; \
+                        ST *TN__RESTRICT c = (ST *)cr; \
+                        const ST *TN__RESTRICT b = (const ST *)br; \
                         for (int64_t j = j0; j < j1; j++) c[j] = (ST)((UT)c[j] + a * (UT)b[j]); \
                     } else \
                         for (int64_t j = j0; j < j1; j++) { \
@@ -5150,8 +5152,9 @@ static tn_result tn__dot_vjp(tn_var *a, tn_var *b, tn_var *g, const bool *need, 
         if (need[0]) *ga = tn_dot(b, g);
         if (need[1]) *gb = tn_outer(a, g);
     } else {   /* batched: vectors become (1, k) and (k, 1) matrices */
-        tn_var *A = na == 1 ? tn_dimshuffle(a, 2, (int[]){ -1, 0 }) : a;
-        tn_var *B = nb == 1 ? tn_dimshuffle(b, 2, (int[]){ 0, -1 }) : b;
+        static const int as_row[2] = { -1, 0 }, as_column[2] = { 0, -1 };
+        tn_var *A = na == 1 ? tn_dimshuffle(a, 2, as_row) : a;
+        tn_var *B = nb == 1 ? tn_dimshuffle(b, 2, as_column) : b;
         tn_var *G = g;
         if (na == 1 && G) {   /* the m dim matmul dropped: before the last */
             int gn = G->type.ndim, pat[TN_MAX_DIMS];
@@ -5220,7 +5223,7 @@ static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 
 /* >>linalg_rows: this part's rows of the op table (the >>ops_table section) --- */
 #define TN__LINALG_ROW(E, NAME, ARITY, FLAGS) \
-    [TN_OP_##E] = { .name = NAME, .kind = TN_OPK_LINALG, .arity = ARITY, .infer = tn__la_infer, .cpu = tn__la_cpu, \
+    { .op = TN_OP_##E, .name = NAME, .kind = TN_OPK_LINALG, .arity = ARITY, .infer = tn__la_infer, .cpu = tn__la_cpu, \
                     .label = tn__la_label, .vjp = tn__la_vjp, .jvp = tn__la_jvp, .flags = FLAGS },
 #define TN__LINALG_OP_ROWS \
     TN__LINALG_ROW(DOT,   "Dot",   2, 0) \
@@ -6028,7 +6031,7 @@ static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 /* >>shape_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* Eye and arange have no inputs: nothing to differentiate. */
 #define TN__SHAPE_ROW(E, NAME, KIND, ARITY, OP, VJP, JVP, FLAGS) \
-    [TN_OP_##E] = { .name = NAME, .kind = KIND, .arity = ARITY, .infer = tn__infer_##OP, .cpu = tn__cpu_##OP, \
+    { .op = TN_OP_##E, .name = NAME, .kind = KIND, .arity = ARITY, .infer = tn__infer_##OP, .cpu = tn__cpu_##OP, \
                     .label = tn__label_##OP, .vjp = VJP, .jvp = JVP, .flags = FLAGS },
 #define TN__SHAPE_OP_ROWS \
     TN__SHAPE_ROW(RESHAPE,      "Reshape",     TN_OPK_SHAPE,  1, reshape,      tn__reshape_vjp,    NULL, TN_OPF_LINEAR) \
@@ -6116,7 +6119,7 @@ static bool tn__index_bshape(const char *who, int k, const tn_type *idx, int *nb
             if (t == 1) continue;
             if (s == 1 || (s < 0 && t >= 0)) s = t;
             else if (t >= 0 && s >= 0 && t != s) {
-                tn__sb m = { 0 };
+                tn__sb m = TN__SB_INIT;
                 for (int i = 0; i < k; i++) { char sb[128]; tn__sb_printf(&m, " %s", tn__shape_str(idx[i].ndim, idx[i].shape, sb)); }
                 tn__err(TN_ERR_SHAPE, "%s: shape mismatch: indexing arrays could not be broadcast together with shapes%s", who, m.s ? m.s : "");
                 tn__free(m.s);
@@ -6270,7 +6273,7 @@ typedef struct tn__gather_job {
     char *out;
     int64_t os[TN_MAX_DIMS];
     size_t es;
-    _Atomic int64_t bad;            /* the first bad position found (INT64_MAX: none) */
+    TN__ATOMIC(int64_t) bad;            /* the first bad position found (INT64_MAX: none) */
 } tn__gather_job;
 
 static void tn__gather_range(void *ctx, int64_t lo, int64_t hi) {
@@ -6280,8 +6283,8 @@ static void tn__gather_range(void *ctx, int64_t lo, int64_t hi) {
         int cnt = (int)(hi - o < TN__IDX_BATCH ? hi - o : TN__IDX_BATCH);
         tn__ibad b;
         if (!tn__iplan_offsets(J->P, J->os, o, cnt, toff, soff, &b)) {
-            int64_t cur = atomic_load(&J->bad);
-            while (b.pos < cur && !atomic_compare_exchange_weak(&J->bad, &cur, b.pos)) {}
+            int64_t cur = tn__atomic_load(&J->bad);
+            while (b.pos < cur && !tn__atomic_cas_weak(&J->bad, &cur, b.pos)) {}
             return;
         }
         const char *t = J->P->t;
@@ -6303,7 +6306,7 @@ static tn_result tn__cpu_adv_subtensor(const tn_var *node, tn_array *const *in, 
     for (int d = 0; d < P.nd; d++) J.os[d] = out[0]->strides[d];
     if (P.n == 0) return TN_OK;
     tn__parallel_for(P.n, 65536, tn__gather_range, &J);
-    int64_t bad = atomic_load(&J.bad);
+    int64_t bad = tn__atomic_load(&J.bad);
     if (bad != INT64_MAX) {
         int64_t t1, s1;
         tn__ibad b = { bad, 0, 0 };
@@ -6411,7 +6414,7 @@ typedef struct tn__sort_job {
     tn_dtype t;
     bool desc;
     int64_t k;                     /* indices written per line */
-    _Atomic int oom;
+    TN__ATOMIC(int) oom;
 } tn__sort_job;
 
 static void tn__sort_range(void *ctx, int64_t lo, int64_t hi) {
@@ -6419,7 +6422,7 @@ static void tn__sort_range(void *ctx, int64_t lo, int64_t hi) {
     int64_t n = J->L.n;
     size_t need = (size_t)n * 24 + 64;
     char *mem = need <= TN__SCRATCH_BYTES ? tn__scratch() : (char *)tn__malloc(need);   /* long lines: their own block */
-    if (!mem) { atomic_store(&J->oom, 1); return; }
+    if (!mem) { tn__atomic_store(&J->oom, 1); return; }
     int64_t *a = (int64_t *)(void *)tn__align64(mem), *b = a + n;
     void *key = b + n;
     bool fl = tn_dtype_is_float(J->t);
@@ -6457,7 +6460,7 @@ static tn_result tn__cpu_argsort(const tn_var *node, tn_array *const *in, tn_arr
     J.k = out[0]->shape[axis];
     if (J.L.n == 0 || J.L.lines == 0 || J.k == 0) return TN_OK;
     tn__parallel_for(J.L.lines, 16384 / J.L.n + 1, tn__sort_range, &J);
-    if (atomic_load(&J.oom))
+    if (tn__atomic_load(&J.oom))
         return tn__err(TN_ERR_OOM, "%s: out of memory for the sort's scratch (lines of %lld)", tn__op_def(node->op)->name, (long long)J.L.n);
     return TN_OK;
 }
@@ -6858,15 +6861,15 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 /* TN_OPK_OTHER; the GPU runs them through their rows of the CUDA table
    (tensor_cuda.h >>cuda_index). A scatter may write into x's buffer (inplace). */
 #define TN__INDEX_OP_ROWS \
-    [TN_OP_ADV_SUBTENSOR] = { .name = "AdvancedSubtensor", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__index_infer, \
+    { .op = TN_OP_ADV_SUBTENSOR, .name = "AdvancedSubtensor", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__index_infer, \
                               .cpu = tn__cpu_adv_subtensor, .label = tn__index_label, .vjp = tn__adv_subtensor_vjp, .flags = TN_OPF_LINEAR }, \
-    [TN_OP_ADV_INC_SUBTENSOR] = { .name = "AdvancedIncSubtensor", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__index_infer, \
+    { .op = TN_OP_ADV_INC_SUBTENSOR, .name = "AdvancedIncSubtensor", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__index_infer, \
                                   .cpu = tn__cpu_adv_inc_subtensor, .label = tn__index_label, .vjp = tn__adv_inc_subtensor_vjp, \
                                   .jvp = tn__incsub_jvp, .flags = TN_OPF_INPLACE_ACC }, \
-    [TN_OP_INC_SUBTENSOR] = { .name = "IncSubtensor", .kind = TN_OPK_OTHER, .arity = 2, .infer = tn__index_infer, \
+    { .op = TN_OP_INC_SUBTENSOR, .name = "IncSubtensor", .kind = TN_OPK_OTHER, .arity = 2, .infer = tn__index_infer, \
                               .cpu = tn__cpu_inc_subtensor, .label = tn__index_label, .vjp = tn__inc_subtensor_vjp, \
                               .jvp = tn__incsub_jvp, .flags = TN_OPF_INPLACE_ACC }, \
-    [TN_OP_ARGSORT] = { .name = "ArgSort", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__index_infer, .cpu = tn__cpu_argsort, \
+    { .op = TN_OP_ARGSORT, .name = "ArgSort", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__index_infer, .cpu = tn__cpu_argsort, \
                         .label = tn__index_label, .flags = TN_OPF_DISCRETE },
 
 /* >>ops_random ======================================================== */
@@ -7244,7 +7247,7 @@ static tn_result tn__random_state_update(const tn_var *node, tn_update *u) {
 /* >>random_rows: this part's rows of the op table (the >>ops_table section) --- */
 /* Discrete: nothing flows back into the state or the shape's variable. */
 #define TN__RANDOM_OP_ROWS \
-    [TN_OP_RANDOM] = { .name = "Random", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__random_infer, .cpu = tn__random_cpu, \
+    { .op = TN_OP_RANDOM, .name = "Random", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__random_infer, .cpu = tn__random_cpu, \
                        .label = tn__random_label, .flags = TN_OPF_DISCRETE, .state_update = tn__random_state_update },
 
 #endif /* TENSOR_OPS_IMPLEMENTATION_HERE */

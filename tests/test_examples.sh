@@ -1,6 +1,7 @@
 #!/bin/sh
-# Builds every example with the one command in its header (in parallel) and
-# runs it briefly, checking the line each one exists to print.
+# Builds every example (the C ones and cxx_tour.cpp) with the one command in
+# its header (in parallel) and runs it briefly, checking the line each one
+# exists to print.
 # Usage: tests/test_examples.sh [outdir]      (make test-examples)
 # TN_EXAMPLES_OPT replaces the command's -O2 (CI: -O0, a quarter of the build
 # time; make test builds the implementation at -O2 with -Werror).
@@ -13,6 +14,7 @@ NAMES="tour check1 check2 borrow speed_test logistic_regression gpu_op rnn_scan 
 for name in $NAMES; do
     cc -std=c11 $OPT -I. "examples/$name.c" -o "$OUT/$name" -lm -lpthread -ldl 2> "$OUT/$name.build.log" &
 done
+c++ -std=c++17 $OPT -I. examples/cxx_tour.cpp -o "$OUT/cxx_tour" -lm -lpthread -ldl 2> "$OUT/cxx_tour.build.log" &
 wait
 check() {   # name args... -- expected text
     name=$1; shift
@@ -37,5 +39,6 @@ check mlp 3 -- "held-out accuracy after 3 epochs"
 # with examples/digits.bin it trains; without, it says how to get the data and exits 0
 check convnet 2 -- "test accuracy on the held-out split\|needs scikit-learn's digits"
 check denoising_autoencoder 3 -- "held-out reconstruction cost"
+check cxx_tour -- "sum of all rows = 5 "
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
