@@ -76,7 +76,7 @@ $(BUILD)/libdlpack_peer.so: tests/dlpack_peer.c $(HEADERS) | $(BUILD)
 
 test: $(TESTS) $(CXXTESTS) $(BUILD)/libdlpack_peer.so
 	@TN_DLPACK_PEER=$(BUILD)/libdlpack_peer.so tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh \
-		tests/check_cxx.sh tests/dlpack_numpy.py $(TESTS) $(CXXTESTS)
+		tests/check_cxx.sh tests/check_readme.sh tests/dlpack_numpy.py $(TESTS) $(CXXTESTS)
 
 test-gpu:
 	tests/gpu/run_gpu.sh
