@@ -163,6 +163,8 @@ typedef struct tn_config {
     bool no_cuda_graph;         /* cuda_graph=0 */
     bool trace_rewrites;        /* trace_rewrites=1: print each rewrite that fires */
     tn_warn_raise assert_no_cpu_op;   /* assert_no_cpu_op=warn|raise */
+    tn_warn_raise compute_test_value; /* compute_test_value=off|warn|raise: constructors run each node on
+                                         its inputs' test values (tn_var_set_test_value) */
     int threads;                /* threads=N (0: one per core) */
     const char *cache_dir;      /* cache_dir=PATH */
     const char *contexts;       /* contexts=dev0->cuda0;dev1->cuda1 (the >>api_contexts section) */
@@ -339,6 +341,23 @@ TN_API const char *tn_var_name(const tn_var *v);
 TN_API tn_var *tn_var_set_name(tn_var *v, const char *name);
 TN_API tn_graph *tn_var_graph(const tn_var *v);
 
+/* Test values (Theano's compute_test_value flag: off, warn, raise). With
+   the flag on, every constructor runs its op's CPU kernel on its inputs'
+   test values as it records the node, so a shape error shows at build time,
+   naming the constructor and the values' shapes, though the static shapes
+   are unknown ("tn_dot: test values of shapes (3, 4) and (5, 2) do not
+   fit: ..."). An input's test value is set here (copied, converted to its
+   dtype; its rank and known dims must match); a shared variable's is its
+   current value, a constant's its value. warn logs a failure and records
+   the node without a test value; raise makes the constructor fail with the
+   error. An input without a test value is, as in Theano, an error naming it
+   under raise, a warning under warn (once per node built on it), and a node
+   built on it has none. Ops without a CPU kernel, and the step graphs of
+   tn_scan (built on placeholders), get none silently. Setting a value does
+   not recompute nodes already built. off (the default) computes nothing. */
+TN_API tn_var *tn_var_set_test_value(tn_var *v, const tn_array *value);   /* v, or NULL with the error */
+TN_API const tn_array *tn_var_test_value(const tn_var *v);   /* output 0's test value, or NULL (no error) */
+
 /* >>api_function --------------------------------------------------------- */
 
 typedef struct tn_update { tn_var *shared; tn_var *value; } tn_update;
@@ -409,6 +428,8 @@ typedef enum tn_var_flags {
     TN_VAR_WEAK = 1 << 0,         /* scalar literal: adopts the dtype of what it meets */
     TN_VAR_NO_GRAD = 1 << 1,      /* tn_stop_gradient boundary */
     TN_VAR_FIXED_SHAPE = 1 << 2,  /* a shared variable whose shape may not change (tn_shared_fixed) */
+    TN_VAR_NO_TEST_VALUE = 1 << 3,  /* an inner graph's placeholder (scan's step) and what is built on it:
+                                       no test value, and none missed (compute_test_value) */
 } tn_var_flags;
 
 /* One node: an apply of `op` to `in`, or a leaf (input, constant, shared). A
@@ -429,6 +450,7 @@ struct tn_var {
     int device;                   /* placement: TN_HOST or a CUDA ordinal (set by the placement pass) */
     int ctx;                      /* context index + 1 (>>contexts); 0: none, it runs on its function's */
     int inplace;                  /* destroy map: 0 none; k+1: the output overwrites in[k]'s buffer */
+    tn_array **test_value;        /* compute_test_value: one host value per output (graph-owned), or NULL */
 };
 
 /* Graph internals shared with the other headers. */
@@ -1403,6 +1425,11 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             else if (!strcmp(v, "raise")) cfg->assert_no_cpu_op = TN_WR_RAISE;
             else if (!strcmp(v, "ignore") || !strcmp(v, "off")) cfg->assert_no_cpu_op = TN_WR_OFF;
             else ok = false;
+        } else if (!strcmp(k, "compute_test_value")) {
+            if (!strcmp(v, "warn")) cfg->compute_test_value = TN_WR_WARN;
+            else if (!strcmp(v, "raise")) cfg->compute_test_value = TN_WR_RAISE;
+            else if (!strcmp(v, "off")) cfg->compute_test_value = TN_WR_OFF;
+            else ok = false;
         } else if (!strcmp(k, "threads")) {
             char *end;
             long t = strtol(v, &end, 10);
@@ -1457,6 +1484,7 @@ static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
            a->launch_blocking == b->launch_blocking && a->print_kernels == b->print_kernels &&
            a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
+           a->compute_test_value == b->compute_test_value &&
            a->threads == b->threads && tn__str_same(a->cache_dir, b->cache_dir) &&
            tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas) &&
            tn__str_same(a->nvrtc_flags, b->nvrtc_flags) && tn__str_same(a->cuda_root, b->cuda_root) &&
@@ -4653,8 +4681,9 @@ struct tn_graph {
     tn__chunk *chunks;
     tn_var **vars;          /* every var, in creation order (index == id) */
     int nvars, cap_vars;
-    tn_array **owned;       /* values freed with the graph: constants, shared */
+    tn_array **owned;       /* values freed with the graph: constants, shared, test values */
     int nowned, cap_owned;
+    bool no_test_values;    /* a function's private graph: compute_test_value skips it */
 };
 
 TN_API tn_graph *tn_graph_new(void) {
@@ -4767,6 +4796,7 @@ static void tn__var_drop_last(tn_graph *g, tn_var *v) {
 static const char *tn__var_label_name(const tn_var *v) { return v && v->name ? v->name : ""; }
 
 static tn_result tn__op_table_status(const char *who);   /* the >>ops_table section */
+static tn_var *tn__tv_node(tn_var *v, const char *who);   /* the >>test_values section */
 
 /* Records a node with n_out outputs and infers its type(s); node->type is
    output 0 (multi-output nodes are read through tn__proj). */
@@ -4826,6 +4856,7 @@ TN_API tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, 
     v->type = outs[0];
     tn__free(types);
     if (tn__ctx_infer(v, who) != TN_OK) { tn__var_drop_last(g, v); return NULL; }
+    if (tn_get_config()->compute_test_value != TN_WR_OFF && !g->no_test_values) return tn__tv_node(v, who);
     return v;
 }
 
@@ -5116,6 +5147,182 @@ TN_API tn_var *tn_var_set_name(tn_var *v, const char *name) {
     return v;
 }
 TN_API tn_graph *tn_var_graph(const tn_var *v) { return v ? v->graph : NULL; }
+
+/* >>test_values: compute_test_value (the >>api_graph section's contract).
+   A node's values are host arrays the graph owns, one per output; a PROJ
+   shares its source's. */
+
+static const tn_array *tn__tv_of(const tn_var *x) {
+    if (x->op == TN_OP_SHARED || x->op == TN_OP_CONSTANT) return x->value;
+    return x->test_value ? x->test_value[0] : NULL;
+}
+
+TN_API const tn_array *tn_var_test_value(const tn_var *v) { return v ? tn__tv_of(v) : NULL; }
+
+TN_API tn_var *tn_var_set_test_value(tn_var *v, const tn_array *value) {
+    const char *W = "tn_var_set_test_value";
+    if (!v) { tn__err_null(W, "variable"); return NULL; }
+    const char *nm = tn__var_label_name(v);
+    if (v->op != TN_OP_INPUT) {
+        tn__err(TN_ERR_INVALID, "%s: '%s' is not an input (tn_input): a shared variable's or a constant's test value is "
+                "its value, and other nodes compute theirs", W, nm);
+        return NULL;
+    }
+    char who[160];
+    snprintf(who, sizeof who, "%s '%s'", W, nm);
+    if (tn__check_value(value, who) != TN_OK) return NULL;
+    bool fits = value->ndim == v->type.ndim;
+    for (int d = 0; fits && d < value->ndim; d++) fits = v->type.shape[d] < 0 || v->type.shape[d] == value->shape[d];
+    if (!fits) {
+        char a[160], b[128];
+        tn__err(TN_ERR_SHAPE, "%s: '%s' has type %s; the test value has shape %s", W, nm, tn__type_str(&v->type, a),
+                tn__shape_str(value->ndim, value->shape, b));
+        return NULL;
+    }
+    tn_array *h = value->device == TN_HOST ? NULL : tn_array_to_host(value);
+    tn_array *c = value->device != TN_HOST && !h ? NULL : tn_array_astype(h ? h : value, v->type.dtype);
+    tn_array_free(h);
+    if (!c) { tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "%s: %s", who, tn_last_error()); return NULL; }
+    if (!v->test_value && !(v->test_value = (tn_array **)tn__graph_alloc(v->graph, sizeof *v->test_value))) {
+        tn_array_free(c);
+        return NULL;
+    }
+    if (!tn__graph_own(v->graph, c)) { tn_array_free(c); tn__err(TN_ERR_OOM, "%s: out of memory", who); return NULL; }
+    if (v->test_value[0]) { tn__graph_disown(v->graph, v->test_value[0]); tn_array_free(v->test_value[0]); }
+    v->test_value[0] = c;
+    return v;
+}
+
+/* "of shapes (3, 4) and (5, 2)" */
+static void tn__tv_shapes(tn_array *const *a, int n, char *buf, size_t cap) {
+    size_t k = (size_t)snprintf(buf, cap, "of shape%s ", n == 1 ? "" : "s");
+    char sb[128];
+    for (int i = 0; i < n && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i == 0 ? "" : i + 1 == n ? " and " : ", ",
+                              tn__shape_str(a[i]->ndim, a[i]->shape, sb));
+}
+
+/* Runs v's CPU kernel on its inputs' test values (all present); the error
+   names `who` and the values' shapes. */
+static tn_result tn__tv_compute(tn_var *v, const tn_op_def *def, const char *who) {
+    int ni = v->n_in, no = v->n_out;
+    tn_array **arr = (tn_array **)tn__calloc((size_t)(2 * ni + no) + 1, sizeof *arr);
+    tn_type *types = (tn_type *)tn__calloc((size_t)(ni + no) + 1, sizeof *types);
+    tn_array **ins = arr, **copies = arr + ni, **outs = arr + 2 * ni;
+    tn_array view;
+    tn_result r = TN_OK;
+    char shapes[400], lb[160];
+    if (!arr || !types) { r = tn__err(TN_ERR_OOM, "%s: out of memory for test values", who); goto done; }
+    for (int i = 0; i < ni && r == TN_OK; i++) {
+        const tn_array *a = tn__tv_of(v->in[i]);
+        if (a->device != TN_HOST && !(a = copies[i] = tn_array_to_host(a)))
+            r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "%s: input %d's test value: %s", who, i, tn_last_error());
+        ins[i] = (tn_array *)a;
+        if (a) {
+            types[i] = tn__type_of_array(a);
+            for (int d = 0; d < a->ndim; d++) types[i].bcast[d] = v->in[i]->type.bcast[d] || a->shape[d] == 1;
+        }
+    }
+    if (r != TN_OK) goto done;
+    tn__tv_shapes(ins, ni, shapes, sizeof shapes);
+    if ((r = def->infer(v, types, types + ni)) != TN_OK) {
+        const char *m = tn_last_error();
+        size_t n = strlen(who);
+        if (!strncmp(m, who, n) && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+        r = tn__err(r, "%s: test values %s do not fit: %s", who, shapes, m);
+        goto done;
+    }
+    for (int k = 0; k < no; k++) {
+        const tn_type *t = &types[ni + k], *stat = k == 0 ? &v->type : NULL;
+        bool bad = stat && (t->dtype != stat->dtype || t->ndim != stat->ndim);
+        for (int d = 0; stat && !bad && d < stat->ndim; d++) bad = stat->shape[d] >= 0 && stat->shape[d] != t->shape[d];
+        if (bad) {
+            char sb[160];
+            r = tn__err(TN_ERR_SHAPE, "%s: from test values %s the op computes %s where its type rule promised %s", who, shapes,
+                        tn__type_str(t, lb), tn__type_str(stat, sb));
+            goto done;
+        }
+        if (def->kind == TN_OPK_VIEW && k == 0) {     /* points into the input: copied below */
+            memset(&view, 0, sizeof view);
+            view.dtype = t->dtype;
+            view.ndim = t->ndim;
+            for (int d = 0; d < t->ndim; d++) view.shape[d] = t->shape[d];
+            tn__contiguous_strides(view.dtype, view.ndim, view.shape, view.strides);
+            view.base = ins[0]->base;
+            view.data = ins[0]->data;
+            view.device = TN_HOST;
+            outs[k] = &view;
+        } else if (!(outs[k] = tn__array_alloc(t->dtype, t->ndim, t->shape, TN_HOST))) {
+            r = tn__err(TN_ERR_OOM, "%s: out of memory for a test value %s", who, tn__type_str(t, lb));
+            goto done;
+        }
+    }
+    if ((r = def->cpu(v, ins, outs)) != TN_OK) {
+        r = tn__err(r, "%s: computing the test value from test values %s: %s", who, shapes, tn_last_error());
+        goto done;
+    }
+    if (no > 0 && outs[0] == &view && !(outs[0] = tn_array_copy(&view))) {
+        r = tn__err(TN_ERR_OOM, "%s: out of memory for a test value", who);
+        goto done;
+    }
+    if (!(v->test_value = (tn_array **)tn__graph_alloc(v->graph, (size_t)no * sizeof *v->test_value))) { r = tn_last_result(); goto done; }
+    for (int k = 0; k < no; k++) {
+        if (!tn__graph_own(v->graph, outs[k])) { r = tn__err(TN_ERR_OOM, "%s: out of memory", who); break; }
+        v->test_value[k] = outs[k];
+        outs[k] = NULL;
+    }
+    if (r != TN_OK) v->test_value = NULL;    /* the owned ones go with the graph */
+done:
+    if (arr) {
+        for (int k = 0; k < no; k++) if (outs[k] != &view) tn_array_free(outs[k]);
+        for (int i = 0; i < ni; i++) tn_array_free(copies[i]);
+    }
+    tn__free(arr);
+    tn__free(types);
+    return r;
+}
+
+/* The last step of every constructor while compute_test_value is on: v,
+   with its test values, or NULL (raise) with the error. */
+static tn_var *tn__tv_node(tn_var *v, const char *who) {
+    tn_warn_raise mode = tn_get_config()->compute_test_value;
+    for (int i = 0; i < v->n_in; i++)
+        if (v->in[i]->flags & TN_VAR_NO_TEST_VALUE) { v->flags |= TN_VAR_NO_TEST_VALUE; return v; }
+    const tn_op_def *def = tn__op_def(v->op);
+    if (v->op != TN_OP_PROJ && (!def || !def->cpu)) return v;      /* no CPU kernel: no test value */
+    for (int i = 0; i < v->n_in; i++) {
+        const tn_var *x = v->in[i];
+        if (tn__tv_of(x)) continue;
+        if (mode == TN_WR_RAISE) {
+            tn__err(TN_ERR_INVALID, "%s: input %d ('%s') has no test value (compute_test_value=raise; give it one with "
+                    "tn_var_set_test_value)", who, i, tn__var_label_name(x));
+            tn__var_drop_last(v->graph, v);
+            return NULL;
+        }
+        if (tn__op_kind(x->op) == TN_OPK_LEAF)     /* a node without one: its own cause was said */
+            tn__warn("%s: input %d ('%s') has no test value (compute_test_value=warn): the node gets none", who, i,
+                     tn__var_label_name(x));
+        return v;
+    }
+    if (v->op == TN_OP_PROJ) {
+        tn_array **one = (tn_array **)tn__graph_alloc(v->graph, sizeof *one);
+        if (!one) { tn__var_drop_last(v->graph, v); return NULL; }
+        one[0] = v->in[0]->test_value[tn__p_proj_index(&v->p)];
+        v->test_value = one;
+        return v;
+    }
+    /* warn: the error goes to the log, this thread's last error stays as it was */
+    tn_result saved_r = tn__last_result, saved_null = tn__null_cause;
+    char saved[sizeof tn__last_msg];
+    if (mode == TN_WR_WARN) memcpy(saved, tn__last_msg, sizeof saved);
+    if (tn__tv_compute(v, def, who) == TN_OK) return v;
+    if (mode == TN_WR_RAISE) { tn__var_drop_last(v->graph, v); return NULL; }
+    tn__warn("%s (compute_test_value=warn: the node gets no test value)", tn__last_msg);
+    memcpy(tn__last_msg, saved, sizeof saved);
+    tn__last_result = saved_r;
+    tn__null_cause = saved_null;
+    return v;
+}
 
 /* >>toposort ----------------------------------------------------------- */
 
@@ -6392,7 +6599,7 @@ static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
     tn_var *c = v->op == TN_OP_PROJ ? tn__proj(ins[0], tn__p_proj_index(&v->p))
                                     : tn__node_multi(v->graph, v->op, v->n_in, ins, &v->p, v->ext, v->n_out, "tn_scan");
     if (ins != ins_s) tn__free(ins);
-    if (c) { c->flags = v->flags; c->name = v->name; }
+    if (c) { c->flags = (v->flags & ~(unsigned)TN_VAR_NO_TEST_VALUE) | (c->flags & TN_VAR_NO_TEST_VALUE); c->name = v->name; }
     return c;
 }
 
@@ -6467,8 +6674,9 @@ static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
         char nm[96];
         snprintf(nm, sizeof nm, "%s", x->name ? x->name : "hoisted");
         tn_var *ph = tn_input(b->g, nm, x->type.dtype, x->type.ndim, x->type.shape, x->type.bcast);
-        if (!ph) r = tn_last_result();
-        else if ((r = tn__scan_add_ns(b, outer, ph)) == TN_OK) map2[x->id] = ph;
+        if (!ph) { r = tn_last_result(); continue; }
+        ph->flags |= TN_VAR_NO_TEST_VALUE;
+        if ((r = tn__scan_add_ns(b, outer, ph)) == TN_OK) map2[x->id] = ph;
     }
     for (int i = 0; i < ni && r == TN_OK; i++) {
         if (inv[inner[i]->id] != 2) continue;
@@ -6664,6 +6872,7 @@ static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
             else snprintf(nm, sizeof nm, "%s[t]", tn__scan_vname(q->var));
             tn_var *p = tn_input(b->g, nm, row.dtype, row.ndim, row.shape, row.bcast);
             if (!p) return tn_last_result();
+            p->flags |= TN_VAR_NO_TEST_VALUE;
             s->ph[s->n_ph++] = p;
         }
     }
@@ -6686,6 +6895,7 @@ static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
             snprintf(nm, sizeof nm, "%s[t%+d]", o->init->name ? o->init->name : "out", s->tap[s->out_off[k] + j]);
             tn_var *p = tn_input(b->g, nm, st.dtype, st.ndim, st.shape, st.bcast);
             if (!p) return tn_last_result();
+            p->flags |= TN_VAR_NO_TEST_VALUE;
             s->ph[s->n_ph++] = p;
         }
     }
@@ -6694,6 +6904,7 @@ static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
         tn_var *v = d->non_sequences[i];
         tn_var *p = tn_input(b->g, v->name ? v->name : "non_seq", v->type.dtype, v->type.ndim, v->type.shape, v->type.bcast);
         if (!p) return tn_last_result();
+        p->flags |= TN_VAR_NO_TEST_VALUE;
         tn_result r = tn__scan_add_ns(b, v, p);
         if (r != TN_OK) return r;
     }
@@ -6871,6 +7082,7 @@ static tn_result tn__scan_build_grad(tn__scan *s) {
         snprintf(nm, sizeof nm, "d_out%d", k);
         tn_var *gp = tn_input(s->g, nm, y->type.dtype, y->type.ndim, NULL, y->type.bcast);
         if (!gp) { r = tn_last_result(); goto done; }
+        gp->flags |= TN_VAR_NO_TEST_VALUE;
         b->g_of_out[k] = b->n_ph;
         b->ph[b->n_ph++] = gp;
         kv[nk++] = y;
@@ -9156,6 +9368,7 @@ static tn_result tn__vg_setup(tn__vg *v) {
     const tn_verify_grad_desc *d = v->d;
     int n = d->n_inputs;
     if (!(v->g = tn_graph_new())) return tn_last_result() ? tn_last_result() : TN_ERR_OOM;
+    v->g->no_test_values = true;
     v->x = (tn_array **)tn__calloc((size_t)n, sizeof(tn_array *));
     v->in = (tn_var **)tn__calloc((size_t)n, sizeof(tn_var *));
     if (!v->x || !v->in) return tn__err(TN_ERR_OOM, "tn_verify_grad: out of memory");
@@ -9842,6 +10055,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     int n_roots = no + nu;
     f->n_inputs = ni; f->n_outputs = no; f->n_updates = nu;
     f->fg = tn_graph_new();
+    if (f->fg) f->fg->no_test_values = true;
     f->in_slot = (int *)tn__calloc((size_t)ni + 1, sizeof *f->in_slot);
     f->in_type = (tn_type *)tn__calloc((size_t)ni + 1, sizeof *f->in_type);
     f->in_name = (const char **)tn__calloc((size_t)ni + 1, sizeof *f->in_name);

@@ -5540,6 +5540,7 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
             const tn_type *t = &rd->grads[i]->type;
             snprintf(nm, sizeof nm, "sum of gradient %d", i);
             if (!(ph[i] = tn_input(g, nm, t->dtype, t->ndim, t->shape, t->bcast))) { r = tn_last_result(); break; }
+            ph[i]->flags |= TN_VAR_NO_TEST_VALUE;    /* compute_test_value: nothing to compute here */
             if (R->dev_grads) ph[i]->device = P->dev;     /* device-resident: f2 reads the sums in place */
             from[i] = rd->grads[i];
             to[i] = ph[i];
