@@ -329,6 +329,30 @@ TN_API tn_var *tn_shared(tn_graph *g, const char *name, const tn_array *value);
    shape is refused naming it, at compile time where the update's shape is
    known, else at the call (before any update is applied). */
 TN_API tn_var *tn_shared_fixed(tn_graph *g, const char *name, const tn_array *value);
+/* tn_shared with Theano's options; zeroed options (or NULL) are tn_shared.
+   borrow (Theano's borrow=True): no copy; the variable's value is a view of
+   the caller's array, whose buffer the library keeps a reference to (as a
+   view does; memory from tn_array_wrap stays the caller's to keep alive).
+   Updates and tn_shared_set_value write into that memory, after the call's
+   outputs are made, so the caller's array sees each new value (and a
+   borrowed output that aliases the variable sees it too); the caller's own
+   writes are seen by the next call (not during one). Its shape is the
+   array's for good: a new value of another shape is refused naming the
+   variable, before any update of the call is applied. It stays where the
+   array lives (a GPU function does not move a host array to the device;
+   its device ops read it through a transfer). The array may not broadcast
+   (a 0 stride on a dim over 1) nor be a function's borrowed output.
+   broadcastable (Theano's broadcastable=(False, True)): value->ndim flags;
+   each true dim has size 1 in the static type, broadcasts, and the
+   optimizer relies on it: a value, update or tn_shared_set_value whose size
+   there is not 1 is refused naming the variable and the shapes.
+   fixed_shape: as tn_shared_fixed. */
+typedef struct tn_shared_opts {
+    bool borrow;
+    const bool *broadcastable;     /* NULL: none fixed */
+    bool fixed_shape;
+} tn_shared_opts;
+TN_API tn_var *tn_shared_ex(tn_graph *g, const char *name, const tn_array *value, const tn_shared_opts *opts);
 TN_API const tn_array *tn_shared_get(tn_var *shared);      /* current value (may live on a device) */
 TN_API tn_array *tn_shared_get_value(tn_var *shared);      /* host copy the caller frees */
 TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value); /* same dtype and ndim */
@@ -430,6 +454,7 @@ typedef enum tn_var_flags {
     TN_VAR_FIXED_SHAPE = 1 << 2,  /* a shared variable whose shape may not change (tn_shared_fixed) */
     TN_VAR_NO_TEST_VALUE = 1 << 3,  /* an inner graph's placeholder (scan's step) and what is built on it:
                                        no test value, and none missed (compute_test_value) */
+    TN_VAR_BORROWED = 1 << 4,     /* a shared variable whose value is a view of the caller's array (tn_shared_ex) */
 } tn_var_flags;
 
 /* One node: an apply of `op` to `in`, or a leaf (input, constant, shared). A
@@ -5005,27 +5030,62 @@ TN_API tn_var *tn_scalar_const(tn_graph *g, double value) {
     return v;
 }
 
-static tn_var *tn__shared_make(const char *fn, tn_graph *g, const char *name, const tn_array *value, bool fixed) {
+/* "(False, True)", Theano's spelling of a broadcastable pattern */
+static const char *tn__bcast_str(const tn_type *t, char buf[128]) {
+    size_t n = (size_t)snprintf(buf, 128, "(");
+    for (int d = 0; d < t->ndim && n < 100; d++)
+        n += (size_t)snprintf(buf + n, 128 - n, "%s%s", t->bcast[d] ? "True" : "False",
+                              d + 1 < t->ndim ? ", " : t->ndim == 1 ? "," : "");
+    snprintf(buf + n, 128 - n, ")");
+    return buf;
+}
+
+static tn_var *tn__shared_make(const char *fn, tn_graph *g, const char *name, const tn_array *value, const tn_shared_opts *o) {
     if (!g) { tn__err(TN_ERR_NULL, "%s: graph is NULL", fn); return NULL; }
     char who[160];
     snprintf(who, sizeof who, "%s '%s'", fn, name ? name : "");
     if (tn__check_value(value, who) != TN_OK) return NULL;
-    tn_array *c = tn__graph_copy_value(g, value, who);
+    bool fixed = o && o->fixed_shape, borrow = o && o->borrow;
+    const bool *pat = o ? o->broadcastable : NULL;
+    char sb[128];
+    for (int d = 0; pat && d < value->ndim; d++)
+        if (pat[d] && value->shape[d] != 1) {
+            tn__err(TN_ERR_SHAPE, "%s: dim %d is broadcastable but the value has shape %s", who, d,
+                    tn__shape_str(value->ndim, value->shape, sb));
+            return NULL;
+        }
+    if (borrow) {
+        bool bad = value->live_gen != NULL;
+        for (int d = 0; !bad && d < value->ndim; d++) bad = value->strides[d] == 0 && value->shape[d] > 1;
+        if (bad) {
+            tn__err(TN_ERR_INVALID, "%s: cannot borrow %s (updates write into the borrowed array)", who,
+                    value->live_gen ? "a function's borrowed output" : "a broadcast array (a 0 stride)");
+            return NULL;
+        }
+    }
+    tn_array *c = borrow ? tn_array_view(value) : tn__graph_copy_value(g, value, who);
+    if (borrow && (!c || !tn__graph_own(g, c))) {
+        tn_array_free(c);
+        tn__err(TN_ERR_OOM, "%s: out of memory", who);
+        return NULL;
+    }
     if (!c) return NULL;
     /* static type: dtype and rank fixed; sizes free to change by updates, or
-       known (broadcastable where 1) for a fixed shape */
+       known (broadcastable where 1) for a fixed shape; size 1 where the
+       pattern says */
     tn_type t;
     memset(&t, 0, sizeof t);
     t.dtype = c->dtype;
     t.ndim = c->ndim;
     for (int d = 0; d < t.ndim; d++) {
-        t.shape[d] = fixed ? c->shape[d] : -1;
-        t.bcast[d] = fixed && c->shape[d] == 1;
+        t.bcast[d] = (fixed && c->shape[d] == 1) || (pat && pat[d]);
+        t.shape[d] = fixed || t.bcast[d] ? c->shape[d] : -1;
     }
     tn_var *v = tn__leaf(g, TN_OP_SHARED, name, &t, who);
     if (!v) { tn__graph_disown(g, c); tn_array_free(c); return NULL; }
     v->value = c;
     if (fixed) v->flags |= TN_VAR_FIXED_SHAPE;
+    if (borrow) v->flags |= TN_VAR_BORROWED;
     tn__shvar *sh = (tn__shvar *)tn__graph_alloc(g, sizeof *sh);
     if (!sh) return NULL;
     if (pthread_mutex_init(&sh->mu, NULL) != 0) { tn__err(TN_ERR_OOM, "%s: cannot make its lock", who); return NULL; }
@@ -5035,26 +5095,40 @@ static tn_var *tn__shared_make(const char *fn, tn_graph *g, const char *name, co
 }
 
 TN_API tn_var *tn_shared(tn_graph *g, const char *name, const tn_array *value) {
-    return tn__shared_make("tn_shared", g, name, value, false);
+    return tn__shared_make("tn_shared", g, name, value, NULL);
 }
 
 TN_API tn_var *tn_shared_fixed(tn_graph *g, const char *name, const tn_array *value) {
-    return tn__shared_make("tn_shared_fixed", g, name, value, true);
+    tn_shared_opts o = { false, NULL, true };
+    return tn__shared_make("tn_shared_fixed", g, name, value, &o);
+}
+
+TN_API tn_var *tn_shared_ex(tn_graph *g, const char *name, const tn_array *value, const tn_shared_opts *opts) {
+    return tn__shared_make("tn_shared_ex", g, name, value, opts);
 }
 
 /* TN_ERR_SHAPE naming `who`, the variable and update `upd` (-1: the new
-   value) when `shape` is not the fixed shape of `shared`; unknown dims (-1,
-   compile time) pass. */
-static tn_result tn__shared_fixed_check(const tn_var *shared, int ndim, const int64_t *shape, const char *who, int upd) {
-    if (!(shared->flags & TN_VAR_FIXED_SHAPE)) return TN_OK;
-    for (int d = 0; d < ndim; d++)
-        if (shape[d] >= 0 && shape[d] != shared->type.shape[d]) {
-            char a[128], b[128], what[32] = "the new value";
-            if (upd >= 0) snprintf(what, sizeof what, "update %d", upd);
-            return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' has the fixed shape %s; %s has shape %s", who,
-                           tn__var_label_name(shared), tn__shape_str(shared->type.ndim, shared->type.shape, a), what,
-                           tn__shape_str(ndim, shape, b));
-        }
+   value) when `shape` breaks what `shared` fixes: its whole shape
+   (tn_shared_fixed), its broadcastable dims (size 1), or a borrowed
+   array's shape; unknown dims (-1, compile time) pass. */
+static tn_result tn__shared_shape_check(const tn_var *shared, int ndim, const int64_t *shape, const char *who, int upd) {
+    bool borrowed = (shared->flags & TN_VAR_BORROWED) && shared->value;
+    for (int d = 0; d < ndim; d++) {
+        int64_t want = borrowed ? shared->value->shape[d] : shared->type.shape[d];
+        if (shape[d] < 0 || want < 0 || shape[d] == want) continue;
+        char a[128], b[128], what[32] = "the new value";
+        const char *nm = tn__var_label_name(shared);
+        if (upd >= 0) snprintf(what, sizeof what, "update %d", upd);
+        tn__shape_str(ndim, shape, b);
+        if (shared->flags & TN_VAR_FIXED_SHAPE)
+            return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' has the fixed shape %s; %s has shape %s", who, nm,
+                           tn__shape_str(shared->type.ndim, shared->type.shape, a), what, b);
+        if (shared->type.shape[d] >= 0)
+            return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' has the broadcastable pattern %s (dim %d is 1); %s has shape %s",
+                           who, nm, tn__bcast_str(&shared->type, a), d, what, b);
+        return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' borrows the caller's array of shape %s, which keeps its shape; "
+                       "%s has shape %s", who, nm, tn__shape_str(shared->value->ndim, shared->value->shape, a), what, b);
+    }
     return TN_OK;
 }
 
@@ -5111,9 +5185,14 @@ TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value) {
                        name, tn_dtype_name(shared->type.dtype), shared->type.ndim, tn__shape_str(old->ndim, old->shape, a),
                        tn_dtype_name(value->dtype), value->ndim, tn__shape_str(value->ndim, value->shape, b));
     }
-    if ((r = tn__shared_fixed_check(shared, value->ndim, value->shape, "tn_shared_set_value", -1)) != TN_OK) return r;
+    if ((r = tn__shared_shape_check(shared, value->ndim, value->shape, "tn_shared_set_value", -1)) != TN_OK) return r;
     if (value == old) return TN_OK;
     if ((r = tn__shvar_enter(shared)) != TN_OK) return tn__err(r, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    if (shared->flags & TN_VAR_BORROWED) {            /* into the caller's memory (overlap handled) */
+        r = tn_array_assign(shared->value, value);
+        tn__shvar_leave(shared);
+        return r == TN_OK ? r : tn__err(r, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    }
     tn_array *c = tn__copy_on(value, old->device);    /* a device-resident variable stays there */
     if (!c) {
         tn__shvar_leave(shared);
@@ -9680,7 +9759,7 @@ static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
         for (int j = 0; j < i; j++)
             if (d->updates[j].shared == s)
                 return tn__err(TN_ERR_UPDATE, "%s: shared variable '%s' is updated twice (updates %d and %d)", W, tn__var_label_name(s), j, i);
-        if (tn__shared_fixed_check(s, v->type.ndim, v->type.shape, W, i) != TN_OK) return tn__err(TN_ERR_UPDATE, "%s", tn_last_error());
+        if (tn__shared_shape_check(s, v->type.ndim, v->type.shape, W, i) != TN_OK) return tn__err(TN_ERR_UPDATE, "%s", tn_last_error());
     }
     if (d->n_givens < 0 || (d->n_givens > 0 && !d->givens))
         return tn__err(d->n_givens < 0 ? TN_ERR_INVALID : TN_ERR_NULL, "%s: n_givens is %d but givens is %s", W, d->n_givens, d->givens ? "set" : "NULL");
@@ -10486,7 +10565,7 @@ static tn_result tn__run_steps(tn_func *f) {
 /* The shared value can take the update's buffer, and give its own buffer
    (big enough for the plan) to the function in exchange. */
 static bool tn__can_swap(const tn_func *f, int u) {
-    if (!f->upd_swappable[u]) return false;
+    if (!f->upd_swappable[u] || (f->upd_user[u]->flags & TN_VAR_BORROWED)) return false;
     const tn__slot *sl = &f->slots[f->upd_slot[u]];
     const tn_array *S = f->upd_user[u]->value;
     const tn__phys *p = &f->phys[sl->phys];
@@ -10506,7 +10585,7 @@ static tn_result tn__apply_updates(tn_func *f) {
     bool host = false;
     for (int u = 0; u < nu; u++) {         /* fixed shapes first: all updates or none */
         const tn_array *nv = f->slotp[f->upd_slot[u]];
-        tn_result r = tn__shared_fixed_check(f->upd_user[u], nv->ndim, nv->shape, f->name, u);
+        tn_result r = tn__shared_shape_check(f->upd_user[u], nv->ndim, nv->shape, f->name, u);
         if (r != TN_OK) return r;
         host |= nv->device == TN_HOST;
     }
@@ -10523,6 +10602,18 @@ static tn_result tn__apply_updates(tn_func *f) {
     }
     for (int u = 0; u < nu; u++) {
         tn_array *S = f->upd_user[u]->value;
+        if (f->upd_new[u] && (f->upd_user[u]->flags & TN_VAR_BORROWED)) {
+            /* written into the caller's array (a fresh copy: no overlap) */
+            tn_array *nv = f->upd_new[u];
+            if (S->device == TN_HOST) tn__copy_strided(S->dtype, S->data, S->strides, nv->dtype, nv->data, nv->strides, S->ndim, S->shape);
+            else if (tn_array_assign(S, nv) != TN_OK) {
+                for (int j = u; j < nu; j++) { tn_array_free(f->upd_new[j]); f->upd_new[j] = NULL; }
+                return tn__err(tn_last_result(), "%s: update %d ('%s'): %s", f->name, u, tn__var_label_name(f->upd_user[u]), tn_last_error());
+            }
+            tn_array_free(nv);
+            f->upd_new[u] = NULL;
+            continue;
+        }
         if (f->upd_new[u]) {
             /* swap contents so tn_shared_get pointers stay valid; the old value may
                back a borrowed output of this call: keep it until the next one */

@@ -155,10 +155,100 @@ TEST(test_value_warn_and_off) {
     tn_array_free(av); tn_array_free(bv);
 }
 
+/* Shared variables: borrow and a broadcastable pattern */
+
+TEST(test_shared_borrow) {
+    tn_graph *g = tn_graph_new();
+    tn_array *a = tn_array_from_data(TN_F64, TN_SHAPE(3), (const double[]){ 1, 2, 3 });
+    double *mem = (double *)a->data;
+    tn_var *s = tn_shared_ex(g, "s", a, &(tn_shared_opts){ .borrow = true });
+    CHECK(s && tn_shared_get(s)->data == a->data, "borrowed: the variable reads the caller's memory");
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *y = tn_sum(s, NULL, 0, false);
+    tn_update up = { s, tn_add(tn_mul(s, tn_lit(s, 2.0)), x) };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y,
+                                                 .n_updates = 1, .updates = &up });
+    CHECK(f, "%s", tn_last_error());
+    tn_array *xv = tn_array_from_data(TN_F64, TN_SHAPE(3), (const double[]){ 10, 20, 30 }), *out = NULL;
+    CHECK(f && tn_call(f, &xv, &out) == TN_OK, "%s", tn_last_error());
+    CHECK(out && tn_array_get(out, NULL) == 6.0, "the output read the old value");
+    CHECK(mem[0] == 12 && mem[1] == 24 && mem[2] == 36, "the update is in the caller's array: %g %g %g", mem[0], mem[1], mem[2]);
+    CHECK(tn_shared_get(s)->data == mem, "still the caller's memory after the update");
+    tn_array_free(out); out = NULL;
+    mem[0] = 100;                                      /* the caller's write is seen by the next call */
+    CHECK(f && tn_call(f, &xv, &out) == TN_OK && out && tn_array_get(out, NULL) == 160.0, "sum after the caller's write");
+    CHECK(mem[0] == 210 && mem[2] == 102, "second update in place: %g %g", mem[0], mem[2]);
+    tn_array_free(out); out = NULL;
+    /* set_value writes into the same memory; another shape is refused naming it */
+    tn_array *nv = tn_array_from_data(TN_F64, TN_SHAPE(3), (const double[]){ 7, 8, 9 }), *bad = tn_array_zeros(TN_F64, TN_SHAPE(4));
+    CHECK(tn_shared_set_value(s, nv) == TN_OK && mem[0] == 7 && mem[2] == 9 && tn_shared_get(s)->data == mem, "set_value in place");
+    CHECK(tn_shared_set_value(s, bad) == TN_ERR_SHAPE, "a borrowed value keeps its shape");
+    CHECK_ERR(TN_ERR_SHAPE, "shared variable 's' borrows the caller's array of shape (3,), which keeps its shape; the new value has shape (4,)");
+    CHECK(mem[0] == 7, "unchanged after the refused value");
+    /* an update of another shape: refused at the call, nothing applied */
+    tn_update grow = { s, tn_concatenate(2, (tn_var *[]){ s, s }, 0) };
+    tn_func *f2 = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &grow });
+    CHECK(f2 && tn_call(f2, NULL, NULL) == TN_ERR_SHAPE, "the update's shape (6,) must fail");
+    CHECK_ERR(TN_ERR_SHAPE, "update 0 has shape (6,)");
+    CHECK(mem[0] == 7 && mem[1] == 8, "nothing written");
+    /* the library keeps the buffer alive: the caller may free its struct */
+    tn_array *keep = tn_array_view(a);
+    tn_array_free(a);
+    CHECK(f && tn_call(f, &xv, &out) == TN_OK && out && tn_array_get(out, NULL) == 24.0, "runs after the caller freed its array");
+    CHECK(((double *)keep->data)[0] == 24, "and still writes the same memory");
+    /* what cannot be borrowed */
+    tn_array *row = tn_array_from_data(TN_F64, TN_SHAPE(1, 3), (const double[]){ 1, 2, 3 });
+    tn_array *bc = tn_array_broadcast_to(row, TN_SHAPE(2, 3));
+    CHECK(tn_shared_ex(g, "bc", bc, &(tn_shared_opts){ .borrow = true }) == NULL, "a broadcast array");
+    CHECK_ERR(TN_ERR_INVALID, "cannot borrow a broadcast array");
+    /* without borrow the value is copied, as tn_shared */
+    tn_var *c = tn_shared_ex(g, "c", row, NULL);
+    CHECK(c && tn_shared_get(c)->data != row->data, "copied");
+    tn_array_free(out); tn_array_free(xv); tn_array_free(nv); tn_array_free(bad); tn_array_free(keep);
+    tn_array_free(bc); tn_array_free(row);
+    tn_function_free(f); tn_function_free(f2);
+    tn_graph_free(g);
+}
+
+TEST(test_shared_broadcastable) {
+    tn_graph *g = tn_graph_new();
+    tn_array *bv = tn_array_from_data(TN_F64, TN_SHAPE(3, 1), (const double[]){ 1, 2, 3 });
+    tn_array *wide = tn_array_zeros(TN_F64, TN_SHAPE(3, 2)), *taller = tn_array_ones(TN_F64, TN_SHAPE(5, 1));
+    const bool pat[2] = { false, true };
+    tn_var *b = tn_shared_ex(g, "b", bv, &(tn_shared_opts){ .broadcastable = pat });
+    CHECK(b && b->type.bcast[1] && !b->type.bcast[0] && tn_var_dim(b, 1) == 1 && tn_var_dim(b, 0) == -1,
+          "dim 1 is 1 in the static type; dim 0 stays free");
+    CHECK(tn_shared_ex(g, "w", wide, &(tn_shared_opts){ .broadcastable = pat }) == NULL, "a value whose dim 1 is 2");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_shared_ex 'w': dim 1 is broadcastable but the value has shape (3, 2)");
+    CHECK(tn_shared_set_value(b, wide) == TN_ERR_SHAPE, "set_value (3, 2)");
+    CHECK_ERR(TN_ERR_SHAPE, "shared variable 'b' has the broadcastable pattern (False, True) (dim 1 is 1); the new value has shape (3, 2)");
+    CHECK(tn_shared_set_value(b, taller) == TN_OK, "dim 0 may change: %s", tn_last_error());
+    tn_shared_set_value(b, bv);
+    /* it broadcasts against a matrix; an update that widens it is refused at the call */
+    tn_var *m = tn_matrix(g, "m", TN_F64);
+    tn_var *y = tn_add(b, m);
+    tn_update up = { b, tn_sum(tn_add(b, m), TN_AXES(1), true) };      /* (3, 1): fine */
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &m, .n_outputs = 1, .outputs = &y,
+                                                 .n_updates = 1, .updates = &up });
+    tn_array *mv = tn_array_ones(TN_F64, TN_SHAPE(3, 4)), *out = NULL;
+    CHECK(f && tn_call(f, &mv, &out) == TN_OK, "%s", tn_last_error());
+    CHECK(out && out->shape[1] == 4 && tn_array_get(out, (int64_t[]){ 2, 3 }) == 4.0, "b broadcast over m");
+    CHECK(tn_array_get(tn_shared_get(b), (int64_t[]){ 2, 0 }) == 16.0, "updated: sum over 4 of 3 + 1");
+    tn_update widen = { b, tn_add(b, m) };                              /* (3, 4) */
+    tn_func *f2 = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &m, .n_updates = 1, .updates = &widen });
+    CHECK(f2 && tn_call(f2, &mv, NULL) == TN_ERR_SHAPE, "a (3, 4) update of a (?, 1) pattern");
+    CHECK_ERR(TN_ERR_SHAPE, "has the broadcastable pattern (False, True) (dim 1 is 1); update 0 has shape (3, 4)");
+    tn_array_free(out); tn_array_free(mv); tn_array_free(bv); tn_array_free(wide); tn_array_free(taller);
+    tn_function_free(f); tn_function_free(f2);
+    tn_graph_free(g);
+}
+
 int main(void) {
     TH_RUN(test_value_shape_error_at_build);
     TH_RUN(test_value_missing_and_shared);
     TH_RUN(test_value_scan);
     TH_RUN(test_value_warn_and_off);
+    TH_RUN(test_shared_borrow);
+    TH_RUN(test_shared_broadcastable);
     TH_END();
 }
