@@ -162,6 +162,8 @@ typedef struct tn_config {
     bool allow_tf32;            /* allow_tf32=1 */
     bool no_cuda_graph;         /* cuda_graph=0 */
     bool trace_rewrites;        /* trace_rewrites=1: print each rewrite that fires */
+    bool nan_guard;             /* nan_guard=1: a call fails at the first op that makes a NaN or inf from
+                                   inputs that had none (Theano's NanGuardMode; the >>check_mode section) */
     tn_warn_raise assert_no_cpu_op;   /* assert_no_cpu_op=warn|raise */
     tn_warn_raise compute_test_value; /* compute_test_value=off|warn|raise: constructors run each node on
                                          its inputs' test values (tn_var_set_test_value) */
@@ -1493,6 +1495,7 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
         TN__BOOL_FLAG("allow_gc", allow_gc)
         TN__BOOL_FLAG("allow_tf32", allow_tf32)
         TN__BOOL_FLAG("trace_rewrites", trace_rewrites)
+        TN__BOOL_FLAG("nan_guard", nan_guard)
 #undef TN__BOOL_FLAG
         else if (!strcmp(k, "cuda_graph")) { if ((ok = tn__flag_bool(v, &b))) cfg->no_cuda_graph = !b; }
         else { res = tn__err(TN_ERR_INVALID, "tn_parse_flags: unknown flag '%s'", k); break; }
@@ -1509,7 +1512,7 @@ static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
            a->launch_blocking == b->launch_blocking && a->print_kernels == b->print_kernels &&
            a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
-           a->compute_test_value == b->compute_test_value &&
+           a->compute_test_value == b->compute_test_value && a->nan_guard == b->nan_guard &&
            a->threads == b->threads && tn__str_same(a->cache_dir, b->cache_dir) &&
            tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas) &&
            tn__str_same(a->nvrtc_flags, b->nvrtc_flags) && tn__str_same(a->cuda_root, b->cuda_root) &&
@@ -5538,6 +5541,7 @@ struct tn_func {
     const tn_backend *backend;
     struct tn__prof *prof;              /* profiler (the >>profile section); NULL when off */
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
+    unsigned char checks;               /* TN__CHECK_* it runs each step with (0: none) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
     struct tn__replay_cache *rcache;    /* captured CUDA graphs (the >>replay section); NULL until used */
     tn__atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
@@ -5609,6 +5613,7 @@ static void tn__prof_step(tn_func *f, int k, double t0);
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
 static void tn__prof_finish(tn_func *f);
 /* The >>replay and >>check_mode sections. */
+enum { TN__CHECK_MODE = 1, TN__CHECK_NAN = 2 };
 static void tn__replay_drop(tn_func *f);
 static void tn__replay_free(tn_func *f);
 static tn_result tn__replay_run(tn_func *f);
@@ -10085,6 +10090,7 @@ static tn_result tn__stateful_updates(tn_graph *g, const tn_func_desc *d, tn_upd
 static tn_result tn__func_optimize(tn_func *f, const tn_func_desc *d, tn_var *const *uroots, int n_roots) {
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
     f->mode = mode;
+    f->checks = (unsigned char)((mode == TN_MODE_CHECK ? TN__CHECK_MODE : 0) | (tn_get_config()->nan_guard ? TN__CHECK_NAN : 0));
     if (tn_get_config()->profile_trace) (void)tn__trace_on();    /* the trace starts before the compile's first event */
     double t_opt = tn__prof_now();
     tn_place_args pa = { d->n_outputs, f->upd_user, 64, true, 0 };
@@ -10860,6 +10866,7 @@ static const char *tn__replay_blocker(const tn_func *f) {
     if (c->launch_blocking) return "launch_blocking=1";
     if (f->prof) return "profiled";
     if (f->mode == TN_MODE_CHECK) return "mode=check";
+    if (f->checks & TN__CHECK_NAN) return "nan_guard=1";
     return NULL;
 }
 
@@ -11027,10 +11034,22 @@ TN_API void tn__replay_stats(const tn_func *f, int64_t *replays, int64_t *captur
    error of an element is |device - cpu| / max(|cpu|, rms(cpu), floor): the
    relative error, or for elements small next to the output's typical size
    (sums that cancel) the error relative to that size. Slow by design: each
-   step waits for the device. Graph replay is off in this mode. */
+   step waits for the device. Graph replay is off in this mode.
+   CPU ops (Theano's DebugMode checks): each input is copied before the op
+   runs and compared after, so an op that writes an input its destroy map
+   (node->inplace) does not name fails the call (the input is restored);
+   each output must keep the dtype, shape, strides and buffer the executor
+   gave it (its type). nan_guard=1 (Theano's NanGuardMode; any mode, CPU
+   and device steps) fails the call at the first op that makes a NaN or
+   inf from inputs that had none: a separate flag, since some graphs make
+   inf on purpose. Errors are TN_ERR_CHECK naming the node, the input or
+   output, its shape and the first element. */
 
-static bool tn__check_wanted(const tn_func *f, const tn__step *st) {
-    if (f->mode != TN_MODE_CHECK || st->view || st->node->device == TN_HOST || !st->def->cpu) return false;
+static bool tn__check_wanted(const tn_func *f, const tn__step *st) { return f->checks && !st->view; }
+
+/* A device op mode=check compares with its CPU kernel. */
+static bool tn__check_device(const tn_func *f, const tn__step *st) {
+    if (!(f->checks & TN__CHECK_MODE) || st->node->device == TN_HOST || !st->def->cpu) return false;
     return f->backend && st->brow && tn__op_kind(st->node->op) != TN_OPK_TRANSFER;
 }
 
@@ -11100,8 +11119,7 @@ static tn_result tn__check_report(const tn__step *st, tn_array *const *in, const
 }
 
 /* Runs one device step, then its CPU kernel on host copies, and compares. */
-static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
-    (void)f;
+static tn_result tn__check_device_step(const tn__step *st, tn_array *const *in, tn_array *const *out) {
     tn_var *v = st->node;
     int ni = st->n_in, no = st->n_out;
     tn_array **h = (tn_array **)tn__calloc((size_t)(ni + no) + 1, sizeof *h), **hout = h ? h + ni : NULL;
@@ -11125,6 +11143,115 @@ static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const 
     }
     for (int i = 0; i < ni + no; i++) tn_array_free(h[i]);
     tn__free(h);
+    return r;
+}
+
+/* Index of a's first NaN or inf (C order), -1 for none or a non-float
+   dtype; *nan says which. Device arrays are read through a host copy. */
+static int64_t tn__check_nonfinite(const tn_array *a, bool *nan) {
+    if (!tn_dtype_is_float(a->dtype) || tn_array_size(a) == 0) return -1;
+    tn_array *h = tn_array_astype(a, TN_F64);
+    if (!h) return -1;
+    int64_t n = tn_array_size(h), at = -1;
+    const double *x = (const double *)h->data;
+    for (int64_t i = 0; i < n && at < 0; i++) if (!isfinite(x[i])) { at = i; *nan = isnan(x[i]); }
+    tn_array_free(h);
+    return at;
+}
+
+static void tn__check_unravel(const tn_array *a, int64_t flat, int64_t *idx) {
+    for (int d = a->ndim - 1; d >= 0; d--) { idx[d] = a->shape[d] ? flat % a->shape[d] : 0; flat = a->shape[d] ? flat / a->shape[d] : 0; }
+}
+static const char *tn__check_index(const tn_array *a, int64_t flat, char buf[128]) {
+    int64_t idx[TN_MAX_DIMS];
+    tn__check_unravel(a, flat, idx);
+    return tn__shape_str(a->ndim, idx, buf);
+}
+static double tn__check_at(const tn_array *a, int64_t flat) {
+    int64_t idx[TN_MAX_DIMS];
+    tn__check_unravel(a, flat, idx);
+    return tn_array_get(a, idx);
+}
+
+/* "float32 (3, 4) strides (16, 4)" */
+static const char *tn__check_layout(const tn_array *a, char buf[300]) {
+    char sb[128], tb[128];
+    snprintf(buf, 300, "%s %s strides %s", (unsigned)a->dtype < TN_DTYPE_COUNT ? tn_dtype_name(a->dtype) : "?",
+             tn__shape_str(a->ndim >= 0 && a->ndim <= TN_MAX_DIMS ? a->ndim : 0, a->shape, sb),
+             tn__shape_str(a->ndim >= 0 && a->ndim <= TN_MAX_DIMS ? a->ndim : 0, a->strides, tb));
+    return buf;
+}
+
+/* A step under mode=check or nan_guard (the section's opening comment;
+   tn__steps prefixes the function, the op's label and the step). */
+static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    tn_var *v = st->node;
+    int ni = st->n_in, no = st->n_out;
+    bool dev = tn__check_device(f, st), host = (f->checks & TN__CHECK_MODE) && !st->brow;
+    bool guard = (f->checks & TN__CHECK_NAN) != 0, in_bad = false;
+    tn_array **snap = NULL, *was = NULL;
+    tn_result r = TN_OK;
+    char a[300], b[300], sb[128];
+    for (int i = 0; guard && !in_bad && i < ni; i++) { bool nan; in_bad = tn__check_nonfinite(in[i], &nan) >= 0; }
+    if (host) {      /* each input the op may not write, and each output's layout, as they were */
+        snap = (tn_array **)tn__calloc((size_t)ni + 1, sizeof *snap);
+        was = (tn_array *)tn__calloc((size_t)no + 1, sizeof *was);
+        if (!snap || !was) { r = tn__err(TN_ERR_OOM, "mode=check: out of memory"); goto done; }
+        for (int o = 0; o < no; o++) was[o] = *out[o];
+        for (int i = 0; i < ni; i++) {
+            bool written = false;     /* the destroy map's input, or one sharing an output's buffer */
+            for (int o = 0; o < no && !written; o++) written = in[i]->base && in[i]->base == out[o]->base;
+            if (written || in[i]->device != TN_HOST || tn_array_size(in[i]) == 0) continue;
+            if (!(snap[i] = tn_array_copy(in[i]))) { r = tn__err(TN_ERR_OOM, "mode=check: out of memory copying input %d", i); goto done; }
+        }
+    }
+    r = dev ? tn__check_device_step(st, in, out) : st->brow ? st->brow->run(v, st->bstate, in, out) : st->def->cpu(v, in, out);
+    if (r != TN_OK) goto done;
+    for (int o = 0; host && o < no && r == TN_OK; o++) {
+        const tn_array *x = out[o], *w = &was[o];
+        bool same = x->dtype == w->dtype && x->ndim == w->ndim && x->data == w->data;
+        for (int d = 0; same && d < w->ndim; d++) same = x->shape[d] == w->shape[d] && x->strides[d] == w->strides[d];
+        if (same) continue;
+        char tb[160];
+        r = tn__err(TN_ERR_CHECK, "mode=check: node %d left output %d as %s%s where its type is %s and the executor gave %s",
+                    v->id, o, tn__check_layout(x, a), x->data != w->data ? " at another address" : "",
+                    o == 0 ? tn__type_str(&v->type, tb) : "its planned type", tn__check_layout(w, b));
+        *out[o] = *w;                   /* the executor's array again, for later calls */
+    }
+    for (int i = 0; host && i < ni && r == TN_OK; i++) {
+        if (!snap[i]) continue;
+        tn_array *now = tn_array_copy(in[i]);
+        if (!now) { r = tn__err(TN_ERR_OOM, "mode=check: out of memory copying input %d", i); break; }
+        size_t es = tn_dtype_size(now->dtype);
+        int64_t n = tn_array_size(now), at = -1;
+        for (int64_t k = 0; k < n && at < 0; k++)
+            if (memcmp((const char *)now->data + k * (int64_t)es, (const char *)snap[i]->data + k * (int64_t)es, es)) at = k;
+        if (at >= 0) {
+            r = tn__err(TN_ERR_CHECK, "mode=check: node %d wrote its input %d (%s %s) at %s, which it does not declare "
+                        "destroyed (no inplace): %.9g, was %.9g", v->id, i, tn_dtype_name(now->dtype),
+                        tn__shape_str(now->ndim, now->shape, sb), tn__check_index(now, at, a),
+                        tn__check_at(now, at), tn__check_at(snap[i], at));
+            tn_array_assign(in[i], snap[i]);     /* the input as it was */
+        }
+        tn_array_free(now);
+    }
+    for (int o = 0; guard && !in_bad && o < no && r == TN_OK; o++) {
+        bool nan = false;
+        int64_t at = tn__check_nonfinite(out[o], &nan);
+        if (at < 0) continue;
+        size_t k = 0;
+        b[0] = 0;
+        for (int i = 0; i < ni && k < sizeof b - 1; i++)
+            k += (size_t)snprintf(b + k, sizeof b - k, "%s%s %s", i ? ", " : "", tn_dtype_name(in[i]->dtype),
+                                  tn__shape_str(in[i]->ndim, in[i]->shape, sb));
+        r = tn__err(TN_ERR_CHECK, "nan_guard: node %d made %s in output %d (%s %s) at %s from inputs without NaN or inf (%s)",
+                    v->id, nan ? "NaN" : "inf", o, tn_dtype_name(out[o]->dtype), tn__shape_str(out[o]->ndim, out[o]->shape, sb),
+                    tn__check_index(out[o], at, a), ni ? b : "none");
+    }
+done:
+    for (int i = 0; snap && i < ni; i++) tn_array_free(snap[i]);
+    tn__free(snap);
+    tn__free(was);
     return r;
 }
 

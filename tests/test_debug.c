@@ -243,6 +243,104 @@ TEST(test_shared_broadcastable) {
     tn_graph_free(g);
 }
 
+/* mode=check and nan_guard on CPU ops */
+
+static tn_result same_infer(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    out[0] = in[0];
+    return TN_OK;
+}
+/* out = 2 x; what else it does: op->user */
+enum { BEHAVE, WRITE_INPUT, WRONG_SHAPE, MAKE_NAN };
+static tn_result odd_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)why; (void)cap;
+    int how = *(const int *)op->user;
+    double *x = (double *)in[0]->data, *y = (double *)out[0]->data;
+    for (int64_t i = 0; i < tn_array_size(in[0]); i++) y[i] = how == MAKE_NAN && x[i] < 0 ? sqrt(x[i]) : 2 * x[i];
+    if (how == WRITE_INPUT) x[1] = -1;
+    if (how == WRONG_SHAPE) out[0]->shape[0] = 2;
+    return TN_OK;
+}
+
+/* Compiles odd(x) + 1 for the behaviour `how`; its call on [1, 2, 3] (or xs). */
+static tn_result run_odd(int how, tn_mode mode, const double *xs, tn_array **out, double *x_after) {
+    static int hows[4] = { BEHAVE, WRITE_INPUT, WRONG_SHAPE, MAKE_NAN };
+    tn_custom_op op = { .name = "odd", .n_inputs = 1, .n_outputs = 1, .infer = same_infer, .cpu = odd_cpu, .user = &hows[how] };
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *y = tn_add(tn_custom(g, &op, 1, &x), tn_scalar_const(g, 1.0));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y, .mode = mode, .name = "odd_f" });
+    tn_array *xv = tn_array_from_data(TN_F64, TN_SHAPE(3), xs ? xs : (const double[]){ 1, 2, 3 });
+    tn_result r = f ? tn_call(f, &xv, out) : tn_last_result();
+    *x_after = ((double *)xv->data)[1];
+    tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+    return r;
+}
+
+TEST(test_check_cpu_ops) {
+    tn_array *out = NULL;
+    double x1;
+    CHECK(run_odd(BEHAVE, TN_MODE_CHECK, NULL, &out, &x1) == TN_OK && out && tn_array_get(out, (int64_t[]){ 2 }) == 7.0,
+          "a well-behaved op passes: %s", tn_last_error());
+    tn_array_free(out); out = NULL;
+    /* an op writing an input it does not declare destroyed */
+    CHECK(run_odd(WRITE_INPUT, TN_MODE_FAST_RUN, NULL, &out, &x1) == TN_OK && x1 == -1, "unchecked, the write goes through");
+    tn_array_free(out); out = NULL;
+    CHECK(run_odd(WRITE_INPUT, TN_MODE_CHECK, NULL, &out, &x1) == TN_ERR_CHECK && !out, "mode=check catches the write");
+    CHECK_ERR(TN_ERR_CHECK, "odd_f: Custom{odd} (step 0 of");
+    CHECK_ERR(TN_ERR_CHECK, "wrote its input 0 (float64 (3,)) at (1,), which it does not declare destroyed (no inplace): -1, was 2");
+    CHECK(x1 == 2, "the input is restored: %g", x1);
+    /* an op leaving its output in another shape than its type */
+    CHECK(run_odd(WRONG_SHAPE, TN_MODE_CHECK, NULL, &out, &x1) == TN_ERR_CHECK && !out, "mode=check catches the shape");
+    CHECK_ERR(TN_ERR_CHECK, "Custom{odd} (step 0 of");
+    CHECK_ERR(TN_ERR_CHECK, "left output 0 as float64 (2,) strides (8,) where its type is TensorType(float64, (?,)) and the executor gave float64 (3,) strides (8,)");
+    /* NaN: only with nan_guard, and only from inputs without NaN */
+    CHECK(run_odd(MAKE_NAN, TN_MODE_CHECK, (const double[]){ 1, -4, 3 }, &out, &x1) == TN_OK, "NaN without nan_guard: %s", tn_last_error());
+    tn_array_free(out); out = NULL;
+    tn_config old = with_flags("nan_guard=1");
+    CHECK(run_odd(MAKE_NAN, TN_MODE_DEFAULT, (const double[]){ 1, -4, 3 }, &out, &x1) == TN_ERR_CHECK && !out, "nan_guard catches it");
+    CHECK_ERR(TN_ERR_CHECK, "odd_f: Custom{odd} (step 0 of");
+    CHECK_ERR(TN_ERR_CHECK, "nan_guard: node 1 made NaN in output 0 (float64 (3,)) at (1,) from inputs without NaN or inf (float64 (3,))");
+    CHECK(run_odd(MAKE_NAN, TN_MODE_DEFAULT, (const double[]){ NAN, -4, 3 }, &out, &x1) == TN_OK, "a NaN input may give NaN: %s", tn_last_error());
+    tn_array_free(out); out = NULL;
+    /* a library op: log(0) is -inf */
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32), *y = tn_log(x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+    tn_array *xv = tn_array_from_data(TN_F32, TN_SHAPE(2), (const float[]){ 1, 0 });
+    CHECK(f && tn_call(f, &xv, &out) == TN_ERR_CHECK, "log(0) under nan_guard");
+    CHECK_ERR(TN_ERR_CHECK, "made inf in output 0 (float32 (2,)) at (1,)");
+    tn_init(&old);
+    tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* Ordinary graphs give the same results under mode=check, inplace ops included. */
+TEST(test_check_same_results) {
+    tn_graph *g = tn_graph_new();
+    tn_var *a = tn_matrix(g, "a", TN_F64), *b = tn_matrix(g, "b", TN_F64), *v = tn_vector(g, "v", TN_F64);
+    tn_var *h = tn_tanh(tn_add(tn_dot(a, b), v));
+    tn_var *outs[3] = { tn_softmax(h, -1), tn_sum(tn_exp(tn_mul(h, h)), TN_AXES(1), false), tn_transpose(h, NULL) };
+    tn_var *ins[3] = { a, b, v };
+    tn_func *f[2];
+    for (int m = 0; m < 2; m++)
+        f[m] = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 3, .outputs = outs,
+                                               .mode = m ? TN_MODE_CHECK : TN_MODE_FAST_RUN });
+    tn_array *av = tn_array_rand_normal(TN_F64, TN_SHAPE(4, 5), 0, 1, 1), *bv = tn_array_rand_normal(TN_F64, TN_SHAPE(5, 3), 0, 1, 2);
+    tn_array *vv = tn_array_rand_normal(TN_F64, TN_SHAPE(3), 0, 1, 3), *args[3] = { av, bv, vv };
+    tn_array *res[2][3] = { { NULL } };
+    for (int m = 0; m < 2; m++) CHECK(f[m] && tn_call(f[m], args, res[m]) == TN_OK, "mode %d: %s", m, tn_last_error());
+    for (int k = 0; k < 3; k++)
+        CHECK(res[0][k] && res[1][k] && tn_array_nbytes(res[0][k]) == tn_array_nbytes(res[1][k]) &&
+              !memcmp(res[0][k]->data, res[1][k]->data, tn_array_nbytes(res[0][k])), "output %d identical", k);
+    for (int m = 0; m < 2; m++) { for (int k = 0; k < 3; k++) tn_array_free(res[m][k]); tn_function_free(f[m]); }
+    tn_array_free(av); tn_array_free(bv); tn_array_free(vv);
+    tn_graph_free(g);
+}
+
 int main(void) {
     TH_RUN(test_value_shape_error_at_build);
     TH_RUN(test_value_missing_and_shared);
@@ -250,5 +348,7 @@ int main(void) {
     TH_RUN(test_value_warn_and_off);
     TH_RUN(test_shared_borrow);
     TH_RUN(test_shared_broadcastable);
+    TH_RUN(test_check_cpu_ops);
+    TH_RUN(test_check_same_results);
     TH_END();
 }
