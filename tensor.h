@@ -162,7 +162,11 @@ typedef struct tn_config {
     bool allow_tf32;            /* allow_tf32=1 */
     bool no_cuda_graph;         /* cuda_graph=0 */
     bool trace_rewrites;        /* trace_rewrites=1: print each rewrite that fires */
+    bool nan_guard;             /* nan_guard=1: a call fails at the first op that makes a NaN or inf from
+                                   inputs that had none (Theano's NanGuardMode; the >>check_mode section) */
     tn_warn_raise assert_no_cpu_op;   /* assert_no_cpu_op=warn|raise */
+    tn_warn_raise compute_test_value; /* compute_test_value=off|warn|raise: constructors run each node on
+                                         its inputs' test values (tn_var_set_test_value) */
     int threads;                /* threads=N (0: one per core) */
     const char *cache_dir;      /* cache_dir=PATH */
     const char *contexts;       /* contexts=dev0->cuda0;dev1->cuda1 (the >>api_contexts section) */
@@ -327,6 +331,30 @@ TN_API tn_var *tn_shared(tn_graph *g, const char *name, const tn_array *value);
    shape is refused naming it, at compile time where the update's shape is
    known, else at the call (before any update is applied). */
 TN_API tn_var *tn_shared_fixed(tn_graph *g, const char *name, const tn_array *value);
+/* tn_shared with Theano's options; zeroed options (or NULL) are tn_shared.
+   borrow (Theano's borrow=True): no copy; the variable's value is a view of
+   the caller's array, whose buffer the library keeps a reference to (as a
+   view does; memory from tn_array_wrap stays the caller's to keep alive).
+   Updates and tn_shared_set_value write into that memory, after the call's
+   outputs are made, so the caller's array sees each new value (and a
+   borrowed output that aliases the variable sees it too); the caller's own
+   writes are seen by the next call (not during one). Its shape is the
+   array's for good: a new value of another shape is refused naming the
+   variable, before any update of the call is applied. It stays where the
+   array lives (a GPU function does not move a host array to the device;
+   its device ops read it through a transfer). The array may not broadcast
+   (a 0 stride on a dim over 1) nor be a function's borrowed output.
+   broadcastable (Theano's broadcastable=(False, True)): value->ndim flags;
+   each true dim has size 1 in the static type, broadcasts, and the
+   optimizer relies on it: a value, update or tn_shared_set_value whose size
+   there is not 1 is refused naming the variable and the shapes.
+   fixed_shape: as tn_shared_fixed. */
+typedef struct tn_shared_opts {
+    bool borrow;
+    const bool *broadcastable;     /* NULL: none fixed */
+    bool fixed_shape;
+} tn_shared_opts;
+TN_API tn_var *tn_shared_ex(tn_graph *g, const char *name, const tn_array *value, const tn_shared_opts *opts);
 TN_API const tn_array *tn_shared_get(tn_var *shared);      /* current value (may live on a device) */
 TN_API tn_array *tn_shared_get_value(tn_var *shared);      /* host copy the caller frees */
 TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value); /* same dtype and ndim */
@@ -338,6 +366,23 @@ TN_API int64_t tn_var_dim(const tn_var *v, int axis);
 TN_API const char *tn_var_name(const tn_var *v);
 TN_API tn_var *tn_var_set_name(tn_var *v, const char *name);
 TN_API tn_graph *tn_var_graph(const tn_var *v);
+
+/* Test values (Theano's compute_test_value flag: off, warn, raise). With
+   the flag on, every constructor runs its op's CPU kernel on its inputs'
+   test values as it records the node, so a shape error shows at build time,
+   naming the constructor and the values' shapes, though the static shapes
+   are unknown ("tn_dot: test values of shapes (3, 4) and (5, 2) do not
+   fit: ..."). An input's test value is set here (copied, converted to its
+   dtype; its rank and known dims must match); a shared variable's is its
+   current value, a constant's its value. warn logs a failure and records
+   the node without a test value; raise makes the constructor fail with the
+   error. An input without a test value is, as in Theano, an error naming it
+   under raise, a warning under warn (once per node built on it), and a node
+   built on it has none. Ops without a CPU kernel, and the step graphs of
+   tn_scan (built on placeholders), get none silently. Setting a value does
+   not recompute nodes already built. off (the default) computes nothing. */
+TN_API tn_var *tn_var_set_test_value(tn_var *v, const tn_array *value);   /* v, or NULL with the error */
+TN_API const tn_array *tn_var_test_value(const tn_var *v);   /* output 0's test value, or NULL (no error) */
 
 /* >>api_function --------------------------------------------------------- */
 
@@ -409,6 +454,9 @@ typedef enum tn_var_flags {
     TN_VAR_WEAK = 1 << 0,         /* scalar literal: adopts the dtype of what it meets */
     TN_VAR_NO_GRAD = 1 << 1,      /* tn_stop_gradient boundary */
     TN_VAR_FIXED_SHAPE = 1 << 2,  /* a shared variable whose shape may not change (tn_shared_fixed) */
+    TN_VAR_NO_TEST_VALUE = 1 << 3,  /* an inner graph's placeholder (scan's step) and what is built on it:
+                                       no test value, and none missed (compute_test_value) */
+    TN_VAR_BORROWED = 1 << 4,     /* a shared variable whose value is a view of the caller's array (tn_shared_ex) */
 } tn_var_flags;
 
 /* One node: an apply of `op` to `in`, or a leaf (input, constant, shared). A
@@ -429,6 +477,7 @@ struct tn_var {
     int device;                   /* placement: TN_HOST or a CUDA ordinal (set by the placement pass) */
     int ctx;                      /* context index + 1 (>>contexts); 0: none, it runs on its function's */
     int inplace;                  /* destroy map: 0 none; k+1: the output overwrites in[k]'s buffer */
+    tn_array **test_value;        /* compute_test_value: one host value per output (graph-owned), or NULL */
 };
 
 /* Graph internals shared with the other headers. */
@@ -1403,6 +1452,11 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             else if (!strcmp(v, "raise")) cfg->assert_no_cpu_op = TN_WR_RAISE;
             else if (!strcmp(v, "ignore") || !strcmp(v, "off")) cfg->assert_no_cpu_op = TN_WR_OFF;
             else ok = false;
+        } else if (!strcmp(k, "compute_test_value")) {
+            if (!strcmp(v, "warn")) cfg->compute_test_value = TN_WR_WARN;
+            else if (!strcmp(v, "raise")) cfg->compute_test_value = TN_WR_RAISE;
+            else if (!strcmp(v, "off")) cfg->compute_test_value = TN_WR_OFF;
+            else ok = false;
         } else if (!strcmp(k, "threads")) {
             char *end;
             long t = strtol(v, &end, 10);
@@ -1441,6 +1495,7 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
         TN__BOOL_FLAG("allow_gc", allow_gc)
         TN__BOOL_FLAG("allow_tf32", allow_tf32)
         TN__BOOL_FLAG("trace_rewrites", trace_rewrites)
+        TN__BOOL_FLAG("nan_guard", nan_guard)
 #undef TN__BOOL_FLAG
         else if (!strcmp(k, "cuda_graph")) { if ((ok = tn__flag_bool(v, &b))) cfg->no_cuda_graph = !b; }
         else { res = tn__err(TN_ERR_INVALID, "tn_parse_flags: unknown flag '%s'", k); break; }
@@ -1457,6 +1512,7 @@ static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
            a->launch_blocking == b->launch_blocking && a->print_kernels == b->print_kernels &&
            a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
+           a->compute_test_value == b->compute_test_value && a->nan_guard == b->nan_guard &&
            a->threads == b->threads && tn__str_same(a->cache_dir, b->cache_dir) &&
            tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas) &&
            tn__str_same(a->nvrtc_flags, b->nvrtc_flags) && tn__str_same(a->cuda_root, b->cuda_root) &&
@@ -4653,8 +4709,9 @@ struct tn_graph {
     tn__chunk *chunks;
     tn_var **vars;          /* every var, in creation order (index == id) */
     int nvars, cap_vars;
-    tn_array **owned;       /* values freed with the graph: constants, shared */
+    tn_array **owned;       /* values freed with the graph: constants, shared, test values */
     int nowned, cap_owned;
+    bool no_test_values;    /* a function's private graph: compute_test_value skips it */
 };
 
 TN_API tn_graph *tn_graph_new(void) {
@@ -4767,6 +4824,7 @@ static void tn__var_drop_last(tn_graph *g, tn_var *v) {
 static const char *tn__var_label_name(const tn_var *v) { return v && v->name ? v->name : ""; }
 
 static tn_result tn__op_table_status(const char *who);   /* the >>ops_table section */
+static tn_var *tn__tv_node(tn_var *v, const char *who);   /* the >>test_values section */
 
 /* Records a node with n_out outputs and infers its type(s); node->type is
    output 0 (multi-output nodes are read through tn__proj). */
@@ -4826,6 +4884,7 @@ TN_API tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, 
     v->type = outs[0];
     tn__free(types);
     if (tn__ctx_infer(v, who) != TN_OK) { tn__var_drop_last(g, v); return NULL; }
+    if (tn_get_config()->compute_test_value != TN_WR_OFF && !g->no_test_values) return tn__tv_node(v, who);
     return v;
 }
 
@@ -4974,27 +5033,62 @@ TN_API tn_var *tn_scalar_const(tn_graph *g, double value) {
     return v;
 }
 
-static tn_var *tn__shared_make(const char *fn, tn_graph *g, const char *name, const tn_array *value, bool fixed) {
+/* "(False, True)", Theano's spelling of a broadcastable pattern */
+static const char *tn__bcast_str(const tn_type *t, char buf[128]) {
+    size_t n = (size_t)snprintf(buf, 128, "(");
+    for (int d = 0; d < t->ndim && n < 100; d++)
+        n += (size_t)snprintf(buf + n, 128 - n, "%s%s", t->bcast[d] ? "True" : "False",
+                              d + 1 < t->ndim ? ", " : t->ndim == 1 ? "," : "");
+    snprintf(buf + n, 128 - n, ")");
+    return buf;
+}
+
+static tn_var *tn__shared_make(const char *fn, tn_graph *g, const char *name, const tn_array *value, const tn_shared_opts *o) {
     if (!g) { tn__err(TN_ERR_NULL, "%s: graph is NULL", fn); return NULL; }
     char who[160];
     snprintf(who, sizeof who, "%s '%s'", fn, name ? name : "");
     if (tn__check_value(value, who) != TN_OK) return NULL;
-    tn_array *c = tn__graph_copy_value(g, value, who);
+    bool fixed = o && o->fixed_shape, borrow = o && o->borrow;
+    const bool *pat = o ? o->broadcastable : NULL;
+    char sb[128];
+    for (int d = 0; pat && d < value->ndim; d++)
+        if (pat[d] && value->shape[d] != 1) {
+            tn__err(TN_ERR_SHAPE, "%s: dim %d is broadcastable but the value has shape %s", who, d,
+                    tn__shape_str(value->ndim, value->shape, sb));
+            return NULL;
+        }
+    if (borrow) {
+        bool bad = value->live_gen != NULL;
+        for (int d = 0; !bad && d < value->ndim; d++) bad = value->strides[d] == 0 && value->shape[d] > 1;
+        if (bad) {
+            tn__err(TN_ERR_INVALID, "%s: cannot borrow %s (updates write into the borrowed array)", who,
+                    value->live_gen ? "a function's borrowed output" : "a broadcast array (a 0 stride)");
+            return NULL;
+        }
+    }
+    tn_array *c = borrow ? tn_array_view(value) : tn__graph_copy_value(g, value, who);
+    if (borrow && (!c || !tn__graph_own(g, c))) {
+        tn_array_free(c);
+        tn__err(TN_ERR_OOM, "%s: out of memory", who);
+        return NULL;
+    }
     if (!c) return NULL;
     /* static type: dtype and rank fixed; sizes free to change by updates, or
-       known (broadcastable where 1) for a fixed shape */
+       known (broadcastable where 1) for a fixed shape; size 1 where the
+       pattern says */
     tn_type t;
     memset(&t, 0, sizeof t);
     t.dtype = c->dtype;
     t.ndim = c->ndim;
     for (int d = 0; d < t.ndim; d++) {
-        t.shape[d] = fixed ? c->shape[d] : -1;
-        t.bcast[d] = fixed && c->shape[d] == 1;
+        t.bcast[d] = (fixed && c->shape[d] == 1) || (pat && pat[d]);
+        t.shape[d] = fixed || t.bcast[d] ? c->shape[d] : -1;
     }
     tn_var *v = tn__leaf(g, TN_OP_SHARED, name, &t, who);
     if (!v) { tn__graph_disown(g, c); tn_array_free(c); return NULL; }
     v->value = c;
     if (fixed) v->flags |= TN_VAR_FIXED_SHAPE;
+    if (borrow) v->flags |= TN_VAR_BORROWED;
     tn__shvar *sh = (tn__shvar *)tn__graph_alloc(g, sizeof *sh);
     if (!sh) return NULL;
     if (pthread_mutex_init(&sh->mu, NULL) != 0) { tn__err(TN_ERR_OOM, "%s: cannot make its lock", who); return NULL; }
@@ -5004,26 +5098,40 @@ static tn_var *tn__shared_make(const char *fn, tn_graph *g, const char *name, co
 }
 
 TN_API tn_var *tn_shared(tn_graph *g, const char *name, const tn_array *value) {
-    return tn__shared_make("tn_shared", g, name, value, false);
+    return tn__shared_make("tn_shared", g, name, value, NULL);
 }
 
 TN_API tn_var *tn_shared_fixed(tn_graph *g, const char *name, const tn_array *value) {
-    return tn__shared_make("tn_shared_fixed", g, name, value, true);
+    tn_shared_opts o = { false, NULL, true };
+    return tn__shared_make("tn_shared_fixed", g, name, value, &o);
+}
+
+TN_API tn_var *tn_shared_ex(tn_graph *g, const char *name, const tn_array *value, const tn_shared_opts *opts) {
+    return tn__shared_make("tn_shared_ex", g, name, value, opts);
 }
 
 /* TN_ERR_SHAPE naming `who`, the variable and update `upd` (-1: the new
-   value) when `shape` is not the fixed shape of `shared`; unknown dims (-1,
-   compile time) pass. */
-static tn_result tn__shared_fixed_check(const tn_var *shared, int ndim, const int64_t *shape, const char *who, int upd) {
-    if (!(shared->flags & TN_VAR_FIXED_SHAPE)) return TN_OK;
-    for (int d = 0; d < ndim; d++)
-        if (shape[d] >= 0 && shape[d] != shared->type.shape[d]) {
-            char a[128], b[128], what[32] = "the new value";
-            if (upd >= 0) snprintf(what, sizeof what, "update %d", upd);
-            return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' has the fixed shape %s; %s has shape %s", who,
-                           tn__var_label_name(shared), tn__shape_str(shared->type.ndim, shared->type.shape, a), what,
-                           tn__shape_str(ndim, shape, b));
-        }
+   value) when `shape` breaks what `shared` fixes: its whole shape
+   (tn_shared_fixed), its broadcastable dims (size 1), or a borrowed
+   array's shape; unknown dims (-1, compile time) pass. */
+static tn_result tn__shared_shape_check(const tn_var *shared, int ndim, const int64_t *shape, const char *who, int upd) {
+    bool borrowed = (shared->flags & TN_VAR_BORROWED) && shared->value;
+    for (int d = 0; d < ndim; d++) {
+        int64_t want = borrowed ? shared->value->shape[d] : shared->type.shape[d];
+        if (shape[d] < 0 || want < 0 || shape[d] == want) continue;
+        char a[128], b[128], what[32] = "the new value";
+        const char *nm = tn__var_label_name(shared);
+        if (upd >= 0) snprintf(what, sizeof what, "update %d", upd);
+        tn__shape_str(ndim, shape, b);
+        if (shared->flags & TN_VAR_FIXED_SHAPE)
+            return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' has the fixed shape %s; %s has shape %s", who, nm,
+                           tn__shape_str(shared->type.ndim, shared->type.shape, a), what, b);
+        if (shared->type.shape[d] >= 0)
+            return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' has the broadcastable pattern %s (dim %d is 1); %s has shape %s",
+                           who, nm, tn__bcast_str(&shared->type, a), d, what, b);
+        return tn__err(TN_ERR_SHAPE, "%s: shared variable '%s' borrows the caller's array of shape %s, which keeps its shape; "
+                       "%s has shape %s", who, nm, tn__shape_str(shared->value->ndim, shared->value->shape, a), what, b);
+    }
     return TN_OK;
 }
 
@@ -5080,9 +5188,14 @@ TN_API tn_result tn_shared_set_value(tn_var *shared, const tn_array *value) {
                        name, tn_dtype_name(shared->type.dtype), shared->type.ndim, tn__shape_str(old->ndim, old->shape, a),
                        tn_dtype_name(value->dtype), value->ndim, tn__shape_str(value->ndim, value->shape, b));
     }
-    if ((r = tn__shared_fixed_check(shared, value->ndim, value->shape, "tn_shared_set_value", -1)) != TN_OK) return r;
+    if ((r = tn__shared_shape_check(shared, value->ndim, value->shape, "tn_shared_set_value", -1)) != TN_OK) return r;
     if (value == old) return TN_OK;
     if ((r = tn__shvar_enter(shared)) != TN_OK) return tn__err(r, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    if (shared->flags & TN_VAR_BORROWED) {            /* into the caller's memory (overlap handled) */
+        r = tn_array_assign(shared->value, value);
+        tn__shvar_leave(shared);
+        return r == TN_OK ? r : tn__err(r, "tn_shared_set_value '%s': %s", name, tn_last_error());
+    }
     tn_array *c = tn__copy_on(value, old->device);    /* a device-resident variable stays there */
     if (!c) {
         tn__shvar_leave(shared);
@@ -5116,6 +5229,182 @@ TN_API tn_var *tn_var_set_name(tn_var *v, const char *name) {
     return v;
 }
 TN_API tn_graph *tn_var_graph(const tn_var *v) { return v ? v->graph : NULL; }
+
+/* >>test_values: compute_test_value (the >>api_graph section's contract).
+   A node's values are host arrays the graph owns, one per output; a PROJ
+   shares its source's. */
+
+static const tn_array *tn__tv_of(const tn_var *x) {
+    if (x->op == TN_OP_SHARED || x->op == TN_OP_CONSTANT) return x->value;
+    return x->test_value ? x->test_value[0] : NULL;
+}
+
+TN_API const tn_array *tn_var_test_value(const tn_var *v) { return v ? tn__tv_of(v) : NULL; }
+
+TN_API tn_var *tn_var_set_test_value(tn_var *v, const tn_array *value) {
+    const char *W = "tn_var_set_test_value";
+    if (!v) { tn__err_null(W, "variable"); return NULL; }
+    const char *nm = tn__var_label_name(v);
+    if (v->op != TN_OP_INPUT) {
+        tn__err(TN_ERR_INVALID, "%s: '%s' is not an input (tn_input): a shared variable's or a constant's test value is "
+                "its value, and other nodes compute theirs", W, nm);
+        return NULL;
+    }
+    char who[160];
+    snprintf(who, sizeof who, "%s '%s'", W, nm);
+    if (tn__check_value(value, who) != TN_OK) return NULL;
+    bool fits = value->ndim == v->type.ndim;
+    for (int d = 0; fits && d < value->ndim; d++) fits = v->type.shape[d] < 0 || v->type.shape[d] == value->shape[d];
+    if (!fits) {
+        char a[160], b[128];
+        tn__err(TN_ERR_SHAPE, "%s: '%s' has type %s; the test value has shape %s", W, nm, tn__type_str(&v->type, a),
+                tn__shape_str(value->ndim, value->shape, b));
+        return NULL;
+    }
+    tn_array *h = value->device == TN_HOST ? NULL : tn_array_to_host(value);
+    tn_array *c = value->device != TN_HOST && !h ? NULL : tn_array_astype(h ? h : value, v->type.dtype);
+    tn_array_free(h);
+    if (!c) { tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "%s: %s", who, tn_last_error()); return NULL; }
+    if (!v->test_value && !(v->test_value = (tn_array **)tn__graph_alloc(v->graph, sizeof *v->test_value))) {
+        tn_array_free(c);
+        return NULL;
+    }
+    if (!tn__graph_own(v->graph, c)) { tn_array_free(c); tn__err(TN_ERR_OOM, "%s: out of memory", who); return NULL; }
+    if (v->test_value[0]) { tn__graph_disown(v->graph, v->test_value[0]); tn_array_free(v->test_value[0]); }
+    v->test_value[0] = c;
+    return v;
+}
+
+/* "of shapes (3, 4) and (5, 2)" */
+static void tn__tv_shapes(tn_array *const *a, int n, char *buf, size_t cap) {
+    size_t k = (size_t)snprintf(buf, cap, "of shape%s ", n == 1 ? "" : "s");
+    char sb[128];
+    for (int i = 0; i < n && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%s", i == 0 ? "" : i + 1 == n ? " and " : ", ",
+                              tn__shape_str(a[i]->ndim, a[i]->shape, sb));
+}
+
+/* Runs v's CPU kernel on its inputs' test values (all present); the error
+   names `who` and the values' shapes. */
+static tn_result tn__tv_compute(tn_var *v, const tn_op_def *def, const char *who) {
+    int ni = v->n_in, no = v->n_out;
+    tn_array **arr = (tn_array **)tn__calloc((size_t)(2 * ni + no) + 1, sizeof *arr);
+    tn_type *types = (tn_type *)tn__calloc((size_t)(ni + no) + 1, sizeof *types);
+    tn_array **ins = arr, **copies = arr + ni, **outs = arr + 2 * ni;
+    tn_array view;
+    tn_result r = TN_OK;
+    char shapes[400], lb[160];
+    if (!arr || !types) { r = tn__err(TN_ERR_OOM, "%s: out of memory for test values", who); goto done; }
+    for (int i = 0; i < ni && r == TN_OK; i++) {
+        const tn_array *a = tn__tv_of(v->in[i]);
+        if (a->device != TN_HOST && !(a = copies[i] = tn_array_to_host(a)))
+            r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "%s: input %d's test value: %s", who, i, tn_last_error());
+        ins[i] = (tn_array *)a;
+        if (a) {
+            types[i] = tn__type_of_array(a);
+            for (int d = 0; d < a->ndim; d++) types[i].bcast[d] = v->in[i]->type.bcast[d] || a->shape[d] == 1;
+        }
+    }
+    if (r != TN_OK) goto done;
+    tn__tv_shapes(ins, ni, shapes, sizeof shapes);
+    if ((r = def->infer(v, types, types + ni)) != TN_OK) {
+        const char *m = tn_last_error();
+        size_t n = strlen(who);
+        if (!strncmp(m, who, n) && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+        r = tn__err(r, "%s: test values %s do not fit: %s", who, shapes, m);
+        goto done;
+    }
+    for (int k = 0; k < no; k++) {
+        const tn_type *t = &types[ni + k], *stat = k == 0 ? &v->type : NULL;
+        bool bad = stat && (t->dtype != stat->dtype || t->ndim != stat->ndim);
+        for (int d = 0; stat && !bad && d < stat->ndim; d++) bad = stat->shape[d] >= 0 && stat->shape[d] != t->shape[d];
+        if (bad) {
+            char sb[160];
+            r = tn__err(TN_ERR_SHAPE, "%s: from test values %s the op computes %s where its type rule promised %s", who, shapes,
+                        tn__type_str(t, lb), tn__type_str(stat, sb));
+            goto done;
+        }
+        if (def->kind == TN_OPK_VIEW && k == 0) {     /* points into the input: copied below */
+            memset(&view, 0, sizeof view);
+            view.dtype = t->dtype;
+            view.ndim = t->ndim;
+            for (int d = 0; d < t->ndim; d++) view.shape[d] = t->shape[d];
+            tn__contiguous_strides(view.dtype, view.ndim, view.shape, view.strides);
+            view.base = ins[0]->base;
+            view.data = ins[0]->data;
+            view.device = TN_HOST;
+            outs[k] = &view;
+        } else if (!(outs[k] = tn__array_alloc(t->dtype, t->ndim, t->shape, TN_HOST))) {
+            r = tn__err(TN_ERR_OOM, "%s: out of memory for a test value %s", who, tn__type_str(t, lb));
+            goto done;
+        }
+    }
+    if ((r = def->cpu(v, ins, outs)) != TN_OK) {
+        r = tn__err(r, "%s: computing the test value from test values %s: %s", who, shapes, tn_last_error());
+        goto done;
+    }
+    if (no > 0 && outs[0] == &view && !(outs[0] = tn_array_copy(&view))) {
+        r = tn__err(TN_ERR_OOM, "%s: out of memory for a test value", who);
+        goto done;
+    }
+    if (!(v->test_value = (tn_array **)tn__graph_alloc(v->graph, (size_t)no * sizeof *v->test_value))) { r = tn_last_result(); goto done; }
+    for (int k = 0; k < no; k++) {
+        if (!tn__graph_own(v->graph, outs[k])) { r = tn__err(TN_ERR_OOM, "%s: out of memory", who); break; }
+        v->test_value[k] = outs[k];
+        outs[k] = NULL;
+    }
+    if (r != TN_OK) v->test_value = NULL;    /* the owned ones go with the graph */
+done:
+    if (arr) {
+        for (int k = 0; k < no; k++) if (outs[k] != &view) tn_array_free(outs[k]);
+        for (int i = 0; i < ni; i++) tn_array_free(copies[i]);
+    }
+    tn__free(arr);
+    tn__free(types);
+    return r;
+}
+
+/* The last step of every constructor while compute_test_value is on: v,
+   with its test values, or NULL (raise) with the error. */
+static tn_var *tn__tv_node(tn_var *v, const char *who) {
+    tn_warn_raise mode = tn_get_config()->compute_test_value;
+    for (int i = 0; i < v->n_in; i++)
+        if (v->in[i]->flags & TN_VAR_NO_TEST_VALUE) { v->flags |= TN_VAR_NO_TEST_VALUE; return v; }
+    const tn_op_def *def = tn__op_def(v->op);
+    if (v->op != TN_OP_PROJ && (!def || !def->cpu)) return v;      /* no CPU kernel: no test value */
+    for (int i = 0; i < v->n_in; i++) {
+        const tn_var *x = v->in[i];
+        if (tn__tv_of(x)) continue;
+        if (mode == TN_WR_RAISE) {
+            tn__err(TN_ERR_INVALID, "%s: input %d ('%s') has no test value (compute_test_value=raise; give it one with "
+                    "tn_var_set_test_value)", who, i, tn__var_label_name(x));
+            tn__var_drop_last(v->graph, v);
+            return NULL;
+        }
+        if (tn__op_kind(x->op) == TN_OPK_LEAF)     /* a node without one: its own cause was said */
+            tn__warn("%s: input %d ('%s') has no test value (compute_test_value=warn): the node gets none", who, i,
+                     tn__var_label_name(x));
+        return v;
+    }
+    if (v->op == TN_OP_PROJ) {
+        tn_array **one = (tn_array **)tn__graph_alloc(v->graph, sizeof *one);
+        if (!one) { tn__var_drop_last(v->graph, v); return NULL; }
+        one[0] = v->in[0]->test_value[tn__p_proj_index(&v->p)];
+        v->test_value = one;
+        return v;
+    }
+    /* warn: the error goes to the log, this thread's last error stays as it was */
+    tn_result saved_r = tn__last_result, saved_null = tn__null_cause;
+    char saved[sizeof tn__last_msg];
+    if (mode == TN_WR_WARN) memcpy(saved, tn__last_msg, sizeof saved);
+    if (tn__tv_compute(v, def, who) == TN_OK) return v;
+    if (mode == TN_WR_RAISE) { tn__var_drop_last(v->graph, v); return NULL; }
+    tn__warn("%s (compute_test_value=warn: the node gets no test value)", tn__last_msg);
+    memcpy(tn__last_msg, saved, sizeof saved);
+    tn__last_result = saved_r;
+    tn__null_cause = saved_null;
+    return v;
+}
 
 /* >>toposort ----------------------------------------------------------- */
 
@@ -5252,6 +5541,7 @@ struct tn_func {
     const tn_backend *backend;
     struct tn__prof *prof;              /* profiler (the >>profile section); NULL when off */
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
+    unsigned char checks;               /* TN__CHECK_* it runs each step with (0: none) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
     struct tn__replay_cache *rcache;    /* captured CUDA graphs (the >>replay section); NULL until used */
     tn__atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
@@ -5323,6 +5613,7 @@ static void tn__prof_step(tn_func *f, int k, double t0);
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
 static void tn__prof_finish(tn_func *f);
 /* The >>replay and >>check_mode sections. */
+enum { TN__CHECK_MODE = 1, TN__CHECK_NAN = 2 };
 static void tn__replay_drop(tn_func *f);
 static void tn__replay_free(tn_func *f);
 static tn_result tn__replay_run(tn_func *f);
@@ -6392,7 +6683,7 @@ static tn_var *tn__scan_clone(tn_var *v, tn_var *const *map) {
     tn_var *c = v->op == TN_OP_PROJ ? tn__proj(ins[0], tn__p_proj_index(&v->p))
                                     : tn__node_multi(v->graph, v->op, v->n_in, ins, &v->p, v->ext, v->n_out, "tn_scan");
     if (ins != ins_s) tn__free(ins);
-    if (c) { c->flags = v->flags; c->name = v->name; }
+    if (c) { c->flags = (v->flags & ~(unsigned)TN_VAR_NO_TEST_VALUE) | (c->flags & TN_VAR_NO_TEST_VALUE); c->name = v->name; }
     return c;
 }
 
@@ -6467,8 +6758,9 @@ static tn_result tn__scan_hoist(tn__scan_b *b, int first_id) {
         char nm[96];
         snprintf(nm, sizeof nm, "%s", x->name ? x->name : "hoisted");
         tn_var *ph = tn_input(b->g, nm, x->type.dtype, x->type.ndim, x->type.shape, x->type.bcast);
-        if (!ph) r = tn_last_result();
-        else if ((r = tn__scan_add_ns(b, outer, ph)) == TN_OK) map2[x->id] = ph;
+        if (!ph) { r = tn_last_result(); continue; }
+        ph->flags |= TN_VAR_NO_TEST_VALUE;
+        if ((r = tn__scan_add_ns(b, outer, ph)) == TN_OK) map2[x->id] = ph;
     }
     for (int i = 0; i < ni && r == TN_OK; i++) {
         if (inv[inner[i]->id] != 2) continue;
@@ -6664,6 +6956,7 @@ static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
             else snprintf(nm, sizeof nm, "%s[t]", tn__scan_vname(q->var));
             tn_var *p = tn_input(b->g, nm, row.dtype, row.ndim, row.shape, row.bcast);
             if (!p) return tn_last_result();
+            p->flags |= TN_VAR_NO_TEST_VALUE;
             s->ph[s->n_ph++] = p;
         }
     }
@@ -6686,6 +6979,7 @@ static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
             snprintf(nm, sizeof nm, "%s[t%+d]", o->init->name ? o->init->name : "out", s->tap[s->out_off[k] + j]);
             tn_var *p = tn_input(b->g, nm, st.dtype, st.ndim, st.shape, st.bcast);
             if (!p) return tn_last_result();
+            p->flags |= TN_VAR_NO_TEST_VALUE;
             s->ph[s->n_ph++] = p;
         }
     }
@@ -6694,6 +6988,7 @@ static tn_result tn__scan_setup(tn__scan_b *b, const tn_scan_desc *d) {
         tn_var *v = d->non_sequences[i];
         tn_var *p = tn_input(b->g, v->name ? v->name : "non_seq", v->type.dtype, v->type.ndim, v->type.shape, v->type.bcast);
         if (!p) return tn_last_result();
+        p->flags |= TN_VAR_NO_TEST_VALUE;
         tn_result r = tn__scan_add_ns(b, v, p);
         if (r != TN_OK) return r;
     }
@@ -6871,6 +7166,7 @@ static tn_result tn__scan_build_grad(tn__scan *s) {
         snprintf(nm, sizeof nm, "d_out%d", k);
         tn_var *gp = tn_input(s->g, nm, y->type.dtype, y->type.ndim, NULL, y->type.bcast);
         if (!gp) { r = tn_last_result(); goto done; }
+        gp->flags |= TN_VAR_NO_TEST_VALUE;
         b->g_of_out[k] = b->n_ph;
         b->ph[b->n_ph++] = gp;
         kv[nk++] = y;
@@ -9156,6 +9452,7 @@ static tn_result tn__vg_setup(tn__vg *v) {
     const tn_verify_grad_desc *d = v->d;
     int n = d->n_inputs;
     if (!(v->g = tn_graph_new())) return tn_last_result() ? tn_last_result() : TN_ERR_OOM;
+    v->g->no_test_values = true;
     v->x = (tn_array **)tn__calloc((size_t)n, sizeof(tn_array *));
     v->in = (tn_var **)tn__calloc((size_t)n, sizeof(tn_var *));
     if (!v->x || !v->in) return tn__err(TN_ERR_OOM, "tn_verify_grad: out of memory");
@@ -9467,7 +9764,7 @@ static tn_result tn__check_desc(tn_graph *g, const tn_func_desc *d) {
         for (int j = 0; j < i; j++)
             if (d->updates[j].shared == s)
                 return tn__err(TN_ERR_UPDATE, "%s: shared variable '%s' is updated twice (updates %d and %d)", W, tn__var_label_name(s), j, i);
-        if (tn__shared_fixed_check(s, v->type.ndim, v->type.shape, W, i) != TN_OK) return tn__err(TN_ERR_UPDATE, "%s", tn_last_error());
+        if (tn__shared_shape_check(s, v->type.ndim, v->type.shape, W, i) != TN_OK) return tn__err(TN_ERR_UPDATE, "%s", tn_last_error());
     }
     if (d->n_givens < 0 || (d->n_givens > 0 && !d->givens))
         return tn__err(d->n_givens < 0 ? TN_ERR_INVALID : TN_ERR_NULL, "%s: n_givens is %d but givens is %s", W, d->n_givens, d->givens ? "set" : "NULL");
@@ -9793,6 +10090,7 @@ static tn_result tn__stateful_updates(tn_graph *g, const tn_func_desc *d, tn_upd
 static tn_result tn__func_optimize(tn_func *f, const tn_func_desc *d, tn_var *const *uroots, int n_roots) {
     tn_mode mode = d->mode != TN_MODE_DEFAULT ? d->mode : tn_get_config()->mode;
     f->mode = mode;
+    f->checks = (unsigned char)((mode == TN_MODE_CHECK ? TN__CHECK_MODE : 0) | (tn_get_config()->nan_guard ? TN__CHECK_NAN : 0));
     if (tn_get_config()->profile_trace) (void)tn__trace_on();    /* the trace starts before the compile's first event */
     double t_opt = tn__prof_now();
     tn_place_args pa = { d->n_outputs, f->upd_user, 64, true, 0 };
@@ -9842,6 +10140,7 @@ TN_API tn_func *tn_function(tn_graph *g, const tn_func_desc *d) {
     int n_roots = no + nu;
     f->n_inputs = ni; f->n_outputs = no; f->n_updates = nu;
     f->fg = tn_graph_new();
+    if (f->fg) f->fg->no_test_values = true;
     f->in_slot = (int *)tn__calloc((size_t)ni + 1, sizeof *f->in_slot);
     f->in_type = (tn_type *)tn__calloc((size_t)ni + 1, sizeof *f->in_type);
     f->in_name = (const char **)tn__calloc((size_t)ni + 1, sizeof *f->in_name);
@@ -10272,7 +10571,7 @@ static tn_result tn__run_steps(tn_func *f) {
 /* The shared value can take the update's buffer, and give its own buffer
    (big enough for the plan) to the function in exchange. */
 static bool tn__can_swap(const tn_func *f, int u) {
-    if (!f->upd_swappable[u]) return false;
+    if (!f->upd_swappable[u] || (f->upd_user[u]->flags & TN_VAR_BORROWED)) return false;
     const tn__slot *sl = &f->slots[f->upd_slot[u]];
     const tn_array *S = f->upd_user[u]->value;
     const tn__phys *p = &f->phys[sl->phys];
@@ -10292,7 +10591,7 @@ static tn_result tn__apply_updates(tn_func *f) {
     bool host = false;
     for (int u = 0; u < nu; u++) {         /* fixed shapes first: all updates or none */
         const tn_array *nv = f->slotp[f->upd_slot[u]];
-        tn_result r = tn__shared_fixed_check(f->upd_user[u], nv->ndim, nv->shape, f->name, u);
+        tn_result r = tn__shared_shape_check(f->upd_user[u], nv->ndim, nv->shape, f->name, u);
         if (r != TN_OK) return r;
         host |= nv->device == TN_HOST;
     }
@@ -10309,6 +10608,18 @@ static tn_result tn__apply_updates(tn_func *f) {
     }
     for (int u = 0; u < nu; u++) {
         tn_array *S = f->upd_user[u]->value;
+        if (f->upd_new[u] && (f->upd_user[u]->flags & TN_VAR_BORROWED)) {
+            /* written into the caller's array (a fresh copy: no overlap) */
+            tn_array *nv = f->upd_new[u];
+            if (S->device == TN_HOST) tn__copy_strided(S->dtype, S->data, S->strides, nv->dtype, nv->data, nv->strides, S->ndim, S->shape);
+            else if (tn_array_assign(S, nv) != TN_OK) {
+                for (int j = u; j < nu; j++) { tn_array_free(f->upd_new[j]); f->upd_new[j] = NULL; }
+                return tn__err(tn_last_result(), "%s: update %d ('%s'): %s", f->name, u, tn__var_label_name(f->upd_user[u]), tn_last_error());
+            }
+            tn_array_free(nv);
+            f->upd_new[u] = NULL;
+            continue;
+        }
         if (f->upd_new[u]) {
             /* swap contents so tn_shared_get pointers stay valid; the old value may
                back a borrowed output of this call: keep it until the next one */
@@ -10555,6 +10866,7 @@ static const char *tn__replay_blocker(const tn_func *f) {
     if (c->launch_blocking) return "launch_blocking=1";
     if (f->prof) return "profiled";
     if (f->mode == TN_MODE_CHECK) return "mode=check";
+    if (f->checks & TN__CHECK_NAN) return "nan_guard=1";
     return NULL;
 }
 
@@ -10722,10 +11034,22 @@ TN_API void tn__replay_stats(const tn_func *f, int64_t *replays, int64_t *captur
    error of an element is |device - cpu| / max(|cpu|, rms(cpu), floor): the
    relative error, or for elements small next to the output's typical size
    (sums that cancel) the error relative to that size. Slow by design: each
-   step waits for the device. Graph replay is off in this mode. */
+   step waits for the device. Graph replay is off in this mode.
+   CPU ops (Theano's DebugMode checks): each input is copied before the op
+   runs and compared after, so an op that writes an input its destroy map
+   (node->inplace) does not name fails the call (the input is restored);
+   each output must keep the dtype, shape, strides and buffer the executor
+   gave it (its type). nan_guard=1 (Theano's NanGuardMode; any mode, CPU
+   and device steps) fails the call at the first op that makes a NaN or
+   inf from inputs that had none: a separate flag, since some graphs make
+   inf on purpose. Errors are TN_ERR_CHECK naming the node, the input or
+   output, its shape and the first element. */
 
-static bool tn__check_wanted(const tn_func *f, const tn__step *st) {
-    if (f->mode != TN_MODE_CHECK || st->view || st->node->device == TN_HOST || !st->def->cpu) return false;
+static bool tn__check_wanted(const tn_func *f, const tn__step *st) { return f->checks && !st->view; }
+
+/* A device op mode=check compares with its CPU kernel. */
+static bool tn__check_device(const tn_func *f, const tn__step *st) {
+    if (!(f->checks & TN__CHECK_MODE) || st->node->device == TN_HOST || !st->def->cpu) return false;
     return f->backend && st->brow && tn__op_kind(st->node->op) != TN_OPK_TRANSFER;
 }
 
@@ -10795,8 +11119,7 @@ static tn_result tn__check_report(const tn__step *st, tn_array *const *in, const
 }
 
 /* Runs one device step, then its CPU kernel on host copies, and compares. */
-static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
-    (void)f;
+static tn_result tn__check_device_step(const tn__step *st, tn_array *const *in, tn_array *const *out) {
     tn_var *v = st->node;
     int ni = st->n_in, no = st->n_out;
     tn_array **h = (tn_array **)tn__calloc((size_t)(ni + no) + 1, sizeof *h), **hout = h ? h + ni : NULL;
@@ -10820,6 +11143,115 @@ static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const 
     }
     for (int i = 0; i < ni + no; i++) tn_array_free(h[i]);
     tn__free(h);
+    return r;
+}
+
+/* Index of a's first NaN or inf (C order), -1 for none or a non-float
+   dtype; *nan says which. Device arrays are read through a host copy. */
+static int64_t tn__check_nonfinite(const tn_array *a, bool *nan) {
+    if (!tn_dtype_is_float(a->dtype) || tn_array_size(a) == 0) return -1;
+    tn_array *h = tn_array_astype(a, TN_F64);
+    if (!h) return -1;
+    int64_t n = tn_array_size(h), at = -1;
+    const double *x = (const double *)h->data;
+    for (int64_t i = 0; i < n && at < 0; i++) if (!isfinite(x[i])) { at = i; *nan = isnan(x[i]); }
+    tn_array_free(h);
+    return at;
+}
+
+static void tn__check_unravel(const tn_array *a, int64_t flat, int64_t *idx) {
+    for (int d = a->ndim - 1; d >= 0; d--) { idx[d] = a->shape[d] ? flat % a->shape[d] : 0; flat = a->shape[d] ? flat / a->shape[d] : 0; }
+}
+static const char *tn__check_index(const tn_array *a, int64_t flat, char buf[128]) {
+    int64_t idx[TN_MAX_DIMS];
+    tn__check_unravel(a, flat, idx);
+    return tn__shape_str(a->ndim, idx, buf);
+}
+static double tn__check_at(const tn_array *a, int64_t flat) {
+    int64_t idx[TN_MAX_DIMS];
+    tn__check_unravel(a, flat, idx);
+    return tn_array_get(a, idx);
+}
+
+/* "float32 (3, 4) strides (16, 4)" */
+static const char *tn__check_layout(const tn_array *a, char buf[300]) {
+    char sb[128], tb[128];
+    snprintf(buf, 300, "%s %s strides %s", (unsigned)a->dtype < TN_DTYPE_COUNT ? tn_dtype_name(a->dtype) : "?",
+             tn__shape_str(a->ndim >= 0 && a->ndim <= TN_MAX_DIMS ? a->ndim : 0, a->shape, sb),
+             tn__shape_str(a->ndim >= 0 && a->ndim <= TN_MAX_DIMS ? a->ndim : 0, a->strides, tb));
+    return buf;
+}
+
+/* A step under mode=check or nan_guard (the section's opening comment;
+   tn__steps prefixes the function, the op's label and the step). */
+static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out) {
+    tn_var *v = st->node;
+    int ni = st->n_in, no = st->n_out;
+    bool dev = tn__check_device(f, st), host = (f->checks & TN__CHECK_MODE) && !st->brow;
+    bool guard = (f->checks & TN__CHECK_NAN) != 0, in_bad = false;
+    tn_array **snap = NULL, *was = NULL;
+    tn_result r = TN_OK;
+    char a[300], b[300], sb[128];
+    for (int i = 0; guard && !in_bad && i < ni; i++) { bool nan; in_bad = tn__check_nonfinite(in[i], &nan) >= 0; }
+    if (host) {      /* each input the op may not write, and each output's layout, as they were */
+        snap = (tn_array **)tn__calloc((size_t)ni + 1, sizeof *snap);
+        was = (tn_array *)tn__calloc((size_t)no + 1, sizeof *was);
+        if (!snap || !was) { r = tn__err(TN_ERR_OOM, "mode=check: out of memory"); goto done; }
+        for (int o = 0; o < no; o++) was[o] = *out[o];
+        for (int i = 0; i < ni; i++) {
+            bool written = false;     /* the destroy map's input, or one sharing an output's buffer */
+            for (int o = 0; o < no && !written; o++) written = in[i]->base && in[i]->base == out[o]->base;
+            if (written || in[i]->device != TN_HOST || tn_array_size(in[i]) == 0) continue;
+            if (!(snap[i] = tn_array_copy(in[i]))) { r = tn__err(TN_ERR_OOM, "mode=check: out of memory copying input %d", i); goto done; }
+        }
+    }
+    r = dev ? tn__check_device_step(st, in, out) : st->brow ? st->brow->run(v, st->bstate, in, out) : st->def->cpu(v, in, out);
+    if (r != TN_OK) goto done;
+    for (int o = 0; host && o < no && r == TN_OK; o++) {
+        const tn_array *x = out[o], *w = &was[o];
+        bool same = x->dtype == w->dtype && x->ndim == w->ndim && x->data == w->data;
+        for (int d = 0; same && d < w->ndim; d++) same = x->shape[d] == w->shape[d] && x->strides[d] == w->strides[d];
+        if (same) continue;
+        char tb[160];
+        r = tn__err(TN_ERR_CHECK, "mode=check: node %d left output %d as %s%s where its type is %s and the executor gave %s",
+                    v->id, o, tn__check_layout(x, a), x->data != w->data ? " at another address" : "",
+                    o == 0 ? tn__type_str(&v->type, tb) : "its planned type", tn__check_layout(w, b));
+        *out[o] = *w;                   /* the executor's array again, for later calls */
+    }
+    for (int i = 0; host && i < ni && r == TN_OK; i++) {
+        if (!snap[i]) continue;
+        tn_array *now = tn_array_copy(in[i]);
+        if (!now) { r = tn__err(TN_ERR_OOM, "mode=check: out of memory copying input %d", i); break; }
+        size_t es = tn_dtype_size(now->dtype);
+        int64_t n = tn_array_size(now), at = -1;
+        for (int64_t k = 0; k < n && at < 0; k++)
+            if (memcmp((const char *)now->data + k * (int64_t)es, (const char *)snap[i]->data + k * (int64_t)es, es)) at = k;
+        if (at >= 0) {
+            r = tn__err(TN_ERR_CHECK, "mode=check: node %d wrote its input %d (%s %s) at %s, which it does not declare "
+                        "destroyed (no inplace): %.9g, was %.9g", v->id, i, tn_dtype_name(now->dtype),
+                        tn__shape_str(now->ndim, now->shape, sb), tn__check_index(now, at, a),
+                        tn__check_at(now, at), tn__check_at(snap[i], at));
+            tn_array_assign(in[i], snap[i]);     /* the input as it was */
+        }
+        tn_array_free(now);
+    }
+    for (int o = 0; guard && !in_bad && o < no && r == TN_OK; o++) {
+        bool nan = false;
+        int64_t at = tn__check_nonfinite(out[o], &nan);
+        if (at < 0) continue;
+        size_t k = 0;
+        b[0] = 0;
+        for (int i = 0; i < ni && k < sizeof b - 1; i++)
+            k += (size_t)snprintf(b + k, sizeof b - k, "%s%s %s", i ? ", " : "", tn_dtype_name(in[i]->dtype),
+                                  tn__shape_str(in[i]->ndim, in[i]->shape, sb));
+        r = tn__err(TN_ERR_CHECK, "nan_guard: node %d made %s in output %d (%s %s) at %s from inputs without NaN or inf (%s)",
+                    v->id, nan ? "NaN" : "inf", o, tn_dtype_name(out[o]->dtype), tn__shape_str(out[o]->ndim, out[o]->shape, sb),
+                    tn__check_index(out[o], at, a), ni ? b : "none");
+    }
+done:
+    for (int i = 0; snap && i < ni; i++) tn_array_free(snap[i]);
+    tn__free(snap);
+    tn__free(was);
     return r;
 }
 

@@ -4926,7 +4926,8 @@ static tn_result tn__place_update_targets(tn_var **order, int n, tn_var **roots,
         tn_var *user = targets[u], *val = roots[n_out + u];
         if (val->op == TN_OP_PROJ && val->n_in == 1) val = val->in[0];   /* an output of a multi-output kernel */
         tn_op_kind k = tn__op_kind(val->op);
-        if (!user || user->op != TN_OP_SHARED || !user->value || k == TN_OPK_LEAF || k == TN_OPK_VIEW || val->device == TN_HOST)
+        if (!user || user->op != TN_OP_SHARED || !user->value || k == TN_OPK_LEAF || k == TN_OPK_VIEW || val->device == TN_HOST ||
+            (user->flags & TN_VAR_BORROWED))     /* a borrowed array stays where the caller keeps it */
             continue;
         tn_var *clone = NULL;   /* the target's leaf in this graph, when the function reads it */
         for (int i = 0; i < n && !clone; i++)
@@ -4989,6 +4990,7 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
         tn_var *v = order[i];
         if (v->op != TN_OP_SHARED || v->device != TN_HOST || host_reader[v->id] || !v->ext) continue;
         tn_var *user = (tn_var *)v->ext;
+        if (user->flags & TN_VAR_BORROWED) continue;     /* read through a transfer */
         int to = v->ctx > 0 ? tn__place_ctx_dev(&P, v) : rdev[v->id] >= 0 ? rdev[v->id] : P.dev;
         if (to != TN_HOST && (r = tn__place_move_shared(user, to)) == TN_OK) v->device = to;
     }
@@ -5517,7 +5519,8 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
         if (k == 0) { P->shared[i] = s; continue; }
         tn_array *v = tn_shared_get_value(s);
         snprintf(nm, sizeof nm, "%s@%s", s->name ? s->name : "shared", cname);
-        P->shared[i] = !v ? NULL : (s->flags & TN_VAR_FIXED_SHAPE) ? tn_shared_fixed(g, nm, v) : tn_shared(g, nm, v);
+        tn_shared_opts so = { false, s->type.bcast, (s->flags & TN_VAR_FIXED_SHAPE) != 0 };   /* a copy, same type */
+        P->shared[i] = !v ? NULL : tn_shared_ex(g, nm, v, &so);
         tn_array_free(v);
         if (!P->shared[i]) r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "%s: replicating shared variable '%s': %s", W,
                                        tn__var_label_name(s), tn_last_error());
@@ -5540,6 +5543,7 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
             const tn_type *t = &rd->grads[i]->type;
             snprintf(nm, sizeof nm, "sum of gradient %d", i);
             if (!(ph[i] = tn_input(g, nm, t->dtype, t->ndim, t->shape, t->bcast))) { r = tn_last_result(); break; }
+            ph[i]->flags |= TN_VAR_NO_TEST_VALUE;    /* compute_test_value: nothing to compute here */
             if (R->dev_grads) ph[i]->device = P->dev;     /* device-resident: f2 reads the sums in place */
             from[i] = rd->grads[i];
             to[i] = ph[i];
