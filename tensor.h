@@ -763,6 +763,10 @@ TN_API const tn_op_def *tn__op_def(int op);
 TN_API tn_op_kind tn__op_kind(int op);
 TN_API const tn_ew_info *tn__ew_info(int op);                  /* NULL for non-elementwise ops */
 TN_API tn_ew_program *tn__ew_program_of(tn_var *node);         /* one-instruction program of an elementwise node (graph arena) */
+/* The float kernels of exp, log, tanh, ... (tensor_ops.h >>vmath) for instruction set
+   level `want` (0 SSE2, 1 AVX2+FMA, 2 AVX-512F; at most what this CPU has) or, for -1,
+   the best; returns the level now in effect. For tests. */
+TN_API int tn__vm_level(int want);
 TN_API const char *tn__scalar_helpers_source(void);            /* TN__SCALAR_HELPERS as text, for generated kernels */
 TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap);   /* cumsum/cumprod as CUDA C (tensor_ops.h >>cum_cuda); -1: no kernel */
 /* Gather/scatter (mode 0 gather, 1 set, 2 add) and sort kernels as CUDA C (tensor_ops.h >>index_cuda); -1: no kernel. */
@@ -1077,6 +1081,7 @@ static struct tn__lib {
     TN__ATOMIC(uint_fast64_t) shared_seq;       /* lock order of shared variables (>>shared_locks) */
     pthread_mutex_t handles_mu;            /* freed function blocks, oldest first (>>func_handles) */
     tn_func *freed_funcs, *freed_funcs_tail;
+    TN__ATOMIC(int) vm_level;              /* the >>vmath kernels: 0 the CPU's best, else 1 + the level tests forced */
 } tn__lib = {
     .init_mu = PTHREAD_MUTEX_INITIALIZER,
     .log_mu = PTHREAD_MUTEX_INITIALIZER,

@@ -1190,6 +1190,212 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
     tn__ew_casts[t][TN__CT_D](1, out, &v, NULL, NULL);
 }
 
+/* >>vmath: exp, expm1, log, log1p, tanh, sigmoid, softplus in float32 ------ */
+/* libm's expf is one call per element, and no compiler vectorises a loop of
+   libm calls without -ffast-math. These are branch-free (selects, not jumps;
+   float <-> bits by memcpy; no errno), so a loop of them vectorises at -O2.
+   Each is a range reduction and a polynomial: exp as 2^n e^r with
+   n = round(x / ln2) and r = x - n ln2 (Cody-Waite: ln2 in two parts, n times
+   the first exact), e^r by Cephes' degree-7 polynomial, 2^n applied as two
+   factors so that a result in the subnormal range is rounded once and one
+   past FLT_MAX is inf; log as e ln2 + log(m), m in [sqrt(1/2), sqrt(2)),
+   by Cephes' polynomial in m - 1. Specials (NaN, +-inf, +-0, the signs of
+   zero libm keeps, x < 0 for log) are selected at the end. Worst errors
+   against libm in double (tests/test_vmath.c, which allows 4; README's
+   "Numerics"): exp 0.96 ulp, expm1 1.41, log 0.77, log1p 1.44, tanh 1.31,
+   sigmoid 2.33, softplus 1.93. The float kernels of TN_EW_OPS call them
+   through TN_F (>>ew_kernels); float64 stays with libm. */
+static inline uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+/* c ? a : b by masks. A ternary is a branch to GCC, which then sinks the
+   arithmetic only one side uses into that side, and a loop with a float
+   operation on one side of a branch is not if-converted, so not vectorised
+   (except with AVX-512's masks). */
+static inline float tn__vm_sel(bool c, float a, float b) {
+    uint32_t m = 0u - (uint32_t)c;
+    return tn__vm_float((tn__vm_bits(a) & m) | (tn__vm_bits(b) & ~m));
+}
+
+/* n = round(x / ln2) as a float and r = x - n ln2; *nb = n + 256 (n in [-150, 128]). */
+static inline float tn__vm_reduce(float x, float *n, uint32_t *nb) {
+    float k = x * 1.44269504088896341f + 12582912.0f;    /* + 1.5 * 2^23: rounds to an integer */
+    *nb = tn__vm_bits(k) - 0x4b400000u + 256u;
+    k -= 12582912.0f;
+    *n = k;
+    return (x - k * 0.693359375f) - k * -2.12194440e-4f;
+}
+
+static inline float tn__vm_expf(float x) {
+    float n;
+    uint32_t nb;
+    float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r2 + r + 1.0f;
+    uint32_t h = nb >> 1;                                   /* floor(n / 2) + 128 */
+    float y = p * tn__vm_float((h - 1u) << 23) * tn__vm_float((nb - h - 1u) << 23);
+    y = tn__vm_sel(x > 89.0f, INFINITY, y);                 /* e^89 is past FLT_MAX (and n past 128) */
+    return tn__vm_sel(x < -104.0f, 0.0f, y);                /* e^-104 rounds to 0 (and n is below -150) */
+}
+
+/* expm1(x) = 2^n expm1(r) + 2^n - 1 = 2 (t expm1(r) + (t - 1/2)) with
+   t = 2^(n-1), finite up to n = 128; expm1(r) by its Taylor series to r^8
+   (|r| <= ln2 / 2: the rest is below 2^-30 r). */
+static inline float tn__vm_expm1f(float x) {
+    float n;
+    uint32_t nb;
+    float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
+    float p = 2.48015873e-5f;
+    p = p * r + 1.98412698e-4f;
+    p = p * r + 1.38888889e-3f;
+    p = p * r + 8.33333333e-3f;
+    p = p * r + 4.16666667e-2f;
+    p = p * r + 1.66666667e-1f;
+    p = p * r + 0.5f;
+    p = p * r2 + r;
+    float t = tn__vm_float((nb - 130u) << 23);
+    float y = 2.0f * (t * p + (t - 0.5f));
+    y = tn__vm_sel(x < -30.0f, -1.0f, tn__vm_sel(x > 89.0f, INFINITY, y));   /* expm1(-30) rounds to -1 */
+    return tn__vm_sel(x == 0.0f, x, y);                     /* expm1(-0) = -0 */
+}
+
+/* log(x) for x > 0 finite (subnormals included); anything else gives junk
+   the callers select away. */
+static inline float tn__vm_logf_pos(float x) {
+    bool sub = x < 1.17549435e-38f;
+    float xs = x * tn__vm_sel(sub, 8388608.0f, 1.0f);      /* 2^23 */
+    uint32_t t = tn__vm_bits(xs) - 0x3f3504f3u;             /* bits of sqrt(1/2): m lands in [sqrt(1/2), sqrt(2)) */
+    float e = (float)((int32_t)((t ^ 0x80000000u) >> 23) - (sub ? 279 : 256));
+    float f = tn__vm_float((t & 0x007fffffu) + 0x3f3504f3u) - 1.0f, z = f * f;
+    float y = 7.0376836292e-2f;
+    y = y * f - 1.1514610310e-1f;
+    y = y * f + 1.1676998740e-1f;
+    y = y * f - 1.2420140846e-1f;
+    y = y * f + 1.4249322787e-1f;
+    y = y * f - 1.6668057665e-1f;
+    y = y * f + 2.0000714765e-1f;
+    y = y * f - 2.4999993993e-1f;
+    y = y * f + 3.3333331174e-1f;
+    y = y * (f * z) + e * -2.12194440e-4f - 0.5f * z;
+    return (f + y) + e * 0.693359375f;
+}
+
+static inline float tn__vm_logf(float x) {
+    float y = tn__vm_logf_pos(x);
+    y = tn__vm_sel(x == 0.0f, -INFINITY, tn__vm_sel(x < 0.0f, NAN, y));
+    return tn__vm_sel(x == INFINITY || x != x, x, y);
+}
+
+/* log1p(x) = log(u) + (x - (u - 1)) / u, u = 1 + x: the second term is
+   what rounding u lost. */
+static inline float tn__vm_log1pf(float x) {
+    float u = 1.0f + x;
+    float y = tn__vm_logf_pos(u) + (x - (u - 1.0f)) / u;
+    y = tn__vm_sel(x == -1.0f, -INFINITY, tn__vm_sel(x < -1.0f, NAN, y));
+    return tn__vm_sel(x == INFINITY || x != x || x == 0.0f, x, y);   /* log1p(-0) = -0 */
+}
+
+/* |x| < 0.625: Cephes' odd polynomial; above, 1 - 2 / (e^2|x| + 1) (1 once
+   e^2|x| overflows). The sign is x's (tanh(-0) = -0). */
+static inline float tn__vm_tanhf(float x) {
+    float ax = tn__vm_float(tn__vm_bits(x) & 0x7fffffffu), z = ax * ax;
+    float p = -5.70498872745e-3f;
+    p = p * z + 2.06390887954e-2f;
+    p = p * z - 5.37397155531e-2f;
+    p = p * z + 1.33314422036e-1f;
+    p = p * z - 3.33332819422e-1f;
+    float small = p * z * ax + ax, big = 1.0f - 2.0f / (tn__vm_expf(2.0f * ax) + 1.0f);
+    float y = tn__vm_sel(ax < 0.625f, small, big);
+    return tn__vm_float(tn__vm_bits(y) | (tn__vm_bits(x) & 0x80000000u));
+}
+
+/* 1 / (1 + e^-x), and for x < 0 e^x / (1 + e^x): one exp of -|x|. */
+static inline float tn__vm_sigmoidf(float x) {
+    float e = tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu));
+    return tn__vm_sel(x >= 0.0f, 1.0f, e) / (1.0f + e);
+}
+
+/* max(x, 0) + log1p(e^-|x|) */
+static inline float tn__vm_softplusf(float x) {
+    float l = tn__vm_log1pf(tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu)));
+    return tn__vm_sel(x > 0.0f, x, 0.0f) + l;
+}
+
+/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f where
+   TN__VMF_<fn> names one (the probe: such a name adds a first argument, so
+   TN__VM_2ND picks the function here), else libm's fn##f. */
+#define TN__VMF_exp ~, tn__vm_expf
+#define TN__VMF_expm1 ~, tn__vm_expm1f
+#define TN__VMF_log ~, tn__vm_logf
+#define TN__VMF_log1p ~, tn__vm_log1pf
+#define TN__VMF_tanh ~, tn__vm_tanhf
+#define TN__VM_2ND_(a, b, ...) b
+#define TN__VM_2ND(...) TN__VM_2ND_(__VA_ARGS__)
+
+/* Array kernels for the rows that are one function, compiled for the
+   instruction sets a vector width pays on (x86-64: SSE2, AVX2 with FMA,
+   AVX-512) and picked at run time. The loop runs 16 elements at a time (a
+   fixed count, which GCC's -O2 cost model vectorises; every width divides
+   it), the tail through a padded block. */
+#define TN__VM_OPS(X) X(EXP, exp, tn__vm_expf) X(EXPM1, expm1, tn__vm_expm1f) X(LOG, log, tn__vm_logf) \
+    X(LOG1P, log1p, tn__vm_log1pf) X(TANH, tanh, tn__vm_tanhf) X(SIGMOID, sigmoid, tn__vm_sigmoidf) \
+    X(SOFTPLUS, softplus, tn__vm_softplusf)
+#define TN__VM_KDEF(NAME, FN, ATTR) \
+    ATTR static void NAME(int64_t n, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
+                          const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
+        float *TN__RESTRICT o = (float *)o_; \
+        const float *TN__RESTRICT a = (const float *)a_; \
+        (void)b_; (void)c_; \
+        int64_t i = 0; \
+        for (; i + 16 <= n; i += 16) \
+            for (int j = 0; j < 16; j++) o[i + j] = FN(a[i + j]); \
+        if (i == n) return; \
+        float t[16]; \
+        for (int j = 0; j < 16; j++) t[j] = i + j < n ? a[i + j] : 0.0f; \
+        for (int j = 0; j < 16; j++) t[j] = FN(t[j]); \
+        for (int j = 0; i + j < n; j++) o[i + j] = t[j]; }
+#define TN__VM_K0(E, n, fn) TN__VM_KDEF(tn__vk_##n##_0, fn, )
+TN__VM_OPS(TN__VM_K0)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TN__VM_K1(E, n, fn) TN__VM_KDEF(tn__vk_##n##_1, fn, __attribute__((target("avx2,fma"))))
+#define TN__VM_K2(E, n, fn) TN__VM_KDEF(tn__vk_##n##_2, fn, __attribute__((target("avx512f"))))
+TN__VM_OPS(TN__VM_K1)
+TN__VM_OPS(TN__VM_K2)
+#define TN__VM_ROW(E, n, fn) { TN_OP_##E, { tn__vk_##n##_0, tn__vk_##n##_1, tn__vk_##n##_2 } },
+/* The best level this CPU runs: 0 SSE2, 1 AVX2 and FMA, 2 AVX-512F. */
+static int tn__vm_cpu_level(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1 : 0;
+}
+#undef TN__VM_K1
+#undef TN__VM_K2
+#else
+#define TN__VM_ROW(E, n, fn) { TN_OP_##E, { tn__vk_##n##_0, tn__vk_##n##_0, tn__vk_##n##_0 } },
+static int tn__vm_cpu_level(void) { return 0; }
+#endif
+static const struct { int op; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) };
+#undef TN__VM_K0
+#undef TN__VM_ROW
+#undef TN__VM_KDEF
+
+TN_API int tn__vm_level(int want) {
+    int best = tn__vm_cpu_level();
+    tn__atomic_store(&tn__lib.vm_level, want < 0 ? 0 : 1 + (want < best ? want : best));
+    return want < 0 || want > best ? best : want;
+}
+
+/* The array kernel of a float row of TN_EW_OPS, for the level in effect; NULL: none. */
+static tn__ew_kfn tn__vm_kernel(int op) {
+    int forced = tn__atomic_load(&tn__lib.vm_level), level = forced ? forced - 1 : tn__vm_cpu_level();
+    for (size_t i = 0; i < sizeof tn__vm_rows / sizeof tn__vm_rows[0]; i++)
+        if (tn__vm_rows[i].op == op) return tn__vm_rows[i].k[level];
+    return NULL;
+}
+
 /* >>ew_kernels: the table expanded once per compute type ----------------- */
 /* Each kernel runs one op over a block: o[i] = expr(a[i], b[i], c[i]).
    Output type: TN_I for comparisons and logic; the condition of WHERE is TN_I. */
@@ -1230,7 +1436,7 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
 #define TN_I int64_t
 #define TN__KEXPR(fe, ie) fe
 #define TN_T float
-#define TN_F(fn) fn##f
+#define TN_F(fn) TN__VM_2ND(TN__VMF_##fn, fn##f, ~)
 #define TN__KSFX _f
 TN_EW_OPS(TN__KDEF)
 #undef TN_T
@@ -1503,6 +1709,7 @@ static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, 
                                ctname[want], ctname[(int)P->regct[opr[x]]]);
         }
         P->fn[k] = tn__ew_kern[in->op][ict];
+        if (ict == TN__CT_F && tn__vm_kernel(in->op)) P->fn[k] = tn__vm_kernel(in->op);
     }
     for (int j = 0; j < prog->n_out; j++) {
         int r = prog->out_reg[j];

@@ -395,6 +395,45 @@ static void cpu_gemm_cases(void) {
     tn_array_free(M); tn_array_free(X); tn_array_free(B);
 }
 
+/* >>cases: exp on the CPU (issue 16): 10*30*768 float32, 1000 calls --------- */
+
+typedef struct expctx { const float *x; float *y; int64_t n; } expctx;
+static tn_result libm_exp_loop(void *p, int iters) {
+    expctx *c = (expctx *)p;
+    for (int i = 0; i < iters; i++)
+        for (int64_t j = 0; j < c->n; j++) c->y[j] = expf(c->x[j]);
+    return TN_OK;
+}
+
+/* The function's exp (x shared, the output borrowed: no allocation) against a
+   bare one-thread loop of libm's expf, the kernel's inner loop before the
+   vector math (tensor_ops.h >>vmath). NumPy's np.exp: bench/peers.py. */
+static void cpu_exp_cases(void) {
+    int64_t sh[3] = { 10, 30, 768 };
+    int iters = Q ? 100 : 1000;
+    tn_array *X = tn_array_rand_uniform(TN_F32, 3, sh, -10, 10, 5), *Y = tn_array_zeros(TN_F32, 3, sh);
+    row *L = R("cpu", "bare libm expf loop, 1 thread");
+    expctx ec = { (const float *)X->data, (float *)Y->data, 230400 };
+    double lim = 0;
+    if (measure(libm_exp_loop, &ec, iters, L) == TN_OK) {
+        set_limit(L, "", 0, T_LIMIT, 0);
+        lim = L->med;
+    }
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_shared(g, "x", X), *y = tn_exp(x);
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y, .borrow = true, .name = "exp cpu" });
+    row *r = R("cpu", "exp 230400 f32, borrowed");
+    if (!f) err(r, "in tn_function");
+    else {
+        run_func(r, f, NULL, iters);
+        if (!r->na[0] && lim > 0) set_limit(r, "bare libm expf loop", lim, T_INFO, 0);
+        snprintf(r->note, sizeof r->note, "%d threads", tn__num_threads());
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+    tn_array_free(X); tn_array_free(Y);
+}
+
 /* >>cases: logistic regression (the seed's training loop) ------------------ */
 
 static void nograph(tn_config *c) { c->no_cuda_graph = true; }
@@ -1074,6 +1113,7 @@ int main(int argc, char **argv) {
         fflush(stdout);
         fusion_cases();
         cpu_gemm_cases();
+        cpu_exp_cases();
         logreg_cases();
         conv_cases();
         rewrite_cases();
