@@ -832,8 +832,8 @@ TN_API tn_var *tn_stop_gradient(tn_var *x);              /* x, through which no 
 /* Forward mode: the Jacobian of f with respect to wrt[] times eval_points[]
    (each of its wrt's shape), a variable of f's shape. Elementwise, dot/gemm/
    gemv/outer, reductions, softmax, cumsum/cumprod, shape ops and transfers
-   (the ops whose row has a jvp or TN_OPF_LINEAR); TN_ERR_UNSUPPORTED for the
-   others (scan, custom ops). */
+   (the ops whose row has a jvp or TN_OPF_LINEAR) and custom ops with a rop;
+   TN_ERR_UNSUPPORTED for the others (scan, custom ops without one). */
 TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_points);
 
 /* Checks tn_grad against central finite differences in float64, as Theano's
@@ -888,6 +888,19 @@ struct tn_custom_op {
     void (*cuda_geometry)(const tn_custom_op *op, tn_array *const *in, tn_array *const *out,
                           unsigned grid[3], unsigned block[3]);
     void *user;
+    /* Gradient (Theano's grad(inputs, output_grads)): fills gin[i] for each i
+       with need[i], built with the public constructors from the node's
+       inputs in[], outputs out[] and the gradients gout[] of its outputs
+       (zeros where none reached an output, never NULL); gin[i] of in[i]'s
+       rank (broadcast dims are summed by tn_grad), NULL meaning zero. NULL
+       grad: tn_grad reports that the op has no gradient. */
+    tn_result (*grad)(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                      const bool *need, tn_var **gin, char *why, size_t why_cap);
+    /* R-op (Theano's R_op(inputs, eval_points)): rout[k], the derivative of
+       output k along eval[] (eval[i] of in[i]'s shape, zeros where input i
+       has no tangent); NULL rout[k] means zero. NULL rop: tn_rop reports it. */
+    tn_result (*rop)(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *eval,
+                     tn_var **rout, char *why, size_t why_cap);
 };
 /* Records the op applied to in[0..n); g may be NULL when n > 0. A one-output
    op's variable; NULL with the error set on failure (a type rule that fails
