@@ -5726,6 +5726,14 @@ static tn_custom_op *tn__custom_copy(tn_graph *g, const tn_custom_op *op) {
     if (!(c->name = tn__graph_strdup(g, op->name))) return NULL;
     if (op->cuda_source && !(c->cuda_source = tn__graph_strdup(g, op->cuda_source))) return NULL;
     if (op->cuda_kernel && !(c->cuda_kernel = tn__graph_strdup(g, op->cuda_kernel))) return NULL;
+    if (op->n_params > 0) {
+        double *p = (double *)tn__graph_alloc(g, (size_t)op->n_params * sizeof *p);
+        if (!p) return NULL;
+        memcpy(p, op->params, (size_t)op->n_params * sizeof *p);
+        c->params = p;
+    } else {
+        c->params = NULL;
+    }
     return c;
 }
 
@@ -5743,6 +5751,14 @@ TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_
     if (op->n_inputs >= 0 && n != op->n_inputs)
         return tn__err(TN_ERR_NUM_INPUTS, "%s: op '%s' takes %d input%s, got %d", W, op->name, op->n_inputs, op->n_inputs == 1 ? "" : "s", n);
     if (op->n_outputs < 0) return tn__err(TN_ERR_INVALID, "%s: op '%s': n_outputs is %d", W, op->name, op->n_outputs);
+    if (op->n_params < 0 || op->n_params > TN_CUSTOM_MAX_PARAMS || (op->n_params > 0 && !op->params))
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': n_params is %d with params %s (0 to %d values)", W, op->name, op->n_params,
+                       op->params ? "given" : "NULL", TN_CUSTOM_MAX_PARAMS);
+    if (op->cuda_abi != TN_CUSTOM_ABI_POINTERS && op->cuda_abi != TN_CUSTOM_ABI_STRIDED)
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': cuda_abi is %d (TN_CUSTOM_ABI_POINTERS or TN_CUSTOM_ABI_STRIDED)", W, op->name, op->cuda_abi);
+    if (op->cuda_abi == TN_CUSTOM_ABI_STRIDED && n + tn__custom_nout(op) > TN_CUSTOM_MAX_STRIDED_OPERANDS)
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': %d operands; a TN_CUSTOM_ABI_STRIDED kernel takes at most %d", W, op->name,
+                       n + tn__custom_nout(op), TN_CUSTOM_MAX_STRIDED_OPERANDS);
     for (int i = 0; i < n; i++)
         if (!in[i]) return tn__err_null(W, "op '%s': input %d", op->name, i);
     if (!g) g = n > 0 ? in[0]->graph : NULL;

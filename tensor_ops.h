@@ -879,9 +879,15 @@ struct tn_custom_op {
     /* CPU function: host arrays, inputs contiguous, outputs preallocated and
        contiguous. NULL: the op has no CPU fallback. */
     tn_result (*cpu)(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t why_cap);
-    /* CUDA C source defining the extern "C" __global__ kernel cuda_kernel,
-       called with the inputs' then the outputs' device pointers, then
-       long long n (out[0]'s element count). NULL: CPU only. */
+    /* CUDA C source defining the extern "C" __global__ kernel cuda_kernel
+       (NULL: CPU only). With cuda_abi TN_CUSTOM_ABI_POINTERS (0) it is called
+       with the inputs' then the outputs' device pointers, contiguous (strided
+       inputs are copied first), then long long n (out[0]'s element count):
+         void k(const float *in0, ..., float *out0, ..., long long n)
+       cuda_abi TN_CUSTOM_ABI_STRIDED (cuda_abi below) passes every operand
+       as it lives, strided views included. The library prepends a prelude
+       to the source (tensor_cuda.h's >>cuda_user section): int64_t, tn_half
+       with load_w/write_w/work_dtype, tn_operand, tn_params, tn_offset. */
     const char *cuda_source;
     const char *cuda_kernel;
     /* Launch geometry; NULL: a 1-d grid of 256-thread blocks over n. */
@@ -901,7 +907,20 @@ struct tn_custom_op {
        has no tangent); NULL rout[k] means zero. NULL rop: tn_rop reports it. */
     tn_result (*rop)(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *eval,
                      tn_var **rout, char *why, size_t why_cap);
+    /* The kernel's signature, TN_CUSTOM_ABI_STRIDED:
+         extern "C" __global__ void k(tn_operand in0, ..., tn_operand out0, ..., tn_params p)
+       struct tn_operand { void *data; long long shape[8], strides[8];
+                           int ndim, dtype; long long size; }
+       (strides in elements, may be 0 or negative; dtype a tn_dtype; outputs
+       contiguous), struct tn_params { int n; double v[16]; } holding params.
+       The default geometry covers out[0]'s size; at most 16 operands. */
+    int cuda_abi;
+    const double *params;      /* n_params scalars (copied), for the kernel and the callbacks */
+    int n_params;              /* 0..TN_CUSTOM_MAX_PARAMS */
 };
+enum { TN_CUSTOM_ABI_POINTERS = 0, TN_CUSTOM_ABI_STRIDED = 1 };
+#define TN_CUSTOM_MAX_PARAMS 16
+#define TN_CUSTOM_MAX_STRIDED_OPERANDS 16
 /* Records the op applied to in[0..n); g may be NULL when n > 0. A one-output
    op's variable; NULL with the error set on failure (a type rule that fails
    reports "tn_custom: op 'name': ..."). */
