@@ -5762,13 +5762,18 @@ TN_API tn_result tn_call_n(tn_func *f, int n_inputs, tn_array *const *inputs, in
     { .op = TN_OP_SHARED, .name = "Shared", .kind = TN_OPK_LEAF, .arity = 0, .infer = tn__infer_leaf, .label = tn__label_input, \
                        .flags = TN_OPF_NO_KERNEL }, \
     { .op = TN_OP_PROJ, .name = "Proj", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__infer_proj, .label = tn__label_proj, \
-                     .vjp = tn__scan_proj_vjp, .flags = TN_OPF_NO_KERNEL },
+                     .vjp = tn__proj_vjp, .jvp = tn__proj_jvp, .flags = TN_OPF_NO_KERNEL },
 
 /* >>grad_helpers ====================================================== */
 /* What the gradient rules of many ops share (the rules
    themselves live with their ops in tensor_ops.h, reached through the op
    table's vjp and jvp; the drivers are the >>grad section). Gradients are
    built with the public constructors, in the graph of the node. */
+
+/* The tn_grad or tn_rop pass running on this thread (0: none), so values a
+   multi-output node keeps for its outputs between visits (the >>custom
+   section) are never read by a later pass after a failed one. */
+static TN__THREAD_LOCAL uint64_t tn__gpass_cur, tn__gpass_last;
 
 static const char *tn__gname(const tn_var *v, char buf[64]) {
     if (v && v->name) return v->name;
@@ -5929,6 +5934,17 @@ static tn_result tn__transfer_vjp(tn_var *node, tn_var *g, const bool *need, tn_
 
 #define TN__CUSTOM_WHY 512
 
+/* A node's ext: the description first (tn_custom_of reads it), then the
+   values kept between the visits of one tn_grad or tn_rop pass to a
+   multi-output node: the gradients its projections received (the grad
+   driver visits them before the node) and the tangents of its outputs
+   (visited after). */
+typedef struct tn__custom {
+    tn_custom_op op;
+    uint64_t gpass, rpass;        /* the passes gpend and rpend belong to */
+    tn_var **gpend, **rpend;      /* n_out each, in the graph's arena */
+} tn__custom;
+
 static const tn_custom_op *tn__custom_op(const tn_var *node) {
     return node && node->op == TN_OP_CUSTOM ? (const tn_custom_op *)node->ext : NULL;
 }
@@ -5998,12 +6014,22 @@ static void tn__custom_label(const tn_var *node, char *buf, size_t cap) {
 
 /* Arena copy of the description: the user's may be a temporary. */
 static tn_custom_op *tn__custom_copy(tn_graph *g, const tn_custom_op *op) {
-    tn_custom_op *c = (tn_custom_op *)tn__graph_alloc(g, sizeof *c);
-    if (!c) return NULL;
+    tn__custom *x = (tn__custom *)tn__graph_alloc(g, sizeof *x);
+    if (!x) return NULL;
+    memset(x, 0, sizeof *x);
+    tn_custom_op *c = &x->op;
     *c = *op;
     if (!(c->name = tn__graph_strdup(g, op->name))) return NULL;
     if (op->cuda_source && !(c->cuda_source = tn__graph_strdup(g, op->cuda_source))) return NULL;
     if (op->cuda_kernel && !(c->cuda_kernel = tn__graph_strdup(g, op->cuda_kernel))) return NULL;
+    if (op->n_params > 0) {
+        double *p = (double *)tn__graph_alloc(g, (size_t)op->n_params * sizeof *p);
+        if (!p) return NULL;
+        memcpy(p, op->params, (size_t)op->n_params * sizeof *p);
+        c->params = p;
+    } else {
+        c->params = NULL;
+    }
     return c;
 }
 
@@ -6021,6 +6047,14 @@ TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_
     if (op->n_inputs >= 0 && n != op->n_inputs)
         return tn__err(TN_ERR_NUM_INPUTS, "%s: op '%s' takes %d input%s, got %d", W, op->name, op->n_inputs, op->n_inputs == 1 ? "" : "s", n);
     if (op->n_outputs < 0) return tn__err(TN_ERR_INVALID, "%s: op '%s': n_outputs is %d", W, op->name, op->n_outputs);
+    if (op->n_params < 0 || op->n_params > TN_CUSTOM_MAX_PARAMS || (op->n_params > 0 && !op->params))
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': n_params is %d with params %s (0 to %d values)", W, op->name, op->n_params,
+                       op->params ? "given" : "NULL", TN_CUSTOM_MAX_PARAMS);
+    if (op->cuda_abi != TN_CUSTOM_ABI_POINTERS && op->cuda_abi != TN_CUSTOM_ABI_STRIDED)
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': cuda_abi is %d (TN_CUSTOM_ABI_POINTERS or TN_CUSTOM_ABI_STRIDED)", W, op->name, op->cuda_abi);
+    if (op->cuda_abi == TN_CUSTOM_ABI_STRIDED && n + tn__custom_nout(op) > TN_CUSTOM_MAX_STRIDED_OPERANDS)
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': %d operands; a TN_CUSTOM_ABI_STRIDED kernel takes at most %d", W, op->name,
+                       n + tn__custom_nout(op), TN_CUSTOM_MAX_STRIDED_OPERANDS);
     for (int i = 0; i < n; i++)
         if (!in[i]) return tn__err_null(W, "op '%s': input %d", op->name, i);
     if (!g) g = n > 0 ? in[0]->graph : NULL;
@@ -6045,20 +6079,129 @@ TN_API tn_var *tn_custom(tn_graph *g, const tn_custom_op *op, int n, tn_var *con
     return tn_custom_multi(g, op, n, in, &out) == TN_OK ? out : NULL;
 }
 
-/* A user op has no derivative: tn_custom_op describes none. */
-static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
-    (void)g; (void)need; (void)gin;
+static tn_result tn__custom_no_rule(const tn_var *node, const char *who, const char *field, const char *what) {
     const tn_custom_op *op = tn__custom_op(node);
     char nb[64];
-    return tn__err(TN_ERR_UNSUPPORTED, "tn_grad: custom op '%s' (node '%s') has no gradient rule: a tn_custom_op has "
-                   "no derivative (wrap it in tn_stop_gradient or pass it in consider_constant to treat it as a constant)",
-                   op && op->name ? op->name : "?", tn__gname(node, nb));
+    return tn__err(TN_ERR_UNSUPPORTED, "%s: custom op '%s' (node '%s') has no %s: give tn_custom_op.%s%s", who,
+                   op && op->name ? op->name : "?", tn__gname(node, nb), what, field,
+                   field[0] == 'g' ? ", or wrap the op in tn_stop_gradient or pass it in consider_constant to treat it as a constant" : "");
+}
+
+/* The node's outputs (the node itself or its projections), in the arena. */
+static tn_var **tn__custom_outs(tn_var *node) {
+    int nout = node->n_out > 0 ? node->n_out : 1;
+    tn_var **o = (tn_var **)tn__graph_alloc(node->graph, (size_t)nout * sizeof *o);
+    for (int k = 0; o && k < nout; k++)
+        if (!(o[k] = nout == 1 ? node : tn__proj(node, k))) return NULL;
+    return o;
+}
+
+/* A derivative the user's rule gave for `x` (NULL: zero): of x's rank, in x's graph. */
+static tn_result tn__custom_check_deriv(const tn_var *node, const char *who, const char *what, int i, const tn_var *d, const tn_var *x) {
+    const tn_custom_op *op = tn__custom_op(node);
+    if (!d) return TN_OK;
+    if (d->graph != node->graph)
+        return tn__err(TN_ERR_GRAPH, "%s: custom op '%s': %s %d belongs to another graph", who, op->name, what, i);
+    if (d->type.ndim != x->type.ndim) {
+        char sa[128], sb[128];
+        return tn__err(TN_ERR_SHAPE, "%s: custom op '%s': %s %d has shape %s, not of the rank of %s", who, op->name, what, i,
+                       tn__shape_str(d->type.ndim, d->type.shape, sa), tn__shape_str(x->type.ndim, x->type.shape, sb));
+    }
+    return TN_OK;
+}
+
+/* The gradients reaching output k through its projection wait in the node
+   (gpend) until the driver visits the node; the node's own accumulator gets
+   a value so it is visited. */
+static tn_result tn__custom_proj_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *src = node->in[0];
+    tn__custom *c = (tn__custom *)src->ext;
+    int k = tn__p_proj_index(&node->p);
+    if (!c->op.grad) return tn__custom_no_rule(src, "tn_grad", "grad", "gradient rule");
+    if (c->gpass != tn__gpass_cur || !c->gpend) {
+        c->gpend = (tn_var **)tn__graph_alloc(src->graph, (size_t)src->n_out * sizeof *c->gpend);
+        if (!c->gpend) return tn__err(TN_ERR_OOM, "tn_grad: out of memory");
+        memset(c->gpend, 0, (size_t)src->n_out * sizeof *c->gpend);
+        c->gpass = tn__gpass_cur;
+    }
+    c->gpend[k] = tn__gadd(c->gpend[k], g);
+    gin[0] = k == 0 ? g : tn__gzeros_like(tn__proj(src, 0));
+    return c->gpend[k] && gin[0] ? TN_OK : tn__gfail("a custom op's output", node);
+}
+
+static tn_result tn__custom_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    tn__custom *c = (tn__custom *)node->ext;
+    const tn_custom_op *op = &c->op;
+    if (!op->grad) return tn__custom_no_rule(node, "tn_grad", "grad", "gradient rule");
+    int nout = tn__custom_nout(op);
+    tn_var **out = tn__custom_outs(node);
+    tn_var **gout = (tn_var **)tn__graph_alloc(node->graph, (size_t)nout * sizeof *gout);
+    if (!out || !gout) return tn__gfail("a custom op's outputs", node);
+    bool pending = nout > 1 && c->gpend && c->gpass == tn__gpass_cur;
+    for (int k = 0; k < nout; k++) {
+        gout[k] = nout == 1 ? g : pending ? c->gpend[k] : NULL;
+        if (!gout[k] && !(gout[k] = tn__gzeros_like(out[k]))) return tn__gfail("a custom op's output gradient", node);
+    }
+    c->gpend = NULL;
+    char why[TN__CUSTOM_WHY] = "";
+    tn_result r = op->grad(op, node->in, out, gout, need, gin, why, sizeof why);
+    if (r != TN_OK)
+        return tn__err(r, "tn_grad: custom op '%s': its grad failed: %s", op->name,
+                       why[0] ? why : tn_last_result() == r ? tn_last_error() : tn_result_string(r));
+    for (int i = 0; i < node->n_in; i++) {
+        if (!need[i]) { gin[i] = NULL; continue; }
+        if ((r = tn__custom_check_deriv(node, "tn_grad", "the gradient of input", i, gin[i], node->in[i])) != TN_OK) return r;
+    }
+    return TN_OK;
+}
+
+/* Forward mode: every output's tangent at the node's visit; the node's
+   projections (visited after) read theirs from rpend. */
+static tn_result tn__custom_jvp(tn_var *node, tn_var *const *t, tn_var **res) {
+    tn__custom *c = (tn__custom *)node->ext;
+    const tn_custom_op *op = &c->op;
+    if (!op->rop) return tn__custom_no_rule(node, "tn_rop", "rop", "R-op (forward-mode rule)");
+    int nout = tn__custom_nout(op), n = node->n_in;
+    tn_var **out = tn__custom_outs(node);
+    tn_var **ev = (tn_var **)tn__graph_alloc(node->graph, (size_t)(n > 0 ? n : 1) * sizeof *ev);
+    tn_var **rout = (tn_var **)tn__graph_alloc(node->graph, (size_t)nout * sizeof *rout);
+    if (!out || !ev || !rout) return tn__gfail("a custom op's outputs", node);
+    for (int i = 0; i < n; i++)
+        if (!(ev[i] = t[i] ? t[i] : tn__gzeros_like(node->in[i]))) return tn__gfail("a custom op's eval point", node);
+    for (int k = 0; k < nout; k++) rout[k] = NULL;
+    char why[TN__CUSTOM_WHY] = "";
+    tn_result r = op->rop(op, node->in, out, ev, rout, why, sizeof why);
+    if (r != TN_OK)
+        return tn__err(r, "tn_rop: custom op '%s': its rop failed: %s", op->name,
+                       why[0] ? why : tn_last_result() == r ? tn_last_error() : tn_result_string(r));
+    for (int k = 0; k < nout; k++) {
+        if ((r = tn__custom_check_deriv(node, "tn_rop", "the R-op of output", k, rout[k], out[k])) != TN_OK) return r;
+        if (rout[k] && rout[k]->type.dtype != out[k]->type.dtype && !(rout[k] = tn_cast(rout[k], out[k]->type.dtype)))
+            return tn__gfail("a tangent", node);
+        if (!rout[k] && !(rout[k] = tn__gzeros_like(out[k]))) return tn__gfail("a tangent", node);
+    }
+    c->rpend = nout > 1 ? rout : NULL;
+    c->rpass = tn__gpass_cur;
+    *res = rout[0];
+    return TN_OK;
+}
+
+static tn_result tn__custom_proj_jvp(tn_var *node, tn_var *const *t, tn_var **res) {
+    (void)t;
+    tn_var *src = node->in[0];
+    tn__custom *c = (tn__custom *)src->ext;
+    int k = tn__p_proj_index(&node->p);
+    if (!c->rpend || c->rpass != tn__gpass_cur)
+        return tn__err(TN_ERR_INTERNAL, "tn_rop: custom op '%s': output %d was reached before the op", c->op.name, k);
+    *res = c->rpend[k];
+    return TN_OK;
 }
 
 /* >>custom_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__CUSTOM_OP_ROWS \
     { .op = TN_OP_CUSTOM, .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
-                       .label = tn__custom_label, .vjp = tn__custom_vjp },
+                       .label = tn__custom_label, .vjp = tn__custom_vjp, .jvp = tn__custom_jvp },
 
 /* >>scan ============================================================== */
 /* Loops inside the graph (Theano's scan), with taps, updates and
@@ -7138,6 +7281,20 @@ static tn_result tn__scan_proj_vjp(tn_var *node, tn_var *g, const bool *need, tn
     gin[0] = k == 0 ? g : tn__scan_zeros_like(tn__proj(src, 0));
     if (!s->gpend[k] || !gin[0]) return tn__err(tn_last_result(), "tn_grad: scan '%s': %s", s->name, tn_last_error());
     return TN_OK;
+}
+
+/* A projection's rules are its source's: a custom op's or a scan's. */
+static tn_result tn__proj_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    if (node->in[0]->op == TN_OP_CUSTOM) return tn__custom_proj_vjp(node, g, need, gin);
+    return tn__scan_proj_vjp(node, g, need, gin);
+}
+static tn_result tn__proj_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    tn_var *src = node->in[0];
+    if (src->op == TN_OP_CUSTOM) return tn__custom_proj_jvp(node, t, out);
+    const tn_op_def *def = tn__op_def(src->op);
+    char nb[64];
+    return tn__err(TN_ERR_UNSUPPORTED, "tn_rop: op %s (node '%s') has no forward-mode rule",
+                   def && def->name ? def->name : "?", tn__gname(src, nb));
 }
 
 /* The gradient scan of s, built once: its step is tn_grad of s's step with
@@ -9260,6 +9417,8 @@ TN_API tn_result tn_grad(tn_var *cost, int n, tn_var *const *wrt, tn_var **grads
     for (int i = 0; grads && i < n; i++) grads[i] = NULL;
     if ((r = tn__gcheck_args(cost, n, wrt, grads, opt, &g)) != TN_OK) return r;
     if ((r = tn__gstate_init(&s, g, "tn_grad")) != TN_OK) return r;
+    uint64_t outer_pass = tn__gpass_cur;    /* tn_grad nests (a scan's step gradient) */
+    tn__gpass_cur = ++tn__gpass_last;
     int nk = opt ? opt->n_known_grads : 0;
     /* roots: the cost and the known variables */
     tn_var **roots = (tn_var **)tn__malloc(sizeof(tn_var *) * (size_t)(nk + 1));
@@ -9327,6 +9486,7 @@ done:
     }
     tn__free(roots); tn__free(need); tn__free(gin);
     tn__gstate_free(&s);
+    tn__gpass_cur = outer_pass;
     return r;
 }
 
@@ -9398,6 +9558,8 @@ TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_
         }
     }
     if (tn__gstate_init(&s, f->graph, "tn_rop") != TN_OK) return NULL;
+    uint64_t outer_pass = tn__gpass_cur;
+    tn__gpass_cur = ++tn__gpass_last;
     if (tn__greach(&s, 1, &f, "tn_rop") != TN_OK) goto done;
     for (int i = 0; i < n; i++) s.st[wrt[i]->id] |= TN__G_WRT;
     tn__gdeps(&s, NULL);
@@ -9433,6 +9595,7 @@ TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_
 done:
     if (!res) tn__err_in("tn_rop", tn_last_result() != TN_OK ? tn_last_result() : TN_ERR_INTERNAL);
     tn__gstate_free(&s);
+    tn__gpass_cur = outer_pass;
     return res;
 }
 

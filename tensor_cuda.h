@@ -110,6 +110,52 @@ TN_API const char *tn_cuda_last_compile_log(void);
    NVRTC but no GPU. *cubin stays valid until tn_shutdown(). */
 TN_API tn_result tn_cuda_compile(const char *src, const char *arch, const void **cubin, size_t *size);
 
+/* >>cuda_api_module: raw kernels, as PyCUDA's SourceModule (the >>cuda_module
+   section). tn_cuda_module_new compiles CUDA C source once, through the
+   kernel caches, after the prelude every user kernel gets (tn_half,
+   load_w/write_w/work_dtype, tn_operand: the >>cuda_user section); kernels
+   must be extern "C" __global__. options: NVRTC options spaces apart; an
+   architecture there ("--gpu-architecture=sm_90") compiles without a GPU,
+   otherwise the device's is used (none: TN_ERR_UNSUPPORTED). A compile error
+   gives NVRTC's log (tn_cuda_last_compile_log()). tn_cuda_module_get finds a
+   kernel by name on the configured device (TN_ERR_UNSUPPORTED without a GPU).
+   tn_cuda_launch runs it on grid x block threads with n_args arguments, in
+   the order of its parameters:
+     tn_cuda_arg_in(a)     host array copied to the device first (drv.In); the
+                           kernel gets a device pointer (a strided a is packed)
+     tn_cuda_arg_out(a)    contiguous host array written back after (drv.Out)
+     tn_cuda_arg_inout(a)  both (drv.InOut)
+     tn_cuda_arg_device(a) an array on the device, its data pointer as is
+     tn_cuda_arg_i32/_i64/_f32/_f64(v)   a scalar of the kernel's type
+   It returns when the results are back on the host. Free the module (and
+   its kernels) with tn_cuda_module_free. */
+typedef struct tn_cuda_module tn_cuda_module;
+typedef struct tn_cuda_kernel tn_cuda_kernel;
+typedef enum {
+    TN_CUDA_ARG_NONE = 0, TN_CUDA_ARG_IN, TN_CUDA_ARG_OUT, TN_CUDA_ARG_INOUT, TN_CUDA_ARG_DEVICE,
+    TN_CUDA_ARG_I32, TN_CUDA_ARG_I64, TN_CUDA_ARG_F32, TN_CUDA_ARG_F64
+} tn_cuda_arg_kind;
+typedef struct tn_cuda_arg {
+    tn_cuda_arg_kind kind;
+    tn_array *array;
+    union { int32_t i32; int64_t i64; float f32; double f64; } v;
+} tn_cuda_arg;
+typedef struct tn_cuda_dim3 { unsigned x, y, z; } tn_cuda_dim3;
+#define TN_CUDA_MAX_ARGS 64
+TN_API tn_cuda_module *tn_cuda_module_new(const char *src, const char *options);
+TN_API tn_cuda_kernel *tn_cuda_module_get(tn_cuda_module *m, const char *name);
+TN_API void tn_cuda_module_free(tn_cuda_module *m);
+TN_API tn_result tn_cuda_launch(const tn_cuda_kernel *k, tn_cuda_dim3 grid, tn_cuda_dim3 block, unsigned shared_bytes,
+                                int n_args, const tn_cuda_arg *args);
+TN_API tn_cuda_arg tn_cuda_arg_in(const tn_array *a);
+TN_API tn_cuda_arg tn_cuda_arg_out(tn_array *a);
+TN_API tn_cuda_arg tn_cuda_arg_inout(tn_array *a);
+TN_API tn_cuda_arg tn_cuda_arg_device(tn_array *a);
+TN_API tn_cuda_arg tn_cuda_arg_i32(int32_t v);
+TN_API tn_cuda_arg tn_cuda_arg_i64(int64_t v);
+TN_API tn_cuda_arg tn_cuda_arg_f32(float v);
+TN_API tn_cuda_arg tn_cuda_arg_f64(double v);
+
 /* >>cuda_api_dp: data parallel over several GPUs (the >>cuda_replicate section).
    tn_function_replicate compiles one training step once per device: the
    shared variables are replicated (replica 0 uses the user's own, the others
@@ -1021,17 +1067,21 @@ static tn_result tn__cuda_check_program(const tn_ew_program *p) {
     return TN_OK;
 }
 
-/* Definitions every kernel starts with: NVRTC has no <stdint.h>, and half
-   conversions are one PTX instruction each (no cuda_fp16.h needed). */
+/* Definitions every kernel starts with, generated and user kernels alike
+   (the >>cuda_user section): NVRTC has no <stdint.h>, and half conversions
+   are one PTX instruction each (no cuda_fp16.h needed). */
+#define TN__CUDA_BASE_SRC \
+        "typedef long long int64_t;\n" \
+        "typedef unsigned long long uint64_t;\n" \
+        "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n" \
+        "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n" \
+        "__device__ __forceinline__ unsigned short tn_d2h(double d) { unsigned short h; asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
+
 static void tn__cuda_prelude(tn__sb *b) {
     tn__sb_puts(b,
-        "typedef long long int64_t;\n"
-        "typedef unsigned long long uint64_t;\n"
+        TN__CUDA_BASE_SRC
         "#define TN__U(x) ((uint64_t)(x))\n"
         "#define TN__S(x) ((int64_t)(x))\n"
-        "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
-        "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-        "__device__ __forceinline__ unsigned short tn_d2h(double d) { unsigned short h; asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
         "__device__ __forceinline__ float tn_rh(float f) { return tn_h2f(tn_f2h(f)); }\n"
         "__device__ __forceinline__ int64_t tn_d2i64(double x) { return x >= -9223372036854775808.0 && x < 9223372036854775808.0 ? (int64_t)x : (int64_t)(-9223372036854775807LL - 1); }\n"
         "__device__ __forceinline__ int64_t tn_d2i32(double x) { return x > -2147483649.0 && x < 2147483648.0 ? (int64_t)(int)x : (int64_t)(-2147483647 - 1); }\n"
@@ -1266,28 +1316,31 @@ static void tn__cuda_keep_log(const char *what, const char *log, const char *src
 
 /* The NVRTC options of a compile, as one string (part of the cache key):
    the architecture, fast_math's, then the nvrtc_flags flag's. */
-static void tn__nvrtc_options(const char *arch, bool fast_math, char *buf, size_t cap) {
+#define TN__CUDA_USER_OPTS 256    /* the longest options string of a raw module */
+
+/* user: a raw module's own options (the >>cuda_user section), after nvrtc_flags. */
+static void tn__nvrtc_options(const char *arch, bool fast_math, const char *user, char *buf, size_t cap) {
     const char *extra = tn_get_config()->nvrtc_flags;
-    snprintf(buf, cap, "--gpu-architecture=%s%s%s%s", arch, fast_math ? " --use_fast_math" : "", extra && *extra ? " " : "",
-             extra ? extra : "");
+    snprintf(buf, cap, "--gpu-architecture=%s%s%s%s%s%s", arch, fast_math ? " --use_fast_math" : "", extra && *extra ? " " : "",
+             extra ? extra : "", user && *user ? " " : "", user ? user : "");
 }
 
 /* Compiles `src` with NVRTC to a cubin (tn__malloc'd). No GPU needed. */
-static tn_result tn__nvrtc_compile(const char *src, const char *arch, bool fast_math, void **cubin, size_t *size) {
+static tn_result tn__nvrtc_compile(const char *src, const char *arch, bool fast_math, const char *user, void **cubin, size_t *size) {
     *cubin = NULL;
     *size = 0;
     tn_result r = tn__nvrtc_load(tn__cuda.driver_version / 1000);
     if (r != TN_OK) return r;
     const tn__nvrtc_api *nv = &tn__nvrtc.api;
-    char archopt[48], extra[408];
+    char archopt[48], extra[408 + TN__CUDA_USER_OPTS + 1];
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s", arch);
     const char *opts[40] = { archopt };
     int n_opts = 1;
     if (fast_math) opts[n_opts++] = "--use_fast_math";
     const char *flags = tn_get_config()->nvrtc_flags;      /* nvrtc_flags: options spaces apart */
-    tn__strlcpy(extra, flags ? flags : "", sizeof extra);
+    snprintf(extra, sizeof extra, "%.407s %s", flags ? flags : "", user ? user : "");
     for (char *q = strtok(extra, " \t"); q; q = strtok(NULL, " \t")) {
-        if (n_opts == 40) return tn__err(TN_ERR_INVALID, "tn_cuda: nvrtc_flags has more than %d options", 40 - 2);
+        if (n_opts == 40) return tn__err(TN_ERR_INVALID, "tn_cuda: nvrtc_flags and a module's options have more than %d options", 40 - 2);
         opts[n_opts++] = q;
     }
     tn__nvrtcProgram prog = NULL;
@@ -1303,8 +1356,9 @@ static tn_result tn__nvrtc_compile(const char *src, const char *arch, bool fast_
             log[n] = 0;
         }
         char what[600];
-        snprintf(what, sizeof what, "NVRTC %d.%d failed to compile a kernel for %s%s%s%s: %s", tn__nvrtc.major, tn__nvrtc.minor, arch,
+        snprintf(what, sizeof what, "NVRTC %d.%d failed to compile a kernel for %s%s%s%s%s%s%s: %s", tn__nvrtc.major, tn__nvrtc.minor, arch,
                  flags && *flags ? " with nvrtc_flags '" : "", flags && *flags ? flags : "", flags && *flags ? "'" : "",
+                 user && *user ? " with options '" : "", user && *user ? user : "", user && *user ? "'" : "",
                  nv->nvrtcGetErrorString(nr));
         tn__cuda_keep_log(what, log, src);
         /* first line of the log in the message; the rest was printed */
@@ -1583,12 +1637,13 @@ static void tn__cuda_compile_clock(uint64_t *kernels, double *seconds, uint64_t 
     tn__free(d);
 }
 
-static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fast_math, tn__kentry **out) {
+/* user: extra NVRTC options (a raw module's, at most TN__CUDA_USER_OPTS characters), part of the key. */
+static tn_result tn__cuda_kernel_get_opts(const char *src, const char *arch, bool fast_math, const char *user, tn__kentry **out) {
     *out = NULL;
     tn_result r = tn__nvrtc_load(tn__cuda.driver_version / 1000);
     if (r != TN_OK) return r;
-    char opts[560], head[640];
-    tn__nvrtc_options(arch, fast_math, opts, sizeof opts);
+    char opts[560 + TN__CUDA_USER_OPTS + 1], head[640 + TN__CUDA_USER_OPTS + 1];
+    tn__nvrtc_options(arch, fast_math, user, opts, sizeof opts);
     int hl = snprintf(head, sizeof head, "%s\n%s\nnvrtc %d.%d\n", arch, opts, tn__nvrtc.major, tn__nvrtc.minor);
     size_t sl = strlen(src), key_len = (size_t)hl + sl;
     tn__h128 hs = { 0xcbf29ce484222325ull, 0x9e3779b97f4a7c15ull };
@@ -1632,7 +1687,7 @@ static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fas
     if (!bin) {
         struct timespec t0, t1;
         timespec_get(&t0, TIME_UTC);
-        r = tn__nvrtc_compile(src, arch, fast_math, &bin, &size);
+        r = tn__nvrtc_compile(src, arch, fast_math, user, &bin, &size);
         timespec_get(&t1, TIME_UTC);
         tn__kclock.seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         if (r == TN_OK) { tn__kcache.stats.compiles++; tn__kclock.kernels++; }
@@ -1663,6 +1718,10 @@ static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fas
     }
     *out = e;
     return TN_OK;
+}
+
+static tn_result tn__cuda_kernel_get(const char *src, const char *arch, bool fast_math, tn__kentry **out) {
+    return tn__cuda_kernel_get_opts(src, arch, fast_math, NULL, out);
 }
 
 /* Unloads device D's modules (its streams idle) and forgets its functions. */
@@ -2933,14 +2992,86 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
 
 #endif /* TN__CUDA_REDUCE_INCLUDED */
 
+/* >>cuda_user ========================================================= */
+/* What user CUDA source is compiled with: custom ops' cuda_source and raw
+ * modules (tn_cuda_module_new). The prelude is the generated kernels' base
+ * (TN__CUDA_BASE_SRC) plus what the seed's kernels use: float16 storage
+ * (tn_half) read and written in a float32 working type (load_w, write_w,
+ * work_dtype, as Theano's), the strided operands of TN_CUSTOM_ABI_STRIDED
+ * kernels and their parameters. #line 1 makes NVRTC's log count the user's
+ * lines. The operand struct is laid out as tn__cuda_operand (checked). */
+#define TN__CUDA_USER_PRELUDE \
+    TN__CUDA_BASE_SRC \
+    "struct tn_half { unsigned short x; };\n" \
+    "__device__ __forceinline__ float load_w(tn_half h) { return tn_h2f(h.x); }\n" \
+    "__device__ __forceinline__ float load_w(float x) { return x; }\n" \
+    "__device__ __forceinline__ double load_w(double x) { return x; }\n" \
+    "template <class T> __device__ __forceinline__ T write_w(float w) { return (T)w; }\n" \
+    "template <> __device__ __forceinline__ tn_half write_w<tn_half>(float w) { tn_half h; h.x = tn_f2h(w); return h; }\n" \
+    "template <class T> __device__ __forceinline__ T write_w(double w) { return (T)w; }\n" \
+    "template <> __device__ __forceinline__ tn_half write_w<tn_half>(double w) { tn_half h; h.x = tn_d2h(w); return h; }\n" \
+    "template <class T> struct tn_work { typedef T type; };\n" \
+    "template <> struct tn_work<tn_half> { typedef float type; };\n" \
+    "#define work_dtype(T) typename tn_work<T>::type\n" \
+    "struct tn_operand { void *data; long long shape[8]; long long strides[8]; int ndim; int dtype; long long size; };\n" \
+    "struct tn_params { int n; double v[16]; };\n" \
+    "__device__ __forceinline__ long long tn_offset(const tn_operand &o, long long i) {\n" \
+    "    long long off = 0;\n" \
+    "    for (int d = o.ndim - 1; d >= 0; d--) { off += (i % o.shape[d]) * o.strides[d]; i /= o.shape[d]; }\n" \
+    "    return off;\n" \
+    "}\n" \
+    "#line 1\n"
+
+typedef struct tn__cuda_operand {
+    void *data;
+    long long shape[TN_MAX_DIMS], strides[TN_MAX_DIMS];
+    int ndim, dtype;
+    long long size;
+} tn__cuda_operand;
+typedef struct tn__cuda_params { int n; double v[TN_CUSTOM_MAX_PARAMS]; } tn__cuda_params;
+TN__STATIC_ASSERT(TN_MAX_DIMS == 8 && TN_CUSTOM_MAX_PARAMS == 16 && sizeof(tn__cuda_operand) == 152 && sizeof(tn__cuda_params) == 136,
+                  "the prelude's tn_operand and tn_params are laid out as these");
+
+/* Launches fn on this thread's stream of D (synchronised under launch_blocking). */
+static tn_result tn__cuda_launch_on(tn__cuda_dev *D, tn__CUfunction fn, const unsigned grid[3], const unsigned block[3],
+                                    unsigned shared, void **params, const char *who) {
+    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared,
+                                            tn__cuda_stream(D), params, NULL), who);
+    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
+    return TN_OK;
+}
+
+/* The prelude and src (tn__malloc'd; NULL on out of memory). */
+static char *tn__cuda_user_source(const char *src) {
+    size_t pl = sizeof TN__CUDA_USER_PRELUDE - 1, sl = strlen(src);
+    char *t = (char *)tn__malloc(pl + sl + 1);
+    if (t) { memcpy(t, TN__CUDA_USER_PRELUDE, pl); memcpy(t + pl, src, sl + 1); }
+    return t;
+}
+
+static void tn__cuda_operand_of(const tn_array *a, tn__cuda_operand *o) {
+    memset(o, 0, sizeof *o);
+    o->data = a->data;
+    o->ndim = a->ndim;
+    o->dtype = (int)a->dtype;
+    o->size = (long long)tn_array_size(a);
+    int64_t es = (int64_t)tn_dtype_size(a->dtype);
+    for (int d = 0; d < a->ndim; d++) { o->shape[d] = (long long)a->shape[d]; o->strides[d] = (long long)(a->strides[d] / es); }
+}
+
 /* >>cuda_custom ======================================================= */
 /* The GPU side of custom ops (tn_custom_op.cuda_source).
  * Included by tensor_cuda.h inside its implementation section, after
- * tn__cuda_kernel_get and tn__cuda_entry_function. The user's source is
- * compiled with NVRTC through the back end's memory and disk kernel caches at
- * prepare (compile) time; run launches the kernel on the calling thread's
- * stream of the node's device with the inputs' then the outputs' device
- * pointers and out[0]'s element count. Output buffers are allocated by the executor (contiguous). */
+ * tn__cuda_kernel_get and tn__cuda_entry_function. The user's source, after
+ * the prelude, is compiled with NVRTC through the back end's memory and disk
+ * kernel caches at prepare (compile) time; run launches the kernel on the
+ * calling thread's stream of the node's device. TN_CUSTOM_ABI_POINTERS: the
+ * inputs' then the outputs' device pointers and out[0]'s element count, a
+ * strided input first copied contiguous; TN_CUSTOM_ABI_STRIDED: every operand
+ * as it lives (tn_operand) and the op's params. Output buffers are allocated
+ * by the executor (contiguous). */
+
+static tn_array *tn__cuda_contiguous(const tn_array *a, const char *who);   /* >>cuda_copy */
 
 typedef struct tn__cuda_custom_state {
     const tn_custom_op *op;
@@ -2961,7 +3092,10 @@ static tn_result tn__cuda_custom_prepare(const tn_var *node, void **state) {
     tn_result r = tn__cuda_enter(node->device, &D, "tn_custom");
     if (r != TN_OK) return r;
     tn__kentry *e;
-    r = tn__cuda_kernel_get(op->cuda_source, D->arch, tn_get_config()->fast_math, &e);
+    char *src = tn__cuda_user_source(op->cuda_source);
+    if (!src) return tn__err(TN_ERR_OOM, "tn_custom: op '%s': out of memory", op->name);
+    r = tn__cuda_kernel_get(src, D->arch, tn_get_config()->fast_math, &e);
+    tn__free(src);
     if (r != TN_OK)
         return tn__err(r, "tn_custom: op '%s': compiling its CUDA source failed: %s", op->name, tn_last_error());
     tn__CUfunction fn;
@@ -2983,36 +3117,246 @@ static tn_result tn__cuda_custom_run(const tn_var *node, void *state, tn_array *
     tn_result r = tn__cuda_enter(out[0]->device, &D, "tn_custom");
     if (r != TN_OK) return r;
     int n_in = node->n_in, n_out = node->n_out > 0 ? node->n_out : 1;
+    bool strided = op->cuda_abi == TN_CUSTOM_ABI_STRIDED;
     void *ptrs[64], *params[65];
+    tn_array *tmp[64] = { 0 };
+    tn__cuda_operand opd[TN_CUSTOM_MAX_STRIDED_OPERANDS];
+    tn__cuda_params prm;
     long long n = (long long)tn_array_size(out[0]);
-    for (int o = 0; o < n_in + n_out; o++) {
+    for (int o = 0; o < n_in + n_out && r == TN_OK; o++) {
         const tn_array *a = o < n_in ? in[o] : out[o - n_in];
-        if (a->device != D->ordinal)
-            return tn__err(TN_ERR_DEVICE, "tn_custom: op '%s': %s %d lives on %s, not cuda%d", op->name, o < n_in ? "input" : "output",
-                           o < n_in ? o : o - n_in, a->device == TN_HOST ? "the host" : "another device", D->ordinal);
-        if (!tn_array_is_contiguous(a))
-            return tn__err(TN_ERR_UNSUPPORTED, "tn_custom: op '%s': %s %d is not contiguous", op->name, o < n_in ? "input" : "output",
-                           o < n_in ? o : o - n_in);
-        ptrs[o] = a->data;
-        params[o] = &ptrs[o];
+        if (a->device != D->ordinal) {
+            r = tn__err(TN_ERR_DEVICE, "tn_custom: op '%s': %s %d lives on %s, not cuda%d", op->name, o < n_in ? "input" : "output",
+                        o < n_in ? o : o - n_in, a->device == TN_HOST ? "the host" : "another device", D->ordinal);
+        } else if (strided) {
+            tn__cuda_operand_of(a, &opd[o]);
+            params[o] = &opd[o];
+        } else {
+            if (!tn_array_is_contiguous(a)) {
+                if (o >= n_in) r = tn__err(TN_ERR_INTERNAL, "tn_custom: op '%s': output %d is not contiguous", op->name, o - n_in);
+                else if (!(a = tmp[o] = tn__cuda_contiguous(a, "tn_custom"))) r = tn_last_result();
+            }
+            ptrs[o] = a ? a->data : NULL;
+            params[o] = &ptrs[o];
+        }
     }
-    params[n_in + n_out] = &n;
+    if (strided) {
+        memset(&prm, 0, sizeof prm);
+        prm.n = op->n_params;
+        for (int i = 0; i < op->n_params; i++) prm.v[i] = op->params[i];
+        params[n_in + n_out] = &prm;
+    } else {
+        params[n_in + n_out] = &n;
+    }
     unsigned grid[3] = { 1, 1, 1 }, block[3] = { 256, 1, 1 };
     if (op->cuda_geometry) op->cuda_geometry(op, in, out, grid, block);
     else {
         long long blocks = (n + 255) / 256;
         grid[0] = (unsigned)(blocks < 1 ? 1 : blocks > 2147483647LL ? 2147483647LL : blocks);
     }
-    if (n == 0 && !op->cuda_geometry) return TN_OK;
-    char who[128];
-    snprintf(who, sizeof who, "tn_custom: op '%s' (kernel %s, node %d)", op->name, op->cuda_kernel, node->id);
-    TN__CU_CHECK(tn__cuda.cu.cuLaunchKernel(st->fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0,
-                                            tn__cuda_stream(D), params, NULL), who);
-    if (tn_get_config()->launch_blocking) TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
-    return TN_OK;
+    if (r == TN_OK && (n > 0 || op->cuda_geometry)) {
+        char who[128];
+        snprintf(who, sizeof who, "tn_custom: op '%s' (kernel %s, node %d)", op->name, op->cuda_kernel, node->id);
+        r = tn__cuda_launch_on(D, st->fn, grid, block, 0, params, who);
+    }
+    for (int o = 0; o < n_in; o++) tn_array_free(tmp[o]);   /* freed on the stream: reused after the kernel */
+    return r;
 }
 
 static void tn__cuda_custom_release(void *state) { tn__free(state); }
+
+/* >>cuda_module: raw kernels (PyCUDA's SourceModule) ------------------- */
+/* A module keeps its source (prelude included), arch and options, and finds
+ * its cubin in the kernel cache at each tn_cuda_module_get (a memory hit
+ * after tn_cuda_module_new compiled it), so it never holds a cache entry
+ * across tn_shutdown. Its kernels are the device's (the module loaded once
+ * per device by tn__cuda_entry_function); the module owns their handles. */
+
+struct tn_cuda_kernel {
+    tn_cuda_kernel *next;
+    char *name;
+    int device;
+    tn__CUfunction fn;
+};
+struct tn_cuda_module {
+    char *src;
+    char arch[32];
+    char opts[TN__CUDA_USER_OPTS + 1];
+    tn_cuda_kernel *kernels;
+};
+
+TN_API void tn_cuda_module_free(tn_cuda_module *m) {
+    if (!m) return;
+    for (tn_cuda_kernel *k = m->kernels, *nx; k; k = nx) { nx = k->next; tn__free(k->name); tn__free(k); }
+    tn__free(m->src);
+    tn__free(m);
+}
+
+/* Splits options into the arch (--gpu-architecture=X, -arch=X, -arch X) and the rest. */
+static tn_result tn__cuda_module_opts(const char *options, char *arch, size_t acap, char *rest, size_t rcap) {
+    const char *W = "tn_cuda_module_new";
+    arch[0] = rest[0] = 0;
+    if (!options) return TN_OK;
+    if (strlen(options) > TN__CUDA_USER_OPTS)
+        return tn__err(TN_ERR_INVALID, "%s: options are %zu characters long (at most %d)", W, strlen(options), TN__CUDA_USER_OPTS);
+    char buf[TN__CUDA_USER_OPTS + 1];
+    tn__strlcpy(buf, options, sizeof buf);
+    size_t used = 0;
+    bool want_arch = false;
+    for (char *q = strtok(buf, " \t"); q; q = strtok(NULL, " \t")) {
+        const char *a = want_arch ? q : !strncmp(q, "--gpu-architecture=", 19) ? q + 19 : !strncmp(q, "-arch=", 6) ? q + 6 : NULL;
+        want_arch = !strcmp(q, "-arch") || !strcmp(q, "--gpu-architecture");
+        if (want_arch) continue;
+        if (a) {
+            if (strlen(a) >= acap) return tn__err(TN_ERR_INVALID, "%s: architecture '%s' is too long", W, a);
+            tn__strlcpy(arch, a, acap);
+            continue;
+        }
+        used += (size_t)snprintf(rest + used, rcap - used, "%s%s", used ? " " : "", q);
+    }
+    if (want_arch) return tn__err(TN_ERR_INVALID, "%s: options end with an architecture flag and no architecture", W);
+    return TN_OK;
+}
+
+TN_API tn_cuda_module *tn_cuda_module_new(const char *src, const char *options) {
+    const char *W = "tn_cuda_module_new";
+    if (!src) { tn__err(TN_ERR_NULL, "%s: src is NULL", W); return NULL; }
+    tn_cuda_module *m = (tn_cuda_module *)tn__calloc(1, sizeof *m);
+    if (!m) { tn__err(TN_ERR_OOM, "%s: out of memory", W); return NULL; }
+    if (tn__cuda_module_opts(options, m->arch, sizeof m->arch, m->opts, sizeof m->opts) != TN_OK) { tn_cuda_module_free(m); return NULL; }
+    if (!m->arch[0]) {   /* the configured device's */
+        tn__cuda_dev *D = tn_cuda_init() == TN_OK ? tn__cuda_dev_get(tn__cuda.ordinal) : NULL;
+        if (!D) {
+            tn__err(TN_ERR_UNSUPPORTED, "%s: no usable GPU (%s), so no architecture to compile for: pass one in options "
+                    "(\"--gpu-architecture=sm_90\") to compile without a GPU", W, tn__cuda.status);
+            tn_cuda_module_free(m);
+            return NULL;
+        }
+        tn__strlcpy(m->arch, D->arch, sizeof m->arch);
+    }
+    tn__kentry *e;
+    if (!(m->src = tn__cuda_user_source(src))) { tn__err(TN_ERR_OOM, "%s: out of memory", W); tn_cuda_module_free(m); return NULL; }
+    tn_result r = tn__cuda_kernel_get_opts(m->src, m->arch, false, m->opts, &e);
+    if (r != TN_OK) {
+        tn__err(r, "%s: %s", W, tn_last_error());
+        tn_cuda_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+TN_API tn_cuda_kernel *tn_cuda_module_get(tn_cuda_module *m, const char *name) {
+    const char *W = "tn_cuda_module_get";
+    if (!m || !name) { tn__err(TN_ERR_NULL, "%s: module or name is NULL", W); return NULL; }
+    tn__cuda_dev *D = tn_cuda_init() == TN_OK ? tn__cuda_dev_get(tn__cuda.ordinal) : NULL;
+    if (!D) {
+        tn__err(TN_ERR_UNSUPPORTED, "%s: kernel '%s' needs a GPU to run on: %s", W, name, tn__cuda.status);
+        return NULL;
+    }
+    for (tn_cuda_kernel *k = m->kernels; k; k = k->next)
+        if (k->device == D->ordinal && !strcmp(k->name, name)) return k;
+    tn__kentry *e;
+    tn__CUfunction fn;
+    tn_result r = tn__cuda_bind(D);
+    if (r == TN_OK) r = tn__cuda_kernel_get_opts(m->src, m->arch, false, m->opts, &e);
+    if (r == TN_OK && (r = tn__cuda_entry_function(D, e, name, &fn)) != TN_OK)
+        r = tn__err(r, "%s: no kernel '%s' in the module for %s on cuda%d (is it extern \"C\" __global__?): %s", W, name, m->arch,
+                    D->ordinal, tn_last_error());
+    if (r != TN_OK) return NULL;
+    tn_cuda_kernel *k = (tn_cuda_kernel *)tn__calloc(1, sizeof *k);
+    size_t nl = strlen(name) + 1;
+    if (!k || !(k->name = (char *)tn__malloc(nl))) { tn__free(k); tn__err(TN_ERR_OOM, "%s: out of memory", W); return NULL; }
+    memcpy(k->name, name, nl);
+    k->device = D->ordinal;
+    k->fn = fn;
+    k->next = m->kernels;
+    m->kernels = k;
+    return k;
+}
+
+TN_API tn_cuda_arg tn_cuda_arg_in(const tn_array *a) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_IN; x.array = (tn_array *)(uintptr_t)a; return x; }
+TN_API tn_cuda_arg tn_cuda_arg_out(tn_array *a) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_OUT; x.array = a; return x; }
+TN_API tn_cuda_arg tn_cuda_arg_inout(tn_array *a) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_INOUT; x.array = a; return x; }
+TN_API tn_cuda_arg tn_cuda_arg_device(tn_array *a) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_DEVICE; x.array = a; return x; }
+TN_API tn_cuda_arg tn_cuda_arg_i32(int32_t v) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_I32; x.v.i32 = v; return x; }
+TN_API tn_cuda_arg tn_cuda_arg_i64(int64_t v) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_I64; x.v.i64 = v; return x; }
+TN_API tn_cuda_arg tn_cuda_arg_f32(float v) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_F32; x.v.f32 = v; return x; }
+TN_API tn_cuda_arg tn_cuda_arg_f64(double v) { tn_cuda_arg x; memset(&x, 0, sizeof x); x.kind = TN_CUDA_ARG_F64; x.v.f64 = v; return x; }
+
+/* Host arrays go through device buffers from the caching allocator: in and
+   inout copied there first, out and inout copied back after the kernel (the
+   copies wait on the stream, so the call returns with the results). */
+TN_API tn_result tn_cuda_launch(const tn_cuda_kernel *k, tn_cuda_dim3 grid, tn_cuda_dim3 block, unsigned shared_bytes,
+                                int n_args, const tn_cuda_arg *args) {
+    const char *W = "tn_cuda_launch";
+    if (!k) return tn__err(TN_ERR_NULL, "%s: kernel is NULL", W);
+    if (n_args < 0 || n_args > TN_CUDA_MAX_ARGS || (n_args > 0 && !args))
+        return tn__err(TN_ERR_INVALID, "%s: kernel '%s': %d arguments (0 to %d, args not NULL)", W, k->name, n_args, TN_CUDA_MAX_ARGS);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(k->device, &D, W);
+    if (r != TN_OK) return r;
+    void *dptr[TN_CUDA_MAX_ARGS] = { 0 }, *params[TN_CUDA_MAX_ARGS];
+    size_t bytes[TN_CUDA_MAX_ARGS] = { 0 };
+    tn_array *staged[TN_CUDA_MAX_ARGS] = { 0 };
+    for (int i = 0; i < n_args && r == TN_OK; i++) {
+        const tn_cuda_arg *a = &args[i];
+        tn_array *x = a->array;
+        switch (a->kind) {
+        case TN_CUDA_ARG_I32: params[i] = (void *)(uintptr_t)&a->v.i32; continue;
+        case TN_CUDA_ARG_I64: params[i] = (void *)(uintptr_t)&a->v.i64; continue;
+        case TN_CUDA_ARG_F32: params[i] = (void *)(uintptr_t)&a->v.f32; continue;
+        case TN_CUDA_ARG_F64: params[i] = (void *)(uintptr_t)&a->v.f64; continue;
+        case TN_CUDA_ARG_DEVICE:
+            if (!x) { r = tn__err(TN_ERR_NULL, "%s: kernel '%s': argument %d: the array is NULL", W, k->name, i); break; }
+            if (x->device != D->ordinal)
+                r = tn__err(TN_ERR_DEVICE, "%s: kernel '%s': argument %d is a device argument but lives on %s, not cuda%d", W, k->name,
+                            i, x->device == TN_HOST ? "the host" : "another device", D->ordinal);
+            dptr[i] = x->data;
+            params[i] = &dptr[i];
+            continue;
+        case TN_CUDA_ARG_IN: case TN_CUDA_ARG_OUT: case TN_CUDA_ARG_INOUT: {
+            if (!x) { r = tn__err(TN_ERR_NULL, "%s: kernel '%s': argument %d: the array is NULL", W, k->name, i); break; }
+            if (x->device != TN_HOST) {
+                r = tn__err(TN_ERR_DEVICE, "%s: kernel '%s': argument %d (in/out/inout) is a device array: pass it with tn_cuda_arg_device",
+                            W, k->name, i);
+                break;
+            }
+            if (!tn_array_is_contiguous(x)) {
+                if (a->kind != TN_CUDA_ARG_IN) {
+                    r = tn__err(TN_ERR_INVALID, "%s: kernel '%s': argument %d (out/inout) is not contiguous: the kernel writes it whole",
+                                W, k->name, i);
+                    break;
+                }
+                if (!(x = staged[i] = tn_array_copy(x))) { r = tn_last_result(); break; }
+            }
+            bytes[i] = (size_t)tn_array_size(x) * tn_dtype_size(x->dtype);
+            if (!(dptr[i] = tn__cuda_alloc(D->ordinal, bytes[i] ? bytes[i] : 1))) { r = tn_last_result(); break; }
+            if (a->kind != TN_CUDA_ARG_OUT && (r = tn__cuda_copy(dptr[i], D->ordinal, x->data, TN_HOST, bytes[i])) != TN_OK) break;
+            params[i] = &dptr[i];
+            continue;
+        }
+        default:
+            r = tn__err(TN_ERR_INVALID, "%s: kernel '%s': argument %d has kind %d (use tn_cuda_arg_in, _out, _inout, _device, _i32, "
+                        "_i64, _f32 or _f64)", W, k->name, i, (int)a->kind);
+        }
+    }
+    if (r == TN_OK) {
+        char who[160];
+        snprintf(who, sizeof who, "%s: kernel '%s' (grid %u x %u x %u, block %u x %u x %u)", W, k->name, grid.x, grid.y, grid.z,
+                 block.x, block.y, block.z);
+        unsigned g3[3] = { grid.x, grid.y, grid.z }, b3[3] = { block.x, block.y, block.z };
+        r = tn__cuda_launch_on(D, k->fn, g3, b3, shared_bytes, n_args > 0 ? params : NULL, who);
+    }
+    for (int i = 0; i < n_args; i++) {
+        const tn_cuda_arg *a = &args[i];
+        bool host = a->kind == TN_CUDA_ARG_IN || a->kind == TN_CUDA_ARG_OUT || a->kind == TN_CUDA_ARG_INOUT;
+        if (!host || !dptr[i]) continue;
+        if (r == TN_OK && a->kind != TN_CUDA_ARG_IN) r = tn__cuda_copy(a->array->data, TN_HOST, dptr[i], D->ordinal, bytes[i]);
+        tn__cuda_free(D->ordinal, dptr[i]);
+        tn_array_free(staged[i]);
+    }
+    return r;
+}
 
 
 /* >>cuda_copy: device copies through the elementwise engine -------------------- */

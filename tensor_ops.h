@@ -832,8 +832,8 @@ TN_API tn_var *tn_stop_gradient(tn_var *x);              /* x, through which no 
 /* Forward mode: the Jacobian of f with respect to wrt[] times eval_points[]
    (each of its wrt's shape), a variable of f's shape. Elementwise, dot/gemm/
    gemv/outer, reductions, softmax, cumsum/cumprod, shape ops and transfers
-   (the ops whose row has a jvp or TN_OPF_LINEAR); TN_ERR_UNSUPPORTED for the
-   others (scan, custom ops). */
+   (the ops whose row has a jvp or TN_OPF_LINEAR) and custom ops with a rop;
+   TN_ERR_UNSUPPORTED for the others (scan, custom ops without one). */
 TN_API tn_var *tn_rop(tn_var *f, int n, tn_var *const *wrt, tn_var *const *eval_points);
 
 /* Checks tn_grad against central finite differences in float64, as Theano's
@@ -879,16 +879,48 @@ struct tn_custom_op {
     /* CPU function: host arrays, inputs contiguous, outputs preallocated and
        contiguous. NULL: the op has no CPU fallback. */
     tn_result (*cpu)(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t why_cap);
-    /* CUDA C source defining the extern "C" __global__ kernel cuda_kernel,
-       called with the inputs' then the outputs' device pointers, then
-       long long n (out[0]'s element count). NULL: CPU only. */
+    /* CUDA C source defining the extern "C" __global__ kernel cuda_kernel
+       (NULL: CPU only). With cuda_abi TN_CUSTOM_ABI_POINTERS (0) it is called
+       with the inputs' then the outputs' device pointers, contiguous (strided
+       inputs are copied first), then long long n (out[0]'s element count):
+         void k(const float *in0, ..., float *out0, ..., long long n)
+       cuda_abi TN_CUSTOM_ABI_STRIDED (cuda_abi below) passes every operand
+       as it lives, strided views included. The library prepends a prelude
+       to the source (tensor_cuda.h's >>cuda_user section): int64_t, tn_half
+       with load_w/write_w/work_dtype, tn_operand, tn_params, tn_offset. */
     const char *cuda_source;
     const char *cuda_kernel;
     /* Launch geometry; NULL: a 1-d grid of 256-thread blocks over n. */
     void (*cuda_geometry)(const tn_custom_op *op, tn_array *const *in, tn_array *const *out,
                           unsigned grid[3], unsigned block[3]);
     void *user;
+    /* Gradient (Theano's grad(inputs, output_grads)): fills gin[i] for each i
+       with need[i], built with the public constructors from the node's
+       inputs in[], outputs out[] and the gradients gout[] of its outputs
+       (zeros where none reached an output, never NULL); gin[i] of in[i]'s
+       rank (broadcast dims are summed by tn_grad), NULL meaning zero. NULL
+       grad: tn_grad reports that the op has no gradient. */
+    tn_result (*grad)(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                      const bool *need, tn_var **gin, char *why, size_t why_cap);
+    /* R-op (Theano's R_op(inputs, eval_points)): rout[k], the derivative of
+       output k along eval[] (eval[i] of in[i]'s shape, zeros where input i
+       has no tangent); NULL rout[k] means zero. NULL rop: tn_rop reports it. */
+    tn_result (*rop)(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *eval,
+                     tn_var **rout, char *why, size_t why_cap);
+    /* The kernel's signature, TN_CUSTOM_ABI_STRIDED:
+         extern "C" __global__ void k(tn_operand in0, ..., tn_operand out0, ..., tn_params p)
+       struct tn_operand { void *data; long long shape[8], strides[8];
+                           int ndim, dtype; long long size; }
+       (strides in elements, may be 0 or negative; dtype a tn_dtype; outputs
+       contiguous), struct tn_params { int n; double v[16]; } holding params.
+       The default geometry covers out[0]'s size; at most 16 operands. */
+    int cuda_abi;
+    const double *params;      /* n_params scalars (copied), for the kernel and the callbacks */
+    int n_params;              /* 0..TN_CUSTOM_MAX_PARAMS */
 };
+enum { TN_CUSTOM_ABI_POINTERS = 0, TN_CUSTOM_ABI_STRIDED = 1 };
+#define TN_CUSTOM_MAX_PARAMS 16
+#define TN_CUSTOM_MAX_STRIDED_OPERANDS 16
 /* Records the op applied to in[0..n); g may be NULL when n > 0. A one-output
    op's variable; NULL with the error set on failure (a type rule that fails
    reports "tn_custom: op 'name': ..."). */

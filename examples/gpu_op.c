@@ -1,9 +1,14 @@
-/* gpu_op.c - user ops with CUDA source, used inside a graph: the seed's
-   PyCUDA multiply_them kernel and its GpuEye op. Each op gives a shape rule,
-   a CPU function (the fallback when no GPU is in use) and CUDA C source that
-   the CUDA back end compiles with NVRTC (cached like its own kernels).
-   Computes y = multiply_them(a, b) + eye(n) * 10, checks it against plain C,
-   and says where it ran.
+/* gpu_op.c - the seed's GPU programs: PyCUDA's multiply_them as a raw kernel
+   (tn_cuda_module_new, drv.Out/drv.In as tn_cuda_arg_out/_in, block=(400,1,1)),
+   user ops with CUDA source used inside a graph (multiply_them and GpuEye as
+   ops, PyCUDADoubleOp doubling x with its gradient) and the seed's three
+   exercises: an op computing x*y (with its gradient), an op with two outputs
+   (x*y and x+y), and a kernel reading strided inputs (a transposed x) with a
+   parameter. Each op gives a shape rule, a CPU function (the fallback when no
+   GPU is in use) and CUDA C source that the CUDA back end compiles with NVRTC
+   (cached like its own kernels). Every result is checked against plain C,
+   and the program says where it ran; without a GPU the raw kernel is skipped
+   with the reason and the ops run their CPU functions.
 
    Build: cc -std=c11 -O2 -I. examples/gpu_op.c -o gpu_op -lm -lpthread -ldl
    Run:   ./gpu_op                       (TENSOR_FLAGS=device=cuda ./gpu_op for the GPU) */
@@ -63,8 +68,156 @@ static tn_result eye_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *
     return TN_OK;
 }
 
+
+/* ---- the raw kernel: PyCUDA's SourceModule example ---- */
+static int raw_multiply_them(void) {
+    tn_cuda_module *mod = tn_cuda_module_new(
+        "extern \"C\" __global__ void multiply_them(float *dest, const float *a, const float *b) {\n"
+        "    const int i = threadIdx.x;\n"
+        "    dest[i] = a[i] * b[i];\n"
+        "}\n", NULL);
+    tn_cuda_kernel *k = mod ? tn_cuda_module_get(mod, "multiply_them") : NULL;
+    if (!k) {
+        printf("raw kernel multiply_them: skipped, it needs a GPU (%s)\n", tn_last_error());
+        tn_cuda_module_free(mod);
+        return 0;
+    }
+    const int64_t n = 400;
+    tn_array *a = tn_array_rand_normal(TN_F32, 1, &n, 0, 1, 11), *b = tn_array_rand_normal(TN_F32, 1, &n, 0, 1, 12);
+    tn_array *dest = tn_array_zeros(TN_F32, 1, &n);
+    tn_cuda_arg args[3] = { tn_cuda_arg_out(dest), tn_cuda_arg_in(a), tn_cuda_arg_in(b) };
+    tn_result r = tn_cuda_launch(k, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 400, 1, 1 }, 0, 3, args);
+    int bad = 0;
+    for (int64_t i = 0; r == TN_OK && i < n; i++) bad += ((float *)dest->data)[i] != ((float *)a->data)[i] * ((float *)b->data)[i];
+    if (r != TN_OK) printf("raw kernel multiply_them failed: %s\n", tn_last_error());
+    else printf("raw kernel multiply_them: dest - a*b is zero in %lld of 400 elements\n", (long long)(n - bad));
+    tn_array_free(a); tn_array_free(b); tn_array_free(dest);
+    tn_cuda_module_free(mod);
+    return r == TN_OK && bad == 0 ? 0 : 1;
+}
+
+/* ---- PyCUDADoubleOp and the exercises: float32 ops on same-shape inputs ---- */
+static tn_result same_infer(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t cap) {
+    for (int i = 0; i < op->n_inputs; i++)
+        if (in[i].dtype != TN_F32 || in[i].ndim != in[0].ndim) { snprintf(why, cap, "input %d: float32 of x's rank please", i); return TN_ERR_DTYPE; }
+    for (int k = 0; k < (op->n_outputs > 1 ? op->n_outputs : 1); k++) out[k] = in[0];
+    return TN_OK;
+}
+static const float *F(const tn_array *a) { return (const float *)a->data; }
+
+static const char *DOUBLE_CU =
+    "extern \"C\" __global__ void double_it(const float *x, float *y, long long n) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < n) y[i] = 2 * x[i];\n"
+    "}\n";
+static tn_result double_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) ((float *)out[0]->data)[i] = 2 * F(in[0])[i];
+    return TN_OK;
+}
+/* grad(inputs, output_grads): the op itself doubles the output gradient */
+static tn_result double_grad(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                             const bool *need, tn_var **gin, char *why, size_t cap) {
+    (void)in; (void)out; (void)why; (void)cap;
+    if (need[0]) gin[0] = tn_custom(NULL, op, 1, gout);
+    return TN_OK;
+}
+
+/* exercise 1: x * y, with its gradient */
+static const char *XY_CU =
+    "extern \"C\" __global__ void mul_xy(const float *x, const float *y, float *z, long long n) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < n) z[i] = x[i] * y[i];\n"
+    "}\n";
+static tn_result xy_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) ((float *)out[0]->data)[i] = F(in[0])[i] * F(in[1])[i];
+    return TN_OK;
+}
+static tn_result xy_grad(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                         const bool *need, tn_var **gin, char *why, size_t cap) {
+    (void)op; (void)out; (void)why; (void)cap;
+    if (need[0]) gin[0] = tn_mul(gout[0], in[1]);
+    if (need[1]) gin[1] = tn_mul(gout[0], in[0]);
+    return TN_OK;
+}
+
+/* exercise 2: two outputs, x * y and x + y */
+static const char *PS_CU =
+    "extern \"C\" __global__ void prod_sum(const float *x, const float *y, float *p, float *s, long long n) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < n) { p[i] = x[i] * y[i]; s[i] = x[i] + y[i]; }\n"
+    "}\n";
+static tn_result ps_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) {
+        ((float *)out[0]->data)[i] = F(in[0])[i] * F(in[1])[i];
+        ((float *)out[1]->data)[i] = F(in[0])[i] + F(in[1])[i];
+    }
+    return TN_OK;
+}
+
+/* exercise 3: strides. The kernel reads x as it lives (a transposed view is
+   not copied) and scales it by params[0]. */
+static const char *SCALE_CU =
+    "extern \"C\" __global__ void scale(tn_operand x, tn_operand out, tn_params p) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < out.size) ((float *)out.data)[i] = (float)p.v[0] * ((const float *)x.data)[tn_offset(x, i)];\n"
+    "}\n";
+static tn_result scale_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)why; (void)cap;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) ((float *)out[0]->data)[i] = (float)op->params[0] * F(in[0])[i];
+    return TN_OK;
+}
+
+static int exercises(void) {
+    tn_custom_op dbl = { .name = "PyCUDADoubleOp", .n_inputs = 1, .infer = same_infer, .cpu = double_cpu,
+                         .cuda_source = DOUBLE_CU, .cuda_kernel = "double_it", .grad = double_grad };
+    tn_custom_op xy = { .name = "mul_xy", .n_inputs = 2, .infer = same_infer, .cpu = xy_cpu,
+                        .cuda_source = XY_CU, .cuda_kernel = "mul_xy", .grad = xy_grad };
+    tn_custom_op ps = { .name = "prod_sum", .n_inputs = 2, .n_outputs = 2, .infer = same_infer, .cpu = ps_cpu,
+                        .cuda_source = PS_CU, .cuda_kernel = "prod_sum" };
+    const double k3 = 3.0;
+    tn_custom_op sc = { .name = "scale_strided", .n_inputs = 1, .infer = same_infer, .cpu = scale_cpu, .cuda_source = SCALE_CU,
+                        .cuda_kernel = "scale", .cuda_abi = TN_CUSTOM_ABI_STRIDED, .params = &k3, .n_params = 1 };
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F32), *y = tn_matrix(g, "y", TN_F32), *o[2];
+    tn_var *d = tn_custom(NULL, &dbl, 1, &x);
+    tn_var *m = tn_custom(NULL, &xy, 2, (tn_var *[]){ x, y });
+    TRY(d && m && tn_custom_multi(NULL, &ps, 2, (tn_var *[]){ x, y }, o) == TN_OK);
+    tn_var *t = tn_custom(NULL, &sc, 1, (tn_var *[]){ tn_transpose(x, NULL) });
+    /* d/dx sum(double(x)) = 2, d/dx sum(x*y) = y */
+    tn_var *gd = tn_grad1(tn_sum(d, NULL, 0, false), x), *gm = tn_grad1(tn_sum(m, NULL, 0, false), x);
+    TRY(t && gd && gm);
+    tn_var *outs[6] = { d, m, o[0], o[1], t, tn_add(gd, gm) };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 6, .outputs = outs,
+                                                 .name = "exercises" });
+    TRY(f);
+    const int64_t R = 20, C = 30;
+    tn_array *xv = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ R, C }, 0, 1, 3);
+    tn_array *yv = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ R, C }, 0, 1, 4), *r[6] = { 0 };
+    TRY(tn_call(f, (tn_array *[]){ xv, yv }, r) == TN_OK);
+    double worst = 0;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < C; j++) {
+            float a = F(xv)[i * C + j], b = F(yv)[i * C + j];
+            double want[5] = { 2 * a, a * b, a * b, a + b, 2 + b };
+            int at[5] = { 0, 1, 2, 3, 5 };
+            for (int q = 0; q < 5; q++) worst = fmax(worst, fabs(F(r[at[q]])[i * C + j] - want[q]));
+            worst = fmax(worst, fabs(F(r[4])[j * R + i] - 3 * a));     /* scale(x^T) */
+        }
+    printf("PyCUDADoubleOp, x*y, two outputs, strided x^T, gradients: largest difference from plain C: %g (%s)\n", worst,
+           tn_function_device_steps(f) > 0 ? "gpu" : "cpu");
+    for (int q = 0; q < 6; q++) tn_array_free(r[q]);
+    tn_array_free(xv); tn_array_free(yv);
+    tn_function_free(f);
+    tn_graph_free(g);
+    return worst < 1e-5 ? 0 : 1;
+}
+
 int main(void) {
     TRY(tn_init(NULL) == TN_OK);
+    if (raw_multiply_them() != 0 || exercises() != 0) return 1;
     const int64_t n = 300;
     tn_custom_op multiply_them = { .name = "multiply_them", .n_inputs = 2, .infer = mul_infer, .cpu = mul_cpu,
                                    .cuda_source = MULTIPLY_THEM_CU, .cuda_kernel = "multiply_them" };

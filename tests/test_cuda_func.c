@@ -9,7 +9,11 @@
    replay of a training step (against cuda_graph=0 and float64); mode=check
    over a fused chain, a gemm and a reduction; functions on several threads
    (a shared variable updated from two, one function from four); the newer
-   elementwise ops on the GPU with cumsum/cumprod kept on the host. Every result is compared with
+   elementwise ops on the GPU with cumsum/cumprod kept on the host; custom
+   ops (strided kernel signature with params, pointer signature on strided
+   inputs, a gradient through the op) and raw kernels (the seed's
+   multiply_them, in/out/inout/device/scalar arguments, float16 helpers,
+   argument errors). Every result is compared with
    a float64 reference computed here.
    Without a usable GPU it prints "SKIP (no usable GPU: why)" and counts nothing. */
 #define _GNU_SOURCE
@@ -1481,6 +1485,214 @@ TEST(test_threads_on_gpu) {
     tn_graph_free(g);
 }
 
+
+/* ---- custom ops and raw kernels on the GPU -------------------------------- */
+
+/* out = params[0] * x, float32, x any layout (TN_CUSTOM_ABI_STRIDED), or the
+   same with the pointer signature (contiguous operands). */
+static const char *GK_SCALE_STRIDED =
+    "extern \"C\" __global__ void scale_strided(tn_operand x, tn_operand out, tn_params p) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i >= out.size) return;\n"
+    "    ((float *)out.data)[i] = (float)p.v[0] * ((const float *)x.data)[tn_offset(x, i)];\n"
+    "}\n";
+static const char *GK_SCALE_PTR =
+    "extern \"C\" __global__ void scale_ptr(const float *x, float *out, long long n) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < n) out[i] = 2.5f * x[i];\n"
+    "}\n";
+static tn_result gk_same_infer(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t cap) {
+    (void)op;
+    if (in[0].dtype != TN_F32) { snprintf(why, cap, "float32 only"); return TN_ERR_DTYPE; }
+    out[0] = in[0];
+    return TN_OK;
+}
+static int gk_cpu_calls;
+static tn_result gk_scale_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)why; (void)cap;
+    gk_cpu_calls++;
+    double s = op->n_params > 0 ? op->params[0] : 2.5;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) ((float *)out[0]->data)[i] = (float)s * ((const float *)in[0]->data)[i];
+    return TN_OK;
+}
+
+/* A transposed and a row-sliced input: the strided kernel reads them in
+   place (its params reach it), the pointer kernel gets contiguous copies;
+   both run on the GPU (GpuCustom), never through the CPU function. */
+TEST(test_custom_strided_on_gpu) {
+    const double prm[1] = { -1.75 };
+    tn_custom_op ops[2] = {
+        { .name = "scale_strided", .n_inputs = 1, .infer = gk_same_infer, .cpu = gk_scale_cpu, .cuda_source = GK_SCALE_STRIDED,
+          .cuda_kernel = "scale_strided", .cuda_abi = TN_CUSTOM_ABI_STRIDED, .params = prm, .n_params = 1 },
+        { .name = "scale_ptr", .n_inputs = 1, .infer = gk_same_infer, .cpu = gk_scale_cpu, .cuda_source = GK_SCALE_PTR,
+          .cuda_kernel = "scale_ptr" },
+    };
+    for (int k = 0; k < 2; k++)
+        for (int layout = 0; layout < 3; layout++) {
+            const int64_t R = 37, C = 53;
+            tn_graph *g = tn_graph_new();
+            tn_var *x = tn_matrix(g, "x", TN_F32);
+            tn_var *v = layout == 0 ? x : layout == 1 ? tn_transpose(x, NULL) : tn_slice(x, 0, 0, TN_NONE, 2);
+            tn_var *y = tn_custom(NULL, &ops[k], 1, &v);
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+            CHECK(f != NULL, "%s layout %d: compile: %s", ops[k].name, layout, tn_last_error());
+            char *dp = f ? dprint(f) : NULL;
+            CHECK(dp && strstr(dp, ops[k].name) && strstr(dp, "GpuCustom"), "placed on the GPU:\n%s", dp ? dp : "");
+            free(dp);
+            tn_array *xv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ R, C }, -2, 2, 70 + (uint64_t)layout), *out = NULL;
+            int calls = gk_cpu_calls;
+            CHECK(f && tn_call(f, &xv, &out) == TN_OK, "%s layout %d: call: %s", ops[k].name, layout, tn_last_error());
+            CHECK(gk_cpu_calls == calls, "the CPU function did not run");
+            double s = k == 0 ? prm[0] : 2.5, worst = 0;
+            int64_t oR = layout == 1 ? C : layout == 2 ? (R + 1) / 2 : R, oC = layout == 1 ? R : C;
+            CHECK(out && out->ndim == 2 && out->shape[0] == oR && out->shape[1] == oC, "output shape");
+            for (int64_t i = 0; out && out->shape[0] == oR && i < oR; i++)
+                for (int64_t j = 0; j < oC; j++) {
+                    int64_t xi = layout == 1 ? j : layout == 2 ? 2 * i : i, xj = layout == 1 ? i : j;
+                    double want = (double)(float)(s * tn_array_get(xv, (int64_t[]){ xi, xj }));
+                    worst = fmax(worst, fabs(tn_array_get(out, (int64_t[]){ i, j }) - want));
+                }
+            CHECK(out && worst == 0, "%s layout %d: worst error %g", ops[k].name, layout, worst);
+            tn_array_free(out); tn_array_free(xv);
+            tn_function_free(f);
+            tn_graph_free(g);
+        }
+}
+
+/* The seed's PyCUDADoubleOp: a CUDA kernel doubling x, whose gradient is the
+   op again applied to the output gradient; cost sum(double(x)^2), gradient 8x. */
+static const char *GK_DOUBLE =
+    "extern \"C\" __global__ void double_it(const float *x, float *y, long long n) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i < n) y[i] = 2 * x[i];\n"
+    "}\n";
+static tn_result gk_double_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    gk_cpu_calls++;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) ((float *)out[0]->data)[i] = 2 * ((const float *)in[0]->data)[i];
+    return TN_OK;
+}
+static tn_result gk_double_grad(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                                const bool *need, tn_var **gin, char *why, size_t cap) {
+    (void)in; (void)out; (void)why; (void)cap;
+    if (need[0]) gin[0] = tn_custom(NULL, op, 1, gout);
+    return TN_OK;
+}
+TEST(test_custom_grad_on_gpu) {
+    tn_custom_op dbl = { .name = "PyCUDADoubleOp", .n_inputs = 1, .infer = gk_same_infer, .cpu = gk_double_cpu,
+                         .cuda_source = GK_DOUBLE, .cuda_kernel = "double_it", .grad = gk_double_grad };
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32);
+    tn_var *d = tn_custom(NULL, &dbl, 1, &x);
+    tn_var *c = tn_sum(tn_sqr(d), NULL, 0, false);
+    tn_var *gx = tn_grad1(c, x);
+    CHECK(gx != NULL, "grad: %s", tn_last_error());
+    tn_var *outs[2] = { d, gx };
+    tn_func *f = gx ? tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 2, .outputs = outs }) : NULL;
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    const int64_t n = 1000;
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, &n, -3, 3, 81), *res[2] = { NULL, NULL };
+    int calls = gk_cpu_calls;
+    CHECK(f && tn_call(f, &xv, res) == TN_OK, "call: %s", tn_last_error());
+    CHECK(gk_cpu_calls == calls, "both custom nodes ran on the GPU");
+    double *x64 = as_f64(xv), *r0 = (double *)malloc((size_t)n * sizeof *r0), *r1 = (double *)malloc((size_t)n * sizeof *r1);
+    for (int64_t i = 0; i < n; i++) { r0[i] = 2 * x64[i]; r1[i] = 8 * x64[i]; }
+    CHECK(res[0] && max_err(res[0], r0, n) == 0 && res[1] && max_err(res[1], r1, n) <= 1e-6, "values: %g %g",
+          res[0] ? max_err(res[0], r0, n) : -1.0, res[1] ? max_err(res[1], r1, n) : -1.0);
+    free(x64); free(r0); free(r1);
+    tn_array_free(res[0]); tn_array_free(res[1]); tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* The seed: multiply_them(drv.Out(dest), drv.In(a), drv.In(b), block=(400,1,1)). */
+TEST(test_raw_kernel_multiply_them) {
+    tn_cuda_module *m = tn_cuda_module_new(
+        "extern \"C\" __global__ void multiply_them(float *dest, const float *a, const float *b) {\n"
+        "    const int i = threadIdx.x;\n"
+        "    dest[i] = a[i] * b[i];\n"
+        "}\n", NULL);
+    CHECK(m != NULL, "module: %s", tn_last_error());
+    tn_cuda_kernel *k = m ? tn_cuda_module_get(m, "multiply_them") : NULL;
+    CHECK(k != NULL, "kernel: %s", tn_last_error());
+    CHECK(!m || tn_cuda_module_get(m, "multiply_them") == k, "the same handle again");
+    const int64_t n = 400;
+    tn_array *a = tn_array_rand_normal(TN_F32, 1, &n, 0, 1, 91), *b = tn_array_rand_normal(TN_F32, 1, &n, 0, 1, 92);
+    tn_array *dest = tn_array_zeros(TN_F32, 1, &n);
+    tn_cuda_arg args[3] = { tn_cuda_arg_out(dest), tn_cuda_arg_in(a), tn_cuda_arg_in(b) };
+    CHECK(k && tn_cuda_launch(k, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 400, 1, 1 }, 0, 3, args) == TN_OK, "launch: %s", tn_last_error());
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += ((float *)dest->data)[i] != ((float *)a->data)[i] * ((float *)b->data)[i];
+    CHECK(bad == 0, "%d of 400 differ from a*b", bad);
+    CHECK(m && tn_cuda_module_get(m, "no_such_kernel") == NULL, "unknown name");
+    CHECK_ERR(TN_ERR_DEVICE, "no kernel 'no_such_kernel' in the module");
+    tn_array_free(a); tn_array_free(b); tn_array_free(dest);
+    tn_cuda_module_free(m);
+}
+
+/* inout, a strided in, scalars of each kind, a device array, float16 through
+   load_w/write_w; and the argument errors. */
+TEST(test_raw_kernel_arguments) {
+    tn_cuda_module *m = tn_cuda_module_new(
+        "extern \"C\" __global__ void axpy(float *y, const float *x, float a, int n, long long add, double scale, float *dev) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i >= n) return;\n"
+        "    y[i] = (float)(scale * (a * x[i] + y[i])) + (float)add;\n"
+        "    dev[i] = y[i];\n"
+        "}\n"
+        "extern \"C\" __global__ void half_twice(const tn_half *x, tn_half *y, long long n) {\n"
+        "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+        "    if (i < n) { work_dtype(tn_half) w = load_w(x[i]); y[i] = write_w<tn_half>(w * 2.0f); }\n"
+        "}\n", "--use_fast_math");
+    CHECK(m != NULL, "module: %s", tn_last_error());
+    tn_cuda_kernel *k = m ? tn_cuda_module_get(m, "axpy") : NULL, *h = m ? tn_cuda_module_get(m, "half_twice") : NULL;
+    CHECK(k && h, "kernels: %s", tn_last_error());
+    const int64_t n = 1000;
+    tn_array *y = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 101);
+    tn_array *xb = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ n, 2 }, -1, 1, 102);
+    tn_array *x = tn_array_slice(xb, 1, 1, 2, 1), *xr = tn_array_reshape(x, 1, &n);    /* column 1: stride 2 */
+    tn_array *y0 = tn_array_copy(y), *zeros = tn_array_zeros(TN_F32, 1, &n);
+    tn_array *dev = tn__copy_on(zeros, tn__cuda.ordinal);
+    CHECK(xr && !tn_array_is_contiguous(xr) && dev && dev->device == tn__cuda.ordinal, "a strided host input and a device array");
+    tn_cuda_arg args[7] = { tn_cuda_arg_inout(y), tn_cuda_arg_in(xr), tn_cuda_arg_f32(0.5f), tn_cuda_arg_i32((int32_t)n),
+                            tn_cuda_arg_i64(3), tn_cuda_arg_f64(-2.0), tn_cuda_arg_device(dev) };
+    CHECK(k && tn_cuda_launch(k, (tn_cuda_dim3){ 4, 1, 1 }, (tn_cuda_dim3){ 256, 1, 1 }, 0, 7, args) == TN_OK, "launch: %s", tn_last_error());
+    tn_array *back = dev ? tn_array_to_host(dev) : NULL;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float want = (float)(-2.0 * (0.5f * (float)tn_array_get(xr, &i) + ((float *)y0->data)[i])) + 3.0f;
+        bad += ((float *)y->data)[i] != want || !back || ((float *)back->data)[i] != want;
+    }
+    CHECK(bad == 0, "%d of %lld elements differ", bad, (long long)n);
+
+    tn_array *hx = tn_array_rand_uniform(TN_F16, 1, &n, -8, 8, 103), *hy = tn_array_zeros(TN_F16, 1, &n);
+    tn_cuda_arg hargs[3] = { tn_cuda_arg_in(hx), tn_cuda_arg_out(hy), tn_cuda_arg_i64(n) };
+    CHECK(h && tn_cuda_launch(h, (tn_cuda_dim3){ 4, 1, 1 }, (tn_cuda_dim3){ 256, 1, 1 }, 0, 3, hargs) == TN_OK, "half: %s", tn_last_error());
+    bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += tn_array_get(hy, &i) != 2 * tn_array_get(hx, &i);
+    CHECK(bad == 0, "float16: %d of %lld elements differ", bad, (long long)n);
+
+    /* errors: an out that is not contiguous, a device array as in, a host array as device, a bad kind */
+    tn_cuda_arg e1[1] = { tn_cuda_arg_out(xr) };
+    CHECK(k && tn_cuda_launch(k, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 1, 1, 1 }, 0, 1, e1) == TN_ERR_INVALID, "strided out");
+    CHECK_ERR(TN_ERR_INVALID, "kernel 'axpy': argument 0 (out/inout) is not contiguous");
+    tn_cuda_arg e2[1] = { tn_cuda_arg_in(dev) };
+    CHECK(k && tn_cuda_launch(k, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 1, 1, 1 }, 0, 1, e2) == TN_ERR_DEVICE, "device as in");
+    CHECK_ERR(TN_ERR_DEVICE, "pass it with tn_cuda_arg_device");
+    tn_cuda_arg e3[1] = { tn_cuda_arg_device(y) };
+    CHECK(k && tn_cuda_launch(k, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 1, 1, 1 }, 0, 1, e3) == TN_ERR_DEVICE, "host as device");
+    CHECK_ERR(TN_ERR_DEVICE, "argument 0 is a device argument but lives on the host");
+    tn_cuda_arg e4[1];
+    memset(e4, 0, sizeof e4);
+    CHECK(k && tn_cuda_launch(k, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 1, 1, 1 }, 0, 1, e4) == TN_ERR_INVALID, "kind 0");
+    CHECK_ERR(TN_ERR_INVALID, "argument 0 has kind 0");
+    CHECK(k && tn_cuda_launch(k, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 1, 1, 1 }, 0, TN_CUDA_MAX_ARGS + 1, args) == TN_ERR_INVALID, "too many");
+    tn_array_free(back); tn_array_free(hx); tn_array_free(hy);
+    tn_array_free(y); tn_array_free(y0); tn_array_free(x); tn_array_free(xr); tn_array_free(xb); tn_array_free(zeros); tn_array_free(dev);
+    tn_cuda_module_free(m);
+}
+
 int main(void) {
     base_cfg.device = TN_DEVICE_CUDA;
     base_cfg.floatX = TN_F32;
@@ -1515,6 +1727,10 @@ int main(void) {
     TH_RUN(test_update_targets_on_device);
     TH_RUN(test_threads_on_gpu);
     TH_RUN(test_products_on_two_streams);
+    TH_RUN(test_custom_strided_on_gpu);
+    TH_RUN(test_custom_grad_on_gpu);
+    TH_RUN(test_raw_kernel_multiply_them);
+    TH_RUN(test_raw_kernel_arguments);
     tn_shutdown();
     TH_END();
 }

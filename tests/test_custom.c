@@ -1,7 +1,9 @@
 /* Custom ops (the >>custom section): a user type rule and CPU function used inside
    a graph, compared with a float64 reference on random inputs (contiguous,
    transposed and sliced views); errors from the callbacks name the op; ops
-   with no inputs (eye) and with two outputs. */
+   with no inputs (eye) and with two outputs; gradients (tn_verify_grad and
+   analytic values) and R-ops (finite differences) through the ops' grad and
+   rop, one and two outputs. */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "harness.h"
@@ -225,7 +227,7 @@ TEST(test_custom_two_outputs) {
     tn_graph_free(g);
 }
 
-/* A custom op has no derivative: tn_grad through it says so by name, through
+/* A custom op without grad: tn_grad through it says so by name, through
    the op table's row (the >>custom section's vjp); stopping the gradient
    at it works. */
 TEST(test_custom_gradient) {
@@ -242,6 +244,251 @@ TEST(test_custom_gradient) {
     tn_graph_free(g);
 }
 
+
+/* ---- gradients and R-ops of custom ops ---------------------------------- */
+
+/* double_op(x) = 2x in float32 or float64 (the seed's PyCUDADoubleOp), with
+   grad 2 gout and R-op 2 eval. */
+static tn_result same_infer(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t cap) {
+    for (int i = 0; i < op->n_inputs; i++)
+        if (in[i].dtype != TN_F32 && in[i].dtype != TN_F64) { snprintf(why, cap, "input %d must be float32 or float64", i); return TN_ERR_DTYPE; }
+    for (int k = 0; k < (op->n_outputs > 0 ? op->n_outputs : 1); k++) out[k] = in[0];
+    return TN_OK;
+}
+static double el(const tn_array *a, int64_t i) {
+    return a->dtype == TN_F32 ? (double)((const float *)a->data)[i] : ((const double *)a->data)[i];
+}
+static void set_el(tn_array *a, int64_t i, double v) {
+    if (a->dtype == TN_F32) ((float *)a->data)[i] = (float)v;
+    else ((double *)a->data)[i] = v;
+}
+static tn_result double_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) set_el(out[0], i, 2 * el(in[0], i));
+    return TN_OK;
+}
+static tn_result double_grad(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                             const bool *need, tn_var **gin, char *why, size_t cap) {
+    (void)op; (void)in; (void)out; (void)why; (void)cap;
+    if (need[0]) gin[0] = tn_mul(gout[0], tn_lit(gout[0], 2.0));
+    return TN_OK;
+}
+static tn_result double_rop(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *ev,
+                            tn_var **rout, char *why, size_t cap) {
+    (void)op; (void)in; (void)out; (void)why; (void)cap;
+    rout[0] = tn_mul(ev[0], tn_lit(ev[0], 2.0));
+    return TN_OK;
+}
+static const tn_custom_op DOUBLE = { .name = "PyCUDADoubleOp", .n_inputs = 1, .infer = same_infer, .cpu = double_cpu,
+                                     .grad = double_grad, .rop = double_rop };
+
+/* xy(x, y) = x * y: grad (gout y, gout x), R-op ex y + x ey. */
+static tn_result xy_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) set_el(out[0], i, el(in[0], i) * el(in[1], i));
+    return TN_OK;
+}
+static tn_result xy_grad(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                         const bool *need, tn_var **gin, char *why, size_t cap) {
+    (void)op; (void)out; (void)why; (void)cap;
+    if (need[0]) gin[0] = tn_mul(gout[0], in[1]);
+    if (need[1]) gin[1] = tn_mul(gout[0], in[0]);
+    return TN_OK;
+}
+static tn_result xy_rop(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *ev,
+                        tn_var **rout, char *why, size_t cap) {
+    (void)op; (void)out; (void)why; (void)cap;
+    rout[0] = tn_add(tn_mul(ev[0], in[1]), tn_mul(in[0], ev[1]));
+    return TN_OK;
+}
+static const tn_custom_op XY = { .name = "xy", .n_inputs = 2, .infer = same_infer, .cpu = xy_cpu, .grad = xy_grad, .rop = xy_rop };
+
+/* sd(x, y) = (x * y, x + y): two outputs, each with its gradient. */
+static tn_result sd_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    for (int64_t i = 0, n = tn_array_size(out[0]); i < n; i++) {
+        set_el(out[0], i, el(in[0], i) * el(in[1], i));
+        set_el(out[1], i, el(in[0], i) + el(in[1], i));
+    }
+    return TN_OK;
+}
+static tn_result sd_grad(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                         const bool *need, tn_var **gin, char *why, size_t cap) {
+    (void)op; (void)out; (void)why; (void)cap;
+    if (need[0]) gin[0] = tn_add(tn_mul(gout[0], in[1]), gout[1]);
+    if (need[1]) gin[1] = tn_add(tn_mul(gout[0], in[0]), gout[1]);
+    return TN_OK;
+}
+static tn_result sd_rop(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *ev,
+                        tn_var **rout, char *why, size_t cap) {
+    (void)op; (void)out; (void)why; (void)cap;
+    rout[0] = tn_add(tn_mul(ev[0], in[1]), tn_mul(in[0], ev[1]));
+    rout[1] = tn_add(ev[0], ev[1]);
+    return TN_OK;
+}
+static const tn_custom_op SD = { .name = "prod_sum", .n_inputs = 2, .n_outputs = 2, .infer = same_infer, .cpu = sd_cpu,
+                                 .grad = sd_grad, .rop = sd_rop };
+
+/* cost = sum(sin(op(x, y))) for verify_grad; kind 2 and 3 use outputs of SD. */
+static tn_var *custom_cost(tn_graph *g, tn_var *const *in, void *user) {
+    (void)g;
+    int kind = *(const int *)user;
+    tn_var *o[2] = { NULL, NULL };
+    if (kind == 0) return tn_sin(tn_custom(NULL, &DOUBLE, 1, in));
+    if (kind == 1) return tn_sin(tn_custom(NULL, &XY, 2, in));
+    if (tn_custom_multi(NULL, &SD, 2, in, o) != TN_OK) return NULL;
+    if (kind == 2) return tn_add(tn_sin(o[0]), tn_sqr(o[1]));
+    return tn_exp(o[1]);          /* output 0 receives no gradient */
+}
+
+TEST(test_custom_verify_grad) {
+    tn_array *x = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){ 3, 4 }, -1, 1, 21);
+    tn_array *y = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){ 3, 4 }, -1, 1, 22);
+    for (int kind = 0; kind < 4; kind++) {
+        tn_verify_grad_report rep;
+        tn_verify_grad_desc d = { .build = custom_cost, .user = &kind, .n_inputs = kind == 0 ? 1 : 2,
+                                  .points = (tn_array *[]){ x, y }, .seed = 5 };
+        tn_result r = tn_verify_grad(&d, &rep);
+        CHECK(r == TN_OK, "kind %d: %s", kind, tn_last_error());
+    }
+    tn_array_free(x); tn_array_free(y);
+}
+
+/* The gradients against their analytic values, in float32. */
+TEST(test_custom_grad_values) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F32), *y = tn_vector(g, "y", TN_F32), *o[2];
+    tn_var *d = tn_custom(NULL, &DOUBLE, 1, &x);
+    tn_var *m = tn_custom(NULL, &XY, 2, (tn_var *[]){ x, y });
+    CHECK(tn_custom_multi(NULL, &SD, 2, (tn_var *[]){ x, y }, o) == TN_OK, "multi: %s", tn_last_error());
+    /* c = sum(d^2) + sum(m) + sum(o0 * o1) */
+    tn_var *c = tn_add(tn_add(tn_sum(tn_sqr(d), NULL, 0, false), tn_sum(m, NULL, 0, false)), tn_sum(tn_mul(o[0], o[1]), NULL, 0, false));
+    tn_var *gr[2] = { NULL, NULL };
+    CHECK(tn_grad(c, 2, (tn_var *[]){ x, y }, gr, NULL) == TN_OK, "grad: %s", tn_last_error());
+    tn_var *outs[3] = { c, gr[0], gr[1] };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 3, .outputs = outs });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 9 }, -2, 2, 31);
+    tn_array *yv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ 9 }, -2, 2, 32), *res[3] = { NULL, NULL, NULL };
+    CHECK(f && tn_call(f, (tn_array *[]){ xv, yv }, res) == TN_OK, "call: %s", tn_last_error());
+    for (int64_t i = 0; res[1] && i < 9; i++) {
+        double a = el(xv, i), b = el(yv, i);
+        /* d/dx: 8x + y + (y(x+y) + xy); d/dy: x + (x(x+y) + xy) */
+        double gx = 8 * a + b + b * (a + b) + a * b, gy = a + a * (a + b) + a * b;
+        CHECK(fabs(el(res[1], i) - gx) <= 1e-5 * fmax(1, fabs(gx)) && fabs(el(res[2], i) - gy) <= 1e-5 * fmax(1, fabs(gy)),
+              "element %lld: (%g, %g) vs (%g, %g)", (long long)i, el(res[1], i), el(res[2], i), gx, gy);
+    }
+    for (int k = 0; k < 3; k++) tn_array_free(res[k]);
+    tn_array_free(xv); tn_array_free(yv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* R-op against central finite differences of the compiled op: f(p + h v). */
+static void rop_case(int kind, int out_k) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64), *y = tn_vector(g, "y", TN_F64), *vx = tn_vector(g, "vx", TN_F64), *vy = tn_vector(g, "vy", TN_F64);
+    tn_var *o[2] = { NULL, NULL }, *f;
+    if (kind == 0) f = tn_custom(NULL, &DOUBLE, 1, &x);
+    else if (kind == 1) f = tn_custom(NULL, &XY, 2, (tn_var *[]){ x, y });
+    else { tn_custom_multi(NULL, &SD, 2, (tn_var *[]){ x, y }, o); f = o[out_k]; }
+    f = tn_tanh(f);
+    int nw = kind == 0 ? 1 : 2;
+    tn_var *r = tn_rop(f, nw, (tn_var *[]){ x, y }, (tn_var *[]){ vx, vy });
+    CHECK(r != NULL, "kind %d output %d: rop: %s", kind, out_k, tn_last_error());
+    tn_var *outs[2] = { f, r };
+    tn_func *fn = tn_function(g, &(tn_func_desc){ .n_inputs = 4, .inputs = (tn_var *[]){ x, y, vx, vy }, .n_outputs = 2,
+                                                  .outputs = outs, .on_unused_input = TN_UNUSED_IGNORE });
+    CHECK(fn != NULL, "compile: %s", tn_last_error());
+    const int64_t n = 7;
+    tn_array *p[4];
+    for (int i = 0; i < 4; i++) p[i] = tn_array_rand_uniform(TN_F64, 1, &n, -1, 1, 40 + (uint64_t)i);
+    tn_array *base[2] = { NULL, NULL }, *hi[2] = { NULL, NULL }, *lo[2] = { NULL, NULL };
+    CHECK(fn && tn_call(fn, p, base) == TN_OK, "call: %s", tn_last_error());
+    const double h = 1e-6;
+    tn_array *xp = tn_array_copy(p[0]), *yp = tn_array_copy(p[1]), *xm = tn_array_copy(p[0]), *ym = tn_array_copy(p[1]);
+    for (int64_t i = 0; i < n; i++) {
+        set_el(xp, i, el(p[0], i) + h * el(p[2], i)); set_el(yp, i, el(p[1], i) + h * el(p[3], i));
+        set_el(xm, i, el(p[0], i) - h * el(p[2], i)); set_el(ym, i, el(p[1], i) - h * el(p[3], i));
+    }
+    CHECK(fn && tn_call(fn, (tn_array *[]){ xp, yp, p[2], p[3] }, hi) == TN_OK, "call +");
+    CHECK(fn && tn_call(fn, (tn_array *[]){ xm, ym, p[2], p[3] }, lo) == TN_OK, "call -");
+    double worst = 0;
+    for (int64_t i = 0; base[1] && hi[0] && lo[0] && i < n; i++) {
+        double fd = (el(hi[0], i) - el(lo[0], i)) / (2 * h);
+        worst = fmax(worst, fabs(fd - el(base[1], i)));
+    }
+    CHECK(base[1] && worst < 1e-7, "kind %d output %d: R-op vs finite differences: %g", kind, out_k, worst);
+    for (int k = 0; k < 2; k++) { tn_array_free(base[k]); tn_array_free(hi[k]); tn_array_free(lo[k]); }
+    for (int i = 0; i < 4; i++) tn_array_free(p[i]);
+    tn_array_free(xp); tn_array_free(yp); tn_array_free(xm); tn_array_free(ym);
+    tn_function_free(fn);
+    tn_graph_free(g);
+}
+TEST(test_custom_rop) {
+    rop_case(0, 0);
+    rop_case(1, 0);
+    rop_case(2, 0);
+    rop_case(2, 1);
+}
+
+static int bad_mode;
+static tn_result bad_grad(const tn_custom_op *op, tn_var *const *in, tn_var *const *out, tn_var *const *gout,
+                          const bool *need, tn_var **gin, char *why, size_t cap) {
+    (void)op; (void)out; (void)need;
+    if (bad_mode == 0) { snprintf(why, cap, "no gradient today"); return TN_ERR_INVALID; }
+    gin[0] = tn_outer(gout[0], in[1]);
+    return TN_OK;
+}
+
+/* Without grad or rop: the errors name the op, the node and the field. A
+   failed pass leaves nothing behind for the next one: output 1's gradient,
+   received before the failure, is not reused. */
+TEST(test_custom_no_rule_and_failed_pass) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64), *y = tn_vector(g, "y", TN_F64), *o[2];
+    tn_custom_op bare = XY;
+    bare.name = "bare";
+    bare.grad = NULL;
+    bare.rop = NULL;
+    tn_var *b = tn_custom(NULL, &bare, 2, (tn_var *[]){ x, y });
+    b->name = "b";
+    CHECK(tn_grad1(tn_sum(b, NULL, 0, false), x) == NULL, "no grad");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "custom op 'bare' (node 'b') has no gradient rule: give tn_custom_op.grad");
+    CHECK(tn_rop(b, 1, &x, &y) == NULL, "no rop");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "custom op 'bare' (node 'b') has no R-op (forward-mode rule): give tn_custom_op.rop");
+
+    CHECK(tn_custom_multi(NULL, &SD, 2, (tn_var *[]){ x, y }, o) == TN_OK, "multi: %s", tn_last_error());
+    tn_var *mid = tn_custom(NULL, &bare, 2, (tn_var *[]){ x, y });     /* id between the node and p1 */
+    tn_var *p1 = tn__proj(o[0]->in[0], 1);
+    tn_var *c1 = tn_add(tn_sum(p1, NULL, 0, false), tn_sum(mid, NULL, 0, false));
+    tn_var *gr = NULL;
+    CHECK(tn_grad(c1, 1, &y, &gr, NULL) == TN_ERR_UNSUPPORTED, "the pass fails at 'bare'");
+    tn_var *c2 = tn_sum(o[0], NULL, 0, false);     /* d/dy sum(x y) = x */
+    CHECK(tn_grad(c2, 1, &y, &gr, NULL) == TN_OK, "second pass: %s", tn_last_error());
+    tn_var *outs[1] = { gr };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ x, y }, .n_outputs = 1, .outputs = outs });
+    tn_array *xv = tn_array_rand_uniform(TN_F64, 1, (int64_t[]){ 5 }, -1, 1, 51);
+    tn_array *yv = tn_array_rand_uniform(TN_F64, 1, (int64_t[]){ 5 }, -1, 1, 52), *res = NULL;
+    CHECK(f && tn_call(f, (tn_array *[]){ xv, yv }, &res) == TN_OK, "call: %s", tn_last_error());
+    for (int64_t i = 0; res && i < 5; i++) CHECK(fabs(el(res, i) - el(xv, i)) < 1e-12, "element %lld: %g vs %g", (long long)i, el(res, i), el(xv, i));
+    tn_array_free(res); tn_array_free(xv); tn_array_free(yv);
+    tn_function_free(f);
+
+    /* a rule that fails, and one that gives a gradient of the wrong rank */
+    tn_custom_op bad = XY;
+    bad.name = "bad";
+    bad.grad = bad_grad;
+    tn_var *bv = tn_custom(NULL, &bad, 2, (tn_var *[]){ x, y });
+    bad_mode = 0;
+    CHECK(tn_grad1(tn_sum(bv, NULL, 0, false), x) == NULL, "failing rule");
+    CHECK_ERR(TN_ERR_INVALID, "custom op 'bad': its grad failed: no gradient today");
+    bad_mode = 1;
+    CHECK(tn_grad1(tn_sum(bv, NULL, 0, false), x) == NULL, "wrong rank");
+    CHECK_ERR(TN_ERR_SHAPE, "custom op 'bad': the gradient of input 0 has shape (?, ?), not of the rank of (?,)");
+    tn_graph_free(g);
+}
+
 int main(void) {
     tn_init(NULL);
     TH_RUN(test_custom_in_graph);
@@ -250,5 +497,9 @@ int main(void) {
     TH_RUN(test_custom_eye);
     TH_RUN(test_custom_two_outputs);
     TH_RUN(test_custom_gradient);
+    TH_RUN(test_custom_verify_grad);
+    TH_RUN(test_custom_grad_values);
+    TH_RUN(test_custom_rop);
+    TH_RUN(test_custom_no_rule_and_failed_pass);
     TH_END();
 }

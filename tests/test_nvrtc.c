@@ -2,7 +2,9 @@
    for the elementwise table (each op, each dtype it accepts, contiguous,
    contiguous-with-scalar and strided layouts), fused multi-output programs,
    casts, immediates and float16 programs compile to a cubin for sm_90 (and
-   one for sm_80). The disk cache has its own test (test_kcache.c).
+   one for sm_80); user kernels (raw modules, custom ops' sources) compile
+   after their prelude (float16 helpers, strided operands), and their
+   errors name the user's lines. The disk cache has its own test (test_kcache.c).
    Without libnvrtc the test fails, unless TN_TEST_ALLOW_NO_NVRTC=1, which
    skips it (tests/nvrtc_env.h). */
 #define _GNU_SOURCE
@@ -306,6 +308,105 @@ TEST(test_compile_error_reports_log_and_source) {
     CHECK(r == TN_ERR_DEVICE, "bad architecture fails");
 }
 
+
+/* ---- user kernels: the prelude, raw modules, custom ops' signatures -------- */
+
+/* The seed's kernel, as PyCUDA's SourceModule compiles it. */
+static const char *UK_MULTIPLY_THEM =
+    "extern \"C\" __global__ void multiply_them(float *dest, const float *a, const float *b) {\n"
+    "    const int i = threadIdx.x;\n"
+    "    dest[i] = a[i] * b[i];\n"
+    "}\n";
+
+/* A TN_CUSTOM_ABI_STRIDED kernel: out = p.v[0] * x (x any layout), float32. */
+static const char *UK_STRIDED =
+    "extern \"C\" __global__ void scale_strided(tn_operand x, tn_operand out, tn_params p) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i >= out.size) return;\n"
+    "    const float *xd = (const float *)x.data;\n"
+    "    ((float *)out.data)[i] = (float)(p.n > 0 ? p.v[0] : 1.0) * xd[tn_offset(x, i)];\n"
+    "}\n";
+
+/* float16 through the prelude's helpers, generic over the storage type. */
+static const char *UK_HALF =
+    "template <class T> __device__ void twice(const T *x, T *y, long long n) {\n"
+    "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (i >= n) return;\n"
+    "    work_dtype(T) w = load_w(x[i]);\n"
+    "    y[i] = write_w<T>(w * 2);\n"
+    "}\n"
+    "extern \"C\" __global__ void twice_f16(const tn_half *x, tn_half *y, long long n) { twice(x, y, n); }\n"
+    "extern \"C\" __global__ void twice_f32(const float *x, float *y, long long n) { twice(x, y, n); }\n"
+    "extern \"C\" __global__ void twice_f64(const double *x, double *y, long long n) { twice(x, y, n); }\n";
+
+TEST(test_user_kernels_nvrtc) {
+    tn_cuda_cache_stats before, after;
+    const char *srcs[3] = { UK_MULTIPLY_THEM, UK_STRIDED, UK_HALF };
+    for (int i = 0; i < 3; i++) {
+        tn_cuda_module *m = tn_cuda_module_new(srcs[i], "--gpu-architecture=sm_90");
+        CHECK(m != NULL, "module %d: %s", i, tn_last_error());
+        /* what a custom op's prepare compiles: the same prelude */
+        char *full = tn__cuda_user_source(srcs[i]);
+        const void *bin = NULL;
+        size_t n = 0;
+        CHECK(full && tn_cuda_compile(full, "sm_80", &bin, &n) == TN_OK && is_elf(bin, n), "custom op source %d for sm_80: %s", i,
+              tn_last_error());
+        tn__free(full);
+        if (i == 0) {   /* no GPU here (device=cpu): the kernel cannot be had, and says why */
+            CHECK(tn_cuda_module_get(m, "multiply_them") == NULL, "no kernel without a GPU");
+            CHECK_ERR(TN_ERR_UNSUPPORTED, "tn_cuda_module_get: kernel 'multiply_them' needs a GPU to run on: device=cpu");
+        }
+        tn_cuda_module_free(m);
+    }
+    /* a second module of the same source is a cache hit */
+    tn_cuda_get_cache_stats(&before);
+    tn_cuda_module *m = tn_cuda_module_new(UK_MULTIPLY_THEM, "-arch=sm_90");
+    tn_cuda_get_cache_stats(&after);
+    CHECK(m && after.mem_hits == before.mem_hits + 1 && after.compiles == before.compiles, "cache hit (%llu -> %llu hits)",
+          (unsigned long long)before.mem_hits, (unsigned long long)after.mem_hits);
+    tn_cuda_module_free(m);
+    /* other options are part of the key: a new compile */
+    m = tn_cuda_module_new(UK_MULTIPLY_THEM, "-arch sm_90 --use_fast_math");
+    tn_cuda_get_cache_stats(&before);
+    CHECK(m && before.compiles == after.compiles + 1, "options in the key: %s", m ? "" : tn_last_error());
+    tn_cuda_module_free(m);
+    tn_cuda_module_free(NULL);
+}
+
+TEST(test_user_kernel_errors_nvrtc) {
+    fprintf(stderr, "(an NVRTC error report is expected below)\n");
+    tn_cuda_module *m = tn_cuda_module_new("extern \"C\" __global__ void k(float *p) {\n    p[0] = no_such_thing;\n}\n",
+                                           "--gpu-architecture=sm_90");
+    CHECK(m == NULL, "bad source");
+    CHECK_ERR(TN_ERR_DEVICE, "tn_cuda_module_new: NVRTC");
+    CHECK_ERR(TN_ERR_DEVICE, "no_such_thing");
+    const char *log = tn_cuda_last_compile_log();
+    CHECK(strstr(log, "(2): error") != NULL, "the log counts the user's lines, not the prelude's: %.400s", log);
+    CHECK(strstr(log, "no_such_thing") != NULL, "the log: %.300s", log);
+    CHECK(tn_cuda_module_new(UK_MULTIPLY_THEM, NULL) == NULL, "no architecture and no GPU");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "tn_cuda_module_new: no usable GPU (device=cpu: CUDA not used)");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "--gpu-architecture=sm_90");
+    CHECK(tn_cuda_module_new(NULL, NULL) == NULL, "NULL source");
+    CHECK_ERR(TN_ERR_NULL, "src is NULL");
+    CHECK(tn_cuda_module_new(UK_MULTIPLY_THEM, "-arch") == NULL, "dangling -arch");
+    CHECK_ERR(TN_ERR_INVALID, "no architecture");
+    char longopt[400];
+    memset(longopt, 'x', sizeof longopt - 1);
+    longopt[sizeof longopt - 1] = 0;
+    CHECK(tn_cuda_module_new(UK_MULTIPLY_THEM, longopt) == NULL, "options too long");
+    CHECK_ERR(TN_ERR_INVALID, "399 characters long (at most 256)");
+    fprintf(stderr, "(an NVRTC error report is expected below)\n");
+    CHECK(tn_cuda_module_new(UK_MULTIPLY_THEM, "-arch=sm_90 --no-such-option") == NULL, "unknown option");
+    CHECK_ERR(TN_ERR_DEVICE, "with options '--no-such-option'");
+    tn_cuda_arg a = tn_cuda_arg_i32(3);
+    CHECK(tn_cuda_launch(NULL, (tn_cuda_dim3){ 1, 1, 1 }, (tn_cuda_dim3){ 1, 1, 1 }, 0, 1, &a) == TN_ERR_NULL, "no kernel");
+    CHECK_ERR(TN_ERR_NULL, "tn_cuda_launch: kernel is NULL");
+    CHECK(tn_cuda_module_get(NULL, "k") == NULL, "no module");
+    CHECK_ERR(TN_ERR_NULL, "module or name is NULL");
+    CHECK(a.kind == TN_CUDA_ARG_I32 && a.v.i32 == 3 && tn_cuda_arg_f64(2.5).v.f64 == 2.5 && tn_cuda_arg_out(NULL).kind == TN_CUDA_ARG_OUT,
+          "argument helpers");
+}
+
 int main(void) {
     th_nvrtc_start("test_nvrtc", th_dir, sizeof th_dir);
     TH_RUN(test_every_op_dtype_layout);
@@ -316,6 +417,8 @@ int main(void) {
     TH_RUN(test_index_and_sort_kernels);
     TH_RUN(test_conv_kernels);
     TH_RUN(test_compile_error_reports_log_and_source);
+    TH_RUN(test_user_kernels_nvrtc);
+    TH_RUN(test_user_kernel_errors_nvrtc);
     th_nvrtc_finish(th_dir);
     TH_END();
 }
