@@ -46,6 +46,10 @@ $(addprefix $(BUILD)/,$(SELF_CPU)): $(BUILD)/self_cpu
 	ln -sf self_cpu $@
 $(addprefix $(BUILD)/,$(SELF_CUDA)): $(BUILD)/self_cuda
 	ln -sf self_cuda $@
+# The op-case table (tests/test_cuda_ops.c) uses the public API and
+# tn_cuda_init: it links the implementation compiled with tensor_cuda.h.
+$(BUILD)/test_cuda_ops: tests/test_cuda_ops.c tests/harness.h $(BUILD)/tensor_impl.o $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_impl.o $(LDLIBS)
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)
@@ -85,7 +89,7 @@ test-gpu:
 # NVRTC tests are left out (they skip without a GPU, or only hand generated
 # text to NVRTC, and each costs a minute to build with the sanitizers).
 # (SELF_NO_GPU_TESTS leaves the skipped ones out of build-san/self_cuda.)
-SAN_SKIP  = test_cuda test_cuda_func test_cuda_reduce test_cuda_multi test_cuda_decls test_nvrtc test_nvrtc_reduce test_place_rewire test_smoke \
+SAN_SKIP  = test_cuda test_cuda_func test_cuda_ops test_cuda_reduce test_cuda_multi test_cuda_decls test_nvrtc test_nvrtc_reduce test_place_rewire test_smoke \
             test_cxx_impl
 SAN_TESTS = $(filter-out $(addprefix build-san/,$(SAN_SKIP)),$(patsubst tests/%.c,build-san/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.cpp,build-san/%,$(wildcard tests/test_*.cpp)))
 SAN_FLAGS ?= -O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

@@ -7066,7 +7066,8 @@ static tn_result tn__adv_inc_subtensor_vjp(tn_var *node, tn_var *g, const bool *
     if (need[0])
         gin[0] = !tn__p_index_set(&node->p) ? g
                : tn__index_make("tn_grad", TN_OP_ADV_INC_SUBTENSOR, g, tn_lit(g, 0.0), axis, along, true, k, node->in + 2);
-    if (need[1]) gin[1] = tn__index_make("tn_grad", TN_OP_ADV_SUBTENSOR, g, NULL, axis, along, false, k, node->in + 2);
+    if (need[1])     /* v broadcast to the places: summed back to its own shape */
+        gin[1] = tn__sum_to(tn__index_make("tn_grad", TN_OP_ADV_SUBTENSOR, g, NULL, axis, along, false, k, node->in + 2), &node->in[1]->type);
     return (!need[0] || gin[0]) && (!need[1] || gin[1]) ? TN_OK : tn__gfail("AdvancedIncSubtensor", node);
 }
 
@@ -7074,12 +7075,12 @@ static tn_result tn__inc_subtensor_vjp(tn_var *node, tn_var *g, const bool *need
     tn_params p = node->p;
     tn__p_set_incsub_set(&p, false);        /* SLICE's params alone */
     if (need[0]) {
-        tn_var *ins[2] = { g, tn_lit(g, 0.0) };
+        tn_var *ins[2] = { g, tn__glit(g, g->type.dtype, 0.0) };
         tn__p_set_incsub_set(&p, true);
         gin[0] = !tn__p_incsub_set(&node->p) ? g : ins[1] ? tn__node(g->graph, TN_OP_INC_SUBTENSOR, 2, ins, &p, NULL, "tn_grad") : NULL;
         tn__p_set_incsub_set(&p, false);
     }
-    if (need[1]) gin[1] = tn__node(g->graph, TN_OP_SLICE, 1, &g, &p, NULL, "tn_grad");
+    if (need[1]) gin[1] = tn__sum_to(tn__node(g->graph, TN_OP_SLICE, 1, &g, &p, NULL, "tn_grad"), &node->in[1]->type);
     return (!need[0] || gin[0]) && (!need[1] || gin[1]) ? TN_OK : tn__gfail("IncSubtensor", node);
 }
 

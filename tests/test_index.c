@@ -481,16 +481,20 @@ static tn_var *b_grad(tn_graph *g, tn_var *const *in, void *user) {
     case 5: r = tn_set_subtensor(tn_slice(tn_slice(in[0], 0, 1, 4, 2), 1, TN_NONE, TN_NONE, -2), in[1]); break;   /* v (2, 3) */
     case 6: r = tn_inc_subtensor(tn_slice(in[0], 1, 1, 3, 1), in[1]); break;    /* v (4, 2) */
     case 7: r = tn_mul(tn_sort(in[0], 1), tn_sort(in[0], 0)); break;
-    default: { tn_var *v; tn_top_k(in[0], 2, 0, &v, NULL); r = v; break; }
+    case 9: r = tn_inc_subtensor(tn_slice(in[0], 1, 1, 3, 1), in[1]); break;    /* v (2,) broadcast over the rows */
+    case 10: r = tn_set_subtensor(tn_take(in[0], U, 0), in[1]); break;         /* v (1, 5) broadcast over the rows */
+    case 8: { tn_var *v; tn_top_k(in[0], 2, 0, &v, NULL); r = v; break; }
+    default: break;
     }
     return r;
 }
 
 TEST(test_gradients) {
-    const char *names[9] = { "take", "take_along_axis", "index", "inc_subtensor", "set_subtensor", "set slice", "inc slice", "sort", "top_k" };
-    int64_t vshape[9][3] = { { 0 }, { 0 }, { 0 }, { 4, 2, 3 }, { 3, 5 }, { 2, 3 }, { 4, 2 }, { 0 }, { 0 } };
-    int vnd[9] = { 0, 0, 0, 3, 2, 2, 2, 0, 0 };
-    for (int kind = 0; kind < 9; kind++) {
+    const char *names[11] = { "take", "take_along_axis", "index", "inc_subtensor", "set_subtensor", "set slice", "inc slice", "sort", "top_k",
+                              "inc slice, v broadcast", "set_subtensor, v broadcast" };
+    int64_t vshape[11][3] = { { 0 }, { 0 }, { 0 }, { 4, 2, 3 }, { 3, 5 }, { 2, 3 }, { 4, 2 }, { 0 }, { 0 }, { 2 }, { 1, 5 } };
+    int vnd[11] = { 0, 0, 0, 3, 2, 2, 2, 0, 0, 1, 2 };
+    for (int kind = 0; kind < 11; kind++) {
         gcase c = { kind };
         tn_array *pts[2] = { tn_array_rand_uniform(TN_F64, 2, (int64_t[]){ 4, 5 }, -2, 2, 100 + (uint64_t)kind * 1000003), NULL };
         if (vnd[kind]) pts[1] = tn_array_rand_uniform(TN_F64, vnd[kind], vshape[kind], -2, 2, 7 + (uint64_t)kind * 1000003);
@@ -500,6 +504,26 @@ TEST(test_gradients) {
         CHECK(r == TN_OK, "%s: %s", names[kind], tn_last_error());
         tn_array_free(pts[0]); tn_array_free(pts[1]);
     }
+}
+
+/* set_subtensor on a slice of float32 x: the gradient of x is g zeroed where
+   x was overwritten, in x's dtype. */
+TEST(test_set_slice_grad_float32) {
+    tn_graph *g = tn_graph_new();
+    tn_var *X = tn_matrix(g, "x", TN_F32), *V = tn_vector(g, "v", TN_F32);
+    tn_var *y = tn_set_subtensor(tn_slice(X, 1, 1, 4, 2), V);
+    tn_var *gx = tn_grad1(tn_sum(tn_mul(y, y), NULL, 0, false), X);
+    CHECK(gx && tn_var_dtype(gx) == TN_F32, "the gradient: %s", tn_last_error());
+    tn_array *x = rand_array(TN_F32, 2, (int64_t[]){ 3, 5 }), *v = rand_array(TN_F32, 1, (int64_t[]){ 2 }), *r = NULL;
+    tn_result rr = gx ? run(g, 2, (tn_var *[]){ X, V }, (tn_array *[]){ x, v }, 1, &gx, &r) : TN_ERR_INVALID;
+    CHECK(rr == TN_OK, "%s", tn_last_error());
+    for (int64_t i = 0; rr == TN_OK && i < 3; i++)
+        for (int64_t j = 0; j < 5; j++) {
+            double want = j == 1 || j == 3 ? 0 : 2 * at_ix(x, (int64_t[]){ i, j }), got = at_ix(r, (int64_t[]){ i, j });
+            CHECK(got == want, "gx[%lld, %lld] = %g, want %g", (long long)i, (long long)j, got, want);
+        }
+    tn_array_free(r); tn_array_free(x); tn_array_free(v);
+    tn_graph_free(g);
 }
 
 /* A gather's gradient scatter-adds: d sum(x[i]) / dx counts each index's repeats. */
@@ -641,6 +665,7 @@ int main(void) {
     TH_RUN(test_one_hot_and_where);
     TH_RUN(test_sort_values);
     TH_RUN(test_gradients);
+    TH_RUN(test_set_slice_grad_float32);
     TH_RUN(test_gather_grad_counts);
     TH_RUN(test_nll_stable);
     TH_RUN(test_errors);

@@ -15,6 +15,9 @@
 #                       outputs, updates, cuBLAS gemm/gemv/batched/outer,
 #                       fused chain + reduction, device=cuda vs cpu, no driver
 #                       allocation in steady loops; "func exp" timings (us/call)
+#   test_cuda_ops       the op-case table: every non-elementwise family (index,
+#                       sort, random, conv, pool, size/reshape, cumulative) x
+#                       dtype x layout, outputs and gradients, GPU vs CPU function
 #   memcheck            compute-sanitizer --tool memcheck on test_cuda (if found)
 #   memcheck_func       the same on test_cuda_func
 set -u
@@ -33,7 +36,7 @@ run() {   # name, command...
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
     skip=$(printf '%s\n' "$out" | grep -E '^SKIP \(' | head -n 1)           # the whole binary
     nskip=$(printf '%s\n' "$out" | grep -E '^[0-9]+ skipped$' | tail -n 1)  # some of its tests
-    note=$(printf '%s\n' "$out" | grep -E '^(cuda[0-9]|  exp over|  func exp|  the reduction|  sum over|  [0-9]+ (reduction|prologue|softmax|large) cases|  [0-9]+ op cases|NVRTC [0-9])' | tr '\n' ';' | cut -c1-400)
+    note=$(printf '%s\n' "$out" | grep -E '^(cuda[0-9]|  exp over|  func exp|  the reduction|  sum over|  [0-9]+ (reduction|prologue|softmax|large) cases|  [0-9]+ op cases|  largest NMSE|NVRTC [0-9])' | tr '\n' ';' | cut -c1-400)
     local result=ok
     [ "$rc" -ne 0 ] && result=FAIL
     if [ -z "$line" ] && [ -n "$skip" ] && [ "$rc" -eq 0 ]; then line=$skip; result=skip
@@ -77,6 +80,7 @@ if build test_cuda_func ""; then
     CS=$(command -v compute-sanitizer || ls ${CUDA_PATH:-/usr/local/cuda}/bin/compute-sanitizer 2>/dev/null)
     [ -n "$CS" ] && run memcheck_func "$CS" --tool memcheck --leak-check full --error-exitcode 9 "$BUILD/test_cuda_func"
 fi
+build test_cuda_ops "" && run test_cuda_ops "$BUILD/test_cuda_ops"
 echo
 printf '%-20s %-6s %-40s %7s  %s\n' test result summary time notes
 for r in "${rows[@]}"; do echo "$r"; done
