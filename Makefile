@@ -32,7 +32,7 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # `cc -I. tests/test_x.c -lm -lpthread -ldl` (tests/gpu/run_gpu.sh does so).
 SELF_CPU  = test_alloc_fail test_function test_ew test_linalg test_threads test_random
 SELF_CUDA = test_profile test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
-            test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi
+            test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi test_cuda_ops
 IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
 $(BUILD)/tensor_cpu.o: $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor.h
@@ -46,10 +46,6 @@ $(addprefix $(BUILD)/,$(SELF_CPU)): $(BUILD)/self_cpu
 	ln -sf self_cpu $@
 $(addprefix $(BUILD)/,$(SELF_CUDA)): $(BUILD)/self_cuda
 	ln -sf self_cuda $@
-# The op-case table (tests/test_cuda_ops.c) uses the public API and
-# tn_cuda_init: it links the implementation compiled with tensor_cuda.h.
-$(BUILD)/test_cuda_ops: tests/test_cuda_ops.c tests/harness.h $(BUILD)/tensor_impl.o $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_impl.o $(LDLIBS)
 # The declarations test compiles ours beside the real CUDA headers when they exist.
 $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(if $(wildcard $(CUDA_INC)/cuda.h),-I$(CUDA_INC)) -o $@ $< $(LDLIBS)

@@ -38,7 +38,7 @@
 #define SELF_GPU_TESTS(X)
 #else
 #define SELF_GPU_TESTS(X) X(test_place_rewire) X(test_nvrtc) X(test_nvrtc_reduce) X(test_cuda) X(test_cuda_func) \
-    X(test_cuda_reduce) X(test_cuda_multi)
+    X(test_cuda_reduce) X(test_cuda_multi) X(test_cuda_ops)
 #endif
 #define SELF_TESTS_LIST(X) X(test_profile) X(test_kcache) X(test_cuda_fallback) X(test_cuda_place) X(test_multi) SELF_GPU_TESTS(X)
 #define main th_main_test_profile
@@ -77,6 +77,9 @@
 #undef main
 #define main th_main_test_cuda_multi
 #include "test_cuda_multi.c"
+#undef main
+#define main th_main_test_cuda_ops
+#include "test_cuda_ops.c"
 #undef main
 #endif
 #else

@@ -182,7 +182,7 @@ BUILDER(b_cumprod1) { UNUSED_GT; out[0] = tn_cumprod(in[0], 1); return 1; }
 #define I32(lo, hi, nd, ...) { IN_I32, nd, { __VA_ARGS__ }, lo, hi }
 #define UNIQ(axis_size, n) { IN_UNIQUE, 1, { n }, 0, axis_size }
 
-static const op_case cases[] = {
+static const op_case op_cases[] = {
     /* indexing */
     { "take axis 0", "GpuAdvancedSubtensor", ALL, RULE_NMSE, true, EDGE, b_take0, 2, { D(2, 7, 40), I64(-7, 7, 2, 3, 5) } },
     { "take axis 1, int32 indices", "GpuAdvancedSubtensor", ALL, RULE_NMSE, true, EDGE, b_take1, 2, { D(2, 6, 40), I32(-40, 40, 1, 9) } },
@@ -236,10 +236,10 @@ static const op_case cases[] = {
     { "cumsum axis -1", "GpuCumSum{axis=1}", ALL, RULE_NMSE, true, 0, b_cumsum1, 1, { D(2, 3, 700) } },
     { "cumprod axis 1", "GpuCumProd{axis=1}", ALL, RULE_NMSE, true, 0, b_cumprod1, 1, { DR(0.5, 1.6, 2, 4, 60) } },
 };
-#define N_CASES (int)(sizeof cases / sizeof cases[0])
+#define N_CASES (int)(sizeof op_cases / sizeof op_cases[0])
 
-enum { LAY_CONTIG, LAY_TRANSPOSED, LAY_SLICED, LAY_HOST_VIEW, LAY_SHARED, LAY_COUNT };
-static const char *const lay_name[LAY_COUNT] = { "contiguous", "transposed", "sliced", "host-view", "shared" };
+enum { OPL_CONTIG, OPL_TRANSPOSED, OPL_SLICED, OPL_HOST_VIEW, OPL_SHARED, OPL_COUNT };
+static const char *const opl_name[OPL_COUNT] = { "contiguous", "transposed", "sliced", "host-view", "shared" };
 
 static double nmse_limit(tn_dtype t) { return t == TN_F16 ? 1e-5 : t == TN_F32 ? 1e-10 : 1e-24; }
 
@@ -298,15 +298,15 @@ static tn_var *lay_input(tn_graph *g, int lay, const tn_array *v, tn_var **decla
     char name[8] = "in";
     *pass = NULL;
     *keep = NULL;
-    if (lay == LAY_SHARED) return *declared = tn_shared_fixed(g, name, v);
-    if (lay == LAY_TRANSPOSED && nd >= 2) {          /* declared reversed, the graph transposes it back */
+    if (lay == OPL_SHARED) return *declared = tn_shared_fixed(g, name, v);
+    if (lay == OPL_TRANSPOSED && nd >= 2) {          /* declared reversed, the graph transposes it back */
         tn_array *tv = tn_array_transpose(v, NULL);
         *pass = tn_array_copy(tv);
         tn_array_free(tv);
         *declared = tn_input(g, name, v->dtype, nd, (*pass)->shape, NULL);
         return tn_transpose(*declared, NULL);
     }
-    if (lay == LAY_SLICED && nd >= 1) {              /* declared 2n+1 wide, the graph takes [1::2] */
+    if (lay == OPL_SLICED && nd >= 1) {              /* declared 2n+1 wide, the graph takes [1::2] */
         int64_t sh[TN_MAX_DIMS];
         memcpy(sh, v->shape, sizeof(int64_t) * (size_t)nd);
         sh[nd - 1] = 2 * v->shape[nd - 1] + 1;
@@ -317,7 +317,7 @@ static tn_var *lay_input(tn_graph *g, int lay, const tn_array *v, tn_var **decla
         *declared = tn_input(g, name, v->dtype, nd, sh, NULL);
         return tn_slice(*declared, nd - 1, 1, TN_NONE, 2);
     }
-    if (lay == LAY_HOST_VIEW && nd >= 1) {           /* a strided host array: transposed storage, else step 2 */
+    if (lay == OPL_HOST_VIEW && nd >= 1) {           /* a strided host array: transposed storage, else step 2 */
         if (nd >= 2) {
             tn_array *tv = tn_array_transpose(v, NULL);
             *keep = tn_array_copy(tv);
@@ -343,7 +343,7 @@ static void build_case(const op_case *c, tn_dtype t, int lay, tn_array *const *v
     tn_var *seen[3], *declared[3], *outs[8] = { 0 };
     for (int i = 0; i < c->n_in; i++) {
         seen[i] = lay_input(b->g, lay, vals[i], &declared[i], &b->pass[i], &keep[i]);
-        if (lay != LAY_SHARED) b->args[b->n_args++] = declared[i];
+        if (lay != OPL_SHARED) b->args[b->n_args++] = declared[i];
     }
     int n = c->build(b->g, seen, t, outs);
     for (int j = 0; j < n; j++)
@@ -483,11 +483,11 @@ static void shapes_str(const op_case *c, char *buf, size_t cap) {
 
 /* Runs case c for dtype t and layout lay; 1 when it matched, 0 when not, -1
    when the layout does not apply (no input it changes). */
-static int run_case(const op_case *c, tn_dtype t, int lay, uint64_t seed, char *why, size_t cap, double *worst) {
+static int run_op_case(const op_case *c, tn_dtype t, int lay, uint64_t seed, char *why, size_t cap, double *worst) {
     int max_nd = 0;
     for (int i = 0; i < c->n_in; i++) max_nd = c->in[i].ndim > max_nd ? c->in[i].ndim : max_nd;
-    if (lay != LAY_CONTIG && (max_nd == 0 || (lay == LAY_TRANSPOSED && max_nd < 2))) return -1;
-    if (lay == LAY_SLICED && (c->flags & OWN_SLICES)) return -1;
+    if (lay != OPL_CONTIG && (max_nd == 0 || (lay == OPL_TRANSPOSED && max_nd < 2))) return -1;
+    if (lay == OPL_SLICED && (c->flags & OWN_SLICES)) return -1;
     tn_array *vals[3] = { 0 }, *keep[2][3] = { { 0 } };
     built gb, cb;
     char w[600] = "";
@@ -529,18 +529,18 @@ TEST(test_op_cases_gpu_equals_cpu) {
     int n = 0, bad = 0, families = 0;
     double worst[TN_DTYPE_COUNT] = { 0 };
     for (int k = 0; k < N_CASES; k++) {
-        const op_case *c = &cases[k];
+        const op_case *c = &op_cases[k];
         families++;
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
             if (!(c->dtypes & DT(t))) continue;
-            for (int lay = 0; lay < LAY_COUNT; lay++) {
+            for (int lay = 0; lay < OPL_COUNT; lay++) {
                 char why[20000], shp[256];
-                int r = run_case(c, t, lay, 1000 * (uint64_t)k + 17 * (uint64_t)t, why, sizeof why, &worst[t]);
+                int r = run_op_case(c, t, lay, 1000 * (uint64_t)k + 17 * (uint64_t)t, why, sizeof why, &worst[t]);
                 if (r < 0) continue;
                 n++;
                 if (r == 0 && ++bad <= 30) {
                     shapes_str(c, shp, sizeof shp);
-                    CHECK(r == 1, "%s, %s, %s layout, inputs %s: %s", c->family, tn_dtype_name(t), lay_name[lay], shp, why);
+                    CHECK(r == 1, "%s, %s, %s layout, inputs %s: %s", c->family, tn_dtype_name(t), opl_name[lay], shp, why);
                 }
             }
         }
