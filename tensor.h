@@ -1046,10 +1046,12 @@ TN__CXX_BEGIN
 #ifndef TN_NO_THREADS
 typedef struct tn__pool {
     pthread_mutex_t mu;
-    pthread_cond_t go, done;
+    pthread_cond_t done;
+    pthread_cond_t *go;          /* one per worker: a job wakes only the workers it has parts for */
     pthread_t *tid;
     int n;                       /* workers, not counting the caller */
     uint64_t job_id;
+    int parts;                   /* the job's parts: the caller's and workers 1..parts-1 */
     int pending;
     bool quit;
     tn__range_fn fn;
@@ -1745,9 +1747,10 @@ static void *tn__pool_main(void *arg) {
     tn__in_worker = true;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->job_id == seen) pthread_cond_wait(&p->go, &p->mu);
+        while (!p->quit && p->job_id == seen) pthread_cond_wait(&p->go[me - 1], &p->mu);
         if (p->quit) break;
         seen = p->job_id;
+        if (me >= p->parts) continue;          /* a job without a part for it (a spurious wake) */
         tn__range_fn fn = p->fn;
         void *ctx = p->ctx;
         int64_t lo = (int64_t)me * p->chunk, hi = lo + p->chunk;
@@ -1769,14 +1772,15 @@ static void tn__pool_start(void) {
         want = n > 0 ? (int)(n > 64 ? 64 : n) : 1;
     }
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     p->n = 0;
     if (want <= 1) return;
     p->tid = (pthread_t *)tn__calloc((size_t)want - 1, sizeof(pthread_t));
-    if (!p->tid) return;
+    p->go = (pthread_cond_t *)tn__calloc((size_t)want - 1, sizeof(pthread_cond_t));
+    if (!p->tid || !p->go) { tn__free(p->tid); tn__free(p->go); p->tid = NULL; p->go = NULL; return; }
     for (int i = 0; i < want - 1; i++) {
-        if (pthread_create(&p->tid[i], NULL, tn__pool_main, (void *)(intptr_t)(i + 1)) != 0) break;
+        pthread_cond_init(&p->go[i], NULL);
+        if (pthread_create(&p->tid[i], NULL, tn__pool_main, (void *)(intptr_t)(i + 1)) != 0) { pthread_cond_destroy(&p->go[i]); break; }
         p->n++;
     }
 }
@@ -1798,9 +1802,10 @@ TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ct
     int64_t chunk = (n + parts - 1) / parts;
     pthread_mutex_lock(&p->mu);
     p->fn = fn; p->ctx = ctx; p->n_items = n; p->chunk = chunk;
-    p->pending = p->n;
+    p->parts = (int)parts;
+    p->pending = (int)parts - 1;
     p->job_id++;
-    pthread_cond_broadcast(&p->go);
+    for (int i = 0; i < (int)parts - 1; i++) pthread_cond_signal(&p->go[i]);   /* the rest sleep on */
     pthread_mutex_unlock(&p->mu);
     tn__in_worker = true;
     fn(ctx, 0, chunk < n ? chunk : n);
@@ -1816,11 +1821,13 @@ static void tn__pool_stop(void) {
     if (!p->tid) return;
     pthread_mutex_lock(&p->mu);
     p->quit = true;
-    pthread_cond_broadcast(&p->go);
+    for (int i = 0; i < p->n; i++) pthread_cond_signal(&p->go[i]);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n; i++) pthread_join(p->tid[i], NULL);
+    for (int i = 0; i < p->n; i++) { pthread_join(p->tid[i], NULL); pthread_cond_destroy(&p->go[i]); }
     tn__free(p->tid);
+    tn__free(p->go);
     p->tid = NULL;
+    p->go = NULL;
     p->n = 0;
 }
 #else
