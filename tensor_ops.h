@@ -1414,15 +1414,22 @@ static const struct { int op; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN
 #undef TN__VM_ROW
 #undef TN__VM_KDEF
 
+/* The CPU's level, read once (the kernels are chosen on every call's plan). */
+static pthread_once_t tn__vm_once = PTHREAD_ONCE_INIT;
+static int tn__vm_best;
+static void tn__vm_detect(void) { tn__vm_best = tn__vm_cpu_level(); }
+
 TN_API int tn__vm_level(int want) {
-    int best = tn__vm_cpu_level();
+    pthread_once(&tn__vm_once, tn__vm_detect);
+    int best = tn__vm_best;
     tn__atomic_store(&tn__lib.vm_level, want < 0 ? 0 : 1 + (want < best ? want : best));
     return want < 0 || want > best ? best : want;
 }
 
 /* The array kernel of a float row of TN_EW_OPS, for the level in effect; NULL: none. */
 static tn__ew_kfn tn__vm_kernel(int op) {
-    int forced = tn__atomic_load(&tn__lib.vm_level), level = forced ? forced - 1 : tn__vm_cpu_level();
+    pthread_once(&tn__vm_once, tn__vm_detect);
+    int forced = tn__atomic_load(&tn__lib.vm_level), level = forced ? forced - 1 : tn__vm_best;
     for (size_t i = 0; i < sizeof tn__vm_rows / sizeof tn__vm_rows[0]; i++)
         if (tn__vm_rows[i].op == op) return tn__vm_rows[i].k[level];
     return NULL;
@@ -1740,8 +1747,8 @@ static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, 
                 return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) reads register %d as %s but it holds %s", who, k, e->name, opr[x],
                                ctname[want], ctname[(int)P->regct[opr[x]]]);
         }
-        P->fn[k] = tn__ew_kern[in->op][ict];
-        if (ict == TN__CT_F && tn__vm_kernel(in->op)) P->fn[k] = tn__vm_kernel(in->op);
+        tn__ew_kfn vk = ict == TN__CT_F ? tn__vm_kernel(in->op) : NULL;
+        P->fn[k] = vk ? vk : tn__ew_kern[in->op][ict];
     }
     for (int j = 0; j < prog->n_out; j++) {
         int r = prog->out_reg[j];
