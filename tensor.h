@@ -4,6 +4,8 @@
        #define TENSOR_IMPLEMENTATION
    before you include this file (and tensor_ops.h, tensor_cuda.h) in *one* C file
    to create the implementation. Other files include the headers plainly.
+   The implementation compiles as C11 and as C++11 or later (the >>cxx
+   section), so that one file may be C++.
 
    Compile-time options (define before the implementation):
        TENSOR_STATIC          make every public function static (TN_API)
