@@ -18,9 +18,9 @@ pass=0; fail=0
 [ -n "$names" ] || { echo "FAIL README.md: no <!-- test: ... --> blocks found"; echo "0 passed, 1 failed"; exit 1; }
 for f in $names; do
     ( case "$f" in
-          *.c)   cc -std=c11 -Wall -Wextra -Werror -O0 -I. -o "$tmp/${f%.*}" "$tmp/$f" -lm -lpthread -ldl ;;
-          *.cpp) c++ -std=c++17 -Wall -Wextra -Werror -O0 -I. -o "$tmp/${f%.*}" "$tmp/$f" -lm -lpthread -ldl ;;
-      esac > "$tmp/$f.build" 2>&1 && TENSOR_FLAGS=device=cpu "$tmp/${f%.*}" > "$tmp/$f.out" 2>&1
+          *.c)   cc -std=c11 -Wall -Wextra -Werror -O0 -I. -o "$tmp/$f.bin" "$tmp/$f" -lm -lpthread -ldl ;;
+          *.cpp) c++ -std=c++17 -Wall -Wextra -Werror -O0 -I. -o "$tmp/$f.bin" "$tmp/$f" -lm -lpthread -ldl ;;
+      esac > "$tmp/$f.build" 2>&1 && TENSOR_FLAGS=device=cpu "$tmp/$f.bin" > "$tmp/$f.out" 2>&1
       echo $? > "$tmp/$f.rc" ) &
 done
 wait

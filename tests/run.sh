@@ -39,7 +39,7 @@ for t in "$@"; do
     fi
     p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
     s=$(printf '%s\n' "$out" | grep -E '^[0-9]+ skipped$' | tail -n 1); s=${s%% skipped}; s=${s:-0}
-    [ "$rc" -ne 0 ] || [ "$f" -ne 0 ] && { printf '%s\n' "$out" | grep -E '^(FAIL|CRASH)' | head -n 40; status=1; }
+    [ "$rc" -ne 0 ] || [ "$f" -ne 0 ] && { printf '%s\n' "$out" | awk '/^(FAIL|CRASH)/ { keep = 1; print; next } keep && /^    / { print; next } { keep = 0 }' | head -n 60; status=1; }
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
     printf '%-32s %s%s  (%s s)\n' "$name" "$line" "$([ "$s" -gt 0 ] && echo ", $s skipped")" "$secs"
     [ "$s" -gt 0 ] && { printf '%s\n' "$out" | grep -E '^SKIP [a-z_0-9]+ \(' | sed 's/^/    /'; skipped+=("$name: $s test$([ "$s" -gt 1 ] && echo s)"); }
