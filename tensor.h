@@ -771,6 +771,8 @@ TN_API tn_ew_program *tn__ew_program_of(tn_var *node);         /* one-instructio
 TN_API int tn__vm_level(int want);
 TN_API const char *tn__scalar_helpers_source(void);            /* TN__SCALAR_HELPERS as text, for generated kernels */
 TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap);   /* cumsum/cumprod as CUDA C (tensor_ops.h >>cum_cuda); -1: no kernel */
+TN_API int tn__eye_cuda_source(size_t es, char *buf, size_t cap);          /* Eye as CUDA C (tensor_ops.h >>eye_cuda); -1: no kernel */
+TN_API size_t tn__eye_one_bits(tn_dtype t, unsigned char one[8]);          /* dtype t's 1 as bytes; returns its size */
 /* Gather/scatter (mode 0 gather, 1 set, 2 add) and sort kernels as CUDA C (tensor_ops.h >>index_cuda); -1: no kernel. */
 TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap);
 TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
@@ -4839,6 +4841,7 @@ static const char *tn__var_label_name(const tn_var *v) { return v && v->name ? v
 
 static tn_result tn__op_table_status(const char *who);   /* the >>ops_table section */
 static tn_var *tn__tv_node(tn_var *v, const char *who);   /* the >>test_values section */
+static tn_result tn__infer_outputs(const tn_var *node, const tn_type *in, tn_type *outs);
 
 /* Records a node with n_out outputs and infers its type(s); node->type is
    output 0 (multi-output nodes are read through tn__proj). */
@@ -4879,7 +4882,7 @@ TN_API tn_var *tn__node_multi(tn_graph *g, int op, int n_in, tn_var *const *in, 
     if (p) v->p = *p;
     v->ext = ext;
     memset(outs, 0, (size_t)n_out * sizeof *outs);
-    tn_result r = def->infer(v, types, outs);
+    tn_result r = tn__infer_outputs(v, types, outs);
     if (r != TN_OK) {
         tn__err_in(who, r);     /* the rule's message, prefixed with the constructor's name */
         tn__var_drop_last(g, v);
@@ -4919,11 +4922,27 @@ TN_API tn_var *tn__proj(tn_var *node, int k) {
     return tn__node(node->graph, TN_OP_PROJ, 1, &node, &p, NULL, "tn__proj");
 }
 
-/* The types of every output of `node` given its inputs' types (outs[n_out]). */
-static tn_result tn__infer_outputs(const tn_var *node, const tn_type *in, tn_type *outs) {
+#define TN__MAX_VALUE_INPUTS 8   /* value inputs are among a node's first 8 (tn_op_def.value_inputs) */
+
+/* The types of every output of `node` given its inputs' types (outs[n_out])
+   and, for an op whose shapes depend on values (tn_op_def.value_inputs), the
+   values val[i] of its value inputs (val NULL: those of constants only). */
+static tn_result tn__infer_outputs_v(const tn_var *node, const tn_type *in, const tn_array *const *val, tn_type *outs) {
     const tn_op_def *def = tn__op_def(node->op);
     if (!def || !def->infer) return tn__err(TN_ERR_INTERNAL, "tn__infer: op %d has no type rule", node->op);
-    return def->infer(node, in, outs);
+    unsigned vm = def->value_inputs && def->infer_values ? def->value_inputs(node) : 0;
+    if (!vm) return def->infer(node, in, outs);
+    const tn_array *cv[TN__MAX_VALUE_INPUTS] = { NULL };
+    for (int i = 0; i < node->n_in && i < TN__MAX_VALUE_INPUTS; i++) {
+        const tn_var *x = node->in[i];
+        if (vm >> i & 1)
+            cv[i] = val ? val[i] : x->op == TN_OP_CONSTANT && x->value && x->value->device == TN_HOST ? x->value : NULL;
+    }
+    return def->infer_values(node, in, cv, outs);
+}
+
+static tn_result tn__infer_outputs(const tn_var *node, const tn_type *in, tn_type *outs) {
+    return tn__infer_outputs_v(node, in, NULL, outs);
 }
 
 /* "TensorType(float32, (?, 3))": unknown dims as '?' */
@@ -5321,7 +5340,7 @@ static tn_result tn__tv_compute(tn_var *v, const tn_op_def *def, const char *who
     }
     if (r != TN_OK) goto done;
     tn__tv_shapes(ins, ni, shapes, sizeof shapes);
-    if ((r = def->infer(v, types, types + ni)) != TN_OK) {
+    if ((r = tn__infer_outputs_v(v, types, (const tn_array *const *)ins, types + ni)) != TN_OK) {
         const char *m = tn_last_error();
         size_t n = strlen(who);
         if (!strncmp(m, who, n) && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
@@ -5483,6 +5502,7 @@ typedef struct tn__slot {
     int nreaders;           /* step inputs that read it */
     bool pinned;            /* a function output or update value: its buffer is never reused */
     bool fresh;             /* plan: a copied output its step writes into a new array each call (no plan buffer) */
+    bool valued;            /* a step's value input (tn_op_def.value_inputs): its value is part of the plan's key */
     int phys;               /* plan: buffer index, -1 for external, fresh, or a view of those */
     tn_type ct;             /* plan: concrete type */
     tn_array arr;           /* internal slots: the array given to kernels */
@@ -5544,7 +5564,7 @@ struct tn_func {
     tn_array **args;
     int *ext_slots;                     /* input and shared slots: their shapes are the plan's key */
     int n_ext;
-    int64_t *cache;                     /* n_ext * (1 + TN_MAX_DIMS) */
+    int64_t *cache;                     /* n_ext * (2 + TN_MAX_DIMS): rank, shape, a value input's bits */
     bool planned;
     tn__phys *phys;
     int n_phys, cap_phys;
@@ -8545,7 +8565,7 @@ static tn_var *tn__b_fold(tn__rw *c, tn_var *v) {
         int64_t n = tn_array_size(x->value);
         if (n > biggest) biggest = n;
     }
-    if (def->infer(v, ti, &to) != TN_OK) return NULL;
+    if (tn__infer_outputs(v, ti, &to) != TN_OK) return NULL;
     int64_t n = tn__type_size(&to);
     if (n > TN__FOLD_MAX_ELEMS || n > (biggest > 1 ? biggest : 1)) return NULL;
     tn_array *out = tn__array_alloc(to.dtype, to.ndim, to.shape, TN_HOST);
@@ -10184,6 +10204,21 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
             r = st->brow->prepare(v, &st->bstate);
             if (r != TN_OK) { r = tn__err(r, "%s: back end %s cannot prepare %s: %s", W, f->backend->name, def->name, tn_last_error()); goto done; }
         }
+        /* value inputs are read when a call is planned: before any step runs */
+        unsigned vm = def->value_inputs && def->infer_values ? def->value_inputs(v) : 0;
+        for (int i = 0; vm && i < v->n_in; i++) {
+            if (!(vm >> i & 1)) continue;
+            tn__slot *vs = &f->slots[st->in_slot[i]];
+            if (i >= TN__MAX_VALUE_INPUTS || vs->kind == TN__SLOT_INTERNAL || v->in[i]->type.ndim != 0) {
+                char lb[160];
+                tn__node_label(v, lb, sizeof lb);
+                r = tn__err(TN_ERR_UNSUPPORTED, "%s: %s (node %d) reads the value of its input %d ('%s') to size its result, "
+                            "but that value is computed in the graph: it must be a 0-d input, shared variable or constant",
+                            W, lb, v->id, i, tn__var_label_name(v->in[i]));
+                goto done;
+            }
+            vs->valued = true;
+        }
     }
     for (int i = 0; i < f->n_inputs; i++) {
         f->in_slot[i] = slot_of[f->roots[n_roots + i]->id];
@@ -10211,7 +10246,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
     if (!f->ext_slots || !f->args) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
     for (int s = 0; s < f->n_slots; s++)
         if (f->slots[s].kind == TN__SLOT_INPUT || f->slots[s].kind == TN__SLOT_SHARED) f->ext_slots[f->n_ext++] = s;
-    f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (1 + TN_MAX_DIMS) + 1, sizeof *f->cache);
+    f->cache = (int64_t *)tn__calloc((size_t)f->n_ext * (2 + TN_MAX_DIMS) + 1, sizeof *f->cache);
     if (!f->cache) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto done; }
     if ((r = tn__func_locks(f)) != TN_OK) goto done;
     /* a function with device steps gets its own stream there */
@@ -10484,6 +10519,18 @@ static tn_result tn__fresh_output(tn_func *f, const tn__step *st, tn__slot *sl) 
     return TN_OK;
 }
 
+/* The bits of a 0-d array's value (zero-padded to 8 bytes), from wherever
+   it lives: a shared variable may have moved to a device (a copy and a wait). */
+static tn_result tn__value_bits(const tn_array *a, unsigned char b[8]) {
+    size_t es = tn_dtype_size(a->dtype);
+    memset(b, 0, 8);
+    if (es > 8 || !a->data) return tn__err(TN_ERR_INTERNAL, "a value input of %s has no value", tn_dtype_name(a->dtype));
+    if (a->device == TN_HOST) { memcpy(b, a->data, es); return TN_OK; }
+    const tn_device_ops *ops = tn__get_device_ops();
+    if (!ops || !ops->copy) return tn__err(TN_ERR_DEVICE, "a value input lives on cuda%d, and no back end can read it", a->device);
+    return ops->copy(b, TN_HOST, a->data, a->device, es);
+}
+
 /* Shapes of every intermediate from the current inputs, then buffers. */
 static tn_result tn__plan(tn_func *f) {
     const char *W = f->name;
@@ -10507,7 +10554,24 @@ static tn_result tn__plan(tn_func *f) {
         tn_type *outs = types + st->n_in;
         memset(outs, 0, (size_t)st->n_out * sizeof *outs);
         char lb[256];
-        if ((r = tn__infer_outputs(v, types, outs)) != TN_OK) {
+        /* an op sized by values (eye(n, m)): the value inputs as host arrays */
+        const tn_array *vals[TN__MAX_VALUE_INPUTS] = { NULL };
+        tn_array vcopy[TN__MAX_VALUE_INPUTS];
+        unsigned char vbits[TN__MAX_VALUE_INPUTS][8];
+        unsigned vm = st->def->value_inputs && st->def->infer_values ? st->def->value_inputs(v) : 0;
+        for (int i = 0; vm && i < st->n_in && i < TN__MAX_VALUE_INPUTS && r == TN_OK; i++) {
+            if (!(vm >> i & 1)) continue;
+            const tn_array *a = f->slotp[st->in_slot[i]];
+            if (a->device != TN_HOST) {
+                if ((r = tn__value_bits(a, vbits[i])) != TN_OK) break;
+                vcopy[i] = *a;
+                vcopy[i].data = vbits[i];
+                vcopy[i].device = TN_HOST;
+                a = &vcopy[i];
+            }
+            vals[i] = a;
+        }
+        if (r != TN_OK || (r = tn__infer_outputs_v(v, types, vm ? vals : NULL, outs)) != TN_OK) {
             tn__node_label(v, lb, sizeof lb);
             const char *m = tn_last_error(), *name = st->def->name ? st->def->name : "";
             size_t nl = strlen(lb), nn = strlen(name);
@@ -10641,15 +10705,24 @@ static tn_result tn__check_input(const tn_func *f, int i, const tn_array *a) {
     return TN_OK;
 }
 
-/* True when an external array's shape differs from the one the plan used. */
+/* True when an external array's shape, or the value of one whose value a
+   step's type rule reads (tn__slot.valued), differs from the one the plan
+   used. A value that cannot be read counts as changed: the plan says why. */
 static bool tn__shapes_changed(tn_func *f) {
     bool changed = !f->planned;
     for (int e = 0; e < f->n_ext; e++) {
         const tn_array *a = f->slotp[f->ext_slots[e]];
-        int64_t *c = f->cache + (size_t)e * (1 + TN_MAX_DIMS);
+        int64_t *c = f->cache + (size_t)e * (2 + TN_MAX_DIMS);
         if (c[0] != a->ndim) { changed = true; c[0] = a->ndim; }
         for (int d = 0; d < a->ndim; d++)
             if (c[1 + d] != a->shape[d]) { changed = true; c[1 + d] = a->shape[d]; }
+        if (f->slots[f->ext_slots[e]].valued) {
+            unsigned char b[8];
+            int64_t w;
+            if (tn__value_bits(a, b) != TN_OK) { changed = true; continue; }
+            memcpy(&w, b, sizeof w);
+            if (c[1 + TN_MAX_DIMS] != w) { changed = true; c[1 + TN_MAX_DIMS] = w; }
+        }
     }
     return changed;
 }

@@ -325,7 +325,8 @@ extern "C" {
     X(INC_SUBTENSOR)  /* in: x, v; SLICE's slice params and tn__p_incsub_set */ \
     X(ARGSORT)        /* tn__p_axis, tn__p_sort_desc, tn__p_sort_k; int64 */ \
     X(ALLOC)          /* in[0] value broadcast to tn__p_shape; with a second input `like` (tn_fill), to like's shape instead */ \
-    X(EYE)            /* tn__p_eye_n, _m, _k (diagonal offset); tn__p_out_dtype */ \
+    X(EYE)            /* tn__p_eye_n, _m, _k (diagonal offset); tn__p_out_dtype. tn_eye_var: in n, m (value inputs: \
+                         their values give the shape), k (int64) instead */ \
     X(ARANGE)         /* tn__p_arange_start, _stop, _step; tn__p_out_dtype */ \
     X(SIZE)           /* the count of elements a reduction over tn__p_red_mask (and keepdims) folds, of in[0]'s \
                          shape only (the >>size section) */ \
@@ -575,6 +576,16 @@ typedef struct tn_op_def {
        which tn_function adds to every function that computes the node, unless
        one of the function's updates sets that shared variable. NULL: none. */
     tn_result (*state_update)(const tn_var *node, tn_update *u);
+    /* An output shape that depends on input values (eye(n, m, k)): bit i of
+       value_inputs(node) set when the type rule reads in[i]'s value, a 0-d
+       leaf (an input, a shared variable or a constant). Such inputs stay on
+       the host (placement moves no copy of them), the executor reads them
+       when it plans a call, and a new value means a new plan, as a new input
+       shape does. infer_values is then the type rule: val[i] is in[i]'s value
+       on the host, NULL where unknown (at build time, for a non-constant).
+       NULL: the op's shapes come from its inputs' shapes only. */
+    unsigned (*value_inputs)(const tn_var *node);
+    tn_result (*infer_values)(const tn_var *node, const tn_type *in, const tn_array *const *val, tn_type *out);
 } tn_op_def;
 
 typedef struct tn_ew_info {
@@ -673,6 +684,10 @@ TN_API tn_var *tn_stack(int n, tn_var *const *xs, int axis);
 TN_API tn_var *tn_alloc(tn_var *value, int ndim, const int64_t *shape);  /* value broadcast to shape */
 TN_API tn_var *tn_fill(tn_var *like, tn_var *value);                    /* value broadcast to like's shape */
 TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k);
+/* eye with symbolic sizes: n, m and k are 0-d int32/int64 variables (m NULL:
+   n; k NULL: 0); n and m must be inputs, shared variables or constants,
+   whose values give the (n, m) shape at each call ((?, ?) at build time). */
+TN_API tn_var *tn_eye_var(tn_dtype t, tn_var *n, tn_var *m, tn_var *k);
 TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step);
 
 /* Convolutions and pooling (the >>ops_conv section), NCHW as PyTorch:
@@ -5651,16 +5666,32 @@ static tn_result tn__infer_alloc(const tn_var *node, const tn_type *in, tn_type 
     return r;
 }
 
-static tn_result tn__infer_eye(const tn_var *node, const tn_type *in, tn_type *out) {
+/* Eye's sizes: tn_eye's params, or (tn_eye_var) the values of in[0] and
+   in[1], unknown (-1) until they are known (the op table's infer_values). */
+static tn_result tn__infer_eye_values(const tn_var *node, const tn_type *in, const tn_array *const *val, tn_type *out) {
     (void)in;
     memset(out, 0, sizeof *out);
     out->dtype = tn__p_out_dtype(&node->p);
     out->ndim = 2;
-    out->shape[0] = tn__p_eye_n(&node->p);
-    out->shape[1] = tn__p_eye_m(&node->p);
-    for (int d = 0; d < 2; d++) out->bcast[d] = out->shape[d] == 1;
+    for (int d = 0; d < 2; d++) {
+        int64_t s = node->n_in == 0 ? (d ? tn__p_eye_m(&node->p) : tn__p_eye_n(&node->p)) : -1;
+        if (node->n_in > 0 && val && val[d]) {
+            s = tn__load_i(val[d]->dtype, val[d]->data);
+            if (s < 0)
+                return tn__err(TN_ERR_SHAPE, "Eye: %s ('%s') = %lld is negative (tn_eye_var's n and m are sizes, >= 0)",
+                               d ? "m" : "n", tn__var_label_name(node->in[d]), (long long)s);
+        }
+        out->shape[d] = s;
+        out->bcast[d] = s == 1;
+    }
     return TN_OK;
 }
+
+static tn_result tn__infer_eye(const tn_var *node, const tn_type *in, tn_type *out) {
+    return tn__infer_eye_values(node, in, NULL, out);
+}
+
+static unsigned tn__eye_value_inputs(const tn_var *node) { return node->n_in == 3 ? 3u : 0u; }   /* n and m */
 
 static tn_result tn__infer_arange(const tn_var *node, const tn_type *in, tn_type *out) {
     (void)in;
@@ -5825,9 +5856,8 @@ static tn_result tn__cpu_alloc(const tn_var *node, tn_array *const *in, tn_array
 }
 
 static tn_result tn__cpu_eye(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    (void)in;
     tn_array *o = out[0];
-    int64_t n = o->shape[0], m = o->shape[1], k = tn__p_eye_k(&node->p);
+    int64_t n = o->shape[0], m = o->shape[1], k = node->n_in == 3 ? tn__load_i(in[2]->dtype, in[2]->data) : tn__p_eye_k(&node->p);
     for (int64_t i = 0; i < n; i++) {
         char *row = (char *)o->data + i * o->strides[0];
         if (o->strides[1] == (int64_t)tn_dtype_size(o->dtype)) memset(row, 0, (size_t)(m * o->strides[1]));
@@ -5835,6 +5865,31 @@ static tn_result tn__cpu_eye(const tn_var *node, tn_array *const *in, tn_array *
         if (k >= -i && k < m - i) tn__store_f(o->dtype, row + (i + k) * o->strides[1], 1);   /* column i + k, any k */
     }
     return TN_OK;
+}
+
+/* >>eye_cuda: Eye's kernel for tensor_cuda.h. out (contiguous n x m) gets
+   the bits of one (`one`, the output dtype's 1 as es bytes) where
+   j - i == *k, else zero bits, so one kernel per element size serves every
+   dtype; k is read on the device (int64), so a new k needs no new launch
+   parameters. extern "C" tn_eye(out, n, m, k, one). -1: no kernel for es. */
+TN_API int tn__eye_cuda_source(size_t es, char *buf, size_t cap) {
+    const char *t = es == 1 ? "unsigned char" : es == 2 ? "unsigned short" : es == 4 ? "unsigned int" : es == 8 ? "unsigned long long" : NULL;
+    if (!t) return -1;
+    return snprintf(buf, cap,
+        "extern \"C\" __global__ void tn_eye(%s *__restrict__ out, long long n, long long m, const long long *__restrict__ kp, %s one) {\n"
+        "    const long long k = *kp, total = n * m;\n"
+        "    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (long long)gridDim.x * blockDim.x) {\n"
+        "        const long long i = t / m, j = t - i * m;\n"
+        "        out[t] = j - i == k ? one : (%s)0;\n"
+        "    }\n"
+        "}\n", t, t, t);
+}
+
+/* The bits of one in dtype t (es bytes), for tn_eye's kernel. */
+TN_API size_t tn__eye_one_bits(tn_dtype t, unsigned char one[8]) {
+    memset(one, 0, 8);
+    tn__store_f(t, one, 1);
+    return tn_dtype_size(t);
 }
 
 static tn_result tn__cpu_arange(const tn_var *node, tn_array *const *in, tn_array *const *out) {
@@ -6087,6 +6142,52 @@ TN_API tn_var *tn_eye(tn_graph *g, tn_dtype t, int64_t n, int64_t m, int64_t k) 
     return tn__node(g, TN_OP_EYE, 0, NULL, &p, NULL, "tn_eye");
 }
 
+/* One of tn_eye_var's sizes: a 0-d integer leaf, whose value the executor
+   reads when it plans a call. */
+static bool tn__eye_size_ok(tn_var *x, const char *what) {
+    char tb[160];
+    if (x->type.ndim != 0 || (x->type.dtype != TN_I32 && x->type.dtype != TN_I64)) {
+        tn__err(TN_ERR_DTYPE, "tn_eye_var: %s ('%s') must be a 0-d int32 or int64 scalar, got %s", what, tn__var_label_name(x),
+                tn__type_str(&x->type, tb));
+        return false;
+    }
+    if (x->op != TN_OP_INPUT && x->op != TN_OP_SHARED && x->op != TN_OP_CONSTANT) {
+        tn__err(TN_ERR_UNSUPPORTED, "tn_eye_var: %s ('%s') is computed in the graph (by %s); the result's shape is read from "
+                "it before the graph runs, so it must be an input, a shared variable or a constant", what,
+                tn__var_label_name(x), tn__op_def(x->op) ? tn__op_def(x->op)->name : "?");
+        return false;
+    }
+    if (x->op == TN_OP_CONSTANT && x->value && x->value->device == TN_HOST && tn__load_i(x->type.dtype, x->value->data) < 0) {
+        tn__err(TN_ERR_SHAPE, "tn_eye_var: %s ('%s') = %lld is negative", what, tn__var_label_name(x),
+                (long long)tn__load_i(x->type.dtype, x->value->data));
+        return false;
+    }
+    return true;
+}
+
+TN_API tn_var *tn_eye_var(tn_dtype t, tn_var *n, tn_var *m, tn_var *k) {
+    if (!n) return tn__null_arg("tn_eye_var", "n");
+    t = tn__float_or_x(t);
+    if (t < TN_BOOL || t >= TN_DTYPE_COUNT) { tn__err(TN_ERR_DTYPE, "tn_eye_var: invalid dtype %d", (int)t); return NULL; }
+    if (!m) m = n;                                    /* NumPy's M=None */
+    tn_graph *g = n->graph;
+    char tb[160];
+    if (!tn__eye_size_ok(n, "n") || !tn__eye_size_ok(m, "m")) return NULL;
+    if (k && (k->type.ndim != 0 || (k->type.dtype != TN_I32 && k->type.dtype != TN_I64))) {
+        tn__err(TN_ERR_DTYPE, "tn_eye_var: k ('%s') must be a 0-d int32 or int64 scalar, got %s", tn__var_label_name(k),
+                tn__type_str(&k->type, tb));
+        return NULL;
+    }
+    /* the kernels read k as int64 */
+    if (!k) k = tn__ew_typed_const(g, TN_I64, 0, "tn_eye_var");
+    else if (k->type.dtype != TN_I64 && k->graph == g) k = tn_cast(k, TN_I64);
+    if (!k) return NULL;
+    tn_params p = tn__params_zero();
+    tn__p_set_eye(&p, t, -1, -1, 0);
+    tn_var *in[3] = { n, m, k };
+    return tn__node(g, TN_OP_EYE, 3, in, &p, NULL, "tn_eye_var");
+}
+
 TN_API tn_var *tn_arange(tn_graph *g, tn_dtype t, double start, double stop, double step) {
     if (!g) return tn__null_arg("tn_arange", "graph");
     t = tn__float_or_x(t);
@@ -6275,7 +6376,12 @@ static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 }
 
 /* >>shape_rows: this part's rows of the op table (the >>ops_table section) --- */
-/* Eye and arange have no inputs: nothing to differentiate. */
+/* Arange has no inputs: nothing to differentiate. Eye's inputs (tn_eye_var)
+   are integers and its result does not change with them where it is
+   defined: discrete, no gradient reaches them. */
+#define TN__EYE_ROW \
+    { .op = TN_OP_EYE, .name = "Eye", .kind = TN_OPK_SHAPE, .arity = -1, .infer = tn__infer_eye, .cpu = tn__cpu_eye, \
+      .label = tn__label_eye, .flags = TN_OPF_DISCRETE, .value_inputs = tn__eye_value_inputs, .infer_values = tn__infer_eye_values },
 #define TN__SHAPE_ROW(E, NAME, KIND, ARITY, OP, VJP, JVP, FLAGS) \
     { .op = TN_OP_##E, .name = NAME, .kind = KIND, .arity = ARITY, .infer = tn__infer_##OP, .cpu = tn__cpu_##OP, \
                     .label = tn__label_##OP, .vjp = VJP, .jvp = JVP, .flags = FLAGS },
@@ -6287,8 +6393,8 @@ static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__SHAPE_ROW(FLATTEN,      "Flatten",     TN_OPK_SHAPE,  1, flatten,      tn__reshape_vjp,    NULL, TN_OPF_LINEAR) \
     TN__SHAPE_ROW(CONCATENATE,  "Join",        TN_OPK_SHAPE, -1, concatenate,  tn__concat_vjp,     tn__concat_jvp, 0) \
     TN__SHAPE_ROW(ALLOC,        "Alloc",       TN_OPK_SHAPE, -1, alloc,        tn__bcast_vjp,      NULL, TN_OPF_LINEAR) \
-    TN__SHAPE_ROW(EYE,          "Eye",         TN_OPK_SHAPE,  0, eye,          NULL,               NULL, 0) \
-    TN__SHAPE_ROW(ARANGE,       "ARange",      TN_OPK_SHAPE,  0, arange,       NULL,               NULL, 0)
+    TN__SHAPE_ROW(ARANGE,       "ARange",      TN_OPK_SHAPE,  0, arange,       NULL,               NULL, 0) \
+    TN__EYE_ROW
 
 /* >>ops_index ========================================================= */
 /* Indexing and sorting, NumPy's semantics (Theano's names in labels).

@@ -174,6 +174,34 @@ TEST(test_shared_between_calls) {
     tn_graph_free(g);
 }
 
+/* eye with symbolic n (tn_eye_var): the same n, m, k call after call
+   allocates nothing; a new n re-plans (a new buffer), and back again. */
+TEST(test_eye_var_steady_state) {
+    tn_graph *g = tn_graph_new();
+    tn_var *n = tn_scalar(g, "n", TN_I64), *k = tn_scalar(g, "k", TN_I64), *x = tn_vector(g, "x", TN_F32);
+    tn_var *y = tn_add(tn_eye_var(TN_F32, n, NULL, k), x);
+    tn_func *f = y ? tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = (tn_var *[]){ n, k, x }, .n_outputs = 1,
+                                                     .outputs = &y, .borrow = true }) : NULL;
+    CHECK(f, "compile: %s", tn_last_error());
+    tn_array *n4 = tn_array_scalar(TN_I64, 4), *n6 = tn_array_scalar(TN_I64, 6), *k1 = tn_array_scalar(TN_I64, 1);
+    tn_array *x4 = tn_array_zeros(TN_F32, TN_SHAPE(4)), *x6 = tn_array_zeros(TN_F32, TN_SHAPE(6)), *o = NULL;
+    CHECK(f && tn_call(f, (tn_array *[]){ n4, k1, x4 }, &o) == TN_OK, "n = 4: %s", tn_last_error());
+    CHECK(f && tn_call(f, (tn_array *[]){ n4, k1, x4 }, &o) == TN_OK, "n = 4 again: %s", tn_last_error());
+    long before = th_alloc_count;
+    for (int i = 0; f && i < 20; i++) CHECK(tn_call(f, (tn_array *[]){ n4, k1, x4 }, &o) == TN_OK, "call %d: %s", i, tn_last_error());
+    CHECK(th_alloc_count == before, "calls with the same n allocated %ld times", th_alloc_count - before);
+    CHECK(o && o->shape[0] == 4 && o->shape[1] == 4 && at2(o, 0, 1) == 1 && at2(o, 1, 1) == 0 && at2(o, 3, 0) == 0, "eye(4, k=1)");
+    CHECK(f && tn_call(f, (tn_array *[]){ n6, k1, x6 }, &o) == TN_OK, "n = 6: %s", tn_last_error());
+    CHECK(o && o->shape[0] == 6 && o->shape[1] == 6 && at2(o, 4, 5) == 1 && at2(o, 5, 5) == 0, "eye(6, k=1)");
+    CHECK(f && tn_call(f, (tn_array *[]){ n4, k1, x6 }, &o) == TN_ERR_SHAPE, "n = 4 with x of 6: a shape error");
+    CHECK_ERR(TN_ERR_SHAPE, "(4, 4)");
+    CHECK(f && tn_call(f, (tn_array *[]){ n4, k1, x4 }, &o) == TN_OK, "n = 4 once more: %s", tn_last_error());
+    CHECK(o && o->shape[0] == 4 && at2(o, 2, 3) == 1, "eye(4, k=1) once more");
+    tn_array_free(n4); tn_array_free(n6); tn_array_free(k1); tn_array_free(x4); tn_array_free(x6);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* The steady loop: same shapes, borrowed outputs, an update: no allocation. */
 TEST(test_steady_state_allocates_nothing) {
     tn_graph *g = tn_graph_new();
@@ -711,6 +739,7 @@ int main(void) {
     TH_RUN(test_swap_updates);
     TH_RUN(test_shared_between_calls);
     TH_RUN(test_steady_state_allocates_nothing);
+    TH_RUN(test_eye_var_steady_state);
     TH_RUN(test_changing_shapes);
     TH_RUN(test_strided_inputs);
     TH_RUN(test_outputs_that_are_leaves);

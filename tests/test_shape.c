@@ -528,6 +528,126 @@ TEST(test_eye_arange) {
     tn_graph_free(g);
 }
 
+/* eye with symbolic n, m, k (tn_eye_var): the shape comes from the values
+   at each call. out must be n x m with ones exactly where j - i == k. */
+static void check_eye_out(const char *what, const tn_array *o, tn_dtype t, int64_t n, int64_t m, int64_t k) {
+    CHECK(o && o->dtype == t && o->ndim == 2 && o->shape[0] == n && o->shape[1] == m, "%s: got %s (%lld, %lld), want %s (%lld, %lld)",
+          what, o ? tn_dtype_name(o->dtype) : "none", o && o->ndim == 2 ? (long long)o->shape[0] : -1LL,
+          o && o->ndim == 2 ? (long long)o->shape[1] : -1LL, tn_dtype_name(t), (long long)n, (long long)m);
+    if (!o || o->ndim != 2 || o->shape[0] != n || o->shape[1] != m) return;
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) bad += ref_get(o, (int64_t[]){ i, j }) != (j - i == k ? 1.0 : 0.0);
+    CHECK(bad == 0, "%s: %d of %lld elements differ from j - i == %lld", what, bad, (long long)(n * m), (long long)k);
+}
+
+TEST(test_eye_var) {
+    tn_dtype dts[] = { TN_F16, TN_F32, TN_F64, TN_I32, TN_I64, TN_BOOL };
+    for (size_t c = 0; c < sizeof dts / sizeof dts[0]; c++) {
+        tn_graph *g = tn_graph_new();
+        tn_var *n = tn_input(g, "n", TN_I64, 0, NULL, NULL), *m = tn_input(g, "m", TN_I32, 0, NULL, NULL);
+        tn_var *k = tn_input(g, "k", TN_I64, 0, NULL, NULL), *e = tn_eye_var(dts[c], n, m, k);
+        CHECK(e && e->type.ndim == 2 && e->type.shape[0] == -1 && e->type.shape[1] == -1 && e->type.dtype == dts[c],
+              "%s: build-time type: %s", tn_dtype_name(dts[c]), tn_last_error());
+        tn_func *f = e ? tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = (tn_var *[]){ n, m, k }, .n_outputs = 1,
+                                                         .outputs = &e }) : NULL;
+        CHECK(f, "%s: compile: %s", tn_dtype_name(dts[c]), tn_last_error());
+        /* the shape changes between calls of one function; k < 0, k >= m, n = 0, m = 0 */
+        int64_t cs[][3] = { {3, 4, 0}, {5, 3, -2}, {2, 2, 5}, {0, 3, 0}, {4, 0, 1}, {3, 4, 1}, {3, 4, 1}, {6, 6, -6}, {1, 1, 0} };
+        for (size_t i = 0; f && i < sizeof cs / sizeof cs[0]; i++) {
+            tn_array *in[3] = { tn_array_scalar(TN_I64, (double)cs[i][0]), tn_array_scalar(TN_I32, (double)cs[i][1]),
+                                tn_array_scalar(TN_I64, (double)cs[i][2]) }, *o = NULL;
+            char what[96];
+            snprintf(what, sizeof what, "%s eye(%lld, %lld, %lld)", tn_dtype_name(dts[c]), (long long)cs[i][0], (long long)cs[i][1], (long long)cs[i][2]);
+            CHECK(tn_call(f, in, &o) == TN_OK, "%s: %s", what, tn_last_error());
+            check_eye_out(what, o, dts[c], cs[i][0], cs[i][1], cs[i][2]);
+            tn_array_free(o);
+            for (int j = 0; j < 3; j++) tn_array_free(in[j]);
+        }
+        tn_function_free(f);
+        tn_graph_free(g);
+    }
+    /* m and k omitted (n x n, diagonal 0); n a shared variable; k an int32 computed in the graph */
+    tn_graph *g = tn_graph_new();
+    tn_array *nv = tn_array_scalar(TN_I32, 3), *kv = tn_array_scalar(TN_I32, -1);
+    tn_var *n = tn_shared(g, "n", nv), *kin = tn_input(g, "k", TN_I32, 0, NULL, NULL);
+    tn_var *e1 = tn_eye_var(TN_F32, n, NULL, NULL), *e2 = tn_eye_var(TN_F16, n, n, tn_add(kin, kin));
+    tn_func *f = e1 && e2 ? tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &kin, .n_outputs = 2,
+                                                            .outputs = (tn_var *[]){ e1, e2 } }) : NULL;
+    CHECK(f, "shared n: %s", tn_last_error());
+    tn_array *o[2] = { NULL, NULL };
+    CHECK(f && tn_call(f, &kv, o) == TN_OK, "shared n: %s", tn_last_error());
+    check_eye_out("eye(n) with n shared", o[0], TN_F32, 3, 3, 0);
+    check_eye_out("eye(n, n, k + k)", o[1], TN_F16, 3, 3, -2);
+    tn_array_free(o[0]); tn_array_free(o[1]); o[0] = o[1] = NULL;
+    tn_array *n5 = tn_array_scalar(TN_I32, 5);
+    CHECK(tn_shared_set_value(n, n5) == TN_OK, "set n: %s", tn_last_error());
+    CHECK(f && tn_call(f, &kv, o) == TN_OK, "shared n = 5: %s", tn_last_error());
+    check_eye_out("eye(n) with n shared, set to 5", o[0], TN_F32, 5, 5, 0);
+    check_eye_out("eye(n, n, k + k), n = 5", o[1], TN_F16, 5, 5, -2);
+    tn_array_free(o[0]); tn_array_free(o[1]);
+    tn_function_free(f);
+    /* constants: the shape is known at build time, and the node folds */
+    tn_array *c2 = tn_array_scalar(TN_I64, 2), *c4 = tn_array_scalar(TN_I64, 4);
+    tn_var *ec = tn_eye_var(TN_F64, tn_constant(g, c2), tn_constant(g, c4), tn_constant(g, c2));
+    CHECK(ec && ec->type.shape[0] == 2 && ec->type.shape[1] == 4, "constant sizes: (2, 4) at build time: %s", tn_last_error());
+    tn_array *oc = NULL;
+    f = ec ? tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &ec }) : NULL;
+    CHECK(f && tn_call(f, NULL, &oc) == TN_OK, "constant sizes: %s", tn_last_error());
+    check_eye_out("eye(2, 4, 2) of constants", oc, TN_F64, 2, 4, 2);
+    tn_array_free(oc);
+    tn_function_free(f);
+
+    /* errors: which one, naming the function, the variable and its type or value */
+    tn_var *x = tn_vector(g, "x", TN_I64), *fl = tn_input(g, "fl", TN_F32, 0, NULL, NULL), *ni = tn_input(g, "ni", TN_I64, 0, NULL, NULL);
+    CHECK(!tn_eye_var(TN_F32, NULL, NULL, NULL), "n NULL");
+    CHECK_ERR(TN_ERR_NULL, "tn_eye_var: n");
+    CHECK(!tn_eye_var(TN_F32, x, NULL, NULL), "n a vector");
+    CHECK_ERR(TN_ERR_DTYPE, "tn_eye_var: n ('x') must be a 0-d int32 or int64 scalar, got TensorType(int64, (?,))");
+    CHECK(!tn_eye_var(TN_F32, ni, fl, NULL), "m a float");
+    CHECK_ERR(TN_ERR_DTYPE, "tn_eye_var: m ('fl') must be a 0-d int32 or int64 scalar, got TensorType(float32, ())");
+    CHECK(!tn_eye_var(TN_F32, ni, ni, fl), "k a float");
+    CHECK_ERR(TN_ERR_DTYPE, "tn_eye_var: k ('fl') must be a 0-d int32 or int64 scalar, got TensorType(float32, ())");
+    CHECK(!tn_eye_var((tn_dtype)99, ni, NULL, NULL), "bad dtype");
+    CHECK_ERR(TN_ERR_DTYPE, "tn_eye_var: invalid dtype 99");
+    CHECK(!tn_eye_var(TN_F32, tn_add(ni, ni), NULL, NULL), "n computed");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "tn_eye_var: n ('') is computed in the graph (by add)");
+    tn_array *cm1 = tn_array_scalar(TN_I64, -1);
+    CHECK(!tn_eye_var(TN_F32, tn_constant(g, cm1), NULL, NULL), "n a negative constant");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_eye_var: n ('') = -1 is negative");
+    tn_graph *g2 = tn_graph_new();
+    tn_var *other = tn_input(g2, "o", TN_I64, 0, NULL, NULL);
+    CHECK(!tn_eye_var(TN_F32, ni, other, NULL), "m of another graph");
+    CHECK_ERR(TN_ERR_GRAPH, "tn_eye_var: input 1 ('o') belongs to another graph");
+    tn_graph_free(g2);
+    /* a negative value at call time: the call fails, naming the op, the variable and the value; the next call works */
+    tn_var *ev = tn_eye_var(TN_F32, ni, NULL, NULL);
+    f = ev ? tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &ni, .n_outputs = 1, .outputs = &ev }) : NULL;
+    oc = NULL;
+    CHECK(f && tn_call(f, &cm1, &oc) == TN_ERR_SHAPE && !oc, "n = -1 at call time");
+    CHECK_ERR(TN_ERR_SHAPE, "Eye: n ('ni') = -1 is negative");
+    CHECK(f && tn_call(f, &c2, &oc) == TN_OK, "n = 2 after a failed call: %s", tn_last_error());
+    check_eye_out("eye(2) after a failed call", oc, TN_F32, 2, 2, 0);
+    tn_array_free(oc);
+    tn_function_free(f);
+    /* gradients: through eye to a float that scales it (d sum(eye(n) * w) / dw = n); none reaches n */
+    tn_var *w = tn_scalar(g, "w", TN_F32), *cost = tn_sum(tn_mul(tn_eye_var(TN_F32, ni, NULL, NULL), w), NULL, 0, false);
+    tn_var *gw = cost ? tn_grad1(cost, w) : NULL;
+    CHECK(gw, "grad through eye: %s", tn_last_error());
+    f = gw ? tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ ni, w }, .n_outputs = 1, .outputs = &gw }) : NULL;
+    tn_array *wv = tn_array_scalar(TN_F32, 2.5);
+    oc = NULL;
+    CHECK(f && tn_call(f, (tn_array *[]){ c4, wv }, &oc) == TN_OK && tn_array_get(oc, NULL) == 4.0, "d/dw sum(eye(4) * w) = %g: %s",
+          oc ? tn_array_get(oc, NULL) : -1.0, tn_last_error());
+    tn_array_free(oc); tn_array_free(wv);
+    tn_function_free(f);
+    tn_var *gn = cost ? tn_grad1(cost, ni) : NULL;
+    CHECK(!gn, "a gradient wrt the integer n");
+    CHECK_ERR(TN_ERR_DTYPE, "tn_grad1: wrt[0] 'ni' is int64: gradients are defined for float variables only");
+    tn_graph_free(g);
+    tn_array_free(nv); tn_array_free(kv); tn_array_free(n5); tn_array_free(c2); tn_array_free(c4); tn_array_free(cm1);
+}
+
 /* TN_SHAPE and TN_AXES expand to the (ndim, shape) and (axes, naxes) pairs. */
 TEST(test_shape_and_axes_macros) {
     tn_array *r = tn_array_arange(TN_F64, 0, 24, 1), *a = tn_array_reshape(r, TN_SHAPE(2, 3, 4));
@@ -561,5 +681,6 @@ int main(void) {
     TH_RUN(test_broadcast_alloc);
     TH_RUN(test_concatenate_stack);
     TH_RUN(test_eye_arange);
+    TH_RUN(test_eye_var);
     TH_END();
 }
