@@ -4361,22 +4361,33 @@ static bool tn__cuda_cum_supports(const tn_var *node) {
            tn__cum_cuda_source(node->op, node->in[0]->type.dtype, NULL, 0) > 0;
 }
 
-static tn_result tn__cuda_cum_prepare(const tn_var *node, void **state) {
-    *state = NULL;
-    char who[128], src[2048];
+/* A catalogue kernel of node (its source written by tensor_ops.h: n its
+   length, cap the buffer's, t the dtype it was written for) compiled through
+   the kernel caches on node's device, and its entry `name`. */
+static tn_result tn__cuda_catalogue_fn(const tn_var *node, const char *src, int n, size_t cap, tn_dtype t, const char *name,
+                                       tn__CUfunction *fn) {
+    char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(node->device, &D, who);
     if (r != TN_OK) return r;
-    int n = tn__cum_cuda_source(node->op, node->in[0]->type.dtype, src, sizeof src);
-    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->in[0]->type.dtype));
+    if (n <= 0 || (size_t)n >= cap) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(t));
     tn__kentry *e;
-    tn__CUfunction fn;
     if ((r = tn__cuda_kernel_get(src, D->arch, tn_get_config()->fast_math, &e)) != TN_OK ||
-        (r = tn__cuda_entry_function(D, e, "tn_cum", &fn)) != TN_OK)
+        (r = tn__cuda_entry_function(D, e, name, fn)) != TN_OK)
         return tn__err(r, "%s: %s", who, tn_last_error());
+    return TN_OK;
+}
+
+static tn_result tn__cuda_cum_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    char src[2048];
+    tn__CUfunction fn;
+    tn_dtype t = node->in[0]->type.dtype;
+    tn_result r = tn__cuda_catalogue_fn(node, src, tn__cum_cuda_source(node->op, t, src, sizeof src), sizeof src, t, "tn_cum", &fn);
+    if (r != TN_OK) return r;
     tn__cuda_cum_state *st = (tn__cuda_cum_state *)tn__calloc(1, sizeof *st);
-    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing %s (node %d)", tn__op_def(node->op)->name, node->id);
     st->fn = fn;
     *state = st;
     return TN_OK;
@@ -4405,6 +4416,59 @@ static tn_result tn__cuda_cum_run(const tn_var *node, void *state, tn_array *con
     void *params[5] = { &xp, &yp, &lines, &n, &inner };
     tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(st->fn, (unsigned)((lines + 255) / 256), 1, 1, 256, 1, 1, 0, tn__cuda_stream(D), params, NULL);
     tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
+    if (cr != TN__CUDA_SUCCESS) {
+        char eb[160];
+        return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "cuLaunchKernel failed in %s: %s", who, tn__cu_errstr(cr, eb, sizeof eb));
+    }
+    return tn__cuda_sync_if_blocking(D, who);
+}
+
+/* >>cuda_eye: Eye of symbolic sizes (tn_eye_var) ---------------------------- */
+/* The kernel is tensor_ops.h's (>>eye_cuda), one per element size, compiled
+   at prepare time. n and m come from the output's planned shape (their values
+   stay on the host: a new value is a new plan, which drops captured graphs);
+   k is read on the device from its int64 input, so a new k is an ordinary
+   input copy and a replayed graph stays right. (tn_eye's constant sizes fold
+   to a constant at compile time: no kernel.) */
+typedef struct tn__cuda_eye_state { tn__CUfunction fn; unsigned char one[8]; } tn__cuda_eye_state;
+
+static bool tn__cuda_eye_supports(const tn_var *node) {
+    return node->op == TN_OP_EYE && node->n_in == 3 && node->in[2]->type.dtype == TN_I64 &&
+           tn__eye_cuda_source(tn_dtype_size(node->type.dtype), NULL, 0) > 0;
+}
+
+static tn_result tn__cuda_eye_prepare(const tn_var *node, void **state) {
+    *state = NULL;
+    char src[1024];
+    tn__CUfunction fn;
+    tn_dtype t = node->type.dtype;
+    tn_result r = tn__cuda_catalogue_fn(node, src, tn__eye_cuda_source(tn_dtype_size(t), src, sizeof src), sizeof src, t, "tn_eye", &fn);
+    if (r != TN_OK) return r;
+    tn__cuda_eye_state *st = (tn__cuda_eye_state *)tn__calloc(1, sizeof *st);
+    if (!st) return tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing Eye (node %d)", node->id);
+    st->fn = fn;
+    tn__eye_one_bits(node->type.dtype, st->one);
+    *state = st;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_eye_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    tn__cuda_eye_state *st = (tn__cuda_eye_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    const tn_array *y = out[0], *k = in[2];
+    long long n = y->shape[0], m = y->shape[1], total = n * m;
+    if (total == 0) return TN_OK;
+    if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    if (k->device != y->device) return tn__err(TN_ERR_INTERNAL, "%s: k is not on cuda%d", who, y->device);
+    long long blocks = (total + 255) / 256;
+    if (blocks > 65536) blocks = 65536;            /* the kernel strides over the rest */
+    void *yp = y->data, *kp = k->data;
+    void *params[5] = { &yp, &n, &m, &kp, st->one };
+    tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(st->fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0, tn__cuda_stream(D), params, NULL);
     if (cr != TN__CUDA_SUCCESS) {
         char eb[160];
         return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "cuLaunchKernel failed in %s: %s", who, tn__cu_errstr(cr, eb, sizeof eb));
@@ -4977,6 +5041,7 @@ static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn_
 static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_size = { tn__cuda_size_supports, tn__cuda_bind_prepare, tn__cuda_size_node_run, NULL, NULL };
+static const tn_backend_op tn__cuda_row_eye = { tn__cuda_eye_supports, tn__cuda_eye_prepare, tn__cuda_eye_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__cuda_h2d_node_run, tn__cuda_h2d_release, tn__cuda_h2d_stage };
 static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release, NULL };
 static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL, NULL };
@@ -4999,7 +5064,7 @@ static const struct { int op; const tn_backend_op *row; } tn__cuda_op_rows[] = {
     { TN_OP_LOGSUMEXP, &tn__cuda_row_reduce }, { TN_OP_SOFTMAX, &tn__cuda_row_reduce }, { TN_OP_LOG_SOFTMAX, &tn__cuda_row_reduce },
     { TN_OP_DOT, &tn__cuda_row_la }, { TN_OP_GEMM, &tn__cuda_row_la }, { TN_OP_GEMV, &tn__cuda_row_la }, { TN_OP_OUTER, &tn__cuda_row_la },
     { TN_OP_DIMSHUFFLE, &tn__cuda_row_view }, { TN_OP_SLICE, &tn__cuda_row_view }, { TN_OP_BROADCAST_TO, &tn__cuda_row_view },
-    { TN_OP_ALLOC, &tn__cuda_row_alloc }, { TN_OP_SIZE, &tn__cuda_row_size },
+    { TN_OP_ALLOC, &tn__cuda_row_alloc }, { TN_OP_SIZE, &tn__cuda_row_size }, { TN_OP_EYE, &tn__cuda_row_eye },
     { TN_OP_GPU_FROM_HOST, &tn__cuda_row_h2d },
     { TN_OP_CUSTOM, &tn__cuda_row_custom },
     { TN_OP_SCAN, &tn__cuda_row_scan },
@@ -5252,6 +5317,13 @@ static int tn__place_leaf_device(const tn_var *v, int dev) {
     return v->op == TN_OP_INPUT && v->device != TN_HOST ? dev : TN_HOST;
 }
 
+/* Inputs whose values v's type rule reads (tn_op_def.value_inputs): they stay
+   where they are, read on the host when a call is planned; no copy. */
+static unsigned tn__place_value_inputs(const tn_var *v) {
+    const tn_op_def *def = tn__op_def(v->op);
+    return def && def->value_inputs && def->infer_values ? def->value_inputs(v) : 0;
+}
+
 static bool tn__place_wants_device(const tn_var *v) {
     tn_op_kind k = tn__op_kind(v->op);
     if (k == TN_OPK_LEAF || v->op == TN_OP_PROJ || v->op == TN_OP_HOST_FROM_GPU) return false;
@@ -5320,9 +5392,10 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
         if (v->op == TN_OP_PROJ) continue;
         bool want = tn__place_wants_device(v) && cd != TN_HOST;
         v->device = want && k != TN_OPK_VIEW ? cd : TN_HOST;
+        unsigned vm = tn__place_value_inputs(v);
         for (int j = 0; j < v->n_in; j++) {
             int *rd = &rdev[v->in[j]->id];
-            if (!want) host_reader[v->in[j]->id] = true;
+            if (!want || (vm >> j & 1)) host_reader[v->in[j]->id] = true;
             else if (k != TN_OPK_VIEW) *rd = *rd == -2 || *rd == cd ? cd : -3;
         }
     }
@@ -5368,9 +5441,10 @@ static tn_result tn__cuda_place(tn_graph *fg, tn_var **roots, int n_roots, const
             int cd = tn__place_ctx_dev(&P, v);
             v->device = x->device != TN_HOST ? x->device : !host_reader[v->id] ? cd : TN_HOST;
         }
+        unsigned vm = tn__place_value_inputs(v);
         for (int j = 0; j < v->n_in; j++) {
             tn_var *x = tn__place_resolve(&P, v->in[j]);
-            if (x->device != v->device && !(x = tn__place_xfer(&P, x, v->device, v->ctx))) {
+            if (x->device != v->device && !(vm >> j & 1) && !(x = tn__place_xfer(&P, x, v->device, v->ctx))) {
                 r = tn__err(tn_last_result() ? tn_last_result() : TN_ERR_OOM, "tn_function: placement: %s", tn_last_error());
                 goto done;
             }

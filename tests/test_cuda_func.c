@@ -13,7 +13,8 @@
    ops (strided kernel signature with params, pointer signature on strided
    inputs, a gradient through the op) and raw kernels (the seed's
    multiply_them, in/out/inout/device/scalar arguments, float16 helpers,
-   argument errors). Every result is compared with
+   argument errors); eye of symbolic sizes (GpuEye, every dtype, shapes
+   changing between calls). Every result is compared with
    a float64 reference computed here.
    Without a usable GPU it prints "SKIP (no usable GPU: why)" and counts nothing. */
 #define _GNU_SOURCE
@@ -370,6 +371,80 @@ TEST(test_new_ops_and_cumulative_on_gpu) {
     tn_graph_free(g);
     tn_array_free(xv);
     free(x); free(rz); free(rq);
+}
+
+/* Eye of symbolic sizes (tn_eye_var) on the GPU, every dtype: GpuEye, with
+   n and m read on the host (no GpuFromHost for them: one transfer, k's);
+   one function called with new n, m, k each call (k < 0, k >= m, n = 0,
+   m = 0) and with k changing at the same shape (replayed graphs must see
+   the new k); the same n, m, k call after call makes no driver allocation.
+   The reference is j - i == k, computed here. */
+static double eye_err(const tn_array *got, int64_t n, int64_t m, int64_t k) {
+    if (!got || got->ndim != 2 || got->shape[0] != n || got->shape[1] != m) return INFINITY;
+    int64_t size = n * m;
+    double *ref = (double *)malloc((size_t)(size > 0 ? size : 1) * sizeof *ref);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) ref[i * m + j] = j - i == k ? 1.0 : 0.0;
+    double e = size > 0 ? max_err(got, ref, size) : 0;
+    free(ref);
+    return e;
+}
+
+TEST(test_eye_var_on_gpu) {
+    static const tn_dtype dts[] = { TN_F16, TN_F32, TN_F64, TN_I32, TN_I64, TN_BOOL };
+    static const int64_t cs[][3] = { {3, 4, 0}, {300, 257, -2}, {5, 3, 7}, {0, 3, 0}, {4, 0, 1}, {64, 64, 1}, {64, 64, -63},
+                                     {64, 64, 0}, {64, 64, 5}, {1, 1, 0} };
+    for (size_t c = 0; c < sizeof dts / sizeof dts[0]; c++) {
+        tn_graph *g = tn_graph_new();
+        tn_var *n = tn_scalar(g, "n", TN_I64), *m = tn_scalar(g, "m", TN_I32), *k = tn_scalar(g, "k", TN_I64);
+        tn_var *e = tn_eye_var(dts[c], n, m, k);
+        tn_func *f = e ? tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = (tn_var *[]){ n, m, k }, .n_outputs = 1,
+                                                         .outputs = &e }) : NULL;
+        CHECK(f, "%s: %s", tn_dtype_name(dts[c]), tn_last_error());
+        if (f) {
+            char *s = dprint(f);
+            const char *h2d = strstr(s, "GpuFromHost");
+            CHECK(strstr(s, "GpuEye") && h2d && !strstr(h2d + 1, "GpuFromHost") && tn_function_device_steps(f) > 0,
+                  "%s: GpuEye, one transfer (k's):\n%s", tn_dtype_name(dts[c]), s);
+            free(s);
+        }
+        for (size_t i = 0; f && i < sizeof cs / sizeof cs[0]; i++) {
+            tn_array *in[3] = { tn_array_scalar(TN_I64, (double)cs[i][0]), tn_array_scalar(TN_I32, (double)cs[i][1]),
+                                tn_array_scalar(TN_I64, (double)cs[i][2]) }, *r = NULL;
+            CHECK(tn_call(f, in, &r) == TN_OK, "%s eye(%lld, %lld, %lld): %s", tn_dtype_name(dts[c]), (long long)cs[i][0],
+                  (long long)cs[i][1], (long long)cs[i][2], tn_last_error());
+            double err = eye_err(r, cs[i][0], cs[i][1], cs[i][2]);
+            CHECK(err == 0, "%s eye(%lld, %lld, %lld): error %g", tn_dtype_name(dts[c]), (long long)cs[i][0], (long long)cs[i][1],
+                  (long long)cs[i][2], err);
+            tn_array_free(r);
+            for (int j = 0; j < 3; j++) tn_array_free(in[j]);
+        }
+        tn_function_free(f);
+        tn_graph_free(g);
+    }
+    /* a steady loop at one n (borrowed output on the device): no driver allocation; k still read each call */
+    tn_graph *g = tn_graph_new();
+    tn_var *n = tn_scalar(g, "n", TN_I32), *k = tn_scalar(g, "k", TN_I32);
+    tn_var *e = tn_gpu_from_host(tn_eye_var(TN_F16, n, NULL, k));
+    tn_func *f = e ? tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ n, k }, .n_outputs = 1, .outputs = &e,
+                                                     .borrow = true }) : NULL;
+    CHECK(f, "%s", tn_last_error());
+    tn_array *nv = tn_array_scalar(TN_I32, 200), *kv[3] = { tn_array_scalar(TN_I32, 0), tn_array_scalar(TN_I32, 3), tn_array_scalar(TN_I32, -199) };
+    for (int i = 0; f && i < 3; i++) { tn_array *r = NULL; CHECK(tn_call(f, (tn_array *[]){ nv, kv[i % 3] }, &r) == TN_OK, "warm-up: %s", tn_last_error()); }
+    uint64_t a0 = CUDA_DEV()->dmem.driver_allocs;
+    for (int i = 0; f && i < 30; i++) {
+        tn_array *r = NULL;
+        int64_t kk = i % 3 == 0 ? 0 : i % 3 == 1 ? 3 : -199;
+        CHECK(tn_call(f, (tn_array *[]){ nv, kv[i % 3] }, &r) == TN_OK, "call %d: %s", i, tn_last_error());
+        double err = eye_err(r, 200, 200, kk);
+        CHECK(err == 0 && r && r->device != TN_HOST, "call %d, k = %lld: error %g", i, (long long)kk, err);
+    }
+    tn__cuda_synchronize();
+    CHECK(CUDA_DEV()->dmem.driver_allocs == a0, "%llu driver allocations in 30 calls of one n",
+          (unsigned long long)(CUDA_DEV()->dmem.driver_allocs - a0));
+    tn_array_free(nv); for (int i = 0; i < 3; i++) tn_array_free(kv[i]);
+    tn_function_free(f);
+    tn_graph_free(g);
 }
 
 /* cumsum and cumprod on the GPU give the CPU kernel's bits (the same
@@ -1711,6 +1786,7 @@ int main(void) {
     TH_RUN(test_fused_chain_and_reduction);
     TH_RUN(test_new_ops_and_cumulative_on_gpu);
     TH_RUN(test_cumulative_gpu_equals_cpu);
+    TH_RUN(test_eye_var_on_gpu);
     TH_RUN(test_index_gpu_equals_cpu);
     TH_RUN(test_conv_gpu_equals_cpu);
     TH_RUN(test_print_on_gpu);

@@ -120,6 +120,33 @@ TEST(test_cumulative_gpu_row) {
     tn_graph_free(g);
 }
 
+/* Eye of symbolic sizes (tn_eye_var) has a row in the CUDA back end's table
+   (tn_eye's constant sizes fold instead: no row), and tensor_ops.h's kernel
+   for each element size compiles with NVRTC (no GPU needed). */
+TEST(test_eye_gpu_row) {
+    tn_graph *g = tn_graph_new();
+    tn_var *n = tn_scalar(g, "n", TN_I32), *k = tn_scalar(g, "k", TN_I32);
+    tn_var *e = tn_eye_var(TN_F16, n, NULL, k), *c = tn_eye(g, TN_F16, 3, 3, 0);
+    CHECK(e && c, "%s", tn_last_error());
+    CHECK(e && tn__backend_runs(&tn__cuda_backend, e), "the CUDA back end has no row for tn_eye_var's Eye");
+    CHECK(c && !tn__backend_runs(&tn__cuda_backend, c), "a row for tn_eye's constant Eye");
+    CHECK(tn__eye_cuda_source(3, NULL, 0) < 0 && tn__eye_cuda_source(16, NULL, 0) < 0, "a source for an element size without a kernel");
+    unsigned char one[8];
+    CHECK(tn__eye_one_bits(TN_F16, one) == 2 && one[0] == 0x00 && one[1] == 0x3c, "float16's 1 is 0x3c00");
+    CHECK(tn__eye_one_bits(TN_F64, one) == 8 && one[7] == 0x3f && one[6] == 0xf0, "float64's 1 is 0x3ff0...");
+    if (tn__nvrtc_load(0) != TN_OK) { printf("  (NVRTC not found: eye kernels not compiled)\n"); tn_clear_error(); tn_graph_free(g); return; }
+    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t++) {
+        char src[1024];
+        int len = tn__eye_cuda_source(tn_dtype_size(t), src, sizeof src);
+        CHECK(len > 0 && (size_t)len < sizeof src, "no source for %s", tn_dtype_name(t));
+        const void *bin = NULL;
+        size_t sz = 0;
+        if (len > 0 && (size_t)len < sizeof src)
+            CHECK(tn_cuda_compile(src, "sm_90", &bin, &sz) == TN_OK && sz > 0, "eye %s: %s", tn_dtype_name(t), tn_last_error());
+    }
+    tn_graph_free(g);
+}
+
 /* Random draws have a row in the CUDA back end's table, and the kernel
    tensor_ops.h writes for each distribution and dtype compiles with NVRTC
    (no GPU needed); what has no kernel has no source. */
@@ -157,6 +184,7 @@ int main(void) {
     TH_RUN(test_copy_kernel_compiles);
     TH_RUN(test_cumulative_gpu_row);
     TH_RUN(test_random_gpu_row);
+    TH_RUN(test_eye_gpu_row);
     tn_shutdown();
     TH_END();
 }
