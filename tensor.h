@@ -5514,6 +5514,8 @@ typedef struct tn__step {
     const tn_op_def *def;
     int n_in, n_out;
     int *in_slot;
+    int *val_slot;          /* value inputs (tn_op_def.value_inputs): the leaf slot each is read from, behind any
+                               transfer; NULL: none */
     int out_slot;           /* outputs are out_slot .. out_slot + n_out - 1 */
     bool view;
     const tn_backend_op *brow;  /* the back end's row (device nodes) */
@@ -5982,13 +5984,16 @@ TN_API const tn_custom_op *tn_custom_of(const tn_var *node) { return tn__custom_
 
 static int tn__custom_nout(const tn_custom_op *op) { return op->n_outputs > 0 ? op->n_outputs : 1; }
 
-static tn_result tn__custom_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+/* The op's type rule: infer, or with value inputs infer_values (val[i] for
+   each value input i: its value, NULL where unknown). */
+static tn_result tn__custom_infer_values(const tn_var *node, const tn_type *in, const tn_array *const *val, tn_type *out) {
     const tn_custom_op *op = tn__custom_op(node);
     if (!op) return tn__err(TN_ERR_INTERNAL, "tn_custom: node %d carries no op description", node->id);
     char why[TN__CUSTOM_WHY] = "";
     int nout = tn__custom_nout(op);
     for (int k = 0; k < nout; k++) out[k] = (tn_type){ TN_DTYPE_NONE, 0, {0}, {0} };
-    tn_result r = op->infer(op, in, out, why, sizeof why);
+    const tn_array *none[TN__MAX_VALUE_INPUTS] = { NULL };
+    tn_result r = op->value_inputs ? op->infer_values(op, in, val ? val : none, out, why, sizeof why) : op->infer(op, in, out, why, sizeof why);
     if (r != TN_OK)
         return tn__err(r, "tn_custom: op '%s': type rule failed: %s", op->name, why[0] ? why : tn_result_string(r));
     for (int k = 0; k < nout; k++) {
@@ -6002,6 +6007,15 @@ static tn_result tn__custom_infer(const tn_var *node, const tn_type *in, tn_type
                                op->name, k, d, (long long)t->shape[d]);
     }
     return TN_OK;
+}
+
+static tn_result tn__custom_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    return tn__custom_infer_values(node, in, NULL, out);
+}
+
+static unsigned tn__custom_value_inputs(const tn_var *node) {
+    const tn_custom_op *op = tn__custom_op(node);
+    return op ? op->value_inputs : 0;
 }
 
 /* Inputs a user function reads are contiguous host arrays: strided views are
@@ -6067,7 +6081,9 @@ TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_
     if (!op) return tn__err(TN_ERR_NULL, "%s: op is NULL", W);
     if (!outs) return tn__err(TN_ERR_NULL, "%s: op '%s': outs is NULL", W, op->name ? op->name : "?");
     if (!op->name || !op->name[0]) return tn__err(TN_ERR_INVALID, "%s: op has no name", W);
-    if (!op->infer) return tn__err(TN_ERR_NULL, "%s: op '%s' has no type rule (infer is NULL)", W, op->name);
+    if (!op->infer && !op->value_inputs) return tn__err(TN_ERR_NULL, "%s: op '%s' has no type rule (infer is NULL)", W, op->name);
+    if (op->value_inputs && !op->infer_values)
+        return tn__err(TN_ERR_NULL, "%s: op '%s' has value inputs but no type rule for them (infer_values is NULL)", W, op->name);
     if (!op->cpu && !(op->cuda_source && op->cuda_kernel))
         return tn__err(TN_ERR_INVALID, "%s: op '%s' has neither a CPU function nor CUDA source and kernel name", W, op->name);
     if ((op->cuda_source == NULL) != (op->cuda_kernel == NULL))
@@ -6086,6 +6102,21 @@ TN_API tn_result tn_custom_multi(tn_graph *g, const tn_custom_op *op, int n, tn_
                        n + tn__custom_nout(op), TN_CUSTOM_MAX_STRIDED_OPERANDS);
     for (int i = 0; i < n; i++)
         if (!in[i]) return tn__err_null(W, "op '%s': input %d", op->name, i);
+    if (op->value_inputs >> (n < TN__MAX_VALUE_INPUTS ? n : TN__MAX_VALUE_INPUTS))
+        return tn__err(TN_ERR_INVALID, "%s: op '%s': value_inputs 0x%x names inputs past its %d (value inputs are among the first %d)",
+                       W, op->name, op->value_inputs, n, TN__MAX_VALUE_INPUTS);
+    for (int i = 0; i < n; i++) {
+        const tn_var *x = in[i];
+        if (!(op->value_inputs >> i & 1)) continue;
+        char tb[160];
+        if (x->type.ndim != 0)
+            return tn__err(TN_ERR_SHAPE, "%s: op '%s': value input %d ('%s') must be 0-d, got %s", W, op->name, i,
+                           tn__var_label_name(x), tn__type_str(&x->type, tb));
+        if (x->op != TN_OP_INPUT && x->op != TN_OP_SHARED && x->op != TN_OP_CONSTANT)
+            return tn__err(TN_ERR_UNSUPPORTED, "%s: op '%s': value input %d ('%s') is computed in the graph (by %s); its value is "
+                           "read before the graph runs, so it must be an input, a shared variable or a constant", W, op->name, i,
+                           tn__var_label_name(x), tn__op_def(x->op) ? tn__op_def(x->op)->name : "?");
+    }
     if (!g) g = n > 0 ? in[0]->graph : NULL;
     if (!g) return tn__err(TN_ERR_NULL, "%s: op '%s' has no inputs: pass its graph", W, op->name);
     tn_custom_op *c = tn__custom_copy(g, op);
@@ -6230,7 +6261,8 @@ static tn_result tn__custom_proj_jvp(tn_var *node, tn_var *const *t, tn_var **re
 /* >>custom_rows: this part's rows of the op table (the >>ops_table section) */
 #define TN__CUSTOM_OP_ROWS \
     { .op = TN_OP_CUSTOM, .name = "Custom", .kind = TN_OPK_OTHER, .arity = -1, .infer = tn__custom_infer, .cpu = tn__custom_cpu, \
-                       .label = tn__custom_label, .vjp = tn__custom_vjp, .jvp = tn__custom_jvp },
+                       .label = tn__custom_label, .vjp = tn__custom_vjp, .jvp = tn__custom_jvp, \
+                       .value_inputs = tn__custom_value_inputs, .infer_values = tn__custom_infer_values },
 
 /* >>scan ============================================================== */
 /* Loops inside the graph (Theano's scan), with taps, updates and
@@ -10204,12 +10236,19 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
             r = st->brow->prepare(v, &st->bstate);
             if (r != TN_OK) { r = tn__err(r, "%s: back end %s cannot prepare %s: %s", W, f->backend->name, def->name, tn_last_error()); goto done; }
         }
-        /* value inputs are read when a call is planned: before any step runs */
+        /* value inputs are read when a call is planned, before any step runs:
+           from the leaf, behind a transfer placement put between */
         unsigned vm = def->value_inputs && def->infer_values ? def->value_inputs(v) : 0;
+        if (vm && !(st->val_slot = (int *)tn__graph_alloc(f->fg, TN__MAX_VALUE_INPUTS * sizeof *st->val_slot))) {
+            r = tn__err(TN_ERR_OOM, "%s: out of memory", W);
+            goto done;
+        }
         for (int i = 0; vm && i < v->n_in; i++) {
             if (!(vm >> i & 1)) continue;
-            tn__slot *vs = &f->slots[st->in_slot[i]];
-            if (i >= TN__MAX_VALUE_INPUTS || vs->kind == TN__SLOT_INTERNAL || v->in[i]->type.ndim != 0) {
+            const tn_var *x = v->in[i];
+            while (tn__op_kind(x->op) == TN_OPK_TRANSFER) x = x->in[0];
+            tn__slot *vs = &f->slots[slot_of[x->id]];
+            if (i >= TN__MAX_VALUE_INPUTS || vs->kind == TN__SLOT_INTERNAL || x->type.ndim != 0) {
                 char lb[160];
                 tn__node_label(v, lb, sizeof lb);
                 r = tn__err(TN_ERR_UNSUPPORTED, "%s: %s (node %d) reads the value of its input %d ('%s') to size its result, "
@@ -10218,6 +10257,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
                 goto done;
             }
             vs->valued = true;
+            st->val_slot[i] = slot_of[x->id];
         }
     }
     for (int i = 0; i < f->n_inputs; i++) {
@@ -10561,7 +10601,7 @@ static tn_result tn__plan(tn_func *f) {
         unsigned vm = st->def->value_inputs && st->def->infer_values ? st->def->value_inputs(v) : 0;
         for (int i = 0; vm && i < st->n_in && i < TN__MAX_VALUE_INPUTS && r == TN_OK; i++) {
             if (!(vm >> i & 1)) continue;
-            const tn_array *a = f->slotp[st->in_slot[i]];
+            const tn_array *a = f->slotp[st->val_slot[i]];
             if (a->device != TN_HOST) {
                 if ((r = tn__value_bits(a, vbits[i])) != TN_OK) break;
                 vcopy[i] = *a;

@@ -5317,11 +5317,12 @@ static int tn__place_leaf_device(const tn_var *v, int dev) {
     return v->op == TN_OP_INPUT && v->device != TN_HOST ? dev : TN_HOST;
 }
 
-/* Inputs whose values v's type rule reads (tn_op_def.value_inputs): they stay
-   where they are, read on the host when a call is planned; no copy. */
+/* Inputs whose values v's type rule reads (tn_op_def.value_inputs) and no
+   kernel of v does (TN_OPF_HOST_VALUES): they stay where they are, read on
+   the host when a call is planned; no copy. */
 static unsigned tn__place_value_inputs(const tn_var *v) {
     const tn_op_def *def = tn__op_def(v->op);
-    return def && def->value_inputs && def->infer_values ? def->value_inputs(v) : 0;
+    return def && def->value_inputs && def->infer_values && (def->flags & TN_OPF_HOST_VALUES) ? def->value_inputs(v) : 0;
 }
 
 static bool tn__place_wants_device(const tn_var *v) {

@@ -543,7 +543,9 @@ typedef enum tn_op_flags {
                                     its type that nothing else reads (the inplace pass) */
     TN_OPF_INPLACE_ACC = 1 << 5, /* accumulates into in[0] (gemm's C): the output may take in[0]'s buffer
                                     when it is read once, by this node */
-    TN_OPF_NO_KERNEL  = 1 << 6   /* computed elsewhere (leaves hold values; PROJ reads its source's output) */
+    TN_OPF_NO_KERNEL  = 1 << 6,  /* computed elsewhere (leaves hold values; PROJ reads its source's output) */
+    TN_OPF_HOST_VALUES = 1 << 7  /* no kernel of the op reads its value inputs (tn_op_def.value_inputs), so
+                                    placement copies none to a device: they are read on the host only */
 } tn_op_flags;
 
 typedef struct tn_op_def {
@@ -578,10 +580,10 @@ typedef struct tn_op_def {
     tn_result (*state_update)(const tn_var *node, tn_update *u);
     /* An output shape that depends on input values (eye(n, m, k)): bit i of
        value_inputs(node) set when the type rule reads in[i]'s value, a 0-d
-       leaf (an input, a shared variable or a constant). Such inputs stay on
-       the host (placement moves no copy of them), the executor reads them
-       when it plans a call, and a new value means a new plan, as a new input
-       shape does. infer_values is then the type rule: val[i] is in[i]'s value
+       leaf (an input, a shared variable or a constant). The executor reads
+       them (on the host; behind a transfer, from the leaf) when it plans a
+       call, and a new value means a new plan, as a new input shape does;
+       with TN_OPF_HOST_VALUES placement copies none to a device. infer_values is then the type rule: val[i] is in[i]'s value
        on the host, NULL where unknown (at build time, for a non-constant).
        NULL: the op's shapes come from its inputs' shapes only. */
     unsigned (*value_inputs)(const tn_var *node);
@@ -932,6 +934,18 @@ struct tn_custom_op {
     int cuda_abi;
     const double *params;      /* n_params scalars (copied), for the kernel and the callbacks */
     int n_params;              /* 0..TN_CUSTOM_MAX_PARAMS */
+    /* Shapes that depend on input values (the seed's GpuEye(n, m, k)): bit i
+       set when the type rule reads in[i]'s value; such an input is 0-d, one
+       of the first 8, and an input, a shared variable or a constant. The
+       rule is then infer_values (infer may be NULL): val[i], for each bit i,
+       is that value on the host, NULL where unknown (at build time, but for
+       a constant); at call time every one is known. A call with new values
+       is planned anew, as one with new input shapes; kernels still get every
+       input as usual (the CPU function host arrays, a CUDA kernel device
+       pointers). */
+    unsigned value_inputs;
+    tn_result (*infer_values)(const tn_custom_op *op, const tn_type *in, const tn_array *const *val, tn_type *out,
+                              char *why, size_t why_cap);
 };
 enum { TN_CUSTOM_ABI_POINTERS = 0, TN_CUSTOM_ABI_STRIDED = 1 };
 #define TN_CUSTOM_MAX_PARAMS 16
@@ -6381,7 +6395,7 @@ static tn_result tn__concat_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
    defined: discrete, no gradient reaches them. */
 #define TN__EYE_ROW \
     { .op = TN_OP_EYE, .name = "Eye", .kind = TN_OPK_SHAPE, .arity = -1, .infer = tn__infer_eye, .cpu = tn__cpu_eye, \
-      .label = tn__label_eye, .flags = TN_OPF_DISCRETE, .value_inputs = tn__eye_value_inputs, .infer_values = tn__infer_eye_values },
+      .label = tn__label_eye, .flags = TN_OPF_DISCRETE | TN_OPF_HOST_VALUES, .value_inputs = tn__eye_value_inputs, .infer_values = tn__infer_eye_values },
 #define TN__SHAPE_ROW(E, NAME, KIND, ARITY, OP, VJP, JVP, FLAGS) \
     { .op = TN_OP_##E, .name = NAME, .kind = KIND, .arity = ARITY, .infer = tn__infer_##OP, .cpu = tn__cpu_##OP, \
                     .label = tn__label_##OP, .vjp = VJP, .jvp = JVP, .flags = FLAGS },

@@ -1,7 +1,8 @@
 /* gpu_op.c - the seed's GPU programs: PyCUDA's multiply_them as a raw kernel
    (tn_cuda_module_new, drv.Out/drv.In as tn_cuda_arg_out/_in, block=(400,1,1)),
-   user ops with CUDA source used inside a graph (multiply_them and GpuEye as
-   ops, PyCUDADoubleOp doubling x with its gradient) and the seed's three
+   user ops with CUDA source used inside a graph (multiply_them, and GpuEye
+   with symbolic n, m, k whose values give its shape at each call,
+   PyCUDADoubleOp doubling x with its gradient) and the seed's three
    exercises: an op computing x*y (with its gradient), an op with two outputs
    (x*y and x+y), and a kernel reading strided inputs (a transposed x) with a
    parameter. Each op gives a shape rule, a CPU function (the fallback when no
@@ -49,22 +50,34 @@ static tn_result mul_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *
     return TN_OK;
 }
 
-/* ---- eye(n): an n x n float32 identity; n is baked into the op (and its source) ---- */
-typedef struct { int64_t n; char src[512]; } eye_data;
+/* ---- GpuEye(n, m, k): an n x m float32 matrix, ones on diagonal k; n, m, k
+   symbolic int64 scalars, as the seed's. n and m are value inputs: the shape
+   rule sees their values (unknown, -1, while the graph is built), and each
+   call is planned with them. k is read by the kernels. ---- */
+static const char *GPU_EYE_CU =
+    "extern \"C\" __global__ void gpu_eye(const long long *n, const long long *m, const long long *k, float *out, long long count) {\n"
+    "    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (t < count) out[t] = t % *m - t / *m == *k ? 1.0f : 0.0f;\n"
+    "}\n";
 
-static tn_result eye_infer(const tn_custom_op *op, const tn_type *in, tn_type *out, char *why, size_t cap) {
-    (void)in;
-    int64_t n = ((const eye_data *)op->user)->n;
-    if (n < 0) { snprintf(why, cap, "n is %lld", (long long)n); return TN_ERR_INVALID; }
-    out[0] = (tn_type){ TN_F32, 2, { n, n }, { n == 1, n == 1 } };
+static tn_result eye_infer(const tn_custom_op *op, const tn_type *in, const tn_array *const *val, tn_type *out, char *why, size_t cap) {
+    (void)op;
+    int64_t s[2];
+    for (int d = 0; d < 2; d++) {
+        if (in[d].dtype != TN_I64) { snprintf(why, cap, "%s must be int64", d ? "m" : "n"); return TN_ERR_DTYPE; }
+        s[d] = val[d] ? (int64_t)tn_array_get(val[d], NULL) : -1;
+        if (val[d] && s[d] < 0) { snprintf(why, cap, "%s is %lld", d ? "m" : "n", (long long)s[d]); return TN_ERR_SHAPE; }
+    }
+    if (in[2].dtype != TN_I64) { snprintf(why, cap, "k must be int64"); return TN_ERR_DTYPE; }
+    out[0] = (tn_type){ TN_F32, 2, { s[0], s[1] }, { s[0] == 1, s[1] == 1 } };
     return TN_OK;
 }
 
 static tn_result eye_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
-    (void)in; (void)why; (void)cap;
-    int64_t n = ((const eye_data *)op->user)->n;
+    (void)op; (void)why; (void)cap;
+    int64_t m = out[0]->shape[1], k = *(const int64_t *)in[2]->data;
     float *d = (float *)out[0]->data;
-    for (int64_t i = 0; i < n * n; i++) d[i] = i / n == i % n ? 1.0f : 0.0f;
+    for (int64_t t = 0, count = tn_array_size(out[0]); t < count; t++) d[t] = t % m - t / m == k ? 1.0f : 0.0f;
     return TN_OK;
 }
 
@@ -221,30 +234,26 @@ int main(void) {
     const int64_t n = 300;
     tn_custom_op multiply_them = { .name = "multiply_them", .n_inputs = 2, .infer = mul_infer, .cpu = mul_cpu,
                                    .cuda_source = MULTIPLY_THEM_CU, .cuda_kernel = "multiply_them" };
-    eye_data ed = { .n = n };
-    snprintf(ed.src, sizeof ed.src,
-             "extern \"C\" __global__ void gpu_eye(float *out, long long count) {\n"
-             "    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
-             "    if (i < count) out[i] = (i / %lld == i %% %lld) ? 1.0f : 0.0f;\n"
-             "}\n", (long long)n, (long long)n);
-    tn_custom_op eye = { .name = "GpuEye", .n_inputs = 0, .infer = eye_infer, .cpu = eye_cpu,
-                         .cuda_source = ed.src, .cuda_kernel = "gpu_eye", .user = &ed };
+    tn_custom_op eye = { .name = "GpuEye", .n_inputs = 3, .value_inputs = 1 | 2, .infer_values = eye_infer, .cpu = eye_cpu,
+                         .cuda_source = GPU_EYE_CU, .cuda_kernel = "gpu_eye" };
 
     tn_graph *g = tn_graph_new();
     tn_var *a = tn_matrix(g, "a", TN_F32), *b = tn_matrix(g, "b", TN_F32);
+    tn_var *vn = tn_scalar(g, "n", TN_I64), *vm = tn_scalar(g, "m", TN_I64), *vk = tn_scalar(g, "k", TN_I64);
     tn_var *prod = tn_custom(NULL, &multiply_them, 2, (tn_var *[]){ a, b });
-    tn_var *I = tn_custom(g, &eye, 0, NULL);
+    tn_var *I = tn_custom(NULL, &eye, 3, (tn_var *[]){ vn, vm, vk });
     tn_var *y = tn_add(prod, tn_mul(I, tn_lit(I, 10.0)));
     TRY(y);
-    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ a, b }, .n_outputs = 1,
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 5, .inputs = (tn_var *[]){ a, b, vn, vm, vk }, .n_outputs = 1,
                                                  .outputs = &y, .name = "gpu_op" });
     TRY(f);
     tn_debugprint_function(f, stdout);
 
-    /* a = numpy.random.randn(300, 300).astype(float32), as the seed */
+    /* a = numpy.random.randn(300, 300).astype(float32), as the seed; eye(300, 300, 0) */
     tn_array *av = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ n, n }, 0, 1, 1);
     tn_array *bv = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ n, n }, 0, 1, 2), *out = NULL;
-    TRY(tn_call(f, (tn_array *[]){ av, bv }, &out) == TN_OK);
+    tn_array *nv = tn_array_scalar(TN_I64, (double)n), *kv = tn_array_scalar(TN_I64, 0);
+    TRY(tn_call(f, (tn_array *[]){ av, bv, nv, nv, kv }, &out) == TN_OK);
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < n; j++) {
@@ -256,12 +265,32 @@ int main(void) {
     printf("y[0, 0:3] = %.6f %.6f %.6f; largest difference from plain C: %g\n", tn_array_get(out, (int64_t[]){ 0, 0 }),
            tn_array_get(out, (int64_t[]){ 0, 1 }), tn_array_get(out, (int64_t[]){ 0, 2 }), worst);
 
+    /* GpuEye alone, as the seed tests it: one function, a new shape each call */
+    tn_func *fe = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = (tn_var *[]){ vn, vm, vk }, .n_outputs = 1, .outputs = &I });
+    TRY(fe);
+    static const int64_t sizes[][3] = { { 3, 5, 1 }, { 4, 4, -1 }, { 5, 3, 0 }, { 0, 2, 0 }, { 2, 3, 7 } };
+    double eye_worst = 0;
+    for (int c = 0; c < 5; c++) {
+        tn_array *in[3], *e = NULL;
+        for (int q = 0; q < 3; q++) in[q] = tn_array_scalar(TN_I64, (double)sizes[c][q]);
+        TRY(tn_call(fe, in, &e) == TN_OK);
+        if (e->shape[0] != sizes[c][0] || e->shape[1] != sizes[c][1]) eye_worst = INFINITY;
+        for (int64_t i = 0; i < e->shape[0] && eye_worst < INFINITY; i++)
+            for (int64_t j = 0; j < e->shape[1]; j++)
+                eye_worst = fmax(eye_worst, fabs(tn_array_get(e, (int64_t[]){ i, j }) - (j - i == sizes[c][2] ? 1.0 : 0.0)));
+        tn_array_free(e);
+        for (int q = 0; q < 3; q++) tn_array_free(in[q]);
+    }
+    printf("GpuEye(n, m, k) for (3, 5, 1), (4, 4, -1), (5, 3, 0), (0, 2, 0), (2, 3, 7): largest difference from plain C: %g\n", eye_worst);
+    worst = fmax(worst, eye_worst);
+    tn_function_free(fe);
+
     /* a shape rule that fails names the op */
     tn_var *c = tn_input(g, "c", TN_F32, 2, (int64_t[]){ 3, 4 }, NULL), *d = tn_input(g, "d", TN_F32, 2, (int64_t[]){ 3, 5 }, NULL);
     if (!tn_custom(NULL, &multiply_them, 2, (tn_var *[]){ c, d })) printf("as expected: %s\n", tn_last_error());
 
     printf(tn_function_device_steps(f) > 0 ? "Used the gpu\n" : "Used the cpu (the ops' CPU functions)\n");
-    tn_array_free(out); tn_array_free(av); tn_array_free(bv);
+    tn_array_free(out); tn_array_free(av); tn_array_free(bv); tn_array_free(nv); tn_array_free(kv);
     tn_function_free(f);
     tn_graph_free(g);
     return worst < 1e-5 ? 0 : 1;

@@ -1,7 +1,8 @@
 /* Custom ops (the >>custom section): a user type rule and CPU function used inside
    a graph, compared with a float64 reference on random inputs (contiguous,
    transposed and sliced views); errors from the callbacks name the op; ops
-   with no inputs (eye) and with two outputs; gradients (tn_verify_grad and
+   with no inputs (eye), with value inputs (the seed's GpuEye(n, m, k): the
+   shape from n and m at each call) and with two outputs; gradients (tn_verify_grad and
    analytic values) and R-ops (finite differences) through the ops' grad and
    rop, one and two outputs. */
 #define TENSOR_IMPLEMENTATION
@@ -188,6 +189,76 @@ TEST(test_custom_eye) {
     CHECK_ERR(TN_ERR_INVALID, "op 'eye': type rule failed: negative size -2x6");
     tn_array_free(out); tn_array_free(xv);
     tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* The seed's GpuEye(n, m, k): n and m are value inputs (the type rule sees
+   their values), k an ordinary input the CPU function reads. */
+static tn_result eyev_infer(const tn_custom_op *op, const tn_type *in, const tn_array *const *val, tn_type *out, char *why, size_t cap) {
+    (void)op; (void)in;
+    int64_t s[2];
+    for (int d = 0; d < 2; d++) {
+        s[d] = val[d] ? (int64_t)tn_array_get(val[d], NULL) : -1;
+        if (val[d] && s[d] < 0) { snprintf(why, cap, "%s = %lld is negative", d ? "m" : "n", (long long)s[d]); return TN_ERR_SHAPE; }
+    }
+    out[0] = (tn_type){ TN_F32, 2, { s[0], s[1] }, { s[0] == 1, s[1] == 1 } };
+    return TN_OK;
+}
+static tn_result eyev_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)why; (void)cap;
+    int64_t n = out[0]->shape[0], m = out[0]->shape[1], k = (int64_t)tn_array_get(in[2], NULL);
+    float *o = (float *)out[0]->data;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) o[i * m + j] = j - i == k ? 1.0f : 0.0f;
+    return TN_OK;
+}
+TEST(test_custom_value_inputs) {
+    tn_custom_op eye = { .name = "GpuEye", .n_inputs = 3, .cpu = eyev_cpu, .value_inputs = 3, .infer_values = eyev_infer };
+    tn_graph *g = tn_graph_new();
+    tn_var *n = tn_scalar(g, "n", TN_I64), *m = tn_scalar(g, "m", TN_I64), *k = tn_scalar(g, "k", TN_I64);
+    tn_var *e = tn_custom(NULL, &eye, 3, (tn_var *[]){ n, m, k });
+    CHECK(e && tn_var_dim(e, 0) == -1 && tn_var_dim(e, 1) == -1, "(?, ?) at build time: %s", tn_last_error());
+    tn_func *f = e ? tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = (tn_var *[]){ n, m, k }, .n_outputs = 1, .outputs = &e }) : NULL;
+    CHECK(f, "compile: %s", tn_last_error());
+    int64_t cs[][3] = { {3, 5, 1}, {4, 2, -1}, {0, 2, 0}, {2, 2, 9}, {3, 5, -3} };
+    for (int c = 0; f && c < 5; c++) {
+        tn_array *in[3], *out = NULL;
+        for (int j = 0; j < 3; j++) in[j] = tn_array_scalar(TN_I64, (double)cs[c][j]);
+        CHECK(tn_call(f, in, &out) == TN_OK, "eye(%lld, %lld, %lld): %s", (long long)cs[c][0], (long long)cs[c][1], (long long)cs[c][2], tn_last_error());
+        CHECK(out && out->shape[0] == cs[c][0] && out->shape[1] == cs[c][1], "shape of eye(%lld, %lld)", (long long)cs[c][0], (long long)cs[c][1]);
+        int bad = 0;
+        for (int64_t i = 0; out && out->shape[0] == cs[c][0] && out->shape[1] == cs[c][1] && i < cs[c][0]; i++)
+            for (int64_t j = 0; j < cs[c][1]; j++) bad += tn_array_get(out, (int64_t[]){ i, j }) != (j - i == cs[c][2] ? 1.0 : 0.0);
+        CHECK(bad == 0, "eye(%lld, %lld, %lld): %d elements differ from j - i == k", (long long)cs[c][0], (long long)cs[c][1], (long long)cs[c][2], bad);
+        tn_array_free(out);
+        for (int j = 0; j < 3; j++) tn_array_free(in[j]);
+    }
+    /* a failing rule at call time names the op and the value */
+    tn_array *neg[3] = { tn_array_scalar(TN_I64, -4), tn_array_scalar(TN_I64, 2), tn_array_scalar(TN_I64, 0) }, *out = NULL;
+    CHECK(f && tn_call(f, neg, &out) == TN_ERR_SHAPE && !out, "n = -4 at call time");
+    CHECK_ERR(TN_ERR_SHAPE, "op 'GpuEye': type rule failed: n = -4 is negative");
+    for (int j = 0; j < 3; j++) tn_array_free(neg[j]);
+    tn_function_free(f);
+    /* constants: the shape is known at build time */
+    tn_array *c3 = tn_array_scalar(TN_I64, 3);
+    tn_var *c = tn_constant(g, c3), *ec = tn_custom(NULL, &eye, 3, (tn_var *[]){ c, c, k });
+    CHECK(ec && tn_var_dim(ec, 0) == 3 && tn_var_dim(ec, 1) == 3, "constant sizes: (3, 3) at build time: %s", tn_last_error());
+    /* errors: which input, why */
+    tn_var *v = tn_vector(g, "v", TN_I64);
+    CHECK(!tn_custom(NULL, &eye, 3, (tn_var *[]){ v, m, k }), "a vector value input");
+    CHECK_ERR(TN_ERR_SHAPE, "tn_custom: op 'GpuEye': value input 0 ('v') must be 0-d, got TensorType(int64, (?,))");
+    CHECK(!tn_custom(NULL, &eye, 3, (tn_var *[]){ n, tn_add(m, m), k }), "a computed value input");
+    CHECK_ERR(TN_ERR_UNSUPPORTED, "tn_custom: op 'GpuEye': value input 1 ('') is computed in the graph (by add)");
+    CHECK(tn_custom(NULL, &eye, 3, (tn_var *[]){ n, m, tn_add(k, k) }), "a computed ordinary input is fine: %s", tn_last_error());
+    tn_custom_op bad = eye;
+    bad.infer_values = NULL;
+    CHECK(!tn_custom(NULL, &bad, 3, (tn_var *[]){ n, m, k }), "value inputs without infer_values");
+    CHECK_ERR(TN_ERR_NULL, "tn_custom: op 'GpuEye' has value inputs but no type rule for them (infer_values is NULL)");
+    bad = eye;
+    bad.value_inputs = 1u << 3;
+    CHECK(!tn_custom(NULL, &bad, 3, (tn_var *[]){ n, m, k }), "a value input past the inputs");
+    CHECK_ERR(TN_ERR_INVALID, "tn_custom: op 'GpuEye': value_inputs 0x8 names inputs past its 3");
+    tn_array_free(c3);
     tn_graph_free(g);
 }
 
@@ -495,6 +566,7 @@ int main(void) {
     TH_RUN(test_custom_errors);
     TH_RUN(test_custom_cpu_error);
     TH_RUN(test_custom_eye);
+    TH_RUN(test_custom_value_inputs);
     TH_RUN(test_custom_two_outputs);
     TH_RUN(test_custom_gradient);
     TH_RUN(test_custom_verify_grad);
