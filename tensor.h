@@ -12762,6 +12762,7 @@ TN_API tn_result tn__op_table_check(const tn_op_def *rows, int n) {
                           : !d->cpu && !(d->flags & TN_OPF_NO_KERNEL) ? "CPU kernel (cpu; or the TN_OPF_NO_KERNEL flag)"
                           : !d->label ? "label"
                           : !d->vjp && !(d->flags & TN_OPF_DISCRETE) && d->arity != 0 ? "vjp (or the TN_OPF_DISCRETE flag)"
+                          : !d->value_inputs != !d->infer_values ? "infer_values to go with value_inputs (both or neither)"
                           : NULL;
         if (lacks)
             return tn__err(TN_ERR_INTERNAL, "op table: the row of op %d (%s) has no %s; every op needs a name, a kind, a type "

@@ -1634,6 +1634,55 @@ TEST(test_custom_strided_on_gpu) {
         }
 }
 
+/* A custom op with value inputs on the GPU, the seed's GpuEye(n, m, k): the
+   type rule sees n and m's values, the kernel reads n, m and k as device
+   pointers (copied in like any input); a new shape each call, the CPU
+   function never runs. The reference is j - i == k. */
+static int gk_eye_cpu_calls;
+static tn_result gk_eye_infer(const tn_custom_op *op, const tn_type *in, const tn_array *const *val, tn_type *out, char *why, size_t cap) {
+    (void)op; (void)in; (void)why; (void)cap;
+    int64_t n = val[0] ? (int64_t)tn_array_get(val[0], NULL) : -1, m = val[1] ? (int64_t)tn_array_get(val[1], NULL) : -1;
+    out[0] = (tn_type){ TN_F32, 2, { n, m }, { n == 1, m == 1 } };
+    return TN_OK;
+}
+static tn_result gk_eye_cpu(const tn_custom_op *op, tn_array *const *in, tn_array *const *out, char *why, size_t cap) {
+    (void)op; (void)in; (void)why; (void)cap;
+    gk_eye_cpu_calls++;
+    memset(out[0]->data, 0, tn_array_nbytes(out[0]));
+    return TN_OK;
+}
+static const char *GK_EYE =
+    "extern \"C\" __global__ void gk_eye(const long long *n, const long long *m, const long long *k, float *out, long long count) {\n"
+    "    long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+    "    if (t < count) out[t] = t % *m - t / *m == *k ? 1.0f : 0.0f;\n"
+    "}\n";
+
+TEST(test_custom_value_inputs_on_gpu) {
+    tn_custom_op eye = { .name = "GpuEye", .n_inputs = 3, .value_inputs = 1 | 2, .infer_values = gk_eye_infer, .cpu = gk_eye_cpu,
+                         .cuda_source = GK_EYE, .cuda_kernel = "gk_eye" };
+    tn_graph *g = tn_graph_new();
+    tn_var *n = tn_scalar(g, "n", TN_I64), *m = tn_scalar(g, "m", TN_I64), *k = tn_scalar(g, "k", TN_I64);
+    tn_var *e = tn_custom(NULL, &eye, 3, (tn_var *[]){ n, m, k });
+    tn_func *f = e ? tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = (tn_var *[]){ n, m, k }, .n_outputs = 1, .outputs = &e }) : NULL;
+    CHECK(f, "compile: %s", tn_last_error());
+    char *dp = f ? dprint(f) : NULL;
+    CHECK(dp && strstr(dp, "GpuCustom{GpuEye}"), "placed on the GPU:\n%s", dp ? dp : "");
+    free(dp);
+    static const int64_t cs[][3] = { {3, 5, 1}, {300, 257, -2}, {0, 4, 0}, {4, 4, 9}, {64, 64, 0} };
+    for (int c = 0; f && c < 5; c++) {
+        tn_array *in[3], *r = NULL;
+        for (int j = 0; j < 3; j++) in[j] = tn_array_scalar(TN_I64, (double)cs[c][j]);
+        CHECK(tn_call(f, in, &r) == TN_OK, "eye(%lld, %lld, %lld): %s", (long long)cs[c][0], (long long)cs[c][1], (long long)cs[c][2], tn_last_error());
+        double err = eye_err(r, cs[c][0], cs[c][1], cs[c][2]);
+        CHECK(err == 0, "eye(%lld, %lld, %lld): error %g", (long long)cs[c][0], (long long)cs[c][1], (long long)cs[c][2], err);
+        tn_array_free(r);
+        for (int j = 0; j < 3; j++) tn_array_free(in[j]);
+    }
+    CHECK(gk_eye_cpu_calls == 0, "the CPU function ran %d times", gk_eye_cpu_calls);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 /* The seed's PyCUDADoubleOp: a CUDA kernel doubling x, whose gradient is the
    op again applied to the output gradient; cost sum(double(x)^2), gradient 8x. */
 static const char *GK_DOUBLE =
@@ -1805,6 +1854,7 @@ int main(void) {
     TH_RUN(test_products_on_two_streams);
     TH_RUN(test_custom_strided_on_gpu);
     TH_RUN(test_custom_grad_on_gpu);
+    TH_RUN(test_custom_value_inputs_on_gpu);
     TH_RUN(test_raw_kernel_multiply_them);
     TH_RUN(test_raw_kernel_arguments);
     tn_shutdown();

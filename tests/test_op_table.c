@@ -35,7 +35,8 @@ TEST(test_every_row_complete) {
 /* What the flags replace: the lists of ops the code used to spell out. */
 TEST(test_flags) {
     const int prologue[] = { TN_OP_SUM, TN_OP_PROD, TN_OP_MEAN, TN_OP_MAX, TN_OP_MIN, TN_OP_LOGSUMEXP };
-    const int discrete_other[] = { TN_OP_ARGMAX, TN_OP_ARGMIN, TN_OP_ALL, TN_OP_ANY, TN_OP_ARGSORT, TN_OP_RANDOM, TN_OP_SIZE };
+    const int discrete_other[] = { TN_OP_ARGMAX, TN_OP_ARGMIN, TN_OP_ALL, TN_OP_ANY, TN_OP_ARGSORT, TN_OP_RANDOM, TN_OP_SIZE, TN_OP_EYE };
+    const int valued[] = { TN_OP_EYE, TN_OP_CUSTOM };   /* shapes from input values */
     const int linear[] = { TN_OP_SUM, TN_OP_MEAN, TN_OP_CUMSUM, TN_OP_RESHAPE, TN_OP_DIMSHUFFLE, TN_OP_SLICE, TN_OP_BROADCAST_TO,
                            TN_OP_FLATTEN, TN_OP_ALLOC, TN_OP_GPU_FROM_HOST, TN_OP_HOST_FROM_GPU, TN_OP_ADV_SUBTENSOR, TN_OP_IM2COL, TN_OP_COL2IM, TN_OP_PRINT };
     const int no_kernel[] = { TN_OP_INPUT, TN_OP_CONSTANT, TN_OP_SHARED, TN_OP_PROJ };
@@ -51,6 +52,8 @@ TEST(test_flags) {
         CHECK(!(d->flags & TN_OPF_PROLOGUE) == !in_list(op, prologue, N(prologue)), "%s: prologue", d->name);
         CHECK(!(d->flags & TN_OPF_LINEAR) == !in_list(op, linear, N(linear)), "%s: linear", d->name);
         CHECK(!(d->flags & TN_OPF_NO_KERNEL) == !in_list(op, no_kernel, N(no_kernel)), "%s: no kernel", d->name);
+        CHECK(!(d->flags & TN_OPF_HOST_VALUES) == !(op == TN_OP_EYE), "%s: value inputs on the host", d->name);
+        CHECK(!d->value_inputs == !in_list(op, valued, N(valued)) && !d->value_inputs == !d->infer_values, "%s: value inputs", d->name);
         if (!ew) CHECK(!(d->flags & TN_OPF_DISCRETE) == !in_list(op, discrete_other, N(discrete_other)), "%s: discrete", d->name);
         CHECK(tn__op_has(op, d->flags) && tn__op_has(op, 0), "tn__op_has(%s)", d->name);
         CHECK(tn__op_kind(op) == d->kind, "tn__op_kind(%s)", d->name);
@@ -64,6 +67,7 @@ TEST(test_check_rejects_incomplete_rows) {
     struct { int op; int field; const char *needle; } cs[] = {
         { TN_OP_EXP, 0, "type rule" }, { TN_OP_SUM, 1, "CPU kernel" }, { TN_OP_DOT, 2, "label" },
         { TN_OP_SOFTMAX, 3, "vjp" }, { TN_OP_CUMPROD, 3, "vjp" }, { TN_OP_RESHAPE, 4, "name" }, { TN_OP_SCAN, 5, "kind" },
+        { TN_OP_EYE, 6, "infer_values to go with value_inputs" },
     };
     for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
         copy_rows();
@@ -75,6 +79,7 @@ TEST(test_check_rejects_incomplete_rows) {
         case 2: d->label = NULL; break;
         case 3: d->vjp = NULL; break;
         case 4: d->name = NULL; name = "unnamed"; break;
+        case 6: d->infer_values = NULL; break;
         default: d->kind = (tn_op_kind)0; break;
         }
         CHECK(tn__op_table_check(rows, TN_OP_COUNT) == TN_ERR_INTERNAL, "case %zu: accepted", k);
