@@ -3,10 +3,12 @@
    elementwise chain), copied vs borrowed outputs, and an update rule.
 
    Build: cc -std=c11 -O2 -I.. tour.c -o tour -lm -lpthread -ldl
-   (from the repository root: cc -std=c11 -O2 -I. examples/tour.c -o tour -lm -lpthread -ldl) */
+   (from the repository root: cc -std=c11 -O2 -I. examples/tour.c -o tour -lm -lpthread -ldl)
+   Run: ./tour [calls]   (calls timed per function; default 1000, half as many for m.x + b) */
 #define _POSIX_C_SOURCE 199309L
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
+#include <stdlib.h>
 #include <time.h>
 
 static double now(void) {
@@ -17,7 +19,9 @@ static double now(void) {
 
 #define TRY(x) do { if (!(x)) { fprintf(stderr, "error: %s\n", tn_last_error()); return 1; } } while (0)
 
-int main(void) {
+int main(int argc, char **argv) {
+    int calls = argc > 1 ? atoi(argv[1]) : 1000;
+    if (calls < 2) calls = 2;
     TRY(tn_init(NULL) == TN_OK);
     TRY(tn_print_info(stdout) == TN_OK);    /* what this build runs with */
     tn_graph *g = tn_graph_new();
@@ -35,11 +39,11 @@ int main(void) {
     tn_debugprint_function(f, stdout);
     tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){n}, -1, 1, 3), *yv = NULL;
     double t0 = now();
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; i < calls / 2; i++) {
         tn_array_free(yv);
         TRY(tn_call(f, &xv, &yv) == TN_OK);
     }
-    printf("500 calls: %.3f ms per call\ny = ", 1e3 * (now() - t0) / 500);
+    printf("%d calls: %.3f ms per call\ny = ", calls / 2, 1e3 * (now() - t0) / (calls / 2));
     tn_array_print(yv, stdout);
 
     /* 2. An elementwise chain, fused into one pass; copy vs borrow. */
@@ -52,11 +56,11 @@ int main(void) {
     tn_debugprint_function(fc, stdout);
     tn_array *vv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){230400}, -1, 1, 22), *ev;
     t0 = now();
-    for (int i = 0; i < 1000; i++) { TRY(tn_call(fc, &vv, &ev) == TN_OK); tn_array_free(ev); }
-    double tc = (now() - t0) / 1000;
+    for (int i = 0; i < calls; i++) { TRY(tn_call(fc, &vv, &ev) == TN_OK); tn_array_free(ev); }
+    double tc = (now() - t0) / calls;
     t0 = now();
-    for (int i = 0; i < 1000; i++) TRY(tn_call(fb, &vv, &ev) == TN_OK);
-    double tb = (now() - t0) / 1000;
+    for (int i = 0; i < calls; i++) TRY(tn_call(fb, &vv, &ev) == TN_OK);
+    double tb = (now() - t0) / calls;
     printf("copy: %.1f us per call, borrow: %.1f us per call\n", 1e6 * tc, 1e6 * tb);
     tn_array *saved = ev;                                   /* borrowed: the next call overwrites it */
     TRY(tn_call(fb, &vv, &ev) == TN_OK);
