@@ -10,20 +10,27 @@
 /* NVRTC gave a cubin: an ELF image. */
 static inline bool is_elf(const void *p, size_t n) { return n > 4 && !memcmp(p, "\x7f" "ELF", 4); }
 
-/* The fast compile of the tests that compile whole tables: NVRTC takes
+/* The fast compiles of the tests that compile whole tables: NVRTC takes
    ~50 ms per program but ~0.1-0.7 s per kernel at the default optimisation,
    most of it in NVVM and ptxas optimising code whose speed these tests never
    measure. So the kernels of one op share a program (each in its own
-   namespace), and the tables compile with -Ofc=max where NVRTC has it (12.8+:
-   fast compile; the same front end, PTX and ptxas, so every syntax, type,
-   inline-asm, parameter and resource error is still caught): a quarter of
-   the time. A sample of each table also compiles through tn_cuda_compile,
-   with the options the back end uses. */
+   namespace), and they compile with -Ofc=max where NVRTC has it (12.8+:
+   fast compile; the same front end, PTX and ptxas). Two depths:
+   - th_fast_compile: to a cubin for sm_90, through ptxas, which alone checks
+     the kernels' inline asm (the float16 conversions), parameter space and
+     resources;
+   - th_ptx_compile: to PTX for compute_90 only (front end and NVVM: every
+     syntax, type and name error), about a quarter of the time: ptxas is
+     three quarters of a cubin's.
+   A whole table compiles to PTX, and a sample of it (each op and dtype in
+   one layout, so every inline-asm use and the widest parameters are met)
+   to a cubin; a smaller sample compiles through tn_cuda_compile, with the
+   options the back end uses. */
 static const char *th_fast_opts[2] = { "--gpu-architecture=sm_90", NULL };
 
-/* Compiles src with th_fast_opts to a cubin; on failure *log is NVRTC's log
-   (tn__malloc'd). */
-static inline tn_result th_fast_compile(const char *src, char **log) {
+/* Compiles src with th_fast_opts (to_cubin: for sm_90, else to PTX for
+   compute_90); on failure *log is NVRTC's log (tn__malloc'd). */
+static inline tn_result th_nvrtc_compile(const char *src, bool to_cubin, char **log) {
     const tn__nvrtc_api *nv = &tn__nvrtc.api;
     tn__nvrtcProgram prog = NULL;
     *log = NULL;
@@ -31,13 +38,14 @@ static inline tn_result th_fast_compile(const char *src, char **log) {
         return tn__err(TN_ERR_DEVICE, "nvrtcCreateProgram failed");
     tn_result r = TN_OK;
     size_t n = 0;
-    if (nv->nvrtcCompileProgram(prog, th_fast_opts[1] ? 2 : 1, th_fast_opts) != TN__NVRTC_SUCCESS) {
+    const char *opts[2] = { to_cubin ? th_fast_opts[0] : "--gpu-architecture=compute_90", th_fast_opts[1] };
+    if (nv->nvrtcCompileProgram(prog, opts[1] ? 2 : 1, opts) != TN__NVRTC_SUCCESS) {
         if (nv->nvrtcGetProgramLogSize(prog, &n) == TN__NVRTC_SUCCESS && (*log = (char *)tn__malloc(n + 1)) != NULL) {
             if (nv->nvrtcGetProgramLog(prog, *log) != TN__NVRTC_SUCCESS) (*log)[0] = 0;
             (*log)[n] = 0;
         }
         r = tn__err(TN_ERR_DEVICE, "NVRTC: %.200s", *log ? *log : "no log");
-    } else {
+    } else if (to_cubin) {
         char *bin = NULL;
         if (nv->nvrtcGetCUBINSize(prog, &n) != TN__NVRTC_SUCCESS || !(bin = (char *)tn__malloc(n ? n : 1)) ||
             nv->nvrtcGetCUBIN(prog, bin) != TN__NVRTC_SUCCESS || !is_elf(bin, n))
@@ -47,6 +55,8 @@ static inline tn_result th_fast_compile(const char *src, char **log) {
     nv->nvrtcDestroyProgram(&prog);
     return r;
 }
+static inline tn_result th_fast_compile(const char *src, char **log) { return th_nvrtc_compile(src, true, log); }
+static inline tn_result th_ptx_compile(const char *src, char **log) { return th_nvrtc_compile(src, false, log); }
 
 /* -Ofc=max where this NVRTC has it; otherwise the default options (slower). */
 static inline void th_use_fast_compile(void) {

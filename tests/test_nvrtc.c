@@ -1,8 +1,9 @@
 /* NVRTC on a machine without a GPU: every kernel the code generator writes
    for the elementwise table (each op, each dtype it accepts, contiguous,
    contiguous-with-scalar and strided layouts), fused multi-output programs,
-   casts, immediates and float16 programs compile to a cubin for sm_90 (and
-   one for sm_80); user kernels (raw modules, custom ops' sources) compile
+   casts, immediates and float16 programs compile: the whole tables to PTX,
+   and a sample of each (every op and dtype in one layout) to a cubin for
+   sm_90 (and one for sm_80), through ptxas (tests/nvrtc_env.h); user kernels (raw modules, custom ops' sources) compile
    after their prelude (float16 helpers, strided operands), and their
    errors name the user's lines. The disk cache has its own test (test_kcache.c).
    Without libnvrtc the test fails, unless TN_TEST_ALLOW_NO_NVRTC=1, which
@@ -55,11 +56,12 @@ static bool compile_batch(tn__sb *batch, const char *arch, const char *what) {
     return r == TN_OK;
 }
 
-/* The same with the fast compile (tests/nvrtc_env.h), for sm_90. */
-static bool compile_batch_fast(tn__sb *batch, const char *what) {
+/* The same with a fast compile (tests/nvrtc_env.h): to a cubin for sm_90
+   (to_cubin) or to PTX. */
+static bool compile_batch_fast(tn__sb *batch, bool to_cubin, const char *what) {
     char *log = NULL;
     CHECK(!batch->oom, "out of memory building %s", what);
-    tn_result r = batch->oom ? TN_ERR_OOM : th_fast_compile(batch->s, &log);
+    tn_result r = batch->oom ? TN_ERR_OOM : th_nvrtc_compile(batch->s, to_cubin, &log);
     CHECK(r == TN_OK, "%s: %s\n%s", what, tn_last_error(), log ? log : "");
     tn__free(log);
     tn__free(batch->s);
@@ -72,12 +74,13 @@ static bool compile_batch_fast(tn__sb *batch, const char *what) {
 TEST(test_every_op_dtype_layout) {
     int kernels = 0;
     for (int op = TN_OP_NONE + 1; op <= TN_OP_CAST; op++) {
-        tn__sb batch = { 0 };
+        tn__sb batch = { 0 }, sample = { 0 };    /* every kernel (PTX); each dtype's first layout (cubin) */
         const tn_ew_info *e = tn__ew_info(op);
         int in_batch = 0;
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
             prog_buf b;
             if (!build_op_program(&b, op, t)) continue;
+            bool sampled = false;
             for (size_t l = 0; l < N_OP_LAYOUTS; l++) {
                 if (layouts[l].scalar_in && e->arity < 2) continue;
                 char *src = NULL;
@@ -86,6 +89,8 @@ TEST(test_every_op_dtype_layout) {
                 if (!src) continue;
                 if (layouts[l].kind == TN__CUDA_CONTIG)
                     CHECK(strstr(src, "struct __align__(") && strstr(src, "nv = n /"), "%s %s: no vector path", e->name, tn_dtype_name(t));
+                if (!sampled) batch_add(&sample, src, kernels);
+                sampled = true;
                 batch_add(&batch, src, kernels++);
                 in_batch++;
                 free(src);
@@ -96,15 +101,21 @@ TEST(test_every_op_dtype_layout) {
             snprintf(what, sizeof what, "kernels of %s (%d)", e->name, in_batch);
             /* the first op's kernels with the back end's options, the rest fast */
             if (op == TN_OP_NONE + 1) compile_batch(&batch, "sm_90", what);
-            else compile_batch_fast(&batch, what);
+            else if (compile_batch_fast(&batch, false, what)) {
+                snprintf(what, sizeof what, "kernels of %s, one layout per dtype", e->name);
+                compile_batch_fast(&sample, true, what);
+            }
         }
+        tn__free(batch.s);
+        tn__free(sample.s);
     }
-    printf("  %d elementwise kernels compiled for sm_90 (%s)\n", kernels, th_fast_opts[1] ? th_fast_opts[1] : "default options");
+    printf("  %d elementwise kernels compiled to PTX, one layout of each op and dtype for sm_90 (%s)\n", kernels,
+           th_fast_opts[1] ? th_fast_opts[1] : "default options");
     CHECK(kernels > 450, "only %d kernels generated", kernels);
 }
 
 TEST(test_casts) {
-    tn__sb batch = { 0 };
+    tn__sb batch = { 0 }, sample = { 0 };   /* every cast (PTX); the first layout of each, back end options */
     int k = 0;
     for (tn_dtype s = TN_BOOL; s < TN_DTYPE_COUNT; s = (tn_dtype)(s + 1))
         for (tn_dtype d = TN_BOOL; d < TN_DTYPE_COUNT; d = (tn_dtype)(d + 1)) {
@@ -118,11 +129,13 @@ TEST(test_casts) {
                 char *src = NULL;
                 CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "cast %s->%s: %s", tn_dtype_name(s),
                       tn_dtype_name(d), tn_last_error());
+                if (src && l == 0) batch_add(&sample, src, k);
                 if (src) batch_add(&batch, src, k++);
                 free(src);
             }
         }
-    compile_batch(&batch, "sm_90", "casts");
+    if (compile_batch_fast(&batch, false, "casts")) compile_batch(&sample, "sm_90", "casts, one layout");
+    tn__free(sample.s);
     CHECK(k == 6 * 6 * 2, "%d cast kernels", k);
 }
 
@@ -251,29 +264,33 @@ TEST(test_index_and_sort_kernels) {
     static char src[16384];
     int kernels = 0;
     for (int mode = 0; mode < 3; mode++) {
-        tn__sb batch = { 0 };
+        tn__sb batch = { 0 }, sample = { 0 };   /* every kernel (PTX); the smallest and widest plans (cubin) */
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1))
             for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++) {
                 int n = tn__index_cuda_source(mode, t, shapes[q][0], shapes[q][1], src, sizeof src);
                 CHECK(n > 0 && (size_t)n < sizeof src, "mode %d %s: no source", mode, tn_dtype_name(t));
                 if (n <= 0) continue;
+                if (q == 0 || q + 1 == sizeof shapes / sizeof *shapes) batch_add_named(&sample, src, kernels);
                 batch_add_named(&batch, src, kernels++);
                 if (q == 0) tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_ip) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__cuda_iplan));
             }
         char what[64];
         snprintf(what, sizeof what, "index kernels of mode %d", mode);
-        compile_batch(&batch, "sm_90", what);
+        if (compile_batch_fast(&batch, false, what)) compile_batch(&sample, "sm_90", what);
+        tn__free(sample.s);
     }
-    tn__sb batch = { 0 };
+    tn__sb batch = { 0 }, sample = { 0 };
     for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1))
         for (int desc = 0; desc < 2; desc++) {
             int n = tn__sort_cuda_source(t, desc, src, sizeof src);
             CHECK(n > 0 && (size_t)n < sizeof src, "sort %s: no source", tn_dtype_name(t));
+            if (n > 0 && !desc) batch_add_named(&sample, src, kernels);
             if (n > 0) batch_add_named(&batch, src, kernels++);
         }
-    compile_batch(&batch, "sm_90", "sort kernels");
+    if (compile_batch_fast(&batch, false, "sort kernels")) compile_batch(&sample, "sm_90", "sort kernels, ascending");
+    tn__free(sample.s);
     CHECK(tn__index_cuda_source(3, TN_F32, 1, 1, NULL, 0) < 0 && tn__sort_cuda_source(TN_DTYPE_NONE, false, NULL, 0) < 0, "no kernel: -1");
-    printf("  %d index and sort kernels compiled for sm_90\n", kernels);
+    printf("  %d index and sort kernels compiled to PTX, a sample of them for sm_90\n", kernels);
 }
 
 /* im2col and col2im (convolutions and pooling) for every float dtype; the

@@ -24,11 +24,12 @@ static char th_dir[256];
 /* Cost. NVRTC takes ~50 ms per program but ~0.2 s (up to 0.7 s for
    logsumexp) per reduction kernel at the default optimisation, most of it in
    NVVM and ptxas optimising code whose speed this test never measures. So
-   the kernels of one op share a program (each in its own namespace), and the
-   full table compiles with -Ofc=max (NVRTC 12.8+: fast compile, the same
-   front end, PTX and ptxas, so every syntax, type, inline-asm and parameter
-   error is still caught): ~35 s of CPU instead of ~150 s. A sample of each
-   op also compiles through tn_cuda_compile with the options the back end uses. */
+   the kernels of one op share a program (each in its own namespace), and
+   compile with -Ofc=max (NVRTC 12.8+: fast compile): the full table to PTX
+   (every syntax, type and name error), and each op and dtype in its first
+   layout through ptxas too (inline asm, parameters, resources;
+   tests/nvrtc_env.h): ~25 s of CPU instead of ~150 s. A sample of each op
+   also compiles through tn_cuda_compile with the options the back end uses. */
 
 /* One generated kernel, described for a failure report. */
 typedef struct kern { char *src; char what[128]; } kern;
@@ -69,12 +70,12 @@ static bool wrap_kernel(tn__sb *out, const char *src, int k) {
 /* Compiles each kernel alone to name the ones a failing batch holds; prints
    (when asked) the log and numbered source of each. Returns how many failed;
    *first is the index of the first. */
-static int find_bad_kernels(const kbatch *b, bool print, int *first) {
+static int find_bad_kernels(const kbatch *b, bool to_cubin, bool print, int *first) {
     int bad = 0;
     *first = -1;
     for (int i = 0; i < b->n; i++) {
         char *log = NULL;
-        if (th_fast_compile(b->k[i].src, &log) != TN_OK) {
+        if (th_nvrtc_compile(b->k[i].src, to_cubin, &log) != TN_OK) {
             if (!bad++) *first = i;
             if (print) {
                 char what[200];
@@ -87,9 +88,10 @@ static int find_bad_kernels(const kbatch *b, bool print, int *first) {
     return bad;
 }
 
-/* Compiles the kernels of b as one program; on failure finds and reports
-   the kernel(s) to blame. Frees b. */
-static bool compile_kernels(kbatch *b, const char *what) {
+/* Compiles the kernels of b as one program, to a cubin or to PTX
+   (tests/nvrtc_env.h); on failure finds and reports the kernel(s) to blame.
+   Frees b. */
+static bool compile_kernels(kbatch *b, bool to_cubin, const char *what) {
     CHECK(!b->oom, "out of memory collecting %s", what);
     tn__sb text = { 0 };
     bool wrapped = true;
@@ -102,10 +104,10 @@ static bool compile_kernels(kbatch *b, const char *what) {
     bool ok = false;
     if (wrapped && !text.oom) {
         char *log = NULL;
-        ok = th_fast_compile(text.s, &log) == TN_OK;
+        ok = th_nvrtc_compile(text.s, to_cubin, &log) == TN_OK;
         if (!ok) {
             int first;
-            int bad = find_bad_kernels(b, true, &first);
+            int bad = find_bad_kernels(b, to_cubin, true, &first);
             CHECK(bad == 0, "%s: %d kernel(s) fail to compile, the first: %s (NVRTC log and source printed above)", what,
                   bad, first >= 0 ? b->k[first].what : "");
             CHECK(bad > 0, "%s: the batch fails but every kernel compiles alone (namespace wrapping?): %.2000s", what,
@@ -154,15 +156,17 @@ static bool build_prologue(prog_buf *b, int kind, tn_dtype t) {
 
 static int kernels_total;
 
-/* Every layout x prologue kind for op over dtype t, added to the batch. */
-static void add_op_dtype(kbatch *batch, int op, tn_dtype t) {
+/* Every layout x prologue kind for op over dtype t, added to the batch;
+   the first layout to the sample too: with no prologue, and with each
+   prologue kind for float16 (inline asm is in the float16 conversions). */
+static void add_op_dtype(kbatch *batch, kbatch *sample, int op, tn_dtype t) {
     bool sm = tn__cred_is_softmax(op);
     const lay_case *lays = sm ? sm_layouts : red_layouts;
     size_t nl = sm ? sizeof sm_layouts / sizeof sm_layouts[0] : sizeof red_layouts / sizeof red_layouts[0];
     for (int pk = 0; pk < 4; pk++) {
         if (pk == 3 && t != TN_F32) continue;   /* the mixed program: its output dtype varies with t only in output 1 */
         prog_buf pb;
-        bool has = build_prologue(&pb, pk, t);
+        bool has = build_prologue(&pb, pk, t), sampled = false;
         for (size_t l = 0; l < nl; l++) {
             tn__cred_layout L = lays[l].L;
             if (pk == 2) { if (!L.vec || L.nk == 0) continue; L.bmask = 2; }
@@ -176,6 +180,14 @@ static void add_op_dtype(kbatch *batch, int op, tn_dtype t) {
             if (!sm) CHECK(strstr(src, "atomicAdd(&cnt[") != NULL, "%s: no split epilogue", what);
             if (has) CHECK(strstr(src, "tn_eval(") != NULL, "%s: prologue not called", what);
             if (L.nr > 1) CHECK(strstr(src, "tn_roff(A, k, g)") != NULL, "%s: N-d box path", what);
+            if (!sampled && (pk == 0 || t == TN_F16)) {
+                size_t len = strlen(src) + 1;
+                char *copy = (char *)tn__malloc(len);
+                if (copy) memcpy(copy, src, len);
+                else sample->oom = true;
+                if (copy) kb_add(sample, copy, what);
+                sampled = true;
+            }
             kb_add(batch, src, what);
             kernels_total++;
         }
@@ -183,18 +195,20 @@ static void add_op_dtype(kbatch *batch, int op, tn_dtype t) {
 }
 
 TEST(test_every_reduction_kernel_compiles) {
-    int compiled = 0, programs = 0;
+    int compiled = 0, assembled = 0, programs = 0;
     for (int op = TN_OP_SUM; op <= TN_OP_LOG_SOFTMAX; op++) {
-        kbatch batch = { 0 };
-        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) add_op_dtype(&batch, op, t);
+        kbatch batch = { 0 }, sample = { 0 };
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) add_op_dtype(&batch, &sample, op, t);
         char what[96];
         snprintf(what, sizeof what, "the %d kernels of %s", batch.n, tn__op_def(op)->name);
-        int n = batch.n;
-        if (compile_kernels(&batch, what)) compiled += n;
-        programs++;
+        int n = batch.n, ns = sample.n;
+        if (compile_kernels(&batch, false, what)) compiled += n;
+        snprintf(what, sizeof what, "the %d kernels of %s in one layout each", ns, tn__op_def(op)->name);
+        if (compile_kernels(&sample, true, what)) assembled += ns;
+        programs += 2;
     }
-    printf("  %d of %d reduction and softmax kernels compiled for sm_90 in %d programs (%s)\n", compiled, kernels_total,
-           programs, th_fast_opts[1] ? th_fast_opts[1] : "default options");
+    printf("  %d of %d reduction and softmax kernels compiled to PTX, %d of them for sm_90, in %d programs (%s)\n", compiled,
+           kernels_total, assembled, programs, th_fast_opts[1] ? th_fast_opts[1] : "default options");
     CHECK(kernels_total > 600, "only %d kernels generated", kernels_total);
 }
 
@@ -244,7 +258,7 @@ TEST(test_a_broken_kernel_is_named) {
         CHECK(text.s && th_fast_compile(text.s, &log) == TN_ERR_DEVICE, "break %d: the batch compiled", b);
         CHECK(log && strstr(log, "error"), "break %d: log %s", b, log ? log : "(none)");
         int first;
-        CHECK(find_bad_kernels(&batch, false, &first) == 1 && first == 1, "break %d: blamed kernel %d", b, first);
+        CHECK(find_bad_kernels(&batch, true, false, &first) == 1 && first == 1, "break %d: blamed kernel %d", b, first);
         tn__free(log);
         tn__free(text.s);
         kb_free(&batch);
