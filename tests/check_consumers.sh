@@ -6,8 +6,10 @@
 # it cannot meet fails), and through pkg-config with a plain cc; a C++ program
 # (tests/consumers/cxx) includes the headers as C++11 and C++17 and links the
 # C project's implementation file, compiled as C. Every build is warning-free (-Wall -Wextra
-# -Werror), with gcc and with clang when it is installed. Each program checks
-# its own result and prints OK. Prints "N passed, N failed" like the tests.
+# -Werror): all of them with gcc, and with clang when it is installed the
+# pkg-config and C++ builds (CMake's two ways do not depend on the compiler;
+# each costs a compile of the implementation). Each program checks its own
+# result and prints OK. Prints "N passed, N failed" like the tests.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 tmp=$(mktemp -d /tmp/tensor_consumers.XXXXXX) || exit 1
@@ -39,13 +41,14 @@ step "pkg-config version is tensor.h's" prints "^$version\$" env PKG_CONFIG_PATH
 step "find_package(tensor 9.0) fails" fails_with "tensorConfig.cmake, version: $version" cmake -S tests/consumers/c -B "$tmp/too-new" \
     -DCMAKE_PREFIX_PATH="$tmp/cmake" -DTENSOR_WANT=9.0
 
-# consumer CC CXX: the three ways in and the C++ program, with one compiler pair.
+# consumer CC CXX [cmake]: the C++ program and pkg-config's way in, with one
+# compiler pair, and CMake's two ways when the third argument says so.
 consumer() {
     local cc=$1 cxx=$2 b=$tmp/$1 pc
     mkdir -p "$b"
-    step "$cc: add_subdirectory" cmake_build tests/consumers/c "$b/sub" -DTENSOR_DIR="$root" -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$WARN" \
+    [ "${3:-}" = cmake ] && step "$cc: add_subdirectory" cmake_build tests/consumers/c "$b/sub" -DTENSOR_DIR="$root" -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$WARN" \
         && step "$cc: add_subdirectory program" runs_ok "$b/sub/consumer"
-    step "$cc: find_package (CPU_ONLY)" cmake_build tests/consumers/c "$b/find" -DCMAKE_PREFIX_PATH="$tmp/cmake" -DTENSOR_WANT=0.1 \
+    [ "${3:-}" = cmake ] && step "$cc: find_package (CPU_ONLY)" cmake_build tests/consumers/c "$b/find" -DCMAKE_PREFIX_PATH="$tmp/cmake" -DTENSOR_WANT=0.1 \
             -DTENSOR_CPU_ONLY=ON -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$WARN" \
         && step "$cc: find_package program" runs_ok "$b/find/consumer"
     pc="env PKG_CONFIG_PATH=$tmp/make/share/pkgconfig pkg-config tensor"
@@ -59,10 +62,10 @@ consumer() {
 }
 if [ -z "$(grep '^FAIL' "$res")" ]; then
     n=0
-    for pair in "gcc g++" "clang clang++"; do
+    for pair in "gcc g++ cmake" "clang clang++"; do
         set -- $pair
         command -v "$1" > /dev/null && command -v "$2" > /dev/null || continue
-        n=$((n + 1)); res=$tmp/$n.res; consumer "$1" "$2" &
+        n=$((n + 1)); res=$tmp/$n.res; consumer "$@" &
     done
     wait
     res=$tmp/0.res
