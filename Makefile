@@ -75,7 +75,7 @@ $(BUILD)/libdlpack_peer.so: tests/dlpack_peer.c $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) -O0 -fPIC -shared -I. -o $@ tests/dlpack_peer.c $(LDLIBS)
 
 test: $(TESTS) $(CXXTESTS) $(BUILD)/libdlpack_peer.so
-	@TN_DLPACK_PEER=$(BUILD)/libdlpack_peer.so tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh \
+	@TN_DLPACK_PEER=$(BUILD)/libdlpack_peer.so TN_IMPL_OBJ=$(BUILD)/tensor_cpu.o tests/run.sh tests/check_house.sh tests/check_run.sh tests/check_consumers.sh \
 		tests/check_cxx.sh tests/check_readme.sh tests/dlpack_numpy.py $(TESTS) $(CXXTESTS)
 
 test-gpu:
