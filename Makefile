@@ -26,20 +26,23 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # declares (its >>backend_api section) links tensor_cpu.o: the headers'
 # _DONE guards skip the test's own copy. The self tests read the
 # implementation's private functions and state, so they compile it: they are
-# built as two programs (tests/self_tests.c), SELF_CPU with tensor.h and
+# built in two groups (tests/self_tests.c), SELF_CPU with tensor.h and
 # SELF_CUDA with tensor_cuda.h, and $(BUILD)/test_x is a link to its group's
-# program, which runs the test its name says. Every test still builds alone with
-# `cc -I. tests/test_x.c -lm -lpthread -ldl` (tests/gpu/run_gpu.sh does so).
+# program, which runs the test its name says. The CPU group is compiled into
+# tensor_cpu.o itself (with the allocator counted, tests/alloc_hooks.h, which
+# fails nothing unless a test asks), so the implementation is compiled once
+# for both; tests/self_main.c makes it the program self_cpu. Every test still
+# builds alone with `cc -I. tests/test_x.c -lm -lpthread -ldl` (tests/gpu/run_gpu.sh does so).
 SELF_CPU  = test_alloc_fail test_function test_ew test_linalg test_threads test_random
 SELF_CUDA = test_profile test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
             test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi test_cuda_ops
 IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
-$(BUILD)/tensor_cpu.o: $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -DTENSOR_IMPLEMENTATION -x c -c -o $@ tensor.h
+$(BUILD)/tensor_cpu.o: tests/self_tests.c $(SELF_CPU:%=tests/%.c) $(HEADERS) | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CPU -DSELF_OBJECT -c -o $@ $<
 $(BUILD)/%: tests/%.c tests/harness.h $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
-$(BUILD)/self_cpu: tests/self_tests.c $(SELF_CPU:%=tests/%.c) $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CPU -o $@ $< $(LDLIBS)
+$(BUILD)/self_cpu: tests/self_main.c $(BUILD)/tensor_cpu.o | $(BUILD)
+	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 $(BUILD)/self_cuda: tests/self_tests.c $(SELF_CUDA:%=tests/%.c) $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) $(SELF_CUDA_OPT) -I. -DSELF_GROUP_CUDA $(SELF_DEFS) -o $@ $< $(LDLIBS)
 $(addprefix $(BUILD)/,$(SELF_CPU)): $(BUILD)/self_cpu

@@ -4,7 +4,11 @@
    or SELF_GROUP_CUDA (with tensor_cuda.h). Each test file keeps its own
    main, renamed here; the Makefile links build/test_x to the group's
    program, which runs the test its name (argv[0]) or its first argument
-   names. Each file still builds alone: cc -I. tests/test_x.c -lm -lpthread -ldl */
+   names. Each file still builds alone: cc -I. tests/test_x.c -lm -lpthread -ldl
+   With SELF_OBJECT this file has no main, only th_self_main: the CPU group
+   is compiled with -c into build/tensor_cpu.o, the one compiled
+   implementation every other test links too, and tests/self_main.c makes
+   it a program. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
@@ -89,7 +93,7 @@
 #define SELF_TESTS_ROW(t) { #t, th_main_##t },
 static const struct { const char *name; int (*run)(void); } self_tests[] = { SELF_TESTS_LIST(SELF_TESTS_ROW) };
 
-int main(int argc, char **argv) {
+int th_self_main(int argc, char **argv) {
     const char *name = strrchr(argv[0], '/');
     name = name ? name + 1 : argv[0];
     if (argc > 1) name = argv[1];
@@ -100,3 +104,7 @@ int main(int argc, char **argv) {
     fputc('\n', stderr);
     return 2;
 }
+
+#ifndef SELF_OBJECT
+int main(int argc, char **argv) { return th_self_main(argc, argv); }
+#endif
