@@ -1222,7 +1222,7 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
     tn__ew_casts[t][TN__CT_D](1, out, &v, NULL, NULL);
 }
 
-/* >>vmath: exp, expm1, log, log1p, tanh, sigmoid, softplus in float32 ------ */
+/* >>vmath: exp, expm1, log, log1p, tanh, sigmoid, softplus ---------------- */
 /* libm's expf is one call per element, and no compiler vectorises a loop of
    libm calls without -ffast-math. These are branch-free (selects, not jumps;
    float <-> bits by memcpy; no errno), so a loop of them vectorises at -O2.
@@ -1233,10 +1233,12 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
    past FLT_MAX is inf; log as e ln2 + log(m), m in [sqrt(1/2), sqrt(2)),
    by Cephes' polynomial in m - 1. Specials (NaN, +-inf, +-0, the signs of
    zero libm keeps, x < 0 for log) are selected at the end. Worst errors
-   against libm in double (tests/test_vmath.c, which allows 4; README's
-   "Numerics"): exp 0.96 ulp, expm1 1.41, log 0.77, log1p 1.44, tanh 1.31,
-   sigmoid 2.33, softplus 1.93. The float kernels of TN_EW_OPS call them
-   through TN_F (>>ew_kernels); float64 stays with libm. */
+   (tests/test_vmath.c, which allows 4; README's "Numerics"), float32 against
+   libm in double: exp 0.98 ulp, expm1 1.42, log 0.77, log1p 1.44, tanh 1.31,
+   sigmoid 2.22, softplus 1.82; float64 against libm in long double: exp
+   0.92, expm1 1.87, log 0.78, log1p 1.43, tanh 1.29, sigmoid 1.94, softplus
+   1.83. The float32 and float64 kernels of TN_EW_OPS call them through TN_F
+   (>>ew_kernels). */
 static inline uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 /* c ? a : b by masks. A ternary is a branch to GCC, which then sinks the
@@ -1357,47 +1359,163 @@ static inline float tn__vm_softplusf(float x) {
     return tn__vm_sel(x > 0.0f, x, 0.0f) + l;
 }
 
-/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f where
-   TN__VMF_<fn> names one (the probe: such a name adds a first argument, so
-   TN__VM_2ND picks the function here), else libm's fn##f. */
-#define TN__VMF_exp ~, tn__vm_expf
-#define TN__VMF_expm1 ~, tn__vm_expm1f
-#define TN__VMF_log ~, tn__vm_logf
-#define TN__VMF_log1p ~, tn__vm_log1pf
-#define TN__VMF_tanh ~, tn__vm_tanhf
+/* The float64 versions: the same reductions and selects, wider polynomials.
+   exp and expm1 share e^r - 1 by its Taylor series to r^13 (|r| <= ln2 / 2:
+   the rest is below 2^-57 r), ln2 in FreeBSD msun's two parts (the first
+   has 21 low zero bits, so n times it is exact); log is msun's: s = f / (2 + f),
+   log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)) with its degree-14 R; tanh
+   below 0.625 is Cephes' rational x + x^3 P(x^2) / Q(x^2). Exponents go in
+   and out of doubles by bits only (AVX2 has no int64 <-> double conversion). */
+static inline uint64_t tn__vm_bitsd(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
+static inline double tn__vm_double(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
+static inline double tn__vm_seld(bool c, double a, double b) {
+    uint64_t m = 0u - (uint64_t)c;
+    return tn__vm_double((tn__vm_bitsd(a) & m) | (tn__vm_bitsd(b) & ~m));
+}
+static inline double tn__vm_fabsd(double x) { return tn__vm_double(tn__vm_bitsd(x) & 0x7fffffffffffffffu); }
+
+/* r = x - n ln2, n = round(x / ln2); *nb = n + 2048 (n in [-1076, 1025]). */
+static inline double tn__vm_reduced(double x, uint64_t *nb) {
+    double k = x * 1.4426950408889634 + 6755399441055744.0;     /* + 1.5 * 2^52: rounds to an integer */
+    *nb = tn__vm_bitsd(k) - 0x4338000000000000u + 2048u;
+    k -= 6755399441055744.0;
+    return (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
+}
+
+/* e^r - 1 for |r| <= ln2 / 2 */
+static inline double tn__vm_expm1_r(double r) {
+    double p = 1.0 / 6227020800.0;                              /* 1 / 13! */
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    return p * (r * r) + r;
+}
+
+static inline double tn__vm_exp(double x) {
+    uint64_t nb;
+    double p = 1.0 + tn__vm_expm1_r(tn__vm_reduced(x, &nb));
+    uint64_t h = nb >> 1;                                       /* floor(n / 2) + 1024 */
+    double y = p * tn__vm_double((h - 1u) << 52) * tn__vm_double((nb - h - 1u) << 52);
+    y = tn__vm_seld(x > 710.0, INFINITY, y);                    /* e^710 is past DBL_MAX (and n past 1024) */
+    return tn__vm_seld(x < -746.0, 0.0, y);                     /* e^-746 rounds to 0 (and n is below -1075) */
+}
+
+/* 2 (t expm1(r) + (t - 1/2)), t = 2^(n-1), as in float32 */
+static inline double tn__vm_expm1(double x) {
+    uint64_t nb;
+    double p = tn__vm_expm1_r(tn__vm_reduced(x, &nb));
+    double t = tn__vm_double((nb - 1026u) << 52);
+    double y = 2.0 * (t * p + (t - 0.5));
+    y = tn__vm_seld(x < -40.0, -1.0, tn__vm_seld(x > 710.0, INFINITY, y));    /* expm1(-40) rounds to -1 */
+    return tn__vm_seld(x == 0.0, x, y);                         /* expm1(-0) = -0 */
+}
+
+/* log(x) for x > 0 finite (subnormals included), else junk */
+static inline double tn__vm_log_pos(double x) {
+    bool sub = x < 2.2250738585072014e-308;
+    double xs = x * tn__vm_seld(sub, 18014398509481984.0, 1.0);   /* 2^54 */
+    uint64_t t = tn__vm_bitsd(xs) - 0x3fe6a09e667f3bcdu;         /* bits of sqrt(1/2) */
+    /* e + 2048 + 2^52 as a double's bits, less 2^52 + 2048 (+ 54) */
+    double e = tn__vm_double(0x4330000000000000u | ((t ^ 0x8000000000000000u) >> 52))
+             - tn__vm_seld(sub, 4503599627372598.0, 4503599627372544.0);
+    double f = tn__vm_double((t & 0x000fffffffffffffu) + 0x3fe6a09e667f3bcdu) - 1.0;
+    double hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s, w = z * z;
+    double t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+    double t2 = z * (6.666666666666735130e-01 + w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01
+                                                                             + w * 1.479819860511658591e-01)));
+    return e * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + (t1 + t2)) + e * 1.90821492927058770002e-10)) - f);
+}
+
+static inline double tn__vm_log(double x) {
+    double y = tn__vm_log_pos(x);
+    y = tn__vm_seld(x == 0.0, -INFINITY, tn__vm_seld(x < 0.0, NAN, y));
+    return tn__vm_seld(x == INFINITY || x != x, x, y);
+}
+
+static inline double tn__vm_log1p(double x) {
+    double u = 1.0 + x;
+    double y = tn__vm_log_pos(u) + (x - (u - 1.0)) / u;
+    y = tn__vm_seld(x == -1.0, -INFINITY, tn__vm_seld(x < -1.0, NAN, y));
+    return tn__vm_seld(x == INFINITY || x != x || x == 0.0, x, y);
+}
+
+static inline double tn__vm_tanh(double x) {
+    double ax = tn__vm_fabsd(x), z = ax * ax;
+    double p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z - 1.61468768441708447952e3;
+    double q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z + 4.84406305325125486048e3;
+    double small = ax + ax * z * (p / q), big = 1.0 - 2.0 / (tn__vm_exp(2.0 * ax) + 1.0);
+    double y = tn__vm_seld(ax < 0.625, small, big);
+    return tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd(x) & 0x8000000000000000u));
+}
+
+static inline double tn__vm_sigmoid(double x) {
+    double e = tn__vm_exp(-tn__vm_fabsd(x));
+    return tn__vm_seld(x >= 0.0, 1.0, e) / (1.0 + e);
+}
+
+static inline double tn__vm_softplus(double x) {
+    double l = tn__vm_log1p(tn__vm_exp(-tn__vm_fabsd(x)));
+    return tn__vm_seld(x > 0.0, x, 0.0) + l;
+}
+
+/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn> (float64) or
+   tn__vm_<fn>f (float32) where TN__VM_<fn> names one (the probe: such a name
+   adds a first argument, so TN__VM_2ND picks the function here), else libm's
+   fn or fn##f. */
+#define TN__VM_exp ~, tn__vm_exp
+#define TN__VM_expm1 ~, tn__vm_expm1
+#define TN__VM_log ~, tn__vm_log
+#define TN__VM_log1p ~, tn__vm_log1p
+#define TN__VM_tanh ~, tn__vm_tanh
 #define TN__VM_2ND_(a, b, ...) b
 #define TN__VM_2ND(...) TN__VM_2ND_(__VA_ARGS__)
+#define TN__VM_FN(fn) TN__VM_2ND(TN__VM_##fn, fn, ~)
+#define TN__VM_CAT_(a, b) a##b
+#define TN__VM_CAT(a, b) TN__VM_CAT_(a, b)
 
 /* Array kernels for the rows that are one function, compiled for the
    instruction sets a vector width pays on (x86-64: SSE2, AVX2 with FMA,
    AVX-512) and picked at run time. The loop runs 16 elements at a time (a
    fixed count, which GCC's -O2 cost model vectorises; every width divides
-   it), the tail through a padded block. */
-#define TN__VM_OPS(X) X(EXP, exp, tn__vm_expf) X(EXPM1, expm1, tn__vm_expm1f) X(LOG, log, tn__vm_logf) \
-    X(LOG1P, log1p, tn__vm_log1pf) X(TANH, tanh, tn__vm_tanhf) X(SIGMOID, sigmoid, tn__vm_sigmoidf) \
-    X(SOFTPLUS, softplus, tn__vm_softplusf)
-#define TN__VM_KDEF(NAME, FN, ATTR) \
+   it), the tail through a padded block. X(op, name, compute type, C type, function). */
+#define TN__VM_OPS(X) \
+    X(EXP, exp, F, float, tn__vm_expf)             X(EXP, exp, D, double, tn__vm_exp) \
+    X(EXPM1, expm1, F, float, tn__vm_expm1f)       X(EXPM1, expm1, D, double, tn__vm_expm1) \
+    X(LOG, log, F, float, tn__vm_logf)             X(LOG, log, D, double, tn__vm_log) \
+    X(LOG1P, log1p, F, float, tn__vm_log1pf)       X(LOG1P, log1p, D, double, tn__vm_log1p) \
+    X(TANH, tanh, F, float, tn__vm_tanhf)          X(TANH, tanh, D, double, tn__vm_tanh) \
+    X(SIGMOID, sigmoid, F, float, tn__vm_sigmoidf) X(SIGMOID, sigmoid, D, double, tn__vm_sigmoid) \
+    X(SOFTPLUS, softplus, F, float, tn__vm_softplusf) X(SOFTPLUS, softplus, D, double, tn__vm_softplus)
+#define TN__VM_KDEF(NAME, T, FN, ATTR) \
     ATTR static void NAME(int64_t n, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
                           const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
-        float *TN__RESTRICT o = (float *)o_; \
-        const float *TN__RESTRICT a = (const float *)a_; \
+        T *TN__RESTRICT o = (T *)o_; \
+        const T *TN__RESTRICT a = (const T *)a_; \
         (void)b_; (void)c_; \
         int64_t i = 0; \
         for (; i + 16 <= n; i += 16) \
             for (int j = 0; j < 16; j++) o[i + j] = FN(a[i + j]); \
         if (i == n) return; \
-        float t[16]; \
-        for (int j = 0; j < 16; j++) t[j] = i + j < n ? a[i + j] : 0.0f; \
+        T t[16]; \
+        for (int j = 0; j < 16; j++) t[j] = i + j < n ? a[i + j] : 0; \
         for (int j = 0; j < 16; j++) t[j] = FN(t[j]); \
         for (int j = 0; i + j < n; j++) o[i + j] = t[j]; }
-#define TN__VM_K0(E, n, fn) TN__VM_KDEF(tn__vk_##n##_0, fn, )
+#define TN__VM_K0(E, n, ct, T, fn) TN__VM_KDEF(tn__vk_##n##_##ct##0, T, fn, )
 TN__VM_OPS(TN__VM_K0)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TN__VM_K1(E, n, fn) TN__VM_KDEF(tn__vk_##n##_1, fn, __attribute__((target("avx2,fma"))))
-#define TN__VM_K2(E, n, fn) TN__VM_KDEF(tn__vk_##n##_2, fn, __attribute__((target("avx512f"))))
+#define TN__VM_K1(E, n, ct, T, fn) TN__VM_KDEF(tn__vk_##n##_##ct##1, T, fn, __attribute__((target("avx2,fma"))))
+#define TN__VM_K2(E, n, ct, T, fn) TN__VM_KDEF(tn__vk_##n##_##ct##2, T, fn, __attribute__((target("avx512f"))))
 TN__VM_OPS(TN__VM_K1)
 TN__VM_OPS(TN__VM_K2)
-#define TN__VM_ROW(E, n, fn) { TN_OP_##E, { tn__vk_##n##_0, tn__vk_##n##_1, tn__vk_##n##_2 } },
+#define TN__VM_ROW(E, n, ct, T, fn) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##1, tn__vk_##n##_##ct##2 } },
 /* The best level this CPU runs: 0 SSE2, 1 AVX2 and FMA, 2 AVX-512F. */
 static int tn__vm_cpu_level(void) {
     __builtin_cpu_init();
@@ -1406,10 +1524,10 @@ static int tn__vm_cpu_level(void) {
 #undef TN__VM_K1
 #undef TN__VM_K2
 #else
-#define TN__VM_ROW(E, n, fn) { TN_OP_##E, { tn__vk_##n##_0, tn__vk_##n##_0, tn__vk_##n##_0 } },
+#define TN__VM_ROW(E, n, ct, T, fn) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0 } },
 static int tn__vm_cpu_level(void) { return 0; }
 #endif
-static const struct { int op; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) };
+static const struct { int op, ct; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) };
 #undef TN__VM_K0
 #undef TN__VM_ROW
 #undef TN__VM_KDEF
@@ -1426,12 +1544,12 @@ TN_API int tn__vm_level(int want) {
     return want < 0 || want > best ? best : want;
 }
 
-/* The array kernel of a float row of TN_EW_OPS, for the level in effect; NULL: none. */
-static tn__ew_kfn tn__vm_kernel(int op) {
+/* The array kernel of a float row of TN_EW_OPS in compute type ct, for the level in effect; NULL: none. */
+static tn__ew_kfn tn__vm_kernel(int op, int ct) {
     pthread_once(&tn__vm_once, tn__vm_detect);
     int forced = tn__atomic_load(&tn__lib.vm_level), level = forced ? forced - 1 : tn__vm_best;
     for (size_t i = 0; i < sizeof tn__vm_rows / sizeof tn__vm_rows[0]; i++)
-        if (tn__vm_rows[i].op == op) return tn__vm_rows[i].k[level];
+        if (tn__vm_rows[i].op == op && tn__vm_rows[i].ct == ct) return tn__vm_rows[i].k[level];
     return NULL;
 }
 
@@ -1475,14 +1593,14 @@ static tn__ew_kfn tn__vm_kernel(int op) {
 #define TN_I int64_t
 #define TN__KEXPR(fe, ie) fe
 #define TN_T float
-#define TN_F(fn) TN__VM_2ND(TN__VMF_##fn, fn##f, ~)
+#define TN_F(fn) TN__VM_CAT(TN__VM_FN(fn), f)
 #define TN__KSFX _f
 TN_EW_OPS(TN__KDEF)
 #undef TN_T
 #undef TN_F
 #undef TN__KSFX
 #define TN_T double
-#define TN_F(fn) fn
+#define TN_F(fn) TN__VM_FN(fn)
 #define TN__KSFX _d
 TN_EW_OPS(TN__KDEF)
 #undef TN__KEXPR
@@ -1747,7 +1865,7 @@ static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, 
                 return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) reads register %d as %s but it holds %s", who, k, e->name, opr[x],
                                ctname[want], ctname[(int)P->regct[opr[x]]]);
         }
-        tn__ew_kfn vk = ict == TN__CT_F ? tn__vm_kernel(in->op) : NULL;
+        tn__ew_kfn vk = tn__vm_kernel(in->op, ict);
         P->fn[k] = vk ? vk : tn__ew_kern[in->op][ict];
     }
     for (int j = 0; j < prog->n_out; j++) {
