@@ -1222,7 +1222,7 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
     tn__ew_casts[t][TN__CT_D](1, out, &v, NULL, NULL);
 }
 
-/* >>vmath: exp, expm1, log, log1p, tanh, sigmoid, softplus ---------------- */
+/* >>vmath: exp, expm1, log, log1p, tanh, sigmoid, softplus, erf, sin, cos - */
 /* libm's expf is one call per element, and no compiler vectorises a loop of
    libm calls without -ffast-math. These are branch-free (selects, not jumps;
    float <-> bits by memcpy; no errno), so a loop of them vectorises at -O2.
@@ -1234,11 +1234,12 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
    by Cephes' polynomial in m - 1. Specials (NaN, +-inf, +-0, the signs of
    zero libm keeps, x < 0 for log) are selected at the end. Worst errors
    (tests/test_vmath.c, which allows 4; README's "Numerics"), float32 against
-   libm in double: exp 0.98 ulp, expm1 1.42, log 0.77, log1p 1.44, tanh 1.31,
+   libm in double: exp 0.98 ulp, expm1 1.42, log 0.79, log1p 1.44, tanh 1.31,
    sigmoid 2.22, softplus 1.82; float64 against libm in long double: exp
-   0.92, expm1 1.87, log 0.78, log1p 1.43, tanh 1.29, sigmoid 1.94, softplus
-   1.83. The float32 and float64 kernels of TN_EW_OPS call them through TN_F
-   (>>ew_kernels). */
+   0.92, expm1 1.87, log 0.79, log1p 1.43, tanh 1.29, sigmoid 1.94, softplus
+   1.83. erf, sin and cos in float32 only (float64 calls libm): 0.51, 0.56,
+   0.56 ulp. The float32 and float64 kernels of TN_EW_OPS call them through
+   TN_F (>>ew_kernels). */
 static inline uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 /* c ? a : b by masks. A ternary is a branch to GCC, which then sinks the
@@ -1466,56 +1467,142 @@ static inline double tn__vm_softplus(double x) {
     return tn__vm_seld(x > 0.0, x, 0.0) + l;
 }
 
-/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn> (float64) or
-   tn__vm_<fn>f (float32) where TN__VM_<fn> names one (the probe: such a name
-   adds a first argument, so TN__VM_2ND picks the function here), else libm's
-   fn or fn##f. */
-#define TN__VM_exp ~, tn__vm_exp
-#define TN__VM_expm1 ~, tn__vm_expm1
-#define TN__VM_log ~, tn__vm_log
-#define TN__VM_log1p ~, tn__vm_log1p
-#define TN__VM_tanh ~, tn__vm_tanh
+/* erf, sin and cos in float32 are computed in double, so the float result
+   is rounded once and the polynomials need no extra-precise steps. erf:
+   |x| < 1.25 x P(x^2), P of degree 8 (relative error 4e-11); 1.25 <= |x| < 4
+   1 - Q(|x| - 2.625), Q of degree 15 for erfc (absolute error 4e-10); past 4,
+   1 (erf(3.92) rounds to 1). P and Q are least-squares fits at 300-400
+   Chebyshev nodes, in 40-digit arithmetic. */
+static inline float tn__vm_erff(float x) {
+    double ax = tn__vm_fabsd((double)x), z = ax * ax, t = ax - 2.625;
+    double p = 8.2501993597271193e-07;
+    p = p * z - 1.2785143520215854e-05;
+    p = p * z + 0.0001173395445644403;
+    p = p * z - 0.00085193759966356955;
+    p = p * z + 0.0052224200346515804;
+    p = p * z - 0.02686569433539442;
+    p = p * z + 0.11283784299137306;
+    p = p * z - 0.37612638459140862;
+    p = p * z + 1.1283791670508938;
+    double q = 3.0265055661801353e-07;
+    q = q * t - 2.1668991834745176e-07;
+    q = q * t - 4.1001850257808995e-06;
+    q = q * t + 9.0385308762427246e-06;
+    q = q * t + 1.0117808335807088e-05;
+    q = q * t - 7.740704326584906e-05;
+    q = q * t + 0.00015286871412600943;
+    q = q * t - 3.1748499283128142e-05;
+    q = q * t - 0.0006810415011099662;
+    q = q * t + 0.002245491338218472;
+    q = q * t - 0.0042178241013804112;
+    q = q * t + 0.0054146025168763171;
+    q = q * t - 0.0048904343706749065;
+    q = q * t + 0.0030131449850611014;
+    q = q * t - 0.0011478747961340973;
+    q = q * t + 0.00020537613167215414;
+    double y = tn__vm_seld(ax < 1.25, ax * p, 1.0 - q);
+    y = tn__vm_seld(ax >= 4.0, 1.0, y);                        /* NaN stays NaN */
+    return (float)tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd((double)x) & 0x8000000000000000u));
+}
+
+/* sin(x + j pi/2): n = round(x 2/pi), r = x - n pi/2 with pi/2 in three
+   parts (two of 25 bits, so n times them is exact for n < 2^28, and a
+   double: r is good to about 2^-75), then sin or cos of r (|r| <= pi/4) by
+   their Taylor series to r^9 and r^10 (the rest is below 3e-9 of the
+   result), picked and signed by (n + j) mod 4. Good for |x| < 1.5 2^28;
+   the kernels redo larger |x|, inf and NaN with libm (TN__VM_TRIG_LIBM). */
+static inline float tn__vm_sincosf(float x, uint64_t j) {
+    double xd = x;
+    double k = xd * 0.63661977236758138 + 6755399441055744.0;     /* + 1.5 * 2^52: rounds to an integer */
+    uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
+    k -= 6755399441055744.0;
+    double r = ((xd - k * 1.5707963109016418) - k * 1.5893254712295857e-08) - k * 6.123233995736766e-17;
+    double z = r * r;
+    double s = -1.0 / 5040.0 + z * (1.0 / 362880.0);
+    s = r + r * z * (-1.0 / 6.0 + z * (1.0 / 120.0 + z * s));
+    double c = 1.0 / 40320.0 - z * (1.0 / 3628800.0);
+    c = 1.0 - 0.5 * z + z * z * (1.0 / 24.0 + z * (-1.0 / 720.0 + z * c));
+    double y = tn__vm_seld(q & 1u, c, s);
+    return (float)tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
+}
+static inline float tn__vm_sinf(float x) { return tn__vm_sel(x == 0.0f, x, tn__vm_sincosf(x, 0)); }   /* sin(-0) = -0 */
+static inline float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
+/* The lanes tn__vm_sincosf leaves to libm: |x| >= 1.5 2^28, inf, NaN. */
+#define TN__VM_TRIG_LIBM(x) (!(tn__vm_float(tn__vm_bits(x) & 0x7fffffffu) < 402653184.0f))
+#define TN__VM_NO_LIBM(x) 0
+
+/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f (float32) where
+   TN__VMF_<fn> names one, tn__vm_<fn> (float64) where TN__VMD_<fn> does (the
+   probe: such a name adds a first argument, so TN__VM_2ND picks the function
+   here), else libm's fn##f or fn. */
+#define TN__VMF_exp ~, tn__vm_expf
+#define TN__VMF_expm1 ~, tn__vm_expm1f
+#define TN__VMF_log ~, tn__vm_logf
+#define TN__VMF_log1p ~, tn__vm_log1pf
+#define TN__VMF_tanh ~, tn__vm_tanhf
+#define TN__VMF_erf ~, tn__vm_erff
+#define TN__VMF_sin ~, tn__vm_sinf
+#define TN__VMF_cos ~, tn__vm_cosf
+#define TN__VMD_exp ~, tn__vm_exp
+#define TN__VMD_expm1 ~, tn__vm_expm1
+#define TN__VMD_log ~, tn__vm_log
+#define TN__VMD_log1p ~, tn__vm_log1p
+#define TN__VMD_tanh ~, tn__vm_tanh
 #define TN__VM_2ND_(a, b, ...) b
 #define TN__VM_2ND(...) TN__VM_2ND_(__VA_ARGS__)
-#define TN__VM_FN(fn) TN__VM_2ND(TN__VM_##fn, fn, ~)
-#define TN__VM_CAT_(a, b) a##b
-#define TN__VM_CAT(a, b) TN__VM_CAT_(a, b)
 
 /* Array kernels for the rows that are one function, compiled for the
    instruction sets a vector width pays on (x86-64: SSE2, AVX2 with FMA,
    AVX-512) and picked at run time. The loop runs 16 elements at a time (a
    fixed count, which GCC's -O2 cost model vectorises; every width divides
-   it), the tail through a padded block. X(op, name, compute type, C type, function). */
+   it), the tail through a padded block. A block where `big` holds for some
+   lane has those lanes redone by `lib` (a branch per block, not per lane).
+   X(op, name, compute type, C type, function, big, lib). */
 #define TN__VM_OPS(X) \
-    X(EXP, exp, F, float, tn__vm_expf)             X(EXP, exp, D, double, tn__vm_exp) \
-    X(EXPM1, expm1, F, float, tn__vm_expm1f)       X(EXPM1, expm1, D, double, tn__vm_expm1) \
-    X(LOG, log, F, float, tn__vm_logf)             X(LOG, log, D, double, tn__vm_log) \
-    X(LOG1P, log1p, F, float, tn__vm_log1pf)       X(LOG1P, log1p, D, double, tn__vm_log1p) \
-    X(TANH, tanh, F, float, tn__vm_tanhf)          X(TANH, tanh, D, double, tn__vm_tanh) \
-    X(SIGMOID, sigmoid, F, float, tn__vm_sigmoidf) X(SIGMOID, sigmoid, D, double, tn__vm_sigmoid) \
-    X(SOFTPLUS, softplus, F, float, tn__vm_softplusf) X(SOFTPLUS, softplus, D, double, tn__vm_softplus)
-#define TN__VM_KDEF(NAME, T, FN, ATTR) \
+    X(EXP, exp, F, float, tn__vm_expf, TN__VM_NO_LIBM, expf) \
+    X(EXP, exp, D, double, tn__vm_exp, TN__VM_NO_LIBM, exp) \
+    X(EXPM1, expm1, F, float, tn__vm_expm1f, TN__VM_NO_LIBM, expm1f) \
+    X(EXPM1, expm1, D, double, tn__vm_expm1, TN__VM_NO_LIBM, expm1) \
+    X(LOG, log, F, float, tn__vm_logf, TN__VM_NO_LIBM, logf) \
+    X(LOG, log, D, double, tn__vm_log, TN__VM_NO_LIBM, log) \
+    X(LOG1P, log1p, F, float, tn__vm_log1pf, TN__VM_NO_LIBM, log1pf) \
+    X(LOG1P, log1p, D, double, tn__vm_log1p, TN__VM_NO_LIBM, log1p) \
+    X(TANH, tanh, F, float, tn__vm_tanhf, TN__VM_NO_LIBM, tanhf) \
+    X(TANH, tanh, D, double, tn__vm_tanh, TN__VM_NO_LIBM, tanh) \
+    X(SIGMOID, sigmoid, F, float, tn__vm_sigmoidf, TN__VM_NO_LIBM, tn__vm_sigmoidf) \
+    X(SIGMOID, sigmoid, D, double, tn__vm_sigmoid, TN__VM_NO_LIBM, tn__vm_sigmoid) \
+    X(SOFTPLUS, softplus, F, float, tn__vm_softplusf, TN__VM_NO_LIBM, tn__vm_softplusf) \
+    X(SOFTPLUS, softplus, D, double, tn__vm_softplus, TN__VM_NO_LIBM, tn__vm_softplus) \
+    X(ERF, erf, F, float, tn__vm_erff, TN__VM_NO_LIBM, erff) \
+    X(SIN, sin, F, float, tn__vm_sinf, TN__VM_TRIG_LIBM, sinf) \
+    X(COS, cos, F, float, tn__vm_cosf, TN__VM_TRIG_LIBM, cosf)
+#define TN__VM_KDEF(NAME, T, FN, BIG, LIB, ATTR) \
     ATTR static void NAME(int64_t n, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
                           const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
         T *TN__RESTRICT o = (T *)o_; \
         const T *TN__RESTRICT a = (const T *)a_; \
         (void)b_; (void)c_; \
         int64_t i = 0; \
-        for (; i + 16 <= n; i += 16) \
-            for (int j = 0; j < 16; j++) o[i + j] = FN(a[i + j]); \
+        for (; i + 16 <= n; i += 16) { \
+            int big = 0; \
+            for (int j = 0; j < 16; j++) { o[i + j] = FN(a[i + j]); big |= BIG(a[i + j]); } \
+            if (big) \
+                for (int j = 0; j < 16; j++) \
+                    if (BIG(a[i + j])) o[i + j] = LIB(a[i + j]); \
+        } \
         if (i == n) return; \
         T t[16]; \
         for (int j = 0; j < 16; j++) t[j] = i + j < n ? a[i + j] : 0; \
         for (int j = 0; j < 16; j++) t[j] = FN(t[j]); \
-        for (int j = 0; i + j < n; j++) o[i + j] = t[j]; }
-#define TN__VM_K0(E, n, ct, T, fn) TN__VM_KDEF(tn__vk_##n##_##ct##0, T, fn, )
+        for (int j = 0; i + j < n; j++) o[i + j] = BIG(a[i + j]) ? LIB(a[i + j]) : t[j]; }
+#define TN__VM_K0(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##0, T, fn, big, lib, )
 TN__VM_OPS(TN__VM_K0)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TN__VM_K1(E, n, ct, T, fn) TN__VM_KDEF(tn__vk_##n##_##ct##1, T, fn, __attribute__((target("avx2,fma"))))
-#define TN__VM_K2(E, n, ct, T, fn) TN__VM_KDEF(tn__vk_##n##_##ct##2, T, fn, __attribute__((target("avx512f"))))
+#define TN__VM_K1(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##1, T, fn, big, lib, __attribute__((target("avx2,fma"))))
+#define TN__VM_K2(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##2, T, fn, big, lib, __attribute__((target("avx512f"))))
 TN__VM_OPS(TN__VM_K1)
 TN__VM_OPS(TN__VM_K2)
-#define TN__VM_ROW(E, n, ct, T, fn) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##1, tn__vk_##n##_##ct##2 } },
+#define TN__VM_ROW(E, n, ct, T, fn, big, lib) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##1, tn__vk_##n##_##ct##2 } },
 /* The best level this CPU runs: 0 SSE2, 1 AVX2 and FMA, 2 AVX-512F. */
 static int tn__vm_cpu_level(void) {
     __builtin_cpu_init();
@@ -1524,13 +1611,15 @@ static int tn__vm_cpu_level(void) {
 #undef TN__VM_K1
 #undef TN__VM_K2
 #else
-#define TN__VM_ROW(E, n, ct, T, fn) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0 } },
+#define TN__VM_ROW(E, n, ct, T, fn, big, lib) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0 } },
 static int tn__vm_cpu_level(void) { return 0; }
 #endif
 static const struct { int op, ct; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) };
 #undef TN__VM_K0
 #undef TN__VM_ROW
 #undef TN__VM_KDEF
+#undef TN__VM_TRIG_LIBM
+#undef TN__VM_NO_LIBM
 
 /* The CPU's level, read once (the kernels are chosen on every call's plan). */
 static pthread_once_t tn__vm_once = PTHREAD_ONCE_INIT;
@@ -1593,14 +1682,14 @@ static tn__ew_kfn tn__vm_kernel(int op, int ct) {
 #define TN_I int64_t
 #define TN__KEXPR(fe, ie) fe
 #define TN_T float
-#define TN_F(fn) TN__VM_CAT(TN__VM_FN(fn), f)
+#define TN_F(fn) TN__VM_2ND(TN__VMF_##fn, fn##f, ~)
 #define TN__KSFX _f
 TN_EW_OPS(TN__KDEF)
 #undef TN_T
 #undef TN_F
 #undef TN__KSFX
 #define TN_T double
-#define TN_F(fn) TN__VM_FN(fn)
+#define TN_F(fn) TN__VM_2ND(TN__VMD_##fn, fn, ~)
 #define TN__KSFX _d
 TN_EW_OPS(TN__KDEF)
 #undef TN__KEXPR
