@@ -1237,9 +1237,9 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
    libm in double: exp 0.98 ulp, expm1 1.42, log 0.79, log1p 1.44, tanh 1.31,
    sigmoid 2.22, softplus 1.82; float64 against libm in long double: exp
    0.92, expm1 1.87, log 0.79, log1p 1.43, tanh 1.29, sigmoid 1.94, softplus
-   1.83. erf, sin and cos in float32 only (float64 calls libm): 0.51, 0.56,
-   0.56 ulp. The float32 and float64 kernels of TN_EW_OPS call them through
-   TN_F (>>ew_kernels). */
+   1.83. erf 0.51 (float32 only: float64 calls libm); sin and cos 0.56 and
+   0.56 (float32), 0.77 and 0.76 (float64). The float32 and float64 kernels
+   of TN_EW_OPS call them through TN_F (>>ew_kernels). */
 static inline uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 /* c ? a : b by masks. A ternary is a branch to GCC, which then sinks the
@@ -1531,6 +1531,44 @@ static inline float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
 #define TN__VM_TRIG_LIBM(x) (!(tn__vm_float(tn__vm_bits(x) & 0x7fffffffu) < 402653184.0f))
 #define TN__VM_NO_LIBM(x) 0
 
+/* sin(x + j pi/2) in float64: as float32's, with pi/2 in three parts of 33
+   bits and a double (msun's), so n times each part but the last is exact
+   for n < 2^20, and the remainder kept as a sum rh + rl of two doubles (the
+   second subtraction's rounding error recovered exactly), good to about
+   2^-100 of x however close x comes to a multiple of pi/2. Then sin or cos
+   of rh by their Taylor series to r^17 and r^16 (the rest is below 2^-58),
+   rl added through the derivative, and cos's 1 - z/2 with its rounding
+   error added back (as msun). Good for |x| < 2^20; the kernels redo larger
+   |x|, inf and NaN with libm (TN__VM_TRIG_LIBMD). */
+static inline double tn__vm_sincos(double x, uint64_t j) {
+    double k = x * 0.63661977236758138 + 6755399441055744.0;      /* + 1.5 * 2^52: rounds to an integer */
+    uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
+    k -= 6755399441055744.0;
+    double a = x - k * 1.5707963267341256, b = k * 6.077100506303966e-11;   /* both exact */
+    double r1 = a - b, c = ((a - r1) - b) - (k * 2.0222662487111665e-21 + k * 8.4784276603689e-32);
+    double rh = r1 + c, v = rh - r1, rl = (r1 - (rh - v)) + (c - v);          /* rh + rl = r1 + c exactly */
+    double z = rh * rh;
+    double s = -1.0 / 1307674368000.0 + z * (1.0 / 355687428096000.0);
+    s = 1.0 / 6227020800.0 + z * s;
+    s = -1.0 / 39916800.0 + z * s;
+    s = 1.0 / 362880.0 + z * s;
+    s = -1.0 / 5040.0 + z * s;
+    s = 1.0 / 120.0 + z * s;
+    s = rh + (rh * z * (-1.0 / 6.0 + z * s) + rl * (1.0 - 0.5 * z));
+    double p = 1.0 / 87178291200.0 - z * (1.0 / 20922789888000.0);
+    p = -1.0 / 479001600.0 + z * p;
+    p = 1.0 / 3628800.0 + z * p;
+    p = -1.0 / 40320.0 + z * p;
+    p = 1.0 / 720.0 + z * p;
+    double hz = 0.5 * z, w = 1.0 - hz;
+    double co = w + (((1.0 - w) - hz) + (z * z * (1.0 / 24.0 - z * p) - rh * rl));
+    double y = tn__vm_seld(q & 1u, co, s);
+    return tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
+}
+static inline double tn__vm_sin(double x) { return tn__vm_seld(x == 0.0, x, tn__vm_sincos(x, 0)); }   /* sin(-0) = -0 */
+static inline double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
+#define TN__VM_TRIG_LIBMD(x) (!(tn__vm_fabsd(x) < 1048576.0))
+
 /* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f (float32) where
    TN__VMF_<fn> names one, tn__vm_<fn> (float64) where TN__VMD_<fn> does (the
    probe: such a name adds a first argument, so TN__VM_2ND picks the function
@@ -1548,6 +1586,8 @@ static inline float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
 #define TN__VMD_log ~, tn__vm_log
 #define TN__VMD_log1p ~, tn__vm_log1p
 #define TN__VMD_tanh ~, tn__vm_tanh
+#define TN__VMD_sin ~, tn__vm_sin
+#define TN__VMD_cos ~, tn__vm_cos
 #define TN__VM_2ND_(a, b, ...) b
 #define TN__VM_2ND(...) TN__VM_2ND_(__VA_ARGS__)
 
@@ -1575,7 +1615,9 @@ static inline float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
     X(SOFTPLUS, softplus, D, double, tn__vm_softplus, TN__VM_NO_LIBM, tn__vm_softplus) \
     X(ERF, erf, F, float, tn__vm_erff, TN__VM_NO_LIBM, erff) \
     X(SIN, sin, F, float, tn__vm_sinf, TN__VM_TRIG_LIBM, sinf) \
-    X(COS, cos, F, float, tn__vm_cosf, TN__VM_TRIG_LIBM, cosf)
+    X(SIN, sin, D, double, tn__vm_sin, TN__VM_TRIG_LIBMD, sin) \
+    X(COS, cos, F, float, tn__vm_cosf, TN__VM_TRIG_LIBM, cosf) \
+    X(COS, cos, D, double, tn__vm_cos, TN__VM_TRIG_LIBMD, cos)
 #define TN__VM_KDEF(NAME, T, FN, BIG, LIB, ATTR) \
     ATTR static void NAME(int64_t n, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
                           const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
@@ -1619,6 +1661,7 @@ static const struct { int op, ct; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OP
 #undef TN__VM_ROW
 #undef TN__VM_KDEF
 #undef TN__VM_TRIG_LIBM
+#undef TN__VM_TRIG_LIBMD
 #undef TN__VM_NO_LIBM
 
 /* The CPU's level, read once (the kernels are chosen on every call's plan). */

@@ -1,6 +1,6 @@
 /* tests/test_vmath.c - the vector math of the CPU kernels (tensor_ops.h
-   >>vmath): exp, expm1, log, log1p, tanh, sigmoid and softplus in float32
-   and float64, erf, sin and cos in float32, run by the CPU engine (a
+   >>vmath): exp, expm1, log, log1p, tanh, sigmoid, softplus, sin and cos in
+   float32 and float64, erf in float32, run by the CPU engine (a
    one-instruction program) at every instruction set level this CPU has.
    float32 against libm in double, float64 against libm in long double
    (x86-64's 80-bit format: 11 more bits; elsewhere the sweep of float64 is
@@ -8,7 +8,7 @@
    float64: about a million spread over all 2^64) and the edge regions
    densely (thresholds of overflow and underflow, around 0, 1 and -1,
    subnormals, the switch points of the formulas, sin's and cos's switch to
-   libm); at the levels below the best a sixteenth as many patterns and a
+   libm, the values nearest k pi/2); at the levels below the best a sixteenth as many patterns and a
    tenth as dense: at most 4 ulp of the reference. The special values (NaN,
    +-inf, +-0, subnormals, the largest finite) bit for bit as libm's
    functions of the same type give them, the sign of zero included. Prints
@@ -46,8 +46,8 @@ static const vfn fns[] = {
     { TN_OP_SIGMOID, "sigmoid", ref_sigmoid, lib_sigmoid, refl_sigmoid, libd_sigmoid, 0 },
     { TN_OP_SOFTPLUS, "softplus", ref_softplus, lib_softplus, refl_softplus, libd_softplus, 0 },
     { TN_OP_ERF, "erf", erf, erff, NULL, NULL, 0 },            /* float32 only: float64 is libm's */
-    { TN_OP_SIN, "sin", sin, sinf, NULL, NULL, 1e9 },
-    { TN_OP_COS, "cos", cos, cosf, NULL, NULL, 1e9 },
+    { TN_OP_SIN, "sin", sin, sinf, sinl, sin, 1e9 },
+    { TN_OP_COS, "cos", cos, cosf, cosl, cos, 1e9 },
 };
 #define NFNS ((int)(sizeof fns / sizeof fns[0]))
 
@@ -135,10 +135,19 @@ static int64_t fill_inputs(const vtype *t, void *x, int64_t cap, uint64_t stride
         { 0.5, 2.0 }, { -1.0, -0.99 }, { 0.3, 0.4 }, { -0.4, -0.3 }, { -0.36, -0.33 }, { 0.33, 0.36 },
         { 1.2, 1.3 }, { 3.9, 4.1 }, { -4.1, -3.9 }, { 0.7, 0.9 }, { 3.0, 3.3 }, { 6.2, 6.4 },     /* erf's, sin's and cos's */
         { 1e5, 1.001e5 }, { -1.001e5, -1e5 }, { 4.0260e8, 4.0270e8 }, { -4.0270e8, -4.0260e8 },
+        { 1048000.0, 1049000.0 }, { -1049000.0, -1048000.0 },
     };
     for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++) {
         double lo = edges[k][0], hi = edges[k][1];
         for (int i = 0; i < dense && n < cap; i++) put(t, x, n++, lo + (hi - lo) * (double)i / dense);
+    }
+    /* the values of t nearest k pi/2 and their neighbours, where sin's or
+       cos's reduction cancels most (k to 2^20 in steps that grow) */
+    const long double pio2 = 1.570796326794896619231321691639751442L;
+    for (double k = 1; k < 1048576.0 && n + 3 < cap; k = k < 4096 ? k + 1 : floor(k * 1.001)) {
+        put(t, x, n, k * pio2);
+        uint64_t u = bits_of(t, x, n++);
+        put_bits(t, x, n++, u + 1); put_bits(t, x, n++, u - 1); put(t, x, n++, -k * pio2);
     }
     /* subnormals and the smallest normals; then 2^-25 .. 2^-11 (float32), 2^-60 .. 2^-20 (float64) */
     uint64_t sign = (uint64_t)1 << (8 * t->size - 1), mbit = (uint64_t)1 << t->mant;
