@@ -1235,24 +1235,32 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
    zero libm keeps, x < 0 for log) are selected at the end. Worst errors
    (tests/test_vmath.c, which allows 4; README's "Numerics"), float32 against
    libm in double: exp 0.98 ulp, expm1 1.42, log 0.79, log1p 1.44, tanh 1.31,
-   sigmoid 2.22, softplus 1.82; float64 against libm in long double: exp
+   sigmoid 2.22, softplus 1.86; float64 against libm in long double: exp
    0.92, expm1 1.87, log 0.79, log1p 1.43, tanh 1.29, sigmoid 1.94, softplus
-   1.83. erf 0.51 (float32 only: float64 calls libm); sin and cos 0.56 and
-   0.56 (float32), 0.77 and 0.76 (float64). The float32 and float64 kernels
-   of TN_EW_OPS call them through TN_F (>>ew_kernels). */
-static inline uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+   1.83; erf 0.51 (float32), 1.83 (float64); sin and cos 0.56 and 0.56
+   (float32), 0.77 and 0.76 (float64). The float32 and float64 kernels of
+   TN_EW_OPS call them through TN_F (>>ew_kernels). */
+/* Inlined whole into the kernels, whose loops vectorise only so: GCC's -O2
+   stops inlining a function past a size (float64 erf is past it), and a
+   loop with a call stays scalar. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TN__VM_INLINE static inline __attribute__((always_inline))
+#else
+#define TN__VM_INLINE static inline
+#endif
+TN__VM_INLINE uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+TN__VM_INLINE float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 /* c ? a : b by masks. A ternary is a branch to GCC, which then sinks the
    arithmetic only one side uses into that side, and a loop with a float
    operation on one side of a branch is not if-converted, so not vectorised
    (except with AVX-512's masks). */
-static inline float tn__vm_sel(bool c, float a, float b) {
+TN__VM_INLINE float tn__vm_sel(bool c, float a, float b) {
     uint32_t m = 0u - (uint32_t)c;
     return tn__vm_float((tn__vm_bits(a) & m) | (tn__vm_bits(b) & ~m));
 }
 
 /* n = round(x / ln2) as a float and r = x - n ln2; *nb = n + 256 (n in [-150, 128]). */
-static inline float tn__vm_reduce(float x, float *n, uint32_t *nb) {
+TN__VM_INLINE float tn__vm_reduce(float x, float *n, uint32_t *nb) {
     float k = x * 1.44269504088896341f + 12582912.0f;    /* + 1.5 * 2^23: rounds to an integer */
     *nb = tn__vm_bits(k) - 0x4b400000u + 256u;
     k -= 12582912.0f;
@@ -1260,7 +1268,7 @@ static inline float tn__vm_reduce(float x, float *n, uint32_t *nb) {
     return (x - k * 0.693359375f) - k * -2.12194440e-4f;
 }
 
-static inline float tn__vm_expf(float x) {
+TN__VM_INLINE float tn__vm_expf(float x) {
     float n;
     uint32_t nb;
     float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
@@ -1280,7 +1288,7 @@ static inline float tn__vm_expf(float x) {
 /* expm1(x) = 2^n expm1(r) + 2^n - 1 = 2 (t expm1(r) + (t - 1/2)) with
    t = 2^(n-1), finite up to n = 128; expm1(r) by its Taylor series to r^8
    (|r| <= ln2 / 2: the rest is below 2^-30 r). */
-static inline float tn__vm_expm1f(float x) {
+TN__VM_INLINE float tn__vm_expm1f(float x) {
     float n;
     uint32_t nb;
     float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
@@ -1300,7 +1308,7 @@ static inline float tn__vm_expm1f(float x) {
 
 /* log(x) for x > 0 finite (subnormals included); anything else gives junk
    the callers select away. */
-static inline float tn__vm_logf_pos(float x) {
+TN__VM_INLINE float tn__vm_logf_pos(float x) {
     bool sub = x < 1.17549435e-38f;
     float xs = x * tn__vm_sel(sub, 8388608.0f, 1.0f);      /* 2^23 */
     uint32_t t = tn__vm_bits(xs) - 0x3f3504f3u;             /* bits of sqrt(1/2): m lands in [sqrt(1/2), sqrt(2)) */
@@ -1319,7 +1327,7 @@ static inline float tn__vm_logf_pos(float x) {
     return (f + y) + e * 0.693359375f;
 }
 
-static inline float tn__vm_logf(float x) {
+TN__VM_INLINE float tn__vm_logf(float x) {
     float y = tn__vm_logf_pos(x);
     y = tn__vm_sel(x == 0.0f, -INFINITY, tn__vm_sel(x < 0.0f, NAN, y));
     return tn__vm_sel(x == INFINITY || x != x, x, y);
@@ -1327,7 +1335,7 @@ static inline float tn__vm_logf(float x) {
 
 /* log1p(x) = log(u) + (x - (u - 1)) / u, u = 1 + x: the second term is
    what rounding u lost. */
-static inline float tn__vm_log1pf(float x) {
+TN__VM_INLINE float tn__vm_log1pf(float x) {
     float u = 1.0f + x;
     float y = tn__vm_logf_pos(u) + (x - (u - 1.0f)) / u;
     y = tn__vm_sel(x == -1.0f, -INFINITY, tn__vm_sel(x < -1.0f, NAN, y));
@@ -1336,7 +1344,7 @@ static inline float tn__vm_log1pf(float x) {
 
 /* |x| < 0.625: Cephes' odd polynomial; above, 1 - 2 / (e^2|x| + 1) (1 once
    e^2|x| overflows). The sign is x's (tanh(-0) = -0). */
-static inline float tn__vm_tanhf(float x) {
+TN__VM_INLINE float tn__vm_tanhf(float x) {
     float ax = tn__vm_float(tn__vm_bits(x) & 0x7fffffffu), z = ax * ax;
     float p = -5.70498872745e-3f;
     p = p * z + 2.06390887954e-2f;
@@ -1349,13 +1357,13 @@ static inline float tn__vm_tanhf(float x) {
 }
 
 /* 1 / (1 + e^-x), and for x < 0 e^x / (1 + e^x): one exp of -|x|. */
-static inline float tn__vm_sigmoidf(float x) {
+TN__VM_INLINE float tn__vm_sigmoidf(float x) {
     float e = tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu));
     return tn__vm_sel(x >= 0.0f, 1.0f, e) / (1.0f + e);
 }
 
 /* max(x, 0) + log1p(e^-|x|) */
-static inline float tn__vm_softplusf(float x) {
+TN__VM_INLINE float tn__vm_softplusf(float x) {
     float l = tn__vm_log1pf(tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu)));
     return tn__vm_sel(x > 0.0f, x, 0.0f) + l;
 }
@@ -1367,16 +1375,16 @@ static inline float tn__vm_softplusf(float x) {
    log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)) with its degree-14 R; tanh
    below 0.625 is Cephes' rational x + x^3 P(x^2) / Q(x^2). Exponents go in
    and out of doubles by bits only (AVX2 has no int64 <-> double conversion). */
-static inline uint64_t tn__vm_bitsd(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
-static inline double tn__vm_double(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
-static inline double tn__vm_seld(bool c, double a, double b) {
+TN__VM_INLINE uint64_t tn__vm_bitsd(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
+TN__VM_INLINE double tn__vm_double(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
+TN__VM_INLINE double tn__vm_seld(bool c, double a, double b) {
     uint64_t m = 0u - (uint64_t)c;
     return tn__vm_double((tn__vm_bitsd(a) & m) | (tn__vm_bitsd(b) & ~m));
 }
-static inline double tn__vm_fabsd(double x) { return tn__vm_double(tn__vm_bitsd(x) & 0x7fffffffffffffffu); }
+TN__VM_INLINE double tn__vm_fabsd(double x) { return tn__vm_double(tn__vm_bitsd(x) & 0x7fffffffffffffffu); }
 
 /* r = x - n ln2, n = round(x / ln2); *nb = n + 2048 (n in [-1076, 1025]). */
-static inline double tn__vm_reduced(double x, uint64_t *nb) {
+TN__VM_INLINE double tn__vm_reduced(double x, uint64_t *nb) {
     double k = x * 1.4426950408889634 + 6755399441055744.0;     /* + 1.5 * 2^52: rounds to an integer */
     *nb = tn__vm_bitsd(k) - 0x4338000000000000u + 2048u;
     k -= 6755399441055744.0;
@@ -1384,7 +1392,7 @@ static inline double tn__vm_reduced(double x, uint64_t *nb) {
 }
 
 /* e^r - 1 for |r| <= ln2 / 2 */
-static inline double tn__vm_expm1_r(double r) {
+TN__VM_INLINE double tn__vm_expm1_r(double r) {
     double p = 1.0 / 6227020800.0;                              /* 1 / 13! */
     p = p * r + 1.0 / 479001600.0;
     p = p * r + 1.0 / 39916800.0;
@@ -1400,7 +1408,7 @@ static inline double tn__vm_expm1_r(double r) {
     return p * (r * r) + r;
 }
 
-static inline double tn__vm_exp(double x) {
+TN__VM_INLINE double tn__vm_exp(double x) {
     uint64_t nb;
     double p = 1.0 + tn__vm_expm1_r(tn__vm_reduced(x, &nb));
     uint64_t h = nb >> 1;                                       /* floor(n / 2) + 1024 */
@@ -1410,7 +1418,7 @@ static inline double tn__vm_exp(double x) {
 }
 
 /* 2 (t expm1(r) + (t - 1/2)), t = 2^(n-1), as in float32 */
-static inline double tn__vm_expm1(double x) {
+TN__VM_INLINE double tn__vm_expm1(double x) {
     uint64_t nb;
     double p = tn__vm_expm1_r(tn__vm_reduced(x, &nb));
     double t = tn__vm_double((nb - 1026u) << 52);
@@ -1420,7 +1428,7 @@ static inline double tn__vm_expm1(double x) {
 }
 
 /* log(x) for x > 0 finite (subnormals included), else junk */
-static inline double tn__vm_log_pos(double x) {
+TN__VM_INLINE double tn__vm_log_pos(double x) {
     bool sub = x < 2.2250738585072014e-308;
     double xs = x * tn__vm_seld(sub, 18014398509481984.0, 1.0);   /* 2^54 */
     uint64_t t = tn__vm_bitsd(xs) - 0x3fe6a09e667f3bcdu;         /* bits of sqrt(1/2) */
@@ -1435,20 +1443,20 @@ static inline double tn__vm_log_pos(double x) {
     return e * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + (t1 + t2)) + e * 1.90821492927058770002e-10)) - f);
 }
 
-static inline double tn__vm_log(double x) {
+TN__VM_INLINE double tn__vm_log(double x) {
     double y = tn__vm_log_pos(x);
     y = tn__vm_seld(x == 0.0, -INFINITY, tn__vm_seld(x < 0.0, NAN, y));
     return tn__vm_seld(x == INFINITY || x != x, x, y);
 }
 
-static inline double tn__vm_log1p(double x) {
+TN__VM_INLINE double tn__vm_log1p(double x) {
     double u = 1.0 + x;
     double y = tn__vm_log_pos(u) + (x - (u - 1.0)) / u;
     y = tn__vm_seld(x == -1.0, -INFINITY, tn__vm_seld(x < -1.0, NAN, y));
     return tn__vm_seld(x == INFINITY || x != x || x == 0.0, x, y);
 }
 
-static inline double tn__vm_tanh(double x) {
+TN__VM_INLINE double tn__vm_tanh(double x) {
     double ax = tn__vm_fabsd(x), z = ax * ax;
     double p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z - 1.61468768441708447952e3;
     double q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z + 4.84406305325125486048e3;
@@ -1457,12 +1465,12 @@ static inline double tn__vm_tanh(double x) {
     return tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd(x) & 0x8000000000000000u));
 }
 
-static inline double tn__vm_sigmoid(double x) {
+TN__VM_INLINE double tn__vm_sigmoid(double x) {
     double e = tn__vm_exp(-tn__vm_fabsd(x));
     return tn__vm_seld(x >= 0.0, 1.0, e) / (1.0 + e);
 }
 
-static inline double tn__vm_softplus(double x) {
+TN__VM_INLINE double tn__vm_softplus(double x) {
     double l = tn__vm_log1p(tn__vm_exp(-tn__vm_fabsd(x)));
     return tn__vm_seld(x > 0.0, x, 0.0) + l;
 }
@@ -1473,7 +1481,7 @@ static inline double tn__vm_softplus(double x) {
    1 - Q(|x| - 2.625), Q of degree 15 for erfc (absolute error 4e-10); past 4,
    1 (erf(3.92) rounds to 1). P and Q are least-squares fits at 300-400
    Chebyshev nodes, in 40-digit arithmetic. */
-static inline float tn__vm_erff(float x) {
+TN__VM_INLINE float tn__vm_erff(float x) {
     double ax = tn__vm_fabsd((double)x), z = ax * ax, t = ax - 2.625;
     double p = 8.2501993597271193e-07;
     p = p * z - 1.2785143520215854e-05;
@@ -1511,7 +1519,7 @@ static inline float tn__vm_erff(float x) {
    their Taylor series to r^9 and r^10 (the rest is below 3e-9 of the
    result), picked and signed by (n + j) mod 4. Good for |x| < 1.5 2^28;
    the kernels redo larger |x|, inf and NaN with libm (TN__VM_TRIG_LIBM). */
-static inline float tn__vm_sincosf(float x, uint64_t j) {
+TN__VM_INLINE float tn__vm_sincosf(float x, uint64_t j) {
     double xd = x;
     double k = xd * 0.63661977236758138 + 6755399441055744.0;     /* + 1.5 * 2^52: rounds to an integer */
     uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
@@ -1525,11 +1533,59 @@ static inline float tn__vm_sincosf(float x, uint64_t j) {
     double y = tn__vm_seld(q & 1u, c, s);
     return (float)tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
 }
-static inline float tn__vm_sinf(float x) { return tn__vm_sel(x == 0.0f, x, tn__vm_sincosf(x, 0)); }   /* sin(-0) = -0 */
-static inline float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
+TN__VM_INLINE float tn__vm_sinf(float x) { return tn__vm_sel(x == 0.0f, x, tn__vm_sincosf(x, 0)); }   /* sin(-0) = -0 */
+TN__VM_INLINE float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
 /* The lanes tn__vm_sincosf leaves to libm: |x| >= 1.5 2^28, inf, NaN. */
 #define TN__VM_TRIG_LIBM(x) (!(tn__vm_float(tn__vm_bits(x) & 0x7fffffffu) < 402653184.0f))
 #define TN__VM_NO_LIBM(x) 0
+
+/* erf in float64: |x| < 1 x P(x^2), P of degree 13 (relative error
+   4e-17); 1 <= |x| < 6 1 - e^-x^2 Q(|x| - 3.5), Q of degree 21 for
+   e^x^2 erfc(x), fitted for the absolute error of erfc (7e-18: erf near 1
+   needs no more, and x^2's rounding moves e^-x^2 by less); past 6, 1
+   (erf(5.93) rounds to 1). Fitted as float32's. */
+TN__VM_INLINE double tn__vm_erf(double x) {
+    double ax = tn__vm_fabsd(x), z = ax * ax, t = ax - 3.5;
+    double p = -4.2218066361920665e-12;
+    p = p * z + 8.7030776780030921e-11;
+    p = p * z - 1.2162835925503698e-09;
+    p = p * z + 1.4792111042608197e-08;
+    p = p * z - 1.6364610647085907e-07;
+    p = p * z + 1.6462043130594368e-06;
+    p = p * z - 1.4925647451134325e-05;
+    p = p * z + 0.0001205533289887479;
+    p = p * z - 0.00085483270218420036;
+    p = p * z + 0.0052239776254219194;
+    p = p * z - 0.026866170645129719;
+    p = p * z + 0.11283791670955119;
+    p = p * z - 0.37612638903183754;
+    p = p * z + 1.1283791670955126;
+    double q = -2.0473015453160555e-13;
+    q = q * t - 3.3501176322657769e-12;
+    q = q * t - 2.4839793970171032e-11;
+    q = q * t - 1.0152283437199909e-10;
+    q = q * t - 2.2735294221448982e-10;
+    q = q * t - 1.2378014321707553e-10;
+    q = q * t + 6.9577910537713924e-10;
+    q = q * t + 2.3601183797867637e-09;
+    q = q * t + 1.5890216977347044e-09;
+    q = q * t + 2.8956333624279884e-09;
+    q = q * t - 2.356492812825039e-08;
+    q = q * t + 8.0546925146468215e-08;
+    q = q * t - 4.0232591599329032e-07;
+    q = q * t + 1.8411387624571484e-06;
+    q = q * t - 8.2345032835681878e-06;
+    q = q * t + 3.6182306868697113e-05;
+    q = q * t - 0.00015546966053527587;
+    q = q * t + 0.00065268587246547689;
+    q = q * t - 0.0026730744971237576;
+    q = q * t + 0.010661133212661249;
+    q = q * t - 0.041323577827895419;
+    q = q * t + 0.15529365560908334;
+    double y = tn__vm_seld(ax < 1.0, ax * p, 1.0 - tn__vm_exp(-z) * q);
+    y = tn__vm_seld(ax >= 6.0, 1.0, y);                        /* NaN stays NaN */
+    return tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd(x) & 0x8000000000000000u));
+}
 
 /* sin(x + j pi/2) in float64: as float32's, with pi/2 in three parts of 33
    bits and a double (msun's), so n times each part but the last is exact
@@ -1540,7 +1596,7 @@ static inline float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
    rl added through the derivative, and cos's 1 - z/2 with its rounding
    error added back (as msun). Good for |x| < 2^20; the kernels redo larger
    |x|, inf and NaN with libm (TN__VM_TRIG_LIBMD). */
-static inline double tn__vm_sincos(double x, uint64_t j) {
+TN__VM_INLINE double tn__vm_sincos(double x, uint64_t j) {
     double k = x * 0.63661977236758138 + 6755399441055744.0;      /* + 1.5 * 2^52: rounds to an integer */
     uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
     k -= 6755399441055744.0;
@@ -1565,8 +1621,8 @@ static inline double tn__vm_sincos(double x, uint64_t j) {
     double y = tn__vm_seld(q & 1u, co, s);
     return tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
 }
-static inline double tn__vm_sin(double x) { return tn__vm_seld(x == 0.0, x, tn__vm_sincos(x, 0)); }   /* sin(-0) = -0 */
-static inline double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
+TN__VM_INLINE double tn__vm_sin(double x) { return tn__vm_seld(x == 0.0, x, tn__vm_sincos(x, 0)); }   /* sin(-0) = -0 */
+TN__VM_INLINE double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
 #define TN__VM_TRIG_LIBMD(x) (!(tn__vm_fabsd(x) < 1048576.0))
 
 /* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f (float32) where
@@ -1586,6 +1642,7 @@ static inline double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
 #define TN__VMD_log ~, tn__vm_log
 #define TN__VMD_log1p ~, tn__vm_log1p
 #define TN__VMD_tanh ~, tn__vm_tanh
+#define TN__VMD_erf ~, tn__vm_erf
 #define TN__VMD_sin ~, tn__vm_sin
 #define TN__VMD_cos ~, tn__vm_cos
 #define TN__VM_2ND_(a, b, ...) b
@@ -1614,6 +1671,7 @@ static inline double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
     X(SOFTPLUS, softplus, F, float, tn__vm_softplusf, TN__VM_NO_LIBM, tn__vm_softplusf) \
     X(SOFTPLUS, softplus, D, double, tn__vm_softplus, TN__VM_NO_LIBM, tn__vm_softplus) \
     X(ERF, erf, F, float, tn__vm_erff, TN__VM_NO_LIBM, erff) \
+    X(ERF, erf, D, double, tn__vm_erf, TN__VM_NO_LIBM, erf) \
     X(SIN, sin, F, float, tn__vm_sinf, TN__VM_TRIG_LIBM, sinf) \
     X(SIN, sin, D, double, tn__vm_sin, TN__VM_TRIG_LIBMD, sin) \
     X(COS, cos, F, float, tn__vm_cosf, TN__VM_TRIG_LIBM, cosf) \
