@@ -1370,7 +1370,7 @@ TN__VM_INLINE float tn__vm_softplusf(float x) {
 
 /* The float64 versions: the same reductions and selects, wider polynomials.
    exp and expm1 share e^r - 1 by its Taylor series to r^13 (|r| <= ln2 / 2:
-   the rest is below 2^-57 r), ln2 in FreeBSD msun's two parts (the first
+   the rest is below 2^-56 r), ln2 in FreeBSD msun's two parts (the first
    has 21 low zero bits, so n times it is exact); log is msun's: s = f / (2 + f),
    log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)) with its degree-14 R; tanh
    below 0.625 is Cephes' rational x + x^3 P(x^2) / Q(x^2). Exponents go in
