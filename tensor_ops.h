@@ -1251,7 +1251,7 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
     tn__ew_casts[t][TN__CT_D](1, out, &v, NULL, NULL);
 }
 
-/* >>vmath: exp, expm1, log, log1p, tanh, sigmoid, softplus in float32 ------ */
+/* >>vmath: exp, expm1, log, log1p, tanh, sigmoid, softplus, erf, sin, cos - */
 /* libm's expf is one call per element, and no compiler vectorises a loop of
    libm calls without -ffast-math. These are branch-free (selects, not jumps;
    float <-> bits by memcpy; no errno), so a loop of them vectorises at -O2.
@@ -1262,23 +1262,34 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
    past FLT_MAX is inf; log as e ln2 + log(m), m in [sqrt(1/2), sqrt(2)),
    by Cephes' polynomial in m - 1. Specials (NaN, +-inf, +-0, the signs of
    zero libm keeps, x < 0 for log) are selected at the end. Worst errors
-   against libm in double (tests/test_vmath.c, which allows 4; README's
-   "Numerics"): exp 0.96 ulp, expm1 1.41, log 0.77, log1p 1.44, tanh 1.31,
-   sigmoid 2.33, softplus 1.93. The float kernels of TN_EW_OPS call them
-   through TN_F (>>ew_kernels); float64 stays with libm. */
-static inline uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
-static inline float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+   (tests/test_vmath.c, which allows 4; README's "Numerics"), float32 against
+   libm in double: exp 0.98 ulp, expm1 1.42, log 0.79, log1p 1.44, tanh 1.31,
+   sigmoid 2.22, softplus 1.86; float64 against libm in long double: exp
+   0.92, expm1 1.87, log 0.79, log1p 1.43, tanh 1.29, sigmoid 1.94, softplus
+   1.83; erf 0.51 (float32), 1.83 (float64); sin and cos 0.56 and 0.56
+   (float32), 0.77 and 0.76 (float64). The float32 and float64 kernels of
+   TN_EW_OPS call them through TN_F (>>ew_kernels). */
+/* Inlined whole into the kernels, whose loops vectorise only so: GCC's -O2
+   stops inlining a function past a size (float64 erf is past it), and a
+   loop with a call stays scalar. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TN__VM_INLINE static inline __attribute__((always_inline))
+#else
+#define TN__VM_INLINE static inline
+#endif
+TN__VM_INLINE uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+TN__VM_INLINE float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
 /* c ? a : b by masks. A ternary is a branch to GCC, which then sinks the
    arithmetic only one side uses into that side, and a loop with a float
    operation on one side of a branch is not if-converted, so not vectorised
    (except with AVX-512's masks). */
-static inline float tn__vm_sel(bool c, float a, float b) {
+TN__VM_INLINE float tn__vm_sel(bool c, float a, float b) {
     uint32_t m = 0u - (uint32_t)c;
     return tn__vm_float((tn__vm_bits(a) & m) | (tn__vm_bits(b) & ~m));
 }
 
 /* n = round(x / ln2) as a float and r = x - n ln2; *nb = n + 256 (n in [-150, 128]). */
-static inline float tn__vm_reduce(float x, float *n, uint32_t *nb) {
+TN__VM_INLINE float tn__vm_reduce(float x, float *n, uint32_t *nb) {
     float k = x * 1.44269504088896341f + 12582912.0f;    /* + 1.5 * 2^23: rounds to an integer */
     *nb = tn__vm_bits(k) - 0x4b400000u + 256u;
     k -= 12582912.0f;
@@ -1286,7 +1297,7 @@ static inline float tn__vm_reduce(float x, float *n, uint32_t *nb) {
     return (x - k * 0.693359375f) - k * -2.12194440e-4f;
 }
 
-static inline float tn__vm_expf(float x) {
+TN__VM_INLINE float tn__vm_expf(float x) {
     float n;
     uint32_t nb;
     float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
@@ -1306,7 +1317,7 @@ static inline float tn__vm_expf(float x) {
 /* expm1(x) = 2^n expm1(r) + 2^n - 1 = 2 (t expm1(r) + (t - 1/2)) with
    t = 2^(n-1), finite up to n = 128; expm1(r) by its Taylor series to r^8
    (|r| <= ln2 / 2: the rest is below 2^-30 r). */
-static inline float tn__vm_expm1f(float x) {
+TN__VM_INLINE float tn__vm_expm1f(float x) {
     float n;
     uint32_t nb;
     float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
@@ -1326,7 +1337,7 @@ static inline float tn__vm_expm1f(float x) {
 
 /* log(x) for x > 0 finite (subnormals included); anything else gives junk
    the callers select away. */
-static inline float tn__vm_logf_pos(float x) {
+TN__VM_INLINE float tn__vm_logf_pos(float x) {
     bool sub = x < 1.17549435e-38f;
     float xs = x * tn__vm_sel(sub, 8388608.0f, 1.0f);      /* 2^23 */
     uint32_t t = tn__vm_bits(xs) - 0x3f3504f3u;             /* bits of sqrt(1/2): m lands in [sqrt(1/2), sqrt(2)) */
@@ -1345,7 +1356,7 @@ static inline float tn__vm_logf_pos(float x) {
     return (f + y) + e * 0.693359375f;
 }
 
-static inline float tn__vm_logf(float x) {
+TN__VM_INLINE float tn__vm_logf(float x) {
     float y = tn__vm_logf_pos(x);
     y = tn__vm_sel(x == 0.0f, -INFINITY, tn__vm_sel(x < 0.0f, NAN, y));
     return tn__vm_sel(x == INFINITY || x != x, x, y);
@@ -1353,7 +1364,7 @@ static inline float tn__vm_logf(float x) {
 
 /* log1p(x) = log(u) + (x - (u - 1)) / u, u = 1 + x: the second term is
    what rounding u lost. */
-static inline float tn__vm_log1pf(float x) {
+TN__VM_INLINE float tn__vm_log1pf(float x) {
     float u = 1.0f + x;
     float y = tn__vm_logf_pos(u) + (x - (u - 1.0f)) / u;
     y = tn__vm_sel(x == -1.0f, -INFINITY, tn__vm_sel(x < -1.0f, NAN, y));
@@ -1362,7 +1373,7 @@ static inline float tn__vm_log1pf(float x) {
 
 /* |x| < 0.625: Cephes' odd polynomial; above, 1 - 2 / (e^2|x| + 1) (1 once
    e^2|x| overflows). The sign is x's (tanh(-0) = -0). */
-static inline float tn__vm_tanhf(float x) {
+TN__VM_INLINE float tn__vm_tanhf(float x) {
     float ax = tn__vm_float(tn__vm_bits(x) & 0x7fffffffu), z = ax * ax;
     float p = -5.70498872745e-3f;
     p = p * z + 2.06390887954e-2f;
@@ -1375,25 +1386,294 @@ static inline float tn__vm_tanhf(float x) {
 }
 
 /* 1 / (1 + e^-x), and for x < 0 e^x / (1 + e^x): one exp of -|x|. */
-static inline float tn__vm_sigmoidf(float x) {
+TN__VM_INLINE float tn__vm_sigmoidf(float x) {
     float e = tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu));
     return tn__vm_sel(x >= 0.0f, 1.0f, e) / (1.0f + e);
 }
 
 /* max(x, 0) + log1p(e^-|x|) */
-static inline float tn__vm_softplusf(float x) {
+TN__VM_INLINE float tn__vm_softplusf(float x) {
     float l = tn__vm_log1pf(tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu)));
     return tn__vm_sel(x > 0.0f, x, 0.0f) + l;
 }
 
-/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f where
-   TN__VMF_<fn> names one (the probe: such a name adds a first argument, so
-   TN__VM_2ND picks the function here), else libm's fn##f. */
+/* The float64 versions: the same reductions and selects, wider polynomials.
+   exp and expm1 share e^r - 1 by its Taylor series to r^13 (|r| <= ln2 / 2:
+   the rest is below 2^-56 r), ln2 in FreeBSD msun's two parts (the first
+   has 21 low zero bits, so n times it is exact); log is msun's: s = f / (2 + f),
+   log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)) with its degree-14 R; tanh
+   below 0.625 is Cephes' rational x + x^3 P(x^2) / Q(x^2). Exponents go in
+   and out of doubles by bits only (AVX2 has no int64 <-> double conversion). */
+TN__VM_INLINE uint64_t tn__vm_bitsd(double x) { uint64_t u; memcpy(&u, &x, 8); return u; }
+TN__VM_INLINE double tn__vm_double(uint64_t u) { double x; memcpy(&x, &u, 8); return x; }
+TN__VM_INLINE double tn__vm_seld(bool c, double a, double b) {
+    uint64_t m = 0u - (uint64_t)c;
+    return tn__vm_double((tn__vm_bitsd(a) & m) | (tn__vm_bitsd(b) & ~m));
+}
+TN__VM_INLINE double tn__vm_fabsd(double x) { return tn__vm_double(tn__vm_bitsd(x) & 0x7fffffffffffffffu); }
+
+/* r = x - n ln2, n = round(x / ln2); *nb = n + 2048 (n in [-1076, 1025]). */
+TN__VM_INLINE double tn__vm_reduced(double x, uint64_t *nb) {
+    double k = x * 1.4426950408889634 + 6755399441055744.0;     /* + 1.5 * 2^52: rounds to an integer */
+    *nb = tn__vm_bitsd(k) - 0x4338000000000000u + 2048u;
+    k -= 6755399441055744.0;
+    return (x - k * 6.93147180369123816490e-01) - k * 1.90821492927058770002e-10;
+}
+
+/* e^r - 1 for |r| <= ln2 / 2 */
+TN__VM_INLINE double tn__vm_expm1_r(double r) {
+    double p = 1.0 / 6227020800.0;                              /* 1 / 13! */
+    p = p * r + 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    return p * (r * r) + r;
+}
+
+TN__VM_INLINE double tn__vm_exp(double x) {
+    uint64_t nb;
+    double p = 1.0 + tn__vm_expm1_r(tn__vm_reduced(x, &nb));
+    uint64_t h = nb >> 1;                                       /* floor(n / 2) + 1024 */
+    double y = p * tn__vm_double((h - 1u) << 52) * tn__vm_double((nb - h - 1u) << 52);
+    y = tn__vm_seld(x > 710.0, INFINITY, y);                    /* e^710 is past DBL_MAX (and n past 1024) */
+    return tn__vm_seld(x < -746.0, 0.0, y);                     /* e^-746 rounds to 0 (and n is below -1075) */
+}
+
+/* 2 (t expm1(r) + (t - 1/2)), t = 2^(n-1), as in float32 */
+TN__VM_INLINE double tn__vm_expm1(double x) {
+    uint64_t nb;
+    double p = tn__vm_expm1_r(tn__vm_reduced(x, &nb));
+    double t = tn__vm_double((nb - 1026u) << 52);
+    double y = 2.0 * (t * p + (t - 0.5));
+    y = tn__vm_seld(x < -40.0, -1.0, tn__vm_seld(x > 710.0, INFINITY, y));    /* expm1(-40) rounds to -1 */
+    return tn__vm_seld(x == 0.0, x, y);                         /* expm1(-0) = -0 */
+}
+
+/* log(x) for x > 0 finite (subnormals included), else junk */
+TN__VM_INLINE double tn__vm_log_pos(double x) {
+    bool sub = x < 2.2250738585072014e-308;
+    double xs = x * tn__vm_seld(sub, 18014398509481984.0, 1.0);   /* 2^54 */
+    uint64_t t = tn__vm_bitsd(xs) - 0x3fe6a09e667f3bcdu;         /* bits of sqrt(1/2) */
+    /* e + 2048 + 2^52 as a double's bits, less 2^52 + 2048 (+ 54) */
+    double e = tn__vm_double(0x4330000000000000u | ((t ^ 0x8000000000000000u) >> 52))
+             - tn__vm_seld(sub, 4503599627372598.0, 4503599627372544.0);
+    double f = tn__vm_double((t & 0x000fffffffffffffu) + 0x3fe6a09e667f3bcdu) - 1.0;
+    double hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s, w = z * z;
+    double t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+    double t2 = z * (6.666666666666735130e-01 + w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01
+                                                                             + w * 1.479819860511658591e-01)));
+    return e * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + (t1 + t2)) + e * 1.90821492927058770002e-10)) - f);
+}
+
+TN__VM_INLINE double tn__vm_log(double x) {
+    double y = tn__vm_log_pos(x);
+    y = tn__vm_seld(x == 0.0, -INFINITY, tn__vm_seld(x < 0.0, NAN, y));
+    return tn__vm_seld(x == INFINITY || x != x, x, y);
+}
+
+TN__VM_INLINE double tn__vm_log1p(double x) {
+    double u = 1.0 + x;
+    double y = tn__vm_log_pos(u) + (x - (u - 1.0)) / u;
+    y = tn__vm_seld(x == -1.0, -INFINITY, tn__vm_seld(x < -1.0, NAN, y));
+    return tn__vm_seld(x == INFINITY || x != x || x == 0.0, x, y);
+}
+
+TN__VM_INLINE double tn__vm_tanh(double x) {
+    double ax = tn__vm_fabsd(x), z = ax * ax;
+    double p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z - 1.61468768441708447952e3;
+    double q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z + 4.84406305325125486048e3;
+    double small = ax + ax * z * (p / q), big = 1.0 - 2.0 / (tn__vm_exp(2.0 * ax) + 1.0);
+    double y = tn__vm_seld(ax < 0.625, small, big);
+    return tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd(x) & 0x8000000000000000u));
+}
+
+TN__VM_INLINE double tn__vm_sigmoid(double x) {
+    double e = tn__vm_exp(-tn__vm_fabsd(x));
+    return tn__vm_seld(x >= 0.0, 1.0, e) / (1.0 + e);
+}
+
+TN__VM_INLINE double tn__vm_softplus(double x) {
+    double l = tn__vm_log1p(tn__vm_exp(-tn__vm_fabsd(x)));
+    return tn__vm_seld(x > 0.0, x, 0.0) + l;
+}
+
+/* erf, sin and cos in float32 are computed in double, so the float result
+   is rounded once and the polynomials need no extra-precise steps. erf:
+   |x| < 1.25 x P(x^2), P of degree 8 (relative error 4e-11); 1.25 <= |x| < 4
+   1 - Q(|x| - 2.625), Q of degree 15 for erfc (absolute error 4e-10); past 4,
+   1 (erf(3.92) rounds to 1). P and Q are least-squares fits at 300-400
+   Chebyshev nodes, in 40-digit arithmetic. */
+TN__VM_INLINE float tn__vm_erff(float x) {
+    double ax = tn__vm_fabsd((double)x), z = ax * ax, t = ax - 2.625;
+    double p = 8.2501993597271193e-07;
+    p = p * z - 1.2785143520215854e-05;
+    p = p * z + 0.0001173395445644403;
+    p = p * z - 0.00085193759966356955;
+    p = p * z + 0.0052224200346515804;
+    p = p * z - 0.02686569433539442;
+    p = p * z + 0.11283784299137306;
+    p = p * z - 0.37612638459140862;
+    p = p * z + 1.1283791670508938;
+    double q = 3.0265055661801353e-07;
+    q = q * t - 2.1668991834745176e-07;
+    q = q * t - 4.1001850257808995e-06;
+    q = q * t + 9.0385308762427246e-06;
+    q = q * t + 1.0117808335807088e-05;
+    q = q * t - 7.740704326584906e-05;
+    q = q * t + 0.00015286871412600943;
+    q = q * t - 3.1748499283128142e-05;
+    q = q * t - 0.0006810415011099662;
+    q = q * t + 0.002245491338218472;
+    q = q * t - 0.0042178241013804112;
+    q = q * t + 0.0054146025168763171;
+    q = q * t - 0.0048904343706749065;
+    q = q * t + 0.0030131449850611014;
+    q = q * t - 0.0011478747961340973;
+    q = q * t + 0.00020537613167215414;
+    double y = tn__vm_seld(ax < 1.25, ax * p, 1.0 - q);
+    y = tn__vm_seld(ax >= 4.0, 1.0, y);                        /* NaN stays NaN */
+    return (float)tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd((double)x) & 0x8000000000000000u));
+}
+
+/* sin(x + j pi/2): n = round(x 2/pi), r = x - n pi/2 with pi/2 in three
+   parts (two of 25 bits, so n times them is exact for n < 2^28, and a
+   double: r is good to about 2^-75), then sin or cos of r (|r| <= pi/4) by
+   their Taylor series to r^9 and r^10 (the rest is below 3e-9 of the
+   result), picked and signed by (n + j) mod 4. Good for |x| < 1.5 2^28;
+   the kernels redo larger |x|, inf and NaN with libm (TN__VM_TRIG_LIBM). */
+TN__VM_INLINE float tn__vm_sincosf(float x, uint64_t j) {
+    double xd = x;
+    double k = xd * 0.63661977236758138 + 6755399441055744.0;     /* + 1.5 * 2^52: rounds to an integer */
+    uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
+    k -= 6755399441055744.0;
+    double r = ((xd - k * 1.5707963109016418) - k * 1.5893254712295857e-08) - k * 6.123233995736766e-17;
+    double z = r * r;
+    double s = -1.0 / 5040.0 + z * (1.0 / 362880.0);
+    s = r + r * z * (-1.0 / 6.0 + z * (1.0 / 120.0 + z * s));
+    double c = 1.0 / 40320.0 - z * (1.0 / 3628800.0);
+    c = 1.0 - 0.5 * z + z * z * (1.0 / 24.0 + z * (-1.0 / 720.0 + z * c));
+    double y = tn__vm_seld(q & 1u, c, s);
+    return (float)tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
+}
+TN__VM_INLINE float tn__vm_sinf(float x) { return tn__vm_sel(x == 0.0f, x, tn__vm_sincosf(x, 0)); }   /* sin(-0) = -0 */
+TN__VM_INLINE float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
+/* The lanes tn__vm_sincosf leaves to libm: |x| >= 1.5 2^28, inf, NaN. */
+#define TN__VM_TRIG_LIBM(x) (!(tn__vm_float(tn__vm_bits(x) & 0x7fffffffu) < 402653184.0f))
+#define TN__VM_NO_LIBM(x) 0
+
+/* erf in float64: |x| < 1 x P(x^2), P of degree 13 (relative error
+   4e-17); 1 <= |x| < 6 1 - e^-x^2 Q(|x| - 3.5), Q of degree 21 for
+   e^x^2 erfc(x), fitted for the absolute error of erfc (7e-18: erf near 1
+   needs no more, and x^2's rounding moves e^-x^2 by less); past 6, 1
+   (erf(5.93) rounds to 1). Fitted as float32's. */
+TN__VM_INLINE double tn__vm_erf(double x) {
+    double ax = tn__vm_fabsd(x), z = ax * ax, t = ax - 3.5;
+    double p = -4.2218066361920665e-12;
+    p = p * z + 8.7030776780030921e-11;
+    p = p * z - 1.2162835925503698e-09;
+    p = p * z + 1.4792111042608197e-08;
+    p = p * z - 1.6364610647085907e-07;
+    p = p * z + 1.6462043130594368e-06;
+    p = p * z - 1.4925647451134325e-05;
+    p = p * z + 0.0001205533289887479;
+    p = p * z - 0.00085483270218420036;
+    p = p * z + 0.0052239776254219194;
+    p = p * z - 0.026866170645129719;
+    p = p * z + 0.11283791670955119;
+    p = p * z - 0.37612638903183754;
+    p = p * z + 1.1283791670955126;
+    double q = -2.0473015453160555e-13;
+    q = q * t - 3.3501176322657769e-12;
+    q = q * t - 2.4839793970171032e-11;
+    q = q * t - 1.0152283437199909e-10;
+    q = q * t - 2.2735294221448982e-10;
+    q = q * t - 1.2378014321707553e-10;
+    q = q * t + 6.9577910537713924e-10;
+    q = q * t + 2.3601183797867637e-09;
+    q = q * t + 1.5890216977347044e-09;
+    q = q * t + 2.8956333624279884e-09;
+    q = q * t - 2.356492812825039e-08;
+    q = q * t + 8.0546925146468215e-08;
+    q = q * t - 4.0232591599329032e-07;
+    q = q * t + 1.8411387624571484e-06;
+    q = q * t - 8.2345032835681878e-06;
+    q = q * t + 3.6182306868697113e-05;
+    q = q * t - 0.00015546966053527587;
+    q = q * t + 0.00065268587246547689;
+    q = q * t - 0.0026730744971237576;
+    q = q * t + 0.010661133212661249;
+    q = q * t - 0.041323577827895419;
+    q = q * t + 0.15529365560908334;
+    double y = tn__vm_seld(ax < 1.0, ax * p, 1.0 - tn__vm_exp(-z) * q);
+    y = tn__vm_seld(ax >= 6.0, 1.0, y);                        /* NaN stays NaN */
+    return tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd(x) & 0x8000000000000000u));
+}
+
+/* sin(x + j pi/2) in float64: as float32's, with pi/2 in three parts of 33
+   bits and a double (msun's), so n times each part but the last is exact
+   for n < 2^20, and the remainder kept as a sum rh + rl of two doubles (the
+   second subtraction's rounding error recovered exactly), good to about
+   2^-100 of x however close x comes to a multiple of pi/2. Then sin or cos
+   of rh by their Taylor series to r^17 and r^16 (the rest is below 2^-58),
+   rl added through the derivative, and cos's 1 - z/2 with its rounding
+   error added back (as msun). Good for |x| < 2^20; the kernels redo larger
+   |x|, inf and NaN with libm (TN__VM_TRIG_LIBMD). */
+TN__VM_INLINE double tn__vm_sincos(double x, uint64_t j) {
+    double k = x * 0.63661977236758138 + 6755399441055744.0;      /* + 1.5 * 2^52: rounds to an integer */
+    uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
+    k -= 6755399441055744.0;
+    double a = x - k * 1.5707963267341256, b = k * 6.077100506303966e-11;   /* both exact */
+    double r1 = a - b, c = ((a - r1) - b) - (k * 2.0222662487111665e-21 + k * 8.4784276603689e-32);
+    double rh = r1 + c, v = rh - r1, rl = (r1 - (rh - v)) + (c - v);          /* rh + rl = r1 + c exactly */
+    double z = rh * rh;
+    double s = -1.0 / 1307674368000.0 + z * (1.0 / 355687428096000.0);
+    s = 1.0 / 6227020800.0 + z * s;
+    s = -1.0 / 39916800.0 + z * s;
+    s = 1.0 / 362880.0 + z * s;
+    s = -1.0 / 5040.0 + z * s;
+    s = 1.0 / 120.0 + z * s;
+    s = rh + (rh * z * (-1.0 / 6.0 + z * s) + rl * (1.0 - 0.5 * z));
+    double p = 1.0 / 87178291200.0 - z * (1.0 / 20922789888000.0);
+    p = -1.0 / 479001600.0 + z * p;
+    p = 1.0 / 3628800.0 + z * p;
+    p = -1.0 / 40320.0 + z * p;
+    p = 1.0 / 720.0 + z * p;
+    double hz = 0.5 * z, w = 1.0 - hz;
+    double co = w + (((1.0 - w) - hz) + (z * z * (1.0 / 24.0 - z * p) - rh * rl));
+    double y = tn__vm_seld(q & 1u, co, s);
+    return tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
+}
+TN__VM_INLINE double tn__vm_sin(double x) { return tn__vm_seld(x == 0.0, x, tn__vm_sincos(x, 0)); }   /* sin(-0) = -0 */
+TN__VM_INLINE double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
+#define TN__VM_TRIG_LIBMD(x) (!(tn__vm_fabsd(x) < 1048576.0))
+
+/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f (float32) where
+   TN__VMF_<fn> names one, tn__vm_<fn> (float64) where TN__VMD_<fn> does (the
+   probe: such a name adds a first argument, so TN__VM_2ND picks the function
+   here), else libm's fn##f or fn. */
 #define TN__VMF_exp ~, tn__vm_expf
 #define TN__VMF_expm1 ~, tn__vm_expm1f
 #define TN__VMF_log ~, tn__vm_logf
 #define TN__VMF_log1p ~, tn__vm_log1pf
 #define TN__VMF_tanh ~, tn__vm_tanhf
+#define TN__VMF_erf ~, tn__vm_erff
+#define TN__VMF_sin ~, tn__vm_sinf
+#define TN__VMF_cos ~, tn__vm_cosf
+#define TN__VMD_exp ~, tn__vm_exp
+#define TN__VMD_expm1 ~, tn__vm_expm1
+#define TN__VMD_log ~, tn__vm_log
+#define TN__VMD_log1p ~, tn__vm_log1p
+#define TN__VMD_tanh ~, tn__vm_tanh
+#define TN__VMD_erf ~, tn__vm_erf
+#define TN__VMD_sin ~, tn__vm_sin
+#define TN__VMD_cos ~, tn__vm_cos
 #define TN__VM_2ND_(a, b, ...) b
 #define TN__VM_2ND(...) TN__VM_2ND_(__VA_ARGS__)
 
@@ -1401,32 +1681,57 @@ static inline float tn__vm_softplusf(float x) {
    instruction sets a vector width pays on (x86-64: SSE2, AVX2 with FMA,
    AVX-512) and picked at run time. The loop runs 16 elements at a time (a
    fixed count, which GCC's -O2 cost model vectorises; every width divides
-   it), the tail through a padded block. */
-#define TN__VM_OPS(X) X(EXP, exp, tn__vm_expf) X(EXPM1, expm1, tn__vm_expm1f) X(LOG, log, tn__vm_logf) \
-    X(LOG1P, log1p, tn__vm_log1pf) X(TANH, tanh, tn__vm_tanhf) X(SIGMOID, sigmoid, tn__vm_sigmoidf) \
-    X(SOFTPLUS, softplus, tn__vm_softplusf)
-#define TN__VM_KDEF(NAME, FN, ATTR) \
+   it), the tail through a padded block. A block where `big` holds for some
+   lane has those lanes redone by `lib` (a branch per block, not per lane).
+   X(op, name, compute type, C type, function, big, lib). */
+#define TN__VM_OPS(X) \
+    X(EXP, exp, F, float, tn__vm_expf, TN__VM_NO_LIBM, expf) \
+    X(EXP, exp, D, double, tn__vm_exp, TN__VM_NO_LIBM, exp) \
+    X(EXPM1, expm1, F, float, tn__vm_expm1f, TN__VM_NO_LIBM, expm1f) \
+    X(EXPM1, expm1, D, double, tn__vm_expm1, TN__VM_NO_LIBM, expm1) \
+    X(LOG, log, F, float, tn__vm_logf, TN__VM_NO_LIBM, logf) \
+    X(LOG, log, D, double, tn__vm_log, TN__VM_NO_LIBM, log) \
+    X(LOG1P, log1p, F, float, tn__vm_log1pf, TN__VM_NO_LIBM, log1pf) \
+    X(LOG1P, log1p, D, double, tn__vm_log1p, TN__VM_NO_LIBM, log1p) \
+    X(TANH, tanh, F, float, tn__vm_tanhf, TN__VM_NO_LIBM, tanhf) \
+    X(TANH, tanh, D, double, tn__vm_tanh, TN__VM_NO_LIBM, tanh) \
+    X(SIGMOID, sigmoid, F, float, tn__vm_sigmoidf, TN__VM_NO_LIBM, tn__vm_sigmoidf) \
+    X(SIGMOID, sigmoid, D, double, tn__vm_sigmoid, TN__VM_NO_LIBM, tn__vm_sigmoid) \
+    X(SOFTPLUS, softplus, F, float, tn__vm_softplusf, TN__VM_NO_LIBM, tn__vm_softplusf) \
+    X(SOFTPLUS, softplus, D, double, tn__vm_softplus, TN__VM_NO_LIBM, tn__vm_softplus) \
+    X(ERF, erf, F, float, tn__vm_erff, TN__VM_NO_LIBM, erff) \
+    X(ERF, erf, D, double, tn__vm_erf, TN__VM_NO_LIBM, erf) \
+    X(SIN, sin, F, float, tn__vm_sinf, TN__VM_TRIG_LIBM, sinf) \
+    X(SIN, sin, D, double, tn__vm_sin, TN__VM_TRIG_LIBMD, sin) \
+    X(COS, cos, F, float, tn__vm_cosf, TN__VM_TRIG_LIBM, cosf) \
+    X(COS, cos, D, double, tn__vm_cos, TN__VM_TRIG_LIBMD, cos)
+#define TN__VM_KDEF(NAME, T, FN, BIG, LIB, ATTR) \
     ATTR static void NAME(int64_t n, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
                           const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
-        float *TN__RESTRICT o = (float *)o_; \
-        const float *TN__RESTRICT a = (const float *)a_; \
+        T *TN__RESTRICT o = (T *)o_; \
+        const T *TN__RESTRICT a = (const T *)a_; \
         (void)b_; (void)c_; \
         int64_t i = 0; \
-        for (; i + 16 <= n; i += 16) \
-            for (int j = 0; j < 16; j++) o[i + j] = FN(a[i + j]); \
+        for (; i + 16 <= n; i += 16) { \
+            int big = 0; \
+            for (int j = 0; j < 16; j++) { o[i + j] = FN(a[i + j]); big |= BIG(a[i + j]); } \
+            if (big) \
+                for (int j = 0; j < 16; j++) \
+                    if (BIG(a[i + j])) o[i + j] = LIB(a[i + j]); \
+        } \
         if (i == n) return; \
-        float t[16]; \
-        for (int j = 0; j < 16; j++) t[j] = i + j < n ? a[i + j] : 0.0f; \
+        T t[16]; \
+        for (int j = 0; j < 16; j++) t[j] = i + j < n ? a[i + j] : 0; \
         for (int j = 0; j < 16; j++) t[j] = FN(t[j]); \
-        for (int j = 0; i + j < n; j++) o[i + j] = t[j]; }
-#define TN__VM_K0(E, n, fn) TN__VM_KDEF(tn__vk_##n##_0, fn, )
+        for (int j = 0; i + j < n; j++) o[i + j] = BIG(a[i + j]) ? LIB(a[i + j]) : t[j]; }
+#define TN__VM_K0(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##0, T, fn, big, lib, )
 TN__VM_OPS(TN__VM_K0)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TN__VM_K1(E, n, fn) TN__VM_KDEF(tn__vk_##n##_1, fn, __attribute__((target("avx2,fma"))))
-#define TN__VM_K2(E, n, fn) TN__VM_KDEF(tn__vk_##n##_2, fn, __attribute__((target("avx512f"))))
+#define TN__VM_K1(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##1, T, fn, big, lib, __attribute__((target("avx2,fma"))))
+#define TN__VM_K2(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##2, T, fn, big, lib, __attribute__((target("avx512f"))))
 TN__VM_OPS(TN__VM_K1)
 TN__VM_OPS(TN__VM_K2)
-#define TN__VM_ROW(E, n, fn) { TN_OP_##E, { tn__vk_##n##_0, tn__vk_##n##_1, tn__vk_##n##_2 } },
+#define TN__VM_ROW(E, n, ct, T, fn, big, lib) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##1, tn__vk_##n##_##ct##2 } },
 /* The best level this CPU runs: 0 SSE2, 1 AVX2 and FMA, 2 AVX-512F. */
 static int tn__vm_cpu_level(void) {
     __builtin_cpu_init();
@@ -1435,13 +1740,16 @@ static int tn__vm_cpu_level(void) {
 #undef TN__VM_K1
 #undef TN__VM_K2
 #else
-#define TN__VM_ROW(E, n, fn) { TN_OP_##E, { tn__vk_##n##_0, tn__vk_##n##_0, tn__vk_##n##_0 } },
+#define TN__VM_ROW(E, n, ct, T, fn, big, lib) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0 } },
 static int tn__vm_cpu_level(void) { return 0; }
 #endif
-static const struct { int op; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) };
+static const struct { int op, ct; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) };
 #undef TN__VM_K0
 #undef TN__VM_ROW
 #undef TN__VM_KDEF
+#undef TN__VM_TRIG_LIBM
+#undef TN__VM_TRIG_LIBMD
+#undef TN__VM_NO_LIBM
 
 /* The CPU's level, read once (the kernels are chosen on every call's plan). */
 static pthread_once_t tn__vm_once = PTHREAD_ONCE_INIT;
@@ -1455,12 +1763,12 @@ TN_API int tn__vm_level(int want) {
     return want < 0 || want > best ? best : want;
 }
 
-/* The array kernel of a float row of TN_EW_OPS, for the level in effect; NULL: none. */
-static tn__ew_kfn tn__vm_kernel(int op) {
+/* The array kernel of a float row of TN_EW_OPS in compute type ct, for the level in effect; NULL: none. */
+static tn__ew_kfn tn__vm_kernel(int op, int ct) {
     pthread_once(&tn__vm_once, tn__vm_detect);
     int forced = tn__atomic_load(&tn__lib.vm_level), level = forced ? forced - 1 : tn__vm_best;
     for (size_t i = 0; i < sizeof tn__vm_rows / sizeof tn__vm_rows[0]; i++)
-        if (tn__vm_rows[i].op == op) return tn__vm_rows[i].k[level];
+        if (tn__vm_rows[i].op == op && tn__vm_rows[i].ct == ct) return tn__vm_rows[i].k[level];
     return NULL;
 }
 
@@ -1511,7 +1819,7 @@ TN_EW_OPS(TN__KDEF)
 #undef TN_F
 #undef TN__KSFX
 #define TN_T double
-#define TN_F(fn) fn
+#define TN_F(fn) TN__VM_2ND(TN__VMD_##fn, fn, ~)
 #define TN__KSFX _d
 TN_EW_OPS(TN__KDEF)
 #undef TN__KEXPR
@@ -1776,7 +2084,7 @@ static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, 
                 return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) reads register %d as %s but it holds %s", who, k, e->name, opr[x],
                                ctname[want], ctname[(int)P->regct[opr[x]]]);
         }
-        tn__ew_kfn vk = ict == TN__CT_F ? tn__vm_kernel(in->op) : NULL;
+        tn__ew_kfn vk = tn__vm_kernel(in->op, ict);
         P->fn[k] = vk ? vk : tn__ew_kern[in->op][ict];
     }
     for (int j = 0; j < prog->n_out; j++) {
