@@ -40,7 +40,7 @@ IMPL_DONE = -DTENSOR_IMPLEMENTATION_DONE -DTENSOR_CUDA_IMPLEMENTATION_DONE
 $(BUILD)/tensor_cpu.o: tests/self_tests.c $(SELF_CPU:%=tests/%.c) $(HEADERS) | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -I. -DSELF_GROUP_CPU -DSELF_OBJECT -c -o $@ $<
 $(BUILD)/%: tests/%.c tests/harness.h $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
-	$(CC) $(WARN) $(CFLAGS) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
+	$(CC) $(WARN) $(CFLAGS) $(TEST_OPT) -I. $(IMPL_DONE) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 $(BUILD)/self_cpu: tests/self_main.c $(BUILD)/tensor_cpu.o | $(BUILD)
 	$(CC) $(WARN) $(CFLAGS) -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 $(BUILD)/self_cuda: tests/self_tests.c $(SELF_CUDA:%=tests/%.c) $(HEADERS) | $(BUILD)
@@ -58,7 +58,7 @@ $(BUILD)/test_cuda_decls: tests/test_cuda_decls.c tests/harness.h $(HEADERS) | $
 # the C++ build runs right, in a quarter of an -O2 build's time (the sanitizer
 # runs leave it out: the same code is checked there compiled as C).
 $(BUILD)/%: tests/%.cpp $(BUILD)/tensor_cpu.o $(HEADERS) | $(BUILD)
-	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) -I. -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
+	$(CXX) -std=c++11 -Wall -Wextra -Werror $(CFLAGS) $(TEST_OPT) -I. -o $@ $< $(BUILD)/tensor_cpu.o $(LDLIBS)
 $(BUILD)/test_cxx_impl: tests/test_cxx_impl.cpp tests/harness.h $(HEADERS) | $(BUILD)
 	$(CXX) -std=c++17 -Wall -Wextra -Werror -O0 -I. -o $@ $< $(LDLIBS)
 # Examples share one compiled implementation here (the headers' _DONE guards
@@ -96,9 +96,10 @@ SAN_FLAGS ?= -O1 -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-s
 # quarter as many (they run ~5x slower under the sanitizers), and the vector
 # math test sweeps a sixteenth of its bit patterns and edge values.
 # The CUDA group's tests there run in a second (the back end's host paths,
-# no GPU), so that program builds at -O0: half the time of -O1.
+# no GPU), and the other tests spend their time in the implementation
+# (tensor_cpu.o, -O1), so both build at -O0: half the time of -O1.
 sanitize:
-	$(MAKE) BUILD=build-san CFLAGS="$(SAN_FLAGS)" SELF_DEFS=-DSELF_NO_GPU_TESTS SELF_CUDA_OPT=-O0 $(SAN_TESTS)
+	$(MAKE) BUILD=build-san CFLAGS="$(SAN_FLAGS)" SELF_DEFS=-DSELF_NO_GPU_TESTS SELF_CUDA_OPT=-O0 TEST_OPT=-O0 $(SAN_TESTS)
 	@TN_FUZZ_FIRST=40000 TN_FUZZ_SEEDS=10000 TN_RANDOM_FIRST=10000 TN_RANDOM_N=2500 TN_VMATH_SPARSE=16 tests/run.sh $(SAN_TESTS)
 
 # The API fuzzer (tests/test_fuzz.c), long: FUZZ_SEEDS programs under the
