@@ -101,6 +101,44 @@ TEST(test_custom_errors) {
     CHECK_ERR(TN_ERR_INVALID, "neither a CPU function nor CUDA source");
     CHECK(tn_custom(NULL, &MUL, 2, (tn_var *[]){ a, NULL }) == NULL, "NULL input");
     CHECK_ERR(TN_ERR_NULL, "input 1 is NULL");
+    /* the description's other fields, each refused with its value named */
+    tn_custom_op half = MUL;
+    half.cuda_source = "extern \"C\" __global__ void k() {}";
+    CHECK(tn_custom(NULL, &half, 2, (tn_var *[]){ a, a }) == NULL, "source without a kernel name");
+    CHECK_ERR(TN_ERR_INVALID, "cuda_source and cuda_kernel go together");
+    tn_custom_op badout = MUL;
+    badout.n_outputs = -2;
+    CHECK(tn_custom(NULL, &badout, 2, (tn_var *[]){ a, a }) == NULL, "negative n_outputs");
+    CHECK_ERR(TN_ERR_INVALID, "n_outputs is -2");
+    double prm[TN_CUSTOM_MAX_PARAMS + 1] = { 1.5 };
+    tn_custom_op badp = MUL;
+    badp.n_params = 1;                      /* params NULL */
+    CHECK(tn_custom(NULL, &badp, 2, (tn_var *[]){ a, a }) == NULL, "n_params without params");
+    CHECK_ERR(TN_ERR_INVALID, "n_params is 1 with params NULL");
+    badp.params = prm;
+    badp.n_params = TN_CUSTOM_MAX_PARAMS + 1;
+    CHECK(tn_custom(NULL, &badp, 2, (tn_var *[]){ a, a }) == NULL, "too many params");
+    char want[96];
+    snprintf(want, sizeof want, "n_params is %d with params given (0 to %d values)", TN_CUSTOM_MAX_PARAMS + 1, TN_CUSTOM_MAX_PARAMS);
+    CHECK_ERR(TN_ERR_INVALID, want);
+    badp.n_params = -1;
+    CHECK(tn_custom(NULL, &badp, 2, (tn_var *[]){ a, a }) == NULL, "negative n_params");
+    CHECK_ERR(TN_ERR_INVALID, "n_params is -1");
+    badp.n_params = TN_CUSTOM_MAX_PARAMS;   /* the most is fine */
+    tn_var *ok = tn_custom(NULL, &badp, 2, (tn_var *[]){ a, a });
+    CHECK(ok != NULL, "%d params: %s", TN_CUSTOM_MAX_PARAMS, tn_last_error());
+    tn_custom_op abi = MUL;
+    abi.cuda_abi = 7;
+    CHECK(tn_custom(NULL, &abi, 2, (tn_var *[]){ a, a }) == NULL, "unknown cuda_abi");
+    CHECK_ERR(TN_ERR_INVALID, "cuda_abi is 7");
+    abi.cuda_abi = TN_CUSTOM_ABI_STRIDED;
+    abi.n_inputs = -1;                      /* any count: one past the strided kernel's operands */
+    tn_var *many[TN_CUSTOM_MAX_STRIDED_OPERANDS];
+    for (int i = 0; i < TN_CUSTOM_MAX_STRIDED_OPERANDS; i++) many[i] = a;
+    CHECK(tn_custom(NULL, &abi, TN_CUSTOM_MAX_STRIDED_OPERANDS, many) == NULL, "too many strided operands");
+    snprintf(want, sizeof want, "%d operands; a TN_CUSTOM_ABI_STRIDED kernel takes at most %d", TN_CUSTOM_MAX_STRIDED_OPERANDS + 1,
+             TN_CUSTOM_MAX_STRIDED_OPERANDS);
+    CHECK_ERR(TN_ERR_INVALID, want);
 
     /* unknown shapes at build time: the rule runs again at call time */
     tn_var *x = tn_matrix(g, "x", TN_F32), *y = tn_matrix(g, "y", TN_F32);
