@@ -73,8 +73,9 @@ static bool compile_batch_fast(tn__sb *batch, bool to_cubin, const char *what) {
 
 TEST(test_every_op_dtype_layout) {
     int kernels = 0;
+    tn__sb sample = { 0 };   /* each op and dtype's first layout, one program (cubin): a program costs ~50 ms */
     for (int op = TN_OP_NONE + 1; op <= TN_OP_CAST; op++) {
-        tn__sb batch = { 0 }, sample = { 0 };    /* every kernel (PTX); each dtype's first layout (cubin) */
+        tn__sb batch = { 0 };                    /* every kernel of the op (PTX) */
         const tn_ew_info *e = tn__ew_info(op);
         int in_batch = 0;
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
@@ -101,14 +102,11 @@ TEST(test_every_op_dtype_layout) {
             snprintf(what, sizeof what, "kernels of %s (%d)", e->name, in_batch);
             /* the first op's kernels with the back end's options, the rest fast */
             if (op == TN_OP_NONE + 1) compile_batch(&batch, "sm_90", what);
-            else if (compile_batch_fast(&batch, false, what)) {
-                snprintf(what, sizeof what, "kernels of %s, one layout per dtype", e->name);
-                compile_batch_fast(&sample, true, what);
-            }
+            else compile_batch_fast(&batch, false, what);
         }
         tn__free(batch.s);
-        tn__free(sample.s);
     }
+    compile_batch_fast(&sample, true, "every op and dtype in one layout");
     printf("  %d elementwise kernels compiled to PTX, one layout of each op and dtype for sm_90 (%s)\n", kernels,
            th_fast_opts[1] ? th_fast_opts[1] : "default options");
     CHECK(kernels > 450, "only %d kernels generated", kernels);
@@ -276,7 +274,10 @@ TEST(test_index_and_sort_kernels) {
             }
         char what[64];
         snprintf(what, sizeof what, "index kernels of mode %d", mode);
-        if (compile_batch_fast(&batch, false, what)) compile_batch(&sample, "sm_90", what);
+        if (compile_batch_fast(&batch, false, what)) {
+            if (mode == 0) compile_batch(&sample, "sm_90", what);      /* one mode with the back end's options */
+            else compile_batch_fast(&sample, true, what);
+        }
         tn__free(sample.s);
     }
     tn__sb batch = { 0 }, sample = { 0 };
@@ -287,7 +288,7 @@ TEST(test_index_and_sort_kernels) {
             if (n > 0 && !desc) batch_add_named(&sample, src, kernels);
             if (n > 0) batch_add_named(&batch, src, kernels++);
         }
-    if (compile_batch_fast(&batch, false, "sort kernels")) compile_batch(&sample, "sm_90", "sort kernels, ascending");
+    if (compile_batch_fast(&batch, false, "sort kernels")) compile_batch_fast(&sample, true, "sort kernels, ascending");
     tn__free(sample.s);
     CHECK(tn__index_cuda_source(3, TN_F32, 1, 1, NULL, 0) < 0 && tn__sort_cuda_source(TN_DTYPE_NONE, false, NULL, 0) < 0, "no kernel: -1");
     printf("  %d index and sort kernels compiled to PTX, a sample of them for sm_90\n", kernels);
