@@ -4,7 +4,7 @@
    streams and dropout; convolution: conv1d/2d/3d with stride, padding,
    dilation, groups and 'same' padding, conv_transpose (Im2Col and Col2Im);
    pooling: max, avg (padding counted or not), global avg; Size, reshape
-   and flatten; cumsum and cumprod) compiled twice from the same builder,
+   and flatten; eye of sizes read from values; cumsum and cumprod) compiled twice from the same builder,
    once for the GPU and once for the CPU (tn_func_desc.context "cpu"), called
    twice with the same inputs, for every dtype the family takes and every
    input layout:
@@ -171,6 +171,7 @@ BUILDER(b_reshape) {
     out[1] = tn_reshape(in[0], 2, (const int64_t[]){ 6, -1 });
     return 2;
 }
+BUILDER(b_eye) { (void)g; out[0] = tn_eye_var(t, in[0], in[1], in[2]); return 1; }
 /* cumulative */
 BUILDER(b_cumsum0) { UNUSED_GT; out[0] = tn_cumsum(in[0], 0); return 1; }
 BUILDER(b_cumsum1) { UNUSED_GT; out[0] = tn_cumsum(in[0], -1); return 1; }
@@ -231,6 +232,7 @@ static const op_case op_cases[] = {
     /* shapes */
     { "size over axes", "GpuSize", ALL, RULE_EXACT, false, 0, b_size, 1, { D(3, 4, 5, 6) } },
     { "flatten, reshape", "", ALL, RULE_EXACT, true, 0, b_reshape, 1, { D(3, 4, 5, 6) } },
+    { "eye(n, m, k), sizes from values", "GpuEye", ALL, RULE_EXACT, false, 0, b_eye, 3, { I64(1, 60, 0), I64(0, 60, 0), I64(-8, 8, 0) } },
     /* cumulative */
     { "cumsum axis 0", "GpuCumSum{axis=0}", ALL, RULE_NMSE, true, 0, b_cumsum0, 1, { D(2, 300, 5) } },
     { "cumsum axis -1", "GpuCumSum{axis=1}", ALL, RULE_NMSE, true, 0, b_cumsum1, 1, { D(2, 3, 700) } },
@@ -387,7 +389,8 @@ static void built_free(built *b) {
    the host (a silent fallback). Views (DimShuffle, Slice) run on either side. */
 static const char *const device_ops[] = { "Elemwise", "Sum", "Prod", "Mean", "Max", "Min", "Argmax", "Argmin", "All", "Any", "LogSumExp",
     "Softmax", "LogSoftmax", "Dot", "Gemm", "Gemv", "Outer", "Alloc", "Size", "CumSum", "CumProd", "AdvancedSubtensor", "AdvancedSubtensor1",
-    "TakeAlongAxis", "AdvancedIncSubtensor", "AdvancedIncSubtensor1", "IncSubtensor", "ArgSort", "TopK", "Random", "Im2Col", "Col2Im" };
+    "TakeAlongAxis", "AdvancedIncSubtensor", "AdvancedIncSubtensor1", "IncSubtensor", "ArgSort", "TopK", "Random", "Im2Col", "Col2Im",
+    "Eye" };
 
 /* "" when the GPU function runs the case on the device; else the reason. */
 static void check_placement(const op_case *c, const built *gpu, const built *cpu, char *why, size_t cap) {
