@@ -4554,14 +4554,19 @@ static tn_result tn__cuda_index_prepare(const tn_var *node, void **state) {
     return TN_OK;
 }
 
-static tn_result tn__cuda_launch(tn__CUfunction fn, long long blocks, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
-    if (blocks > 2147483647LL) return tn__err(TN_ERR_UNSUPPORTED, "%s: %lld blocks are more than one launch takes", who, blocks);
-    tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, threads, 1, 1, 0, tn__cuda_stream(D), params, NULL);
+/* A grid of gx x gy x gz blocks (gy, gz <= 65535) on D's stream. */
+static tn_result tn__cuda_launch3(tn__CUfunction fn, long long gx, unsigned gy, unsigned gz, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
+    if (gx > 2147483647LL) return tn__err(TN_ERR_UNSUPPORTED, "%s: %lld blocks are more than one launch takes", who, gx);
+    tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(fn, (unsigned)gx, gy, gz, threads, 1, 1, 0, tn__cuda_stream(D), params, NULL);
     if (cr != TN__CUDA_SUCCESS) {
         char eb[160];
         return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "cuLaunchKernel failed in %s: %s", who, tn__cu_errstr(cr, eb, sizeof eb));
     }
     return TN_OK;
+}
+
+static tn_result tn__cuda_launch(tn__CUfunction fn, long long blocks, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
+    return tn__cuda_launch3(fn, blocks, 1, 1, threads, params, D, who);
 }
 
 static tn_result tn__cuda_index_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -4659,12 +4664,15 @@ done:
 }
 
 /* >>cuda_reshape: Reshape and Flatten ---------------------------------------- */
-/* A reshape copies (tensor_ops.h >>ops_shape): on the device, the input read
-   in row-major order into the contiguous output (one DMA when the input is
-   contiguous, else the elementwise copy kernel over a view of the output
-   with the input's shape). */
+/* A view when the executor aliased the output to the input (its input is a
+   kernel's contiguous output: tensor.h, tn__reshape_aliases): strides only,
+   as on the CPU. Else a copy (tensor_ops.h >>ops_shape): on the device, the
+   input read in row-major order into the contiguous output (one DMA when
+   the input is contiguous, else the elementwise copy kernel over a view of
+   the output with the input's shape). */
 static tn_result tn__cuda_reshape_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     (void)state;
+    if (out[0]->data == in[0]->data && out[0]->base == in[0]->base) return tn__op_def(node->op)->cpu(node, in, out);
     char who[128];
     tn__cuda_who(node, who, sizeof who);
     const tn_array *x = in[0];
@@ -4703,8 +4711,9 @@ static tn_result tn__cuda_print_run(const tn_var *node, void *state, tn_array *c
 
 /* >>cuda_conv: im2col and col2im ---------------------------------------------- */
 /* The kernels are tensor_ops.h's (>>conv_cuda: the CPU's gathers as CUDA C),
-   compiled once per dtype at prepare time (both in one module); one thread
-   per output element; a strided input is first made contiguous. The
+   compiled once per dtype at prepare time (both in one module): im2col a
+   thread per output position and row, looping over the images; col2im a
+   thread per image element; a strided input is first made contiguous. The
    products around them are cuBLAS's (batched over the groups and the
    batch). */
 typedef struct tn__cgeo_dev {          /* the kernels' view of tn__cgeo (the layout of tensor_ops.h >>conv_cuda's tn_cg) */
@@ -4775,7 +4784,13 @@ static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *co
     tn__cgeo_to_dev(&g, n, &G);
     void *xp = x->data, *yp = y->data;
     void *params[3] = { &xp, &yp, &G };
-    r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
+    if (fwd) {      /* blocks of output positions (x) by rows (y) by a share of the images (z): about 2048 blocks */
+        unsigned threads = g.L >= 256 ? 256 : (unsigned)((g.L + 31) / 32 * 32);
+        long long gx = (g.L + threads - 1) / threads, gy = g.G * g.Cg * g.K < 65535 ? g.G * g.Cg * g.K : 65535, gz = (2048 + gx * gy - 1) / (gx * gy);
+        if (gz > g.N) gz = g.N;
+        if (gz > 65535) gz = 65535;
+        r = tn__cuda_launch3(st->fn, gx, (unsigned)gy, (unsigned)gz, threads, params, D, who);
+    } else r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
     tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
