@@ -4222,7 +4222,8 @@ static void tn__cgeo_of(const tn_params *p, int64_t N, int64_t C, tn__cgeo *g) {
 }
 
 /* >>conv_cpu ------------------------------------------------------------------ */
-/* One output element each, through a T -> accumulator load and a store. */
+/* The CPU kernels: im2col by output lines, col2im by image planes (float16:
+   by elements, accumulated in float32). */
 typedef struct tn__cjob {
     const tn__cgeo *g;
     const char *x;
@@ -4247,7 +4248,7 @@ static inline int64_t tn__cgeo_src(const tn__cgeo *g, const int64_t *xs, int64_t
 /* im2col by lines: line (group, row, image) of the output is L contiguous
    elements; the window position's offsets are found once a line, and along
    the grid's last dim the part inside the image once (padding either side). */
-#define TN__CONV_T(SUF, T, AT, LOAD, STORE) \
+#define TN__CONV_T(SUF, T, AT, STORE) \
 static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cjob *J = (const tn__cjob *)ctx; \
     const tn__cgeo *g = J->g; \
@@ -4276,12 +4277,19 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
             int64_t o = 0; \
             if (inside) { \
                 for (; o < olo; o++) y[o] = pad; \
+                if (se == 1 && xse == (int64_t)sizeof(T)) { \
+                    memcpy(y + o, xb + off + (o + b) * xse, (size_t)(ohi - o) * sizeof(T)); \
+                    o = ohi; \
+                } \
                 for (; o < ohi; o++) y[o] = *(const T *)(const void *)(xb + off + (o * se + b) * xse); \
             } \
             for (; o < W; o++) y[o] = pad; \
         } \
     } \
-} \
+}
+/* col2im by elements: each image element sums the column entries that read
+   it, in window-position order, in float32 (the float16 path). */
+#define TN__COL2IM_GATHER(SUF, T, AT, LOAD, STORE) \
 static void tn__col2im_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cjob *J = (const tn__cjob *)ctx; \
     const tn__cgeo *g = J->g; \
@@ -4311,9 +4319,53 @@ static void tn__col2im_##SUF(void *ctx, int64_t lo, int64_t hi) { \
 }
 #define TN__CONV_ID(v) (v)
 #define TN__CONV_F2H(v) tn__ew_f2h((float)(v))
-TN__CONV_T(f16, uint16_t, float, tn__ew_h2f, TN__CONV_F2H)
-TN__CONV_T(f32, float, float, TN__CONV_ID, TN__CONV_ID)
-TN__CONV_T(f64, double, double, TN__CONV_ID, TN__CONV_ID)
+TN__CONV_T(f16, uint16_t, float, TN__CONV_F2H)
+TN__CONV_T(f32, float, float, TN__CONV_ID)
+TN__CONV_T(f64, double, double, TN__CONV_ID)
+TN__COL2IM_GATHER(f16, uint16_t, float, tn__ew_h2f, TN__CONV_F2H)
+
+/* col2im by image planes where the element type is the accumulator (float32,
+   float64): plane (n, c) is zeroed, then the column line of each window
+   position is added into it, window positions in order. A window position
+   reaches an image element at most once, so every element sees the
+   additions of the gather above in its order: the same bits, with the
+   columns read line by line instead of K lines at once per element. */
+#define TN__COL2IM_PLANES(SUF, T) \
+static void tn__col2im_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
+    const tn__cjob *J = (const tn__cjob *)ctx; \
+    const tn__cgeo *g = J->g; \
+    int e = g->nsp - 1; \
+    int64_t S = 1, ist[3], W = g->out[e], se = g->s[e], xl = J->xs[3]; \
+    for (int d = e; d >= 0; d--) { ist[d] = S; S *= g->in[d]; } \
+    for (int64_t p = lo; p < hi; p++) { \
+        int64_t n = p / g->C, c = p % g->C, gi = c / g->Cg, cr = c % g->Cg, kd[3] = { 0, 0, 0 }; \
+        T *y = (T *)(void *)J->y + p * S; \
+        for (int64_t i = 0; i < S; i++) y[i] = 0; \
+        for (int64_t kidx = 0; kidx < g->K; kidx++) { \
+            const char *line = J->x + gi * J->xs[0] + (cr * g->K + kidx) * J->xs[1] + n * J->xs[2]; \
+            int64_t b = kd[e] * g->dl[e] - g->plo[e]; \
+            int64_t olo = b >= 0 ? 0 : (-b + se - 1) / se, ohi = g->in[e] - b <= 0 ? 0 : (g->in[e] - b + se - 1) / se; \
+            if (olo > W) olo = W; \
+            if (ohi > W) ohi = W; \
+            for (int64_t q = 0; q < g->L / W && olo < ohi; q++) { \
+                int64_t rem = q, off = b; \
+                bool inside = true; \
+                for (int d = e - 1; d >= 0; d--) { \
+                    int64_t i = rem % g->out[d] * g->s[d] - g->plo[d] + kd[d] * g->dl[d]; \
+                    rem /= g->out[d]; \
+                    inside = inside && i >= 0 && i < g->in[d]; \
+                    off += i * ist[d]; \
+                } \
+                if (!inside) continue; \
+                const char *xr = line + q * W * xl; \
+                for (int64_t o = olo; o < ohi; o++) y[off + o * se] += *(const T *)(const void *)(xr + o * xl); \
+            } \
+            for (int d = e; d >= 0; d--) { if (++kd[d] < g->k[d]) break; kd[d] = 0; } \
+        } \
+    } \
+}
+TN__COL2IM_PLANES(f32, float)
+TN__COL2IM_PLANES(f64, double)
 
 static tn_result tn__conv_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     const tn_array *x = in[0];
@@ -4326,10 +4378,13 @@ static tn_result tn__conv_cpu(const tn_var *node, tn_array *const *in, tn_array 
         return tn__err(TN_ERR_INTERNAL, "%s: a contiguous float output of the input's dtype expected", tn__op_def(node->op)->name);
     tn__cjob J = { &g, (const char *)x->data, x->strides, (char *)y->data, tn_array_size(y) };
     if (J.n == 0) return TN_OK;
-    static void (*const fns[2][3])(void *, int64_t, int64_t) = { { tn__col2im_f16, tn__col2im_f32, tn__col2im_f64 },
-                                                                  { tn__im2col_f16, tn__im2col_f32, tn__im2col_f64 } };
-    int64_t work = fwd ? g.L : g.K;     /* im2col: lines of L elements; col2im: elements of K reads */
-    tn__parallel_for(fwd ? J.n / g.L : J.n, 16384 / work + 1, fns[fwd][x->dtype - TN_F16], &J);
+    static void (*const im2col[3])(void *, int64_t, int64_t) = { tn__im2col_f16, tn__im2col_f32, tn__im2col_f64 };
+    if (fwd) tn__parallel_for(J.n / g.L, 16384 / g.L + 1, im2col[x->dtype - TN_F16], &J);          /* lines of L elements */
+    else if (x->dtype == TN_F16) tn__parallel_for(J.n, 16384 / g.K + 1, tn__col2im_f16, &J);            /* elements of K reads */
+    else {                                                                                           /* planes of K lines */
+        int64_t S = J.n / (g.N * g.C);
+        tn__parallel_for(g.N * g.C, 16384 / (S * g.K) + 1, x->dtype == TN_F32 ? tn__col2im_planes_f32 : tn__col2im_planes_f64, &J);
+    }
     return TN_OK;
 }
 
