@@ -170,6 +170,8 @@ typedef struct tn_config {
     tn_warn_raise compute_test_value; /* compute_test_value=off|warn|raise: constructors run each node on
                                          its inputs' test values (tn_var_set_test_value) */
     int threads;                /* threads=N (0: one per core) */
+    int host_cache_mb;          /* host_cache_mb=N: MiB of freed large host blocks kept for reuse (the
+                                   >>host_pool section); 0 here: the default 1024, < 0: none (the flag's 0) */
     const char *cache_dir;      /* cache_dir=PATH */
     const char *contexts;       /* contexts=dev0->cuda0;dev1->cuda1 (the >>api_contexts section) */
     const char *blas;           /* blas=auto|none|PATH: the CBLAS library of CPU products (NULL: auto) */
@@ -1296,15 +1298,33 @@ TN_API const char *tn__shape_str(int ndim, const int64_t *shape, char buf[128]) 
 
 /* >>memory */
 
-TN_API void *tn__malloc(size_t n) { return TN_MALLOC(n ? n : 1); }
+/* A failed allocation gives the host pool's cached blocks back (>>host_pool)
+   and tries once more, if there were any. */
+static size_t tn__host_pool_drain(void);
+TN_API void *tn__malloc(size_t n) {
+    void *p = TN_MALLOC(n ? n : 1);
+    if (!p && tn__host_pool_drain()) p = TN_MALLOC(n ? n : 1);
+    return p;
+}
 TN_API void *tn__calloc(size_t n, size_t size) {
     if (size && n > SIZE_MAX / size) return NULL;
-    size_t bytes = n * size;
-    void *p = TN_MALLOC(bytes ? bytes : 1);
+    void *p = tn__malloc(n * size);
     if (p) memset(p, 0, n * size);
     return p;
 }
-TN_API void *tn__realloc(void *p, size_t n) { return TN_REALLOC(p, n ? n : 1); }
+/* A failed realloc leaves p as it was: GCC 12's use-after-free warning does not know. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wuse-after-free"
+#endif
+TN_API void *tn__realloc(void *p, size_t n) {
+    void *q = TN_REALLOC(p, n ? n : 1);
+    if (!q && tn__host_pool_drain()) q = TN_REALLOC(p, n ? n : 1);
+    return q;
+}
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#  pragma GCC diagnostic pop
+#endif
 TN_API void tn__free(void *p) { if (p) TN_FREE(p); }
 
 /* >>dtype */
@@ -1472,6 +1492,10 @@ TN_API tn_result tn_parse_flags(const char *flags, tn_config *cfg) {
             char *end;
             long t = strtol(v, &end, 10);
             if (*end || t < 0 || t > 1024) ok = false; else cfg->threads = (int)t;
+        } else if (!strcmp(k, "host_cache_mb")) {
+            char *end;
+            long m = strtol(v, &end, 10);
+            if (*end || !*v || m < 0 || m > INT_MAX) ok = false; else cfg->host_cache_mb = m ? (int)m : -1;
         } else if (!strcmp(k, "contexts")) {
             if ((res = tn__contexts_apply(v, false)) != TN_OK) break;
             const char *c = tn__intern(v, strlen(v));
@@ -1524,7 +1548,7 @@ static bool tn__cfg_same(const tn_config *a, const tn_config *b) {
            a->allow_gc == b->allow_gc && a->allow_tf32 == b->allow_tf32 && a->no_cuda_graph == b->no_cuda_graph &&
            a->trace_rewrites == b->trace_rewrites && a->assert_no_cpu_op == b->assert_no_cpu_op &&
            a->compute_test_value == b->compute_test_value && a->nan_guard == b->nan_guard &&
-           a->threads == b->threads && tn__str_same(a->cache_dir, b->cache_dir) &&
+           a->threads == b->threads && a->host_cache_mb == b->host_cache_mb && tn__str_same(a->cache_dir, b->cache_dir) &&
            tn__str_same(a->contexts, b->contexts) && tn__str_same(a->blas, b->blas) &&
            tn__str_same(a->nvrtc_flags, b->nvrtc_flags) && tn__str_same(a->cuda_root, b->cuda_root) &&
            tn__str_same(a->profile_trace, b->profile_trace);
@@ -1851,6 +1875,7 @@ TN_API void tn_shutdown(void) {
     tn__pool_stop();
     tn__func_blocks_release();
     tn__trace_close();
+    tn__host_pool_drain();
     pthread_mutex_lock(&tn__lib.init_mu);      /* the strings, but those the config uses */
     int keep = 0;
     for (int i = 0; i < tn__lib.n_interned; i++) {
@@ -1925,12 +1950,132 @@ struct tn_buffer {
     /* memory lent by its owner (an imported DLPack tensor): on_release(release_ctx) gives it back */
     void (*on_release)(void *ctx);
     void *release_ctx;
+    int pool_class;         /* 1 + the host pool's size class of raw (>>host_pool); 0: plain tn__malloc */
 };
 
 TN_API void tn__set_device_ops(const tn_device_ops *ops) { tn__atomic_store(&tn__lib.device_ops, ops); }
 TN_API const tn_device_ops *tn__get_device_ops(void) { return tn__atomic_load(&tn__lib.device_ops); }
 
 #define TN__ALIGN 64
+
+/* >>host_pool: large host blocks. A fresh 64 MB block from malloc is a new
+   mapping, and writing it page-faults once per 4 KiB page (16,384 faults);
+   glibc unmaps it again on free.
+   So blocks of TN__HPOOL_MIN bytes and more are rounded up to a size class
+   (four a power of two: at most 25% more) and a freed one is kept in its
+   class's slots for the next array of that class, up to host_cache_mb MiB
+   in all (tn_config); the rest go back to TN_FREE. Blocks from
+   TN__HPOOL_HUGE up are 2 MiB-aligned and advised as huge pages (Linux's
+   MADV_HUGEPAGE; NumPy does the same from 4 MiB): 512x fewer faults the
+   first time, fewer TLB misses after. Lock-free: a slot is taken by an
+   atomic exchange and filled by a compare-and-swap from NULL (what the slot
+   held before is never read, so no ABA); the cached byte count is a
+   fetch-add. Drained by tn_shutdown and by any allocation that fails
+   (tn__malloc), before it fails. */
+#if defined(__linux__)
+#  include <sys/mman.h>
+#endif
+#define TN__HPOOL_MIN ((size_t)1 << 20)
+#define TN__HPOOL_HUGE ((size_t)4 << 20)
+#define TN__HPOOL_PAGE ((size_t)2 << 20)
+#define TN__HPOOL_CLASSES 112          /* 1 MiB to 2^48 bytes */
+#define TN__HPOOL_SLOTS 4
+static struct {
+    void *slot[TN__HPOOL_CLASSES][TN__HPOOL_SLOTS];   /* what TN_MALLOC returned; __atomic builtins */
+    size_t cached;                                    /* bytes of the classes in the slots */
+} tn__hpool;
+
+/* The size class of a block of `bytes` (>= TN__HPOOL_MIN), and a class's size. */
+static int tn__hpool_class(size_t bytes) {
+    int k = 20;
+    while (k < 62 && ((size_t)2 << k) <= bytes) k++;
+    size_t lo = (size_t)1 << k, step = lo >> 2;
+    return (k - 20) * 4 + (int)((bytes - lo + step - 1) / step);   /* 4 steps up is the next power of two */
+}
+static size_t tn__hpool_size(int c) { return ((size_t)4 + (size_t)(c % 4)) << (18 + c / 4); }
+
+/* Where a block of a class starts (its alignment). */
+static size_t tn__hpool_align(size_t size) { return size >= TN__HPOOL_HUGE ? TN__HPOOL_PAGE : TN__ALIGN; }
+static void *tn__hpool_start(void *raw, size_t size) {
+    size_t a = tn__hpool_align(size);
+    return (void *)(((uintptr_t)raw + a - 1) & ~(uintptr_t)(a - 1));
+}
+
+/* Asks for huge pages over [p, p + n): madvise where the including file's
+   feature macros declare it, else posix_madvise, which glibc and musl pass
+   to madvise(2) unchanged (MADV_HUGEPAGE is 14 on Linux); nothing elsewhere. */
+static void tn__advise_huge(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    (void)madvise(p, n, MADV_HUGEPAGE);
+#elif defined(__linux__) && defined(POSIX_MADV_NORMAL)
+    (void)posix_madvise(p, n, 14);
+#else
+    (void)p; (void)n;
+#endif
+}
+
+static size_t tn__hpool_limit(void) {
+    int mb = tn_get_config()->host_cache_mb;
+    return mb < 0 ? 0 : (size_t)(mb ? mb : 1024) << 20;
+}
+
+/* A block of at least `bytes` (>= TN__HPOOL_MIN): its start, *raw what to
+   give back, *cls 1 + its class (0: past the classes, freed plainly). */
+static void *tn__hpool_get(size_t bytes, void **raw, int *cls) {
+    int c = tn__hpool_class(bytes);
+    size_t size = c < TN__HPOOL_CLASSES ? tn__hpool_size(c) : bytes;
+    if (c < TN__HPOOL_CLASSES)
+        for (int s = 0; s < TN__HPOOL_SLOTS; s++) {
+            void **slot = &tn__hpool.slot[c][s];
+            void *r = __atomic_load_n(slot, __ATOMIC_RELAXED) ? __atomic_exchange_n(slot, NULL, __ATOMIC_ACQUIRE) : NULL;
+            if (r) {
+                __atomic_fetch_sub(&tn__hpool.cached, size, __ATOMIC_RELAXED);
+                *raw = r;
+                *cls = c + 1;
+                return tn__hpool_start(r, size);
+            }
+        }
+    size_t a = tn__hpool_align(size);
+    if (size > SIZE_MAX - 2 * TN__HPOOL_PAGE) return NULL;
+    size_t span = a == TN__HPOOL_PAGE ? (size + TN__HPOOL_PAGE - 1) & ~(TN__HPOOL_PAGE - 1) : size;
+    void *r = tn__malloc(span + a);
+    if (!r) return NULL;
+    void *p = tn__hpool_start(r, size);
+    if (a == TN__HPOOL_PAGE) tn__advise_huge(p, span);   /* whole huge pages, inside the block */
+    *raw = r;
+    *cls = c < TN__HPOOL_CLASSES ? c + 1 : 0;
+    return p;
+}
+
+/* Keeps a freed block of class cls - 1 when the cap and a slot allow, else frees it. */
+static void tn__hpool_put(void *raw, int cls) {
+    int c = cls - 1;
+    size_t size = tn__hpool_size(c);
+    if (__atomic_add_fetch(&tn__hpool.cached, size, __ATOMIC_RELAXED) <= tn__hpool_limit())
+        for (int s = 0; s < TN__HPOOL_SLOTS; s++) {
+            void *none = NULL;
+            if (__atomic_compare_exchange_n(&tn__hpool.slot[c][s], &none, raw, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+                return;
+        }
+    __atomic_fetch_sub(&tn__hpool.cached, size, __ATOMIC_RELAXED);
+    tn__free(raw);
+}
+
+/* Frees every cached block; the bytes freed. */
+static size_t tn__host_pool_drain(void) {
+    size_t freed = 0;
+    for (int c = 0; c < TN__HPOOL_CLASSES; c++)
+        for (int s = 0; s < TN__HPOOL_SLOTS; s++) {
+            void *r = __atomic_load_n(&tn__hpool.slot[c][s], __ATOMIC_RELAXED)
+                    ? __atomic_exchange_n(&tn__hpool.slot[c][s], NULL, __ATOMIC_ACQUIRE) : NULL;
+            if (!r) continue;
+            size_t size = tn__hpool_size(c);
+            __atomic_fetch_sub(&tn__hpool.cached, size, __ATOMIC_RELAXED);
+            TN_FREE(r);
+            freed += size;
+        }
+    return freed;
+}
 
 static tn_buffer *tn__buffer_new(size_t bytes, int device) {
     tn_buffer *b = (tn_buffer *)tn__calloc(1, sizeof *b);
@@ -1939,7 +2084,10 @@ static tn_buffer *tn__buffer_new(size_t bytes, int device) {
     b->bytes = bytes;
     b->device = device;
     b->owns = true;
-    if (device == TN_HOST) {
+    if (device == TN_HOST && bytes >= TN__HPOOL_MIN) {
+        b->data = tn__hpool_get(bytes, &b->raw, &b->pool_class);
+        if (!b->data) { tn__free(b); return NULL; }
+    } else if (device == TN_HOST) {
         if (bytes > SIZE_MAX - TN__ALIGN) { tn__free(b); return NULL; }
         b->raw = tn__malloc(bytes + TN__ALIGN);
         if (!b->raw) { tn__free(b); return NULL; }
@@ -2002,6 +2150,7 @@ TN_API void tn__buffer_release(tn_buffer *b) {
         ops->host_unregister(b->pin_device, b->pin_ptr);
     if (b->owns) {
         if (b->free_fn) b->free_fn(b->free_device, b->raw, b->bytes);
+        else if (b->pool_class) tn__hpool_put(b->raw, b->pool_class);
         else if (b->device == TN_HOST) tn__free(b->raw);
         else if (ops && ops->free) ops->free(b->device, b->data);
     }

@@ -1262,12 +1262,12 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
    past FLT_MAX is inf; log as e ln2 + log(m), m in [sqrt(1/2), sqrt(2)),
    by Cephes' polynomial in m - 1. Specials (NaN, +-inf, +-0, the signs of
    zero libm keeps, x < 0 for log) are selected at the end. Worst errors
-   (tests/test_vmath.c, which allows 4; README's "Numerics"), float32 against
-   libm in double: exp 0.98 ulp, expm1 1.42, log 0.79, log1p 1.44, tanh 1.31,
-   sigmoid 2.22, softplus 1.86; float64 against libm in long double: exp
-   0.92, expm1 1.87, log 0.79, log1p 1.43, tanh 1.29, sigmoid 1.94, softplus
-   1.83; erf 0.51 (float32), 1.83 (float64); sin and cos 0.56 and 0.56
-   (float32), 0.77 and 0.76 (float64). The float32 and float64 kernels of
+   (tests/test_vmath.c, which allows 4; README's "Numerics"; any level),
+   float32 against libm in double: exp 1.00 ulp, expm1 1.41, log 0.79, log1p
+   1.44, tanh 1.31, sigmoid 2.15, softplus 1.86; float64 against libm in long
+   double: exp 0.95, expm1 1.83, log 0.79, log1p 1.43, tanh 1.29, sigmoid
+   1.91, softplus 1.83; erf 0.51 (float32), 1.80 (float64); sin and cos 0.56
+   and 0.56 (float32), 0.76 and 0.76 (float64). The float32 and float64 kernels of
    TN_EW_OPS call them through TN_F (>>ew_kernels). */
 /* Inlined whole into the kernels, whose loops vectorise only so: GCC's -O2
    stops inlining a function past a size (float64 erf is past it), and a
@@ -1276,6 +1276,17 @@ static void tn__ew_imm(double v, tn_dtype t, void *out) {
 #define TN__VM_INLINE static inline __attribute__((always_inline))
 #else
 #define TN__VM_INLINE static inline
+#endif
+/* a * b + c in the polynomials: fused, one rounding, where the kernel is
+   built for FMA (fm is 1 in the AVX2+FMA and AVX-512 kernels, 0 elsewhere,
+   a constant once inlined); a multiply and an add elsewhere, where fma would
+   be a libm call. Written out: under -std=c11 GCC does not contract. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TN__VM_MAF(fm, a, b, c) ((fm) ? __builtin_fmaf(a, b, c) : (a) * (b) + (c))
+#define TN__VM_MA(fm, a, b, c) ((fm) ? __builtin_fma(a, b, c) : (a) * (b) + (c))
+#else
+#define TN__VM_MAF(fm, a, b, c) ((a) * (b) + (c))
+#define TN__VM_MA(fm, a, b, c) ((a) * (b) + (c))
 #endif
 TN__VM_INLINE uint32_t tn__vm_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 TN__VM_INLINE float tn__vm_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
@@ -1297,17 +1308,17 @@ TN__VM_INLINE float tn__vm_reduce(float x, float *n, uint32_t *nb) {
     return (x - k * 0.693359375f) - k * -2.12194440e-4f;
 }
 
-TN__VM_INLINE float tn__vm_expf(float x) {
+TN__VM_INLINE float tn__vm_expf(float x, int fm) {
     float n;
     uint32_t nb;
     float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r2 + r + 1.0f;
+    p = TN__VM_MAF(fm, p, r, 1.3981999507e-3f);
+    p = TN__VM_MAF(fm, p, r, 8.3334519073e-3f);
+    p = TN__VM_MAF(fm, p, r, 4.1665795894e-2f);
+    p = TN__VM_MAF(fm, p, r, 1.6666665459e-1f);
+    p = TN__VM_MAF(fm, p, r, 5.0000001201e-1f);
+    p = TN__VM_MAF(fm, p, r2, r) + 1.0f;
     uint32_t h = nb >> 1;                                   /* floor(n / 2) + 128 */
     float y = p * tn__vm_float((h - 1u) << 23) * tn__vm_float((nb - h - 1u) << 23);
     y = tn__vm_sel(x > 89.0f, INFINITY, y);                 /* e^89 is past FLT_MAX (and n past 128) */
@@ -1317,83 +1328,83 @@ TN__VM_INLINE float tn__vm_expf(float x) {
 /* expm1(x) = 2^n expm1(r) + 2^n - 1 = 2 (t expm1(r) + (t - 1/2)) with
    t = 2^(n-1), finite up to n = 128; expm1(r) by its Taylor series to r^8
    (|r| <= ln2 / 2: the rest is below 2^-30 r). */
-TN__VM_INLINE float tn__vm_expm1f(float x) {
+TN__VM_INLINE float tn__vm_expm1f(float x, int fm) {
     float n;
     uint32_t nb;
     float r = tn__vm_reduce(x, &n, &nb), r2 = r * r;
     float p = 2.48015873e-5f;
-    p = p * r + 1.98412698e-4f;
-    p = p * r + 1.38888889e-3f;
-    p = p * r + 8.33333333e-3f;
-    p = p * r + 4.16666667e-2f;
-    p = p * r + 1.66666667e-1f;
-    p = p * r + 0.5f;
-    p = p * r2 + r;
+    p = TN__VM_MAF(fm, p, r, 1.98412698e-4f);
+    p = TN__VM_MAF(fm, p, r, 1.38888889e-3f);
+    p = TN__VM_MAF(fm, p, r, 8.33333333e-3f);
+    p = TN__VM_MAF(fm, p, r, 4.16666667e-2f);
+    p = TN__VM_MAF(fm, p, r, 1.66666667e-1f);
+    p = TN__VM_MAF(fm, p, r, 0.5f);
+    p = TN__VM_MAF(fm, p, r2, r);
     float t = tn__vm_float((nb - 130u) << 23);
-    float y = 2.0f * (t * p + (t - 0.5f));
+    float y = 2.0f * TN__VM_MAF(fm, t, p, t - 0.5f);
     y = tn__vm_sel(x < -30.0f, -1.0f, tn__vm_sel(x > 89.0f, INFINITY, y));   /* expm1(-30) rounds to -1 */
     return tn__vm_sel(x == 0.0f, x, y);                     /* expm1(-0) = -0 */
 }
 
 /* log(x) for x > 0 finite (subnormals included); anything else gives junk
    the callers select away. */
-TN__VM_INLINE float tn__vm_logf_pos(float x) {
+TN__VM_INLINE float tn__vm_logf_pos(float x, int fm) {
     bool sub = x < 1.17549435e-38f;
     float xs = x * tn__vm_sel(sub, 8388608.0f, 1.0f);      /* 2^23 */
     uint32_t t = tn__vm_bits(xs) - 0x3f3504f3u;             /* bits of sqrt(1/2): m lands in [sqrt(1/2), sqrt(2)) */
     float e = (float)((int32_t)((t ^ 0x80000000u) >> 23) - (sub ? 279 : 256));
     float f = tn__vm_float((t & 0x007fffffu) + 0x3f3504f3u) - 1.0f, z = f * f;
     float y = 7.0376836292e-2f;
-    y = y * f - 1.1514610310e-1f;
-    y = y * f + 1.1676998740e-1f;
-    y = y * f - 1.2420140846e-1f;
-    y = y * f + 1.4249322787e-1f;
-    y = y * f - 1.6668057665e-1f;
-    y = y * f + 2.0000714765e-1f;
-    y = y * f - 2.4999993993e-1f;
-    y = y * f + 3.3333331174e-1f;
-    y = y * (f * z) + e * -2.12194440e-4f - 0.5f * z;
+    y = TN__VM_MAF(fm, y, f, -1.1514610310e-1f);
+    y = TN__VM_MAF(fm, y, f, 1.1676998740e-1f);
+    y = TN__VM_MAF(fm, y, f, -1.2420140846e-1f);
+    y = TN__VM_MAF(fm, y, f, 1.4249322787e-1f);
+    y = TN__VM_MAF(fm, y, f, -1.6668057665e-1f);
+    y = TN__VM_MAF(fm, y, f, 2.0000714765e-1f);
+    y = TN__VM_MAF(fm, y, f, -2.4999993993e-1f);
+    y = TN__VM_MAF(fm, y, f, 3.3333331174e-1f);
+    y = TN__VM_MAF(fm, y, f * z, e * -2.12194440e-4f) - 0.5f * z;
     return (f + y) + e * 0.693359375f;
 }
 
-TN__VM_INLINE float tn__vm_logf(float x) {
-    float y = tn__vm_logf_pos(x);
+TN__VM_INLINE float tn__vm_logf(float x, int fm) {
+    float y = tn__vm_logf_pos(x, fm);
     y = tn__vm_sel(x == 0.0f, -INFINITY, tn__vm_sel(x < 0.0f, NAN, y));
     return tn__vm_sel(x == INFINITY || x != x, x, y);
 }
 
 /* log1p(x) = log(u) + (x - (u - 1)) / u, u = 1 + x: the second term is
    what rounding u lost. */
-TN__VM_INLINE float tn__vm_log1pf(float x) {
+TN__VM_INLINE float tn__vm_log1pf(float x, int fm) {
     float u = 1.0f + x;
-    float y = tn__vm_logf_pos(u) + (x - (u - 1.0f)) / u;
+    float y = tn__vm_logf_pos(u, fm) + (x - (u - 1.0f)) / u;
     y = tn__vm_sel(x == -1.0f, -INFINITY, tn__vm_sel(x < -1.0f, NAN, y));
     return tn__vm_sel(x == INFINITY || x != x || x == 0.0f, x, y);   /* log1p(-0) = -0 */
 }
 
 /* |x| < 0.625: Cephes' odd polynomial; above, 1 - 2 / (e^2|x| + 1) (1 once
    e^2|x| overflows). The sign is x's (tanh(-0) = -0). */
-TN__VM_INLINE float tn__vm_tanhf(float x) {
+TN__VM_INLINE float tn__vm_tanhf(float x, int fm) {
     float ax = tn__vm_float(tn__vm_bits(x) & 0x7fffffffu), z = ax * ax;
     float p = -5.70498872745e-3f;
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
-    float small = p * z * ax + ax, big = 1.0f - 2.0f / (tn__vm_expf(2.0f * ax) + 1.0f);
+    p = TN__VM_MAF(fm, p, z, 2.06390887954e-2f);
+    p = TN__VM_MAF(fm, p, z, -5.37397155531e-2f);
+    p = TN__VM_MAF(fm, p, z, 1.33314422036e-1f);
+    p = TN__VM_MAF(fm, p, z, -3.33332819422e-1f);
+    float small = TN__VM_MAF(fm, p * z, ax, ax), big = 1.0f - 2.0f / (tn__vm_expf(2.0f * ax, fm) + 1.0f);
     float y = tn__vm_sel(ax < 0.625f, small, big);
     return tn__vm_float(tn__vm_bits(y) | (tn__vm_bits(x) & 0x80000000u));
 }
 
 /* 1 / (1 + e^-x), and for x < 0 e^x / (1 + e^x): one exp of -|x|. */
-TN__VM_INLINE float tn__vm_sigmoidf(float x) {
-    float e = tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu));
+TN__VM_INLINE float tn__vm_sigmoidf(float x, int fm) {
+    float e = tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu), fm);
     return tn__vm_sel(x >= 0.0f, 1.0f, e) / (1.0f + e);
 }
 
 /* max(x, 0) + log1p(e^-|x|) */
-TN__VM_INLINE float tn__vm_softplusf(float x) {
-    float l = tn__vm_log1pf(tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu)));
+TN__VM_INLINE float tn__vm_softplusf(float x, int fm) {
+    float l = tn__vm_log1pf(tn__vm_expf(-tn__vm_float(tn__vm_bits(x) & 0x7fffffffu), fm), fm);
     return tn__vm_sel(x > 0.0f, x, 0.0f) + l;
 }
 
@@ -1421,25 +1432,25 @@ TN__VM_INLINE double tn__vm_reduced(double x, uint64_t *nb) {
 }
 
 /* e^r - 1 for |r| <= ln2 / 2 */
-TN__VM_INLINE double tn__vm_expm1_r(double r) {
+TN__VM_INLINE double tn__vm_expm1_r(double r, int fm) {
     double p = 1.0 / 6227020800.0;                              /* 1 / 13! */
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    return p * (r * r) + r;
+    p = TN__VM_MA(fm, p, r, 1.0 / 479001600.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 39916800.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 3628800.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 362880.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 40320.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 5040.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 720.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 120.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 24.0);
+    p = TN__VM_MA(fm, p, r, 1.0 / 6.0);
+    p = TN__VM_MA(fm, p, r, 0.5);
+    return TN__VM_MA(fm, p, r * r, r);
 }
 
-TN__VM_INLINE double tn__vm_exp(double x) {
+TN__VM_INLINE double tn__vm_exp(double x, int fm) {
     uint64_t nb;
-    double p = 1.0 + tn__vm_expm1_r(tn__vm_reduced(x, &nb));
+    double p = 1.0 + tn__vm_expm1_r(tn__vm_reduced(x, &nb), fm);
     uint64_t h = nb >> 1;                                       /* floor(n / 2) + 1024 */
     double y = p * tn__vm_double((h - 1u) << 52) * tn__vm_double((nb - h - 1u) << 52);
     y = tn__vm_seld(x > 710.0, INFINITY, y);                    /* e^710 is past DBL_MAX (and n past 1024) */
@@ -1447,17 +1458,17 @@ TN__VM_INLINE double tn__vm_exp(double x) {
 }
 
 /* 2 (t expm1(r) + (t - 1/2)), t = 2^(n-1), as in float32 */
-TN__VM_INLINE double tn__vm_expm1(double x) {
+TN__VM_INLINE double tn__vm_expm1(double x, int fm) {
     uint64_t nb;
-    double p = tn__vm_expm1_r(tn__vm_reduced(x, &nb));
+    double p = tn__vm_expm1_r(tn__vm_reduced(x, &nb), fm);
     double t = tn__vm_double((nb - 1026u) << 52);
-    double y = 2.0 * (t * p + (t - 0.5));
+    double y = 2.0 * TN__VM_MA(fm, t, p, t - 0.5);
     y = tn__vm_seld(x < -40.0, -1.0, tn__vm_seld(x > 710.0, INFINITY, y));    /* expm1(-40) rounds to -1 */
     return tn__vm_seld(x == 0.0, x, y);                         /* expm1(-0) = -0 */
 }
 
 /* log(x) for x > 0 finite (subnormals included), else junk */
-TN__VM_INLINE double tn__vm_log_pos(double x) {
+TN__VM_INLINE double tn__vm_log_pos(double x, int fm) {
     bool sub = x < 2.2250738585072014e-308;
     double xs = x * tn__vm_seld(sub, 18014398509481984.0, 1.0);   /* 2^54 */
     uint64_t t = tn__vm_bitsd(xs) - 0x3fe6a09e667f3bcdu;         /* bits of sqrt(1/2) */
@@ -1466,41 +1477,41 @@ TN__VM_INLINE double tn__vm_log_pos(double x) {
              - tn__vm_seld(sub, 4503599627372598.0, 4503599627372544.0);
     double f = tn__vm_double((t & 0x000fffffffffffffu) + 0x3fe6a09e667f3bcdu) - 1.0;
     double hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s, w = z * z;
-    double t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
-    double t2 = z * (6.666666666666735130e-01 + w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01
-                                                                             + w * 1.479819860511658591e-01)));
+    double t1 = w * TN__VM_MA(fm, w, TN__VM_MA(fm, w, 1.531383769920937332e-01, 2.222219843214978396e-01), 3.999999999940941908e-01);
+    double t2 = z * TN__VM_MA(fm, w, TN__VM_MA(fm, w, TN__VM_MA(fm, w, 1.479819860511658591e-01, 1.818357216161805012e-01),
+                                               2.857142874366239149e-01), 6.666666666666735130e-01);
     return e * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + (t1 + t2)) + e * 1.90821492927058770002e-10)) - f);
 }
 
-TN__VM_INLINE double tn__vm_log(double x) {
-    double y = tn__vm_log_pos(x);
+TN__VM_INLINE double tn__vm_log(double x, int fm) {
+    double y = tn__vm_log_pos(x, fm);
     y = tn__vm_seld(x == 0.0, -INFINITY, tn__vm_seld(x < 0.0, NAN, y));
     return tn__vm_seld(x == INFINITY || x != x, x, y);
 }
 
-TN__VM_INLINE double tn__vm_log1p(double x) {
+TN__VM_INLINE double tn__vm_log1p(double x, int fm) {
     double u = 1.0 + x;
-    double y = tn__vm_log_pos(u) + (x - (u - 1.0)) / u;
+    double y = tn__vm_log_pos(u, fm) + (x - (u - 1.0)) / u;
     y = tn__vm_seld(x == -1.0, -INFINITY, tn__vm_seld(x < -1.0, NAN, y));
     return tn__vm_seld(x == INFINITY || x != x || x == 0.0, x, y);
 }
 
-TN__VM_INLINE double tn__vm_tanh(double x) {
+TN__VM_INLINE double tn__vm_tanh(double x, int fm) {
     double ax = tn__vm_fabsd(x), z = ax * ax;
-    double p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z - 1.61468768441708447952e3;
-    double q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z + 4.84406305325125486048e3;
-    double small = ax + ax * z * (p / q), big = 1.0 - 2.0 / (tn__vm_exp(2.0 * ax) + 1.0);
+    double p = TN__VM_MA(fm, TN__VM_MA(fm, -9.64399179425052238628e-1, z, -9.92877231001918586564e1), z, -1.61468768441708447952e3);
+    double q = TN__VM_MA(fm, TN__VM_MA(fm, z + 1.12811678491632931402e2, z, 2.23548839060100448583e3), z, 4.84406305325125486048e3);
+    double small = TN__VM_MA(fm, ax * z, p / q, ax), big = 1.0 - 2.0 / (tn__vm_exp(2.0 * ax, fm) + 1.0);
     double y = tn__vm_seld(ax < 0.625, small, big);
     return tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd(x) & 0x8000000000000000u));
 }
 
-TN__VM_INLINE double tn__vm_sigmoid(double x) {
-    double e = tn__vm_exp(-tn__vm_fabsd(x));
+TN__VM_INLINE double tn__vm_sigmoid(double x, int fm) {
+    double e = tn__vm_exp(-tn__vm_fabsd(x), fm);
     return tn__vm_seld(x >= 0.0, 1.0, e) / (1.0 + e);
 }
 
-TN__VM_INLINE double tn__vm_softplus(double x) {
-    double l = tn__vm_log1p(tn__vm_exp(-tn__vm_fabsd(x)));
+TN__VM_INLINE double tn__vm_softplus(double x, int fm) {
+    double l = tn__vm_log1p(tn__vm_exp(-tn__vm_fabsd(x), fm), fm);
     return tn__vm_seld(x > 0.0, x, 0.0) + l;
 }
 
@@ -1510,33 +1521,33 @@ TN__VM_INLINE double tn__vm_softplus(double x) {
    1 - Q(|x| - 2.625), Q of degree 15 for erfc (absolute error 4e-10); past 4,
    1 (erf(3.92) rounds to 1). P and Q are least-squares fits at 300-400
    Chebyshev nodes, in 40-digit arithmetic. */
-TN__VM_INLINE float tn__vm_erff(float x) {
+TN__VM_INLINE float tn__vm_erff(float x, int fm) {
     double ax = tn__vm_fabsd((double)x), z = ax * ax, t = ax - 2.625;
     double p = 8.2501993597271193e-07;
-    p = p * z - 1.2785143520215854e-05;
-    p = p * z + 0.0001173395445644403;
-    p = p * z - 0.00085193759966356955;
-    p = p * z + 0.0052224200346515804;
-    p = p * z - 0.02686569433539442;
-    p = p * z + 0.11283784299137306;
-    p = p * z - 0.37612638459140862;
-    p = p * z + 1.1283791670508938;
+    p = TN__VM_MA(fm, p, z, -1.2785143520215854e-05);
+    p = TN__VM_MA(fm, p, z, 0.0001173395445644403);
+    p = TN__VM_MA(fm, p, z, -0.00085193759966356955);
+    p = TN__VM_MA(fm, p, z, 0.0052224200346515804);
+    p = TN__VM_MA(fm, p, z, -0.02686569433539442);
+    p = TN__VM_MA(fm, p, z, 0.11283784299137306);
+    p = TN__VM_MA(fm, p, z, -0.37612638459140862);
+    p = TN__VM_MA(fm, p, z, 1.1283791670508938);
     double q = 3.0265055661801353e-07;
-    q = q * t - 2.1668991834745176e-07;
-    q = q * t - 4.1001850257808995e-06;
-    q = q * t + 9.0385308762427246e-06;
-    q = q * t + 1.0117808335807088e-05;
-    q = q * t - 7.740704326584906e-05;
-    q = q * t + 0.00015286871412600943;
-    q = q * t - 3.1748499283128142e-05;
-    q = q * t - 0.0006810415011099662;
-    q = q * t + 0.002245491338218472;
-    q = q * t - 0.0042178241013804112;
-    q = q * t + 0.0054146025168763171;
-    q = q * t - 0.0048904343706749065;
-    q = q * t + 0.0030131449850611014;
-    q = q * t - 0.0011478747961340973;
-    q = q * t + 0.00020537613167215414;
+    q = TN__VM_MA(fm, q, t, -2.1668991834745176e-07);
+    q = TN__VM_MA(fm, q, t, -4.1001850257808995e-06);
+    q = TN__VM_MA(fm, q, t, 9.0385308762427246e-06);
+    q = TN__VM_MA(fm, q, t, 1.0117808335807088e-05);
+    q = TN__VM_MA(fm, q, t, -7.740704326584906e-05);
+    q = TN__VM_MA(fm, q, t, 0.00015286871412600943);
+    q = TN__VM_MA(fm, q, t, -3.1748499283128142e-05);
+    q = TN__VM_MA(fm, q, t, -0.0006810415011099662);
+    q = TN__VM_MA(fm, q, t, 0.002245491338218472);
+    q = TN__VM_MA(fm, q, t, -0.0042178241013804112);
+    q = TN__VM_MA(fm, q, t, 0.0054146025168763171);
+    q = TN__VM_MA(fm, q, t, -0.0048904343706749065);
+    q = TN__VM_MA(fm, q, t, 0.0030131449850611014);
+    q = TN__VM_MA(fm, q, t, -0.0011478747961340973);
+    q = TN__VM_MA(fm, q, t, 0.00020537613167215414);
     double y = tn__vm_seld(ax < 1.25, ax * p, 1.0 - q);
     y = tn__vm_seld(ax >= 4.0, 1.0, y);                        /* NaN stays NaN */
     return (float)tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd((double)x) & 0x8000000000000000u));
@@ -1548,22 +1559,22 @@ TN__VM_INLINE float tn__vm_erff(float x) {
    their Taylor series to r^9 and r^10 (the rest is below 3e-9 of the
    result), picked and signed by (n + j) mod 4. Good for |x| < 1.5 2^28;
    the kernels redo larger |x|, inf and NaN with libm (TN__VM_TRIG_LIBM). */
-TN__VM_INLINE float tn__vm_sincosf(float x, uint64_t j) {
+TN__VM_INLINE float tn__vm_sincosf(float x, uint64_t j, int fm) {
     double xd = x;
     double k = xd * 0.63661977236758138 + 6755399441055744.0;     /* + 1.5 * 2^52: rounds to an integer */
     uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
     k -= 6755399441055744.0;
     double r = ((xd - k * 1.5707963109016418) - k * 1.5893254712295857e-08) - k * 6.123233995736766e-17;
     double z = r * r;
-    double s = -1.0 / 5040.0 + z * (1.0 / 362880.0);
-    s = r + r * z * (-1.0 / 6.0 + z * (1.0 / 120.0 + z * s));
-    double c = 1.0 / 40320.0 - z * (1.0 / 3628800.0);
-    c = 1.0 - 0.5 * z + z * z * (1.0 / 24.0 + z * (-1.0 / 720.0 + z * c));
+    double s = TN__VM_MA(fm, z, 1.0 / 362880.0, -1.0 / 5040.0);
+    s = TN__VM_MA(fm, r * z, TN__VM_MA(fm, z, TN__VM_MA(fm, z, s, 1.0 / 120.0), -1.0 / 6.0), r);
+    double c = TN__VM_MA(fm, -z, 1.0 / 3628800.0, 1.0 / 40320.0);
+    c = TN__VM_MA(fm, z * z, TN__VM_MA(fm, z, TN__VM_MA(fm, z, c, -1.0 / 720.0), 1.0 / 24.0), 1.0 - 0.5 * z);
     double y = tn__vm_seld(q & 1u, c, s);
     return (float)tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
 }
-TN__VM_INLINE float tn__vm_sinf(float x) { return tn__vm_sel(x == 0.0f, x, tn__vm_sincosf(x, 0)); }   /* sin(-0) = -0 */
-TN__VM_INLINE float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
+TN__VM_INLINE float tn__vm_sinf(float x, int fm) { return tn__vm_sel(x == 0.0f, x, tn__vm_sincosf(x, 0, fm)); }   /* sin(-0) = -0 */
+TN__VM_INLINE float tn__vm_cosf(float x, int fm) { return tn__vm_sincosf(x, 1, fm); }
 /* The lanes tn__vm_sincosf leaves to libm: |x| >= 1.5 2^28, inf, NaN. */
 #define TN__VM_TRIG_LIBM(x) (!(tn__vm_float(tn__vm_bits(x) & 0x7fffffffu) < 402653184.0f))
 #define TN__VM_NO_LIBM(x) 0
@@ -1573,45 +1584,45 @@ TN__VM_INLINE float tn__vm_cosf(float x) { return tn__vm_sincosf(x, 1); }
    e^x^2 erfc(x), fitted for the absolute error of erfc (7e-18: erf near 1
    needs no more, and x^2's rounding moves e^-x^2 by less); past 6, 1
    (erf(5.93) rounds to 1). Fitted as float32's. */
-TN__VM_INLINE double tn__vm_erf(double x) {
+TN__VM_INLINE double tn__vm_erf(double x, int fm) {
     double ax = tn__vm_fabsd(x), z = ax * ax, t = ax - 3.5;
     double p = -4.2218066361920665e-12;
-    p = p * z + 8.7030776780030921e-11;
-    p = p * z - 1.2162835925503698e-09;
-    p = p * z + 1.4792111042608197e-08;
-    p = p * z - 1.6364610647085907e-07;
-    p = p * z + 1.6462043130594368e-06;
-    p = p * z - 1.4925647451134325e-05;
-    p = p * z + 0.0001205533289887479;
-    p = p * z - 0.00085483270218420036;
-    p = p * z + 0.0052239776254219194;
-    p = p * z - 0.026866170645129719;
-    p = p * z + 0.11283791670955119;
-    p = p * z - 0.37612638903183754;
-    p = p * z + 1.1283791670955126;
+    p = TN__VM_MA(fm, p, z, 8.7030776780030921e-11);
+    p = TN__VM_MA(fm, p, z, -1.2162835925503698e-09);
+    p = TN__VM_MA(fm, p, z, 1.4792111042608197e-08);
+    p = TN__VM_MA(fm, p, z, -1.6364610647085907e-07);
+    p = TN__VM_MA(fm, p, z, 1.6462043130594368e-06);
+    p = TN__VM_MA(fm, p, z, -1.4925647451134325e-05);
+    p = TN__VM_MA(fm, p, z, 0.0001205533289887479);
+    p = TN__VM_MA(fm, p, z, -0.00085483270218420036);
+    p = TN__VM_MA(fm, p, z, 0.0052239776254219194);
+    p = TN__VM_MA(fm, p, z, -0.026866170645129719);
+    p = TN__VM_MA(fm, p, z, 0.11283791670955119);
+    p = TN__VM_MA(fm, p, z, -0.37612638903183754);
+    p = TN__VM_MA(fm, p, z, 1.1283791670955126);
     double q = -2.0473015453160555e-13;
-    q = q * t - 3.3501176322657769e-12;
-    q = q * t - 2.4839793970171032e-11;
-    q = q * t - 1.0152283437199909e-10;
-    q = q * t - 2.2735294221448982e-10;
-    q = q * t - 1.2378014321707553e-10;
-    q = q * t + 6.9577910537713924e-10;
-    q = q * t + 2.3601183797867637e-09;
-    q = q * t + 1.5890216977347044e-09;
-    q = q * t + 2.8956333624279884e-09;
-    q = q * t - 2.356492812825039e-08;
-    q = q * t + 8.0546925146468215e-08;
-    q = q * t - 4.0232591599329032e-07;
-    q = q * t + 1.8411387624571484e-06;
-    q = q * t - 8.2345032835681878e-06;
-    q = q * t + 3.6182306868697113e-05;
-    q = q * t - 0.00015546966053527587;
-    q = q * t + 0.00065268587246547689;
-    q = q * t - 0.0026730744971237576;
-    q = q * t + 0.010661133212661249;
-    q = q * t - 0.041323577827895419;
-    q = q * t + 0.15529365560908334;
-    double y = tn__vm_seld(ax < 1.0, ax * p, 1.0 - tn__vm_exp(-z) * q);
+    q = TN__VM_MA(fm, q, t, -3.3501176322657769e-12);
+    q = TN__VM_MA(fm, q, t, -2.4839793970171032e-11);
+    q = TN__VM_MA(fm, q, t, -1.0152283437199909e-10);
+    q = TN__VM_MA(fm, q, t, -2.2735294221448982e-10);
+    q = TN__VM_MA(fm, q, t, -1.2378014321707553e-10);
+    q = TN__VM_MA(fm, q, t, 6.9577910537713924e-10);
+    q = TN__VM_MA(fm, q, t, 2.3601183797867637e-09);
+    q = TN__VM_MA(fm, q, t, 1.5890216977347044e-09);
+    q = TN__VM_MA(fm, q, t, 2.8956333624279884e-09);
+    q = TN__VM_MA(fm, q, t, -2.356492812825039e-08);
+    q = TN__VM_MA(fm, q, t, 8.0546925146468215e-08);
+    q = TN__VM_MA(fm, q, t, -4.0232591599329032e-07);
+    q = TN__VM_MA(fm, q, t, 1.8411387624571484e-06);
+    q = TN__VM_MA(fm, q, t, -8.2345032835681878e-06);
+    q = TN__VM_MA(fm, q, t, 3.6182306868697113e-05);
+    q = TN__VM_MA(fm, q, t, -0.00015546966053527587);
+    q = TN__VM_MA(fm, q, t, 0.00065268587246547689);
+    q = TN__VM_MA(fm, q, t, -0.0026730744971237576);
+    q = TN__VM_MA(fm, q, t, 0.010661133212661249);
+    q = TN__VM_MA(fm, q, t, -0.041323577827895419);
+    q = TN__VM_MA(fm, q, t, 0.15529365560908334);
+    double y = tn__vm_seld(ax < 1.0, ax * p, 1.0 - tn__vm_exp(-z, fm) * q);
     y = tn__vm_seld(ax >= 6.0, 1.0, y);                        /* NaN stays NaN */
     return tn__vm_double(tn__vm_bitsd(y) | (tn__vm_bitsd(x) & 0x8000000000000000u));
 }
@@ -1625,7 +1636,7 @@ TN__VM_INLINE double tn__vm_erf(double x) {
    rl added through the derivative, and cos's 1 - z/2 with its rounding
    error added back (as msun). Good for |x| < 2^20; the kernels redo larger
    |x|, inf and NaN with libm (TN__VM_TRIG_LIBMD). */
-TN__VM_INLINE double tn__vm_sincos(double x, uint64_t j) {
+TN__VM_INLINE double tn__vm_sincos(double x, uint64_t j, int fm) {
     double k = x * 0.63661977236758138 + 6755399441055744.0;      /* + 1.5 * 2^52: rounds to an integer */
     uint64_t q = tn__vm_bitsd(k) + j;                              /* n + j in the low bits */
     k -= 6755399441055744.0;
@@ -1633,47 +1644,58 @@ TN__VM_INLINE double tn__vm_sincos(double x, uint64_t j) {
     double r1 = a - b, c = ((a - r1) - b) - (k * 2.0222662487111665e-21 + k * 8.4784276603689e-32);
     double rh = r1 + c, v = rh - r1, rl = (r1 - (rh - v)) + (c - v);          /* rh + rl = r1 + c exactly */
     double z = rh * rh;
-    double s = -1.0 / 1307674368000.0 + z * (1.0 / 355687428096000.0);
-    s = 1.0 / 6227020800.0 + z * s;
-    s = -1.0 / 39916800.0 + z * s;
-    s = 1.0 / 362880.0 + z * s;
-    s = -1.0 / 5040.0 + z * s;
-    s = 1.0 / 120.0 + z * s;
-    s = rh + (rh * z * (-1.0 / 6.0 + z * s) + rl * (1.0 - 0.5 * z));
-    double p = 1.0 / 87178291200.0 - z * (1.0 / 20922789888000.0);
-    p = -1.0 / 479001600.0 + z * p;
-    p = 1.0 / 3628800.0 + z * p;
-    p = -1.0 / 40320.0 + z * p;
-    p = 1.0 / 720.0 + z * p;
+    double s = TN__VM_MA(fm, z, 1.0 / 355687428096000.0, -1.0 / 1307674368000.0);
+    s = TN__VM_MA(fm, z, s, 1.0 / 6227020800.0);
+    s = TN__VM_MA(fm, z, s, -1.0 / 39916800.0);
+    s = TN__VM_MA(fm, z, s, 1.0 / 362880.0);
+    s = TN__VM_MA(fm, z, s, -1.0 / 5040.0);
+    s = TN__VM_MA(fm, z, s, 1.0 / 120.0);
+    s = rh + TN__VM_MA(fm, rh * z, TN__VM_MA(fm, z, s, -1.0 / 6.0), rl * (1.0 - 0.5 * z));
+    double p = TN__VM_MA(fm, -z, 1.0 / 20922789888000.0, 1.0 / 87178291200.0);
+    p = TN__VM_MA(fm, z, p, -1.0 / 479001600.0);
+    p = TN__VM_MA(fm, z, p, 1.0 / 3628800.0);
+    p = TN__VM_MA(fm, z, p, -1.0 / 40320.0);
+    p = TN__VM_MA(fm, z, p, 1.0 / 720.0);
     double hz = 0.5 * z, w = 1.0 - hz;
-    double co = w + (((1.0 - w) - hz) + (z * z * (1.0 / 24.0 - z * p) - rh * rl));
+    double co = w + (((1.0 - w) - hz) + (z * z * TN__VM_MA(fm, -z, p, 1.0 / 24.0) - rh * rl));
     double y = tn__vm_seld(q & 1u, co, s);
     return tn__vm_double(tn__vm_bitsd(y) ^ ((q & 2u) << 62));
 }
-TN__VM_INLINE double tn__vm_sin(double x) { return tn__vm_seld(x == 0.0, x, tn__vm_sincos(x, 0)); }   /* sin(-0) = -0 */
-TN__VM_INLINE double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
+TN__VM_INLINE double tn__vm_sin(double x, int fm) { return tn__vm_seld(x == 0.0, x, tn__vm_sincos(x, 0, fm)); }   /* sin(-0) = -0 */
+TN__VM_INLINE double tn__vm_cos(double x, int fm) { return tn__vm_sincos(x, 1, fm); }
 #define TN__VM_TRIG_LIBMD(x) (!(tn__vm_fabsd(x) < 1048576.0))
 
-/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f (float32) where
-   TN__VMF_<fn> names one, tn__vm_<fn> (float64) where TN__VMD_<fn> does (the
-   probe: such a name adds a first argument, so TN__VM_2ND picks the function
-   here), else libm's fn##f or fn. */
-#define TN__VMF_exp ~, tn__vm_expf
-#define TN__VMF_expm1 ~, tn__vm_expm1f
-#define TN__VMF_log ~, tn__vm_logf
-#define TN__VMF_log1p ~, tn__vm_log1pf
-#define TN__VMF_tanh ~, tn__vm_tanhf
-#define TN__VMF_erf ~, tn__vm_erff
-#define TN__VMF_sin ~, tn__vm_sinf
-#define TN__VMF_cos ~, tn__vm_cosf
-#define TN__VMD_exp ~, tn__vm_exp
-#define TN__VMD_expm1 ~, tn__vm_expm1
-#define TN__VMD_log ~, tn__vm_log
-#define TN__VMD_log1p ~, tn__vm_log1p
-#define TN__VMD_tanh ~, tn__vm_tanh
-#define TN__VMD_erf ~, tn__vm_erf
-#define TN__VMD_sin ~, tn__vm_sin
-#define TN__VMD_cos ~, tn__vm_cos
+/* One-argument forms without FMA, for the baseline kernels of TN_EW_OPS. */
+#define TN__VM_NOFMA(T, fn) TN__VM_INLINE T fn##_nofma(T x) { return fn(x, 0); }
+TN__VM_NOFMA(float, tn__vm_expf) TN__VM_NOFMA(float, tn__vm_expm1f) TN__VM_NOFMA(float, tn__vm_logf)
+TN__VM_NOFMA(float, tn__vm_log1pf) TN__VM_NOFMA(float, tn__vm_tanhf) TN__VM_NOFMA(float, tn__vm_sigmoidf)
+TN__VM_NOFMA(float, tn__vm_softplusf) TN__VM_NOFMA(float, tn__vm_erff) TN__VM_NOFMA(float, tn__vm_sinf)
+TN__VM_NOFMA(float, tn__vm_cosf) TN__VM_NOFMA(double, tn__vm_exp) TN__VM_NOFMA(double, tn__vm_expm1)
+TN__VM_NOFMA(double, tn__vm_log) TN__VM_NOFMA(double, tn__vm_log1p) TN__VM_NOFMA(double, tn__vm_tanh)
+TN__VM_NOFMA(double, tn__vm_sigmoid) TN__VM_NOFMA(double, tn__vm_softplus) TN__VM_NOFMA(double, tn__vm_erf)
+TN__VM_NOFMA(double, tn__vm_sin) TN__VM_NOFMA(double, tn__vm_cos)
+#undef TN__VM_NOFMA
+
+/* The float kernels of TN_EW_OPS: TN_F(fn) is tn__vm_<fn>f_nofma (float32)
+   where TN__VMF_<fn> names one, tn__vm_<fn>_nofma (float64) where
+   TN__VMD_<fn> does (the probe: such a name adds a first argument, so
+   TN__VM_2ND picks the function here), else libm's fn##f or fn. */
+#define TN__VMF_exp ~, tn__vm_expf_nofma
+#define TN__VMF_expm1 ~, tn__vm_expm1f_nofma
+#define TN__VMF_log ~, tn__vm_logf_nofma
+#define TN__VMF_log1p ~, tn__vm_log1pf_nofma
+#define TN__VMF_tanh ~, tn__vm_tanhf_nofma
+#define TN__VMF_erf ~, tn__vm_erff_nofma
+#define TN__VMF_sin ~, tn__vm_sinf_nofma
+#define TN__VMF_cos ~, tn__vm_cosf_nofma
+#define TN__VMD_exp ~, tn__vm_exp_nofma
+#define TN__VMD_expm1 ~, tn__vm_expm1_nofma
+#define TN__VMD_log ~, tn__vm_log_nofma
+#define TN__VMD_log1p ~, tn__vm_log1p_nofma
+#define TN__VMD_tanh ~, tn__vm_tanh_nofma
+#define TN__VMD_erf ~, tn__vm_erf_nofma
+#define TN__VMD_sin ~, tn__vm_sin_nofma
+#define TN__VMD_cos ~, tn__vm_cos_nofma
 #define TN__VM_2ND_(a, b, ...) b
 #define TN__VM_2ND(...) TN__VM_2ND_(__VA_ARGS__)
 
@@ -1695,17 +1717,17 @@ TN__VM_INLINE double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
     X(LOG1P, log1p, D, double, tn__vm_log1p, TN__VM_NO_LIBM, log1p) \
     X(TANH, tanh, F, float, tn__vm_tanhf, TN__VM_NO_LIBM, tanhf) \
     X(TANH, tanh, D, double, tn__vm_tanh, TN__VM_NO_LIBM, tanh) \
-    X(SIGMOID, sigmoid, F, float, tn__vm_sigmoidf, TN__VM_NO_LIBM, tn__vm_sigmoidf) \
-    X(SIGMOID, sigmoid, D, double, tn__vm_sigmoid, TN__VM_NO_LIBM, tn__vm_sigmoid) \
-    X(SOFTPLUS, softplus, F, float, tn__vm_softplusf, TN__VM_NO_LIBM, tn__vm_softplusf) \
-    X(SOFTPLUS, softplus, D, double, tn__vm_softplus, TN__VM_NO_LIBM, tn__vm_softplus) \
+    X(SIGMOID, sigmoid, F, float, tn__vm_sigmoidf, TN__VM_NO_LIBM, tn__vm_sigmoidf_nofma) \
+    X(SIGMOID, sigmoid, D, double, tn__vm_sigmoid, TN__VM_NO_LIBM, tn__vm_sigmoid_nofma) \
+    X(SOFTPLUS, softplus, F, float, tn__vm_softplusf, TN__VM_NO_LIBM, tn__vm_softplusf_nofma) \
+    X(SOFTPLUS, softplus, D, double, tn__vm_softplus, TN__VM_NO_LIBM, tn__vm_softplus_nofma) \
     X(ERF, erf, F, float, tn__vm_erff, TN__VM_NO_LIBM, erff) \
     X(ERF, erf, D, double, tn__vm_erf, TN__VM_NO_LIBM, erf) \
     X(SIN, sin, F, float, tn__vm_sinf, TN__VM_TRIG_LIBM, sinf) \
     X(SIN, sin, D, double, tn__vm_sin, TN__VM_TRIG_LIBMD, sin) \
     X(COS, cos, F, float, tn__vm_cosf, TN__VM_TRIG_LIBM, cosf) \
     X(COS, cos, D, double, tn__vm_cos, TN__VM_TRIG_LIBMD, cos)
-#define TN__VM_KDEF(NAME, T, FN, BIG, LIB, ATTR) \
+#define TN__VM_KDEF(NAME, T, FN, FM, BIG, LIB, ATTR) \
     ATTR static void NAME(int64_t n, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
                           const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
         T *TN__RESTRICT o = (T *)o_; \
@@ -1714,7 +1736,7 @@ TN__VM_INLINE double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
         int64_t i = 0; \
         for (; i + 16 <= n; i += 16) { \
             int big = 0; \
-            for (int j = 0; j < 16; j++) { o[i + j] = FN(a[i + j]); big |= BIG(a[i + j]); } \
+            for (int j = 0; j < 16; j++) { o[i + j] = FN(a[i + j], FM); big |= BIG(a[i + j]); } \
             if (big) \
                 for (int j = 0; j < 16; j++) \
                     if (BIG(a[i + j])) o[i + j] = LIB(a[i + j]); \
@@ -1722,13 +1744,13 @@ TN__VM_INLINE double tn__vm_cos(double x) { return tn__vm_sincos(x, 1); }
         if (i == n) return; \
         T t[16]; \
         for (int j = 0; j < 16; j++) t[j] = i + j < n ? a[i + j] : 0; \
-        for (int j = 0; j < 16; j++) t[j] = FN(t[j]); \
+        for (int j = 0; j < 16; j++) t[j] = FN(t[j], FM); \
         for (int j = 0; i + j < n; j++) o[i + j] = BIG(a[i + j]) ? LIB(a[i + j]) : t[j]; }
-#define TN__VM_K0(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##0, T, fn, big, lib, )
+#define TN__VM_K0(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##0, T, fn, 0, big, lib, )
 TN__VM_OPS(TN__VM_K0)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TN__VM_K1(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##1, T, fn, big, lib, __attribute__((target("avx2,fma"))))
-#define TN__VM_K2(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##2, T, fn, big, lib, __attribute__((target("avx512f"))))
+#define TN__VM_K1(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##1, T, fn, 1, big, lib, __attribute__((target("avx2,fma"))))
+#define TN__VM_K2(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##2, T, fn, 1, big, lib, __attribute__((target("avx512f"))))
 TN__VM_OPS(TN__VM_K1)
 TN__VM_OPS(TN__VM_K2)
 #define TN__VM_ROW(E, n, ct, T, fn, big, lib) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##1, tn__vk_##n##_##ct##2 } },

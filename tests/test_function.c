@@ -1,6 +1,7 @@
 /* Compiled functions: copy and borrow semantics, updates, shared variables,
    allocation-free steady state, shape changes, the memory plan, debugprint. */
 #include <stdlib.h>
+#include <sys/resource.h>
 #include "alloc_hooks.h"    /* every allocation the library makes is counted */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
@@ -230,6 +231,90 @@ TEST(test_steady_state_allocates_nothing) {
     tn_array_free(wold); tn_array_free(w0); tn_array_free(xv);
     tn_function_free(f);
     tn_graph_free(g);
+}
+
+static long minor_faults(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+}
+
+/* A new 64 MB output each call, the caller freeing the last one: a fresh
+   block would page-fault 16,384 times a call; the host pool's reused block
+   none (minor faults, getrusage). With the pool off (host_cache_mb=0) the
+   faults come back, so the count is the pool's doing: 32 a call with huge
+   pages (2 MiB each), 16,384 without. */
+TEST(test_host_pool_steady_loop_faults_nothing) {
+    tn_graph *g = tn_graph_new();
+    int64_t n = (int64_t)1 << 24;
+    tn_array *x0 = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 23);
+    tn_var *x = tn_shared(g, "x", x0);
+    tn_var *y = tn_add(tn_mul(x, tn_scalar_const(g, 2.0)), tn_scalar_const(g, 1.0));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &y });
+    tn_array *o = NULL;
+    CHECK(f, "compile: %s", tn_last_error());
+    tn_config saved = *tn_get_config(), off = saved;
+    off.host_cache_mb = -1;
+    long per_call[2] = { 0, 0 };
+    for (int pass = 0; f && pass < 2; pass++) {
+        if (pass == 1) tn_init(&off);
+        for (int i = 0; i < 3; i++) { tn_array_free(o); o = NULL; CHECK(tn_call(f, NULL, &o) == TN_OK, "warm-up: %s", tn_last_error()); }
+        long f0 = minor_faults();
+        for (int i = 0; i < 10; i++) { tn_array_free(o); o = NULL; CHECK(tn_call(f, NULL, &o) == TN_OK, "call %d: %s", i, tn_last_error()); }
+        per_call[pass] = (minor_faults() - f0) / 10;
+        int64_t k = 12345;
+        CHECK(o && th_close(at1(o, k), 2 * at1(x0, k) + 1, 1e-6, 0), "value at %lld", (long long)k);
+    }
+    tn_init(&saved);
+    printf("64 MB output each call: %ld minor faults a call with the pool, %ld without\n", per_call[0], per_call[1]);
+    CHECK(per_call[0] == 0, "%ld minor page faults a steady call", per_call[0]);
+    CHECK(per_call[1] >= 16, "without the pool only %ld faults a call: the test measures nothing", per_call[1]);
+    tn_array_free(o); tn_array_free(x0);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* The pool's rules: a freed large block is reused for its size class, the
+   cap holds, a failed allocation drains the pool and tries again, and with
+   nothing to drain an injected failure is still TN_ERR_OOM naming the call. */
+#define pool_cached() __atomic_load_n(&tn__hpool.cached, __ATOMIC_RELAXED)
+TEST(test_host_pool_bounded_and_drained) {
+    tn__host_pool_drain();
+    long live0 = atomic_load(&th_alloc_live);
+    CHECK(pool_cached() == 0, "drained pool holds %zu bytes", pool_cached());
+    int64_t n3 = (3 << 20) / 4, n5 = (5 << 20) / 4;
+    tn_array *a = tn_array_empty(TN_F32, 1, &n3), *b = tn_array_empty(TN_F32, 1, &n3);
+    CHECK(a && b, "%s", tn_last_error());
+    void *pa = a ? a->data : NULL;
+    tn_array_free(a);
+    CHECK(pool_cached() == (size_t)3 << 20, "after a free the pool holds %zu bytes", pool_cached());
+    a = tn_array_zeros(TN_F32, 1, &n3);
+    CHECK(a && a->data == pa && pool_cached() == 0, "the block is not reused");
+    CHECK(a && tn_array_get(a, (int64_t[]){ n3 - 1 }) == 0, "a reused block is not zeroed by tn_array_zeros");
+    /* the cap: 4 MiB keeps one of two 3 MiB blocks */
+    tn_config saved = *tn_get_config(), small = saved;
+    small.host_cache_mb = 4;
+    tn_init(&small);
+    tn_array_free(a); tn_array_free(b);
+    CHECK(pool_cached() == (size_t)3 << 20, "cap 4 MiB: the pool holds %zu bytes", pool_cached());
+    CHECK(atomic_load(&th_alloc_live) == live0 + 1, "%ld blocks live", atomic_load(&th_alloc_live) - live0);
+    /* a failure with a block cached: drained, tried again, no error */
+    th_alloc_fail_at = atomic_load(&th_alloc_count) + 1;
+    tn_array *c = tn_array_empty(TN_F32, 1, &n5);
+    th_alloc_fail_at = -1;
+    CHECK(c, "a failed allocation with a cached block: %s", tn_last_error());
+    CHECK(pool_cached() == 0, "the failure left %zu bytes cached", pool_cached());
+    tn_array_free(c);
+    tn__host_pool_drain();
+    /* nothing to drain: the injected failure is the caller's error */
+    th_alloc_fail_at = atomic_load(&th_alloc_count) + 2;     /* the block, after the buffer's record */
+    c = tn_array_empty(TN_F32, 1, &n5);
+    th_alloc_fail_at = -1;
+    CHECK(!c && tn_last_result() == TN_ERR_OOM && !strncmp(tn_last_error(), "tn_array_empty: out of host memory", 34),
+          "want TN_ERR_OOM from tn_array_empty: %s", tn_last_error());
+    tn_array_free(c);
+    tn_init(&saved);
+    CHECK(atomic_load(&th_alloc_live) == live0, "%ld blocks not freed", atomic_load(&th_alloc_live) - live0);
 }
 
 TEST(test_changing_shapes) {
@@ -742,6 +827,8 @@ int main(void) {
     TH_RUN(test_shared_between_calls);
     TH_RUN(test_steady_state_allocates_nothing);
     TH_RUN(test_eye_var_steady_state);
+    TH_RUN(test_host_pool_steady_loop_faults_nothing);
+    TH_RUN(test_host_pool_bounded_and_drained);
     TH_RUN(test_changing_shapes);
     TH_RUN(test_strided_inputs);
     TH_RUN(test_outputs_that_are_leaves);

@@ -1,7 +1,8 @@
 /* Threads: different functions run concurrently; one function called from
    several threads at once either answers right or says TN_ERR_BUSY; two
    functions updating one shared variable lose no update; tn_init raced; the
-   CPU pool under concurrent and nested jobs. Also built with
+   CPU pool under concurrent and nested jobs; the host pool's large blocks
+   taken and given back by several threads at once. Also built with
    -fsanitize=thread (make tsan), where a data race fails the run. */
 #define _POSIX_C_SOURCE 200809L     /* pthread barriers */
 #define TENSOR_IMPLEMENTATION
@@ -281,6 +282,37 @@ TEST(test_pool_concurrent_and_nested) {
     pthread_barrier_destroy(&th_bar);
 }
 
+/* Large arrays (1 to 5 MiB, three size classes, the cap small enough that
+   some frees go back to the allocator) made, written and freed by every
+   thread: each array holds its own values, whoever had its block before. */
+static void *run_blocks(void *arg) {
+    int id = *(int *)arg, bad = 0;
+    pthread_barrier_wait(&th_bar);
+    for (int r = 0; r < 40; r++) {
+        int64_t n = (int64_t)(((r + id) % 3) * 2 + 1) << 18;      /* 1, 3, 5 MiB of float32 */
+        tn_array *a = tn_array_empty(TN_F32, 1, &n);
+        if (!a) return (void *)1;
+        float *p = (float *)a->data;
+        for (int64_t i = 0; i < n; i += 1024) p[i] = (float)(id * 1000 + r);
+        for (int64_t i = 0; i < n; i += 1024) bad += p[i] != (float)(id * 1000 + r);
+        tn_array_free(a);
+    }
+    return bad ? (void *)1 : NULL;
+}
+TEST(test_host_pool_concurrent) {
+    tn_config saved = *tn_get_config(), c = saved;
+    c.host_cache_mb = 12;
+    tn_init(&c);
+    pthread_t t[NT];
+    int ids[NT];
+    void *res[NT];
+    pthread_barrier_init(&th_bar, NULL, NT);
+    for (int i = 0; i < NT; i++) { ids[i] = i; pthread_create(&t[i], NULL, run_blocks, &ids[i]); }
+    for (int i = 0; i < NT; i++) { pthread_join(t[i], &res[i]); CHECK(!res[i], "thread %d: a block lost its values or an allocation failed", i); }
+    pthread_barrier_destroy(&th_bar);
+    tn_init(&saved);
+}
+
 int main(void) {
     tn_init(NULL);
     TH_RUN(test_busy_is_reported);
@@ -289,6 +321,7 @@ int main(void) {
     TH_RUN(test_shared_variable_updates_not_lost);
     TH_RUN(test_init_raced);
     TH_RUN(test_pool_concurrent_and_nested);
+    TH_RUN(test_host_pool_concurrent);
     tn_shutdown();
     TH_END();
 }
