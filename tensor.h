@@ -10152,6 +10152,23 @@ static size_t tn__type_bytes(const tn_type *t) {
     return n;
 }
 
+/* A RESHAPE or FLATTEN step is a view (no copy, no buffer of its own) when
+   its input is contiguous on every call: the output of a kernel (an
+   internal slot that is no view: the executor gives kernels contiguous
+   buffers), or such a view of one, on the same device. Any other input (a
+   caller's array, which may be strided; a shared value; a transposing view)
+   keeps the copy, which the kernel makes when not aliased (tensor_ops.h,
+   >>ops_shape). */
+static bool tn__reshape_aliases(const tn_func *f, const tn_var *v, const int *slot_of) {
+    if ((v->op != TN_OP_RESHAPE && v->op != TN_OP_FLATTEN) || v->device != v->in[0]->device) return false;
+    const tn__slot *s = &f->slots[slot_of[v->in[0]->id]];
+    while (s->view_of >= 0) {
+        if (s->var->op != TN_OP_RESHAPE && s->var->op != TN_OP_FLATTEN) return false;
+        s = &f->slots[s->view_of];
+    }
+    return s->kind == TN__SLOT_INTERNAL;
+}
+
 /* Steps and slots from the optimised graph. */
 static tn_result tn__schedule(tn_func *f, int n_roots) {
     const char *W = "tn_function";
@@ -10221,7 +10238,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
         st->in_slot = idx;
         idx += v->n_in;
         st->out_slot = s0;
-        st->view = def->kind == TN_OPK_VIEW;
+        st->view = def->kind == TN_OPK_VIEW || tn__reshape_aliases(f, v, slot_of);
         for (int i = 0; i < v->n_in; i++) {
             st->in_slot[i] = slot_of[v->in[i]->id];
             f->slots[st->in_slot[i]].nreaders++;

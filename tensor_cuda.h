@@ -385,6 +385,37 @@ enum {
         tn__cublasOperation_t tb, int m, int n, int k, const double *alpha, const double *A, int lda, long long sA, \
         const double *B, int ldb, long long sB, const double *beta, double *C, int ldc, long long sC, int batch), 1)
 
+/* cuBLASLt (>>cuda_lt): a product with an addend other than its output. The
+   descriptors are ours (the *Init_internal entry points fill memory we own,
+   as cublasLt.h's inline *Init functions do), so none outlives the library. */
+typedef void *tn__cublasLtHandle_t;
+typedef struct tn__ltDesc { uint64_t data[32]; } tn__ltDesc;
+typedef struct tn__ltLayout { uint64_t data[8]; } tn__ltLayout;
+typedef struct tn__ltPref { uint64_t data[8]; } tn__ltPref;
+typedef struct tn__ltAlgo { uint64_t data[8]; } tn__ltAlgo;
+typedef struct tn__ltHeuristic { tn__ltAlgo algo; size_t workspaceSize; tn__cublasStatus_t state; float wavesCount; int reserved[4]; } tn__ltHeuristic;
+enum {
+    TN__LT_DESC_TRANSA = 3, TN__LT_DESC_TRANSB = 4, TN__LT_DESC_EPILOGUE = 7, TN__LT_DESC_BIAS_POINTER = 8,
+    TN__LT_EPILOGUE_DEFAULT = 1, TN__LT_EPILOGUE_BIAS = 4,
+    TN__LT_PREF_MAX_WORKSPACE_BYTES = 1
+};
+#define TN__CUBLASLT_FUNCS(X) \
+    X(cublasLtCreate, tn__cublasStatus_t, (tn__cublasLtHandle_t *handle), 1) \
+    X(cublasLtDestroy, tn__cublasStatus_t, (tn__cublasLtHandle_t handle), 1) \
+    X(cublasLtMatmulDescInit_internal, tn__cublasStatus_t, (tn__ltDesc *desc, size_t size, tn__cublasComputeType_t compute, \
+        tn__cudaDataType scale), 1) \
+    X(cublasLtMatmulDescSetAttribute, tn__cublasStatus_t, (tn__ltDesc *desc, int attr, const void *buf, size_t size), 1) \
+    X(cublasLtMatrixLayoutInit_internal, tn__cublasStatus_t, (tn__ltLayout *layout, size_t size, tn__cudaDataType type, \
+        uint64_t rows, uint64_t cols, int64_t ld), 1) \
+    X(cublasLtMatmulPreferenceInit_internal, tn__cublasStatus_t, (tn__ltPref *pref, size_t size), 1) \
+    X(cublasLtMatmulPreferenceSetAttribute, tn__cublasStatus_t, (tn__ltPref *pref, int attr, const void *buf, size_t size), 1) \
+    X(cublasLtMatmulAlgoGetHeuristic, tn__cublasStatus_t, (tn__cublasLtHandle_t handle, tn__ltDesc *op, tn__ltLayout *a, \
+        tn__ltLayout *b, tn__ltLayout *c, tn__ltLayout *d, tn__ltPref *pref, int requested, tn__ltHeuristic *results, \
+        int *returned), 1) \
+    X(cublasLtMatmul, tn__cublasStatus_t, (tn__cublasLtHandle_t handle, tn__ltDesc *op, const void *alpha, const void *A, \
+        tn__ltLayout *a, const void *B, tn__ltLayout *b, const void *beta, const void *C, tn__ltLayout *c, void *D, \
+        tn__ltLayout *d, const tn__ltAlgo *algo, void *workspace, size_t workspace_bytes, tn__CUstream stream), 1)
+
 /* NCCL (>>cuda_nccl): enums without negative values are unsigned (as above). */
 typedef unsigned int tn__ncclResult_t;
 typedef unsigned int tn__ncclDataType_t;
@@ -411,6 +442,7 @@ TN__CU_FUNCS(TN__X_PFN)
 TN__NCCL_FUNCS(TN__X_PFN)
 TN__NVRTC_FUNCS(TN__X_PFN)
 TN__CUBLAS_FUNCS(TN__X_PFN)
+TN__CUBLASLT_FUNCS(TN__X_PFN)
 #undef TN__X_PFN
 
 /* Waits for the calling thread's current stream (tests and benchmarks; the
@@ -443,6 +475,7 @@ TN__CXX_BEGIN   /* C++: tensor.h's >>cxx section */
 typedef struct tn__cu_api { TN__CU_FUNCS(TN__X_FIELD) } tn__cu_api;
 typedef struct tn__nvrtc_api { TN__NVRTC_FUNCS(TN__X_FIELD) } tn__nvrtc_api;
 typedef struct tn__cublas_api { TN__CUBLAS_FUNCS(TN__X_FIELD) } tn__cublas_api;
+typedef struct tn__cublaslt_api { TN__CUBLASLT_FUNCS(TN__X_FIELD) } tn__cublaslt_api;
 typedef struct tn__nccl_api { TN__NCCL_FUNCS(TN__X_FIELD) } tn__nccl_api;
 #undef TN__X_FIELD
 
@@ -491,6 +524,7 @@ static void *tn__dlsym_ptr(void *h, const char *name) { return dlsym(h, name); }
 static const char *tn__cu_syms(void *h, tn__cu_api *api) { const char *missing = NULL; TN__CU_FUNCS(TN__X_SYM) return missing; }
 static const char *tn__nvrtc_syms(void *h, tn__nvrtc_api *api) { const char *missing = NULL; TN__NVRTC_FUNCS(TN__X_SYM) return missing; }
 static const char *tn__cublas_syms(void *h, tn__cublas_api *api) { const char *missing = NULL; TN__CUBLAS_FUNCS(TN__X_SYM) return missing; }
+static const char *tn__cublaslt_syms(void *h, tn__cublaslt_api *api) { const char *missing = NULL; TN__CUBLASLT_FUNCS(TN__X_SYM) return missing; }
 static const char *tn__nccl_syms(void *h, tn__nccl_api *api) { const char *missing = NULL; TN__NCCL_FUNCS(TN__X_SYM) return missing; }
 #undef TN__X_SYM
 
@@ -515,7 +549,9 @@ typedef struct tn__cuda_fstream {
     tn__CUstream s;
     tn__CUevent ev;
     tn__cublasHandle_t blas;    /* NULL until the first product (__atomic: made under dev->mu) */
-    void *blas_ws;              /* its workspace (device memory of dev) */
+    void *blas_ws;              /* its workspace (device memory of dev), cuBLASLt's too */
+    size_t blas_ws_bytes;
+    tn__cublasLtHandle_t lt;    /* made with blas when cuBLASLt loaded, else NULL */
     struct tn__cuda_fstream *next;
 } tn__cuda_fstream;
 
@@ -592,6 +628,8 @@ typedef struct tn__cuda_loader {
     void *h_cublas;
     tn__cublas_api blas;
     char cublas_path[256];
+    void *h_cublaslt;           /* cuBLASLt, loaded with cuBLAS when it can be (optional: products fall back to cuBLAS) */
+    tn__cublaslt_api lt;
 } tn__cuda_loader;
 static tn__cuda_loader tn__cuda = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
@@ -3551,6 +3589,15 @@ static tn_result tn__cublas_load(void) {
         else if ((missing = tn__cublas_syms(c->h_cublas, &c->blas)) != NULL)
             tn__err(TN_ERR_DEVICE, "tn_cuda: %s lacks %s", c->cublas_path, missing);
         else st = 1;
+        if (st > 0) {   /* cuBLAS's own dependency, from the same place */
+            const char *lt_names[] = { "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11", "libcublasLt.so" };
+            char lt_path[256];
+            c->h_cublaslt = tn__dlopen_first(NULL, lt_names, 4, lt_path, sizeof lt_path);
+            if (c->h_cublaslt && tn__cublaslt_syms(c->h_cublaslt, &c->lt) != NULL) {
+                dlclose(c->h_cublaslt);
+                c->h_cublaslt = NULL;
+            }
+        }
         if (st < 0) {
             if (c->h_cublas) { dlclose(c->h_cublas); c->h_cublas = NULL; }
             snprintf(c->cublas_path, sizeof c->cublas_path, "%.200s", tn_last_error());
@@ -3651,6 +3698,8 @@ static tn_result tn__cublas_handle(tn__cuda_fstream *f, tn__cublasHandle_t *out,
             h = NULL;
         } else {
             f->blas_ws = ws;
+            f->blas_ws_bytes = ws ? bytes : 0;
+            if (tn__cuda.h_cublaslt && tn__cuda.lt.cublasLtCreate(&f->lt) != TN__CUBLAS_STATUS_SUCCESS) f->lt = NULL;
             __atomic_store_n(&f->blas, h, __ATOMIC_RELEASE);
         }
     }
@@ -3662,9 +3711,12 @@ static tn_result tn__cublas_handle(tn__cuda_fstream *f, tn__cublasHandle_t *out,
 /* Destroys f's handle and gives its workspace back (f's stream idle). */
 static void tn__cublas_handle_drop(tn__cuda_fstream *f) {
     if (f->blas) tn__cuda.blas.cublasDestroy_v2(f->blas);
+    if (f->lt) tn__cuda.lt.cublasLtDestroy(f->lt);
     if (f->blas_ws) tn__cuda_free(f->dev->ordinal, f->blas_ws);
     f->blas = NULL;
+    f->lt = NULL;
     f->blas_ws = NULL;
+    f->blas_ws_bytes = 0;
 }
 static tn_result tn__cuda_gemm_on(tn_dtype t, int64_t batch, const tn__mm_op *A, const tn__mm_op *B, void *C, int M, int N,
                                   int K, int lda, int ldb, int ldc, long long sC, tn__cublasHandle_t h,
@@ -3719,6 +3771,104 @@ static tn_result tn__cuda_gemm_on(tn_dtype t, int64_t batch, const tn__mm_op *A,
     return TN_OK;
 }
 
+/* >>cuda_lt: a product with its own addend through cuBLASLt ------------------- */
+/* GEMM's alpha * A B + beta * C writes C into the output first, then runs a
+   beta = 1 product over it: a copy of C a call. cuBLASLt reads C where it
+   lies instead: an (m, n) C with contiguous rows as its C operand (D = the
+   output), and a row broadcast over the m rows (b in y = x.W + b) with
+   beta = 1 as the bias epilogue. The descriptors and the algorithm are
+   chosen when the product's shapes, layouts or pointer alignments change
+   (the node's state), not every call. Where cuBLASLt is missing or offers
+   no algorithm (float64 with a bias), the copy and cuBLAS stay. */
+typedef struct tn__cuda_lt_state {
+    int64_t key[16];      /* what desc, the layouts and algo were made for (sizes, layouts, alignments) */
+    int ok;               /* 1: made for key; -1: no algorithm for key (cuBLAS is used); 0: nothing yet */
+    tn__ltDesc desc;
+    tn__ltLayout la, lb, lc, ld;
+    tn__ltAlgo algo;
+} tn__cuda_lt_state;
+
+static int64_t tn__ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p & 255u;
+    return a ? (int64_t)(a & (~a + 1u)) : 256;
+}
+
+/* o (m x n, contiguous, on D) = alpha * A B + beta * c; *done false when this
+   product is not one cuBLASLt takes here (the caller goes the cuBLAS way). */
+static tn_result tn__cuda_gemm_lt(tn__cuda_dev *D, tn__cuda_lt_state *st, tn_dtype t, const tn__mm_op *A, const tn__mm_op *B,
+                                  const tn_array *c, tn_array *o, int64_t m, int64_t n, int64_t k, double alpha, double beta,
+                                  bool *done, const char *who) {
+    *done = false;
+    if (!st || !tn__cuda.h_cublaslt || m <= 0 || n <= 0 || k <= 0 || m > 0x7fffffff || n > 0x7fffffff || k > 0x7fffffff ||
+        c->dtype != t || c->ndim > 2 || c->device != o->device)
+        return TN_OK;
+    int64_t es = (int64_t)tn_dtype_size(t), cd = c->ndim;
+    int64_t cn = cd >= 1 ? c->shape[cd - 1] : 1, cns = cd >= 1 ? c->strides[cd - 1] : 0;
+    int64_t cm = cd >= 2 ? c->shape[cd - 2] : 1, cms = cd >= 2 ? c->strides[cd - 2] : 0;
+    if (cn != n || (n > 1 && cns != es)) return TN_OK;
+    int mode;                       /* 1: C an (m, n) matrix of leading dim ldc; 2: a row broadcast, the bias */
+    int64_t ldc = n;
+    if (cm == m && (m == 1 || (cms % es == 0 && cms / es >= n))) { mode = 1; if (m > 1) ldc = cms / es; }
+    else if (cm == 1 && beta == 1) mode = 2;
+    else return TN_OK;
+    tn__cuda_fstream *f = tn__cuda_fs(D);
+    tn__cublasHandle_t h;
+    tn_result r = tn__cublas_handle(f, &h, who);
+    if (r != TN_OK) return r;
+    if (!f->lt) return TN_OK;
+    bool tf32 = t == TN_F32 && tn_get_config()->allow_tf32;
+    int64_t key[16] = { t, mode, m, n, k, A->op, B->op, A->ld, B->ld, ldc, tf32, tn__ptr_align(A->data), tn__ptr_align(B->data),
+                        tn__ptr_align(mode == 1 ? c->data : o->data), tn__ptr_align(o->data), tn__ptr_align(c->data) };
+    const tn__cublaslt_api *lt = &tn__cuda.lt;
+    if (st->ok == 0 || memcmp(key, st->key, sizeof key) != 0) {
+        memcpy(st->key, key, sizeof key);
+        st->ok = -1;
+        /* column-major, as tn__cuda_gemm: D^T (n x m) = B^T A^T, so B is cuBLASLt's A and A its B */
+        unsigned dty = t == TN_F64 ? TN__CUDA_R_64F : t == TN_F16 ? TN__CUDA_R_16F : TN__CUDA_R_32F;
+        unsigned comp = t == TN_F64 ? TN__CUBLAS_COMPUTE_64F : tf32 ? TN__CUBLAS_COMPUTE_32F_FAST_TF32 : TN__CUBLAS_COMPUTE_32F;
+        int32_t ta = (int32_t)B->op, tb = (int32_t)A->op;
+        uint32_t epi = mode == 2 ? TN__LT_EPILOGUE_BIAS : TN__LT_EPILOGUE_DEFAULT;
+        uint64_t M = (uint64_t)n, N = (uint64_t)m, K = (uint64_t)k, ws = f->blas_ws_bytes;
+        const void *bias = c->data;
+        tn__ltPref pref;
+        tn__ltHeuristic res;
+        int got = 0;
+        bool made = lt->cublasLtMatmulDescInit_internal(&st->desc, sizeof st->desc, comp, t == TN_F64 ? TN__CUDA_R_64F : TN__CUDA_R_32F) == 0 &&
+                    lt->cublasLtMatmulDescSetAttribute(&st->desc, TN__LT_DESC_TRANSA, &ta, sizeof ta) == 0 &&
+                    lt->cublasLtMatmulDescSetAttribute(&st->desc, TN__LT_DESC_TRANSB, &tb, sizeof tb) == 0 &&
+                    lt->cublasLtMatmulDescSetAttribute(&st->desc, TN__LT_DESC_EPILOGUE, &epi, sizeof epi) == 0 &&
+                    (mode != 2 || lt->cublasLtMatmulDescSetAttribute(&st->desc, TN__LT_DESC_BIAS_POINTER, &bias, sizeof bias) == 0) &&
+                    lt->cublasLtMatrixLayoutInit_internal(&st->la, sizeof st->la, dty, ta ? K : M, ta ? M : K, B->ld) == 0 &&
+                    lt->cublasLtMatrixLayoutInit_internal(&st->lb, sizeof st->lb, dty, tb ? N : K, tb ? K : N, A->ld) == 0 &&
+                    lt->cublasLtMatrixLayoutInit_internal(&st->lc, sizeof st->lc, dty, M, N, mode == 1 ? ldc : (int64_t)M) == 0 &&
+                    lt->cublasLtMatrixLayoutInit_internal(&st->ld, sizeof st->ld, dty, M, N, (int64_t)M) == 0 &&
+                    lt->cublasLtMatmulPreferenceInit_internal(&pref, sizeof pref) == 0 &&
+                    lt->cublasLtMatmulPreferenceSetAttribute(&pref, TN__LT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == 0;
+        for (int i = 0; made && i < 4; i++) {      /* MIN_ALIGNMENT_A..D_BYTES (5..8): what the pointers offer */
+            uint32_t al = (uint32_t)key[11 + i];
+            made = lt->cublasLtMatmulPreferenceSetAttribute(&pref, 5 + i, &al, sizeof al) == 0;
+        }
+        if (made && lt->cublasLtMatmulAlgoGetHeuristic(f->lt, &st->desc, &st->la, &st->lb, &st->lc, &st->ld, &pref, 1, &res, &got) == 0 &&
+            got > 0 && res.state == TN__CUBLAS_STATUS_SUCCESS) {
+            st->algo = res.algo;
+            st->ok = 1;
+        }
+    }
+    if (st->ok < 0) return TN_OK;
+    const void *cp = mode == 1 ? c->data : o->data;
+    if (mode == 2) {
+        const void *bias = c->data;
+        TN__CUBLAS_CHECK(lt->cublasLtMatmulDescSetAttribute(&st->desc, TN__LT_DESC_BIAS_POINTER, &bias, sizeof bias), who);
+    }
+    double be = mode == 2 ? 0.0 : beta;
+    float al32 = (float)alpha, be32 = (float)be;
+    const void *pa = t == TN_F64 ? (const void *)&alpha : &al32, *pb = t == TN_F64 ? (const void *)&be : &be32;
+    TN__CUBLAS_CHECK(lt->cublasLtMatmul(f->lt, &st->desc, pa, B->data, &st->la, A->data, &st->lb, pb, cp, &st->lc, o->data, &st->ld,
+                                        &st->algo, f->blas_ws, f->blas_ws_bytes, f->s), who);
+    *done = true;
+    return tn__cuda_sync_if_blocking(D, who);
+}
+
 /* A vector (n,) with byte stride s as a (1, n) row (row) or an (n, 1) column. */
 static tn_array tn__mm_vec(const tn_array *v, bool row) {
     tn_array a = *v;
@@ -3745,7 +3895,7 @@ static bool tn__cuda_la_supports(const tn_var *node) {
     }
 }
 
-static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_array *const *out, const char *who) {
+static tn_result tn__cuda_la_run(const tn_var *node, tn__cuda_lt_state *lts, tn_array *const *in, tn_array *const *out, const char *who) {
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(out[0]->device, &D, who);
     if (r != TN_OK) return r;
@@ -3768,7 +3918,6 @@ static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_arr
         beta = node->p.f[1];
         a = *in[1];
         b = in[2]->ndim == 1 ? tn__mm_vec(in[2], false) : *in[2];
-        if (beta != 0 && o->data != in[0]->data && (r = tn__cuda_copy_into(o, in[0], who)) != TN_OK) return r;
         break;
     }
     }
@@ -3792,7 +3941,11 @@ static tn_result tn__cuda_la_run(const tn_var *node, tn_array *const *in, tn_arr
     tn__mm_op A, B;
     if ((r = tn__mm_operand(&a, &A, who)) != TN_OK) return r;
     if ((r = tn__mm_operand(&b, &B, who)) != TN_OK) { tn_array_free(A.tmp); return r; }
-    r = tn__cuda_gemm(D, t, batch, &A, &B, o->data, m, n, k, alpha, beta, who);
+    /* GEMM, GEMV: the addend is read where it lies (cuBLASLt), or first goes where the product is written */
+    bool done = false, addend = (node->op == TN_OP_GEMM || node->op == TN_OP_GEMV) && beta != 0 && o->data != in[0]->data;
+    if (addend && batch == 1 && node->op == TN_OP_GEMM) r = tn__cuda_gemm_lt(D, lts, t, &A, &B, in[0], o, m, n, k, alpha, beta, &done, who);
+    if (r == TN_OK && addend && !done) r = tn__cuda_copy_into(o, in[0], who);
+    if (r == TN_OK && !done) r = tn__cuda_gemm(D, t, batch, &A, &B, o->data, m, n, k, alpha, beta, who);
     tn_array_free(A.tmp);      /* back to the cache: stream order keeps the product's reads first */
     tn_array_free(B.tmp);
     return r;
@@ -4554,14 +4707,19 @@ static tn_result tn__cuda_index_prepare(const tn_var *node, void **state) {
     return TN_OK;
 }
 
-static tn_result tn__cuda_launch(tn__CUfunction fn, long long blocks, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
-    if (blocks > 2147483647LL) return tn__err(TN_ERR_UNSUPPORTED, "%s: %lld blocks are more than one launch takes", who, blocks);
-    tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(fn, (unsigned)blocks, 1, 1, threads, 1, 1, 0, tn__cuda_stream(D), params, NULL);
+/* A grid of gx x gy x gz blocks (gy, gz <= 65535) on D's stream. */
+static tn_result tn__cuda_launch3(tn__CUfunction fn, long long gx, unsigned gy, unsigned gz, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
+    if (gx > 2147483647LL) return tn__err(TN_ERR_UNSUPPORTED, "%s: %lld blocks are more than one launch takes", who, gx);
+    tn__CUresult cr = tn__cuda.cu.cuLaunchKernel(fn, (unsigned)gx, gy, gz, threads, 1, 1, 0, tn__cuda_stream(D), params, NULL);
     if (cr != TN__CUDA_SUCCESS) {
         char eb[160];
         return tn__err(cr == TN__CUDA_ERROR_OUT_OF_MEMORY ? TN_ERR_OOM : TN_ERR_DEVICE, "cuLaunchKernel failed in %s: %s", who, tn__cu_errstr(cr, eb, sizeof eb));
     }
     return TN_OK;
+}
+
+static tn_result tn__cuda_launch(tn__CUfunction fn, long long blocks, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
+    return tn__cuda_launch3(fn, blocks, 1, 1, threads, params, D, who);
 }
 
 static tn_result tn__cuda_index_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -4659,12 +4817,15 @@ done:
 }
 
 /* >>cuda_reshape: Reshape and Flatten ---------------------------------------- */
-/* A reshape copies (tensor_ops.h >>ops_shape): on the device, the input read
-   in row-major order into the contiguous output (one DMA when the input is
-   contiguous, else the elementwise copy kernel over a view of the output
-   with the input's shape). */
+/* A view when the executor aliased the output to the input (its input is a
+   kernel's contiguous output: tensor.h, tn__reshape_aliases): strides only,
+   as on the CPU. Else a copy (tensor_ops.h >>ops_shape): on the device, the
+   input read in row-major order into the contiguous output (one DMA when
+   the input is contiguous, else the elementwise copy kernel over a view of
+   the output with the input's shape). */
 static tn_result tn__cuda_reshape_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     (void)state;
+    if (out[0]->data == in[0]->data && out[0]->base == in[0]->base) return tn__op_def(node->op)->cpu(node, in, out);
     char who[128];
     tn__cuda_who(node, who, sizeof who);
     const tn_array *x = in[0];
@@ -4703,8 +4864,9 @@ static tn_result tn__cuda_print_run(const tn_var *node, void *state, tn_array *c
 
 /* >>cuda_conv: im2col and col2im ---------------------------------------------- */
 /* The kernels are tensor_ops.h's (>>conv_cuda: the CPU's gathers as CUDA C),
-   compiled once per dtype at prepare time (both in one module); one thread
-   per output element; a strided input is first made contiguous. The
+   compiled once per dtype at prepare time (both in one module): im2col a
+   thread per output position and row, looping over the images; col2im a
+   thread per image element; a strided input is first made contiguous. The
    products around them are cuBLAS's (batched over the groups and the
    batch). */
 typedef struct tn__cgeo_dev {          /* the kernels' view of tn__cgeo (the layout of tensor_ops.h >>conv_cuda's tn_cg) */
@@ -4775,7 +4937,13 @@ static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *co
     tn__cgeo_to_dev(&g, n, &G);
     void *xp = x->data, *yp = y->data;
     void *params[3] = { &xp, &yp, &G };
-    r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
+    if (fwd) {      /* blocks of output positions (x) by rows (y) by a share of the images (z): about 2048 blocks */
+        unsigned threads = g.L >= 256 ? 256 : (unsigned)((g.L + 31) / 32 * 32);
+        long long gx = (g.L + threads - 1) / threads, gy = g.G * g.Cg * g.K < 65535 ? g.G * g.Cg * g.K : 65535, gz = (2048 + gx * gy - 1) / (gx * gy);
+        if (gz > g.N) gz = g.N;
+        if (gz > 65535) gz = 65535;
+        r = tn__cuda_launch3(st->fn, gx, (unsigned)gy, (unsigned)gz, threads, params, D, who);
+    } else r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
     tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
@@ -4979,17 +5147,20 @@ static tn_result tn__cuda_reduce_node_run(const tn_var *node, void *state, tn_ar
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(tn__cuda_dev_get(node->device), tn__cuda_who(node, who, sizeof who));
 }
 
-/* products (cuBLAS, loaded at prepare time, not mid-call) */
+/* products (cuBLAS, loaded at prepare time, not mid-call); a GEMM keeps its
+   cuBLASLt plan (>>cuda_lt) as its state */
 static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
     tn_result r = tn__cuda_bind_prepare(node, state);
-    return r != TN_OK ? r : tn__cublas_load();
+    if (r == TN_OK) r = tn__cublas_load();
+    if (r == TN_OK && node->op == TN_OP_GEMM && !(*state = tn__calloc(1, sizeof(tn__cuda_lt_state))))
+        r = tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing a product");
+    return r;
 }
 
 static tn_result tn__cuda_la_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    (void)state;
     char who[128];
     tn_result r = tn__cuda_node_bind(node);
-    return r != TN_OK ? r : tn__cuda_la_run(node, in, out, tn__cuda_who(node, who, sizeof who));
+    return r != TN_OK ? r : tn__cuda_la_run(node, (tn__cuda_lt_state *)state, in, out, tn__cuda_who(node, who, sizeof who));
 }
 
 /* Alloc (tn_alloc, tn_fill) */
@@ -5107,7 +5278,7 @@ static tn_result tn__cuda_view_run(const tn_var *node, void *state, tn_array *co
 
 static const tn_backend_op tn__cuda_row_ew = { tn__cuda_ew_supports, tn__cuda_ew_prepare, tn__cuda_ew_node_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn__cuda_reduce_node_prepare, tn__cuda_reduce_node_run, tn__cuda_reduce_release, NULL };
-static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, NULL, NULL };
+static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_size = { tn__cuda_size_supports, tn__cuda_bind_prepare, tn__cuda_size_node_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_eye = { tn__cuda_eye_supports, tn__cuda_eye_prepare, tn__cuda_eye_run, tn__free, NULL };
@@ -5670,6 +5841,7 @@ static void tn__cuda_shutdown(void) {
         pthread_mutex_unlock(&D->aux_mu);
     }
     pthread_mutex_lock(&tn__cublas_mu);
+    if (tn__cuda.h_cublaslt) { dlclose(tn__cuda.h_cublaslt); tn__cuda.h_cublaslt = NULL; }
     if (tn__cuda.h_cublas) { dlclose(tn__cuda.h_cublas); tn__cuda.h_cublas = NULL; }
     __atomic_store_n(&tn__cuda.cublas_state, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&tn__cublas_mu);

@@ -315,7 +315,7 @@ extern "C" {
     X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
     X(GEMV)           /* in: y, A, x: alpha*A@x + beta*y */ \
     X(OUTER)          /* in: a, b vectors */ \
-    X(RESHAPE)        /* tn__p_shape (at most one -1); copies for now (see the >>ops_shape section) */ \
+    X(RESHAPE)        /* tn__p_shape (at most one -1); a view of a kernel's output, else a copy (the >>ops_shape section) */ \
     X(DIMSHUFFLE)     /* tn__p_shuffle_src of each output dim, or -1 for a new broadcastable dim ('x'); view */ \
     X(SLICE)          /* tn__p_slice_start/stop/step of each dim, TN_NONE where omitted; view */ \
     X(BROADCAST_TO)   /* tn__p_shape; view */ \
@@ -4256,16 +4256,42 @@ static inline int64_t tn__cgeo_src(const tn__cgeo *g, const int64_t *xs, int64_t
     return off;
 }
 
+/* im2col by lines: line (group, row, image) of the output is L contiguous
+   elements; the window position's offsets are found once a line, and along
+   the grid's last dim the part inside the image once (padding either side). */
 #define TN__CONV_T(SUF, T, AT, LOAD, STORE) \
 static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cjob *J = (const tn__cjob *)ctx; \
     const tn__cgeo *g = J->g; \
     T pad = STORE((AT)g->padv); \
-    for (int64_t t = lo; t < hi; t++) { \
-        int64_t l = t % g->L, n = (t / g->L) % g->N, r = (t / g->L / g->N) % (g->Cg * g->K), gi = t / g->L / g->N / (g->Cg * g->K); \
-        int64_t c = gi * g->Cg + r / g->K; \
-        int64_t off = tn__cgeo_src(g, J->xs, n, c, r % g->K, l); \
-        ((T *)(void *)J->y)[t] = off < 0 ? pad : *(const T *)(const void *)(J->x + off); \
+    int e = g->nsp - 1; \
+    int64_t R = g->Cg * g->K, W = g->out[e], se = g->s[e], xse = J->xs[2 + e]; \
+    for (int64_t line = lo; line < hi; line++) { \
+        int64_t n = line % g->N, row = line / g->N, gi = row / R, r = row % R, kidx = r % g->K, kd[3]; \
+        for (int d = e; d >= 0; d--) { kd[d] = kidx % g->k[d]; kidx /= g->k[d]; } \
+        const char *xb = J->x + n * J->xs[0] + (gi * g->Cg + r / g->K) * J->xs[1]; \
+        T *y = (T *)(void *)J->y + line * g->L; \
+        int64_t b = kd[e] * g->dl[e] - g->plo[e];          /* i = o*se + b along the last dim */ \
+        int64_t olo = b >= 0 ? 0 : (-b + se - 1) / se, ohi = g->in[e] - b <= 0 ? 0 : (g->in[e] - b + se - 1) / se; \
+        if (olo > W) olo = W; \
+        if (ohi > W) ohi = W; \
+        if (ohi < olo) ohi = olo; \
+        for (int64_t q = 0; q < g->L / W; q++, y += W) { \
+            int64_t rem = q, off = 0; \
+            bool inside = true; \
+            for (int d = e - 1; d >= 0; d--) { \
+                int64_t i = rem % g->out[d] * g->s[d] - g->plo[d] + kd[d] * g->dl[d]; \
+                rem /= g->out[d]; \
+                inside = inside && i >= 0 && i < g->in[d]; \
+                off += i * J->xs[2 + d]; \
+            } \
+            int64_t o = 0; \
+            if (inside) { \
+                for (; o < olo; o++) y[o] = pad; \
+                for (; o < ohi; o++) y[o] = *(const T *)(const void *)(xb + off + (o * se + b) * xse); \
+            } \
+            for (; o < W; o++) y[o] = pad; \
+        } \
     } \
 } \
 static void tn__col2im_##SUF(void *ctx, int64_t lo, int64_t hi) { \
@@ -4278,15 +4304,16 @@ static void tn__col2im_##SUF(void *ctx, int64_t lo, int64_t hi) { \
         int64_t id[3], rem = sp; \
         for (int d = g->nsp - 1; d >= 0; d--) { id[d] = rem % g->in[d]; rem /= g->in[d]; } \
         AT acc = 0; \
+        int64_t kd[3] = { 0, 0, 0 };    /* the window position of kidx, counted */ \
         for (int64_t kidx = 0; kidx < g->K; kidx++) { \
-            int64_t kk = kidx, l = 0, mul = 1; \
+            int64_t l = 0, mul = 1; \
             bool ok = true; \
             for (int d = g->nsp - 1; d >= 0 && ok; d--) { \
-                int64_t kd = kk % g->k[d]; kk /= g->k[d]; \
-                int64_t num = id[d] + g->plo[d] - kd * g->dl[d]; \
-                if (num < 0 || num % g->s[d] != 0 || num / g->s[d] >= g->out[d]) ok = false; \
-                else { l += num / g->s[d] * mul; mul *= g->out[d]; } \
+                int64_t num = id[d] + g->plo[d] - kd[d] * g->dl[d], q = g->s[d] == 1 ? num : num / g->s[d]; \
+                if (num < 0 || q * g->s[d] != num || q >= g->out[d]) ok = false; \
+                else { l += q * mul; mul *= g->out[d]; } \
             } \
+            for (int d = g->nsp - 1; d >= 0; d--) { if (++kd[d] < g->k[d]) break; kd[d] = 0; } \
             if (!ok) continue; \
             int64_t off = gi * J->xs[0] + (cr * g->K + kidx) * J->xs[1] + n * J->xs[2] + l * J->xs[3]; \
             acc += LOAD(*(const T *)(const void *)(J->x + off)); \
@@ -4313,8 +4340,8 @@ static tn_result tn__conv_cpu(const tn_var *node, tn_array *const *in, tn_array 
     if (J.n == 0) return TN_OK;
     static void (*const fns[2][3])(void *, int64_t, int64_t) = { { tn__col2im_f16, tn__col2im_f32, tn__col2im_f64 },
                                                                   { tn__im2col_f16, tn__im2col_f32, tn__im2col_f64 } };
-    int64_t work = fwd ? 1 : g.K;
-    tn__parallel_for(J.n, 16384 / work + 1, fns[fwd][x->dtype - TN_F16], &J);
+    int64_t work = fwd ? g.L : g.K;     /* im2col: lines of L elements; col2im: elements of K reads */
+    tn__parallel_for(fwd ? J.n / g.L : J.n, 16384 / work + 1, fns[fwd][x->dtype - TN_F16], &J);
     return TN_OK;
 }
 
@@ -4408,7 +4435,8 @@ static tn_result tn__pool_cpu(const tn_var *node, tn_array *const *in, tn_array 
 /* >>conv_cuda ------------------------------------------------------------------ */
 /* The same gathers as CUDA C for tensor_cuda.h's >>cuda_conv section: extern
    "C" tn_im2col(x, y, geo) and tn_col2im(cols, y, geo) over contiguous
-   operands, one thread per output element, geo passed by value (its layout
+   operands (im2col: a 3-d grid, see the kernel's comment; col2im: one
+   thread per image element), geo passed by value (its layout
    is tensor_cuda.h's tn__cgeo_dev). Returns the
    length snprintf reports, or -1 for a dtype without a kernel. */
 TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
@@ -4421,20 +4449,30 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "struct tn_cg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long N, C, Cg, K, L, n; double padv; int nsp, G, small; };\n"
         "typedef %s T;\n"
         "typedef %s AT;\n"
-        "/* I: int where every index of the call fits (g.small), else long long: 32-bit division is several times cheaper */\n"
-        "template <typename I> __device__ __forceinline__ void im2col_at(const T *x, T *y, const tn_cg &g, I t) {\n"
-        "    I L = (I)g.L, N = (I)g.N, K = (I)g.K, R = (I)g.Cg * K;\n"
-        "    I l = t %% L, n = (t / L) %% N, r = (t / L / N) %% R, gi = t / L / N / R;\n"
-        "    I c = gi * (I)g.Cg + r / K, kidx = r %% K, S = 1, off = 0;\n"
+        "/* I: int where every index of the call fits (g.small), else long long: 32-bit division is several times cheaper.\n"
+        "   im2col: thread l of the output grid splits l once; grid y walks the rows (group, channel, window position:\n"
+        "   the window's offset once a row), grid z the images (a stride: nothing to divide). */\n"
+        "template <typename I> __device__ __forceinline__ void im2col_rows(const T *x, T *y, const tn_cg &g, I l) {\n"
+        "    I od[3], rem = l, S = 1, N = (I)g.N, L = (I)g.L, K = (I)g.K, R = (I)g.Cg * K, rows = (I)g.G * R;\n"
+        "    for (int d = g.nsp - 1; d >= 0; d--) { od[d] = rem %% (I)g.out[d]; rem /= (I)g.out[d]; }\n"
         "    for (int d = 0; d < g.nsp; d++) S *= (I)g.in[d];\n"
-        "    for (int d = g.nsp - 1, m = 1; d >= 0; d--) {\n"
-        "        I kd = kidx %% (I)g.k[d], od = l %% (I)g.out[d];\n"
-        "        kidx /= (I)g.k[d]; l /= (I)g.out[d];\n"
-        "        I i = od * (I)g.s[d] - (I)g.plo[d] + kd * (I)g.dl[d];\n"
-        "        if (i < 0 || i >= (I)g.in[d]) { y[t] = %s((AT)g.padv); return; }\n"
-        "        off += i * m; m *= (int)g.in[d];\n"
+        "    const I img = (I)g.C * S;\n"
+        "    const T pad = %s((AT)g.padv);\n"
+        "    for (I row = (I)blockIdx.y; row < rows; row += (I)gridDim.y) {\n"
+        "        I gi = row / R, r = row - gi * R, c = gi * (I)g.Cg + r / K, kidx = r %% K, off = 0, m = 1;\n"
+        "        bool inside = true;\n"
+        "        for (int d = g.nsp - 1; d >= 0; d--) {\n"
+        "            I kd = kidx %% (I)g.k[d];\n"
+        "            kidx /= (I)g.k[d];\n"
+        "            I i = od[d] * (I)g.s[d] - (I)g.plo[d] + kd * (I)g.dl[d];\n"
+        "            inside = inside && i >= 0 && i < (I)g.in[d];\n"
+        "            off += i * m; m *= (I)g.in[d];\n"
+        "        }\n"
+        "        const I src = c * S + off;\n"
+        "        T *dst = y + row * N * L + l;\n"
+        "#pragma unroll 4\n"
+        "        for (I n = (I)blockIdx.z; n < N; n += (I)gridDim.z) dst[n * L] = inside ? x[src + n * img] : pad;\n"
         "    }\n"
-        "    y[t] = x[(n * (I)g.C + c) * S + off];\n"
         "}\n"
         "template <typename I> __device__ __forceinline__ void col2im_at(const T *x, T *y, const tn_cg &g, I t) {\n"
         "    I S = 1, N = (I)g.N, L = (I)g.L, K = (I)g.K;\n"
@@ -4443,23 +4481,24 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "    for (int d = g.nsp - 1; d >= 0; d--) { id[d] = rem %% (I)g.in[d]; rem /= (I)g.in[d]; }\n"
         "    const T *base = x + ((long long)(gi * (I)g.Cg + cr) * K * N + n) * L;\n"
         "    AT acc = 0;\n"
+        "    I kd[3] = { 0, 0, 0 };      /* the window position of kidx, counted (no division) */\n"
         "    for (I kidx = 0; kidx < K; kidx++) {\n"
-        "        I kk = kidx, l = 0, mul = 1;\n"
+        "        I l = 0, mul = 1;\n"
         "        bool ok = true;\n"
         "        for (int d = g.nsp - 1; d >= 0 && ok; d--) {\n"
-        "            I kd = kk %% (I)g.k[d]; kk /= (I)g.k[d];\n"
-        "            I num = id[d] + (I)g.plo[d] - kd * (I)g.dl[d];\n"
-        "            if (num < 0 || num %% (I)g.s[d] != 0 || num / (I)g.s[d] >= (I)g.out[d]) ok = false;\n"
-        "            else { l += num / (I)g.s[d] * mul; mul *= (I)g.out[d]; }\n"
+        "            I num = id[d] + (I)g.plo[d] - kd[d] * (I)g.dl[d], s = (I)g.s[d], q = s == 1 ? num : num / s;\n"
+        "            if (num < 0 || q * s != num || q >= (I)g.out[d]) ok = false;\n"
+        "            else { l += q * mul; mul *= (I)g.out[d]; }\n"
         "        }\n"
         "        if (ok) acc += %s(base[(long long)kidx * N * L + l]);\n"
+        "        for (int d = g.nsp - 1; d >= 0; d--) { if (++kd[d] < (I)g.k[d]) break; kd[d] = 0; }\n"
         "    }\n"
         "    y[t] = %s(acc);\n"
         "}\n"
         "extern \"C\" __global__ void tn_im2col(const T *x, T *y, const tn_cg g) {\n"
-        "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
-        "    if (t >= g.n) return;\n"
-        "    if (g.small) im2col_at<int>(x, y, g, (int)t); else im2col_at<long long>(x, y, g, t);\n"
+        "    long long l = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (l >= g.L) return;\n"
+        "    if (g.small) im2col_rows<int>(x, y, g, (int)l); else im2col_rows<long long>(x, y, g, l);\n"
         "}\n"
         "extern \"C\" __global__ void tn_col2im(const T *x, T *y, const tn_cg g) {\n"
         "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -6094,11 +6133,11 @@ static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
    View ops (TN_OPK_VIEW: DIMSHUFFLE, SLICE, BROADCAST_TO) never copy: the
    executor hands the kernel out[0] with base, data and device of in[0]; the
    kernel sets data (first element) and strides. RESHAPE and FLATTEN are
-   TN_OPK_SHAPE for now: a reshape of a non-contiguous input cannot be a view
-   and a view slot has no buffer of its own to fall back on. Their kernel
-   aliases when called with out[0]->data == in[0]->data and the layout
-   allows, else copies, so they can become views once the executor offers a
-   fallback buffer.
+   TN_OPK_SHAPE: a reshape of a non-contiguous input cannot be a view, and
+   a view slot has no buffer of its own to fall back on. The executor makes
+   them views where their input is certain to be contiguous (a kernel's
+   output: tensor.h, tn__reshape_aliases); their kernel aliases when called
+   with out[0]->data == in[0]->data, else copies.
 
    Params: the >>params accessors (ops whose rank is not implied by their
    inputs keep it as tn__p_ndim: RESHAPE, DIMSHUFFLE, BROADCAST_TO, ALLOC). */

@@ -2,7 +2,8 @@
    placement (GpuElemwise, GpuFromHost, HostFromGpu in debugprint), shared
    variables living on the device, outputs copied, borrowed and kept on the
    device (tn_gpu_from_host), updates, cuBLAS products (gemv, gemm with a row
-   bias, transposed operands, batched), a fused chain, a reduction, device=cpu
+   bias, transposed operands, batched; gemm's addend as a bias, a matrix, a
+   slice, a column, through cuBLASLt or the copy), a fused chain, a reduction, device=cpu
    against device=cuda, and no driver allocation in a steady loop; copied
    outputs written in place (new device arrays, pinned host arrays from the
    back end's cache) and update targets moved to the device; CUDA graph
@@ -284,6 +285,55 @@ TEST(test_products) {
     tn_graph_free(g);
     tn_array_free(Xv); tn_array_free(Yv); tn_array_free(uv);
     free(X); free(Y); free(u);
+}
+
+/* gemm's addend, every way it can lie: a row broadcast with beta 1 (the bias
+   cuBLASLt adds in its epilogue) and with beta 0.5, a whole matrix, a matrix
+   of longer rows (a slice: leading dim 2N), a column; A used transposed or
+   not; the shapes changed between calls (a new plan, a new algorithm), in
+   float32, float64 and float16, against a float64 reference. */
+TEST(test_gemm_addends) {
+    tn_dtype dts[3] = { TN_F32, TN_F64, TN_F16 };
+    for (int di = 0; di < 3; di++) for (int kind = 0; kind < 5; kind++) for (int tr = 0; tr < 2; tr++) {
+        tn_dtype t = dts[di];
+        double tol = t == TN_F64 ? 1e-12 : t == TN_F32 ? 1e-4 : 2e-2, beta = kind == 0 ? 1.0 : kind == 1 ? 0.5 : -1.25, alpha = 0.75;
+        tn_graph *g = tn_graph_new();
+        tn_var *a = tn_matrix(g, "A", t), *b = tn_matrix(g, "B", t);
+        tn_var *c = kind <= 1 ? tn_vector(g, "c", t) : kind == 4 ? tn_col(g, "c", t) : tn_matrix(g, "c", t);
+        tn_var *cc = kind == 3 ? tn_slice(c, 1, 1, TN_NONE, 1) : c;      /* c is (M, N + 1): its last N columns */
+        tn_var *y = tn_gemm(cc, alpha, tr ? tn_transpose(a, NULL) : a, b, beta);
+        tn_var *ins[3] = { a, b, c };
+        tn_func *f = y ? tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &y }) : NULL;
+        CHECK(f, "%s kind %d: %s", tn_dtype_name(t), kind, tn_last_error());
+        for (int call = 0; f && call < 2; call++) {
+            int M = call ? 40 : 67, K = call ? 29 : 45, N = call ? 51 : 33, CN = kind == 3 ? N + 1 : N;
+            tn_array *Av = tn_array_rand_uniform(t, 2, tr ? (int64_t[]){ K, M } : (int64_t[]){ M, K }, -1, 1, 11 + call);
+            tn_array *Bv = tn_array_rand_uniform(t, 2, (int64_t[]){ K, N }, -1, 1, 12 + call);
+            tn_array *cv = kind <= 1 ? tn_array_rand_uniform(t, 1, (int64_t[]){ N }, -1, 1, 13)
+                         : tn_array_rand_uniform(t, 2, (int64_t[]){ M, kind == 4 ? 1 : CN }, -1, 1, 13);
+            double *A = as_f64(Av), *B = as_f64(Bv), *C = as_f64(cv), *ref = (double *)malloc((size_t)M * N * sizeof *ref);
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    double acc = 0, add = kind <= 1 ? C[j] : kind == 4 ? C[i] : C[(size_t)i * CN + (CN - N) + j];
+                    for (int k = 0; k < K; k++) acc += (tr ? A[(size_t)k * M + i] : A[(size_t)i * K + k]) * B[(size_t)k * N + j];
+                    ref[(size_t)i * N + j] = alpha * acc + beta * add;
+                }
+            tn_array *vals[3] = { Av, Bv, cv }, *r = NULL;
+            CHECK(tn_call(f, vals, &r) == TN_OK, "%s kind %d call %d: %s", tn_dtype_name(t), kind, call, tn_last_error());
+            double e = r ? max_err(r, ref, (int64_t)M * N) : INFINITY;
+            CHECK(e <= tol * K, "%s gemm addend kind %d, A%s, call %d: error %g", tn_dtype_name(t), kind, tr ? "^T" : "", call, e);
+            tn_array_free(r);
+            free(A); free(B); free(C); free(ref);
+            tn_array_free(Av); tn_array_free(Bv); tn_array_free(cv);
+        }
+        if (f) {
+            char *dp = dprint(f);
+            CHECK(dp && strstr(dp, "GpuGemm"), "%s kind %d: the product runs on the GPU:\n%s", tn_dtype_name(t), kind, dp ? dp : "");
+            free(dp);
+        }
+        tn_function_free(f);
+        tn_graph_free(g);
+    }
 }
 
 /* A fused chain (one GPU kernel) and a reduction of it, odd sizes. */
@@ -1832,6 +1882,7 @@ int main(void) {
     TH_RUN(test_input_transfer_debugprint);
     TH_RUN(test_linear_shared_update);
     TH_RUN(test_products);
+    TH_RUN(test_gemm_addends);
     TH_RUN(test_fused_chain_and_reduction);
     TH_RUN(test_new_ops_and_cumulative_on_gpu);
     TH_RUN(test_cumulative_gpu_equals_cpu);

@@ -200,6 +200,55 @@ TEST(test_flatten) {
     tn_array_free(base); tn_array_free(xt);
 }
 
+/* A reshape of a kernel's output is a view (no copy): borrowed outputs share
+   the kernel's buffer. A reshape of a caller's array or of a transposing view
+   copies. Values against exp in double; an in-place step after the view
+   (y * 2, y's last reader) must not write the buffer the view returns. */
+TEST(test_reshape_views_kernel_outputs) {
+    tn_array *X = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){4, 6}, -2, 2, 11);
+    for (int borrow = 0; borrow < 2; borrow++) {
+        tn_graph *g = tn_graph_new();
+        tn_var *x = tn_input(g, "x", TN_F32, 2, (int64_t[]){4, 6}, NULL);
+        tn_var *e = tn_exp(x);
+        tn_var *outs[6] = {
+            e,
+            tn_reshape(e, TN_SHAPE(2, 12)),                                   /* view */
+            tn_reshape(tn_dimshuffle(e, 2, (int[]){1, 0}), TN_SHAPE(24)),     /* copy: transposed input */
+            tn_flatten(tn_reshape(e, TN_SHAPE(3, 8)), 1),                     /* a view of a view */
+            tn_reshape(x, TN_SHAPE(24)),                                      /* copy: the caller's array */
+            tn_mul(e, tn_lit(e, 2.0)),
+        };
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 6, .outputs = outs, .borrow = borrow });
+        CHECK(f != NULL, "tn_function: %s", tn_last_error());
+        tn_array *r[6] = { NULL };
+        CHECK(f && tn_call(f, &X, r) == TN_OK, "tn_call: %s", tn_last_error());
+        if (f && r[0]) {
+            if (borrow) {
+                CHECK(r[1]->data == r[0]->data, "reshape of exp(x) is a view of its buffer");
+                CHECK(r[3]->data == r[0]->data, "flatten(reshape(exp(x))) is a view of its buffer");
+            }
+            CHECK(r[2]->data != r[0]->data, "reshape of a transposed view copies");
+            CHECK(r[4]->data != X->data, "reshape of the caller's array copies");
+            int bad = 0;
+            for (int64_t k = 0; k < 24; k++) {
+                int64_t i = k / 6, j = k % 6, ti = k % 4, tj = k / 4;     /* C order of (4, 6); of its transpose (6, 4) */
+                double xv = ((const float *)X->data)[k], want = exp(xv), wt = exp((double)((const float *)X->data)[ti * 6 + tj]);
+                double got[6] = { flat_get(r[0], k), flat_get(r[1], k), flat_get(r[2], k), flat_get(r[3], k), flat_get(r[4], k), flat_get(r[5], k) };
+                bool ok = fabs(got[0] - want) <= 1e-6 * want && got[1] == got[0] && got[3] == got[0] && got[4] == xv &&
+                          fabs(got[2] - wt) <= 1e-6 * wt && fabs(got[5] - 2 * want) <= 2e-6 * want;
+                if (!ok && bad++ < 3)
+                    CHECK(ok, "borrow=%d element %lld (%lld, %lld): %g %g %g %g %g %g, want exp %g, transposed %g", borrow, (long long)k, (long long)i,
+                          (long long)j, got[0], got[1], got[2], got[3], got[4], got[5], want, wt);
+            }
+            CHECK(bad == 0, "borrow=%d: %d wrong elements", borrow, bad);
+        }
+        if (!borrow) for (int i = 0; i < 6; i++) tn_array_free(r[i]);
+        tn_function_free(f);
+        tn_graph_free(g);
+    }
+    tn_array_free(X);
+}
+
 /* ---- dimshuffle */
 typedef struct { const tn_array *x; const int *pat; int nd; } ds_ctx;
 static double ref_ds(void *c, const int64_t *idx) {
@@ -676,6 +725,7 @@ int main(void) {
     TH_RUN(test_shape_and_axes_macros);
     TH_RUN(test_reshape);
     TH_RUN(test_flatten);
+    TH_RUN(test_reshape_views_kernel_outputs);
     TH_RUN(test_dimshuffle);
     TH_RUN(test_slice);
     TH_RUN(test_broadcast_alloc);
