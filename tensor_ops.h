@@ -4375,32 +4375,38 @@ static void tn__pool_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     bool mx = J->mode == TN__POOL_MAX; \
     double pad = mx ? -INFINITY : 0.0; \
     int64_t K = g->K, lim = !J->box ? 0 : mx ? (K >= 8 ? K / 4 * 4 : 0) : K / 4 * 4; \
-    for (int64_t t = lo; t < hi; t++) { \
-        int64_t l = t % g->L, nc = t / g->L, rem = l, i0[3] = { 0 }, kd[3] = { 0 }, cnt = 0; \
+    const int e = nsp - 1; \
+    const int64_t W = g->out[e], LW = g->L / W; \
+    for (int64_t line = lo; line < hi; line++) {   /* W outputs along the last dim: the divisions once a line */ \
+        int64_t nc = line / LW, rem = line % LW, i0[3] = { 0 }; \
         const char *base = J->x + nc / g->C * J->xs[0] + nc % g->C * J->xs[1]; \
-        for (int d = nsp - 1; d >= 0; d--) { i0[d] = rem % g->out[d] * g->s[d] - g->plo[d]; rem /= g->out[d]; } \
-        double D = pad, P[4] = { pad, pad, pad, pad }; \
-        for (int64_t j = 0; j < K; j++) {   /* the window row-major, as IM2COL's rows */ \
-            int64_t off = 0; \
-            bool in = true; \
-            for (int d = 0; d < nsp; d++) { \
-                int64_t i = i0[d] + kd[d] * g->dl[d]; \
-                in = in && i >= 0 && i < g->in[d]; \
-                off += i * J->xs[2 + d]; \
+        for (int d = e - 1; d >= 0; d--) { i0[d] = rem % g->out[d] * g->s[d] - g->plo[d]; rem /= g->out[d]; } \
+        i0[e] = -g->plo[e]; \
+        for (int64_t t = line * W; t < (line + 1) * W; t++, i0[e] += g->s[e]) { \
+            int64_t kd[3] = { 0 }, cnt = 0; \
+            double D = pad, P[4] = { pad, pad, pad, pad }; \
+            for (int64_t j = 0; j < K; j++) {   /* the window row-major, as IM2COL's rows */ \
+                int64_t off = 0; \
+                bool in = true; \
+                for (int d = 0; d < nsp; d++) { \
+                    int64_t i = i0[d] + kd[d] * g->dl[d]; \
+                    in = in && i >= 0 && i < g->in[d]; \
+                    off += i * J->xs[2 + d]; \
+                } \
+                double v = in ? (double)LOAD(*(const T *)(const void *)(base + off)) : pad; \
+                cnt += in; \
+                if (j < lim) TN__POOL_STEP(mx, P[j & 3], v); \
+                else { \
+                    if (j == lim && lim) TN__POOL_COMBINE(mx, D, P); \
+                    TN__POOL_STEP(mx, D, v); \
+                } \
+                for (int d = nsp - 1; d >= 0 && ++kd[d] == g->k[d]; d--) kd[d] = 0; \
             } \
-            double v = in ? (double)LOAD(*(const T *)(const void *)(base + off)) : pad; \
-            cnt += in; \
-            if (j < lim) TN__POOL_STEP(mx, P[j & 3], v); \
-            else { \
-                if (j == lim && lim) TN__POOL_COMBINE(mx, D, P); \
-                TN__POOL_STEP(mx, D, v); \
-            } \
-            for (int d = nsp - 1; d >= 0 && ++kd[d] == g->k[d]; d--) kd[d] = 0; \
+            if (lim == K && lim) TN__POOL_COMBINE(mx, D, P); \
+            T *yp = (T *)(void *)J->y + t; \
+            if (J->mode == TN__POOL_AVG_EXCL) *yp = EXCL(D, cnt); \
+            else *yp = STORE(J->mode == TN__POOL_AVG ? D / (double)K : D); \
         } \
-        if (lim == K && lim) TN__POOL_COMBINE(mx, D, P); \
-        T *yp = (T *)(void *)J->y + t; \
-        if (J->mode == TN__POOL_AVG_EXCL) *yp = EXCL(D, cnt); \
-        else *yp = STORE(J->mode == TN__POOL_AVG ? D / (double)K : D); \
     } \
 }
 /* The reduction's combination of its four partial results (its box loop). */
@@ -4428,7 +4434,8 @@ static tn_result tn__pool_cpu(const tn_var *node, tn_array *const *in, tn_array 
     int64_t n = tn_array_size(y);
     if (n == 0) return TN_OK;
     static void (*const fns[3])(void *, int64_t, int64_t) = { tn__pool_f16, tn__pool_f32, tn__pool_f64 };
-    tn__parallel_for(n, 16384 / g.K + 1, fns[x->dtype - TN_F16], &J);
+    int64_t W = g.out[g.nsp - 1];
+    tn__parallel_for(n / W, 16384 / (g.K * W) + 1, fns[x->dtype - TN_F16], &J);
     return TN_OK;
 }
 

@@ -2,9 +2,11 @@
    stride, padding (explicit, 'same', 'valid'), dilation and groups,
    conv_transpose with output_padding, max and average pooling, against
    float64 references written here as direct loops over the output and the
-   kernel taps (the library goes through im2col and a product); float32 and
-   float16 storage; NaN, inf and -0 in windows; gradients by finite
-   differences; a batch that varies; the errors, by code and words. */
+   kernel taps (the library goes through im2col and a product; pooling is
+   its own op, checked bit for bit); float32 and float16 storage; NaN, inf
+   and -0 in windows; gradients by finite differences and by value, the
+   forward mode of pooling; a batch that varies; the errors, by code and
+   words. */
 #include "tensor.h"
 #include "harness.h"
 #include <math.h>
@@ -444,6 +446,39 @@ TEST(test_pool_grad_values) {
     tn_graph_free(gr);
 }
 
+/* Forward mode: max pooling's tangent is the tangent at the window's max
+   (padded positions take no part: they are not -inf times a zero weight);
+   average pooling's is the average of the tangents. */
+TEST(test_pool_rop) {
+    tn_graph *gr = tn_graph_new();
+    int64_t sh[3] = { 1, 2, 9 };
+    tn_var *X = tn_input(gr, "x", TN_F64, 3, sh, NULL), *T = tn_input(gr, "t", TN_F64, 3, sh, NULL);
+    tn_conv_opts o;
+    memset(&o, 0, sizeof o);
+    o.kernel[0] = 3; o.stride[0] = 2; o.padding[0] = 1;
+    tn_var *outs[2] = { tn_rop(tn_max_pool(X, &o), 1, &X, &T), tn_rop(tn_avg_pool(X, &o), 1, &X, &T) };
+    tn_func *f = outs[0] && outs[1] ? tn_function(gr, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ X, T }, .n_outputs = 2, .outputs = outs }) : NULL;
+    double xv[18], tv[18];
+    for (int i = 0; i < 18; i++) { xv[i] = (double)((i * 7) % 18) - 9; tv[i] = 0.5 + i; }
+    tn_array *xa = arr(TN_F64, 3, sh, xv), *ta = arr(TN_F64, 3, sh, tv), *r[2] = { 0 };
+    CHECK(f && tn_call(f, (tn_array *[]){ xa, ta }, r) == TN_OK && r[0]->shape[2] == 5, "%s", tn_last_error());
+    for (int c = 0; r[0] && c < 2; c++) for (int j = 0; j < 5; j++) {
+        int best = -1;
+        double s = 0;
+        for (int a = 0; a < 3; a++) {
+            int i = 2 * j - 1 + a;
+            if (i < 0 || i >= 9) continue;
+            if (best < 0 || xv[c * 9 + i] > xv[c * 9 + best]) best = i;
+            s += tv[c * 9 + i];
+        }
+        double g0 = tn_array_get(r[0], (int64_t[]){ 0, c, j }), g1 = tn_array_get(r[1], (int64_t[]){ 0, c, j });
+        CHECK(g0 == tv[c * 9 + best] && fabs(g1 - s / 3) < 1e-15, "(%d, %d): %g %g, want %g %g", c, j, g0, g1, tv[c * 9 + best], s / 3);
+    }
+    tn_array_free(r[0]); tn_array_free(r[1]); tn_array_free(xa); tn_array_free(ta);
+    tn_function_free(f);
+    tn_graph_free(gr);
+}
+
 /* NaN in the image reaches exactly the outputs whose window covers it; a batch that changes between calls. */
 TEST(test_conv_nan_and_batch) {
     tn_graph *gr = tn_graph_new();
@@ -550,6 +585,7 @@ int main(void) {
     TH_RUN(test_pool_values);
     TH_RUN(test_pool_direct);
     TH_RUN(test_pool_grad_values);
+    TH_RUN(test_pool_rop);
     TH_RUN(test_conv_nan_and_batch);
     TH_RUN(test_conv_gradients);
     TH_RUN(test_conv_errors);
