@@ -4889,35 +4889,44 @@ static void tn__cgeo_to_dev(const tn__cgeo *g, int64_t n, tn__cgeo_dev *o) {
     o->small = n < INT32_MAX && img < INT32_MAX && cols < INT32_MAX;
 }
 
-typedef struct tn__cuda_conv_state { tn__CUfunction fn; } tn__cuda_conv_state;
-
 static bool tn__cuda_conv_supports(const tn_var *node) {
     return tn__conv_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
 }
 
-static tn_result tn__cuda_conv_prepare(const tn_var *node, void **state) {
+/* The state of a node whose kernel is one function of a generated source
+   (im2col/col2im, pooling, random draws): src (n: its generator's length,
+   <= 0: no kernel for dtype t) compiled through the kernel cache at prepare
+   time, its function `entry` kept. */
+typedef struct tn__cuda_fn_state { tn__CUfunction fn; } tn__cuda_fn_state;
+
+static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n, size_t cap, tn_dtype t, const char *entry, void **state) {
     *state = NULL;
-    char who[128], src[6144];
+    char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(node->device, &D, who);
     if (r != TN_OK) return r;
-    int n = tn__conv_cuda_source(node->in[0]->type.dtype, src, sizeof src);
-    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->in[0]->type.dtype));
+    if (n <= 0 || (size_t)n >= cap) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(t));
     tn__kentry *e;
     tn__CUfunction fn;
-    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK ||
-        (r = tn__cuda_entry_function(D, e, node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", &fn)) != TN_OK)
+    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, entry, &fn)) != TN_OK)
         return tn__err(r, "%s: %s", who, tn_last_error());
-    tn__cuda_conv_state *st = (tn__cuda_conv_state *)tn__calloc(1, sizeof *st);
+    tn__cuda_fn_state *st = (tn__cuda_fn_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
     st->fn = fn;
     *state = st;
     return TN_OK;
 }
 
+static tn_result tn__cuda_conv_prepare(const tn_var *node, void **state) {
+    char src[6144];
+    tn_dtype t = node->in[0]->type.dtype;
+    return tn__cuda_fn_prepare(node, src, tn__conv_cuda_source(t, src, sizeof src), sizeof src, t,
+                               node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", state);
+}
+
 static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    const tn__cuda_conv_state *st = (const tn__cuda_conv_state *)state;
+    const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;
@@ -4965,27 +4974,13 @@ static bool tn__cuda_pool_supports(const tn_var *node) {
 }
 
 static tn_result tn__cuda_pool_prepare(const tn_var *node, void **state) {
-    *state = NULL;
-    char who[128], src[8192];
-    tn__cuda_who(node, who, sizeof who);
-    tn__cuda_dev *D;
-    tn_result r = tn__cuda_enter(node->device, &D, who);
-    if (r != TN_OK) return r;
-    int n = tn__pool_cuda_source(node->in[0]->type.dtype, src, sizeof src);
-    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->in[0]->type.dtype));
-    tn__kentry *e;
-    tn__CUfunction fn;
-    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, "tn_pool", &fn)) != TN_OK)
-        return tn__err(r, "%s: %s", who, tn_last_error());
-    tn__cuda_conv_state *st = (tn__cuda_conv_state *)tn__calloc(1, sizeof *st);
-    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
-    st->fn = fn;
-    *state = st;
-    return TN_OK;
+    char src[8192];
+    tn_dtype t = node->in[0]->type.dtype;
+    return tn__cuda_fn_prepare(node, src, tn__pool_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool", state);
 }
 
 static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    const tn__cuda_conv_state *st = (const tn__cuda_conv_state *)state;
+    const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;
@@ -5023,34 +5018,18 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
    (its fma, division and sqrt are IEEE's), so the GPU draws the CPU's bits.
    One thread per Philox block; the state ([seed, calls]) is read on the
    device, so a call needs no copy back. */
-typedef struct tn__cuda_rnd_state { tn__CUfunction fn; } tn__cuda_rnd_state;
-
 static bool tn__cuda_rnd_supports(const tn_var *node) {
     return tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, NULL, 0) > 0;
 }
 
 static tn_result tn__cuda_rnd_prepare(const tn_var *node, void **state) {
-    *state = NULL;
-    char who[128], src[12288];
-    tn__cuda_who(node, who, sizeof who);
-    tn__cuda_dev *D;
-    tn_result r = tn__cuda_enter(node->device, &D, who);
-    if (r != TN_OK) return r;
-    int n = tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, src, sizeof src);
-    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->type.dtype));
-    tn__kentry *e;
-    tn__CUfunction fn;
-    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, "tn_random", &fn)) != TN_OK)
-        return tn__err(r, "%s: %s", who, tn_last_error());
-    tn__cuda_rnd_state *st = (tn__cuda_rnd_state *)tn__calloc(1, sizeof *st);
-    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
-    st->fn = fn;
-    *state = st;
-    return TN_OK;
+    char src[12288];
+    return tn__cuda_fn_prepare(node, src, tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, src, sizeof src), sizeof src,
+                               node->type.dtype, "tn_random", state);
 }
 
 static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    const tn__cuda_rnd_state *st = (const tn__cuda_rnd_state *)state;
+    const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;

@@ -209,7 +209,7 @@ static gfh_fn gpu_from_host(void) {
     return f;
 }
 
-static void nograph(tn_config *c);   /* cuda_graph=0 (the logistic regression cases) */
+static void nograph(tn_config *c);   /* cuda_graph=0 (the training steps) */
 
 /* Sets one config field for what follows (tn_init with a modified copy). */
 static tn_config saved_cfg;
@@ -415,85 +415,6 @@ static void random_cases(void) {
     tn_graph_free(g);
 }
 
-/* >>cases: the convnet training step (examples/convnet.c) ------------------ */
-/* examples/convnet.c's LeNet-style net on a batch of 32 8x8 images: conv
-   3x3 1->16 pad 1, relu, max pool 2x2, conv 3x3 16->32 pad 1, relu, max
-   pool 2x2, flatten, dropout 0.25, dense 128->10, log_softmax NLL; one SGD
-   step with momentum 0.9 (12 updates) per call, the batch shared (on the
-   device), no outputs. bench/peers.py runs the same step in PyTorch (eager,
-   torch.compile) and JAX. */
-static tn_var *convnet_net(tn_var *x, tn_var *const *P, tn_rstream *drop) {
-    tn_conv_opts c, p;
-    memset(&c, 0, sizeof c);
-    c.padding[0] = c.padding[1] = 1;
-    memset(&p, 0, sizeof p);
-    p.kernel[0] = p.kernel[1] = 2;
-    tn_var *img = tn_reshape(x, 4, (int64_t[]){ -1, 1, 8, 8 });
-    tn_var *h1 = tn_max_pool2d(tn_relu(tn_add(tn_conv2d(img, P[0], &c), tn_reshape(P[1], 4, (int64_t[]){ 1, 16, 1, 1 }))), &p);
-    tn_var *h2 = tn_max_pool2d(tn_relu(tn_add(tn_conv2d(h1, P[2], &c), tn_reshape(P[3], 4, (int64_t[]){ 1, 32, 1, 1 }))), &p);
-    return tn_add(tn_dot(tn_dropout(drop, tn_flatten(h2, 2), 0.25), P[4]), P[5]);
-}
-
-static void convnet_cases(void) {
-    enum { B = 32 };
-    const char *S = GPU ? "train" : "cpu";
-    int iters = GPU ? (Q ? 200 : 2000) : (Q ? 5 : 20);
-    tn_graph *g = tn_graph_new();
-    tn_random_state *rs = tn_random_state_new(5);
-    static const int64_t shp[6][4] = { { 16, 1, 3, 3 }, { 16 }, { 32, 16, 3, 3 }, { 32 }, { 128, 10 }, { 10 } };
-    static const int nd[6] = { 4, 1, 4, 1, 2, 1 }, fan[6] = { 9, 0, 144, 0, 128, 0 };
-    tn_var *P[6];
-    for (int i = 0; i < 6; i++) {
-        double a = fan[i] ? sqrt(6.0 / fan[i]) : 0;
-        tn_array *v = fan[i] ? tn_rs_uniform(rs, TN_F32, nd[i], shp[i], -a, a) : tn_array_zeros(TN_F32, nd[i], shp[i]);
-        P[i] = tn_shared_fixed(g, "p", v);
-        tn_array_free(v);
-    }
-    tn_array *X = tn_rs_uniform(rs, TN_F32, 2, (int64_t[]){ B, 64 }, 0, 1), *U = tn_rs_uniform(rs, TN_F64, 1, (int64_t[]){ B }, 0, 10);
-    tn_array *Yv = tn_array_astype(U, TN_I32);
-    tn_var *x = tn_shared_fixed(g, "x", X), *y = tn_shared_fixed(g, "y", Yv);
-    tn_array_free(X); tn_array_free(U); tn_array_free(Yv);
-    tn_random_state_free(rs);
-    int one = 1;
-    tn_var *nll = tn_neg(tn_mean(tn_sum(tn_mul(tn_one_hot(y, 10, TN_F32), tn_log_softmax(convnet_net(x, P, tn_random_stream(g, 42)), 1)),
-                                        &one, 1, false), NULL, 0, false));
-    tn_var *gr[6];
-    tn_result e = nll ? tn_grad(nll, 6, P, gr, NULL) : TN_ERR_NULL;
-    tn_update up[12];
-    for (int i = 0; e == TN_OK && i < 6; i++) {      /* v <- 0.9 v - 0.05 g; p <- p + v */
-        tn_array *z = tn_array_zeros(TN_F32, nd[i], shp[i]);
-        tn_var *v = tn_shared(g, "velocity", z);
-        tn_array_free(z);
-        tn_var *nv = tn_sub(tn_mul(tn_lit(v, 0.9), v), tn_mul(tn_lit(v, 0.05), gr[i]));
-        up[2 * i] = (tn_update){ v, nv };
-        up[2 * i + 1] = (tn_update){ P[i], tn_add(P[i], nv) };
-    }
-    for (int k = 0; k < (GPU ? 2 : 1); k++) {
-        row *r = R(S, !GPU ? "convnet step B=32 f32" : k == 0 ? "convnet step B=32, graph replay" : "convnet step B=32, no graph replay");
-        if (e != TN_OK) { err(r, "in tn_grad"); continue; }
-        if (k == 1) cfg_push(nograph);
-        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 12, .updates = up, .name = "convnet train" });
-        char why[160];
-        if (!f) err(r, "in tn_function");
-        else if (GPU && *all_on_device(f, why, sizeof why)) na(r, "%s", why);
-        else {
-            run_func(r, f, NULL, iters);
-            if (!r->na[0]) {
-                int64_t rep = 0;
-                const char *gwhy = "";
-                tn__replay_stats(f, &rep, NULL, &gwhy);
-                int nk = steps_on(f, GPU, -1, NULL);
-                if (GPU) snprintf(r->note, sizeof r->note, "%d kernels, %lld replays%s%.50s; peers: bench/peers.py", nk, (long long)rep,
-                                  *gwhy ? ": " : "", gwhy);
-                else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs; peers: bench/peers.py", nk);
-            }
-        }
-        tn_function_free(f);
-        if (k == 1) cfg_pop();
-    }
-    tn_graph_free(g);
-}
-
 /* >>cases: CPU products ----------------------------------------------------- */
 
 typedef struct gemmctx { const float *a, *b; float *c; int n; } gemmctx;
@@ -594,6 +515,38 @@ static void cpu_exp_cases(void) {
 
 static void nograph(tn_config *c) { c->no_cuda_graph = true; }
 
+/* A training step (updates only, data shared): one row on the CPU; on the
+   GPU with graph replay and with cuda_graph=0 (names: cpu, replay, no
+   replay), judged against `target` seconds (0: shown only). e: the graph's
+   build (tn_grad) result. */
+static void train_rows(tn_graph *g, const char *const names[3], tn_result e, int n_upd, tn_update *up, int iters,
+                       const char *target_name, double target) {
+    const char *S = GPU ? "train" : "cpu";
+    for (int k = 0; k < (GPU ? 2 : 1); k++) {
+        row *r = R(S, names[GPU ? 1 + k : 0]);
+        if (e != TN_OK) { err(r, "in tn_grad"); continue; }
+        if (k == 1) cfg_push(nograph);
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = n_upd, .updates = up, .name = "train" });
+        char why[160];
+        if (!f) err(r, "in tn_function");
+        else if (GPU && !steps_on(f, true, -1, NULL)) na(r, "%s", all_on_device(f, why, sizeof why));
+        else {
+            run_func(r, f, NULL, iters);
+            if (!r->na[0]) {
+                if (GPU && target > 0) set_limit(r, target_name, 0, T_ABS, target);
+                int64_t rep = 0;
+                const char *gwhy = "";
+                tn__replay_stats(f, &rep, NULL, &gwhy);
+                if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
+                else if (GPU) snprintf(r->note, sizeof r->note, "%d ops, %lld replays%s%.60s", f->n_steps, (long long)rep, *gwhy ? ": " : "", gwhy);
+                else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
+            }
+        }
+        tn_function_free(f);
+        if (k == 1) cfg_pop();
+    }
+}
+
 static void logreg_cases(void) {
     enum { N = 400, FEATS = 784 };
     const char *S = GPU ? "train" : "cpu";
@@ -615,29 +568,8 @@ static void logreg_cases(void) {
     tn_var *wrt[2] = { w, b }, *gr[2] = { 0 };
     tn_result e = tn_grad(cost, 2, wrt, gr, NULL);
     tn_update up[2] = { { w, tn_sub(w, tn_mul(tn_lit(w, 0.1), gr[0])) }, { b, tn_sub(b, tn_mul(tn_lit(b, 0.1), gr[1])) } };
-    for (int k = 0; k < (GPU ? 2 : 1); k++) {
-        row *r = R(S, !GPU ? "logreg step N=400x784 f32" : k == 0 ? "logreg step, graph replay" : "logreg step, no graph replay");
-        if (e != TN_OK) { err(r, "in tn_grad"); continue; }
-        if (k == 1) cfg_push(nograph);
-        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 2, .updates = up, .name = "train" });
-        char why[160];
-        if (!f) err(r, "in tn_function");
-        else if (GPU && !steps_on(f, true, -1, NULL)) na(r, "%s", all_on_device(f, why, sizeof why));
-        else {
-            run_func(r, f, NULL, iters);
-            if (!r->na[0]) {
-                if (GPU) { set_limit(r, "issue 7 (JAX jit 79 us on H200)", 0, T_ABS, 40e-6); }
-                int64_t rep = 0;
-                const char *gwhy = "";
-                tn__replay_stats(f, &rep, NULL, &gwhy);
-                if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
-                else if (GPU) snprintf(r->note, sizeof r->note, "%d ops, %lld replays%s%.60s", f->n_steps, (long long)rep, *gwhy ? ": " : "", gwhy);
-                else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
-            }
-        }
-        tn_function_free(f);
-        if (k == 1) cfg_pop();
-    }
+    static const char *const names[3] = { "logreg step N=400x784 f32", "logreg step, graph replay", "logreg step, no graph replay" };
+    train_rows(g, names, e, 2, up, iters, "issue 7 (JAX jit 79 us on H200)", 40e-6);
     tn_graph_free(g);
     /* The seed's own loop: x and y passed each call, prediction and cost copied back. */
     g = tn_graph_new();
@@ -673,6 +605,63 @@ static void logreg_cases(void) {
     }
     tn_graph_free(g);
     tn_array_free(X); tn_array_free(U); tn_array_free(W0); tn_array_free(B0); tn_array_free(Y);
+}
+
+/* >>cases: the convnet training step (examples/convnet.c) ------------------ */
+/* examples/convnet.c's LeNet-style net on a batch of 32 8x8 images: conv
+   3x3 1->16 pad 1, relu, max pool 2x2, conv 3x3 16->32 pad 1, relu, max
+   pool 2x2, flatten, dropout 0.25, dense 128->10, log_softmax NLL; one SGD
+   step with momentum 0.9 (12 updates) per call, the batch shared (on the
+   device), no outputs. bench/peers.py runs the same step in PyTorch (eager,
+   torch.compile) and JAX. */
+static tn_var *convnet_net(tn_var *x, tn_var *const *P, tn_rstream *drop) {
+    tn_conv_opts c, p;
+    memset(&c, 0, sizeof c);
+    c.padding[0] = c.padding[1] = 1;
+    memset(&p, 0, sizeof p);
+    p.kernel[0] = p.kernel[1] = 2;
+    tn_var *img = tn_reshape(x, 4, (int64_t[]){ -1, 1, 8, 8 });
+    tn_var *h1 = tn_max_pool2d(tn_relu(tn_add(tn_conv2d(img, P[0], &c), tn_reshape(P[1], 4, (int64_t[]){ 1, 16, 1, 1 }))), &p);
+    tn_var *h2 = tn_max_pool2d(tn_relu(tn_add(tn_conv2d(h1, P[2], &c), tn_reshape(P[3], 4, (int64_t[]){ 1, 32, 1, 1 }))), &p);
+    return tn_add(tn_dot(tn_dropout(drop, tn_flatten(h2, 2), 0.25), P[4]), P[5]);
+}
+
+static void convnet_cases(void) {
+    enum { B = 32 };
+    int iters = GPU ? (Q ? 200 : 2000) : (Q ? 5 : 20);
+    tn_graph *g = tn_graph_new();
+    tn_random_state *rs = tn_random_state_new(5);
+    static const int64_t shp[6][4] = { { 16, 1, 3, 3 }, { 16 }, { 32, 16, 3, 3 }, { 32 }, { 128, 10 }, { 10 } };
+    static const int nd[6] = { 4, 1, 4, 1, 2, 1 }, fan[6] = { 9, 0, 144, 0, 128, 0 };
+    tn_var *P[6];
+    for (int i = 0; i < 6; i++) {
+        double a = fan[i] ? sqrt(6.0 / fan[i]) : 0;
+        tn_array *v = fan[i] ? tn_rs_uniform(rs, TN_F32, nd[i], shp[i], -a, a) : tn_array_zeros(TN_F32, nd[i], shp[i]);
+        P[i] = tn_shared_fixed(g, "p", v);
+        tn_array_free(v);
+    }
+    tn_array *X = tn_rs_uniform(rs, TN_F32, 2, (int64_t[]){ B, 64 }, 0, 1), *U = tn_rs_uniform(rs, TN_F64, 1, (int64_t[]){ B }, 0, 10);
+    tn_array *Yv = tn_array_astype(U, TN_I32);
+    tn_var *x = tn_shared_fixed(g, "x", X), *y = tn_shared_fixed(g, "y", Yv);
+    tn_array_free(X); tn_array_free(U); tn_array_free(Yv);
+    tn_random_state_free(rs);
+    int one = 1;
+    tn_var *nll = tn_neg(tn_mean(tn_sum(tn_mul(tn_one_hot(y, 10, TN_F32), tn_log_softmax(convnet_net(x, P, tn_random_stream(g, 42)), 1)),
+                                        &one, 1, false), NULL, 0, false));
+    tn_var *gr[6];
+    tn_result e = nll ? tn_grad(nll, 6, P, gr, NULL) : TN_ERR_NULL;
+    tn_update up[12];
+    for (int i = 0; e == TN_OK && i < 6; i++) {      /* v <- 0.9 v - 0.05 g; p <- p + v */
+        tn_array *z = tn_array_zeros(TN_F32, nd[i], shp[i]);
+        tn_var *v = tn_shared(g, "velocity", z);
+        tn_array_free(z);
+        tn_var *nv = tn_sub(tn_mul(tn_lit(v, 0.9), v), tn_mul(tn_lit(v, 0.05), gr[i]));
+        up[2 * i] = (tn_update){ v, nv };
+        up[2 * i + 1] = (tn_update){ P[i], tn_add(P[i], nv) };
+    }
+    static const char *const names[3] = { "convnet step B=32 f32", "convnet step B=32, graph replay", "convnet step B=32, no graph replay" };
+    train_rows(g, names, e, 12, up, iters, "", 0);
+    tn_graph_free(g);
 }
 
 /* >>cases: convolutions (the peers' CONV_SHAPES: bench/peers.py) ---------------- */
