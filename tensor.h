@@ -779,6 +779,7 @@ TN_API size_t tn__eye_one_bits(tn_dtype t, unsigned char one[8]);          /* dt
 TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap);
 TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
 TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* im2col and col2im as CUDA C (tensor_ops.h >>conv_cuda); -1: none */
+TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap);   /* direct pooling as CUDA C (tensor_ops.h >>pool_cuda); -1: none */
 TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap);   /* a random draw as CUDA C (tensor_ops.h >>random_cuda); -1: none */
 
 /* Device memory: the back end allocates, frees and copies buffers of its devices. */

@@ -4889,35 +4889,44 @@ static void tn__cgeo_to_dev(const tn__cgeo *g, int64_t n, tn__cgeo_dev *o) {
     o->small = n < INT32_MAX && img < INT32_MAX && cols < INT32_MAX;
 }
 
-typedef struct tn__cuda_conv_state { tn__CUfunction fn; } tn__cuda_conv_state;
-
 static bool tn__cuda_conv_supports(const tn_var *node) {
     return tn__conv_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
 }
 
-static tn_result tn__cuda_conv_prepare(const tn_var *node, void **state) {
+/* The state of a node whose kernel is one function of a generated source
+   (im2col/col2im, pooling, random draws): src (n: its generator's length,
+   <= 0: no kernel for dtype t) compiled through the kernel cache at prepare
+   time, its function `entry` kept. */
+typedef struct tn__cuda_fn_state { tn__CUfunction fn; } tn__cuda_fn_state;
+
+static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n, size_t cap, tn_dtype t, const char *entry, void **state) {
     *state = NULL;
-    char who[128], src[6144];
+    char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(node->device, &D, who);
     if (r != TN_OK) return r;
-    int n = tn__conv_cuda_source(node->in[0]->type.dtype, src, sizeof src);
-    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->in[0]->type.dtype));
+    if (n <= 0 || (size_t)n >= cap) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(t));
     tn__kentry *e;
     tn__CUfunction fn;
-    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK ||
-        (r = tn__cuda_entry_function(D, e, node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", &fn)) != TN_OK)
+    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, entry, &fn)) != TN_OK)
         return tn__err(r, "%s: %s", who, tn_last_error());
-    tn__cuda_conv_state *st = (tn__cuda_conv_state *)tn__calloc(1, sizeof *st);
+    tn__cuda_fn_state *st = (tn__cuda_fn_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
     st->fn = fn;
     *state = st;
     return TN_OK;
 }
 
+static tn_result tn__cuda_conv_prepare(const tn_var *node, void **state) {
+    char src[6144];
+    tn_dtype t = node->in[0]->type.dtype;
+    return tn__cuda_fn_prepare(node, src, tn__conv_cuda_source(t, src, sizeof src), sizeof src, t,
+                               node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", state);
+}
+
 static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    const tn__cuda_conv_state *st = (const tn__cuda_conv_state *)state;
+    const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;
@@ -4948,40 +4957,79 @@ static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *co
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 
+/* >>cuda_pool: direct pooling ------------------------------------------------ */
+/* The kernel is tensor_ops.h's (>>pool_cuda: the CPU's fold as CUDA C),
+   compiled once per dtype at prepare time; one thread per output element,
+   reading its window from the image (no columns: x read once, y written
+   once); a strided input is first made contiguous. */
+typedef struct tn__pgeo_dev {          /* the kernel's view of tn__cgeo (the layout of tensor_ops.h >>pool_cuda's tn_pg) */
+    long long k[3], s[3], plo[3], dl[3], in[3], out[3];
+    long long C, K, L, S, n;
+    int nsp, mode, box;
+    int small;                         /* every index of the call below 2^31: the kernel divides in 32 bits */
+} tn__pgeo_dev;
+
+static bool tn__cuda_pool_supports(const tn_var *node) {
+    return tn__pool_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
+}
+
+static tn_result tn__cuda_pool_prepare(const tn_var *node, void **state) {
+    char src[8192];
+    tn_dtype t = node->in[0]->type.dtype;
+    return tn__cuda_fn_prepare(node, src, tn__pool_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool", state);
+}
+
+static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    const tn_array *x = in[0];
+    tn_array *y = out[0];
+    long long n = tn_array_size(y);
+    if (n == 0) return TN_OK;
+    if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, x->shape[0], x->shape[1], &g);
+    tn__pgeo_dev G;
+    memset(&G, 0, sizeof G);
+    G.S = 1;
+    for (int d = 0; d < 3; d++) {
+        G.k[d] = g.k[d]; G.s[d] = g.s[d]; G.plo[d] = g.plo[d]; G.dl[d] = g.dl[d]; G.in[d] = g.in[d]; G.out[d] = g.out[d];
+        if (d < g.nsp) G.S *= g.in[d];
+    }
+    G.C = g.C; G.K = g.K; G.L = g.L; G.n = n;
+    G.nsp = g.nsp; G.mode = tn__p_pool_mode(&node->p); G.box = g.N * g.L == 1;
+    G.small = n < INT32_MAX && tn_array_size(x) < INT32_MAX;
+    tn_array *tmp = NULL;
+    if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
+    void *xp = x->data, *yp = y->data;
+    void *params[3] = { &xp, &yp, &G };
+    r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
+    tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
+    return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
+}
+
 /* >>cuda_random: random draws ------------------------------------------------ */
 /* The kernel is tensor_ops.h's (>>random_cuda: the CPU's functions as text),
    compiled once per distribution and dtype at prepare time without fast math
    (its fma, division and sqrt are IEEE's), so the GPU draws the CPU's bits.
    One thread per Philox block; the state ([seed, calls]) is read on the
    device, so a call needs no copy back. */
-typedef struct tn__cuda_rnd_state { tn__CUfunction fn; } tn__cuda_rnd_state;
-
 static bool tn__cuda_rnd_supports(const tn_var *node) {
     return tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, NULL, 0) > 0;
 }
 
 static tn_result tn__cuda_rnd_prepare(const tn_var *node, void **state) {
-    *state = NULL;
-    char who[128], src[12288];
-    tn__cuda_who(node, who, sizeof who);
-    tn__cuda_dev *D;
-    tn_result r = tn__cuda_enter(node->device, &D, who);
-    if (r != TN_OK) return r;
-    int n = tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, src, sizeof src);
-    if (n <= 0 || (size_t)n >= sizeof src) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(node->type.dtype));
-    tn__kentry *e;
-    tn__CUfunction fn;
-    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, "tn_random", &fn)) != TN_OK)
-        return tn__err(r, "%s: %s", who, tn_last_error());
-    tn__cuda_rnd_state *st = (tn__cuda_rnd_state *)tn__calloc(1, sizeof *st);
-    if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
-    st->fn = fn;
-    *state = st;
-    return TN_OK;
+    char src[12288];
+    return tn__cuda_fn_prepare(node, src, tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, src, sizeof src), sizeof src,
+                               node->type.dtype, "tn_random", state);
 }
 
 static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
-    const tn__cuda_rnd_state *st = (const tn__cuda_rnd_state *)state;
+    const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
     tn__cuda_who(node, who, sizeof who);
     tn__cuda_dev *D;
@@ -5223,6 +5271,7 @@ static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cu
 static const tn_backend_op tn__cuda_row_reshape = { tn__cuda_reshape_supports, tn__cuda_bind_prepare, tn__cuda_reshape_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_print = { NULL, tn__cuda_bind_prepare, tn__cuda_print_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL };
+static const tn_backend_op tn__cuda_row_pool = { tn__cuda_pool_supports, tn__cuda_pool_prepare, tn__cuda_pool_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL };
 
 #define TN__CUDA_EW_ROW(E, ...) { TN_OP_##E, &tn__cuda_row_ew },
@@ -5243,7 +5292,7 @@ static const struct { int op; const tn_backend_op *row; } tn__cuda_op_rows[] = {
     { TN_OP_ADV_SUBTENSOR, &tn__cuda_row_index }, { TN_OP_ADV_INC_SUBTENSOR, &tn__cuda_row_index },
     { TN_OP_INC_SUBTENSOR, &tn__cuda_row_index }, { TN_OP_ARGSORT, &tn__cuda_row_sort },
     { TN_OP_RANDOM, &tn__cuda_row_rnd },
-    { TN_OP_IM2COL, &tn__cuda_row_conv }, { TN_OP_COL2IM, &tn__cuda_row_conv },
+    { TN_OP_IM2COL, &tn__cuda_row_conv }, { TN_OP_COL2IM, &tn__cuda_row_conv }, { TN_OP_POOL, &tn__cuda_row_pool },
     { TN_OP_RESHAPE, &tn__cuda_row_reshape }, { TN_OP_FLATTEN, &tn__cuda_row_reshape },
     { TN_OP_PRINT, &tn__cuda_row_print },
 };

@@ -309,6 +309,7 @@ extern "C" {
     X(CUMPROD)        /* tn__p_axis; NumPy's cumprod along one axis */ \
     X(IM2COL)         /* windows of an (N, C, spatial...) image as columns (the >>ops_conv section): tn__p_conv_* */ \
     X(COL2IM)         /* the columns summed back into the image (IM2COL's transpose): tn__p_conv_* */ \
+    X(POOL)           /* max or average over each window of an (N, C, spatial...) image: tn__p_conv_*, tn__p_pool_mode */ \
     X(PRINT)          /* in[0] passed through (copied), printed each run (the >>ops_print section): tn__p_print_* */ \
     X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
     X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
@@ -389,6 +390,10 @@ static inline void tn__p_set_conv(tn_params *p, int nsp, int groups, const int64
     for (int w = 0; w < 6; w++) for (int d = 0; d < 3; d++) p->i[2 + 3 * w + d] = d < nsp ? v[w][d] : 0;
     p->f[0] = padv;
 }
+/* POOL: IM2COL's geometry (groups 1, pad value 0) and the mode (i[20]). */
+enum { TN__POOL_MAX = 0, TN__POOL_AVG, TN__POOL_AVG_EXCL };   /* average: padding counted, or in-image positions only */
+static inline int tn__p_pool_mode(const tn_params *p) { return (int)p->i[20]; }
+static inline void tn__p_set_pool_mode(tn_params *p, int mode) { p->i[20] = mode; }
 /* PRINT: what to print (i[0], TN_PRINT_* bits) and the message, its bytes
    packed into i[1..] (NUL-terminated, so merge compares it by value). */
 #define TN__PRINT_MSG_MAX ((int)((TN_MAX_IPARAMS - 1) * sizeof(int64_t)) - 1)
@@ -4209,12 +4214,19 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
    conv(x, w) = (N, C_out, out...) of dot(reshape(w, (G, Co/G, Cg*K)),
    IM2COL(x) as (G, Cg*K, N*L)); conv_transpose(x, w) = COL2IM(dot(w^T per
    group, x as (G, Ci/G, N*L))) (the gradient of a conv with respect to its
-   input); max/avg pooling reduce the window rows of IM2COL(x) with G = C. The gradients come from the pieces: a conv's
-   with respect to its input is a COL2IM of a product, to its filters a
-   product with IM2COL(x); max pooling's gives the gradient to every element
-   equal to the window's max (ties share it, as Theano; PyTorch picks one).
+   input). The gradients come from the pieces: a conv's with respect to its
+   input is a COL2IM of a product, to its filters a product with IM2COL(x).
    Cost: the columns are Cg*K times the image; the CPU product is CBLAS's,
-   the GPU's cuBLAS's batched one. */
+   the GPU's cuBLAS's batched one.
+
+   POOL(x): max or average pooling, one op that reads each window from the
+   image (x read once, the result written once: a 2x2 pool moves 1.25x the
+   image, where IM2COL + a reduction of its rows wrote and read columns as
+   big as x again). Its results are the bits that path gave (>>pool_cpu: the
+   same fold order and accumulator), and its gradient is that path's
+   (>>pool_infer_label_grad: IM2COL, the reduction's rule, COL2IM): max
+   pooling gives the gradient to every element equal to the window's max
+   (ties share it, as Theano; PyTorch picks one). */
 
 /* >>conv_geometry ------------------------------------------------------------ */
 typedef struct tn__cgeo {
@@ -4410,6 +4422,100 @@ static tn_result tn__conv_cpu(const tn_var *node, tn_array *const *in, tn_array 
     return TN_OK;
 }
 
+/* >>pool_cpu ------------------------------------------------------------------ */
+/* POOL: one output element each, its window's positions taken in IM2COL's
+   row order and folded as the reduction of IM2COL's rows folds them (the
+   >>ops_reduce section), so the result has that path's bits: a double
+   accumulator, padding -inf for max (NaN wins) and 0 for average. The
+   reduction walks the rows one after the other, except where the columns
+   hold one position per row (N*L == 1: its box loop over a contiguous run),
+   which folds four partial sums (four partial maxima from 8 positions) and
+   combines them; so does this kernel (box). Average: the sum / K, stored;
+   in-image positions only: the sum stored in the dtype, then divided by the
+   count in the dtype's arithmetic (float for float16), as the division of
+   the stored sum by a constant did. */
+typedef struct tn__pjob {
+    const tn__cgeo *g;
+    const char *x;
+    const int64_t *xs;     /* the image's byte strides */
+    char *y;               /* contiguous (N, C, out...) */
+    int mode;
+    bool box;
+} tn__pjob;
+
+#define TN__POOL_STEP(MX, D, v) do { if (MX) { if ((v) > (D) || (v) != (v)) (D) = (v); } else (D) += (v); } while (0)
+#define TN__POOL_T(SUF, T, LOAD, STORE, EXCL) \
+static void tn__pool_##SUF(void *ctx, int64_t lo, int64_t hi) { \
+    const tn__pjob *J = (const tn__pjob *)ctx; \
+    const tn__cgeo *g = J->g; \
+    const int nsp = g->nsp; \
+    bool mx = J->mode == TN__POOL_MAX; \
+    double pad = mx ? -INFINITY : 0.0; \
+    int64_t K = g->K, lim = !J->box ? 0 : mx ? (K >= 8 ? K / 4 * 4 : 0) : K / 4 * 4; \
+    const int e = nsp - 1; \
+    const int64_t W = g->out[e], LW = g->L / W; \
+    for (int64_t line = lo; line < hi; line++) {   /* W outputs along the last dim: the divisions once a line */ \
+        int64_t nc = line / LW, rem = line % LW, i0[3] = { 0 }; \
+        const char *base = J->x + nc / g->C * J->xs[0] + nc % g->C * J->xs[1]; \
+        for (int d = e - 1; d >= 0; d--) { i0[d] = rem % g->out[d] * g->s[d] - g->plo[d]; rem /= g->out[d]; } \
+        i0[e] = -g->plo[e]; \
+        for (int64_t t = line * W; t < (line + 1) * W; t++, i0[e] += g->s[e]) { \
+            int64_t kd[3] = { 0 }, cnt = 0; \
+            double D = pad, P[4] = { pad, pad, pad, pad }; \
+            for (int64_t j = 0; j < K; j++) {   /* the window row-major, as IM2COL's rows */ \
+                int64_t off = 0; \
+                bool in = true; \
+                for (int d = 0; d < nsp; d++) { \
+                    int64_t i = i0[d] + kd[d] * g->dl[d]; \
+                    in = in && i >= 0 && i < g->in[d]; \
+                    off += i * J->xs[2 + d]; \
+                } \
+                double v = in ? (double)LOAD(*(const T *)(const void *)(base + off)) : pad; \
+                cnt += in; \
+                if (j < lim) TN__POOL_STEP(mx, P[j & 3], v); \
+                else { \
+                    if (j == lim && lim) TN__POOL_COMBINE(mx, D, P); \
+                    TN__POOL_STEP(mx, D, v); \
+                } \
+                for (int d = nsp - 1; d >= 0 && ++kd[d] == g->k[d]; d--) kd[d] = 0; \
+            } \
+            if (lim == K && lim) TN__POOL_COMBINE(mx, D, P); \
+            T *yp = (T *)(void *)J->y + t; \
+            if (J->mode == TN__POOL_AVG_EXCL) *yp = EXCL(D, cnt); \
+            else *yp = STORE(J->mode == TN__POOL_AVG ? D / (double)K : D); \
+        } \
+    } \
+}
+/* The reduction's combination of its four partial results (its box loop). */
+#define TN__POOL_COMBINE(MX, D, P) do { \
+        if (MX) { for (int q = 0; q < 4; q++) TN__POOL_STEP(1, D, P[q]); } \
+        else (D) += ((P)[0] + (P)[1]) + ((P)[2] + (P)[3]); \
+    } while (0)
+#define TN__POOL_F16_ST(d) tn_f32_to_f16((float)(d))
+#define TN__POOL_F16_EX(s, c) tn__ew_f2h(tn__ew_h2f(TN__POOL_F16_ST(s)) / tn__ew_h2f(tn_f32_to_f16((float)(c))))
+#define TN__POOL_F32_ST(d) ((float)(d))
+#define TN__POOL_F32_EX(s, c) ((float)(s) / (float)(c))
+#define TN__POOL_F64_EX(s, c) ((s) / (double)(c))
+TN__POOL_T(f16, uint16_t, tn_f16_to_f32, TN__POOL_F16_ST, TN__POOL_F16_EX)
+TN__POOL_T(f32, float, TN__CONV_ID, TN__POOL_F32_ST, TN__POOL_F32_EX)
+TN__POOL_T(f64, double, TN__CONV_ID, TN__CONV_ID, TN__POOL_F64_EX)
+
+static tn_result tn__pool_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0];
+    tn_array *y = out[0];
+    if (!tn_array_is_contiguous(y) || (x->dtype != TN_F16 && x->dtype != TN_F32 && x->dtype != TN_F64) || y->dtype != x->dtype)
+        return tn__err(TN_ERR_INTERNAL, "Pool: a contiguous float output of the input's dtype expected");
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, x->shape[0], x->shape[1], &g);
+    tn__pjob J = { &g, (const char *)x->data, x->strides, (char *)y->data, tn__p_pool_mode(&node->p), g.N * g.L == 1 };
+    int64_t n = tn_array_size(y);
+    if (n == 0) return TN_OK;
+    static void (*const fns[3])(void *, int64_t, int64_t) = { tn__pool_f16, tn__pool_f32, tn__pool_f64 };
+    int64_t W = g.out[g.nsp - 1];
+    tn__parallel_for(n / W, 16384 / (g.K * W) + 1, fns[x->dtype - TN_F16], &J);
+    return TN_OK;
+}
+
 /* >>conv_cuda ------------------------------------------------------------------ */
 /* The same gathers as CUDA C for tensor_cuda.h's >>cuda_conv section: extern
    "C" tn_im2col(x, y, geo) and tn_col2im(cols, y, geo) over contiguous
@@ -4487,6 +4593,97 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
                       "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
                     : "",
         ty[k], at[k], st[k], ld[k], st[k]);
+}
+
+/* >>pool_cuda ------------------------------------------------------------------ */
+/* POOL as CUDA C for tensor_cuda.h's >>cuda_pool section: extern "C"
+   tn_pool(x, y, geo) over a contiguous image, one thread per output
+   element, the CPU's fold (>>pool_cpu) in the same order and types, so the
+   GPU gives the CPU's bits; geo by value (its layout is tensor_cuda.h's
+   tn__pgeo_dev). The window is walked by counters, without divisions.
+   Returns the length snprintf reports, or -1 for a dtype without a kernel. */
+TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
+    static const char *const ty[3] = { "unsigned short", "float", "double" };
+    static const char *const ld[3] = { "tn_h2f(h)", "h", "h" }, *const mt[3] = { "float", "float", "double" };
+    static const char *const st[3] = { "tn_f2h((float)d)", "(float)d", "d" };
+    static const char *const ex[3] = { "tn_f2h(tn_h2f(tn_f2h((float)s)) / tn_h2f(tn_f2h((float)c)))", "(float)s / (float)c", "s / (double)c" };
+    if (t != TN_F16 && t != TN_F32 && t != TN_F64) return -1;
+    int k = t - TN_F16;
+    return snprintf(buf, cap,
+        "%s"
+        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small; };\n"
+        "typedef %s T;\n"
+        "typedef %s MT;   /* max's accumulator: comparisons in float pick what double's would */\n"
+        "template <typename A> __device__ __forceinline__ A tn_ld(T h) { return (A)(%s); }\n"
+        "__device__ __forceinline__ T tn_st(double d) { return %s; }\n"
+        "__device__ __forceinline__ T tn_excl(double s, long long c) { return %s; }\n"
+        "template <bool MX, typename A> __device__ __forceinline__ void tn_step(A &D, A v) { if (MX) { if (v > D || v != v) D = v; } else D += v; }\n"
+        "template <bool MX, typename A> __device__ __forceinline__ void tn_comb(A &D, const A *P) {\n"
+        "    if (MX) { for (int q = 0; q < 4; q++) tn_step<true, A>(D, P[q]); } else D += (P[0] + P[1]) + (P[2] + P[3]);\n"
+        "}\n"
+        "/* I: int where every index of the call fits (g.small), else long long. The window is\n"
+        "   read four positions at a time (four loads in flight; a padded one reads the\n"
+        "   plane's first element, unused), then folded in order. */\n"
+        "template <typename I, int NSP, bool MX, typename A>\n"
+        "__device__ __forceinline__ void pool_at(const T *__restrict__ x, T *__restrict__ y, const tn_pg &g, I t) {\n"
+        "    I L = (I)g.L, l = t %% L, rem = l, i0[3], kd[3] = { 0, 0, 0 }, K = (I)g.K, cnt = 0;\n"
+        "    const T *xb = x + (long long)(t / L) * g.S;\n"
+        "#pragma unroll\n"
+        "    for (int d = NSP - 1; d >= 0; d--) { I o = rem %% (I)g.out[d]; rem /= (I)g.out[d]; i0[d] = o * (I)g.s[d] - (I)g.plo[d]; }\n"
+        "    const A pad = MX ? (A)-__longlong_as_double(0x7ff0000000000000LL) : (A)0;\n"
+        "    A D = pad, P[4] = { pad, pad, pad, pad };\n"
+        "    I lim = !g.box ? 0 : MX ? (K >= 8 ? K / 4 * 4 : 0) : K / 4 * 4;\n"
+        "    for (I j0 = 0; j0 < K; j0 += 4) {\n"
+        "        T raw[4];\n"
+        "        bool in[4];\n"
+        "#pragma unroll\n"
+        "        for (int u = 0; u < 4; u++) {\n"
+        "            bool ok = j0 + u < K;\n"
+        "            I off = 0;\n"
+        "#pragma unroll\n"
+        "            for (int d = 0; d < NSP; d++) {\n"
+        "                I i = i0[d] + kd[d] * (I)g.dl[d];\n"
+        "                ok = ok && i >= 0 && i < (I)g.in[d];\n"
+        "                off = off * (I)g.in[d] + i;\n"
+        "            }\n"
+        "            raw[u] = xb[ok ? off : 0];   /* unconditional: the four loads issue together */\n"
+        "            in[u] = ok;\n"
+        "#pragma unroll\n"
+        "            for (int d = NSP - 1; d >= 0; d--) { if (++kd[d] < (I)g.k[d]) break; kd[d] = 0; }\n"
+        "        }\n"
+        "#pragma unroll\n"
+        "        for (int u = 0; u < 4; u++) {\n"
+        "            I j = j0 + u;\n"
+        "            if (j >= K) break;\n"
+        "            A v = in[u] ? tn_ld<A>(raw[u]) : pad;\n"
+        "            cnt += in[u];\n"
+        "            if (j < lim) tn_step<MX, A>(P[j & 3], v);\n"
+        "            else {\n"
+        "                if (j == lim && lim) tn_comb<MX, A>(D, P);\n"
+        "                tn_step<MX, A>(D, v);\n"
+        "            }\n"
+        "        }\n"
+        "    }\n"
+        "    if (lim == K && lim) tn_comb<MX, A>(D, P);\n"
+        "    y[t] = g.mode == 2 ? tn_excl((double)D, (long long)cnt) : tn_st(g.mode == 1 ? (double)D / (double)K : (double)D);\n"
+        "}\n"
+        "template <typename I> __device__ __forceinline__ void pool_any(const T *x, T *y, const tn_pg &g, I t) {\n"
+        "    bool mx = g.mode == 0;\n"
+        "    switch (g.nsp) {\n"
+        "    case 1: if (mx) pool_at<I, 1, true, MT>(x, y, g, t); else pool_at<I, 1, false, double>(x, y, g, t); break;\n"
+        "    case 2: if (mx) pool_at<I, 2, true, MT>(x, y, g, t); else pool_at<I, 2, false, double>(x, y, g, t); break;\n"
+        "    default: if (mx) pool_at<I, 3, true, MT>(x, y, g, t); else pool_at<I, 3, false, double>(x, y, g, t); break;\n"
+        "    }\n"
+        "}\n"
+        "extern \"C\" __global__ void tn_pool(const T *x, T *y, const tn_pg g) {\n"
+        "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (t >= g.n) return;\n"
+        "    if (g.small) pool_any<int>(x, y, g, (int)t); else pool_any<long long>(x, y, g, t);\n"
+        "}\n",
+        t == TN_F16 ? "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+                      "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+                    : "",
+        ty[k], mt[k], ld[k], st[k], ex[k]);
 }
 
 /* >>conv_infer_label ----------------------------------------------------------- */
@@ -4697,36 +4894,133 @@ static tn_var *tn__conv_transpose_make(const char *who, tn_var *x, tn_var *w, co
 TN_API tn_var *tn_conv_transpose(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_transpose_make("tn_conv_transpose", x, w, o, 0); }
 TN_API tn_var *tn_conv2d_transpose(tn_var *x, tn_var *w, const tn_conv_opts *o) { return tn__conv_transpose_make("tn_conv2d_transpose", x, w, o, 2); }
 
+/* >>pool_infer_label_grad ------------------------------------------------------ */
+static tn_result tn__pool_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    char sb[128];
+    int nsp = tn__p_conv_nsp(&node->p);
+    if (in[0].dtype != TN_F16 && in[0].dtype != TN_F32 && in[0].dtype != TN_F64)
+        return tn__err(TN_ERR_DTYPE, "Pool: a float input expected, not %s", tn_dtype_name(in[0].dtype));
+    if (in[0].ndim != nsp + 2 || in[0].shape[1] < 0)
+        return tn__err(TN_ERR_SHAPE, "Pool: an (N, C, %d spatial dims) input with C static expected, not %s", nsp,
+                       tn__shape_str(in[0].ndim, in[0].shape, sb));
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, in[0].shape[0], in[0].shape[1], &g);
+    *out = in[0];
+    for (int d = 0; d < nsp; d++) {
+        if (in[0].shape[2 + d] != g.in[d] || g.out[d] < 1)
+            return tn__err(TN_ERR_SHAPE, "Pool: input %s does not fit the window (spatial dim %d: size %lld, kernel %lld, dilation %lld, padding %lld+%lld)",
+                           tn__shape_str(in[0].ndim, in[0].shape, sb), d, (long long)in[0].shape[2 + d], (long long)g.k[d],
+                           (long long)g.dl[d], (long long)g.plo[d], (long long)g.phi[d]);
+        out->shape[2 + d] = g.out[d];
+        out->bcast[2 + d] = g.out[d] == 1 && in[0].bcast[2 + d];
+    }
+    out->bcast[1] = in[0].bcast[1];
+    return TN_OK;
+}
+
+/* Pool{mode=max, kernel=(2, 2), stride=(2, 2), pad=(0, 0), pad_after=(0, 0), dilation=(1, 1)} (Theano's mode names) */
+static void tn__pool_label(const tn_var *node, char *buf, size_t cap) {
+    const tn_params *p = &node->p;
+    static const char *const mode[3] = { "max", "average_inc_pad", "average_exc_pad" }, *const what[5] = { "kernel", "stride", "pad", "pad_after", "dilation" };
+    int nsp = tn__p_conv_nsp(p), m = tn__p_pool_mode(p);
+    size_t n = (size_t)snprintf(buf, cap, "Pool{mode=%s", mode[m >= 0 && m < 3 ? m : 0]);
+    for (int w = 0; w < 5 && n < cap; w++) {
+        n += (size_t)snprintf(buf + n, cap - n, ", %s=(", what[w]);
+        for (int d = 0; d < nsp && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)tn__p_conv_at(p, w, d));
+        if (n < cap) n += (size_t)snprintf(buf + n, cap - n, ")");
+    }
+    if (n < cap) snprintf(buf + n, cap - n, "}");
+}
+
+/* The count of in-image positions of each window (L,): a constant of the static geometry. */
+static tn_var *tn__pool_counts(tn_graph *gr, const tn__cgeo *g, tn_dtype t) {
+    tn_array *cnt = tn_array_zeros(t, 1, &g->L);
+    if (!cnt) return NULL;
+    for (int64_t l = 0; l < g->L; l++) {
+        int64_t n = 0;
+        for (int64_t kidx = 0; kidx < g->K; kidx++) n += tn__cgeo_src(g, (const int64_t[]){ 0, 0, 1, 1, 1 }, 0, 0, kidx, l) >= 0;
+        tn_array_set(cnt, &l, (double)n);
+    }
+    tn_var *c = tn_constant(gr, cnt);
+    tn_array_free(cnt);
+    return c;
+}
+
+/* v (N, C, out...) as IM2COL's row layout with one row: (C, 1, N, L), dim 1 broadcastable. */
+static tn_var *tn__pool_as_rows(tn_var *v, int64_t C, int64_t L, int nsp) {
+    int perm[5] = { 1, 0, 2, 3, 4 };
+    static const int row[4] = { 0, -1, 1, 2 };
+    tn_var *r = tn_reshape(tn_dimshuffle(v, nsp + 2, perm), TN_SHAPE(C, -1, L));
+    return tn_dimshuffle(r, 4, row);
+}
+
+/* The columns (C, K, N, L) of the forward's window geometry, and the geometry. */
+static tn_var *tn__pool_cols(tn_var *node, tn_var *x, tn__cgeo *g) {
+    int nsp = tn__p_conv_nsp(&node->p);
+    int64_t v[6][3] = { { 0 } }, C = x->type.shape[1];
+    for (int w = 0; w < 6; w++) for (int d = 0; d < nsp; d++) v[w][d] = tn__p_conv_at(&node->p, w, d);
+    tn_var *cols = tn__im2col("tn_grad", x, nsp, (int)C, v, tn__p_pool_mode(&node->p) == TN__POOL_MAX ? -INFINITY : 0.0);
+    if (cols) tn__cgeo_of(&cols->p, -1, C, g);
+    return cols;
+}
+
+/* The gradient of IM2COL + the reduction of its rows, as the pooling was
+   built before it had its own op: max gives the gradient to every position
+   equal to its window's max (ties share it); average divides it by K or by
+   the count, broadcast over the window; COL2IM sums the columns back. */
+static tn_result tn__pool_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    (void)need;
+    tn_var *x = node->in[0];
+    tn__cgeo geo;
+    tn_var *cols = tn__pool_cols(node, x, &geo), *gc = NULL;
+    int mode = tn__p_pool_mode(&node->p), nsp = geo.nsp;
+    tn_var *gk = cols ? tn__pool_as_rows(g, geo.C, geo.L, nsp) : NULL;
+    if (gk && mode == TN__POOL_MAX) gc = tn__gmask(tn_eq(cols, tn__pool_as_rows(node, geo.C, geo.L, nsp)), gk);
+    else if (gk) gc = tn__gbcast_like(tn_div(gk, mode == TN__POOL_AVG ? tn_lit(x, (double)geo.K) : tn__pool_counts(x->graph, &geo, x->type.dtype)), cols);
+    if (gc) {
+        tn_params p = cols->p;
+        p.f[0] = 0;
+        gin[0] = tn__node(x->graph, TN_OP_COL2IM, 1, &gc, &p, NULL, "tn_grad");
+    }
+    return gin[0] ? TN_OK : tn__gfail("Pool", node);
+}
+
+/* Forward mode: average pooling is linear (the op on the tangent); max the
+   mean of the tangents at the positions equal to the max (the reduction's rule). */
+static tn_result tn__pool_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    if (!t[0]) return TN_OK;
+    if (tn__p_pool_mode(&node->p) != TN__POOL_MAX) {
+        *out = tn__node(node->graph, TN_OP_POOL, 1, (tn_var *const *)t, &node->p, NULL, "tn_rop");
+        return *out ? TN_OK : tn__gfail("a tangent", node);
+    }
+    tn__cgeo geo;
+    tn_var *x = node->in[0], *cols = tn__pool_cols(node, x, &geo), *ct = NULL;
+    int ax = 1;
+    if (cols) {
+        tn_params p = cols->p;
+        p.f[0] = 0;
+        ct = tn__node(x->graph, TN_OP_IM2COL, 1, &t[0], &p, NULL, "tn_rop");
+    }
+    tn_var *m = cols ? tn_cast(tn_eq(cols, tn__pool_as_rows(node, geo.C, geo.L, geo.nsp)), x->type.dtype) : NULL;
+    tn_var *r = ct && m ? tn_sum(tn_mul(ct, tn_div(m, tn_sum(m, &ax, 1, true))), &ax, 1, false) : NULL;
+    *out = r ? tn__conv_unflatten(r, geo.C, geo.nsp, &geo) : NULL;
+    return *out ? TN_OK : tn__gfail("a tangent", node);
+}
+
 static tn_var *tn__pool_make(const char *who, tn_var *x, const tn_conv_opts *o, bool max, int want_nsp) {
     if (!x) { tn__err_null(who, "x"); return NULL; }
     if (!o) { tn__err_null(who, "o (the options, with the kernel)"); return NULL; }
     if (tn__conv_check(who, x, want_nsp, true) != TN_OK) return NULL;
     int nsp = x->type.ndim - 2;
-    int64_t C = x->type.shape[1], k[3] = { 0 }, v[6][3] = { { 0 } };
+    int64_t k[3] = { 0 }, v[6][3] = { { 0 } };
     for (int d = 0; d < nsp; d++) k[d] = o->kernel[d];
     if (o->groups > 1 || o->pad_mode == TN_PAD_SAME) { tn__err(TN_ERR_INVALID, "%s: pooling takes no groups and no 'same' padding", who); return NULL; }
     if (tn__conv_geometry(who, x, k, o, true, v) != TN_OK) return NULL;
-    tn_var *cols = tn__im2col(who, x, nsp, (int)C, v, max ? -INFINITY : 0.0);      /* (C, K, N, L) */
-    if (!cols) return NULL;
-    tn__cgeo g;
-    tn__cgeo_of(&cols->p, -1, C, &g);
-    int ax = 1;
-    tn_var *r;
-    if (max) r = tn_max(cols, &ax, 1, false);
-    else if (!o->avg_exclude_pad) r = tn_mean(cols, &ax, 1, false);
-    else {     /* the in-image positions of each window: a constant of the static geometry */
-        tn_array *cnt = tn_array_zeros(x->type.dtype, 1, &g.L);
-        if (!cnt) return NULL;
-        for (int64_t l = 0; l < g.L; l++) {
-            int64_t n = 0;
-            for (int64_t kidx = 0; kidx < g.K; kidx++) n += tn__cgeo_src(&g, (const int64_t[]){ 0, 0, 1, 1, 1 }, 0, 0, kidx, l) >= 0;
-            tn_array_set(cnt, &l, (double)n);
-        }
-        tn_var *c = tn_constant(x->graph, cnt);
-        tn_array_free(cnt);
-        r = tn_div(tn_sum(cols, &ax, 1, false), c);
-    }
-    return r ? tn__conv_unflatten(r, C, nsp, &g) : NULL;
+    tn_params p;
+    memset(&p, 0, sizeof p);
+    tn__p_set_conv(&p, nsp, 1, (const int64_t (*)[3])v, 0.0);
+    tn__p_set_pool_mode(&p, max ? TN__POOL_MAX : o->avg_exclude_pad ? TN__POOL_AVG_EXCL : TN__POOL_AVG);
+    return tn__node(x->graph, TN_OP_POOL, 1, &x, &p, NULL, who);
 }
 
 TN_API tn_var *tn_max_pool(tn_var *x, const tn_conv_opts *o) { return tn__pool_make("tn_max_pool", x, o, true, 0); }
@@ -4747,7 +5041,9 @@ TN_API tn_var *tn_global_avg_pool(tn_var *x) {
     { .op = TN_OP_IM2COL, .name = "Im2Col", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
                        .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR }, \
     { .op = TN_OP_COL2IM, .name = "Col2Im", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
-                       .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR },
+                       .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR }, \
+    { .op = TN_OP_POOL, .name = "Pool", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__pool_infer, .cpu = tn__pool_cpu, \
+                       .label = tn__pool_label, .vjp = tn__pool_vjp, .jvp = tn__pool_jvp },
 
 /* >>ops_print ========================================================= */
 /* Print (the >>constructors' tn_print): a copy of its input (TN_OPK_OTHER:

@@ -52,11 +52,11 @@ typedef struct row {
     char note[96];
     char na[160];            /* "n/a (...)" or "ERROR: ..." when set */
 } row;
-static row rows[80];
+static row rows[112];
 static int nrows;
 
 static row *R(const char *sect, const char *name) {
-    row *r = &rows[nrows < 79 ? nrows++ : 79];
+    row *r = &rows[nrows < 111 ? nrows++ : 111];
     memset(r, 0, sizeof *r);
     snprintf(r->sect, sizeof r->sect, "%s", sect);
     snprintf(r->name, sizeof r->name, "%s", name);
@@ -147,6 +147,7 @@ static void rate(row *r, double amount, const char *unit) {
 /* >>functions: compiled-function facts the cases check ------------------- */
 
 static bool GPU;        /* the current phase runs on the GPU */
+static double copy_bw;  /* bytes/s of this phase's copy limit (fusion_cases): the bandwidth cases' yardstick */
 
 static tn_result dev_sync(void) {
     if (!GPU) return TN_OK;
@@ -208,7 +209,7 @@ static gfh_fn gpu_from_host(void) {
     return f;
 }
 
-static void nograph(tn_config *c);   /* cuda_graph=0 (the logistic regression cases) */
+static void nograph(tn_config *c);   /* cuda_graph=0 (the training steps) */
 
 /* Sets one config field for what follows (tn_init with a modified copy). */
 static tn_config saved_cfg;
@@ -272,6 +273,7 @@ static void fusion_cases(void) {
     set_limit(L, "", 0, T_LIMIT, 0);
     rate(L, 2.0 * (double)bytes, "B/s");
     double bw = 2.0 * (double)bytes / L->med;
+    copy_bw = bw;
 
     tn_graph *g = tn_graph_new();
     tn_array *av = tn_array_rand_uniform(TN_F32, 1, &n, -2, 2, 101), *bv = tn_array_rand_uniform(TN_F32, 1, &n, -2, 2, 102);
@@ -310,7 +312,11 @@ static void fusion_cases(void) {
     /* indexing: a gather and a scatter-add of n random int32 indices (repeats
        included), as a share of the copy bandwidth for the bytes they must
        move (gather: index, value, result; scatter-add into zeros: the
-       zeros, index, value, and the target read and written) */
+       zeros, index, value, and the target read and written). The gathered
+       value counts 4 bytes an element, not a 32-byte sector per index: n
+       draws over n elements touch nearly every sector of a (all but e^-8),
+       so a is read about once whatever the order, and a kernel that moves
+       more than that is what the share shows. */
     tn_array *u = tn_array_rand_uniform(TN_F64, 1, &n, 0, (double)n, 104), *iv = tn_array_astype(u, TN_I32);
     tn_var *ix = tn_shared(g, "idx", iv);
     tn_array_free(u); tn_array_free(iv);
@@ -333,6 +339,79 @@ static void fusion_cases(void) {
                 snprintf(r->note, sizeof r->note, "%d bytes an element", ic[k].nbytes);
             }
         }
+        tn_function_free(f);
+    }
+    tn_graph_free(g);
+}
+
+/* >>cases: memory-bound ops (issue 14): pooling and random draws ----------- */
+/* Each as a share of the copy bandwidth fusion_cases measured in this
+   phase, for the bytes it must move: the input read once and the output
+   written once (pooling 2x2 stride 2: x, then a quarter of x; a draw: its
+   output; dropout: x and its result, 8 bytes an element: a mask drawn where
+   it is used need not be stored, where today a Random{bernoulli} node
+   writes a bool mask that the Composite reads, 2 bytes more). x is
+   shared and results stay on the device (borrowed) or go to a shared
+   variable (updates). Judged on the GPU (>= 80%); shown on the CPU. */
+static void bw_row(row *r, tn_func *f, int iters, double moved, const char *what) {
+    char why[160];
+    if (!f) { err(r, "in tn_function"); return; }
+    if (GPU && *all_on_device(f, why, sizeof why)) { na(r, "%s", why); return; }
+    run_func(r, f, NULL, iters);
+    if (r->na[0]) return;
+    if (copy_bw > 0) set_limit(r, "copy bandwidth, same bytes", moved / copy_bw, T_PCT, GPU ? 80 : 0);
+    rate(r, moved, "B/s");
+    int nk = steps_on(f, GPU, -1, NULL);
+    snprintf(r->note, sizeof r->note, "%d kernel%s, %s", nk, nk == 1 ? "" : "s", what);
+}
+
+/* max_pool2d and avg_pool2d 2x2 of (64, 128, 32, 32), the shape bench/peers.py times in PyTorch. */
+static void pool_cases(void) {
+    const char *S = GPU ? "pool" : "cpu";
+    int64_t sh[4] = { 64, 128, 32, 32 }, nx = 64 * 128 * 32 * 32;
+    for (int dt = 0; dt < (GPU ? 2 : 1); dt++) {
+        tn_dtype t = dt ? TN_F16 : TN_F32;
+        tn_array *X = tn_array_rand_normal(t, 4, sh, 0, 1, 11);
+        tn_graph *g = tn_graph_new();
+        tn_var *x = tn_shared_fixed(g, "x", X);
+        tn_array_free(X);
+        tn_conv_opts o;
+        memset(&o, 0, sizeof o);
+        o.kernel[0] = o.kernel[1] = 2;
+        for (int mx = 1; mx >= 0; mx--) {
+            char name[48];
+            snprintf(name, sizeof name, "%s 2x2 (64,128,32,32) %s", mx ? "max_pool2d" : "avg_pool2d", dt ? "f16" : "f32");
+            row *r = R(S, name);
+            tn_var *y = mx ? tn_max_pool2d(x, &o) : tn_avg_pool2d(x, &o);
+            if (!y) { err(r, "building the graph"); continue; }
+            tn_var *out = GPU ? tn_gpu_from_host(y) : y;
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &out, .borrow = true, .name = name });
+            bw_row(r, f, GPU ? (Q ? 50 : 500) : (Q ? 1 : 3), 1.25 * (double)nx * (double)tn_dtype_size(t), "x read, y written");
+            tn_function_free(f);
+        }
+        tn_graph_free(g);
+    }
+}
+
+/* uniform and normal draws into 2^24 float32, and dropout 0.25 of a shared 2^24 float32 array. */
+static void random_cases(void) {
+    const char *S = GPU ? "random" : "cpu";
+    int64_t n = (int64_t)1 << 24;
+    tn_array *X = tn_array_rand_uniform(TN_F32, 1, &n, -1, 1, 12), *Z = tn_array_zeros(TN_F32, 1, &n);
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_shared(g, "x", X), *ys = tn_shared(g, "y", Z);
+    tn_array_free(X); tn_array_free(Z);
+    tn_rstream *s = tn_random_stream(g, 13);
+    struct { const char *name; tn_var *val; int nbytes; const char *what; } cs[3] = {
+        { "uniform 2^24 f32", tn_random_uniform(s, TN_F32, 1, &n, 0, 1), 4, "the draw written" },
+        { "normal 2^24 f32", tn_random_normal(s, TN_F32, 1, &n, 0, 1), 4, "the draw written" },
+        { "dropout 0.25 of shared 2^24 f32", tn_dropout(s, x, 0.25), 8, "x read, result written" },
+    };
+    for (int k = 0; k < 3; k++) {
+        row *r = R(S, cs[k].name);
+        if (!cs[k].val) { err(r, "building the graph"); continue; }
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &(tn_update){ ys, cs[k].val }, .name = cs[k].name });
+        bw_row(r, f, GPU ? (Q ? 20 : 100) : (Q ? 1 : 2), (double)cs[k].nbytes * (double)n, cs[k].what);
         tn_function_free(f);
     }
     tn_graph_free(g);
@@ -438,6 +517,38 @@ static void cpu_exp_cases(void) {
 
 static void nograph(tn_config *c) { c->no_cuda_graph = true; }
 
+/* A training step (updates only, data shared): one row on the CPU; on the
+   GPU with graph replay and with cuda_graph=0 (names: cpu, replay, no
+   replay), judged against `target` seconds (0: shown only). e: the graph's
+   build (tn_grad) result. */
+static void train_rows(tn_graph *g, const char *const names[3], tn_result e, int n_upd, tn_update *up, int iters,
+                       const char *target_name, double target) {
+    const char *S = GPU ? "train" : "cpu";
+    for (int k = 0; k < (GPU ? 2 : 1); k++) {
+        row *r = R(S, names[GPU ? 1 + k : 0]);
+        if (e != TN_OK) { err(r, "in tn_grad"); continue; }
+        if (k == 1) cfg_push(nograph);
+        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = n_upd, .updates = up, .name = "train" });
+        char why[160];
+        if (!f) err(r, "in tn_function");
+        else if (GPU && !steps_on(f, true, -1, NULL)) na(r, "%s", all_on_device(f, why, sizeof why));
+        else {
+            run_func(r, f, NULL, iters);
+            if (!r->na[0]) {
+                if (GPU && target > 0) set_limit(r, target_name, 0, T_ABS, target);
+                int64_t rep = 0;
+                const char *gwhy = "";
+                tn__replay_stats(f, &rep, NULL, &gwhy);
+                if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
+                else if (GPU) snprintf(r->note, sizeof r->note, "%d ops, %lld replays%s%.60s", f->n_steps, (long long)rep, *gwhy ? ": " : "", gwhy);
+                else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
+            }
+        }
+        tn_function_free(f);
+        if (k == 1) cfg_pop();
+    }
+}
+
 static void logreg_cases(void) {
     enum { N = 400, FEATS = 784 };
     const char *S = GPU ? "train" : "cpu";
@@ -459,29 +570,8 @@ static void logreg_cases(void) {
     tn_var *wrt[2] = { w, b }, *gr[2] = { 0 };
     tn_result e = tn_grad(cost, 2, wrt, gr, NULL);
     tn_update up[2] = { { w, tn_sub(w, tn_mul(tn_lit(w, 0.1), gr[0])) }, { b, tn_sub(b, tn_mul(tn_lit(b, 0.1), gr[1])) } };
-    for (int k = 0; k < (GPU ? 2 : 1); k++) {
-        row *r = R(S, !GPU ? "logreg step N=400x784 f32" : k == 0 ? "logreg step, graph replay" : "logreg step, no graph replay");
-        if (e != TN_OK) { err(r, "in tn_grad"); continue; }
-        if (k == 1) cfg_push(nograph);
-        tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 2, .updates = up, .name = "train" });
-        char why[160];
-        if (!f) err(r, "in tn_function");
-        else if (GPU && !steps_on(f, true, -1, NULL)) na(r, "%s", all_on_device(f, why, sizeof why));
-        else {
-            run_func(r, f, NULL, iters);
-            if (!r->na[0]) {
-                if (GPU) { set_limit(r, "issue 7 (JAX jit 79 us on H200)", 0, T_ABS, 40e-6); }
-                int64_t rep = 0;
-                const char *gwhy = "";
-                tn__replay_stats(f, &rep, NULL, &gwhy);
-                if (GPU && *all_on_device(f, why, sizeof why)) snprintf(r->note, sizeof r->note, "%.95s", why);
-                else if (GPU) snprintf(r->note, sizeof r->note, "%d ops, %lld replays%s%.60s", f->n_steps, (long long)rep, *gwhy ? ": " : "", gwhy);
-                else snprintf(r->note, sizeof r->note, "%d ops, data shared, no outputs", f->n_steps);
-            }
-        }
-        tn_function_free(f);
-        if (k == 1) cfg_pop();
-    }
+    static const char *const names[3] = { "logreg step N=400x784 f32", "logreg step, graph replay", "logreg step, no graph replay" };
+    train_rows(g, names, e, 2, up, iters, "issue 7 (JAX jit 79 us on H200)", 40e-6);
     tn_graph_free(g);
     /* The seed's own loop: x and y passed each call, prediction and cost copied back. */
     g = tn_graph_new();
@@ -517,6 +607,63 @@ static void logreg_cases(void) {
     }
     tn_graph_free(g);
     tn_array_free(X); tn_array_free(U); tn_array_free(W0); tn_array_free(B0); tn_array_free(Y);
+}
+
+/* >>cases: the convnet training step (examples/convnet.c) ------------------ */
+/* examples/convnet.c's LeNet-style net on a batch of 32 8x8 images: conv
+   3x3 1->16 pad 1, relu, max pool 2x2, conv 3x3 16->32 pad 1, relu, max
+   pool 2x2, flatten, dropout 0.25, dense 128->10, log_softmax NLL; one SGD
+   step with momentum 0.9 (12 updates) per call, the batch shared (on the
+   device), no outputs. bench/peers.py runs the same step in PyTorch (eager,
+   torch.compile) and JAX. */
+static tn_var *convnet_net(tn_var *x, tn_var *const *P, tn_rstream *drop) {
+    tn_conv_opts c, p;
+    memset(&c, 0, sizeof c);
+    c.padding[0] = c.padding[1] = 1;
+    memset(&p, 0, sizeof p);
+    p.kernel[0] = p.kernel[1] = 2;
+    tn_var *img = tn_reshape(x, 4, (int64_t[]){ -1, 1, 8, 8 });
+    tn_var *h1 = tn_max_pool2d(tn_relu(tn_add(tn_conv2d(img, P[0], &c), tn_reshape(P[1], 4, (int64_t[]){ 1, 16, 1, 1 }))), &p);
+    tn_var *h2 = tn_max_pool2d(tn_relu(tn_add(tn_conv2d(h1, P[2], &c), tn_reshape(P[3], 4, (int64_t[]){ 1, 32, 1, 1 }))), &p);
+    return tn_add(tn_dot(tn_dropout(drop, tn_flatten(h2, 2), 0.25), P[4]), P[5]);
+}
+
+static void convnet_cases(void) {
+    enum { B = 32 };
+    int iters = GPU ? (Q ? 200 : 2000) : (Q ? 5 : 20);
+    tn_graph *g = tn_graph_new();
+    tn_random_state *rs = tn_random_state_new(5);
+    static const int64_t shp[6][4] = { { 16, 1, 3, 3 }, { 16 }, { 32, 16, 3, 3 }, { 32 }, { 128, 10 }, { 10 } };
+    static const int nd[6] = { 4, 1, 4, 1, 2, 1 }, fan[6] = { 9, 0, 144, 0, 128, 0 };
+    tn_var *P[6];
+    for (int i = 0; i < 6; i++) {
+        double a = fan[i] ? sqrt(6.0 / fan[i]) : 0;
+        tn_array *v = fan[i] ? tn_rs_uniform(rs, TN_F32, nd[i], shp[i], -a, a) : tn_array_zeros(TN_F32, nd[i], shp[i]);
+        P[i] = tn_shared_fixed(g, "p", v);
+        tn_array_free(v);
+    }
+    tn_array *X = tn_rs_uniform(rs, TN_F32, 2, (int64_t[]){ B, 64 }, 0, 1), *U = tn_rs_uniform(rs, TN_F64, 1, (int64_t[]){ B }, 0, 10);
+    tn_array *Yv = tn_array_astype(U, TN_I32);
+    tn_var *x = tn_shared_fixed(g, "x", X), *y = tn_shared_fixed(g, "y", Yv);
+    tn_array_free(X); tn_array_free(U); tn_array_free(Yv);
+    tn_random_state_free(rs);
+    int one = 1;
+    tn_var *nll = tn_neg(tn_mean(tn_sum(tn_mul(tn_one_hot(y, 10, TN_F32), tn_log_softmax(convnet_net(x, P, tn_random_stream(g, 42)), 1)),
+                                        &one, 1, false), NULL, 0, false));
+    tn_var *gr[6];
+    tn_result e = nll ? tn_grad(nll, 6, P, gr, NULL) : TN_ERR_NULL;
+    tn_update up[12];
+    for (int i = 0; e == TN_OK && i < 6; i++) {      /* v <- 0.9 v - 0.05 g; p <- p + v */
+        tn_array *z = tn_array_zeros(TN_F32, nd[i], shp[i]);
+        tn_var *v = tn_shared(g, "velocity", z);
+        tn_array_free(z);
+        tn_var *nv = tn_sub(tn_mul(tn_lit(v, 0.9), v), tn_mul(tn_lit(v, 0.05), gr[i]));
+        up[2 * i] = (tn_update){ v, nv };
+        up[2 * i + 1] = (tn_update){ P[i], tn_add(P[i], nv) };
+    }
+    static const char *const names[3] = { "convnet step B=32 f32", "convnet step B=32, graph replay", "convnet step B=32, no graph replay" };
+    train_rows(g, names, e, 12, up, iters, "", 0);
+    tn_graph_free(g);
 }
 
 /* >>cases: convolutions (the peers' CONV_SHAPES: bench/peers.py) ---------------- */
@@ -1112,9 +1259,12 @@ int main(int argc, char **argv) {
         printf("cpu: %d threads, CBLAS %s\n", tn__num_threads(), tn__blas_name() ? tn__blas_name() : "none");
         fflush(stdout);
         fusion_cases();
+        pool_cases();
+        random_cases();
         cpu_gemm_cases();
         cpu_exp_cases();
         logreg_cases();
+        convnet_cases();
         conv_cases();
         rewrite_cases();
     }
@@ -1132,7 +1282,10 @@ int main(int argc, char **argv) {
             gpu_gemm_cases();
             gpu_graph_cases();
             fusion_cases();
+            pool_cases();
+            random_cases();
             logreg_cases();
+            convnet_cases();
             conv_cases();
         } else {
             row *r = R("gpu", "GPU cases");

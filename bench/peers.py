@@ -356,7 +356,116 @@ def case_conv():
                 measure(f"scatter-add rows (2^20 x 64) {dt}", "torch", lambda: acc.index_add_(0, idx, t), sync, 200)
 
 
-CASES = {"exp": case_exp, "gemm": case_gemm, "chain": case_chain, "logreg": case_logreg, "conv": case_conv}
+# >>random: bench.c's random_cases, 2^24 float32 ---------------------------------
+def case_random():
+    n = 1 << 24
+    it = 20 if ARGS.quick else 100
+    torch = M["torch"]
+    if torch_gpu():
+        sync = torch.cuda.synchronize
+        x = torch.rand(n, device="cuda")
+        out = torch.empty_like(x)
+        measure("uniform 2^24 f32", "torch", lambda: out.uniform_(0, 1), sync, it)
+        measure("normal 2^24 f32", "torch", lambda: out.normal_(0, 1), sync, it)
+        F = torch.nn.functional
+        measure("dropout 0.25 of 2^24 f32", "torch", lambda: F.dropout(x, 0.25, training=True), sync, it)
+    if jax_gpu():
+        jax = M["jax"]
+        x = jax.device_put(np.ones(n, np.float32))
+        key = jax.random.PRNGKey(13)
+        uni = jax.jit(lambda k: jax.random.uniform(k, (n,), np.float32))
+        nrm = jax.jit(lambda k: jax.random.normal(k, (n,), np.float32))
+        drop = jax.jit(lambda k, x: jax.numpy.where(jax.random.bernoulli(k, 0.75, x.shape), x / 0.75, 0))
+        last = [None]
+        measure("uniform 2^24 f32", "jax", lambda: last.__setitem__(0, uni(key)), lambda: last[0].block_until_ready(), it)
+        measure("normal 2^24 f32", "jax", lambda: last.__setitem__(0, nrm(key)), lambda: last[0].block_until_ready(), it)
+        measure("dropout 0.25 of 2^24 f32", "jax", lambda: last.__setitem__(0, drop(key, x)), lambda: last[0].block_until_ready(), it)
+
+
+# >>convnet: examples/convnet.c's training step, batch 32 -------------------------
+# conv 3x3 1->16 pad 1, relu, max pool 2x2, conv 3x3 16->32 pad 1, relu, max pool
+# 2x2, flatten, dropout 0.25, dense 128->10, mean NLL of log_softmax; SGD with
+# momentum as the library's step (v <- 0.9 v - 0.05 g; p <- p + v), the batch
+# on the device, float32, TF32 off. bench.c's convnet_cases is the same step.
+CONVNET_SHAPES = [((16, 1, 3, 3), 9), ((16,), 0), ((32, 16, 3, 3), 144), ((32,), 0), ((128, 10), 128), ((10,), 0)]
+
+
+def convnet_init(batch=32):
+    r = rng(5)
+    ps = [((r.rand(*s) * 2 - 1) * np.sqrt(6.0 / fan)).astype(np.float32) if fan else np.zeros(s, np.float32)
+          for s, fan in CONVNET_SHAPES]
+    return ps, r.rand(batch, 64).astype(np.float32), r.randint(0, 10, batch).astype(np.int64)
+
+
+def case_convnet():
+    torch = M["torch"]
+    ps0, x0, y0 = convnet_init()
+    if torch is not None:
+        F = torch.nn.functional
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+        def loss(P, x, y):
+            img = x.reshape(-1, 1, 8, 8)
+            h1 = F.max_pool2d(F.relu(F.conv2d(img, P[0], P[1], padding=1)), 2)
+            h2 = F.max_pool2d(F.relu(F.conv2d(h1, P[2], P[3], padding=1)), 2)
+            f = F.dropout(h2.flatten(1), 0.25, training=True)
+            return F.cross_entropy(f @ P[4] + P[5], y)       # the mean NLL of log_softmax
+
+        for dev in (["cpu", "cuda"] if torch_gpu() else ["cpu"]):
+            sync = torch.cuda.synchronize if dev == "cuda" else nothing
+            kinds = [("eager", loss)] + ([("compile", torch.compile(loss))] if dev == "cuda" else [])
+            for kind, fn in kinds:
+                P = [torch.from_numpy(p).to(dev).requires_grad_() for p in ps0]
+                V = [torch.zeros_like(p) for p in P]
+                x, y = torch.from_numpy(x0).to(dev), torch.from_numpy(y0).to(dev)
+
+                def step(P=P, V=V, x=x, y=y, fn=fn):
+                    gs = torch.autograd.grad(fn(P, x, y), P)
+                    with torch.no_grad():
+                        torch._foreach_mul_(V, 0.9)
+                        torch._foreach_add_(V, gs, alpha=-0.05)
+                        torch._foreach_add_(P, V)
+                peer = ("torch" if kind == "eager" else "torch.compile") if dev == "cuda" else "torch cpu"
+                n = (20 if ARGS.quick else 100) if dev == "cpu" else (200 if ARGS.quick else 2000)
+                measure("convnet step B=32 f32, data on device", peer, step, sync, n)
+    if jax_gpu():
+        jax, jnp = M["jax"], M["jax"].numpy
+
+        def conv(a, w, b):
+            z = jax.lax.conv_general_dilated(a, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                             precision=jax.lax.Precision.HIGHEST)
+            return z + b.reshape(1, -1, 1, 1)
+
+        def pool(a):
+            return jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+        def loss(P, x, y, key):
+            h1 = pool(jax.nn.relu(conv(x.reshape(-1, 1, 8, 8), P[0], P[1])))
+            h2 = pool(jax.nn.relu(conv(h1, P[2], P[3])))
+            f = h2.reshape(h2.shape[0], -1)
+            f = jnp.where(jax.random.bernoulli(key, 0.75, f.shape), f / 0.75, 0)
+            z = f @ P[4] + P[5]
+            return -jnp.mean(jnp.sum(jax.nn.one_hot(y, 10) * jax.nn.log_softmax(z), axis=1))
+
+        @jax.jit
+        def step(P, V, x, y, key):
+            key, sub = jax.random.split(key)
+            g = jax.grad(loss)(P, x, y, sub)
+            V = [0.9 * v - 0.05 * gi for v, gi in zip(V, g)]
+            return [p + v for p, v in zip(P, V)], V, key
+
+        st = [[jax.device_put(p) for p in ps0], [jax.device_put(np.zeros_like(p)) for p in ps0], jax.random.PRNGKey(42)]
+        xd, yd = jax.device_put(x0), jax.device_put(y0.astype(np.int32))
+
+        def run():
+            st[0], st[1], st[2] = step(st[0], st[1], xd, yd, st[2])
+        measure("convnet step B=32 f32, data on device", "jax", run, lambda: st[0][0].block_until_ready(),
+                200 if ARGS.quick else 2000)
+
+
+CASES = {"exp": case_exp, "gemm": case_gemm, "chain": case_chain, "logreg": case_logreg, "conv": case_conv,
+         "random": case_random, "convnet": case_convnet}
 
 
 def main():

@@ -2,9 +2,11 @@
    stride, padding (explicit, 'same', 'valid'), dilation and groups,
    conv_transpose with output_padding, max and average pooling, against
    float64 references written here as direct loops over the output and the
-   kernel taps (the library goes through im2col and a product); float32 and
-   float16 storage; NaN, inf and -0 in windows; gradients by finite
-   differences; a batch that varies; the errors, by code and words. */
+   kernel taps (the library goes through im2col and a product; pooling is
+   its own op, checked bit for bit); float32 and float16 storage; NaN, inf
+   and -0 in windows; gradients by finite differences and by value, the
+   forward mode of pooling; a batch that varies; the errors, by code and
+   words. */
 #include "tensor.h"
 #include "harness.h"
 #include <math.h>
@@ -285,6 +287,198 @@ TEST(test_pool_values) {
     free(x);
 }
 
+/* Direct pooling (the Pool op) against a float64 reference of its own loops:
+   the window's positions in row-major order, max with NaN winning (the first
+   of equal values kept, so -0 and +0 keep their order), sums in double,
+   average / K or / the in-image count, rounded to the dtype as the op
+   defines it (tensor_ops.h >>pool_cpu: float16 and float32 through float,
+   the count-only-in-image average divides the stored sum). Results must be
+   bit-identical; NaN only as NaN. Where the columns would have one
+   position per row (N*L == 1) the op folds four partial results, as the
+   reduction of IM2COL's rows did; the reference does so too. */
+typedef struct pcase { const char *name; int nsp, N, C, in[3], k[3], s[3], p[3], d[3]; } pcase;
+
+static double pool_round(tn_dtype t, double v) {
+    return t == TN_F64 ? v : t == TN_F32 ? (double)(float)v : (double)tn_f16_to_f32(tn_f32_to_f16((float)v));
+}
+
+static void ref_pool(const pcase *c, int mode, tn_dtype t, const double *x, double *y) {
+    int o[3], K = c->k[0] * c->k[1] * c->k[2];
+    for (int a = 0; a < 3; a++) o[a] = (c->in[a] + 2 * c->p[a] - c->d[a] * (c->k[a] - 1) - 1) / c->s[a] + 1;
+    bool box = c->N * o[0] * o[1] * o[2] == 1, mx = mode == 0;
+    int lim = !box ? 0 : mx ? (K >= 8 ? K / 4 * 4 : 0) : K / 4 * 4;
+    for (int n = 0; n < c->N; n++) for (int ch = 0; ch < c->C; ch++)
+        for (int a = 0; a < o[0]; a++) for (int b = 0; b < o[1]; b++) for (int e = 0; e < o[2]; e++) {
+            double acc = mx ? -INFINITY : 0, part[4] = { acc, acc, acc, acc };
+            int cnt = 0, j = 0;
+            for (int ka = 0; ka < c->k[0]; ka++) for (int kb = 0; kb < c->k[1]; kb++) for (int kc = 0; kc < c->k[2]; kc++, j++) {
+                int ia = a * c->s[0] - c->p[0] + ka * c->d[0], ib = b * c->s[1] - c->p[1] + kb * c->d[1], ic = e * c->s[2] - c->p[2] + kc * c->d[2];
+                bool in = ia >= 0 && ib >= 0 && ic >= 0 && ia < c->in[0] && ib < c->in[1] && ic < c->in[2];
+                double v = !in ? (mx ? -INFINITY : 0) : x[(((int64_t)n * c->C + ch) * c->in[0] + ia) * c->in[1] * c->in[2] + (int64_t)ib * c->in[2] + ic];
+                cnt += in;
+                double *to = j < lim ? &part[j % 4] : &acc;
+                if (j == lim && lim) {   /* the partial results, combined as the reduction combines them */
+                    if (mx) { for (int q = 0; q < 4; q++) if (part[q] > acc || isnan(part[q])) acc = part[q]; }
+                    else acc += (part[0] + part[1]) + (part[2] + part[3]);
+                }
+                if (mx) { if (v > *to || isnan(v)) *to = v; } else *to += v;
+            }
+            if (lim == K && lim) {
+                if (mx) { for (int q = 0; q < 4; q++) if (part[q] > acc || isnan(part[q])) acc = part[q]; }
+                else acc += (part[0] + part[1]) + (part[2] + part[3]);
+            }
+            double r;
+            if (mode == 2) {
+                double s = pool_round(t, acc);
+                r = t == TN_F64 ? s / cnt : pool_round(t, (double)((float)s / (float)cnt));
+            } else r = pool_round(t, mode == 1 ? acc / K : acc);
+            *y++ = r;
+        }
+}
+
+TEST(test_pool_direct) {
+    static const pcase cases[] = {
+        { "2d 2x2", 2, 2, 3, { 8, 6, 1 }, { 2, 2, 1 }, { 2, 2, 1 }, { 0 }, { 1, 1, 1 } },
+        { "2d 3x2 stride (2,1) pad 1", 2, 2, 2, { 9, 8, 1 }, { 3, 2, 1 }, { 2, 1, 1 }, { 1, 1, 0 }, { 1, 1, 1 } },
+        { "2d 3x3 stride (1,2) pad 1 dilation (2,1)", 2, 2, 2, { 9, 8, 1 }, { 3, 3, 1 }, { 1, 2, 1 }, { 1, 1, 0 }, { 2, 1, 1 } },
+        { "1d 3 stride 2 pad 1", 1, 3, 2, { 15, 1, 1 }, { 3, 1, 1 }, { 2, 1, 1 }, { 1, 0, 0 }, { 1, 1, 1 } },
+        { "1d 4 stride 3 pad 2 dilation 2", 1, 2, 2, { 20, 1, 1 }, { 4, 1, 1 }, { 3, 1, 1 }, { 2, 0, 0 }, { 2, 1, 1 } },
+        { "3d 2x2x3 pad (0,1,1)", 3, 2, 2, { 4, 6, 5 }, { 2, 2, 3 }, { 2, 2, 3 }, { 0, 1, 1 }, { 1, 1, 1 } },
+        { "3d 3x3x3 stride 1 pad 1", 3, 1, 2, { 3, 4, 3 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 }, { 1, 1, 1 } },
+        { "2d one window per channel (4x4)", 2, 1, 3, { 4, 4, 1 }, { 4, 4, 1 }, { 4, 4, 1 }, { 0 }, { 1, 1, 1 } },
+        { "2d one window, pad 1 dilation 2", 2, 1, 2, { 3, 3, 1 }, { 3, 3, 1 }, { 3, 3, 1 }, { 1, 1, 0 }, { 2, 2, 1 } },
+        { "1d one window of 7", 1, 1, 2, { 7, 1, 1 }, { 7, 1, 1 }, { 7, 1, 1 }, { 0 }, { 1, 1, 1 } },
+    };
+    const tn_dtype ts[3] = { TN_F64, TN_F32, TN_F16 };
+    int checked = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) for (int k = 0; k < 3; k++) for (int mode = 0; mode < 3; mode++) {
+        const pcase *c = &cases[ci];
+        int64_t xsh[5] = { c->N, c->C, c->in[0], c->in[1], c->in[2] }, nx = (int64_t)c->N * c->C * prod3(c->in);
+        double *xv = vals(nx, 300 + ci);
+        for (int64_t i = 0; i < nx; i++) {   /* specials, and repeats so that -0, +0 and equal values meet in windows */
+            int64_t h = (i * 7 + (int64_t)ci) % 23;
+            xv[i] = h == 0 ? NAN : h == 1 ? INFINITY : h == 2 ? -INFINITY : h == 3 || h == 4 ? -0.0 : h == 5 || h == 6 ? 0.0 : h == 7 ? 1.25 : xv[i];
+        }
+        if (ci == 7) for (int64_t i = 0; i < nx; i++) xv[i] = i % 3 == 0 ? -0.0 : i % 3 == 1 ? 0.0 : xv[i];   /* one channel without specials but zeros */
+        tn_graph *gr = tn_graph_new();
+        tn_var *X = tn_input(gr, "x", ts[k], c->nsp + 2, xsh, NULL);
+        tn_conv_opts o;
+        memset(&o, 0, sizeof o);
+        for (int a = 0; a < c->nsp; a++) { o.kernel[a] = c->k[a]; o.stride[a] = c->s[a]; o.padding[a] = c->p[a]; o.dilation[a] = c->d[a]; }
+        o.avg_exclude_pad = mode == 2;
+        tn_var *y = mode == 0 ? tn_max_pool(X, &o) : tn_avg_pool(X, &o);
+        tn_func *f = y ? tn_function(gr, &(tn_func_desc){ .n_inputs = 1, .inputs = &X, .n_outputs = 1, .outputs = &y }) : NULL;
+        tn_array *xa = arr(ts[k], c->nsp + 2, xsh, xv), *out = NULL;
+        CHECK(f && tn_call(f, &xa, &out) == TN_OK, "%s %s mode %d: %s", c->name, tn_dtype_name(ts[k]), mode, tn_last_error());
+        if (f && ci == 0 && k == 0) {   /* one op, reading the image: no columns */
+            char buf[4096] = "";
+            FILE *fp = tmpfile();
+            size_t nb = 0;
+            if (fp) { tn_debugprint_function(f, fp); rewind(fp); nb = fread(buf, 1, sizeof buf - 1, fp); fclose(fp); }
+            buf[nb] = 0;
+            CHECK(strstr(buf, mode == 0 ? "Pool{mode=max, kernel=(2, 2), stride=(2, 2)" : mode == 1 ? "Pool{mode=average_inc_pad" : "Pool{mode=average_exc_pad") &&
+                  !strstr(buf, "Im2Col"), "mode %d: %s", mode, buf);
+        }
+        tn_array *xq = tn_array_astype(xa, TN_F64), *got = out ? tn_array_astype(out, TN_F64) : NULL;
+        int64_t ny = got ? tn_array_size(got) : 0;
+        double *want = (double *)malloc((size_t)(ny ? ny : 1) * sizeof *want);
+        if (got) ref_pool(c, mode, ts[k], (const double *)xq->data, want);
+        int bad = 0;
+        for (int64_t i = 0; i < ny; i++) {
+            double g = ((const double *)got->data)[i];
+            bool ok = isnan(want[i]) ? isnan(g) : memcmp(&g, &want[i], sizeof g) == 0;
+            if (!ok && bad++ < 3) CHECK(ok, "%s %s mode %d at %lld: %a, want %a", c->name, tn_dtype_name(ts[k]), mode, (long long)i, g, want[i]);
+            checked++;
+        }
+        free(want); free(xv);
+        tn_array_free(xq); tn_array_free(got); tn_array_free(out); tn_array_free(xa);
+        tn_function_free(f);
+        tn_graph_free(gr);
+    }
+    CHECK(checked > 3000, "%d outputs checked", checked);
+}
+
+/* Max pooling's gradient goes whole to every position equal to its window's
+   max (ties share it, as Theano's), none to padding; average pooling's is
+   g / K spread over the window (padding counted) or g / count. */
+TEST(test_pool_grad_values) {
+    tn_graph *gr = tn_graph_new();
+    int64_t sh[4] = { 1, 1, 4, 4 };
+    tn_var *X = tn_input(gr, "x", TN_F64, 4, sh, NULL);
+    tn_conv_opts o;
+    memset(&o, 0, sizeof o);
+    o.kernel[0] = o.kernel[1] = 2;
+    tn_var *ys[3];
+    ys[0] = tn_max_pool2d(X, &o);
+    o.kernel[0] = o.kernel[1] = 3; o.stride[0] = o.stride[1] = 2; o.padding[0] = o.padding[1] = 1;
+    ys[1] = tn_avg_pool2d(X, &o);
+    o.avg_exclude_pad = true;
+    ys[2] = tn_avg_pool2d(X, &o);
+    tn_var *gs[3];
+    for (int k = 0; k < 3; k++) gs[k] = tn_grad1(tn_sum(ys[k], NULL, 0, false), X);
+    tn_func *f = tn_function(gr, &(tn_func_desc){ .n_inputs = 1, .inputs = &X, .n_outputs = 3, .outputs = gs });
+    /* window (0,0): two 5s tie; (0,1): one 7; (1,0): all 1; (1,1): a NaN-free distinct max */
+    double xv[16] = { 5, 1, 7, 2,  0, 5, 3, 4,  1, 1, 9, 8,  1, 1, 8, 8.5 };
+    tn_array *xa = arr(TN_F64, 4, sh, xv), *r[3] = { 0 };
+    CHECK(f && tn_call(f, &xa, r) == TN_OK, "%s", tn_last_error());
+    const double want_max[16] = { 1, 0, 1, 0,  0, 1, 0, 0,  1, 1, 1, 0,  1, 1, 0, 0 };
+    /* 3x3 stride 2 pad 1 over 4x4: out 2x2, windows rows/cols {-1,0,1} and {1,2,3} */
+    double want_avg[16], want_ex[16];
+    for (int i = 0; i < 4; i++) for (int j = 0; j < 4; j++) {
+        double s = 0, se = 0;
+        for (int a = 0; a < 2; a++) for (int b = 0; b < 2; b++) {
+            int r0 = 2 * a - 1, c0 = 2 * b - 1;
+            if (i < r0 || i > r0 + 2 || j < c0 || j > c0 + 2) continue;
+            int cnt = 0;
+            for (int u = r0; u <= r0 + 2; u++) for (int v = c0; v <= c0 + 2; v++) cnt += u >= 0 && v >= 0 && u < 4 && v < 4;
+            s += 1.0 / 9; se += 1.0 / cnt;
+        }
+        want_avg[i * 4 + j] = s; want_ex[i * 4 + j] = se;
+    }
+    for (int i = 0; r[0] && r[1] && r[2] && i < 16; i++) {
+        double g0 = ((double *)r[0]->data)[i], g1 = ((double *)r[1]->data)[i], g2 = ((double *)r[2]->data)[i];
+        CHECK(g0 == want_max[i] && fabs(g1 - want_avg[i]) < 1e-15 && fabs(g2 - want_ex[i]) < 1e-15, "at %d: %g %g %g, want %g %g %g", i, g0, g1, g2,
+              want_max[i], want_avg[i], want_ex[i]);
+    }
+    for (int k = 0; k < 3; k++) tn_array_free(r[k]);
+    tn_array_free(xa);
+    tn_function_free(f);
+    tn_graph_free(gr);
+}
+
+/* Forward mode: max pooling's tangent is the tangent at the window's max
+   (padded positions take no part: they are not -inf times a zero weight);
+   average pooling's is the average of the tangents. */
+TEST(test_pool_rop) {
+    tn_graph *gr = tn_graph_new();
+    int64_t sh[3] = { 1, 2, 9 };
+    tn_var *X = tn_input(gr, "x", TN_F64, 3, sh, NULL), *T = tn_input(gr, "t", TN_F64, 3, sh, NULL);
+    tn_conv_opts o;
+    memset(&o, 0, sizeof o);
+    o.kernel[0] = 3; o.stride[0] = 2; o.padding[0] = 1;
+    tn_var *outs[2] = { tn_rop(tn_max_pool(X, &o), 1, &X, &T), tn_rop(tn_avg_pool(X, &o), 1, &X, &T) };
+    tn_func *f = outs[0] && outs[1] ? tn_function(gr, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ X, T }, .n_outputs = 2, .outputs = outs }) : NULL;
+    double xv[18], tv[18];
+    for (int i = 0; i < 18; i++) { xv[i] = (double)((i * 7) % 18) - 9; tv[i] = 0.5 + i; }
+    tn_array *xa = arr(TN_F64, 3, sh, xv), *ta = arr(TN_F64, 3, sh, tv), *r[2] = { 0 };
+    CHECK(f && tn_call(f, (tn_array *[]){ xa, ta }, r) == TN_OK && r[0]->shape[2] == 5, "%s", tn_last_error());
+    for (int c = 0; r[0] && c < 2; c++) for (int j = 0; j < 5; j++) {
+        int best = -1;
+        double s = 0;
+        for (int a = 0; a < 3; a++) {
+            int i = 2 * j - 1 + a;
+            if (i < 0 || i >= 9) continue;
+            if (best < 0 || xv[c * 9 + i] > xv[c * 9 + best]) best = i;
+            s += tv[c * 9 + i];
+        }
+        double g0 = tn_array_get(r[0], (int64_t[]){ 0, c, j }), g1 = tn_array_get(r[1], (int64_t[]){ 0, c, j });
+        CHECK(g0 == tv[c * 9 + best] && fabs(g1 - s / 3) < 1e-15, "(%d, %d): %g %g, want %g %g", c, j, g0, g1, tv[c * 9 + best], s / 3);
+    }
+    tn_array_free(r[0]); tn_array_free(r[1]); tn_array_free(xa); tn_array_free(ta);
+    tn_function_free(f);
+    tn_graph_free(gr);
+}
+
 /* NaN in the image reaches exactly the outputs whose window covers it; a batch that changes between calls. */
 TEST(test_conv_nan_and_batch) {
     tn_graph *gr = tn_graph_new();
@@ -326,19 +520,25 @@ static tn_var *b_grad(tn_graph *g, tn_var *const *in, void *user) {
     case 2: o.kernel[0] = 2; o.kernel[1] = 3; o.stride[1] = 2; o.padding[1] = 1; return tn_avg_pool2d(in[0], &o);
     case 3: o.kernel[0] = 2; o.kernel[1] = 2; return tn_max_pool2d(in[0], &o);
     case 4: o.stride[0] = 2; o.padding[0] = 1; return tn_conv1d(in[0], in[1], &o);
+    case 6: o.kernel[0] = 3; o.stride[0] = 2; o.padding[0] = 1; o.dilation[0] = 2; return tn_max_pool(in[0], &o);
+    case 7: o.kernel[0] = 2; o.kernel[1] = 3; o.kernel[2] = 2; o.stride[2] = 1; o.padding[1] = 1; return tn_avg_pool(in[0], &o);
+    case 8: o.kernel[0] = o.kernel[1] = o.kernel[2] = 2; o.padding[2] = 1; return tn_max_pool(in[0], &o);
+    case 9: o.kernel[0] = 3; o.stride[0] = 2; o.padding[0] = 1; o.dilation[0] = 2; o.avg_exclude_pad = true; return tn_avg_pool(in[0], &o);
     default: o.kernel[0] = 3; o.kernel[1] = 2; o.stride[0] = 1; o.padding[0] = 1; o.avg_exclude_pad = true; return tn_avg_pool2d(in[0], &o);
     }
 }
 
 TEST(test_conv_gradients) {
-    const char *names[6] = { "conv2d", "conv2d_transpose", "avg_pool2d", "max_pool2d", "conv1d", "avg_pool2d exclude pad" };
-    const int64_t xs[6][4] = { { 2, 4, 5, 6 }, { 2, 3, 3, 4 }, { 2, 2, 4, 5 }, { 1, 2, 4, 6 }, { 2, 3, 7, 0 }, { 1, 2, 5, 4 } };
-    const int64_t ws[6][4] = { { 4, 2, 2, 3 }, { 3, 2, 3, 2 }, { 0 }, { 0 }, { 2, 3, 3, 0 }, { 0 } };
-    const int xnd[6] = { 4, 4, 4, 4, 3, 4 }, wnd[6] = { 4, 4, 0, 0, 3, 0 };
-    for (int k = 0; k < 6; k++) {
+    const char *names[10] = { "conv2d", "conv2d_transpose", "avg_pool2d", "max_pool2d", "conv1d", "avg_pool2d exclude pad",
+                              "max_pool1d stride 2 pad 1 dilation 2", "avg_pool3d pad", "max_pool3d pad", "avg_pool1d exclude pad dilation 2" };
+    const int64_t xs[10][5] = { { 2, 4, 5, 6 }, { 2, 3, 3, 4 }, { 2, 2, 4, 5 }, { 1, 2, 4, 6 }, { 2, 3, 7, 0 }, { 1, 2, 5, 4 },
+                                { 2, 2, 11 }, { 1, 2, 4, 3, 5 }, { 1, 2, 4, 4, 3 }, { 2, 1, 9 } };
+    const int64_t ws[10][4] = { { 4, 2, 2, 3 }, { 3, 2, 3, 2 }, { 0 }, { 0 }, { 2, 3, 3, 0 }, { 0 } };
+    const int xnd[10] = { 4, 4, 4, 4, 3, 4, 3, 5, 5, 3 }, wnd[10] = { 4, 4, 0, 0, 3, 0, 0, 0, 0, 0 };
+    for (int k = 0; k < 10; k++) {
         gcase c = { k };
         tn_array *pts[2] = { tn_array_rand_uniform(TN_F64, xnd[k], xs[k], -2, 2, 100 + (uint64_t)k), NULL };
-        if (k == 3) {   /* distinct values: the max of each window is unique and stays so under the step */
+        if (k == 3 || k == 6 || k == 8) {   /* distinct values: the max of each window is unique and stays so under the step */
             int64_t n = tn_array_size(pts[0]);
             for (int64_t i = 0; i < n; i++) ((double *)pts[0]->data)[i] = (double)((i * 37) % n) / 7.0;
         }
@@ -383,6 +583,9 @@ int main(void) {
     TH_RUN(test_conv_pad_modes);
     TH_RUN(test_conv_transpose_values);
     TH_RUN(test_pool_values);
+    TH_RUN(test_pool_direct);
+    TH_RUN(test_pool_grad_values);
+    TH_RUN(test_pool_rop);
     TH_RUN(test_conv_nan_and_batch);
     TH_RUN(test_conv_gradients);
     TH_RUN(test_conv_errors);

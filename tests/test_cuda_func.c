@@ -685,8 +685,8 @@ TEST(test_index_gpu_equals_cpu) {
     tn_array_free(r); tn_array_free(x); tn_array_free(i);
 }
 
-/* Convolutions and pooling on the GPU: im2col/col2im kernels and cuBLAS
-   products, forward and gradients (a LeNet-like step: conv, relu, max pool,
+/* Convolutions and pooling on the GPU: im2col/col2im and pooling kernels
+   and cuBLAS products, forward and gradients (a LeNet-like step: conv, relu, max pool,
    conv transpose, avg pool), float32, float64 and float16 storage, equal to
    the CPU's (the gathers give the same bits; the products differ by cuBLAS's
    summation order). */
@@ -737,8 +737,8 @@ TEST(test_conv_gpu_equals_cpu) {
         char dp[16384] = "";
         int ng = cv_run(ts[k], true, rg, dp, sizeof dp), nc = cv_run(ts[k], false, rc, NULL, 0);
         CHECK(ng == 4 && nc == 4, "%s: ran %d and %d", tn_dtype_name(ts[k]), ng, nc);
-        CHECK(strstr(dp, "GpuIm2Col{") && strstr(dp, "GpuCol2Im{") && !strstr(dp, " Im2Col{") && !strstr(dp, " Col2Im{"),
-              "%s: im2col and col2im on the GPU:\n%s", tn_dtype_name(ts[k]), dp);
+        CHECK(strstr(dp, "GpuIm2Col{") && strstr(dp, "GpuCol2Im{") && strstr(dp, "GpuPool{") && !strstr(dp, " Im2Col{") && !strstr(dp, " Col2Im{") &&
+              !strstr(dp, " Pool{"), "%s: im2col, col2im and pooling on the GPU:\n%s", tn_dtype_name(ts[k]), dp);
         const char *what[4] = { "forward", "d/dx", "d/dw", "d/dwt" };
         for (int i = 0; i < 4 && ng == 4 && nc == 4; i++) {
             int64_t n = tn_array_size(rc[i]);

@@ -3,7 +3,7 @@
    and with repeated indices, one_hot; sorting: sort, argsort, top_k; random
    streams and dropout; convolution: conv1d/2d/3d with stride, padding,
    dilation, groups and 'same' padding, conv_transpose (Im2Col and Col2Im);
-   pooling: max, avg (padding counted or not), global avg; Size, reshape
+   pooling (Pool): max, avg (padding counted or not), global avg; Size, reshape
    and flatten; eye of sizes read from values; cumsum and cumprod) compiled twice from the same builder,
    once for the GPU and once for the CPU (tn_func_desc.context "cpu"), called
    twice with the same inputs, for every dtype the family takes and every
@@ -157,6 +157,9 @@ BUILDER(b_maxpool1d) { UNUSED_GT; tn_conv_opts o = pool_opts(3, 0, 0, 2, 0, 1, 0
 BUILDER(b_avgpool33) { UNUSED_GT; tn_conv_opts o = pool_opts(3, 3, 0, 0, 0, 1, 1, false); out[0] = tn_avg_pool2d(in[0], &o); return 1; }
 BUILDER(b_avgpool_ex) { UNUSED_GT; tn_conv_opts o = pool_opts(3, 2, 0, 2, 2, 1, 1, true); out[0] = tn_avg_pool2d(in[0], &o); return 1; }
 BUILDER(b_avgpool3d) { UNUSED_GT; tn_conv_opts o = pool_opts(2, 2, 2, 0, 0, 0, 0, false); out[0] = tn_avg_pool(in[0], &o); return 1; }
+BUILDER(b_maxpool_dl) { UNUSED_GT; tn_conv_opts o = pool_opts(3, 2, 0, 1, 2, 1, 1, false); o.dilation[0] = 2; out[0] = tn_max_pool2d(in[0], &o); return 1; }
+BUILDER(b_maxpool3d) { UNUSED_GT; tn_conv_opts o = pool_opts(2, 3, 2, 0, 0, 1, 1, false); out[0] = tn_max_pool(in[0], &o); return 1; }
+BUILDER(b_avgpool_one) { UNUSED_GT; tn_conv_opts o = pool_opts(4, 4, 0, 0, 0, 0, 0, false); out[0] = tn_avg_pool2d(in[0], &o); return 1; }
 BUILDER(b_gap) { UNUSED_GT; out[0] = tn_global_avg_pool(in[0]); return 1; }
 /* shapes */
 BUILDER(b_size) {
@@ -222,12 +225,15 @@ static const op_case op_cases[] = {
       { D(4, 2, 4, 5, 4), DR(-1, 1, 4, 4, 3, 3, 3) } },
     { "conv_transpose 1d pad 1 dilation 2", "GpuCol2Im", FLOATS, RULE_NMSE, true, 0, b_convt1d, 2, { D(3, 2, 3, 7), DR(-1, 1, 3, 3, 2, 3) } },
     /* pooling */
-    { "max_pool2d 2x2", "GpuIm2Col", FLOATS, RULE_NMSE, true, EDGE, b_maxpool2, 1, { D(4, 2, 3, 8, 6) } },
-    { "max_pool2d 3x2 stride (2,1) pad 1", "GpuIm2Col", FLOATS, RULE_NMSE, true, EDGE, b_maxpool32, 1, { D(4, 2, 3, 9, 8) } },
-    { "max_pool1d 3 stride 2 pad 1", "GpuIm2Col", FLOATS, RULE_NMSE, true, EDGE, b_maxpool1d, 1, { D(3, 2, 4, 15) } },
-    { "avg_pool2d 3x3 pad 1", "GpuIm2Col", FLOATS, RULE_NMSE, true, 0, b_avgpool33, 1, { D(4, 2, 3, 8, 7) } },
-    { "avg_pool2d 3x2 stride 2 pad 1 exclude pad", "GpuIm2Col", FLOATS, RULE_NMSE, true, 0, b_avgpool_ex, 1, { D(4, 2, 3, 9, 8) } },
-    { "avg_pool3d 2x2x2", "GpuIm2Col", FLOATS, RULE_NMSE, true, 0, b_avgpool3d, 1, { D(5, 1, 2, 4, 6, 4) } },
+    { "max_pool2d 2x2", "GpuPool{", FLOATS, RULE_NMSE, true, EDGE, b_maxpool2, 1, { D(4, 2, 3, 8, 6) } },
+    { "max_pool2d 3x2 stride (2,1) pad 1", "GpuPool{", FLOATS, RULE_NMSE, true, EDGE, b_maxpool32, 1, { D(4, 2, 3, 9, 8) } },
+    { "max_pool1d 3 stride 2 pad 1", "GpuPool{", FLOATS, RULE_NMSE, true, EDGE, b_maxpool1d, 1, { D(3, 2, 4, 15) } },
+    { "avg_pool2d 3x3 pad 1", "GpuPool{", FLOATS, RULE_NMSE, true, 0, b_avgpool33, 1, { D(4, 2, 3, 8, 7) } },
+    { "avg_pool2d 3x2 stride 2 pad 1 exclude pad", "GpuPool{", FLOATS, RULE_NMSE, true, 0, b_avgpool_ex, 1, { D(4, 2, 3, 9, 8) } },
+    { "avg_pool3d 2x2x2", "GpuPool{", FLOATS, RULE_NMSE, true, 0, b_avgpool3d, 1, { D(5, 1, 2, 4, 6, 4) } },
+    { "max_pool2d 3x2 stride (1,2) pad 1 dilation (2,1)", "GpuPool{", FLOATS, RULE_NMSE, true, EDGE, b_maxpool_dl, 1, { D(4, 2, 3, 9, 8) } },
+    { "max_pool3d 2x3x2 pad (1,1,0)", "GpuPool{", FLOATS, RULE_NMSE, true, EDGE, b_maxpool3d, 1, { D(5, 2, 2, 4, 5, 4) } },
+    { "avg_pool2d 4x4, one window per channel", "GpuPool{", FLOATS, RULE_NMSE, true, 0, b_avgpool_one, 1, { D(4, 1, 3, 4, 4) } },
     { "global_avg_pool", "GpuMean", FLOATS, RULE_NMSE, true, 0, b_gap, 1, { D(4, 2, 5, 6, 7) } },
     /* shapes */
     { "size over axes", "GpuSize", ALL, RULE_EXACT, false, 0, b_size, 1, { D(3, 4, 5, 6) } },
@@ -389,7 +395,7 @@ static void built_free(built *b) {
    the host (a silent fallback). Views (DimShuffle, Slice) run on either side. */
 static const char *const device_ops[] = { "Elemwise", "Sum", "Prod", "Mean", "Max", "Min", "Argmax", "Argmin", "All", "Any", "LogSumExp",
     "Softmax", "LogSoftmax", "Dot", "Gemm", "Gemv", "Outer", "Alloc", "Size", "CumSum", "CumProd", "AdvancedSubtensor", "AdvancedSubtensor1",
-    "TakeAlongAxis", "AdvancedIncSubtensor", "AdvancedIncSubtensor1", "IncSubtensor", "ArgSort", "TopK", "Random", "Im2Col", "Col2Im",
+    "TakeAlongAxis", "AdvancedIncSubtensor", "AdvancedIncSubtensor1", "IncSubtensor", "ArgSort", "TopK", "Random", "Im2Col", "Col2Im", "Pool",
     "Eye" };
 
 /* "" when the GPU function runs the case on the device; else the reason. */

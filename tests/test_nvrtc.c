@@ -236,10 +236,10 @@ TEST(test_codegen_errors) {
     }
 }
 
-/* Appends an index, sort or conv kernel's source with its extern "C" names numbered
+/* Appends an index, sort, conv or pool kernel's source with its extern "C" names numbered
    and its macros cleared, so one NVRTC run compiles many. */
 static void batch_add_named(tn__sb *batch, const char *src, int k) {
-    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(", "tn_im2col(", "tn_col2im(" };
+    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(", "tn_im2col(", "tn_col2im(", "tn_pool(" };
     tn__sb_printf(batch, "#undef ND\n#undef K\n#undef CH\nnamespace k%d {\n", k);
     for (const char *p = src; *p;) {
         const char *hit = NULL;
@@ -309,6 +309,23 @@ TEST(test_conv_kernels) {
     }
     compile_batch(&batch, "sm_90", "conv kernels");
     printf("  %d im2col/col2im kernels compiled for sm_90\n", kernels);
+}
+
+/* Direct pooling (max, average, any spatial rank: one kernel per float
+   dtype); the geometry struct it takes is the host's, byte for byte. */
+TEST(test_pool_kernels) {
+    static char src[8192];
+    tn__sb batch = { 0 };
+    int kernels = 0;
+    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+        int n = tn__pool_cuda_source(t, src, sizeof src);
+        CHECK((n > 0) == (t == TN_F16 || t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "%s: %d", tn_dtype_name(t), n);
+        if (n <= 0) continue;
+        batch_add_named(&batch, src, kernels++);
+        tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_pg) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__pgeo_dev));
+    }
+    compile_batch(&batch, "sm_90", "pool kernels");
+    printf("  %d pooling kernels compiled for sm_90\n", kernels);
 }
 
 TEST(test_compile_error_reports_log_and_source) {
@@ -434,6 +451,7 @@ int main(void) {
     TH_RUN(test_codegen_errors);
     TH_RUN(test_index_and_sort_kernels);
     TH_RUN(test_conv_kernels);
+    TH_RUN(test_pool_kernels);
     TH_RUN(test_compile_error_reports_log_and_source);
     TH_RUN(test_user_kernels_nvrtc);
     TH_RUN(test_user_kernel_errors_nvrtc);
