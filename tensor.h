@@ -1309,8 +1309,10 @@ TN_API void *tn__malloc(size_t n) {
 }
 TN_API void *tn__calloc(size_t n, size_t size) {
     if (size && n > SIZE_MAX / size) return NULL;
-    void *p = tn__malloc(n * size);
-    if (p) memset(p, 0, n * size);
+    size_t bytes = n * size;
+    if (bytes > (size_t)PTRDIFF_MAX) return NULL;      /* no object is larger (and GCC's fortified memset knows it) */
+    void *p = tn__malloc(bytes);
+    if (p) memset(p, 0, bytes);
     return p;
 }
 /* A failed realloc leaves p as it was: GCC 12's use-after-free warning does not know. */
