@@ -77,7 +77,7 @@ $(BUILD):
 # tests/dlpack_numpy.py trades arrays with NumPy through ctypes: the library
 # and tests/dlpack_peer.c as a shared library, a -fPIC build of its own without
 # CFLAGS (unoptimised, it builds in seconds; a sanitizer build could not be
-# loaded into Python), with clang where installed (8 -> 3 s of CPU; gcc's
+# loaded into Python), with clang where installed (8 -> 4 s of CPU; gcc's
 # -O0 build of the same code is check_consumers.sh's pkg-config build).
 PEER_CC ?= $(if $(shell command -v clang 2>/dev/null),clang,$(CC))
 $(BUILD)/libdlpack_peer.so: tests/dlpack_peer.c $(HEADERS) | $(BUILD)
