@@ -6,10 +6,12 @@
 # it cannot meet fails), and through pkg-config with a plain cc; a C++ program
 # (tests/consumers/cxx) includes the headers as C++11 and C++17 and links the
 # C project's implementation file, compiled as C. Every build is warning-free (-Wall -Wextra
-# -Werror): all of them with gcc, and with clang when it is installed the
-# pkg-config and C++ builds (CMake's two ways do not depend on the compiler;
-# each costs a compile of the implementation). Each program checks its own
-# result and prints OK. Prints "N passed, N failed" like the tests.
+# -Werror): the pkg-config and C++ builds with gcc, and with clang when it is
+# installed; CMake's two ways with one of them, clang when installed (they
+# do not depend on the compiler; each costs a compile of the implementation,
+# which clang does in under half of gcc's time: 18 -> 8 s of CPU), else gcc.
+# Each program checks its own result and prints OK. Prints "N passed, N
+# failed" like the tests.
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 tmp=$(mktemp -d /tmp/tensor_consumers.XXXXXX) || exit 1
@@ -61,10 +63,12 @@ consumer() {
     done
 }
 if [ -z "$(grep '^FAIL' "$res")" ]; then
-    n=0
-    for pair in "gcc g++ cmake" "clang clang++"; do
+    n=0; with_cmake=gcc
+    command -v clang > /dev/null && command -v clang++ > /dev/null && with_cmake=clang
+    for pair in "gcc g++" "clang clang++"; do
         set -- $pair
         command -v "$1" > /dev/null && command -v "$2" > /dev/null || continue
+        [ "$1" = "$with_cmake" ] && set -- "$@" cmake
         n=$((n + 1)); res=$tmp/$n.res; consumer "$@" &
     done
     wait

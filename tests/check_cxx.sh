@@ -2,8 +2,9 @@
 # The implementation compiles as C++: one translation unit with
 # TENSOR_IMPLEMENTATION and the three headers (and one with tensor.h alone),
 # C++11 and C++17, g++ and clang++ where installed, -Wall -Wextra -Werror,
-# syntax only (tests/test_cxx_impl.cpp builds and runs it: g++ -std=c++17
-# with the three headers, so that one is left out here). Prints
+# syntax only (tests/test_cxx_impl.cpp builds and runs it: -std=c++17 with
+# the three headers, with the compiler TN_CXX_IMPL names (make test: clang++
+# where installed, else g++), so that one is left out here). Prints
 # "N passed, N failed" like the tests.
 cd "$(dirname "$0")/.." || exit 1
 tmp=$(mktemp -d /tmp/tensor_cxx.XXXXXX) || exit 1
@@ -15,7 +16,7 @@ for cxx in g++ clang++; do
     command -v "$cxx" > /dev/null || { echo "SKIP $cxx (not installed)"; continue; }
     for std in c++11 c++17; do
         for tu in all cpu; do
-            [ "$cxx $std $tu" = "g++ c++17 all" ] && continue
+            [ "$cxx $std $tu" = "${TN_CXX_IMPL:-g++} c++17 all" ] && continue
             n=$((n + 1))
             ( "$cxx" -std=$std -Wall -Wextra -Werror -fsyntax-only -I. "$tmp/$tu.cpp" > "$tmp/$n.log" 2>&1
               echo "$? $cxx -std=$std ($tu)" > "$tmp/$n.rc" ) &

@@ -95,7 +95,7 @@ static int64_t bidx(const ref *r, int out_nd, const int64_t *idx) {
 /* Expected out = alpha * A@B (matmul rules) + beta * C, for every element of
    an out of shape (ond, osh): value, sum of |terms| (for the error bound) and
    the wrapping integer value. */
-static void expect(const ref *A, const ref *B, const ref *C, double alpha, double beta,
+TH_NO_SANITIZE static void expect(const ref *A, const ref *B, const ref *C, double alpha, double beta,
                    int ond, const int64_t *osh, double *val, double *mag, uint64_t *ival) {
     bool a1 = A->ndim == 1, b1 = B->ndim == 1;
     int64_t k = A->shape[A->ndim - 1];
@@ -117,10 +117,13 @@ static void expect(const ref *A, const ref *B, const ref *C, double alpha, doubl
         ib[nb] = 0; ib[nb + 1] = j;
         int64_t oa = a1 ? 0 : bidx(A, nb + 2, ia), ob = b1 ? 0 : bidx(B, nb + 2, ib);
         int64_t sa = 1, sb = b1 ? 1 : (B->shape[B->ndim - 2] == 1 ? 0 : B->shape[B->ndim - 1]);
+        const double *ad = A->d, *bd = B->d;
+        const int64_t *ai = A->i, *bi = B->i;
         for (int64_t p = 0; p < k; p++, oa += sa, ob += sb) {
-            s += A->d[oa] * B->d[ob];
-            m += fabs(A->d[oa] * B->d[ob]);
-            is += (uint64_t)A->i[oa] * (uint64_t)B->i[ob];
+            double t = ad[oa] * bd[ob];
+            s += t;
+            m += fabs(t);
+            is += (uint64_t)ai[oa] * (uint64_t)bi[ob];
         }
         val[e] = alpha * s;
         mag[e] = fabs(alpha) * m;
