@@ -342,33 +342,6 @@ static void fusion_cases(void) {
         tn_function_free(f);
     }
     tn_graph_free(g);
-    /* gather of rows (an embedding lookup, PyTorch's index_select in
-       peers.py): 2^20 random int64 indices into a (2^20, 64) float32 table;
-       each index moves a row in and a row out (512 bytes) and itself (8):
-       judged against 80% of the copy bandwidth on the GPU (issue 14) */
-    g = tn_graph_new();
-    int64_t rows = (int64_t)1 << 20, tsh[2] = { rows, 64 };
-    tn_array *tv = tn_array_rand_uniform(TN_F32, 2, tsh, -1, 1, 105), *ov = tn_array_zeros(TN_F32, 2, tsh);
-    tn_array *ru = tn_array_rand_uniform(TN_F64, 1, &rows, 0, (double)rows, 106), *riv = tn_array_astype(ru, TN_I64);
-    tn_var *tab = tn_shared(g, "table", tv), *outs = tn_shared(g, "rows_out", ov), *rix = tn_shared(g, "row_idx", riv);
-    tn_array_free(tv); tn_array_free(ov); tn_array_free(ru); tn_array_free(riv);
-    row *r = R(S, "gather rows table[idx], (2^20, 64) f32");
-    tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &(tn_update){ outs, tn_take(tab, rix, 0) }, .name = "gather rows" });
-    char why[160];
-    if (!f) err(r, "in tn_function");
-    else if (GPU && *all_on_device(f, why, sizeof why)) na(r, "%s", why);
-    else {
-        run_func(r, f, NULL, iters);
-        if (!r->na[0]) {
-            double moved = (double)rows * (8.0 + 2.0 * 64 * 4);
-            set_limit(r, "copy bandwidth, same bytes", moved / bw, GPU ? T_PCT : T_INFO, GPU ? 80 : 0);
-            if (r->kind == T_INFO) r->kind = T_PCT, r->target = 0;   /* shown as %, judged only on the GPU */
-            rate(r, moved, "B/s");
-            snprintf(r->note, sizeof r->note, "520 bytes an index");
-        }
-    }
-    tn_function_free(f);
-    tn_graph_free(g);
 }
 
 /* >>cases: memory-bound ops (issue 14): pooling and random draws ----------- */
@@ -418,6 +391,23 @@ static void pool_cases(void) {
         }
         tn_graph_free(g);
     }
+}
+
+/* A gather of rows (an embedding lookup, PyTorch's index_select in
+   peers.py): 2^20 random int64 indices into a (2^20, 64) float32 table;
+   each index moves a row in and a row out (512 bytes) and itself (8). */
+static void gather_rows_case(void) {
+    tn_graph *g = tn_graph_new();
+    int64_t rows = (int64_t)1 << 20, tsh[2] = { rows, 64 };
+    tn_array *tv = tn_array_rand_uniform(TN_F32, 2, tsh, -1, 1, 105), *ov = tn_array_zeros(TN_F32, 2, tsh);
+    tn_array *ru = tn_array_rand_uniform(TN_F64, 1, &rows, 0, (double)rows, 106), *riv = tn_array_astype(ru, TN_I64);
+    tn_var *tab = tn_shared(g, "table", tv), *outs = tn_shared(g, "rows_out", ov), *rix = tn_shared(g, "row_idx", riv);
+    tn_array_free(tv); tn_array_free(ov); tn_array_free(ru); tn_array_free(riv);
+    row *r = R(GPU ? "fusion" : "cpu", "gather rows table[idx], (2^20, 64) f32");
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_updates = 1, .updates = &(tn_update){ outs, tn_take(tab, rix, 0) }, .name = "gather rows" });
+    bw_row(r, f, GPU ? (Q ? 20 : 100) : (Q ? 1 : 4), (double)rows * (8.0 + 2.0 * 64 * 4), "520 bytes an index");
+    tn_function_free(f);
+    tn_graph_free(g);
 }
 
 /* uniform and normal draws into 2^24 float32, and dropout 0.25 of a shared 2^24 float32 array. */
@@ -1286,6 +1276,7 @@ int main(int argc, char **argv) {
         printf("cpu: %d threads, CBLAS %s\n", tn__num_threads(), tn__blas_name() ? tn__blas_name() : "none");
         fflush(stdout);
         fusion_cases();
+        gather_rows_case();
         pool_cases();
         random_cases();
         cpu_gemm_cases();
@@ -1309,6 +1300,7 @@ int main(int argc, char **argv) {
             gpu_gemm_cases();
             gpu_graph_cases();
             fusion_cases();
+            gather_rows_case();
             pool_cases();
             random_cases();
             logreg_cases();
