@@ -8147,6 +8147,12 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "__device__ __forceinline__ unsigned short tn_d2h(double d) { unsigned short h; asm(\"cvt.rn.f16.f64 %%0, %%1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
         "#define TN__QUAL static __device__ __forceinline__\n"
         "%s\n"
+        "/* a thread's draws stored by one access of their size (whole sectors written at once) */\n"
+        "template <int B> struct tn_vec;\n"
+        "template <> struct tn_vec<2> { typedef unsigned short t; };\n"
+        "template <> struct tn_vec<4> { typedef unsigned int t; };\n"
+        "template <> struct tn_vec<8> { typedef uint2 t; };\n"
+        "template <> struct tn_vec<16> { typedef uint4 t; };\n"
         "extern \"C\" __global__ void tn_random(const long long *__restrict__ state, %s *__restrict__ y, long long n, unsigned int draw,\n"
         "                                       double a, double b, long long ilow, unsigned long long range) {\n"
         "    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x, i0 = j * %d;\n"
@@ -8155,9 +8161,15 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, (uint32_t)state[1] };\n"
         "    (void)a; (void)b; (void)ilow; (void)range;\n"
         "    tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
-        "    for (int t = 0; t < %d && i0 + t < n; t++) y[i0 + t] = %s;\n"
+        "    __align__(16) %s v[%d];\n"
+        "    int m = 0;\n"
+        "    for (int t = 0; t < %d && i0 + t < n; t++, m++) v[t] = %s;\n"
+        "    typedef tn_vec<sizeof v>::t V;\n"
+        "    if (m == %d && (unsigned long long)(y + i0) %% sizeof v == 0) *(V *)(y + i0) = *(const V *)v;\n"
+        "    else for (int t = 0; t < m; t++) y[i0 + t] = v[t];\n"
         "}\n",
-        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val);
+        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val,
+        tn__rnd_per(dist, t));
 }
 
 /* >>random_infer_label ---------------------------------------------------- */
