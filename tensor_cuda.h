@@ -6,8 +6,10 @@
        #include "tensor_cuda.h"
    in *one* C file. Nothing from the CUDA SDK is needed to build: the driver
    (libcuda.so.1), NVRTC (libnvrtc.so.13/.12/...) and cuBLAS (libcublas.so.13/
-   .12/...) are loaded with dlopen at run time, from the loader's search path,
-   then $CUDA_PATH/lib64, then /usr/local/cuda/lib64. Link with -ldl.
+   .12/..., with libcublasLt from the same places when it is there: a
+   product reads its addend through it) are loaded with dlopen at run time,
+   from the loader's search path, then $CUDA_PATH/lib64, then
+   /usr/local/cuda/lib64. Link with -ldl.
 
    Device selection (flag `device`, see tn_config):
        cpu      never touches CUDA.

@@ -294,49 +294,39 @@ TEST(test_index_and_sort_kernels) {
     printf("  %d index and sort kernels compiled to PTX, a sample of them for sm_90\n", kernels);
 }
 
-/* im2col and col2im (convolutions and pooling) for every float dtype; the
-   geometry struct the kernels take is the host's, byte for byte. */
-TEST(test_conv_kernels) {
+/* The float kernels of a source function with a geometry struct (st, host
+   size host_size): one per float dtype, none for the others, all in one
+   program to PTX with the struct's size checked against the host's, and
+   float16's alone through ptxas (its conversions' inline asm). */
+static void geo_kernels(int (*source)(tn_dtype, char *, size_t), const char *st, size_t host_size, const char *what) {
     static char src[8192];
     tn__sb batch = { 0 };
     int kernels = 0;
+    char label[96];
     for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
-        int n = tn__conv_cuda_source(t, src, sizeof src);
-        CHECK((n > 0) == (t == TN_F16 || t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "%s: %d", tn_dtype_name(t), n);
+        int n = source(t, src, sizeof src);
+        CHECK((n > 0) == (t == TN_F16 || t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "%s %s: %d", what, tn_dtype_name(t), n);
         if (n <= 0) continue;
         batch_add_named(&batch, src, kernels++);
-        tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_cg) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__cgeo_dev));
-        if (t == TN_F16) {      /* through ptxas too: the float16 conversions' inline asm */
+        tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::%s) == %zu ? 1 : -1];\n", kernels, kernels - 1, st, host_size);
+        if (t == TN_F16) {
             tn__sb one = { 0 };
             batch_add_named(&one, src, 0);
-            compile_batch_fast(&one, true, "conv kernels, float16, to a cubin");
+            snprintf(label, sizeof label, "%s, float16, to a cubin", what);
+            compile_batch_fast(&one, true, label);
         }
     }
-    compile_batch_fast(&batch, false, "conv kernels");
-    printf("  %d im2col/col2im kernels compiled to PTX (float16's to a cubin for sm_90)\n", kernels);
+    compile_batch_fast(&batch, false, what);
+    printf("  %d %s compiled to PTX (float16's to a cubin for sm_90)\n", kernels, what);
 }
+
+/* im2col and col2im (convolutions) for every float dtype; the geometry
+   struct the kernels take is the host's, byte for byte. */
+TEST(test_conv_kernels) { geo_kernels(tn__conv_cuda_source, "tn_cg", sizeof(tn__cgeo_dev), "im2col/col2im kernels"); }
 
 /* Direct pooling (max, average, any spatial rank: one kernel per float
    dtype); the geometry struct it takes is the host's, byte for byte. */
-TEST(test_pool_kernels) {
-    static char src[8192];
-    tn__sb batch = { 0 };
-    int kernels = 0;
-    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
-        int n = tn__pool_cuda_source(t, src, sizeof src);
-        CHECK((n > 0) == (t == TN_F16 || t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "%s: %d", tn_dtype_name(t), n);
-        if (n <= 0) continue;
-        batch_add_named(&batch, src, kernels++);
-        tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_pg) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__pgeo_dev));
-        if (t == TN_F16) {      /* through ptxas too: the float16 conversions' inline asm */
-            tn__sb one = { 0 };
-            batch_add_named(&one, src, 0);
-            compile_batch_fast(&one, true, "pool kernels, float16, to a cubin");
-        }
-    }
-    compile_batch_fast(&batch, false, "pool kernels");
-    printf("  %d pooling kernels compiled to PTX (float16's to a cubin for sm_90)\n", kernels);
-}
+TEST(test_pool_kernels) { geo_kernels(tn__pool_cuda_source, "tn_pg", sizeof(tn__pgeo_dev), "pooling kernels"); }
 
 TEST(test_compile_error_reports_log_and_source) {
     const void *bin;
