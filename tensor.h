@@ -777,6 +777,7 @@ TN_API int tn__eye_cuda_source(size_t es, char *buf, size_t cap);          /* Ey
 TN_API size_t tn__eye_one_bits(tn_dtype t, unsigned char one[8]);          /* dtype t's 1 as bytes; returns its size */
 /* Gather/scatter (mode 0 gather, 1 set, 2 add) and sort kernels as CUDA C (tensor_ops.h >>index_cuda); -1: no kernel. */
 TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap);
+TN_API int tn__index_cuda_source_wide(int mode, int nd, int k, char *buf, size_t cap);
 TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
 TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* im2col and col2im as CUDA C (tensor_ops.h >>conv_cuda); -1: none */
 TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap);   /* direct pooling as CUDA C (tensor_ops.h >>pool_cuda); -1: none */

@@ -4637,12 +4637,14 @@ static tn_result tn__cuda_eye_run(const tn_var *node, void *state, tn_array *con
    (sorts) at prepare time. A gather or scatter with index arrays clears its
    node's bad-index record before the kernel and reads it back after (a wait
    on the stream: such a function is not replayed as a CUDA graph); an index
-   out of range is then the CPU's error. A scatter first copies x into its
+   out of range is then the CPU's error. A gather whose rows are runs of
+   whole 16-byte units moves them as such (a second kernel of uint4s). A scatter first copies x into its
    output unless the output took x's buffer (inplace). A sort runs in a
    temporary index array of the caching allocator: chunk sorts, merge passes,
    then the first k of each line into the output. */
 typedef struct tn__cuda_index_state {
     tn__CUfunction fn, merge, out;     /* tn_index; or tn_sort_block, tn_sort_merge, tn_sort_out */
+    tn__CUfunction wide;               /* a gather's tn_index of 16-byte units (tn__cuda_index_widen), or 0 */
     void *err;                         /* device: the bad-index record (4 int64) */
     int64_t *pin;                      /* its pinned host copy */
     int dev;
@@ -4700,6 +4702,17 @@ static tn_result tn__cuda_index_prepare(const tn_var *node, void **state) {
         tn__free(st);
         return tn__err(r, "%s: %s", who, tn_last_error());
     }
+    /* a gather whose rows may move as 16-byte units (a last dim not known yet, or of whole units): the wide kernel too */
+    const tn_type *ot = &node->type;
+    if (!sort && mode == 0 && nd >= 1 && ot->ndim >= 1 && (ot->shape[ot->ndim - 1] < 0 || ot->shape[ot->ndim - 1] * (int64_t)tn_dtype_size(t) % 16 == 0)) {
+        n = tn__index_cuda_source_wide(mode, nd, k, src, sizeof src);
+        if (n <= 0 || (size_t)n >= sizeof src) r = tn__err(TN_ERR_INTERNAL, "%s: no wide gather kernel source", who);
+        else if ((r = tn__cuda_kernel_get(src, D->arch, tn_get_config()->fast_math, &e)) == TN_OK) r = tn__cuda_entry_function(D, e, "tn_index", &st->wide);
+        if (r != TN_OK) {
+            tn__free(st);
+            return tn__err(r, "%s: %s", who, tn_last_error());
+        }
+    }
     if (k > 0 && (!(st->err = tn__cuda_alloc(st->dev, 4 * sizeof(int64_t))) || !(st->pin = (int64_t *)tn__cuda_host_alloc(st->dev, 4 * sizeof(int64_t))))) {
         r = tn_last_result();
         tn__cuda_index_release(st);
@@ -4722,6 +4735,24 @@ static tn_result tn__cuda_launch3(tn__CUfunction fn, long long gx, unsigned gy, 
 
 static tn_result tn__cuda_launch(tn__CUfunction fn, long long blocks, unsigned threads, void **params, tn__cuda_dev *D, const char *who) {
     return tn__cuda_launch3(fn, blocks, 1, 1, threads, params, D, who);
+}
+
+/* A gather plan whose innermost dim moves whole 16-byte units on both sides
+   (unindexed, contiguous, its bytes, the other strides and both addresses
+   multiples of 16) rewritten in uint4 elements for the wide kernel; returns
+   the elements a unit holds (1: left as it is). */
+static int64_t tn__cuda_index_widen(tn__cuda_iplan *C, int nd, int k, int64_t es) {
+    int e = nd - 1;
+    if (nd < 1 || es >= 16 || C->ts[e] != es || C->ss[e] != es || C->shape[e] * es % 16 || C->t % 16 || C->s % 16) return 1;
+    for (int j = 0; j < k; j++)
+        if (C->is[j][e] || C->as[j] % 16) return 1;
+    for (int d = 0; d < e; d++)
+        if (C->ts[d] % 16 || C->ss[d] % 16) return 1;
+    int64_t f = 16 / es;
+    C->n /= f;
+    C->shape[e] /= f;
+    C->ts[e] = C->ss[e] = 16;
+    return f;
 }
 
 static tn_result tn__cuda_index_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -4759,14 +4790,15 @@ static tn_result tn__cuda_index_run(const tn_var *node, void *state, tn_array *c
     for (int j = 0; j < P.k; j++) { C.ip[j] = (int64_t)(uintptr_t)P.ip[j]; C.i32[j] = P.i32[j]; C.as[j] = P.as[j]; C.an[j] = P.an[j]; }
     tn__CUstream s = tn__cuda_stream(D);
     if (P.k > 0) TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)st->err, 0, 4 * sizeof(int64_t), s), who);
-    long long blocks = (P.n + 255) / 256;
+    int64_t f = st->wide ? tn__cuda_index_widen(&C, P.nd, P.k, (int64_t)tn_dtype_size(y->dtype)) : 1;
+    long long blocks = (C.n + 255) / 256;
     void *params[1] = { &C };
-    if ((r = tn__cuda_launch(st->fn, blocks < 65536 ? blocks : 65536, 256, params, D, who)) != TN_OK) return r;
+    if ((r = tn__cuda_launch(f > 1 ? st->wide : st->fn, blocks < 65536 ? blocks : 65536, 256, params, D, who)) != TN_OK) return r;
     if (P.k > 0) {
         TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoHAsync_v2(st->pin, (tn__CUdeviceptr)(uintptr_t)st->err, 4 * sizeof(int64_t), s), who);
         TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(s), who);
         if (st->pin[0]) {
-            tn__ibad b = { st->pin[1], st->pin[2], (int)st->pin[3] };
+            tn__ibad b = { st->pin[1] * f, st->pin[2], (int)st->pin[3] };   /* a unit's first element */
             return tn__ibad_err(node, &P, &b);
         }
     }
@@ -4899,9 +4931,11 @@ static bool tn__cuda_conv_supports(const tn_var *node) {
    (im2col/col2im, pooling, random draws): src (n: its generator's length,
    <= 0: no kernel for dtype t) compiled through the kernel cache at prepare
    time, its function `entry` kept. */
-typedef struct tn__cuda_fn_state { tn__CUfunction fn; } tn__cuda_fn_state;
+/* A node's kernel (and a second entry of the same source, where entry2 is not NULL). */
+typedef struct tn__cuda_fn_state { tn__CUfunction fn, fn2; } tn__cuda_fn_state;
 
-static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n, size_t cap, tn_dtype t, const char *entry, void **state) {
+static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n, size_t cap, tn_dtype t, const char *entry,
+                                     const char *entry2, void **state) {
     *state = NULL;
     char who[128];
     tn__cuda_who(node, who, sizeof who);
@@ -4910,12 +4944,13 @@ static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n,
     if (r != TN_OK) return r;
     if (n <= 0 || (size_t)n >= cap) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(t));
     tn__kentry *e;
-    tn__CUfunction fn;
-    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, entry, &fn)) != TN_OK)
+    tn__cuda_fn_state s = { 0, 0 };
+    if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, entry, &s.fn)) != TN_OK ||
+        (entry2 && (r = tn__cuda_entry_function(D, e, entry2, &s.fn2)) != TN_OK))
         return tn__err(r, "%s: %s", who, tn_last_error());
     tn__cuda_fn_state *st = (tn__cuda_fn_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
-    st->fn = fn;
+    *st = s;
     *state = st;
     return TN_OK;
 }
@@ -4924,7 +4959,7 @@ static tn_result tn__cuda_conv_prepare(const tn_var *node, void **state) {
     char src[6144];
     tn_dtype t = node->in[0]->type.dtype;
     return tn__cuda_fn_prepare(node, src, tn__conv_cuda_source(t, src, sizeof src), sizeof src, t,
-                               node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", state);
+                               node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", NULL, state);
 }
 
 static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -4975,10 +5010,20 @@ static bool tn__cuda_pool_supports(const tn_var *node) {
     return tn__pool_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
 }
 
+/* tn_pool2w's windows (tensor_ops.h >>pool_cuda): two spatial dims, two wide
+   with stride two along the last, no dilation there; decided by the params
+   alone (the run still takes tn_pool where g.box). */
+static bool tn__cuda_pool_2w(const tn_var *node) {
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, 1, 1, &g);
+    return g.nsp == 2 && g.k[1] == 2 && g.s[1] == 2 && g.dl[1] == 1;
+}
+
 static tn_result tn__cuda_pool_prepare(const tn_var *node, void **state) {
-    char src[8192];
+    char src[12288];
     tn_dtype t = node->in[0]->type.dtype;
-    return tn__cuda_fn_prepare(node, src, tn__pool_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool", state);
+    return tn__cuda_fn_prepare(node, src, tn__pool_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool",
+                               tn__cuda_pool_2w(node) ? "tn_pool2w" : NULL, state);
 }
 
 static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -5009,7 +5054,13 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
     if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
     void *xp = x->data, *yp = y->data;
     void *params[3] = { &xp, &yp, &G };
-    r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
+    tn__CUfunction fn = st->fn;
+    if (st->fn2 && !G.box) {       /* one thread per V outputs along a line */
+        long long V = tn__pool_2w_per_thread(y->dtype);
+        G.n = n / g.out[1] * ((g.out[1] + V - 1) / V);
+        fn = st->fn2;
+    }
+    r = tn__cuda_launch(fn, (G.n + 255) / 256, 256, params, D, who);
     tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
@@ -5027,7 +5078,7 @@ static bool tn__cuda_rnd_supports(const tn_var *node) {
 static tn_result tn__cuda_rnd_prepare(const tn_var *node, void **state) {
     char src[12288];
     return tn__cuda_fn_prepare(node, src, tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, src, sizeof src), sizeof src,
-                               node->type.dtype, "tn_random", state);
+                               node->type.dtype, "tn_random", NULL, state);
 }
 
 static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {

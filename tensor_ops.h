@@ -4601,7 +4601,13 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
    element, the CPU's fold (>>pool_cpu) in the same order and types, so the
    GPU gives the CPU's bits; geo by value (its layout is tensor_cuda.h's
    tn__pgeo_dev). The window is walked by counters, without divisions.
+   tn_pool2w, for the common windows two wide with stride two along the
+   last of two spatial dims, gives each thread several outputs of a line
+   and reads the image by 16-byte loads (same order of fold, same bits).
    Returns the length snprintf reports, or -1 for a dtype without a kernel. */
+/* tn_pool2w's outputs a thread (its launch takes one thread per this many of a line). */
+static int tn__pool_2w_per_thread(tn_dtype t) { return t == TN_F64 ? 2 : 4; }
+
 TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
     static const char *const ty[3] = { "unsigned short", "float", "double" };
     static const char *const ld[3] = { "tn_h2f(h)", "h", "h" }, *const mt[3] = { "float", "float", "double" };
@@ -4613,10 +4619,15 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "%s"
         "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small; };\n"
         "typedef %s T;\n"
+        "enum { TN_POOL_V = %d };   /* tn_pool2w's outputs a thread */\n"
         "typedef %s MT;   /* max's accumulator: comparisons in float pick what double's would */\n"
         "template <typename A> __device__ __forceinline__ A tn_ld(T h) { return (A)(%s); }\n"
         "__device__ __forceinline__ T tn_st(double d) { return %s; }\n"
         "__device__ __forceinline__ T tn_excl(double s, long long c) { return %s; }\n"
+        "/* s / K; by K's exact reciprocal where K is a power of two (the same rounding, no division) */\n"
+        "__device__ __forceinline__ double tn_over(double s, long long K) {\n"
+        "    return (K & (K - 1)) == 0 && K < (1LL << 62) ? s * __longlong_as_double((1023LL - (__ffsll(K) - 1)) << 52) : s / (double)K;\n"
+        "}\n"
         "template <bool MX, typename A> __device__ __forceinline__ void tn_step(A &D, A v) { if (MX) { if (v > D || v != v) D = v; } else D += v; }\n"
         "template <bool MX, typename A> __device__ __forceinline__ void tn_comb(A &D, const A *P) {\n"
         "    if (MX) { for (int q = 0; q < 4; q++) tn_step<true, A>(D, P[q]); } else D += (P[0] + P[1]) + (P[2] + P[3]);\n"
@@ -4665,7 +4676,7 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "        }\n"
         "    }\n"
         "    if (lim == K && lim) tn_comb<MX, A>(D, P);\n"
-        "    y[t] = g.mode == 2 ? tn_excl((double)D, (long long)cnt) : tn_st(g.mode == 1 ? (double)D / (double)K : (double)D);\n"
+        "    y[t] = g.mode == 2 ? tn_excl((double)D, (long long)cnt) : tn_st(g.mode == 1 ? tn_over((double)D, g.K) : (double)D);\n"
         "}\n"
         "template <typename I> __device__ __forceinline__ void pool_any(const T *x, T *y, const tn_pg &g, I t) {\n"
         "    bool mx = g.mode == 0;\n"
@@ -4679,11 +4690,65 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
         "    if (t >= g.n) return;\n"
         "    if (g.small) pool_any<int>(x, y, g, (int)t); else pool_any<long long>(x, y, g, t);\n"
+        "}\n"
+        "/* Two spatial dims, windows two wide with stride two along the last and no dilation\n"
+        "   there, not g.box (so pool_at folds each window in order): V neighbouring outputs of\n"
+        "   a line a thread (g.n threads; V * sizeof(T) is 8 or 16 bytes). Each window row's 2V\n"
+        "   inputs are read by 16-byte loads where they lie in the image aligned, else one by one\n"
+        "   (an outside one reads the plane's first element, unused); each output folds its\n"
+        "   window in pool_at's order; the V outputs stored by one access where aligned. */\n"
+        "template <int B> struct tn_vec;\n"
+        "template <> struct tn_vec<8> { typedef uint2 t; };\n"
+        "template <> struct tn_vec<16> { typedef uint4 t; };\n"
+        "template <typename I, bool MX, typename A>\n"
+        "__device__ __forceinline__ void pool2w_at(const T *__restrict__ x, T *__restrict__ y, const tn_pg &g, I t) {\n"
+        "    enum { V = TN_POOL_V };\n"
+        "    typedef typename tn_vec<V * sizeof(T)>::t VO;\n"
+        "    const I Wo = (I)g.out[1], Wq = (Wo + V - 1) / V, line = t / Wq, ow0 = (t - line * Wq) * V, Ho = (I)g.out[0];\n"
+        "    const I Hi = (I)g.in[0], Wi = (I)g.in[1], iw0 = ow0 * 2 - (I)g.plo[1], ih0 = line %% Ho * (I)g.s[0] - (I)g.plo[0];\n"
+        "    const T *xb = x + (long long)(line / Ho) * g.S;\n"
+        "    const A pad = MX ? (A)-__longlong_as_double(0x7ff0000000000000LL) : (A)0;\n"
+        "    A D[V];\n"
+        "    I cnt[V];\n"
+        "#pragma unroll\n"
+        "    for (int v = 0; v < V; v++) { D[v] = pad; cnt[v] = 0; }\n"
+        "    for (I r = 0; r < (I)g.k[0]; r++) {\n"
+        "        const I ih = ih0 + r * (I)g.dl[0];\n"
+        "        const bool row = ih >= 0 && ih < Hi;\n"
+        "        const T *xr = xb + (long long)(row ? ih : 0) * Wi;\n"
+        "        __align__(16) T seg[2 * V];\n"
+        "        if (row && iw0 >= 0 && iw0 + 2 * V <= Wi && ((unsigned long long)(xr + iw0) & 15) == 0) {\n"
+        "#pragma unroll\n"
+        "            for (int q = 0; q < (int)(sizeof seg / 16); q++) ((uint4 *)seg)[q] = ((const uint4 *)(xr + iw0))[q];\n"
+        "        } else {\n"
+        "#pragma unroll\n"
+        "            for (int u = 0; u < 2 * V; u++) seg[u] = xr[row && iw0 + u >= 0 && iw0 + u < Wi ? iw0 + u : 0];\n"
+        "        }\n"
+        "#pragma unroll\n"
+        "        for (int u = 0; u < 2 * V; u++) {\n"
+        "            const bool in = row && iw0 + u >= 0 && iw0 + u < Wi;\n"
+        "            tn_step<MX, A>(D[u / 2], in ? tn_ld<A>(seg[u]) : pad);\n"
+        "            cnt[u / 2] += in;\n"
+        "        }\n"
+        "    }\n"
+        "    __align__(16) T o[V];\n"
+        "#pragma unroll\n"
+        "    for (int v = 0; v < V; v++)\n"
+        "        o[v] = g.mode == 2 ? tn_excl((double)D[v], (long long)cnt[v]) : tn_st(g.mode == 1 ? tn_over((double)D[v], g.K) : (double)D[v]);\n"
+        "    T *yo = y + (long long)line * Wo + ow0;\n"
+        "    if (ow0 + V <= Wo && (unsigned long long)yo %% sizeof(VO) == 0) *(VO *)yo = *(const VO *)o;\n"
+        "    else for (int v = 0; v < V && ow0 + v < Wo; v++) yo[v] = o[v];\n"
+        "}\n"
+        "extern \"C\" __global__ void tn_pool2w(const T *x, T *y, const tn_pg g) {\n"
+        "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (t >= g.n) return;\n"
+        "    if (g.small) { if (g.mode == 0) pool2w_at<int, true, MT>(x, y, g, (int)t); else pool2w_at<int, false, double>(x, y, g, (int)t); }\n"
+        "    else if (g.mode == 0) pool2w_at<long long, true, MT>(x, y, g, t); else pool2w_at<long long, false, double>(x, y, g, t);\n"
         "}\n",
         t == TN_F16 ? "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
                       "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
                     : "",
-        ty[k], mt[k], ld[k], st[k], ex[k]);
+        ty[k], tn__pool_2w_per_thread(t), mt[k], ld[k], st[k], ex[k]);
 }
 
 /* >>conv_infer_label ----------------------------------------------------------- */
@@ -7577,21 +7642,8 @@ static const char tn__index_cuda_common[] =
     "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
     "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n";
 
-TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap) {
-    static const char *const st[TN_DTYPE_COUNT] = { NULL, "unsigned char", "unsigned int", "unsigned long long", "unsigned short", "unsigned int", "unsigned long long" };
-    static const char *const inc[TN_DTYPE_COUNT] = { NULL,
-        /* bool: or into the byte's word */
-        "if (v) { unsigned long long a = (unsigned long long)p; atomicOr((unsigned int *)(a & ~3ull), 1u << ((a & 3ull) * 8)); }",
-        "atomicAdd((unsigned int *)p, (unsigned int)v);",
-        "atomicAdd((unsigned long long *)p, (unsigned long long)v);",
-        /* float16: a CAS loop on the aligned word, rounded at each addition as the CPU */
-        "unsigned long long a = (unsigned long long)p; unsigned int *w = (unsigned int *)(a & ~3ull); int sh = (int)(a & 2ull) * 8;"
-        " unsigned int old = *w, as;"
-        " do { as = old; unsigned short h = tn_f2h(tn_h2f((unsigned short)(as >> sh)) + tn_h2f(v));"
-        " old = atomicCAS(w, as, (as & ~(0xffffu << sh)) | ((unsigned int)h << sh)); } while (as != old);",
-        "atomicAdd((float *)p, __uint_as_float(v));",
-        "atomicAdd((double *)p, __longlong_as_double((long long)v));" };
-    if ((unsigned)t >= TN_DTYPE_COUNT || !st[t] || mode < 0 || mode > 2 || nd < 0 || nd > TN_MAX_DIMS || k < 0 || k > TN_MAX_DIMS) return -1;
+/* tn_index of mode, element type T (tname) and atomic add inc (mode 2). */
+static int tn__index_cuda_text(int mode, const char *tname, const char *inc, int nd, int k, char *buf, size_t cap) {
     const char *op = mode == 0 ? "*(T *)s = *(const T *)p;" : mode == 1 ? "*(T *)p = *(const T *)s;" : NULL;
     return snprintf(buf, cap,
         "%s"
@@ -7628,7 +7680,33 @@ TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf,
         "        %s%s%s\n"
         "    }\n"
         "}\n",
-        tn__index_cuda_common, nd, k, st[t], op ? op : "{ T v = *(const T *)s; ", op ? "" : inc[t], op ? "" : " }");
+        tn__index_cuda_common, nd, k, tname, op ? op : "{ T v = *(const T *)s; ", op ? "" : inc, op ? "" : " }");
+}
+
+/* A gather (mode 0) or set (mode 1) moving 16-byte units (uint4): a run
+   of the innermost dim whose bytes and addresses are multiples of 16 moves
+   as fewer, wider elements (tensor_cuda.h's tn__cuda_index_widen). */
+TN_API int tn__index_cuda_source_wide(int mode, int nd, int k, char *buf, size_t cap) {
+    if (mode < 0 || mode > 1 || nd < 1 || nd > TN_MAX_DIMS || k < 0 || k > TN_MAX_DIMS) return -1;
+    return tn__index_cuda_text(mode, "uint4", NULL, nd, k, buf, cap);
+}
+
+TN_API int tn__index_cuda_source(int mode, tn_dtype t, int nd, int k, char *buf, size_t cap) {
+    static const char *const st[TN_DTYPE_COUNT] = { NULL, "unsigned char", "unsigned int", "unsigned long long", "unsigned short", "unsigned int", "unsigned long long" };
+    static const char *const inc[TN_DTYPE_COUNT] = { NULL,
+        /* bool: or into the byte's word */
+        "if (v) { unsigned long long a = (unsigned long long)p; atomicOr((unsigned int *)(a & ~3ull), 1u << ((a & 3ull) * 8)); }",
+        "atomicAdd((unsigned int *)p, (unsigned int)v);",
+        "atomicAdd((unsigned long long *)p, (unsigned long long)v);",
+        /* float16: a CAS loop on the aligned word, rounded at each addition as the CPU */
+        "unsigned long long a = (unsigned long long)p; unsigned int *w = (unsigned int *)(a & ~3ull); int sh = (int)(a & 2ull) * 8;"
+        " unsigned int old = *w, as;"
+        " do { as = old; unsigned short h = tn_f2h(tn_h2f((unsigned short)(as >> sh)) + tn_h2f(v));"
+        " old = atomicCAS(w, as, (as & ~(0xffffu << sh)) | ((unsigned int)h << sh)); } while (as != old);",
+        "atomicAdd((float *)p, __uint_as_float(v));",
+        "atomicAdd((double *)p, __longlong_as_double((long long)v));" };
+    if ((unsigned)t >= TN_DTYPE_COUNT || !st[t] || mode < 0 || mode > 2 || nd < 0 || nd > TN_MAX_DIMS || k < 0 || k > TN_MAX_DIMS) return -1;
+    return tn__index_cuda_text(mode, st[t], inc[t], nd, k, buf, cap);
 }
 
 /* The sort kernels of dtype t (desc: descending). */
@@ -7999,7 +8077,7 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         p = fma(p, z, 0.1111111111111111); p = fma(p, z, 0.14285714285714285); p = fma(p, z, 0.20000000000000001); \
         p = fma(p, z, 0.33333333333333331); p = fma(p, z, 1.0); \
         return fma((double)e, 6.93147180369123816490e-01, fma((double)e, 1.90821492927058770002e-10, (s + s) * p)); } \
-    QUAL double tn__rnd_sincos2pi(double u, int want_sin) { \
+    QUAL void tn__rnd_sincos2pi(double u, double *cosine, double *sine) { \
         double q = u * 4.0, k = floor(q), f = q - k; \
         if (f > 0.5) { f = f - 1.0; k = k + 1.0; } \
         double ph = f * 1.57079632679489661923, z = ph * ph; \
@@ -8012,12 +8090,15 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         pc = fma(pc, z, -2.7557319223985888e-07); pc = fma(pc, z, 2.4801587301587302e-05); pc = fma(pc, z, -0.0013888888888888889); \
         pc = fma(pc, z, 0.041666666666666664); pc = fma(pc, z, -0.5); \
         double cs = fma(pc, z, 1.0); \
-        int quad = ((int)k + (want_sin ? 3 : 0)) & 3; \
-        return quad == 0 ? cs : quad == 1 ? -sn : quad == 2 ? -cs : sn; } \
-    QUAL double tn__rnd_normal(const uint32_t *x, int t, double mean, double sd) { \
+        int qc = (int)k & 3, qs = ((int)k + 3) & 3; \
+        *cosine = qc == 0 ? cs : qc == 1 ? -sn : qc == 2 ? -cs : sn; \
+        *sine = qs == 0 ? cs : qs == 1 ? -sn : qs == 2 ? -cs : sn; } \
+    QUAL void tn__rnd_normal2(const uint32_t *x, double mean, double sd, double *z) { \
         double u1 = ((double)((((uint64_t)x[1] << 32) | x[0]) >> 11) + 1.0) * (1.0 / 9007199254740992.0); \
-        double r = sqrt(-2.0 * tn__rnd_log(u1)); \
-        return fma(sd, r * tn__rnd_sincos2pi(tn__rnd_u53(x[2], x[3]), t), mean); } \
+        double r = sqrt(-2.0 * tn__rnd_log(u1)), c, s; \
+        tn__rnd_sincos2pi(tn__rnd_u53(x[2], x[3]), &c, &s); \
+        z[0] = fma(sd, r * c, mean); \
+        z[1] = fma(sd, r * s, mean); } \
     QUAL float tn__rnd_uniform_f(const uint32_t *x, int t, int bits, float scale, float low) { \
         return fmaf((float)(x[t] >> (32 - bits)) * (1.0f / (float)(1u << bits)), scale, low); } \
     QUAL double tn__rnd_uniform_d(const uint32_t *x, int t, double scale, double low) { \
@@ -8064,6 +8145,8 @@ static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; j++) {
         uint32_t x[4] = { (uint32_t)(uint64_t)j, (uint32_t)((uint64_t)j >> 32), A->draw, J->calls };
         tn__philox10(J->k0, J->k1, x);
+        double z[2] = { 0, 0 };          /* normal: the block's pair, r and the angle's sine and cosine found once */
+        if (A->dist == TN_RAND_NORMAL) tn__rnd_normal2(x, A->a, A->b, z);
         for (int t = 0; t < per && j * per + t < J->n; t++) {
             int64_t i = j * per + t;
             double v = 0;
@@ -8073,7 +8156,7 @@ static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {
                 if (A->dtype == TN_F16) { ((uint16_t *)J->out)[i] = tn__ew_f2h(tn__rnd_uniform_f(x, t, 11, fs, fl)); continue; }
                 v = tn__rnd_uniform_d(x, t, A->a, A->b);
                 break;
-            case TN_RAND_NORMAL: v = tn__rnd_normal(x, t, A->a, A->b); break;
+            case TN_RAND_NORMAL: v = z[t]; break;
             case TN_RAND_BERNOULLI: v = tn__rnd_bernoulli(x, t, A->a); break;
             default: {
                 int64_t k = tn__rnd_randint(x, t, A->range, A->ilow);
@@ -8128,8 +8211,7 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
             : t == TN_F64 ? "tn__rnd_uniform_d(x, t, a, b)" : NULL;
         break;
     case TN_RAND_NORMAL:
-        val = t == TN_F32 ? "(float)tn__rnd_normal(x, t, a, b)" : t == TN_F16 ? "tn_d2h(tn__rnd_normal(x, t, a, b))"
-            : t == TN_F64 ? "tn__rnd_normal(x, t, a, b)" : NULL;
+        val = t == TN_F32 ? "(float)z[t]" : t == TN_F16 ? "tn_d2h(z[t])" : t == TN_F64 ? "z[t]" : NULL;
         break;
     case TN_RAND_BERNOULLI:
         val = t == TN_F16 ? "tn_d2h((double)tn__rnd_bernoulli(x, t, a))" : "tn__rnd_bernoulli(x, t, a)";
@@ -8161,6 +8243,7 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, (uint32_t)state[1] };\n"
         "    (void)a; (void)b; (void)ilow; (void)range;\n"
         "    tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
+        "    %s\n"
         "    __align__(16) %s v[%d];\n"
         "    int m = 0;\n"
         "    for (int t = 0; t < %d && i0 + t < n; t++, m++) v[t] = %s;\n"
@@ -8168,7 +8251,8 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "    if (m == %d && (unsigned long long)(y + i0) %% sizeof v == 0) *(V *)(y + i0) = *(const V *)v;\n"
         "    else for (int t = 0; t < m; t++) y[i0 + t] = v[t];\n"
         "}\n",
-        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val,
+        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t),
+        dist == TN_RAND_NORMAL ? "double z[2];   /* the block's pair */\n    tn__rnd_normal2(x, a, b, z);" : "", st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val,
         tn__rnd_per(dist, t));
 }
 

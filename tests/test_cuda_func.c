@@ -683,6 +683,28 @@ TEST(test_index_gpu_equals_cpu) {
     CHECK(r == NULL, "out of range on the GPU must fail");
     CHECK_ERR(TN_ERR_INVALID, "index 4 is out of bounds for axis 1 with size 4");
     tn_array_free(r); tn_array_free(x); tn_array_free(i);
+
+    /* rows of 8 float32 (32 bytes) gathered as 16-byte units: a bad row still names its index */
+    tn_graph *g = tn_graph_new();
+    tn_var *tv = tn_input(g, "table", TN_F32, 2, (int64_t[]){ 5, 8 }, NULL), *iv = tn_input(g, "rows", TN_I64, 1, (int64_t[]){ 3 }, NULL);
+    tn_var *y = tn_gpu_from_host(tn_take(tv, iv, 0));
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ tv, iv }, .n_outputs = 1, .outputs = &y });
+    x = ic_ints(TN_F32, 2, (int64_t[]){ 5, 8 }, -9, 9, 21);
+    i = tn_array_from_data(TN_I64, 1, (int64_t[]){ 3 }, (int64_t[]){ 4, 0, 5 });
+    r = NULL;
+    CHECK(f && tn_call(f, (tn_array *[]){ x, i }, &r) != TN_OK, "row 5 of 5 on the GPU must fail");
+    CHECK_ERR(TN_ERR_INVALID, "index 5 is out of bounds for axis 0 with size 5");
+    tn_array_free(r); tn_array_free(i);
+    i = tn_array_from_data(TN_I64, 1, (int64_t[]){ 3 }, (int64_t[]){ 4, 0, -5 });
+    CHECK(f && tn_call(f, (tn_array *[]){ x, i }, &r) == TN_OK && r, "rows 4, 0, -5: %s", tn_last_error());
+    tn_array *h = r ? tn_array_to_host(r) : NULL;
+    for (int k = 0; h && k < 24; k++) {
+        int64_t src = (k / 8 == 0 ? 4 : 0) * 8 + k % 8;
+        CHECK(((float *)h->data)[k] == ((float *)x->data)[src], "row gather: element %d is %g, want %g", k, ((float *)h->data)[k], ((float *)x->data)[src]);
+    }
+    tn_array_free(h); tn_array_free(r); tn_array_free(i); tn_array_free(x);
+    tn_function_free(f);
+    tn_graph_free(g);
 }
 
 /* Convolutions and pooling on the GPU: im2col/col2im and pooling kernels

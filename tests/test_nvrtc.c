@@ -239,7 +239,7 @@ TEST(test_codegen_errors) {
 /* Appends an index, sort, conv or pool kernel's source with its extern "C" names numbered
    and its macros cleared, so one NVRTC run compiles many. */
 static void batch_add_named(tn__sb *batch, const char *src, int k) {
-    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(", "tn_im2col(", "tn_col2im(", "tn_pool(" };
+    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(", "tn_im2col(", "tn_col2im(", "tn_pool(", "tn_pool2w(" };
     tn__sb_printf(batch, "#undef ND\n#undef K\n#undef CH\nnamespace k%d {\n", k);
     for (const char *p = src; *p;) {
         const char *hit = NULL;
@@ -272,6 +272,12 @@ TEST(test_index_and_sort_kernels) {
                 batch_add_named(&batch, src, kernels++);
                 if (q == 0) tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_ip) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__cuda_iplan));
             }
+        for (size_t q = 0; mode < 2 && q < sizeof shapes / sizeof *shapes; q++) {   /* gathers and sets of 16-byte units */
+            if (shapes[q][0] < 1) continue;
+            int n = tn__index_cuda_source_wide(mode, shapes[q][0], shapes[q][1], src, sizeof src);
+            CHECK(n > 0 && (size_t)n < sizeof src, "mode %d, 16-byte units: no source", mode);
+            if (n > 0) batch_add_named(&batch, src, kernels++);
+        }
         char what[64];
         snprintf(what, sizeof what, "index kernels of mode %d", mode);
         if (compile_batch_fast(&batch, false, what)) {
@@ -290,7 +296,8 @@ TEST(test_index_and_sort_kernels) {
         }
     if (compile_batch_fast(&batch, false, "sort kernels")) compile_batch_fast(&sample, true, "sort kernels, ascending");
     tn__free(sample.s);
-    CHECK(tn__index_cuda_source(3, TN_F32, 1, 1, NULL, 0) < 0 && tn__sort_cuda_source(TN_DTYPE_NONE, false, NULL, 0) < 0, "no kernel: -1");
+    CHECK(tn__index_cuda_source(3, TN_F32, 1, 1, NULL, 0) < 0 && tn__index_cuda_source_wide(2, 1, 1, NULL, 0) < 0 &&
+          tn__index_cuda_source_wide(0, 0, 1, NULL, 0) < 0 && tn__sort_cuda_source(TN_DTYPE_NONE, false, NULL, 0) < 0, "no kernel: -1");
     printf("  %d index and sort kernels compiled to PTX, a sample of them for sm_90\n", kernels);
 }
 
