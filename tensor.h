@@ -8728,13 +8728,15 @@ static int64_t tn__type_size(const tn_type *t) {
     return n;
 }
 
-/* A node whose inputs are all constants runs now, on the CPU kernels. Not:
-   multi-output nodes, views (they would alias), user ops, and results that
-   are huge or bigger than every input (alloc of a scalar stays small). */
+/* A node whose inputs are all constants runs now, on the CPU kernels; so
+   does one without inputs (tn_arange, tn_eye: a constant placed once, not a
+   host op each call). Not: multi-output nodes, views (they would alias),
+   user ops, and results that are huge or bigger than every input (alloc of
+   a scalar stays small). */
 static tn_var *tn__b_fold(tn__rw *c, tn_var *v) {
     const tn_op_def *def = tn__op_def(v->op);
     tn_op_kind k = def ? def->kind : (tn_op_kind)0;
-    if (!def || !def->cpu || v->n_in < 1 || v->n_out != 1 || v->op == TN_OP_PROJ || v->op == TN_OP_CUSTOM) return NULL;
+    if (!def || !def->cpu || v->n_out != 1 || v->op == TN_OP_PROJ || v->op == TN_OP_CUSTOM) return NULL;
     if (k == TN_OPK_LEAF || k == TN_OPK_VIEW || k == TN_OPK_TRANSFER || k == TN_OPK_OTHER) return NULL;
     enum { MAXIN = 16 };
     if (v->n_in > MAXIN) return NULL;
@@ -8752,7 +8754,7 @@ static tn_var *tn__b_fold(tn__rw *c, tn_var *v) {
     }
     if (tn__infer_outputs(v, ti, &to) != TN_OK) return NULL;
     int64_t n = tn__type_size(&to);
-    if (n > TN__FOLD_MAX_ELEMS || n > (biggest > 1 ? biggest : 1)) return NULL;
+    if (n > TN__FOLD_MAX_ELEMS || (v->n_in > 0 && n > (biggest > 1 ? biggest : 1))) return NULL;
     tn_array *out = tn__array_alloc(to.dtype, to.ndim, to.shape, TN_HOST);
     if (!out) return NULL;
     tn_var *r = NULL;

@@ -8048,10 +8048,15 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
                       (both parameters rounded to float32 first); float16: the
                       same with word t >> 21 (11 bits) and rounded to float16 at the end
      uniform float64: per 2, 53 bits of words 2t, 2t+1, fma(u, high - low, low)
-     normal:          per 2, u1 = (53 bits of words 0, 1) + 1, times 2^-53, in (0, 1],
+     normal float64:  per 2, u1 = (53 bits of words 0, 1) + 1, times 2^-53, in (0, 1],
                       u2 = 53 bits of words 2, 3 times 2^-53; r = sqrt(-2 log u1);
                       element t = 0 takes r cos(2 pi u2), t = 1 r sin(2 pi u2);
-                      fma(std, z, mean) in double, rounded to the dtype
+                      fma(std, z, mean)
+     normal float32/16: per 4, in float32 arithmetic (float16 rounded at the
+                      end): pair h (elements 2h, 2h + 1) of words 2h, 2h + 1:
+                      u1 = fmaf(word, 2^-32, 2^-33) in (0, 1] (|z| up to 6.8),
+                      u2 = (word >> 8) times 2^-24; r cos, then r sin, as above;
+                      fmaf(std, z, mean) with both parameters rounded to float32
      bernoulli:       per 2, (53 bits of words 2t, 2t+1) * 2^-53 < p
      randint:         per 2, low + the high 64 bits of (words 2t, 2t+1 as 64 bits) * (high - low)
    log, sin and cos are the library's own (below: fma-only polynomials after an
@@ -8099,6 +8104,31 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         tn__rnd_sincos2pi(tn__rnd_u53(x[2], x[3]), &c, &s); \
         z[0] = fma(sd, r * c, mean); \
         z[1] = fma(sd, r * s, mean); } \
+    QUAL float tn__rnd_logf(float x) { \
+        int e; \
+        float m = frexpf(x, &e); \
+        if (m < 0.70710678f) { m = m + m; e = e - 1; } \
+        float f = m - 1.0f, s = f / (2.0f + f), z = s * s, p = 0.11111111f; \
+        p = fmaf(p, z, 0.14285715f); p = fmaf(p, z, 0.2f); p = fmaf(p, z, 0.33333334f); p = fmaf(p, z, 1.0f); \
+        return fmaf((float)e, 0.693145752f, fmaf((float)e, 1.42860677e-06f, (s + s) * p)); } \
+    QUAL void tn__rnd_sincos2pif(float u, float *cosine, float *sine) { \
+        float q = u * 4.0f, k = floorf(q), f = q - k; \
+        if (f > 0.5f) { f = f - 1.0f; k = k + 1.0f; } \
+        float ph = f * 1.57079633f, z = ph * ph, ps = 2.75573192e-06f; \
+        ps = fmaf(ps, z, -1.98412698e-04f); ps = fmaf(ps, z, 8.33333333e-03f); ps = fmaf(ps, z, -0.166666667f); \
+        float sn = fmaf(ph * z, ps, ph), pc = -2.75573192e-07f; \
+        pc = fmaf(pc, z, 2.48015873e-05f); pc = fmaf(pc, z, -1.38888889e-03f); pc = fmaf(pc, z, 4.16666667e-02f); pc = fmaf(pc, z, -0.5f); \
+        float cs = fmaf(pc, z, 1.0f); \
+        int qc = (int)k & 3, qs = ((int)k + 3) & 3; \
+        *cosine = qc == 0 ? cs : qc == 1 ? -sn : qc == 2 ? -cs : sn; \
+        *sine = qs == 0 ? cs : qs == 1 ? -sn : qs == 2 ? -cs : sn; } \
+    QUAL void tn__rnd_normal4f(const uint32_t *x, float mean, float sd, float *z) { \
+        for (int h = 0; h < 2; h++) { \
+            float u1 = fmaf((float)x[2 * h], 0x1p-32f, 0x1p-33f); \
+            float r = sqrtf(-2.0f * tn__rnd_logf(u1)), c, s; \
+            tn__rnd_sincos2pif((float)(x[2 * h + 1] >> 8) * 0x1p-24f, &c, &s); \
+            z[2 * h] = fmaf(sd, r * c, mean); \
+            z[2 * h + 1] = fmaf(sd, r * s, mean); } } \
     QUAL float tn__rnd_uniform_f(const uint32_t *x, int t, int bits, float scale, float low) { \
         return fmaf((float)(x[t] >> (32 - bits)) * (1.0f / (float)(1u << bits)), scale, low); } \
     QUAL double tn__rnd_uniform_d(const uint32_t *x, int t, double scale, double low) { \
@@ -8114,7 +8144,7 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 TN__RANDOM_SOURCE(static inline)
 
 /* Elements per Philox block. */
-static int tn__rnd_per(int dist, tn_dtype t) { return dist == TN_RAND_UNIFORM && t != TN_F64 ? 4 : 2; }
+static int tn__rnd_per(int dist, tn_dtype t) { return (dist == TN_RAND_UNIFORM || dist == TN_RAND_NORMAL) && t != TN_F64 ? 4 : 2; }
 
 /* What a kernel needs, from the node's params (host code, shared by both back ends). */
 typedef struct tn__rnd_args {
@@ -8145,8 +8175,10 @@ static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; j++) {
         uint32_t x[4] = { (uint32_t)(uint64_t)j, (uint32_t)((uint64_t)j >> 32), A->draw, J->calls };
         tn__philox10(J->k0, J->k1, x);
-        double z[2] = { 0, 0 };          /* normal: the block's pair, r and the angle's sine and cosine found once */
-        if (A->dist == TN_RAND_NORMAL) tn__rnd_normal2(x, A->a, A->b, z);
+        double z[2] = { 0, 0 };          /* normal: the block's draws, r and the angle's sine and cosine found once */
+        float zf[4] = { 0, 0, 0, 0 };
+        if (A->dist == TN_RAND_NORMAL && A->dtype == TN_F64) tn__rnd_normal2(x, A->a, A->b, z);
+        else if (A->dist == TN_RAND_NORMAL) tn__rnd_normal4f(x, (float)A->a, (float)A->b, zf);
         for (int t = 0; t < per && j * per + t < J->n; t++) {
             int64_t i = j * per + t;
             double v = 0;
@@ -8156,7 +8188,11 @@ static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {
                 if (A->dtype == TN_F16) { ((uint16_t *)J->out)[i] = tn__ew_f2h(tn__rnd_uniform_f(x, t, 11, fs, fl)); continue; }
                 v = tn__rnd_uniform_d(x, t, A->a, A->b);
                 break;
-            case TN_RAND_NORMAL: v = z[t]; break;
+            case TN_RAND_NORMAL:
+                if (A->dtype == TN_F32) { ((float *)J->out)[i] = zf[t]; continue; }
+                if (A->dtype == TN_F16) { ((uint16_t *)J->out)[i] = tn__ew_f2h(zf[t]); continue; }
+                v = z[t];
+                break;
             case TN_RAND_BERNOULLI: v = tn__rnd_bernoulli(x, t, A->a); break;
             default: {
                 int64_t k = tn__rnd_randint(x, t, A->range, A->ilow);
@@ -8211,7 +8247,7 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
             : t == TN_F64 ? "tn__rnd_uniform_d(x, t, a, b)" : NULL;
         break;
     case TN_RAND_NORMAL:
-        val = t == TN_F32 ? "(float)z[t]" : t == TN_F16 ? "tn_d2h(z[t])" : t == TN_F64 ? "z[t]" : NULL;
+        val = t == TN_F32 ? "z[t]" : t == TN_F16 ? "tn_f2h(z[t])" : t == TN_F64 ? "z[t]" : NULL;
         break;
     case TN_RAND_BERNOULLI:
         val = t == TN_F16 ? "tn_d2h((double)tn__rnd_bernoulli(x, t, a))" : "tn__rnd_bernoulli(x, t, a)";
@@ -8252,7 +8288,8 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "    else for (int t = 0; t < m; t++) y[i0 + t] = v[t];\n"
         "}\n",
         TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t),
-        dist == TN_RAND_NORMAL ? "double z[2];   /* the block's pair */\n    tn__rnd_normal2(x, a, b, z);" : "", st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val,
+        dist != TN_RAND_NORMAL ? "" : t == TN_F64 ? "double z[2];   /* the block's pair */\n    tn__rnd_normal2(x, a, b, z);"
+                                                  : "float z[4];   /* the block's two pairs */\n    tn__rnd_normal4f(x, (float)a, (float)b, z);", st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val,
         tn__rnd_per(dist, t));
 }
 

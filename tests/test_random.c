@@ -41,7 +41,7 @@ static double ref_u53(uint32_t lo, uint32_t hi) { return (double)((((uint64_t)hi
    with one rounding, as fma; normal: libm's Box-Muller). */
 static double ref_value(int dist, tn_dtype t, uint64_t seed, uint32_t draw, uint64_t calls, int64_t i, double a, double b) {
     uint32_t x[4];
-    int per = dist == TN_RAND_UNIFORM && t != TN_F64 ? 4 : 2, k = (int)(i % per);
+    int per = (dist == TN_RAND_UNIFORM || dist == TN_RAND_NORMAL) && t != TN_F64 ? 4 : 2, k = (int)(i % per);
     ref_block(seed, draw, calls, (uint64_t)(i / per), x);
     switch (dist) {
     case TN_RAND_UNIFORM:
@@ -49,6 +49,12 @@ static double ref_value(int dist, tn_dtype t, uint64_t seed, uint32_t draw, uint
         if (t == TN_F16) return tn_f16_to_f32(tn_f32_to_f16(fmaf((float)(x[k] >> 21) / 2048.0f, (float)(b - a), (float)a)));
         return fma(ref_u53(x[2 * k], x[2 * k + 1]), b - a, a);
     case TN_RAND_NORMAL: {
+        if (t != TN_F64) {   /* pair k / 2: u1 = fmaf(word, 2^-32, 2^-33) (exact in double, then rounded), u2 = 24 bits */
+            int h = k / 2;
+            double u1 = (float)((double)(float)x[2 * h] * 0x1p-32 + 0x1p-33), u2 = (double)(x[2 * h + 1] >> 8) * 0x1p-24;
+            double z = sqrt(-2 * log(u1)) * (k % 2 ? sin(2 * PI * u2) : cos(2 * PI * u2));
+            return (float)a + (float)b * z;
+        }
         double u1 = ((double)((((uint64_t)x[1] << 32) | x[0]) >> 11) + 1) / 9007199254740992.0, u2 = ref_u53(x[2], x[3]);
         double z = sqrt(-2 * log(u1)) * (k ? sin(2 * PI * u2) : cos(2 * PI * u2));
         return a + b * z;
@@ -133,6 +139,23 @@ TEST(test_own_log_and_sincos) {
     }
     CHECK(worst_l < 1e-15, "log: relative error %g", worst_l);
     CHECK(worst_t < 2e-15, "sin/cos: error %g", worst_t);
+    /* float32's (normal float32/float16): over every u1 a draw can give (2^-33 to 1) and angles */
+    double worst_lf = 0, worst_tf = 0;
+    for (int t = 0; t < 200000; t++) {
+        z ^= z << 13; z ^= z >> 7; z ^= z << 17;
+        float u = fmaf((float)(uint32_t)(z >> 32), 0x1p-32f, 0x1p-33f);
+        if (t < 34) u = ldexpf(1.0f, -t);
+        double want = log((double)u), l = tn__rnd_logf(u);
+        worst_lf = fmax(worst_lf, want == 0 ? fabs(l) : fabs(l - want) / fabs(want));
+        float v = (float)((uint32_t)z >> 8) * 0x1p-24f;
+        if (t < 9) v = t / 8.0f;
+        float c, s;
+        tn__rnd_sincos2pif(v, &c, &s);
+        worst_tf = fmax(worst_tf, fmax(fabs(c - cos(2 * PI * v)), fabs(s - sin(2 * PI * v))));
+    }
+    printf("  float32 log: worst relative error %.3g; sin/cos of 2 pi u: %.3g\n", worst_lf, worst_tf);
+    CHECK(worst_lf < 2.5e-7, "logf: relative error %g", worst_lf);
+    CHECK(worst_tf < 2.5e-7, "sin/cos in float32: error %g", worst_tf);
     double c0, s0, c1, s1;
     tn__rnd_sincos2pi(0, &c0, &s0);
     tn__rnd_sincos2pi(0.25, &c1, &s1);
@@ -144,9 +167,11 @@ TEST(test_own_log_and_sincos) {
    bernoulli bit for bit; normal within 1e-14 of libm's Box-Muller (float32
    and float16: the double value rounded once); randint in range with the
    documented formula (exact). Odd sizes: the last block is partial. */
+#define TOL_F32 1e-6   /* float32 normals: relative to max(1, |z|), against libm in double from the same words */
 TEST(test_draws_match_reference) {
     const uint64_t seed = 0x0123456789abcdefull;
     int64_t n = 1003;
+    double worst_f32 = 0;
     struct { int dist; tn_dtype t; double a, b; } cs[] = {
         { TN_RAND_UNIFORM, TN_F32, 0, 1 }, { TN_RAND_UNIFORM, TN_F32, -2.5, 7 }, { TN_RAND_UNIFORM, TN_F64, 0, 1 },
         { TN_RAND_UNIFORM, TN_F64, -1e3, 1e-3 }, { TN_RAND_UNIFORM, TN_F16, -1, 1 }, { TN_RAND_NORMAL, TN_F64, 0, 1 },
@@ -171,7 +196,8 @@ TEST(test_draws_match_reference) {
                 if (cs[c].t == TN_F32) want = (float)want;
                 if (cs[c].t == TN_F16) want = tn_f16_to_f32(tn_f32_to_f16((float)want));
             }
-            double tol = cs[c].dist != TN_RAND_NORMAL ? 0 : cs[c].t == TN_F64 ? 1e-14 * fmax(1, fabs(want)) : cs[c].t == TN_F32 ? 6e-8 * fmax(1, fabs(want)) : 1e-3 * fmax(1, fabs(want));
+            double tol = cs[c].dist != TN_RAND_NORMAL ? 0 : cs[c].t == TN_F64 ? 1e-14 * fmax(1, fabs(want)) : cs[c].t == TN_F32 ? TOL_F32 * fmax(1, fabs(want)) : 1e-3 * fmax(1, fabs(want));
+            if (cs[c].dist == TN_RAND_NORMAL && cs[c].t == TN_F32) worst_f32 = fmax(worst_f32, fabs(v[i] - want) / fmax(1, fabs(want)));
             if (!(fabs(v[i] - want) <= tol) && bad++ < 3)
                 CHECK(0, "case %zu element %lld: %.17g, want %.17g", c, (long long)i, v[i], want);
         }
@@ -179,6 +205,7 @@ TEST(test_draws_match_reference) {
         free(v);
         tn_graph_free(g);
     }
+    printf("  float32 normals: worst error %.3g (relative to max(1, |z|))\n", worst_f32);
     /* randint: low + floor(r * range / 2^64), r the 64 bits of words 2t, 2t+1 */
     struct { tn_dtype t; int64_t lo, hi; } ri[] = { { TN_I64, -5, 7 }, { TN_I32, -2147483647 - 1, 2147483647 }, { TN_I64, INT64_MIN, INT64_MAX },
                                                     { TN_I64, 0, 1 }, { TN_I32, 10, 11000 } };

@@ -309,6 +309,30 @@ TEST(test_merge_and_fold) {
     f = compile(0, NULL, 1, &big, TN_MODE_FAST_COMPILE);
     CHECK(f && N("constant_folding") == 0, "folded an alloc of (2^40, 2^10)");
     tn_function_free(f);
+    /* ops without inputs (arange, eye; one_hot's arange): folded to constants, placed once
+       instead of run each call; beyond TN__FOLD_MAX_ELEMS they stay ops */
+    tn_var *lab = tn_vector(g, "labels", TN_I64);
+    tn_var *oh[2] = { tn_one_hot(lab, 7, TN_F64), tn_add(tn_eye(g, TN_F64, 3, 4, 1), tn_arange(g, TN_F64, 2, 6, 1)) };
+    f = compile(1, &lab, 2, oh, TN_MODE_FAST_RUN);
+    CHECK(f && N("constant_folding") >= 3, "constant_folding fired %d", N("constant_folding"));
+    CHECK(f && !dp_has(f, "ARange") && !dp_has(f, "Eye"), "arange or eye not folded");
+    tn_array *lv = tn_array_from_data(TN_I64, 1, (int64_t[]){ 5 }, (int64_t[]){ 6, 0, 3, 7, -1 });
+    tn_array *got[2] = { NULL, NULL };
+    CHECK(f && tn_call(f, &lv, got) == TN_OK && got[0] && got[1], "one_hot and eye + arange: %s", tn_last_error());
+    for (int i = 0; got[0] && i < 5; i++)
+        for (int j = 0; j < 7; j++) {
+            int64_t l = ((int64_t *)lv->data)[i];
+            CHECK(tn_array_get(got[0], (int64_t[]){ i, j }) == (l == j ? 1.0 : 0.0), "one_hot[%d, %d]", i, j);
+        }
+    for (int i = 0; got[1] && i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            CHECK(tn_array_get(got[1], (int64_t[]){ i, j }) == (j == i + 1 ? 1.0 : 0.0) + 2 + j, "eye + arange [%d, %d]", i, j);
+    tn_array_free(got[0]); tn_array_free(got[1]); tn_array_free(lv);
+    tn_function_free(f);
+    tn_var *long_range = tn_arange(g, TN_F32, 0, (double)((1 << 20) + 1), 1);   /* TN__FOLD_MAX_ELEMS + 1 */
+    f = compile(0, NULL, 1, &long_range, TN_MODE_FAST_RUN);
+    CHECK(f && N("constant_folding") == 0 && dp_has(f, "ARange"), "an arange of 2^20 + 1 elements was folded");
+    tn_function_free(f);
     /* more elements than strides can address: refused when built */
     CHECK(!tn_alloc(tn_lit(x, 1.0), 2, (int64_t[]){ INT64_MAX, 3 }), "an alloc of (INT64_MAX, 3)");
     CHECK_ERR(TN_ERR_SHAPE, "tn_alloc: the result's shape (9223372036854775807, 3) is too large");
