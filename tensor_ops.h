@@ -8124,9 +8124,9 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         *sine = qs == 0 ? cs : qs == 1 ? -sn : qs == 2 ? -cs : sn; } \
     QUAL void tn__rnd_normal4f(const uint32_t *x, float mean, float sd, float *z) { \
         for (int h = 0; h < 2; h++) { \
-            float u1 = fmaf((float)x[2 * h], 0x1p-32f, 0x1p-33f); \
+            float u1 = fmaf((float)x[2 * h], 2.3283064365386963e-10f, 1.16415321826934814453125e-10f); \
             float r = sqrtf(-2.0f * tn__rnd_logf(u1)), c, s; \
-            tn__rnd_sincos2pif((float)(x[2 * h + 1] >> 8) * 0x1p-24f, &c, &s); \
+            tn__rnd_sincos2pif((float)(x[2 * h + 1] >> 8) * 5.9604644775390625e-08f, &c, &s); \
             z[2 * h] = fmaf(sd, r * c, mean); \
             z[2 * h + 1] = fmaf(sd, r * s, mean); } } \
     QUAL float tn__rnd_uniform_f(const uint32_t *x, int t, int bits, float scale, float low) { \
