@@ -4638,8 +4638,9 @@ static tn_result tn__cuda_eye_run(const tn_var *node, void *state, tn_array *con
    node's bad-index record before the kernel and reads it back after (a wait
    on the stream: such a function is not replayed as a CUDA graph); an index
    out of range is then the CPU's error. A gather whose rows are runs of
-   whole 16-byte units moves them as such (a second kernel of uint4s). A scatter first copies x into its
-   output unless the output took x's buffer (inplace). A sort runs in a
+   whole 16-byte units moves them as such (a second kernel, of uint4s). A
+   scatter first copies x into its output unless the output took x's
+   buffer (inplace). A sort runs in a
    temporary index array of the caching allocator: chunk sorts, merge passes,
    then the first k of each line into the output. */
 typedef struct tn__cuda_index_state {
@@ -4930,8 +4931,8 @@ static bool tn__cuda_conv_supports(const tn_var *node) {
 /* The state of a node whose kernel is one function of a generated source
    (im2col/col2im, pooling, random draws): src (n: its generator's length,
    <= 0: no kernel for dtype t) compiled through the kernel cache at prepare
-   time, its function `entry` kept. */
-/* A node's kernel (and a second entry of the same source, where entry2 is not NULL). */
+   time, its function `entry` kept (and `entry2`'s of the same source, where
+   it is not NULL). */
 typedef struct tn__cuda_fn_state { tn__CUfunction fn, fn2; } tn__cuda_fn_state;
 
 static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n, size_t cap, tn_dtype t, const char *entry,
