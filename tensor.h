@@ -7642,7 +7642,9 @@ done:
      5 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp,
                      the logistic function written out and its gradient's forms;
                      then canonicalize again (stabilize leaves x+(-c) forms)
-     6 specialize    dot + bias -> gemm / gemv (two rule groups); then the
+     6 specialize    dot + bias -> gemm / gemv (two rule groups; not a
+                     vector's one-element bias that elementwise nodes read:
+                     the addition fuses into their kernel); then the
                      size of an elementwise result -> the size of its inputs'
                      broadcast (after: it reads them); then merge
      7 place         the back end's placement pass (tn_backend.place), if any
@@ -8796,6 +8798,18 @@ static void tn__rw_addend(tn_var *t, tn_var **cc, double *beta) {
                 t->in[1 - j]->op != TN_OP_DOT) { *cc = t->in[1 - j]; *beta = k; return; }
 }
 
+/* A Gemv's addend that is one element (a bias b in x.w + b), where every
+   reader of the sum is elementwise: the addition joins their kernel, where
+   a Gemv would first broadcast b into its output (a kernel of its own on
+   the GPU) and the product then read it. */
+static bool tn__rw_fuses_as_add(tn__rw *c, const tn_var *v, const tn_var *C) {
+    tn__ninfo *V = tn__ni(c, v);
+    bool ok = !V->n_root && V->n_use > 0;
+    for (int d = 0; ok && d < C->type.ndim; d++) ok = C->type.bcast[d];
+    for (int u = 0; ok && u < V->n_use; u++) ok = tn__rw_is_ew(V->use[u].c->op);
+    return ok;
+}
+
 /* alpha*dot(A, B) + beta*C (either order; sub negates) -> gemm, or gemv:
    alpha*(A@B) + beta*C rounded as the graph rounds it (only the product's
    summation order is the kernel's). A scale of 0 is not: a Gemm does not
@@ -8814,6 +8828,7 @@ static tn_var *tn__rw_gemm(tn__rw *c, tn_var *v, bool zero_scale) {
         if (v->op == TN_OP_SUB) { if (s == 0) beta = -beta; else alpha = -alpha; }
         if (C->type.dtype != v->type.dtype || dot->type.dtype != v->type.dtype || C->type.ndim > dot->type.ndim) continue;
         tn_var *A = dot->in[0], *B = dot->in[1];
+        if (B->type.ndim == 1 && tn__rw_fuses_as_add(c, v, C)) return NULL;
         return B->type.ndim == 2 ? tn_gemm(C, alpha, A, B, beta) : tn_gemv(C, alpha, A, B, beta);
     }
     return NULL;

@@ -547,6 +547,22 @@ TEST(test_gemm) {
     CHECK(N("local_gemm") == 0, "gemm fired on C*dot");
     CHECK(agree(f, 6, in, 1, &o3, vals, 1e-12), "numbers");
     tn_function_free(f);
+    /* a one-element bias of a vector product read by elementwise nodes only
+       stays an addition in their kernel (no Gemv broadcasting it first);
+       the same sum as an output is a Gemv */
+    tn_var *s = tn_scalar(g, "s", TN_F64), *in2[3] = { A, v, s };
+    tn_var *o4[2] = { tn_tanh(tn_add(tn_dot(A, v), s)), tn_add(tn_dot(A, u), s) };
+    tn_array *vals2[3] = { vals[0], vals[4], tn_array_scalar(TN_F64, 0.25) };
+    f = compile(3, in2, 1, o4, TN_MODE_FAST_RUN);
+    CHECK(f && N("local_gemm") == 0 && !dp_has(f, "Gemv") && dp_count(f, "Elemwise{Composite{tanh((i0 + i1))}}") == 1,
+          "gemm fired %d: the bias is not added in tanh's kernel", N("local_gemm"));
+    CHECK(agree(f, 3, in2, 1, o4, vals2, 0), "numbers");
+    tn_function_free(f);
+    in2[1] = u;
+    f = compile(3, in2, 1, &o4[1], TN_MODE_FAST_RUN);
+    CHECK(f && N("local_gemm") == 1 && dp_has(f, "Gemv"), "gemm fired %d on a sum that is an output", N("local_gemm"));
+    tn_function_free(f);
+    tn_array_free(vals2[2]);
     for (int i = 0; i < 6; i++) tn_array_free(vals[i]);
     tn_graph_free(g);
 }
@@ -1140,7 +1156,7 @@ TEST(test_logreg_step_kernels) {
     lr_step m;
     CHECK(lr_build(&m, false, X, Y, W0), "data shared: %s", tn_last_error());
     char *st = m.f ? steps(m.f) : NULL;
-    /* w*2, x^T (a view), two Gemv, Size, the gradient, the bias sum, two updates */
+    /* w*2, x^T (a view), x.w, Size, the gradient (b added inside), x^T.g + 0.02w (a Gemv), the bias sum, two updates */
     CHECK(st && count_steps(st, "") == 9 && count_steps(st, "Elemwise{Composite") == 3, "data shared: %d steps:\n%s",
           count_steps(st, ""), st ? st : "");
     for (size_t k = 0; st && k < sizeof gone / sizeof gone[0]; k++) CHECK(!strstr(st, gone[k]), "data shared: %s left:\n%s", gone[k], st);
