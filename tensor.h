@@ -7632,19 +7632,27 @@ done:
    in this order (DESIGN.md):
      1 canonicalize  x*1, x*-1, x/1, x**1, x**2 -> sqr, --x and negations,
                      x-c -> x+(-c), x+(-0), x-0, sum(alloc), shape-op pairs,
-                     an elementwise node's Alloc input its other inputs
-                     already give the shape of -> the Alloc's value;
-                     on integers also x+0, x-x, constant chains
+                     an Alloc read by an elementwise region (a node and
+                     those below it only it reads) whose other leaves
+                     already give its shape -> the Alloc's value; a scalar
+                     given dims of 1 beside an input of the node's rank ->
+                     the scalar; on integers also x+0, x-x, constant chains
      2 scan rules    on scan nodes (>>scan_rewrite)
      3 merge         CSE by hash-consing; equal constants become one node
      4 fold          nodes whose inputs are all constants run at compile time
      5 stabilize     log1p, expm1, softplus forms, log_softmax, logsumexp,
                      the logistic function written out and its gradient's forms;
                      then canonicalize again (stabilize leaves x+(-c) forms)
-     6 specialize    dot + bias -> gemm / gemv (two rule groups), then merge
+     6 specialize    dot + bias -> gemm / gemv (two rule groups; not a
+                     vector's one-element bias that elementwise nodes read:
+                     the addition fuses into their kernel); then the
+                     size of an elementwise result -> the size of its inputs'
+                     broadcast (after: it reads them); then merge
      7 place         the back end's placement pass (tn_backend.place), if any
      8 fuse          elementwise groups -> Composite (several outputs allowed);
-                     a group feeding a reduction becomes its prologue
+                     a group feeding a reduction becomes its prologue; a
+                     one-element node read by several kernels is computed
+                     in each
      9 inplace       destroy map (node->inplace) where an input dies here
    TN_MODE_FAST_COMPILE runs merge, fold and place (data already on a device
    must stay readable).
@@ -8373,49 +8381,171 @@ static void tn__rw_extent(const tn_var *v, int r, int depth, bool every, tn__xse
     }
 }
 
-/* Every dim of x broadcasts into the broadcast of v's inputs other than x:
-   each term of x's extent is one of theirs. */
-static bool tn__rw_covered(const tn_var *v, const tn_var *x) {
+/* y where it has v's dtype (a weak literal read in place of an array may
+   type an elementwise node otherwise: a cast after it would round twice). */
+static tn_var *tn__rw_same_dtype(tn_var *y, const tn_var *v) { return y && y->type.dtype == v->type.dtype ? y : NULL; }
+
+/* The 0-d x of s = dimshuffle(x, 'x', ...) (a scalar given dims of 1), or NULL. */
+static tn_var *tn__rw_xs_scalar(tn_var *s) {
+    bool xs = s->op == TN_OP_DIMSHUFFLE && s->in[0]->type.ndim == 0;
+    for (int k = 0; xs && k < s->type.ndim; k++) xs = tn__p_shuffle_src(&s->p, k) < 0;
+    return xs ? s->in[0] : NULL;
+}
+
+/* An elementwise node reading a scalar given dims of 1 beside an input of
+   its own rank reads the scalar: the same broadcast, one operand less (a
+   constant becomes an immediate of the fused kernel), as mean's gradient
+   1/n is written: dimshuffle(1, 'x') / Size. */
+static tn_var *tn__b_elemwise_xs_scalar(tn__rw *c, tn_var *v) {
+    if (!tn__rw_is_ew(v->op) || v->n_out != 1 || v->n_in > 8) return NULL;
+    tn_var *in[8];
+    int k = -1;
+    bool full_rank = false;
+    for (int i = 0; i < v->n_in; i++) {
+        in[i] = v->in[i];
+        if (k < 0 && tn__rw_xs_scalar(in[i])) k = i;
+        else full_rank |= in[i]->type.ndim == v->type.ndim;
+    }
+    if (k < 0 || !full_rank) return NULL;
+    in[k] = tn__rw_xs_scalar(in[k]);
+    return tn__rw_same_dtype(tn__node(c->g, v->op, v->n_in, in, &v->p, v->ext, "optimizer"), v);
+}
+
+/* An elementwise region: v and the elementwise nodes below it that only it
+   reads (each read once, no root), and the other nodes they read (leaves).
+   Where every leaf is read where it was, each element of v is the same
+   function of the leaves' elements at its broadcast index, whatever shapes
+   the nodes inside have. */
+enum { TN__REGION_NODES = 8, TN__REGION_LEAVES = 16 };
+typedef struct tn__ew_region { tn_var *node[TN__REGION_NODES], *leaf[TN__REGION_LEAVES]; int n_node, n_leaf; bool full; } tn__ew_region;
+
+static void tn__rw_region(tn__rw *c, tn_var *v, tn__ew_region *R) {
+    R->node[R->n_node++] = v;
+    for (int i = 0; i < v->n_in; i++) {
+        tn_var *x = v->in[i];
+        if (tn__rw_is_ew(x->op) && x->n_out == 1 && tn__rw_nuses(c, x) == 1 && !tn__ni(c, x)->n_root &&
+            R->n_node < TN__REGION_NODES) {
+            tn__rw_region(c, x, R);
+            continue;
+        }
+        bool seen = false;
+        for (int j = 0; j < R->n_leaf && !seen; j++) seen = R->leaf[j] == x;
+        if (seen) continue;
+        if (R->n_leaf == TN__REGION_LEAVES) R->full = true;
+        else R->leaf[R->n_leaf++] = x;
+    }
+}
+
+/* Every dim of x broadcasts into the broadcast of the region's leaves other
+   than x: each term of x's extent is one of theirs. */
+static bool tn__rw_covered(const tn__ew_region *R, const tn_var *x) {
     for (int r = 0; r < x->type.ndim; r++) {
         tn__xset a = { .n = 0 }, b = { .n = 0 };
         tn__rw_extent(x, r, TN__XSET_DEPTH, false, &a);
         if (a.full) return false;
         if (!a.n) continue;
-        for (int i = 0; i < v->n_in; i++)
-            if (v->in[i] != x) tn__rw_extent(v->in[i], r, TN__XSET_DEPTH, true, &b);
+        for (int i = 0; i < R->n_leaf; i++)
+            if (R->leaf[i] != x) tn__rw_extent(R->leaf[i], r, TN__XSET_DEPTH, true, &b);
         for (int i = 0; i < a.n; i++) if (!tn__xset_has(&b, a.t[i])) return false;
     }
     return true;
 }
 
-/* An elementwise node reading an Alloc whose shape its other inputs already
-   give: reads the Alloc's value instead (Theano's local_alloc_elemwise), so
-   no kernel writes the broadcast array, and the value (a scalar, often a
-   constant) joins the fused kernel. The Alloc's shape broadcasts into the
-   other inputs' (tn__rw_covered), so the output's shape is theirs either
-   way, and every element the same. A 0-d value under a dimshuffle of 'x's
-   is read as is where another input has the output's rank; a value of lower
-   rank than the output gets leading 'x' dims where none has. */
+/* The region's node v again, with a read as s (nodes of the region rebuilt). */
+static tn_var *tn__rw_region_subst(tn__rw *c, const tn__ew_region *R, tn_var *v, const tn_var *a, tn_var *s) {
+    tn_var *in[TN__REGION_LEAVES];
+    if (v->n_in > TN__REGION_LEAVES) return NULL;
+    for (int i = 0; i < v->n_in; i++) {
+        tn_var *x = v->in[i];
+        bool inner = false;
+        for (int j = 1; j < R->n_node && !inner; j++) inner = R->node[j] == x;
+        in[i] = x == a ? s : inner ? tn__rw_region_subst(c, R, x, a, s) : x;
+        if (!in[i]) return NULL;
+    }
+    return tn__rw_same_dtype(tn__node(c->g, v->op, v->n_in, in, &v->p, v->ext, "optimizer"), v);
+}
+
+/* An elementwise region reading an Alloc whose shape its other leaves
+   already give: reads the Alloc's value instead (Theano's
+   local_alloc_elemwise, over a region: a gradient's Alloc often meets the
+   inputs that give its shape a few nodes up), so no kernel writes the
+   broadcast array, and the value (a scalar, often a constant) joins the
+   fused kernel. The Alloc's shape broadcasts into the other leaves'
+   (tn__rw_covered), so the output's shape is theirs either way, and every
+   element the same. A 0-d value under a dimshuffle of 'x's is read as is
+   where another leaf has the output's rank; a value of lower rank than the
+   output gets leading 'x' dims where none has. */
 static tn_var *tn__b_alloc_elemwise(tn__rw *c, tn_var *v) {
-    if (!tn__rw_is_ew(v->op) || v->n_out != 1 || v->n_in > 8) return NULL;
+    if (!tn__rw_is_ew(v->op) || v->n_out != 1) return NULL;
+    tn__ew_region R = { .n_node = 0 };
+    tn__rw_region(c, v, &R);
+    if (R.full) return NULL;
     tn_var *a = NULL;
-    for (int i = 0; i < v->n_in && !a; i++)
-        if (v->in[i]->op == TN_OP_ALLOC && tn__rw_covered(v, v->in[i])) a = v->in[i];
+    for (int i = 0; i < R.n_leaf && !a; i++)
+        if (R.leaf[i]->op == TN_OP_ALLOC && tn__rw_covered(&R, R.leaf[i])) a = R.leaf[i];
     if (!a) return NULL;
-    tn_var *s = a->in[0], *in[8];
+    tn_var *s = a->in[0];
     bool full_rank = false;
-    for (int i = 0; i < v->n_in; i++) full_rank |= v->in[i] != a && v->in[i]->type.ndim == v->type.ndim;
-    bool xs = s->op == TN_OP_DIMSHUFFLE && s->in[0]->type.ndim == 0;
-    for (int k = 0; xs && k < s->type.ndim; k++) xs = tn__p_shuffle_src(&s->p, k) < 0;
-    if (xs && full_rank) s = s->in[0];
+    for (int i = 0; i < R.n_leaf; i++) full_rank |= R.leaf[i] != a && R.leaf[i]->type.ndim == v->type.ndim;
+    if (full_rank && tn__rw_xs_scalar(s)) s = tn__rw_xs_scalar(s);
     if (!full_rank && s->type.ndim < v->type.ndim) {
         int pat[TN_MAX_DIMS], lead = v->type.ndim - s->type.ndim;
         for (int k = 0; k < v->type.ndim; k++) pat[k] = k < lead ? -1 : k - lead;
         s = tn_dimshuffle(s, v->type.ndim, pat);
         if (!s) return NULL;
     }
-    for (int i = 0; i < v->n_in; i++) in[i] = v->in[i] == a ? s : v->in[i];
-    return tn__node(c->g, v->op, v->n_in, in, &v->p, v->ext, "optimizer");
+    return tn__rw_region_subst(c, &R, v, a, s);
+}
+
+/* A program over n inputs whose one output is in[0] cast to t: the prologue
+   of a reduction that reads only its input's shape (Size), which is then the
+   broadcast of the inputs' shapes. NULL when out of memory. */
+static tn_ew_program *tn__rw_shape_program(tn__rw *c, tn_var *const *in, int n, tn_dtype t) {
+    tn_ew_program *P = (tn_ew_program *)tn__graph_alloc(c->g, sizeof *P);
+    tn_dtype *dt = (tn_dtype *)tn__graph_alloc(c->g, (size_t)(n + 1) * sizeof *dt);
+    tn_ew_instr *cast = (tn_ew_instr *)tn__graph_alloc(c->g, sizeof *cast);
+    int32_t *oreg = (int32_t *)tn__graph_alloc(c->g, sizeof *oreg);
+    if (!P || !dt || !cast || !oreg) { c->oom = true; return NULL; }
+    for (int i = 0; i < n; i++) dt[i] = in[i]->type.dtype;
+    bool conv = dt[0] != t;
+    *cast = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)t, .in_dtype = (int8_t)dt[0], .a = 0, .b = -1, .c = -1 };
+    *oreg = conv ? n : 0;
+    dt[n] = t;
+    *P = (tn_ew_program){ n, dt, conv ? 1 : 0, cast, 1, oreg, &dt[n] };
+    return P;
+}
+
+/* Size of an elementwise result is the size of the broadcast of its inputs
+   (NumPy's rule at run time, a dim of 1 included), so it reads those
+   instead: Size(f(a, b)) -> Size over the broadcast of a and b (the Size's
+   prologue form, tensor_ops.h >>size), the same count and dtype, and the
+   result is no longer kept alive for its shape (mean's gradient reads
+   Size(xent)). Inputs that broadcast wrongly fail in the Size's type rule
+   as in the node's. 0-d inputs set no dim and are left out (one stays). */
+static tn_var *tn__b_size_elemwise(tn__rw *c, tn_var *v) {
+    enum { CAP = 16 };
+    tn_var *in[CAP], *scalar = NULL;
+    int n = 0;
+    bool any = false;
+    for (int i = 0; i < (v->ext ? v->n_in : 1); i++) {
+        tn_var *x = v->in[i];
+        bool ew = tn__rw_is_ew(x->op) && x->n_out == 1;
+        any |= ew;
+        for (int k = 0; k < (ew ? x->n_in : 1); k++) {
+            tn_var *a = ew ? x->in[k] : x;
+            bool seen = a->type.ndim == 0;
+            if (seen && !scalar) scalar = a;
+            for (int j = 0; j < n && !seen; j++) seen = in[j] == a;
+            if (seen) continue;
+            if (n == CAP) return NULL;
+            in[n++] = a;
+        }
+    }
+    if (!any) return NULL;
+    if (n == 0) in[n++] = scalar;
+    tn_dtype t = v->ext ? ((const tn_ew_program *)v->ext)->out_dtype[0] : v->in[0]->type.dtype;
+    tn_ew_program *P = tn__rw_shape_program(c, in, n, t);
+    return P ? tn__node(c->g, TN_OP_SIZE, n, in, &v->p, P, "optimizer") : NULL;
 }
 
 static const tn__rewrite tn__canon_rules[] = {
@@ -8443,6 +8573,12 @@ static const tn__rewrite tn__canon_rules[] = {
     { "local_reshape", { TN_OP_RESHAPE }, 0, 0, 0, tn__b_reshape },
     { "local_sum_alloc", { TN_OP_SUM }, 0, 0, 0, tn__b_sum_alloc },
     { "local_alloc_elemwise", { TN__ANY_OP }, 0, 0, 0, tn__b_alloc_elemwise },
+    { "local_elemwise_xs_scalar", { TN__ANY_OP }, 0, 0, 0, tn__b_elemwise_xs_scalar },
+};
+/* After specialize: a shape-only read is still a use, and the rules that
+   count uses (gemm: a dot read once) see the graph without it first. */
+static const tn__rewrite tn__shape_rules[] = {
+    { "local_size_elemwise", { TN_OP_SIZE }, 0, 0, 0, tn__b_size_elemwise },
 };
 
 /* >>stabilize ------------------------------------------------------------ */
@@ -8663,6 +8799,18 @@ static void tn__rw_addend(tn_var *t, tn_var **cc, double *beta) {
                 t->in[1 - j]->op != TN_OP_DOT) { *cc = t->in[1 - j]; *beta = k; return; }
 }
 
+/* A Gemv's addend that is one element (a bias b in x.w + b), where every
+   reader of the sum is elementwise: the addition joins their kernel, where
+   a Gemv would first broadcast b into its output (a kernel of its own on
+   the GPU) and the product then read it. */
+static bool tn__rw_fuses_as_add(tn__rw *c, const tn_var *v, const tn_var *C) {
+    tn__ninfo *V = tn__ni(c, v);
+    bool ok = !V->n_root && V->n_use > 0;
+    for (int d = 0; ok && d < C->type.ndim; d++) ok = C->type.bcast[d];
+    for (int u = 0; ok && u < V->n_use; u++) ok = tn__rw_is_ew(V->use[u].c->op);
+    return ok;
+}
+
 /* alpha*dot(A, B) + beta*C (either order; sub negates) -> gemm, or gemv:
    alpha*(A@B) + beta*C rounded as the graph rounds it (only the product's
    summation order is the kernel's). A scale of 0 is not: a Gemm does not
@@ -8681,6 +8829,7 @@ static tn_var *tn__rw_gemm(tn__rw *c, tn_var *v, bool zero_scale) {
         if (v->op == TN_OP_SUB) { if (s == 0) beta = -beta; else alpha = -alpha; }
         if (C->type.dtype != v->type.dtype || dot->type.dtype != v->type.dtype || C->type.ndim > dot->type.ndim) continue;
         tn_var *A = dot->in[0], *B = dot->in[1];
+        if (B->type.ndim == 1 && tn__rw_fuses_as_add(c, v, C)) return NULL;
         return B->type.ndim == 2 ? tn_gemm(C, alpha, A, B, beta) : tn_gemv(C, alpha, A, B, beta);
     }
     return NULL;
@@ -9298,22 +9447,104 @@ static void tn__fuse_commit(tn__fctx *F, const tn__fuse_part *fp) {
     for (int k = 0; k < fp->nout; k++) tn__rw_replace(F->c, fp->out[k], fp->rep[k]);
 }
 
+/* A one-element elementwise node (every dim broadcastable) of one op on
+   inputs that are not elementwise, read by several elementwise nodes of a
+   larger shape: in a group of its own it would be a kernel writing one
+   element (a smaller group joins a larger one only where that one alone
+   reads it), as 1/n in mean's gradient is. Each reader gets its own copy
+   instead, computed inside the reader's kernel: the same op on the same
+   inputs, the same bits. A copy that joins no group is taken back with the
+   others of its node (tn__fuse_uncopy), so no kernel is added. */
+typedef struct tn__fcopies { tn_var **orig, **copy; int n, cap; } tn__fcopies;
+
+static void tn__fuse_copy_scalars(tn__rw *c, tn__fcopies *K) {
+    tn_var **ord;
+    int n = tn__rw_topo(c, &ord);
+    for (int i = 0; i < n && !c->oom; i++) {
+        tn_var *u = ord[i];
+        tn__ninfo *U = tn__ni(c, u);
+        bool ok = tn__rw_fusable(u) && !U->n_root && U->n_use > 1;
+        for (int d = 0; ok && d < u->type.ndim; d++) ok = u->type.bcast[d];
+        for (int k = 0; ok && k < u->n_in; k++) ok = !tn__rw_fusable(u->in[k]) || tn__rw_immediate(u->in[k]);
+        for (int j = 0; ok && j < U->n_use; j++) {
+            const tn_var *r = U->use[j].c;
+            ok = tn__rw_fusable(r) && r->device == u->device && !tn__type_same_shape(&r->type, &u->type);
+        }
+        while (ok && !c->oom && tn__ni(c, u)->n_use > 1) {
+            tn__use r = tn__ni(c, u)->use[tn__ni(c, u)->n_use - 1];
+            int n0 = tn__graph_nvars(c->g), cap = K->cap;
+            tn_var **o = (tn_var **)tn__grow(K->orig, &cap, K->n + 1, 8, sizeof *o);
+            if (o) K->orig = o;
+            tn_var **p = o ? (tn_var **)tn__grow(K->copy, &K->cap, K->n + 1, 8, sizeof *p) : NULL;
+            if (!p) { c->oom = true; break; }
+            K->copy = p;
+            tn_var *y = tn__node(c->g, u->op, u->n_in, u->in, &u->p, u->ext, "fuse");
+            tn__rw_sync(c);
+            if (!y || !tn__type_eq(&y->type, &u->type)) { tn__rw_drop_new(c, n0); tn_clear_error(); break; }
+            y->device = u->device;
+            tn__rw_del_use(c, u, r.c, r.k);
+            r.c->in[r.k] = y;
+            tn__rw_add_use(c, y, r.c, r.k);
+            K->orig[K->n] = u;
+            K->copy[K->n++] = y;
+        }
+    }
+    tn__free(ord);
+}
+
+/* After grouping: every copy of a node one of whose copies is alone in its
+   group is read as the node again (the copies die). True when any was. */
+static bool tn__fuse_uncopy(tn__fctx *F, tn__fcopies *K) {
+    tn__rw *c = F->c;
+    bool any = false;
+    for (int i = 0; i < K->n; i++) {
+        int g = tn__fg_of(F, K->copy[i]);
+        if (g < 0 || F->G[g].nmem > 1) continue;
+        tn_var *u = K->orig[i];
+        for (int j = 0; j < K->n; j++) {
+            if (K->orig[j] != u) continue;
+            tn_var *y = K->copy[j];
+            tn__use r = tn__ni(c, y)->use[0];
+            tn__rw_del_use(c, y, r.c, r.k);
+            r.c->in[r.k] = u;
+            tn__rw_add_use(c, u, r.c, r.k);
+            tn__rw_kill(c, y);
+            K->orig[j] = NULL;
+        }
+        any = true;
+    }
+    int n = 0;
+    for (int i = 0; i < K->n; i++) if (K->orig[i]) { K->orig[n] = K->orig[i]; K->copy[n++] = K->copy[i]; }
+    K->n = n;
+    return any;
+}
+
 static tn_result tn__rw_fuse(tn__rw *c) {
     tn__fctx F;
+    tn__fcopies K = { NULL, NULL, 0, 0 };
     memset(&F, 0, sizeof F);
     F.c = c;
-    F.n = tn__rw_topo(c, &F.ord);
+    tn__fuse_copy_scalars(c, &K);
     int cap = c->synced + 1;
-    F.G = (tn__fgrp *)tn__malloc((size_t)(F.n + 1) * sizeof *F.G);
-    F.next = (int *)tn__malloc((size_t)(F.n + 1) * sizeof *F.next);
     F.reg = (int *)tn__malloc((size_t)cap * sizeof *F.reg);
     F.regst = (int *)tn__calloc((size_t)cap, sizeof *F.regst);
     F.cap = cap;
     tn_result r = TN_OK;
     int ng = 0, *roots = NULL;
+    for (bool again = true; again && !c->oom;) {     /* groups, again where a copy was taken back */
+        tn__free(F.ord); tn__free(F.G); tn__free(F.next);
+        F.ng = 0;
+        F.n = tn__rw_topo(c, &F.ord);
+        F.G = (tn__fgrp *)tn__malloc((size_t)(F.n + 1) * sizeof *F.G);
+        F.next = (int *)tn__malloc((size_t)(F.n + 1) * sizeof *F.next);
+        if (c->oom || !F.G || !F.next || !F.reg || !F.regst) break;
+        for (int i = 0; i < c->synced; i++) { c->ni[i].reach = -1; c->ni[i].rmask = 0; }
+        tn__fuse_group(&F);
+        again = tn__fuse_uncopy(&F, &K);
+    }
+    for (int i = 0; i < K.n; i++) tn__rw_count("fusion_copy");
+    tn__free(K.orig); tn__free(K.copy);
     if (c->oom || !F.G || !F.next || !F.reg || !F.regst) { r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer"); goto done; }
-    for (int i = 0; i < c->synced; i++) { c->ni[i].reach = -1; c->ni[i].rmask = 0; }
-    tn__fuse_group(&F);
     for (int i = 0; i < F.n; i++) {        /* member lists, topological */
         F.next[i] = -1;
         int g = tn__fg_of(&F, F.ord[i]);
@@ -9389,6 +9620,7 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
         TN__RUN(tn__canon_rules);      /* stabilize leaves a few x+(-c) forms */
         TN__RUN(tn__spec_rules);
         TN__RUN(tn__spec2_rules);
+        TN__RUN(tn__shape_rules);
         if (r == TN_OK) r = tn__rw_merge(&c);
     }
     /* Placement runs in every mode: a shared variable may already live on the

@@ -5227,7 +5227,7 @@ static tn_result tn__cuda_size_node_run(const tn_var *node, void *state, tn_arra
     const tn_array *o = out[0];
     if (!tn_array_is_contiguous(o)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
     unsigned char val[8];
-    size_t es = tn__size_bytes(node, in[0], o->dtype, val), n = (size_t)tn_array_size(o);
+    size_t es = tn__size_bytes(node, in, o->dtype, val), n = (size_t)tn_array_size(o);
     tn__cuda_dev *D = tn__cuda_dev_get(o->device);
     tn__CUstream s = tn__cuda_stream(D);
     tn__CUdeviceptr p = (tn__CUdeviceptr)(uintptr_t)o->data;

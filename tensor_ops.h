@@ -330,7 +330,7 @@ extern "C" {
                          their values give the shape), k (int64) instead */ \
     X(ARANGE)         /* tn__p_arange_start, _stop, _step; tn__p_out_dtype */ \
     X(SIZE)           /* the count of elements a reduction over tn__p_red_mask (and keepdims) folds, of in[0]'s \
-                         shape only (the >>size section) */ \
+                         shape only; with a prologue (ext), of its inputs' broadcast shape (the >>size section) */ \
     X(RANDOM)         /* a draw of a random stream (the >>ops_random section): in[0] the stream's state, optional \
                          in[1] whose shape it takes; tn__p_rand_* */ \
     X(CUSTOM)         /* user op: ext = tn_custom_op */ \
@@ -2260,7 +2260,8 @@ static const char *tn__ew_operand_str(const tn_var *node, int i, const tn_type *
     char sb[128];
     const char *vn = node && node->in && i < node->n_in && node->in[i] ? node->in[i]->name : NULL;
     tn__sbuf b = { buf, 200, 0 };
-    if (node && node->op == TN_OP_COMPOSITE) tn__sbuf_put(&b, "input %d", i);
+    if (node && (node->op == TN_OP_COMPOSITE || tn__op_has(node->op, TN_OPF_PROLOGUE) || node->op == TN_OP_SIZE))
+        tn__sbuf_put(&b, "input %d", i);      /* a fused program's (a reduction's prologue) */
     else tn__sbuf_put(&b, "%s", tn__ew_argname(node ? node->op : 0, i));
     if (vn) tn__sbuf_put(&b, " '%s'", vn);
     tn__sbuf_put(&b, " %s", tn__shape_str(t->ndim, t->shape, sb));
@@ -3577,34 +3578,9 @@ static tn_result tn__reduce_src_type(const tn_var *node, const tn_type *in, tn_t
     if (prog->n_in != node->n_in || prog->n_out < 1)
         return tn__err(TN_ERR_INTERNAL, "%s: prologue takes %d inputs, node has %d", lab, prog->n_in, node->n_in);
     memset(src, 0, sizeof *src);
+    tn_result r = tn__ew_broadcast(node, lab, node->n_in, in, src);
     src->dtype = prog->out_dtype[0];
-    for (int s = 0; s < node->n_in; s++) if (in[s].ndim > src->ndim) src->ndim = in[s].ndim;
-    for (int d = 0; d < src->ndim; d++) {
-        int64_t n = 1;
-        bool bc = true;
-        for (int s = 0; s < node->n_in; s++) {
-            int ad = d - (src->ndim - in[s].ndim);
-            if (ad < 0 || in[s].bcast[ad] || in[s].shape[ad] == 1) continue;
-            bc = false;
-            int64_t m = in[s].shape[ad];
-            if (m < 0) continue;
-            if (n != 1 && n != -1 && n != m) {
-                char sb[128];
-                return tn__err(TN_ERR_SHAPE, "%s: prologue input %d of shape %s does not broadcast (dim %d: %lld vs %lld)",
-                               lab, s, tn__shape_str(in[s].ndim, in[s].shape, sb), d, (long long)n, (long long)m);
-            }
-            n = m;
-        }
-        if (!bc && n == 1) {   /* only unknown dims besides 1s */
-            for (int s = 0; s < node->n_in; s++) {
-                int ad = d - (src->ndim - in[s].ndim);
-                if (ad >= 0 && in[s].shape[ad] < 0 && !in[s].bcast[ad]) n = -1;
-            }
-        }
-        src->shape[d] = n;
-        src->bcast[d] = bc;
-    }
-    return TN_OK;
+    return r;
 }
 
 static tn_result tn__reduce_infer(const tn_var *node, const tn_type *in, tn_type *out) {
@@ -3742,12 +3718,27 @@ TN_API tn_var *tn_log_softmax(tn_var *x, int axis) { return tn__axis_op_make("tn
 /* Every element of the output is the product of x's reduced dims (1 for
    none), exact in int64 (x's element count fits), stored in the output's
    dtype: a float rounds it once, as the sum of ones does. The type rule and
-   label are the reductions'. The CUDA back end stores the same bytes (its
-   memsets, tensor_cuda.h >>cuda_size): no kernel reads x. */
-static size_t tn__size_bytes(const tn_var *node, const tn_array *x, tn_dtype t, unsigned char val[8]) {
+   label are the reductions'. x is in[0], or with a prologue (node->ext, the
+   reductions' form, whose output dtype gives the type) the broadcast of
+   every input, a dim of 1 included at run time as NumPy's rule has it (the
+   type rule checked that they agree): the optimizer counts an elementwise
+   result from its inputs' shapes so (local_size_elemwise). The CUDA back end
+   stores the same bytes (its memsets, tensor_cuda.h >>cuda_size): no kernel
+   reads x. */
+static size_t tn__size_bytes(const tn_var *node, tn_array *const *in, tn_dtype t, unsigned char val[8]) {
     uint64_t mask = tn__p_red_mask(&node->p);
     int64_t n = 1;
-    for (int d = 0; d < x->ndim; d++) if ((mask >> d) & 1) n *= x->shape[d];
+    int nd = 0, n_in = node->ext ? node->n_in : 1;
+    for (int s = 0; s < n_in; s++) if (in[s]->ndim > nd) nd = in[s]->ndim;
+    for (int d = 0; d < nd; d++) {
+        if (!((mask >> d) & 1)) continue;
+        int64_t m = 1;                 /* the broadcast extent: any input's other than 1 */
+        for (int s = 0; s < n_in; s++) {
+            int a = d - (nd - in[s]->ndim);
+            if (a >= 0 && in[s]->shape[a] != 1) m = in[s]->shape[a];
+        }
+        n *= m;
+    }
     memset(val, 0, 8);
     if (tn_dtype_is_float(t)) tn__store_f(t, val, (double)n);
     else tn__store_i(t, val, n);
@@ -3757,7 +3748,7 @@ static size_t tn__size_bytes(const tn_var *node, const tn_array *x, tn_dtype t, 
 static tn_result tn__size_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     tn_array *o = out[0];
     unsigned char val[8];
-    size_t es = tn__size_bytes(node, in[0], o->dtype, val);
+    size_t es = tn__size_bytes(node, in, o->dtype, val);
     int64_t total = tn_array_size(o);
     for (int64_t i = 0; i < total; i++) {
         int64_t off = 0, r = i;
@@ -3888,7 +3879,7 @@ static tn_result tn__softmax_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     TN__REDUCE_ROW(LOGSUMEXP, "LogSumExp", TN_OPF_PROLOGUE, tn__reduce_vjp, tn__reduce_jvp) \
     TN__SOFTMAX_ROW(SOFTMAX,     "Softmax") \
     TN__SOFTMAX_ROW(LOG_SOFTMAX, "LogSoftmax") \
-    { .op = TN_OP_SIZE, .name = "Size", .kind = TN_OPK_SHAPE, .arity = 1, .infer = tn__reduce_infer, .cpu = tn__size_cpu, \
+    { .op = TN_OP_SIZE, .name = "Size", .kind = TN_OPK_SHAPE, .arity = -1, .infer = tn__reduce_infer, .cpu = tn__size_cpu, \
                      .label = tn__reduce_label, .flags = TN_OPF_DISCRETE },
 
 /* >>ops_cumulative ==================================================== */

@@ -19,6 +19,7 @@ static char th_dir[256];        /* a fresh cache_dir for this run */
 
 #include "gpu/ew_programs.h"
 #include "gpu/ew_fused.h"
+#include "logreg_step.h"
 
 /* Wraps kernel k's source in a namespace with a unique kernel name, so one
    NVRTC run compiles many (an NVRTC run costs ~50 ms; the table has ~600). */
@@ -169,6 +170,38 @@ TEST(test_fused_multi_output) {
     cfg.fast_math = false;
     tn_init(&cfg);
     free(src);
+}
+
+/* The kernels the optimizer fuses for issue 16's training step
+   (tests/logreg_step.h), data shared and x, y passed: a bool output alone,
+   two float outputs reading a count of shape (1,), 1/n computed inside, in
+   every layout. */
+TEST(test_logreg_step_kernels) {
+    enum { NR = 8, FEATS = 5 };
+    tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ NR, FEATS }, 0, 1, 1), *Y = tn_array_zeros(TN_F32, 1, (int64_t[]){ NR });
+    tn_array *W0 = tn_array_rand_normal(TN_F32, 1, (int64_t[]){ FEATS }, 0, 1, 2);
+    tn__sb batch = { 0 };
+    int k = 0, composites = 0;
+    for (int passed = 0; passed < 2; passed++) {
+        lr_step m;
+        CHECK(lr_build(&m, passed, X, Y, W0), "compile (%s): %s", passed ? "data passed" : "data shared", tn_last_error());
+        for (int s = 0; m.f && s < m.f->n_steps; s++) {
+            const tn_var *v = m.f->steps[s].node;
+            if (v->op != TN_OP_COMPOSITE) continue;
+            composites++;
+            for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+                char *src = NULL;
+                CHECK(tn__cuda_ew_source((const tn_ew_program *)v->ext, &layouts[l], &src) == TN_OK, "codegen, step %d layout %zu: %s",
+                      s, l, tn_last_error());
+                if (src) batch_add(&batch, src, k++);
+                free(src);
+            }
+        }
+        lr_free(&m);
+    }
+    CHECK(composites == 7, "%d fused kernels in the two steps, want 7", composites);
+    compile_batch_fast(&batch, false, "the logistic regression step's kernels");
+    tn_array_free(X); tn_array_free(Y); tn_array_free(W0);
 }
 
 TEST(test_float16_programs) {
@@ -454,6 +487,7 @@ int main(void) {
     TH_RUN(test_every_op_dtype_layout);
     TH_RUN(test_casts);
     TH_RUN(test_fused_multi_output);
+    TH_RUN(test_logreg_step_kernels);
     TH_RUN(test_float16_programs);
     TH_RUN(test_codegen_errors);
     TH_RUN(test_index_and_sort_kernels);

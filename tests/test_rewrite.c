@@ -4,6 +4,7 @@
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "harness.h"
+#include "logreg_step.h"
 
 static tn_func *compile(int ni, tn_var **in, int no, tn_var **out, tn_mode mode) {
     tn_func *f = tn_function(tn_var_graph(out[0]), &(tn_func_desc){ .on_unused_input = TN_UNUSED_IGNORE, .n_inputs = ni, .inputs = in,
@@ -570,6 +571,22 @@ TEST(test_gemm) {
     CHECK(N("local_gemm") == 0, "gemm fired on C*dot");
     CHECK(agree(f, 6, in, 1, &o3, vals, 1e-12), "numbers");
     tn_function_free(f);
+    /* a one-element bias of a vector product read by elementwise nodes only
+       stays an addition in their kernel (no Gemv broadcasting it first);
+       the same sum as an output is a Gemv */
+    tn_var *s = tn_scalar(g, "s", TN_F64), *in2[3] = { A, v, s };
+    tn_var *o4[2] = { tn_tanh(tn_add(tn_dot(A, v), s)), tn_add(tn_dot(A, u), s) };
+    tn_array *vals2[3] = { vals[0], vals[4], tn_array_scalar(TN_F64, 0.25) };
+    f = compile(3, in2, 1, o4, TN_MODE_FAST_RUN);
+    CHECK(f && N("local_gemm") == 0 && !dp_has(f, "Gemv") && dp_count(f, "Elemwise{Composite{tanh((i0 + i1))}}") == 1,
+          "gemm fired %d: the bias is not added in tanh's kernel", N("local_gemm"));
+    CHECK(agree(f, 3, in2, 1, o4, vals2, 0), "numbers");
+    tn_function_free(f);
+    in2[1] = u;
+    f = compile(3, in2, 1, &o4[1], TN_MODE_FAST_RUN);
+    CHECK(f && N("local_gemm") == 1 && dp_has(f, "Gemv"), "gemm fired %d on a sum that is an output", N("local_gemm"));
+    tn_function_free(f);
+    tn_array_free(vals2[2]);
     for (int i = 0; i < 6; i++) tn_array_free(vals[i]);
     tn_graph_free(g);
 }
@@ -990,6 +1007,204 @@ TEST(test_alloc_elemwise) {
     tn_graph_free(g);
 }
 
+/* The compiled steps, one a line (tn_print_toposort; caller frees). */
+static char *steps(tn_func *f) {
+    FILE *t = tmpfile();
+    if (!t) return NULL;
+    tn_print_toposort(f, t);
+    return th_read_stream(t);
+}
+/* Lines of s that begin with op (steps running it). */
+static int count_steps(const char *s, const char *op) {
+    int n = 0;
+    for (const char *p = s; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) n += !strncmp(p, op, strlen(op));
+    return n;
+}
+
+/* Size of an elementwise result reads its inputs' shapes instead
+   (local_size_elemwise): the count of their broadcast at run time, a length
+   of 1 included, in the dtype the Size had (float32 from a cast of int32
+   data); a pair that does not broadcast fails as the node itself would. */
+TEST(test_size_elemwise) {
+    tn_graph *g = tn_graph_new();
+    tn_var *z = tn_vector(g, "z", TN_F32), *y = tn_vector(g, "y", TN_F32), *k = tn_vector(g, "k", TN_I32), *s = tn_scalar(g, "s", TN_F32);
+    tn_var *in[4] = { z, y, k, s };
+    tn_var *e = tn_mul(tn_add(z, y), tn_cast(k, TN_F32));
+    tn_var *outs[3] = { tn_size(e, NULL, 0, true), tn_size(tn_add(k, tn_lit(k, 1)), NULL, 0, false), tn_size(tn_exp(s), NULL, 0, false) };
+    tn_func *f = compile(4, in, 3, outs, TN_MODE_FAST_RUN);
+    CHECK(f && N("local_size_elemwise") >= 3, "local_size_elemwise fired %d times", N("local_size_elemwise"));
+    CHECK(f && !dp_has(f, "Elemwise") && dp_count(f, ",prologue}") == 3, "an elementwise node is left, or a Size reads one");
+    CHECK(f && dp_has(f, "Size{axis=[0],keepdims=True,prologue} [id A] <TensorType(float32, (1,))>"), "the count is not float32");
+    enum { SETS = 4 };
+    static const int64_t lens[SETS][3] = { { 4, 1, 4 }, { 1, 4, 1 }, { 0, 1, 1 }, { 1, 1, 1 } };
+    for (int t = 0; t < SETS; t++) {
+        tn_array *v[4] = { tn_array_zeros(TN_F32, 1, &lens[t][0]), tn_array_zeros(TN_F32, 1, &lens[t][1]),
+                           tn_array_zeros(TN_I32, 1, &lens[t][2]), tn_array_scalar(TN_F32, 2) };
+        CHECK(agree(f, 4, in, 3, outs, v, 0), "values differ (lengths %lld %lld %lld)", (long long)lens[t][0],
+              (long long)lens[t][1], (long long)lens[t][2]);
+        tn_array *o[3] = { 0 };
+        CHECK(f && tn_call(f, v, o) == TN_OK && at(o[0], 0) == (double)(lens[t][0] == 1 ? lens[t][1] : lens[t][0]),
+              "count %g at lengths %lld %lld", o[0] ? at(o[0], 0) : -1.0, (long long)lens[t][0], (long long)lens[t][1]);
+        for (int i = 0; i < 4; i++) tn_array_free(v[i]);
+        for (int i = 0; i < 3; i++) tn_array_free(o[i]);
+    }
+    const int64_t L3 = 3, L4 = 4;
+    tn_array *bad[4] = { tn_array_zeros(TN_F32, 1, &L3), tn_array_zeros(TN_F32, 1, &L4), tn_array_zeros(TN_I32, 1, &L4), tn_array_scalar(TN_F32, 2) };
+    tn_array *o[3] = { 0 };
+    CHECK(f && tn_call(f, bad, o) != TN_OK, "lengths 3 and 4 broadcast");
+    CHECK_ERR(TN_ERR_SHAPE, "cannot broadcast input 0 'z' (3,) with input 1 'y' (4,)");
+    for (int i = 0; i < 4; i++) tn_array_free(bad[i]);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* mean's gradient: Alloc(1/Size(e), e) read where the other inputs of the
+   gradient's region give e's shape. Size reads e's inputs, the Alloc goes
+   (local_alloc_elemwise over the region), 1/n reads the literal as an
+   immediate (local_elemwise_xs_scalar), and each reader of 1/n computes it
+   in its own kernel (fusion_copy): one kernel beside the Size, the same
+   bits as the graph unoptimized, z or y of length 1 at run time included. */
+TEST(test_mean_grad_one_kernel) {
+    tn_graph *g = tn_graph_new();
+    tn_var *z = tn_vector(g, "z", TN_F64), *y = tn_vector(g, "y", TN_F64);
+    tn_var *e = tn_add(tn_mul(tn_tanh(z), y), tn_mul(tn_sub(tn_lit(y, 1), y), tn_sin(z)));
+    tn_var *gz, *in[2] = { z, y };
+    CHECK(tn_grad(tn_mean(e, NULL, 0, false), 1, &z, &gz, NULL) == TN_OK, "grad: %s", tn_last_error());
+    tn_func *f = compile(2, in, 1, &gz, TN_MODE_FAST_RUN);
+    CHECK(f && N("local_size_elemwise") > 0 && N("local_alloc_elemwise") > 0 && N("local_elemwise_xs_scalar") > 0 &&
+          N("fusion_copy") > 0, "rules: size %d, alloc %d, xs %d, copy %d", N("local_size_elemwise"), N("local_alloc_elemwise"),
+          N("local_elemwise_xs_scalar"), N("fusion_copy"));
+    CHECK(f && dp_count(f, "Elemwise{Composite") == 1 && all_fused(f) && !dp_has(f, "Alloc") && !dp_has(f, "DimShuffle"),
+          "not one kernel: an Alloc, a DimShuffle or a second Composite is left");
+    CHECK(f && dp_has(f, "Size{axis=[0],keepdims=True,prologue}"), "the Size does not read the inputs");
+    static const int64_t lens[3][2] = { { 5, 5 }, { 5, 1 }, { 1, 5 } };
+    for (int t = 0; t < 3; t++) {
+        tn_array *v[2] = { rnd(1, &lens[t][0], -2, 2, 20 + t), rnd(1, &lens[t][1], -2, 2, 30 + t) };
+        CHECK(agree(f, 2, in, 1, &gz, v, 0), "values differ (lengths %lld, %lld)", (long long)lens[t][0], (long long)lens[t][1]);
+        tn_array_free(v[0]); tn_array_free(v[1]);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
+/* A one-element node read by several kernels of a larger shape is computed
+   in each (fusion_copy): exp(s) * x and exp(s) + x are two kernels, not
+   three (exp(s)'s own besides). Where the readers cannot take it in (one input a kernel
+   at most), the copies are taken back: three nodes, not four. */
+TEST(test_fusion_copies_scalars) {
+    tn_graph *g = tn_graph_new();
+    tn_var *s = tn_scalar(g, "s", TN_F64), *x = tn_vector(g, "x", TN_F64), *in[2] = { s, x };
+    tn_var *u = tn_exp(s), *outs[2] = { tn_mul(u, x), tn_add(u, x) };
+    tn_func *f = compile(2, in, 2, outs, TN_MODE_FAST_RUN);
+    CHECK(f && N("fusion_copy") == 1 && dp_count(f, "Elemwise{Composite{(exp(i0) ") == 2 && all_fused(f),
+          "fusion_copy %d: exp(s) not computed in both kernels", N("fusion_copy"));
+    tn_array *v[2] = { tn_array_scalar(TN_F64, 0.3), rnd(1, (int64_t[]){ 5 }, -2, 2, 3) };
+    CHECK(agree(f, 2, in, 2, outs, v, 0), "values differ");
+    tn_function_free(f);
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = in, .n_outputs = 2, .outputs = outs, .max_fused_inputs = 1 });
+    char *st = f ? steps(f) : NULL;
+    CHECK(st && N("fusion_copy") == 0 && count_steps(st, "") == 3 && count_steps(st, "Elemwise{exp") == 1,
+          "fusion_copy %d, steps:\n%s", N("fusion_copy"), st ? st : "");
+    free(st);
+    CHECK(agree(f, 2, in, 2, outs, v, 0), "values differ (no fusion)");
+    tn_function_free(f);
+    tn_array_free(v[0]); tn_array_free(v[1]);
+    tn_graph_free(g);
+}
+
+/* The region rule leaves an Alloc where a node inside the region is read
+   elsewhere too (it would be computed twice), and where the region's other
+   leaves do not give the Alloc's shape. */
+TEST(test_alloc_region_limits) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_matrix(g, "x", TN_F64), *z = tn_matrix(g, "z", TN_F64), *s = tn_scalar(g, "s", TN_F64);
+    tn_var *in[3] = { x, z, s };
+    tn_array *sets[6] = { rnd(2, S34, -2, 2, 1), rnd(2, S34, -2, 2, 2), tn_array_scalar(TN_F64, -0.3),
+                          rnd(2, (int64_t[]){ 1, 4 }, -2, 2, 4), rnd(2, S34, -2, 2, 5), tn_array_scalar(TN_F64, 1e-3) };
+    tn_var *a = tn_fill(tn_add(x, z), s);
+    /* fill(x+z, s) * x alone may be (1, 4) short of z's rows; times z, it is not */
+    alloc_case("(fill(x+z, s) * x) * z", 1, 3, in, tn_mul(tn_mul(a, x), z), sets, 2);
+    tn_var *ax = tn_mul(a, x), *two[2] = { tn_mul(ax, z), ax };
+    tn_func *f = compile(3, in, 2, two, TN_MODE_FAST_RUN);
+    CHECK(f && N("local_alloc_elemwise") == 0 && dp_has(f, "Alloc"), "fired though fill(x+z, s) * x is an output");
+    tn_function_free(f);
+    alloc_case("(fill(x+z, s) * x) * x", 0, 3, in, tn_mul(tn_mul(a, x), x), sets, 2);
+    for (int i = 0; i < 6; i++) tn_array_free(sets[i]);
+    tn_graph_free(g);
+}
+
+/* One step of f from w0 (b from 0) on vals: its outputs, then w and b. */
+static int lr_run(lr_step *m, tn_func *f, tn_array **vals, int n_out, tn_array **res) {
+    tn_array *b0 = tn_array_scalar(TN_F32, 0);
+    int ok = tn_shared_set_value(m->w, m->w0) == TN_OK && tn_shared_set_value(m->b, b0) == TN_OK && tn_call(f, vals, res) == TN_OK;
+    tn_array_free(b0);
+    if (!ok) fprintf(stderr, "step failed: %s\n", tn_last_error());
+    res[n_out] = ok ? tn_shared_get_value(m->w) : NULL;
+    res[n_out + 1] = ok ? tn_shared_get_value(m->b) : NULL;
+    return ok && res[n_out] && res[n_out + 1];
+}
+
+/* f's step beside the unoptimized one's: every output and update within rtol. */
+static void lr_compare(lr_step *m, tn_array **vals, int n_out, double rtol, const char *what) {
+    tn_array *a[4] = { 0 }, *r[4] = { 0 };
+    int ok = lr_run(m, m->f, vals, n_out, a) && lr_run(m, m->ref, vals, n_out, r);
+    CHECK(ok, "%s: a step failed", what);
+    for (int k = 0; ok && k < n_out + 2; k++) {
+        int64_t n = tn_array_size(r[k]);
+        CHECK(tn_array_size(a[k]) == n && a[k]->dtype == r[k]->dtype, "%s: result %d: size or dtype differs", what, k);
+        for (int64_t i = 0; i < n && tn_array_size(a[k]) == n; i++)
+            if (!th_close(at(a[k], i), at(r[k], i), rtol, rtol)) {
+                CHECK(0, "%s: result %d [%lld]: %.9g, unoptimized %.9g", what, k, (long long)i, at(a[k], i), at(r[k], i));
+                break;
+            }
+    }
+    for (int k = 0; k < 4; k++) { tn_array_free(a[k]); tn_array_free(r[k]); }
+}
+
+/* Issue 16's step (tests/logreg_step.h): its gradient leaves no Alloc,
+   DimShuffle{x}, 1/n or 1 - y of its own. Data shared: the products, the
+   Size (a memset on the GPU), one gradient kernel, w*2, the bias sum and the
+   updates; x and y passed: pred's kernel besides, and xent an output of the
+   gradient's kernel. The numbers are the unoptimized graph's (stabilised
+   forms: to a tolerance), y of length 1 at run time included. */
+TEST(test_logreg_step_kernels) {
+    enum { NR = 40, FEATS = 30 };
+    tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ NR, FEATS }, 0, 1, 7000000);
+    tn_array *U = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ NR }, 0, 1, 8000000);
+    tn_array *W0 = tn_array_rand_normal(TN_F32, 1, (int64_t[]){ FEATS }, 0, 0.2, 9000000);
+    float yv[NR];
+    tn_array_copy_to(U, TN_F32, yv, sizeof yv);
+    for (int i = 0; i < NR; i++) yv[i] = yv[i] < 0.5f ? 0.0f : 1.0f;
+    tn_array *Y = tn_array_from_data(TN_F32, 1, (int64_t[]){ NR }, yv);
+    static const char *const gone[] = { "Alloc", "DimShuffle{x}", "true_div", "Composite{(1.0 - i0)}", "Size{axis=[0],keepdims=True}(" };
+    lr_step m;
+    CHECK(lr_build(&m, false, X, Y, W0), "data shared: %s", tn_last_error());
+    char *st = m.f ? steps(m.f) : NULL;
+    /* w*2, x^T (a view), x.w, Size, the gradient (b added inside), x^T.g + 0.02w (a Gemv), the bias sum, two updates */
+    CHECK(st && count_steps(st, "") == 9 && count_steps(st, "Elemwise{Composite") == 3, "data shared: %d steps:\n%s",
+          count_steps(st, ""), st ? st : "");
+    for (size_t k = 0; st && k < sizeof gone / sizeof gone[0]; k++) CHECK(!strstr(st, gone[k]), "data shared: %s left:\n%s", gone[k], st);
+    free(st);
+    lr_compare(&m, NULL, 0, 2e-6, "data shared");
+    lr_free(&m);
+    CHECK(lr_build(&m, true, X, Y, W0), "data passed: %s", tn_last_error());
+    st = m.f ? steps(m.f) : NULL;
+    /* the same, pred's kernel besides, and xent an output of the gradient's kernel */
+    CHECK(st && count_steps(st, "") == 10 && count_steps(st, "Elemwise{Composite") == 4, "data passed: %d steps:\n%s",
+          count_steps(st, ""), st ? st : "");
+    for (size_t k = 0; st && k < sizeof gone / sizeof gone[0]; k++) CHECK(!strstr(st, gone[k]), "data passed: %s left:\n%s", gone[k], st);
+    free(st);
+    tn_array *v[2] = { X, Y };
+    lr_compare(&m, v, 2, 2e-6, "data passed");
+    /* y of length 1 at run time: broadcast against every row, n = NR rows */
+    tn_array *y1 = tn_array_from_data(TN_F32, 1, (int64_t[]){ 1 }, yv);
+    v[1] = y1;
+    lr_compare(&m, v, 2, 2e-6, "data passed, y of length 1");
+    tn_array_free(y1);
+    lr_free(&m);
+    tn_array_free(X); tn_array_free(U); tn_array_free(W0); tn_array_free(Y);
+}
+
 int main(void) {
     tn_init(NULL);
     TH_RUN(test_canonicalize);
@@ -1014,5 +1229,10 @@ int main(void) {
     TH_RUN(test_exact_rules_at_special_values);
     TH_RUN(test_sum_of_alloc_values);
     TH_RUN(test_alloc_elemwise);
+    TH_RUN(test_size_elemwise);
+    TH_RUN(test_mean_grad_one_kernel);
+    TH_RUN(test_alloc_region_limits);
+    TH_RUN(test_fusion_copies_scalars);
+    TH_RUN(test_logreg_step_kernels);
     TH_END();
 }

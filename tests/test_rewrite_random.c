@@ -95,7 +95,7 @@ static tn_var *lit(tn_var *like) { return K(like, CONSTS[pick(edge ? 9 : 6)]); }
 
 static tn_var *grow(tn_var *W) {
     tn_var *a = any(), *b = any();
-    switch (pick(38)) {
+    switch (pick(39)) {
     case 0: return tn_add(a, b);
     case 1: return tn_sub(a, b);
     case 2: return tn_mul(a, b);
@@ -150,6 +150,14 @@ static tn_var *grow(tn_var *W) {
     case 35: { tn_var *s = tn_sigmoid(a), *e = tn_exp(a);
                if (pick(2)) return tn_mul(tn_mul(tn_sub(tn_div(b, s), tn_div(a, tn_sub(K(a, 1), s))), s), tn_sub(K(a, 1), s));
                return tn_mul(tn_div(b, tn_add(e, K(a, 1))), e); }
+    /* mean's gradient as tn_grad writes it: 1/n (n the Size of e, 1 given
+       e's dims), filled to e's shape and read where the inputs that give it
+       meet; or 1/n read by two nodes of a larger shape */
+    case 38: { tn_var *e = tn_mul(a, b), *one = K(a, 1);
+               int nd = tn_var_ndim(e), xs[2] = { -1, -1 };
+               tn_var *s = tn_div(nd ? tn_dimshuffle(one, nd, xs) : one, tn_size(e, NULL, 0, true));
+               if (pick(2)) return tn_mul(tn_mul(tn_fill(e, s), tn_tanh(a)), b);
+               return tn_sub(tn_mul(s, a), tn_mul(s, tn_exp(tn_tanh(b)))); }
     /* activations, fused with their neighbours (alphas as literals) */
     case 36: return tn_add(tn_leaky_relu(a, K(a, 0.125)), tn_mul(tn_gelu(b), pick(2) ? tn_silu(a) : tn_mish(b)));
     case 37: switch (pick(5)) { case 0: return tn_elu(tn_sub(a, b), K(a, 1.5));
