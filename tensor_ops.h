@@ -5370,8 +5370,20 @@ static inline double tn__mm_ld(tn_dtype dt, const char *p) {
 }
 
 /* out = beta*Cin (or 0) over the plan: the product of an empty k, the
-   initial value for the BLAS and integer paths. Integers wrap. */
+   initial value for the BLAS and integer paths. Integers wrap. Cin as it
+   is (scale false, or beta 1) is a strided copy, over threads; the rest
+   (zeros, beta != 1) goes element by element. */
 static void tn__mm_fill(const tn__mm_plan *p, bool scale) {
+    if (p->ci && p->beta != 0 && (!scale || p->beta == 1)) {
+        /* batch dims, then m and n where not 1: at most out's ndim dims */
+        int64_t shape[TN_MAX_DIMS], ds[TN_MAX_DIMS], ss[TN_MAX_DIMS];
+        int nd = 0;
+        for (int d = 0; d < p->nb; d++, nd++) { shape[nd] = p->bshape[d]; ds[nd] = p->c_bs[d]; ss[nd] = p->ci_bs[d]; }
+        if (p->m > 1) { shape[nd] = p->m; ds[nd] = p->c_rs; ss[nd] = p->ci_rs; nd++; }
+        if (p->n > 1) { shape[nd] = p->n; ds[nd] = p->c_cs; ss[nd] = p->ci_cs; nd++; }
+        tn__copy_strided(p->dt, p->c, ds, p->dt, p->ci, ss, nd, shape);
+        return;
+    }
     int64_t off[4];
     for (int64_t bi = 0; bi < p->nbatch; bi++) {
         tn__mm_batch_offsets(p, bi, off);
