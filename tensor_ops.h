@@ -1732,12 +1732,14 @@ TN__VM_NOFMA(double, tn__vm_sin) TN__VM_NOFMA(double, tn__vm_cos)
     X(SIN, sin, D, double, tn__vm_sin, TN__VM_TRIG_LIBMD, sin) \
     X(COS, cos, F, float, tn__vm_cosf, TN__VM_TRIG_LIBM, cosf) \
     X(COS, cos, D, double, tn__vm_cos, TN__VM_TRIG_LIBMD, cos)
-#define TN__VM_KDEF(NAME, T, FN, FM, BIG, LIB, ATTR) \
+/* A one-input kernel's head: o and a as T, b and c unused. */
+#define TN__VM_KHEAD(NAME, T, ATTR) \
     ATTR static void NAME(int64_t n, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
                           const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
         T *TN__RESTRICT o = (T *)o_; \
         const T *TN__RESTRICT a = (const T *)a_; \
-        (void)b_; (void)c_; \
+        (void)b_; (void)c_;
+#define TN__VM_KDEF(NAME, T, FN, FM, BIG, LIB, ATTR) TN__VM_KHEAD(NAME, T, ATTR) \
         int64_t i = 0; \
         for (; i + 16 <= n; i += 16) { \
             int big = 0; \
@@ -1758,6 +1760,25 @@ TN__VM_OPS(TN__VM_K0)
 #define TN__VM_K2(E, n, ct, T, fn, big, lib) TN__VM_KDEF(tn__vk_##n##_##ct##2, T, fn, 1, big, lib, __attribute__((target("avx512f"))))
 TN__VM_OPS(TN__VM_K1)
 TN__VM_OPS(TN__VM_K2)
+/* sqrt: libm's sqrtf is the instruction plus a branch that sets errno for
+   x < 0, so a loop of it stays scalar; the vector instruction gives the
+   same bits (correctly rounded; NaN, -0 and x < 0 alike) without errno.
+   The tail goes through libm. */
+#include <immintrin.h>
+#define TN__VM_SQRT(NAME, T, W, LOAD, SQRT, STORE, LIB, ATTR) TN__VM_KHEAD(NAME, T, ATTR) \
+        int64_t i = 0; \
+        for (; i + W <= n; i += W) STORE(o + i, SQRT(LOAD(a + i))); \
+        for (; i < n; i++) o[i] = LIB(a[i]); }
+TN__VM_SQRT(tn__vk_sqrt_F0, float, 4, _mm_loadu_ps, _mm_sqrt_ps, _mm_storeu_ps, sqrtf, )
+TN__VM_SQRT(tn__vk_sqrt_D0, double, 2, _mm_loadu_pd, _mm_sqrt_pd, _mm_storeu_pd, sqrt, )
+TN__VM_SQRT(tn__vk_sqrt_F1, float, 8, _mm256_loadu_ps, _mm256_sqrt_ps, _mm256_storeu_ps, sqrtf, __attribute__((target("avx2,fma"))))
+TN__VM_SQRT(tn__vk_sqrt_D1, double, 4, _mm256_loadu_pd, _mm256_sqrt_pd, _mm256_storeu_pd, sqrt, __attribute__((target("avx2,fma"))))
+TN__VM_SQRT(tn__vk_sqrt_F2, float, 16, _mm512_loadu_ps, _mm512_sqrt_ps, _mm512_storeu_ps, sqrtf, __attribute__((target("avx512f"))))
+TN__VM_SQRT(tn__vk_sqrt_D2, double, 8, _mm512_loadu_pd, _mm512_sqrt_pd, _mm512_storeu_pd, sqrt, __attribute__((target("avx512f"))))
+#undef TN__VM_SQRT
+#define TN__VM_SQRT_ROWS \
+    { TN_OP_SQRT, TN__CT_F, { tn__vk_sqrt_F0, tn__vk_sqrt_F1, tn__vk_sqrt_F2 } }, \
+    { TN_OP_SQRT, TN__CT_D, { tn__vk_sqrt_D0, tn__vk_sqrt_D1, tn__vk_sqrt_D2 } },
 #define TN__VM_ROW(E, n, ct, T, fn, big, lib) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##1, tn__vk_##n##_##ct##2 } },
 /* The best level this CPU runs: 0 SSE2, 1 AVX2 and FMA, 2 AVX-512F. */
 static int tn__vm_cpu_level(void) {
@@ -1768,12 +1789,15 @@ static int tn__vm_cpu_level(void) {
 #undef TN__VM_K2
 #else
 #define TN__VM_ROW(E, n, ct, T, fn, big, lib) { TN_OP_##E, TN__CT_##ct, { tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0, tn__vk_##n##_##ct##0 } },
+#define TN__VM_SQRT_ROWS         /* the table's loop of libm's sqrt */
 static int tn__vm_cpu_level(void) { return 0; }
 #endif
-static const struct { int op, ct; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) };
+static const struct { int op, ct; tn__ew_kfn k[3]; } tn__vm_rows[] = { TN__VM_OPS(TN__VM_ROW) TN__VM_SQRT_ROWS };
 #undef TN__VM_K0
 #undef TN__VM_ROW
+#undef TN__VM_SQRT_ROWS
 #undef TN__VM_KDEF
+#undef TN__VM_KHEAD
 #undef TN__VM_TRIG_LIBM
 #undef TN__VM_TRIG_LIBMD
 #undef TN__VM_NO_LIBM
@@ -1790,10 +1814,16 @@ TN_API int tn__vm_level(int want) {
     return want < 0 || want > best ? best : want;
 }
 
+/* The level in effect: the CPU's best, or the one a test forced. */
+static int tn__vm_level_now(void) {
+    pthread_once(&tn__vm_once, tn__vm_detect);
+    int forced = tn__atomic_load(&tn__lib.vm_level);
+    return forced ? forced - 1 : tn__vm_best;
+}
+
 /* The array kernel of a float row of TN_EW_OPS in compute type ct, for the level in effect; NULL: none. */
 static tn__ew_kfn tn__vm_kernel(int op, int ct) {
-    pthread_once(&tn__vm_once, tn__vm_detect);
-    int forced = tn__atomic_load(&tn__lib.vm_level), level = forced ? forced - 1 : tn__vm_best;
+    int level = tn__vm_level_now();
     for (size_t i = 0; i < sizeof tn__vm_rows / sizeof tn__vm_rows[0]; i++)
         if (tn__vm_rows[i].op == op && tn__vm_rows[i].ct == ct) return tn__vm_rows[i].k[level];
     return NULL;
@@ -1817,24 +1847,29 @@ static tn__ew_kfn tn__vm_kernel(int op, int ct) {
 #define TN__CAT3_(a, b, c) a##b##c
 #define TN__CAT3(a, b, c) TN__CAT3_(a, b, c)
 #define TN__KDEF(E, n, ar, k, fe, ie, d) \
-    TN__KDEF_##ar(TN__CAT3(tn__k_, n, TN__KSFX), TN__KOUT_##k, TN__KA_##k, TN__KEXPR(fe, ie))
-#define TN__KHEAD(NAME, OT, AT) \
-    static void NAME(int64_t cnt, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
+    TN__KDEF_##ar(, TN__CAT3(tn__k_, n, TN__KSFX), TN__KOUT_##k, TN__KA_##k, TN__KEXPR(fe, ie))
+#define TN__KHEAD(ATTR, NAME, OT, AT) \
+    ATTR static void NAME(int64_t cnt, void *TN__RESTRICT o_, const void *TN__RESTRICT a_, \
                      const void *TN__RESTRICT b_, const void *TN__RESTRICT c_) { \
         OT *TN__RESTRICT o = (OT *)o_; \
         const AT *TN__RESTRICT pa = (const AT *)a_;
-#define TN__KDEF_1(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
+/* The loop runs 16 elements at a time, then the tail one by one: a loop
+   of a fixed count is what GCC's -O2 cost model vectorises (a loop of
+   unknown count stays scalar there); BODY(i) is one element. */
+#define TN__KLOOP(BODY) { \
+        int64_t i0 = 0; \
+        for (; i0 + 16 <= cnt; i0 += 16) for (int j = 0; j < 16; j++) { const int64_t i = i0 + j; BODY } \
+        for (int64_t i = i0; i < cnt; i++) { BODY } }
+#define TN__KDEF_1(ATTR, NAME, OT, AT, EXPR) TN__KHEAD(ATTR, NAME, OT, AT) \
         (void)b_; (void)c_; \
-        for (int64_t i = 0; i < cnt; i++) { const AT a = pa[i]; (void)a; o[i] = (OT)(EXPR); } }
-#define TN__KDEF_2(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
+        TN__KLOOP(const AT a = pa[i]; (void)a; o[i] = (OT)(EXPR);) }
+#define TN__KDEF_2(ATTR, NAME, OT, AT, EXPR) TN__KHEAD(ATTR, NAME, OT, AT) \
         const TN_T *TN__RESTRICT pb = (const TN_T *)b_; (void)c_; \
-        for (int64_t i = 0; i < cnt; i++) { \
-            const AT a = pa[i]; const TN_T b = pb[i]; (void)a; (void)b; o[i] = (OT)(EXPR); } }
-#define TN__KDEF_3(NAME, OT, AT, EXPR) TN__KHEAD(NAME, OT, AT) \
+        TN__KLOOP(const AT a = pa[i]; const TN_T b = pb[i]; (void)a; (void)b; o[i] = (OT)(EXPR);) }
+#define TN__KDEF_3(ATTR, NAME, OT, AT, EXPR) TN__KHEAD(ATTR, NAME, OT, AT) \
         const TN_T *TN__RESTRICT pb = (const TN_T *)b_; const TN_T *TN__RESTRICT pc = (const TN_T *)c_; \
-        for (int64_t i = 0; i < cnt; i++) { \
-            const AT a = pa[i]; const TN_T b = pb[i]; const TN_T c = pc[i]; \
-            (void)a; (void)b; (void)c; o[i] = (OT)(EXPR); } }
+        TN__KLOOP(const AT a = pa[i]; const TN_T b = pb[i]; const TN_T c = pc[i]; \
+                  (void)a; (void)b; (void)c; o[i] = (OT)(EXPR);) }
 
 #define TN_I int64_t
 #define TN__KEXPR(fe, ie) fe
@@ -1859,8 +1894,6 @@ TN_EW_OPS(TN__KDEF)
 #undef TN__KEXPR
 #undef TN__KSFX
 #undef TN_T
-#undef TN_F
-#undef TN_I
 
 /* [op][compute type of the operands] */
 static const tn__ew_kfn tn__ew_kern[TN_OP_CAST + 1][3] = {
@@ -1870,10 +1903,112 @@ static const tn__ew_kfn tn__ew_kern[TN_OP_CAST + 1][3] = {
 #undef TN__X_KROW
 };
 
+/* The one-instruction float rows again for AVX2 and AVX-512 (the >>vmath
+   levels): there their loops run 8 or 16 floats a vector, 4 in the SSE2
+   build above. Only rows that are one IEEE operation or a select (no
+   a * b + c a GNU-mode build could fuse, no libm call), so every level
+   gives the same bits. TN__KLV_<name> marks a row: Y, else N (the probe of
+   TN__VM_2ND); TN__KLV_DEF_Y/N define its kernel or nothing, _ROW_Y/N give
+   its table entry. */
+#define TN__KLV_identity ~, Y
+#define TN__KLV_add ~, Y
+#define TN__KLV_sub ~, Y
+#define TN__KLV_mul ~, Y
+#define TN__KLV_true_div ~, Y
+#define TN__KLV_neg ~, Y
+#define TN__KLV_abs ~, Y
+#define TN__KLV_sqr ~, Y
+#define TN__KLV_reciprocal ~, Y
+#define TN__KLV_relu ~, Y
+#define TN__KLV_minimum ~, Y
+#define TN__KLV_maximum ~, Y
+#define TN__KLV_clip ~, Y
+#define TN__KLV_IS(n) TN__VM_2ND(TN__KLV_##n, N, ~)
+#define TN__KLV_DEF_Y(L, n, ar, ot, at, fe) \
+    TN__KDEF_##ar(TN__KLV_ATTR_##L, TN__CAT3(tn__k_, n, TN__CAT3(_, TN__KTY, L)), ot, at, fe)
+#define TN__KLV_DEF_N(L, n, ar, ot, at, fe)
+#define TN__KLV_ATTR_1 __attribute__((target("avx2")))
+#define TN__KLV_ATTR_2 __attribute__((target("avx512f")))
+#define TN__KLV1(E, n, ar, k, fe, ie, d) TN__CAT3(TN__KLV_DEF_, TN__KLV_IS(n), )(1, n, ar, TN__KOUT_##k, TN__KA_##k, fe)
+#define TN__KLV2(E, n, ar, k, fe, ie, d) TN__CAT3(TN__KLV_DEF_, TN__KLV_IS(n), )(2, n, ar, TN__KOUT_##k, TN__KA_##k, fe)
+#define TN__KLV_ROW_Y(n, L) { tn__k_##n##_f##L, tn__k_##n##_d##L },
+#define TN__KLV_ROW_N(n, L) { NULL, NULL },
+#define TN__KLV_ROW(E, n, ar, k, fe, ie, d) TN__CAT3(TN__KLV_ROW_, TN__KLV_IS(n), )
+/* TN__KTY (f, d) picks the C type and TN_F's functions */
+#define TN__KT_f float
+#define TN__KT_d double
+#define TN__KF_f(fn) TN__VM_2ND(TN__VMF_##fn, fn##f, ~)
+#define TN__KF_d(fn) TN__VM_2ND(TN__VMD_##fn, fn, ~)
+#undef TN_F
+#define TN_T TN__CAT3(TN__KT_, TN__KTY, )
+#define TN_F(fn) TN__CAT3(TN__KF_, TN__KTY, )(fn)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TN__KTY f
+TN_EW_OPS(TN__KLV1)
+TN_EW_OPS(TN__KLV2)
+#undef TN__KTY
+#define TN__KTY d
+TN_EW_OPS(TN__KLV1)
+TN_EW_OPS(TN__KLV2)
+#undef TN__KTY
+/* [level - 1][op][float, double]; NULL: the row above serves every level */
+static const tn__ew_kfn tn__ew_kern_lv[2][TN_OP_CAST + 1][2] = {
+#define TN__X_KROW(E, n, ar, k, fe, ie, d) TN__KLV_ROW(E, n, ar, k, fe, ie, d)(n, 1)
+    { { NULL, NULL }, TN_EW_OPS(TN__X_KROW) },
+#undef TN__X_KROW
+#define TN__X_KROW(E, n, ar, k, fe, ie, d) TN__KLV_ROW(E, n, ar, k, fe, ie, d)(n, 2)
+    { { NULL, NULL }, TN_EW_OPS(TN__X_KROW) },
+#undef TN__X_KROW
+};
+#endif
+#undef TN__KLV_identity
+#undef TN__KLV_add
+#undef TN__KLV_sub
+#undef TN__KLV_mul
+#undef TN__KLV_true_div
+#undef TN__KLV_neg
+#undef TN__KLV_abs
+#undef TN__KLV_sqr
+#undef TN__KLV_reciprocal
+#undef TN__KLV_relu
+#undef TN__KLV_minimum
+#undef TN__KLV_maximum
+#undef TN__KLV_clip
+#undef TN__KLV_IS
+#undef TN__KLV_DEF_Y
+#undef TN__KLV_DEF_N
+#undef TN__KLV_ATTR_1
+#undef TN__KLV_ATTR_2
+#undef TN__KLV1
+#undef TN__KLV2
+#undef TN__KLV_ROW_Y
+#undef TN__KLV_ROW_N
+#undef TN__KLV_ROW
+#undef TN__KT_f
+#undef TN__KT_d
+#undef TN__KF_f
+#undef TN__KF_d
+#undef TN_T
+#undef TN_F
+#undef TN_I
+
+/* An instruction's kernel: the vector math, else the level's build of the
+   row, else the row's own (the SSE2 build, and every int64 row). */
+static tn__ew_kfn tn__ew_kernel(int op, int ct) {
+    tn__ew_kfn vk = tn__vm_kernel(op, ct);
+    if (vk) return vk;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    int level = tn__vm_level_now();
+    if (level > 0 && ct != TN__CT_I && tn__ew_kern_lv[level - 1][op][ct]) return tn__ew_kern_lv[level - 1][op][ct];
+#endif
+    return tn__ew_kern[op][ct];
+}
+
 #undef TN__KDEF
 #undef TN__KDEF_1
 #undef TN__KDEF_2
 #undef TN__KDEF_3
+#undef TN__KLOOP
 #undef TN__KHEAD
 #undef TN__CAT3
 #undef TN__CAT3_
@@ -2111,8 +2246,7 @@ static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, 
                 return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (%s) reads register %d as %s but it holds %s", who, k, e->name, opr[x],
                                ctname[want], ctname[(int)P->regct[opr[x]]]);
         }
-        tn__ew_kfn vk = tn__vm_kernel(in->op, ict);
-        P->fn[k] = vk ? vk : tn__ew_kern[in->op][ict];
+        P->fn[k] = tn__ew_kernel(in->op, ict);
     }
     for (int j = 0; j < prog->n_out; j++) {
         int r = prog->out_reg[j];
@@ -5426,8 +5560,20 @@ static inline double tn__mm_ld(tn_dtype dt, const char *p) {
 }
 
 /* out = beta*Cin (or 0) over the plan: the product of an empty k, the
-   initial value for the BLAS and integer paths. Integers wrap. */
+   initial value for the BLAS and integer paths. Integers wrap. Cin as it
+   is (scale false, or beta 1) is a strided copy, over threads; the rest
+   (zeros, beta != 1) goes element by element. */
 static void tn__mm_fill(const tn__mm_plan *p, bool scale) {
+    if (p->ci && p->beta != 0 && (!scale || p->beta == 1)) {
+        /* batch dims, then m and n where not 1: at most out's ndim dims */
+        int64_t shape[TN_MAX_DIMS], ds[TN_MAX_DIMS], ss[TN_MAX_DIMS];
+        int nd = 0;
+        for (int d = 0; d < p->nb; d++, nd++) { shape[nd] = p->bshape[d]; ds[nd] = p->c_bs[d]; ss[nd] = p->ci_bs[d]; }
+        if (p->m > 1) { shape[nd] = p->m; ds[nd] = p->c_rs; ss[nd] = p->ci_rs; nd++; }
+        if (p->n > 1) { shape[nd] = p->n; ds[nd] = p->c_cs; ss[nd] = p->ci_cs; nd++; }
+        tn__copy_strided(p->dt, p->c, ds, p->dt, p->ci, ss, nd, shape);
+        return;
+    }
     int64_t off[4];
     for (int64_t bi = 0; bi < p->nbatch; bi++) {
         tn__mm_batch_offsets(p, bi, off);

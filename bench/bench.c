@@ -436,12 +436,16 @@ static void random_cases(void) {
 
 /* >>cases: CPU products ----------------------------------------------------- */
 
-typedef struct gemmctx { const float *a, *b; float *c; int n; } gemmctx;
+/* c += a @ b; with cin, c = cin first (one memcpy: what out = a @ b + cin
+   into another buffer must add to the sgemm). */
+typedef struct gemmctx { const float *a, *b, *cin; float *c; int n; } gemmctx;
 static tn_result cblas_loop(void *p, int iters) {
     gemmctx *g = (gemmctx *)p;
-    for (int i = 0; i < iters; i++)
+    for (int i = 0; i < iters; i++) {
+        if (g->cin) memcpy(g->c, g->cin, sizeof(float) * (size_t)g->n * (size_t)g->n);
         tn__blas.sgemm(TN__CBLAS_ROW_MAJOR, TN__CBLAS_NO_TRANS, TN__CBLAS_NO_TRANS, g->n, g->n, g->n, 1.0f, g->a, g->n,
                        g->b, g->n, 1.0f, g->c, g->n);
+    }
     return TN_OK;
 }
 
@@ -453,17 +457,26 @@ static void cpu_gemm_cases(void) {
     tn_array *B = tn_array_rand_uniform(TN_F32, 2, sh, -1, 1, 3);
     tn__blas_enable(true);
     const char *blas = tn__blas_name();
-    row *L = R("cpu", "bare cblas_sgemm 1000^2");
-    double lim = 0;
-    if (!blas) na(L, "no CBLAS library found (libopenblas.so.0, libcblas.so.3, libblas.so.3)");
-    else {
+    row *L = R("cpu", "bare cblas_sgemm 1000^2"), *L2 = R("cpu", "bare memcpy of b + cblas_sgemm");
+    double lim = 0, lim2 = 0;
+    if (!blas) {
+        na(L, "no CBLAS library found (libopenblas.so.0, libcblas.so.3, libblas.so.3)");
+        na(L2, "no CBLAS library");
+    } else {
         tn_array *C = tn_array_zeros(TN_F32, 2, sh);
-        gemmctx gc = { (const float *)M->data, (const float *)X->data, (float *)C->data, 1000 };
+        gemmctx gc = { (const float *)M->data, (const float *)X->data, NULL, (float *)C->data, 1000 };
         if (measure(cblas_loop, &gc, iters, L) == TN_OK) {
             set_limit(L, "", 0, T_LIMIT, 0);
             rate(L, flops, "FLOP/s");
             snprintf(L->note, sizeof L->note, "%s, %d threads", blas, tn__num_threads());
             lim = L->med;
+        }
+        gc.cin = (const float *)B->data;
+        if (measure(cblas_loop, &gc, iters, L2) == TN_OK) {
+            set_limit(L2, "", 0, T_LIMIT, 0);
+            rate(L2, flops, "FLOP/s");
+            snprintf(L2->note, sizeof L2->note, "the copy into another buffer, one thread, then c += m.x");
+            lim2 = L2->med;
         }
         tn_array_free(C);
     }
@@ -482,6 +495,7 @@ static void cpu_gemm_cases(void) {
             if (!r->na[0]) {
                 if (lim > 0) set_limit(r, "bare cblas_sgemm", lim, T_INFO, 0);
                 rate(r, flops, "FLOP/s");
+                if (k == 0 && lim2 > 0) snprintf(r->note, sizeof r->note, "%.2fx bare memcpy of b + sgemm", r->med / lim2);
             }
         }
         tn_function_free(f);

@@ -1,6 +1,6 @@
 /* tests/test_vmath.c - the vector math of the CPU kernels (tensor_ops.h
-   >>vmath): exp, expm1, log, log1p, tanh, sigmoid, softplus, erf, sin and
-   cos in float32 and float64, run by the CPU engine (a
+   >>vmath): exp, expm1, log, log1p, tanh, sigmoid, softplus, erf, sin,
+   cos and sqrt in float32 and float64, run by the CPU engine (a
    one-instruction program) at every instruction set level this CPU has.
    float32 against libm in double, float64 against libm in long double
    (x86-64's 80-bit format: 11 more bits; elsewhere the sweep of float64 is
@@ -15,7 +15,8 @@
    each function's worst error (README's "Numerics" table quotes them).
    TN_VMATH_SPARSE=k sweeps a k-th as many patterns, k times further apart,
    and the edge regions a k-th as densely (make sanitize: 16; the specials
-   stay whole). */
+   stay whole). The one-operation rows (add, mul, min, ...) built again for
+   AVX2 and AVX-512: at every level the same bits as the SSE2 build. */
 #define TENSOR_IMPLEMENTATION
 #include "tensor.h"
 #include "harness.h"
@@ -51,6 +52,7 @@ static const vfn fns[] = {
     { TN_OP_ERF, "erf", erf, erff, erfl, erf, 0 },
     { TN_OP_SIN, "sin", sin, sinf, sinl, sin, 1e9 },
     { TN_OP_COS, "cos", cos, cosf, cosl, cos, 1e9 },
+    { TN_OP_SQRT, "sqrt", sqrt, sqrtf, sqrtl, sqrt, 0 },
 };
 #define NFNS ((int)(sizeof fns / sizeof fns[0]))
 
@@ -272,6 +274,65 @@ TEST(test_specials) {
     specials_of(&F64);
 }
 
+/* The one-operation rows built again for each level (tensor_ops.h, after
+   the kernel table): at every level the bits of the SSE2 build (NaN as
+   NaN), every pair of special values, 37 more than a multiple of 16 (the
+   tail). */
+static bool run_op3(const vtype *t, int op, int arity, int64_t n, void *const *in, void *out) {
+    tn_array *a[3] = { NULL, NULL, NULL }, *o = tn_array_wrap(t->dt, 1, &n, NULL, out);
+    tn_dtype dts[3] = { t->dt, t->dt, t->dt }, odt = t->dt;
+    bool ok = o != NULL;
+    for (int i = 0; i < arity; i++) ok = (a[i] = tn_array_wrap(t->dt, 1, &n, NULL, in[i])) != NULL && ok;
+    tn_ew_instr ins;
+    memset(&ins, 0, sizeof ins);
+    ins.op = (int16_t)op; ins.dtype = t->dt; ins.in_dtype = t->dt;
+    ins.a = 0; ins.b = arity > 1 ? 1 : -1; ins.c = arity > 2 ? 2 : -1;
+    int32_t oreg = arity;
+    tn_ew_program p = { arity, dts, 1, &ins, 1, &oreg, &odt };
+    ok = ok && tn__cpu_ew_run(&p, a, &o) == TN_OK;
+    for (int i = 0; i < arity; i++) tn_array_free(a[i]);
+    tn_array_free(o);
+    return ok;
+}
+
+TEST(test_arith_levels) {
+    static const struct { int op, arity; const char *name; } ops[] = {
+        { TN_OP_IDENTITY, 1, "identity" }, { TN_OP_ADD, 2, "add" }, { TN_OP_SUB, 2, "sub" }, { TN_OP_MUL, 2, "mul" },
+        { TN_OP_TRUE_DIV, 2, "true_div" }, { TN_OP_NEG, 1, "neg" }, { TN_OP_ABS, 1, "abs" }, { TN_OP_SQR, 1, "sqr" },
+        { TN_OP_RECIPROCAL, 1, "reciprocal" }, { TN_OP_RELU, 1, "relu" }, { TN_OP_MINIMUM, 2, "minimum" },
+        { TN_OP_MAXIMUM, 2, "maximum" }, { TN_OP_CLIP, 3, "clip" },
+    };
+    enum { N = NSPEC * NSPEC + 37 };
+    static double in[3][N], want[N], got[N];
+    int best = tn__vm_level(-1);
+    for (int d = 0; d < 2; d++) {
+        const vtype *t = d ? &F64 : &F32;
+        for (int64_t i = 0; i < N; i++) {
+            put(t, in[0], i, specials[i % NSPEC]);
+            put(t, in[1], i, specials[i / NSPEC % NSPEC]);
+            put(t, in[2], i, specials[(i * 7 + 3) % NSPEC]);
+        }
+        void *ins[3] = { in[0], in[1], in[2] };
+        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+            tn__vm_level(0);
+            CHECK(run_op3(t, ops[k].op, ops[k].arity, N, ins, want), "%s %s: %s", t->name, ops[k].name, tn_last_error());
+            for (int level = 1; level <= best; level++) {
+                tn__vm_level(level);
+                CHECK(run_op3(t, ops[k].op, ops[k].arity, N, ins, got), "%s %s: %s", t->name, ops[k].name, tn_last_error());
+                int bad = 0;
+                for (int64_t i = 0; i < N; i++) {
+                    long double w = get(t, want, i), g = get(t, got, i);
+                    bool same = isnan(w) ? isnan(g) : bits_of(t, want, i) == bits_of(t, got, i);
+                    if (!same && bad++ < 5)
+                        CHECK(0, "%s %s element %lld at level %d: %.17Lg, level 0 gives %.17Lg", t->name, ops[k].name,
+                              (long long)i, level, g, w);
+                }
+            }
+        }
+    }
+    tn__vm_level(-1);
+}
+
 /* A compiled function's exp runs these kernels: the same bits as the engine. */
 TEST(test_function_path) {
     for (int d = 0; d < 2; d++) {
@@ -299,6 +360,7 @@ int main(void) {
     TH_RUN(test_sweep_f32);
     TH_RUN(test_sweep_f64);
     TH_RUN(test_function_path);
+    TH_RUN(test_arith_levels);
     free(xs); free(ys);
     TH_END();
 }
