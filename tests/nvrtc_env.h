@@ -236,7 +236,7 @@ static inline int th_kb_run(const th_kbatch *b, int depth, int *first) {
    true when the batch compiled. */
 static inline bool th_kb_compile(th_kbatch *b, int depth, const char *what) {
     static const char *const depths[3] = { "to PTX", "to a cubin for sm_90", "with the back end's options" };
-    int first, bad = b->n ? th_kb_run(b, depth, &first) : 0;
+    int first = -1, bad = b->n || b->oom ? th_kb_run(b, depth, &first) : 0;
     CHECK(bad == 0, "%s (%d kernels) %s: %s%s%s", what, b->n, depths[depth],
           bad < 0 ? (b->oom ? "out of memory" : "the batch fails or cannot be built, yet every kernel compiles alone") : "",
           bad > 0 ? "kernels fail to compile, the first: " : "", bad > 0 ? b->k[first].what : "");
