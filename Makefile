@@ -33,6 +33,8 @@ all: $(TESTS) $(CXXTESTS) $(EXAMPLES)
 # fails nothing unless a test asks), so the implementation is compiled once
 # for both; tests/self_main.c makes it the program self_cpu. Every test still
 # builds alone with `cc -I. tests/test_x.c -lm -lpthread -ldl` (tests/gpu/run_gpu.sh does so).
+# TEST_OPT follows CFLAGS in the tests that link tensor_cpu.o (their own
+# code only): CI's make test gives -Og, make sanitize -O0.
 SELF_CPU  = test_alloc_fail test_function test_ew test_linalg test_threads test_random
 SELF_CUDA = test_profile test_place_rewire test_kcache test_nvrtc test_nvrtc_reduce test_cuda test_cuda_fallback \
             test_cuda_func test_cuda_place test_cuda_reduce test_multi test_cuda_multi test_cuda_ops

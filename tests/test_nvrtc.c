@@ -1,9 +1,10 @@
 /* NVRTC on a machine without a GPU: every kernel the code generator writes
    for the elementwise table (each op, each dtype it accepts, contiguous,
    contiguous-with-scalar and strided layouts), fused multi-output programs,
-   casts, immediates and float16 programs compile: the whole tables to PTX,
-   and a sample of each (every op and dtype in one layout) to a cubin for
-   sm_90 (and one for sm_80), through ptxas (tests/nvrtc_env.h); user kernels (raw modules, custom ops' sources) compile
+   casts, immediates and float16 programs compile: a sample of each table
+   (every op and dtype in one layout) to a cubin for sm_90 (and one for
+   sm_80), through ptxas, the rest to PTX, in batches (tests/nvrtc_env.h:
+   a kernel that fails is named); user kernels (raw modules, custom ops' sources) compile
    after their prelude (float16 helpers, strided operands), and their
    errors name the user's lines. The disk cache has its own test (test_kcache.c).
    Without libnvrtc the test fails, unless TN_TEST_ALLOW_NO_NVRTC=1, which
@@ -21,19 +22,6 @@ static char th_dir[256];        /* a fresh cache_dir for this run */
 #include "gpu/ew_fused.h"
 #include "logreg_step.h"
 
-/* Wraps kernel k's source in a namespace with a unique kernel name, so one
-   NVRTC run compiles many (an NVRTC run costs ~50 ms; the table has ~600). */
-static void batch_add(tn__sb *batch, const char *src, int k) {
-    tn__sb_printf(batch, "namespace k%d {\n", k);
-    for (const char *p = src; *p;) {
-        const char *hit = strstr(p, "void __launch_bounds__(256) tn_ew(");
-        if (!hit) { tn__sb_puts(batch, p); break; }
-        tn__sb_printf(batch, "%.*svoid __launch_bounds__(256) tn_ew_%d(", (int)(hit - p), p, k);
-        p = hit + strlen("void __launch_bounds__(256) tn_ew(");
-    }
-    tn__sb_puts(batch, "}\n");
-}
-
 static const tn__cuda_layout layouts[] = {
     { TN__CUDA_CONTIG, 0, 0 },
     { TN__CUDA_CONTIG, 0, 1 },          /* input 0 is a broadcast scalar */
@@ -43,42 +31,16 @@ static const tn__cuda_layout layouts[] = {
 #define N_OP_LAYOUTS 3
 
 
-/* Compiles a batch with the back end's options (tn_cuda_compile); on
-   failure NVRTC's log and the numbered source were printed. */
-static bool compile_batch(tn__sb *batch, const char *arch, const char *what) {
-    const void *bin;
-    size_t n;
-    CHECK(!batch->oom, "out of memory building %s", what);
-    tn_result r = tn_cuda_compile(batch->s, arch, &bin, &n);
-    CHECK(r == TN_OK, "%s for %s: %s", what, arch, tn_last_error());
-    if (r == TN_OK) CHECK(is_elf(bin, n), "%s: cubin is not an ELF image (%zu bytes)", what, n);
-    tn__free(batch->s);
-    memset(batch, 0, sizeof *batch);
-    return r == TN_OK;
-}
-
-/* The same with a fast compile (tests/nvrtc_env.h): to a cubin for sm_90
-   (to_cubin) or to PTX. */
-static bool compile_batch_fast(tn__sb *batch, bool to_cubin, const char *what) {
-    char *log = NULL;
-    CHECK(!batch->oom, "out of memory building %s", what);
-    tn_result r = batch->oom ? TN_ERR_OOM : th_nvrtc_compile(batch->s, to_cubin, &log);
-    CHECK(r == TN_OK, "%s: %s\n%s", what, tn_last_error(), log ? log : "");
-    tn__free(log);
-    tn__free(batch->s);
-    memset(batch, 0, sizeof *batch);
-    return r == TN_OK;
-}
-
 /* ---- tests ---------------------------------------------------------------- */
 
 TEST(test_every_op_dtype_layout) {
     int kernels = 0;
-    tn__sb sample = { 0 };   /* each op and dtype's first layout, one program (cubin): a program costs ~50 ms */
+    th_kbatch sample = { 0 };   /* each op and dtype's first layout, one program to a cubin (a program costs ~50 ms) */
     for (int op = TN_OP_NONE + 1; op <= TN_OP_CAST; op++) {
-        tn__sb batch = { 0 };                    /* every kernel of the op (PTX) */
+        /* the op's other kernels to PTX; the first op's, all of them, with the back end's options */
+        th_kbatch batch = { 0 };
         const tn_ew_info *e = tn__ew_info(op);
-        int in_batch = 0;
+        bool first_op = op == TN_OP_NONE + 1;
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
             prog_buf b;
             if (!build_op_program(&b, op, t)) continue;
@@ -91,30 +53,24 @@ TEST(test_every_op_dtype_layout) {
                 if (!src) continue;
                 if (layouts[l].kind == TN__CUDA_CONTIG)
                     CHECK(strstr(src, "struct __align__(") && strstr(src, "nv = n /"), "%s %s: no vector path", e->name, tn_dtype_name(t));
-                if (!sampled) batch_add(&sample, src, kernels);
+                th_kb_add(sampled || first_op ? &batch : &sample, src, "%s of %s, layout %zu", e->name, tn_dtype_name(t), l);
                 sampled = true;
-                batch_add(&batch, src, kernels++);
-                in_batch++;
+                kernels++;
                 free(src);
             }
         }
-        if (in_batch) {
-            char what[64];
-            snprintf(what, sizeof what, "kernels of %s (%d)", e->name, in_batch);
-            /* the first op's kernels with the back end's options, the rest fast */
-            if (op == TN_OP_NONE + 1) compile_batch(&batch, "sm_90", what);
-            else compile_batch_fast(&batch, false, what);
-        }
-        tn__free(batch.s);
+        char what[64];
+        snprintf(what, sizeof what, "kernels of %s", e->name);
+        th_kb_compile(&batch, first_op ? TH_BACKEND : TH_PTX, what);
     }
-    compile_batch_fast(&sample, true, "every op and dtype in one layout");
-    printf("  %d elementwise kernels compiled to PTX, one layout of each op and dtype for sm_90 (%s)\n", kernels,
+    th_kb_compile(&sample, TH_CUBIN, "every op and dtype in one layout");
+    printf("  %d elementwise kernels compiled: one layout of each op and dtype for sm_90, the others to PTX (%s)\n", kernels,
            th_fast_opts[1] ? th_fast_opts[1] : "default options");
     CHECK(kernels > 450, "only %d kernels generated", kernels);
 }
 
 TEST(test_casts) {
-    tn__sb batch = { 0 }, sample = { 0 };   /* every cast (PTX); the first layout of each, back end options */
+    th_kbatch batch = { 0 }, sample = { 0 };   /* the first layout of each cast with the back end's options, the others to PTX */
     int k = 0;
     for (tn_dtype s = TN_BOOL; s < TN_DTYPE_COUNT; s = (tn_dtype)(s + 1))
         for (tn_dtype d = TN_BOOL; d < TN_DTYPE_COUNT; d = (tn_dtype)(d + 1)) {
@@ -128,31 +84,54 @@ TEST(test_casts) {
                 char *src = NULL;
                 CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "cast %s->%s: %s", tn_dtype_name(s),
                       tn_dtype_name(d), tn_last_error());
-                if (src && l == 0) batch_add(&sample, src, k);
-                if (src) batch_add(&batch, src, k++);
+                if (src) th_kb_add(l == 0 ? &sample : &batch, src, "cast %s->%s, layout %zu", tn_dtype_name(s), tn_dtype_name(d), l);
+                k += src != NULL;
                 free(src);
             }
         }
-    if (compile_batch_fast(&batch, false, "casts")) compile_batch(&sample, "sm_90", "casts, one layout");
-    tn__free(sample.s);
+    th_kb_compile(&batch, TH_PTX, "casts");
+    th_kb_compile(&sample, TH_BACKEND, "casts, one layout");
     CHECK(k == 6 * 6 * 2, "%d cast kernels", k);
+}
+
+/* A kernel broken in its body makes its batch fail, and the search names
+   it (the prelude sits once at the batch's top: the break is the kernel's own). */
+TEST(test_a_broken_ew_kernel_is_named) {
+    prog_buf b;
+    build_op_program(&b, TN_OP_ADD, TN_F32);
+    th_kbatch batch = { 0 };
+    for (size_t l = 0; l < N_OP_LAYOUTS; l++) {
+        char *src = NULL;
+        CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "%s", tn_last_error());
+        char *hit = src ? strstr(src, "gridDim.x") : NULL;
+        CHECK(hit != NULL, "layout %zu: no gridDim.x to break", l);
+        if (hit && l == 1) memcpy(hit, "gridDim.w", 9);
+        if (src) th_kb_add(&batch, src, "add of float32, layout %zu", l);
+        free(src);
+    }
+    fprintf(stderr, "(an NVRTC error report is expected below)\n");
+    int first, bad = th_kb_run(&batch, TH_PTX, &first);
+    CHECK(bad == 1 && first == 1, "blamed %d kernel(s), the first %d", bad, first);
+    CHECK(strstr(tn_cuda_last_compile_log(), "FAILED kernel: add of float32, layout 1\n") != NULL, "the report names it: %.200s",
+          tn_cuda_last_compile_log());
+    CHECK(strstr(tn_cuda_last_compile_log(), "gridDim.w") != NULL, "the log and source are printed");
+    th_kb_free(&batch);
 }
 
 TEST(test_fused_multi_output) {
     prog_buf b;
     build_fused(&b);
-    tn__sb batch = { 0 };
-    int k = 0;
+    th_kbatch batch = { 0 };
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
         char *src = NULL;
         CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "fused layout %zu: %s", l, tn_last_error());
         if (!src) continue;
         CHECK(strstr(src, "0x7ff0000000000000") != NULL, "the inf immediate is written as its bits");
         CHECK(strstr(src, "*o4 = ") != NULL, "five outputs stored");
-        batch_add(&batch, src, k++);
+        th_kb_add(&batch, src, "fused multi-output, layout %zu", l);
         free(src);
     }
-    compile_batch(&batch, "sm_90", "fused multi-output");
+    th_kb_compile(&batch, TH_BACKEND, "fused multi-output");
     /* the same source, for another architecture, and with fast math */
     char *src = NULL;
     tn__cuda_ew_source(&b.p, &layouts[0], &src);
@@ -180,8 +159,8 @@ TEST(test_logreg_step_kernels) {
     enum { NR = 8, FEATS = 5 };
     tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ NR, FEATS }, 0, 1, 1), *Y = tn_array_zeros(TN_F32, 1, (int64_t[]){ NR });
     tn_array *W0 = tn_array_rand_normal(TN_F32, 1, (int64_t[]){ FEATS }, 0, 1, 2);
-    tn__sb batch = { 0 };
-    int k = 0, composites = 0;
+    th_kbatch batch = { 0 };
+    int composites = 0;
     for (int passed = 0; passed < 2; passed++) {
         lr_step m;
         CHECK(lr_build(&m, passed, X, Y, W0), "compile (%s): %s", passed ? "data passed" : "data shared", tn_last_error());
@@ -193,14 +172,14 @@ TEST(test_logreg_step_kernels) {
                 char *src = NULL;
                 CHECK(tn__cuda_ew_source((const tn_ew_program *)v->ext, &layouts[l], &src) == TN_OK, "codegen, step %d layout %zu: %s",
                       s, l, tn_last_error());
-                if (src) batch_add(&batch, src, k++);
+                if (src) th_kb_add(&batch, src, "logistic step (%s), step %d, layout %zu", passed ? "data passed" : "data shared", s, l);
                 free(src);
             }
         }
         lr_free(&m);
     }
     CHECK(composites == 7, "%d fused kernels in the two steps, want 7", composites);
-    compile_batch_fast(&batch, false, "the logistic regression step's kernels");
+    th_kb_compile(&batch, TH_PTX, "the logistic regression step's kernels");
     tn_array_free(X); tn_array_free(Y); tn_array_free(W0);
 }
 
@@ -217,8 +196,7 @@ TEST(test_float16_programs) {
     int y64 = pb_as(&b, y, TN_F64);
     pb_out(&b, y, TN_F16);
     pb_out(&b, y64, TN_F16);          /* float64 register stored as half: one rounding */
-    tn__sb batch = { 0 };
-    int k = 0;
+    th_kbatch batch = { 0 };
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
         char *src = NULL;
         CHECK(tn__cuda_ew_source(&b.p, &layouts[l], &src) == TN_OK, "f16 layout %zu: %s", l, tn_last_error());
@@ -226,10 +204,10 @@ TEST(test_float16_programs) {
         CHECK(strstr(src, "tn_rh(") && strstr(src, "tn_h2f(") && strstr(src, "tn_d2h("), "half conversions used");
         if (layouts[l].kind == TN__CUDA_CONTIG)
             CHECK(strstr(src, "__align__(16) tn_v4 { unsigned short v[8]; }") != NULL, "8 halves per 16-byte access");
-        batch_add(&batch, src, k++);
+        th_kb_add(&batch, src, "float16 program, layout %zu", l);
         free(src);
     }
-    compile_batch(&batch, "sm_90", "float16");
+    th_kb_compile(&batch, TH_BACKEND, "float16");
 }
 
 TEST(test_codegen_errors) {
@@ -261,103 +239,84 @@ TEST(test_codegen_errors) {
     wide.n_in = max - 1;                /* exactly at the limit: fits, compiles, and the struct stays in 4 KB */
     CHECK(tn__cuda_ew_source(&wide, &(tn__cuda_layout){ TN__CUDA_STRIDED, TN_MAX_DIMS, 0 }, &src) == TN_OK, "%s", tn_last_error());
     if (src) {
-        tn__sb batch = { 0 };
-        tn__sb_puts(&batch, src);
-        tn__sb_printf(&batch, "typedef char tn_params_fit[(sizeof(tn_args) + %d * sizeof(void *) <= 4096) ? 1 : -1];\n", max);
-        compile_batch(&batch, "sm_90", "widest strided kernel");
+        tn__sb text = TN__SB_INIT;
+        tn__sb_puts(&text, src);
+        tn__sb_printf(&text, "typedef char tn_params_fit[(sizeof(tn_args) + %d * sizeof(void *) <= 4096) ? 1 : -1];\n", max);
+        th_kbatch batch = { 0 };
+        if (!text.oom) th_kb_add(&batch, text.s, "widest strided kernel");
+        CHECK(!text.oom, "out of memory");
+        th_kb_compile(&batch, TH_BACKEND, "widest strided kernel");
+        tn__free(text.s);
         free(src);
     }
-}
-
-/* Appends an index, sort, conv or pool kernel's source with its extern "C" names numbered
-   and its macros cleared, so one NVRTC run compiles many. */
-static void batch_add_named(tn__sb *batch, const char *src, int k) {
-    static const char *const names[] = { "tn_index(", "tn_sort_block(", "tn_sort_merge(", "tn_sort_out(", "tn_im2col(", "tn_col2im(", "tn_pool(", "tn_pool2w(" };
-    tn__sb_printf(batch, "#undef ND\n#undef K\n#undef CH\nnamespace k%d {\n", k);
-    for (const char *p = src; *p;) {
-        const char *hit = NULL;
-        size_t len = 0;
-        for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-            const char *h = strstr(p, names[i]);
-            if (h && (!hit || h < hit)) { hit = h; len = strlen(names[i]); }
-        }
-        if (!hit) { tn__sb_puts(batch, p); break; }
-        tn__sb_printf(batch, "%.*s_%d(", (int)(hit + len - 1 - p), p, k);
-        p = hit + len;
-    }
-    tn__sb_puts(batch, "}\n");
 }
 
 /* Every gather/scatter mode x dtype at several ranks and index counts, and
    every sort, compile; the kernel's plan struct is the host's, byte for byte. */
 TEST(test_index_and_sort_kernels) {
     static const int shapes[][2] = { { 0, 1 }, { 1, 0 }, { 2, 1 }, { 3, 2 }, { TN_MAX_DIMS, TN_MAX_DIMS } };
+    const size_t ns = sizeof shapes / sizeof *shapes;
     static char src[16384];
     int kernels = 0;
     for (int mode = 0; mode < 3; mode++) {
-        tn__sb batch = { 0 }, sample = { 0 };   /* every kernel (PTX); the smallest and widest plans (cubin) */
+        /* the smallest and widest plans to a cubin (mode 0: with the back end's options), the others to PTX */
+        th_kbatch batch = { 0 }, sample = { 0 };
         for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1))
-            for (size_t q = 0; q < sizeof shapes / sizeof *shapes; q++) {
+            for (size_t q = 0; q < ns; q++) {
                 int n = tn__index_cuda_source(mode, t, shapes[q][0], shapes[q][1], src, sizeof src);
                 CHECK(n > 0 && (size_t)n < sizeof src, "mode %d %s: no source", mode, tn_dtype_name(t));
-                if (n <= 0) continue;
-                if (q == 0 || q + 1 == sizeof shapes / sizeof *shapes) batch_add_named(&sample, src, kernels);
-                batch_add_named(&batch, src, kernels++);
-                if (q == 0) tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::tn_ip) == %zu ? 1 : -1];\n", kernels, kernels - 1, sizeof(tn__cuda_iplan));
+                if (n <= 0 || (size_t)n >= sizeof src) continue;
+                if (q == 0) snprintf(src + n, sizeof src - (size_t)n, "typedef char tn_fits[sizeof(tn_ip) == %zu ? 1 : -1];\n", sizeof(tn__cuda_iplan));
+                th_kb_add(q == 0 || q + 1 == ns ? &sample : &batch, src, "index mode %d of %s, %d dims, %d indices", mode,
+                          tn_dtype_name(t), shapes[q][0], shapes[q][1]);
+                kernels++;
             }
         for (size_t q = 0; mode < 2 && q < sizeof shapes / sizeof *shapes; q++) {   /* gathers and sets of 16-byte units */
             if (shapes[q][0] < 1) continue;
             int n = tn__index_cuda_source_wide(mode, shapes[q][0], shapes[q][1], src, sizeof src);
             CHECK(n > 0 && (size_t)n < sizeof src, "mode %d, 16-byte units: no source", mode);
-            if (n > 0) batch_add_named(&batch, src, kernels++);
+            if (n > 0 && (size_t)n < sizeof src) th_kb_add(&batch, src, "index mode %d of 16-byte units, %d dims, %d indices", mode, shapes[q][0], shapes[q][1]);
+            kernels += n > 0;
         }
         char what[64];
         snprintf(what, sizeof what, "index kernels of mode %d", mode);
-        if (compile_batch_fast(&batch, false, what)) {
-            if (mode == 0) compile_batch(&sample, "sm_90", what);      /* one mode with the back end's options */
-            else compile_batch_fast(&sample, true, what);
-        }
-        tn__free(sample.s);
+        th_kb_compile(&batch, TH_PTX, what);
+        th_kb_compile(&sample, mode == 0 ? TH_BACKEND : TH_CUBIN, what);
     }
-    tn__sb batch = { 0 }, sample = { 0 };
+    th_kbatch batch = { 0 }, sample = { 0 };   /* ascending to a cubin, descending to PTX */
     for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1))
         for (int desc = 0; desc < 2; desc++) {
             int n = tn__sort_cuda_source(t, desc, src, sizeof src);
             CHECK(n > 0 && (size_t)n < sizeof src, "sort %s: no source", tn_dtype_name(t));
-            if (n > 0 && !desc) batch_add_named(&sample, src, kernels);
-            if (n > 0) batch_add_named(&batch, src, kernels++);
+            if (n > 0 && (size_t)n < sizeof src) th_kb_add(desc ? &batch : &sample, src, "sort of %s, %s", tn_dtype_name(t), desc ? "descending" : "ascending");
+            kernels += n > 0;
         }
-    if (compile_batch_fast(&batch, false, "sort kernels")) compile_batch_fast(&sample, true, "sort kernels, ascending");
-    tn__free(sample.s);
+    th_kb_compile(&batch, TH_PTX, "sort kernels, descending");
+    th_kb_compile(&sample, TH_CUBIN, "sort kernels, ascending");
     CHECK(tn__index_cuda_source(3, TN_F32, 1, 1, NULL, 0) < 0 && tn__index_cuda_source_wide(2, 1, 1, NULL, 0) < 0 &&
           tn__index_cuda_source_wide(0, 0, 1, NULL, 0) < 0 && tn__sort_cuda_source(TN_DTYPE_NONE, false, NULL, 0) < 0, "no kernel: -1");
-    printf("  %d index and sort kernels compiled to PTX, a sample of them for sm_90\n", kernels);
+    printf("  %d index and sort kernels compiled, a sample of them for sm_90, the others to PTX\n", kernels);
 }
 
 /* The float kernels of a source function with a geometry struct (st, host
-   size host_size): one per float dtype, none for the others, all in one
-   program to PTX with the struct's size checked against the host's, and
-   float16's alone through ptxas (its conversions' inline asm). */
+   size host_size): one per float dtype, none for the others, the struct's
+   size checked against the host's; float16's through ptxas (its
+   conversions' inline asm), the others to PTX. */
 static void geo_kernels(int (*source)(tn_dtype, char *, size_t), const char *st, size_t host_size, const char *what) {
     static char src[8192];
-    tn__sb batch = { 0 };
+    th_kbatch batch = { 0 }, f16 = { 0 };
     int kernels = 0;
-    char label[96];
     for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
         int n = source(t, src, sizeof src);
         CHECK((n > 0) == (t == TN_F16 || t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "%s %s: %d", what, tn_dtype_name(t), n);
-        if (n <= 0) continue;
-        batch_add_named(&batch, src, kernels++);
-        tn__sb_printf(&batch, "typedef char fits_%d[sizeof(k%d::%s) == %zu ? 1 : -1];\n", kernels, kernels - 1, st, host_size);
-        if (t == TN_F16) {
-            tn__sb one = { 0 };
-            batch_add_named(&one, src, 0);
-            snprintf(label, sizeof label, "%s, float16, to a cubin", what);
-            compile_batch_fast(&one, true, label);
-        }
+        if (n <= 0 || n >= (int)sizeof src) continue;
+        snprintf(src + n, sizeof src - (size_t)n, "typedef char tn_fits[sizeof(%s) == %zu ? 1 : -1];\n", st, host_size);
+        th_kb_add(t == TN_F16 ? &f16 : &batch, src, "%s of %s", what, tn_dtype_name(t));
+        kernels++;
     }
-    compile_batch_fast(&batch, false, what);
-    printf("  %d %s compiled to PTX (float16's to a cubin for sm_90)\n", kernels, what);
+    th_kb_compile(&f16, TH_CUBIN, what);
+    th_kb_compile(&batch, TH_PTX, what);
+    printf("  %d %s compiled (float16's to a cubin for sm_90, the others to PTX)\n", kernels, what);
 }
 
 /* im2col and col2im (convolutions) for every float dtype; the geometry
@@ -486,6 +445,7 @@ int main(void) {
     th_nvrtc_start("test_nvrtc", th_dir, sizeof th_dir);
     TH_RUN(test_every_op_dtype_layout);
     TH_RUN(test_casts);
+    TH_RUN(test_a_broken_ew_kernel_is_named);
     TH_RUN(test_fused_multi_output);
     TH_RUN(test_logreg_step_kernels);
     TH_RUN(test_float16_programs);
