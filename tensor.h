@@ -5660,6 +5660,7 @@ typedef struct tn__slot {
     tn_type ct;             /* plan: concrete type */
     tn_array arr;           /* internal slots: the array given to kernels */
     tn_array *own;          /* fresh: this call's array, until tn__make_outputs hands it to the caller */
+    int dest;               /* the output whose caller-given destination its step may write instead (tn__call_into), or -1 */
 } tn__slot;
 
 typedef struct tn__step {
@@ -5733,6 +5734,8 @@ struct tn_func {
     unsigned char checks;               /* TN__CHECK_* it runs each step with (0: none) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
     struct tn__replay_cache *rcache;    /* captured CUDA graphs (the >>replay section); NULL until used */
+    bool scan_step;                     /* a scan's device step: a caller's captured loop bakes in its buffers */
+    tn_array *const *out_dest;          /* this call's destinations of outputs (tn__call_into), or NULL */
     tn__atomic_flag busy;                   /* set while a call runs: a second caller gets TN_ERR_BUSY */
     struct tn__shvar **locks;           /* the shared variables it reads or updates, in lock order */
     int n_locks;
@@ -5811,6 +5814,7 @@ static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const 
 
 /* Defined with the executor and the debugprint further down, used before. */
 static void tn__func_share_stream(tn_func *f);
+static tn_result tn__call_into(tn_func *f, tn_array *const *inputs, tn_array **outputs, tn_array *const *dests);
 static void tn__node_label(const tn_var *v, char *buf, size_t cap);
 
 /* >>leaf_ops ----------------------------------------------------------- */
@@ -6497,7 +6501,16 @@ struct tn__scan {
     tn_array **argp;
     tn_array **resp;
     tn_var **gpend;              /* fwd, during tn_grad: gradients reaching each output through PROJ */
+    tn_array **scr;              /* the loop's scratch (fwd: two buffers per update; bwd: one per output), */
+    int n_scr;                   /* kept between calls: a captured loop (>>replay) bakes in their addresses */
+    tn_array *dst;               /* fwd: where each step's results go (rows of the stacked outputs, the next */
+    tn_array **dstp;             /* update states), given to the step function to write straight into */
 };
+
+/* Bumped whenever memory a captured scan loop may have baked in is freed or
+   moved: a scan's scratch, or a step function's buffers when it plans again.
+   The >>replay section keys a scan step's signature on it. */
+static TN__ATOMIC(uint64_t) tn__scan_epoch;
 
 static pthread_mutex_t tn__scan_lock = PTHREAD_MUTEX_INITIALIZER;
 static tn__scan *tn__scan_list;
@@ -6506,9 +6519,10 @@ static void tn__scan_free_one(tn__scan *s) {
     if (!s) return;
     tn_function_free(s->fn);
     tn_function_free(s->dfn);
+    for (int i = 0; i < s->n_scr; i++) tn_array_free(s->scr[i]);
     void *arrs[] = { s->seq_nt, s->seq_off, s->seq_lo, s->seq_hi, s->out_nt, s->out_off, s->out_len0, s->out_stacked,
                      s->init_in, s->tap, s->ns_upd, s->upd_ns, s->ph, s->res, s->res_ph, s->g_of_out, s->inner,
-                     s->inner_in, s->inner_in_off, s->inner_t_off, s->args, s->argp, s->resp, s->gpend };
+                     s->inner_in, s->inner_in_off, s->inner_t_off, s->args, s->argp, s->resp, s->gpend, s->scr, s->dst, s->dstp };
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) tn__free(arrs[i]);
     tn__free(s);
 }
@@ -6542,6 +6556,7 @@ TN_API void tn__scan_release_graph(tn_graph *g) {
 }
 
 static const char *tn__scan_vname(const tn_var *v) { return v && v->name ? v->name : "?"; }
+static tn_result tn__scan_oom(const tn__scan *s) { return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
 
 /* >>scan_types ----------------------------------------------------------- */
 
@@ -6837,6 +6852,24 @@ static tn_result tn__scan_put_init(const tn__scan *s, const tn__scan_mem *m, int
     return TN_OK;
 }
 
+/* Scratch buffer i of the loop, like `like` on m's device: the one kept from
+   an earlier call when it matches, else a new one (what it holds is stale). */
+static tn_array *tn__scan_scratch(tn__scan *s, const tn__scan_mem *m, int i, const tn_array *like) {
+    if (i >= s->n_scr) {
+        tn_array **n = (tn_array **)tn__realloc(s->scr, (size_t)(i + 1) * sizeof *n);
+        if (!n) { tn__scan_oom(s); return NULL; }
+        for (int j = s->n_scr; j <= i; j++) n[j] = NULL;
+        s->scr = n;
+        s->n_scr = i + 1;
+    }
+    tn_array *a = s->scr[i];
+    if (a && a->dtype == like->dtype && a->device == m->device && tn__scan_same_shape(a, like)) return a;
+    tn_array_free(a);
+    tn__atomic_fetch_add(&tn__scan_epoch, 1);
+    if (!(s->scr[i] = tn__array_alloc(like->dtype, like->ndim, like->shape, m->device))) tn__scan_oom(s);
+    return s->scr[i];
+}
+
 static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
     tn__scan *s = (tn__scan *)node->ext;
     tn_func *fn = m->device_step ? s->dfn : s->fn;
@@ -6844,37 +6877,43 @@ static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array 
     tn_result r = TN_OK;
     for (int k = 0; k < s->n_out; k++)
         if (s->init_in[k] >= 0 && (r = tn__scan_put_init(s, m, k, in[s->init_in[k]], out[k])) != TN_OK) return r;
-    /* update states: two buffers each, swapped every step */
+    /* update states: two scratch buffers each, swapped every step */
     tn_array *st_s[8], **st = s->n_upd <= 4 ? st_s : (tn_array **)tn__calloc((size_t)s->n_upd * 2, sizeof *st);
-    if (!st) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
-    for (int u = 0; u < 2 * s->n_upd; u++) st[u] = NULL;
+    if (!st) return tn__scan_oom(s);
     for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
         const tn_array *init = in[s->n_seq + s->n_init + s->upd_ns[u]];
-        for (int h = 0; h < 2; h++)
-            if (!(st[2 * u + h] = tn__array_alloc(init->dtype, init->ndim, init->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        for (int h = 0; h < 2 && r == TN_OK; h++)
+            if (!(st[2 * u + h] = tn__scan_scratch(s, m, 2 * u + h, init))) r = tn_last_result();
         if (r == TN_OK) r = tn__scan_copy(s, m, st[2 * u], init, "update", u);
     }
     tn_array *cur_s[4], **cur = s->n_upd <= 4 ? cur_s : (tn_array **)tn__calloc((size_t)s->n_upd + 1, sizeof *cur);
-    if (!cur && r == TN_OK) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    if (!cur && r == TN_OK) r = tn__scan_oom(s);
+    if (r == TN_OK && !s->dst) {
+        s->dst = (tn_array *)tn__calloc((size_t)s->n_res + 1, sizeof *s->dst);
+        s->dstp = (tn_array **)tn__calloc((size_t)s->n_res + 1, sizeof *s->dstp);
+        if (!s->dst || !s->dstp) r = tn__scan_oom(s);
+        for (int k = 0; r == TN_OK && k < s->n_res; k++) s->dstp[k] = &s->dst[k];
+    }
     for (int u = 0; u < s->n_upd && r == TN_OK; u++) cur[u] = st[2 * u];
+    /* each step writes its results into their rows and the next states where
+       its function can (tn__call_into); what it could not is copied there */
     for (int64_t t = 0; t < T && r == TN_OK; t++) {
         tn__scan_fill_args(s, s->args, in, out, cur, t);
-        if ((r = tn_call(fn, s->argp, s->resp)) != TN_OK) {
+        for (int k = 0; k < s->n_out; k++) tn__scan_row(&s->dst[k], out[k], s->out_len0[k] + t);
+        for (int u = 0; u < s->n_upd; u++) s->dst[s->n_out + u] = *(cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u]);
+        if ((r = tn__call_into(fn, s->argp, s->resp, s->dstp)) != TN_OK) {
             r = tn__err(r, "tn_scan '%s': step %lld of %lld: %s", s->name, (long long)t, (long long)T, tn_last_error());
             break;
         }
-        for (int k = 0; k < s->n_out && r == TN_OK; k++) {
-            tn_array d;
-            tn__scan_row(&d, out[k], s->out_len0[k] + t);
-            r = tn__scan_copy(s, m, &d, s->resp[k], "output", k);
-        }
+        for (int k = 0; k < s->n_out && r == TN_OK; k++)
+            if (s->resp[k]->data != s->dst[k].data) r = tn__scan_copy(s, m, &s->dst[k], s->resp[k], "output", k);
         for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
             tn_array *nx = cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u];
-            if ((r = tn__scan_copy(s, m, nx, s->resp[s->n_out + u], "update", u)) == TN_OK) cur[u] = nx;
+            if (s->resp[s->n_out + u]->data != nx->data) r = tn__scan_copy(s, m, nx, s->resp[s->n_out + u], "update", u);
+            if (r == TN_OK) cur[u] = nx;
         }
     }
     for (int u = 0; u < s->n_upd && r == TN_OK; u++) r = tn__scan_copy(s, m, out[s->n_out + u], cur[u], "update", u);
-    for (int u = 0; u < 2 * s->n_upd; u++) tn_array_free(st[u]);
     if (st != st_s) tn__free(st);
     if (cur != cur_s) tn__free(cur);
     return r;
@@ -6900,11 +6939,11 @@ static tn_result tn__scan_bwd(const tn_var *node, tn_array *const *in, tn_array 
     for (int j = 0; j < nfin && r == TN_OK; j++) r = m->zero(out[j]);
     if (r != TN_OK) return r;
     tn_array *dB_s[8], **dB = s->n_out <= 8 ? dB_s : (tn_array **)tn__calloc((size_t)s->n_out, sizeof *dB);
-    if (!dB) return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+    if (!dB) return tn__scan_oom(s);
     for (int k = 0; k < s->n_out; k++) dB[k] = NULL;
-    for (int k = 0; k < s->n_out && r == TN_OK; k++) {
+    for (int k = 0; k < s->n_out && r == TN_OK; k++) {     /* the running gradients of the stacked outputs: scratch */
         if (b->g_of_out[k] < 0) continue;
-        if (!(dB[k] = tn__array_alloc(bufs[k]->dtype, bufs[k]->ndim, bufs[k]->shape, m->device))) r = tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name);
+        if (!(dB[k] = tn__scan_scratch(b, m, k, bufs[k]))) r = tn_last_result();
         else r = tn__scan_copy(s, m, dB[k], gbufs[k], "output gradient", k);
     }
     int64_t stop = s->truncate > 0 && s->truncate < T ? T - s->truncate : 0;
@@ -6945,7 +6984,6 @@ static tn_result tn__scan_bwd(const tn_var *node, tn_array *const *in, tn_array 
             r = tn__scan_copy(s, m, &d, &src, "initial gradient", k);
         }
     }
-    for (int k = 0; k < s->n_out; k++) tn_array_free(dB[k]);
     if (dB != dB_s) tn__free(dB);
     return r;
 }
@@ -6970,6 +7008,12 @@ TN_API bool tn__scan_device_ok(const tn_var *node) {
     return s && s->dfn;
 }
 
+/* The step function a device loop of node calls (NULL: none). */
+static tn_func *tn__scan_device_fn(const tn_var *node) {
+    const tn__scan *s = node->op == TN_OP_SCAN ? (const tn__scan *)node->ext : NULL;
+    return s ? s->dfn : NULL;
+}
+
 /* >>scan_rows: this part's rows of the op table (the >>ops_table section); its
    gradient is the >>scan_grad section's (no forward mode). */
 #define TN__SCAN_OP_ROWS \
@@ -6986,8 +7030,6 @@ typedef struct tn__scan_b {      /* build-time state of tn_scan */
     int *phidx;                  /* by var id: placeholder index or -1 */
     int n_idx;
 } tn__scan_b;
-
-static tn_result tn__scan_oom(const tn__scan *s) { return tn__err(TN_ERR_OOM, "tn_scan '%s': out of memory", s->name); }
 
 static tn_result tn__scan_phidx(tn__scan_b *b) {
     tn__scan *s = b->s;
@@ -7205,6 +7247,7 @@ static void tn__scan_compile_device(tn__scan *s, tn_graph *g) {
     tn__free(res);
     if (s->dfn && tn__scan_device_work(s->dfn) == 0) { tn_function_free(s->dfn); s->dfn = NULL; }
     if (!s->dfn) tn_clear_error();
+    else s->dfn->scan_step = true;
     tn__func_share_stream(s->dfn);      /* the steps run on the stream of the function calling the scan */
 }
 
@@ -8838,12 +8881,24 @@ static tn_var *tn__b_gemm(tn__rw *c, tn_var *v) { return tn__rw_gemm(c, v, false
 static tn_var *tn__b_gemm_zero_scale(tn__rw *c, tn_var *v) { return tn__rw_gemm(c, v, true); }
 
 /* dot(matrix, vector) -> gemv with beta 0 over zeros (rows known): the same
-   product (the addend is not read). */
+   product (the addend is not read, only its shape). Up to TN__GEMV_ZEROS_MAX
+   rows the zeros are a constant, placed once: no fill kernel each call (a
+   loop's step of small products would spend a launch on each); past it, an
+   Alloc, which a later sum can take over in place. */
+#define TN__GEMV_ZEROS_MAX 65536
 static tn_var *tn__b_dot_gemv(tn__rw *c, tn_var *v) {
     tn_var *A = v->in[0], *x = v->in[1];
-    if (A->type.ndim != 2 || x->type.ndim != 1 || !tn_dtype_is_float(v->type.dtype) || A->type.shape[0] < 0) return NULL;
-    tn_var *z = tn__rw_scalar(c->g, v->type.dtype, 0.0);
-    tn_var *y = z ? tn_alloc(z, 1, &A->type.shape[0]) : NULL;
+    int64_t m = A->type.shape[0];
+    if (A->type.ndim != 2 || x->type.ndim != 1 || !tn_dtype_is_float(v->type.dtype) || m < 0) return NULL;
+    tn_var *y;
+    if (m <= TN__GEMV_ZEROS_MAX) {
+        tn_array *zeros = tn_array_zeros(v->type.dtype, 1, &m);
+        y = zeros ? tn_constant(c->g, zeros) : NULL;
+        tn_array_free(zeros);
+    } else {
+        tn_var *z = tn__rw_scalar(c->g, v->type.dtype, 0.0);
+        y = z ? tn_alloc(z, 1, &m) : NULL;
+    }
     return y ? tn_gemv(y, 1.0, A, x, 0.0) : NULL;
 }
 
@@ -10207,8 +10262,33 @@ done:
 
 /* >>function ----------------------------------------------------------- */
 
+/* Outputs a caller may have written straight into arrays it gives
+   (tn__call_into: a scan's step into its stacked rows): an output's own
+   slot (no input, view, update or second output shares it), made by a step
+   that writes its whole output wherever it is pointed: not in place, or in
+   place where the kernel also works out of place (elementwise, GEMM/GEMV,
+   which copy their addend over first). */
+static void tn__mark_dests(tn_func *f) {
+    for (int s = 0; s < f->n_slots; s++) f->slots[s].dest = -1;
+    for (int i = 0; i < f->n_outputs; i++) {
+        int s = f->out_slot[i];
+        bool ok = f->slots[s].kind == TN__SLOT_INTERNAL && f->slots[s].view_of < 0;
+        for (int j = 0; ok && j < f->n_outputs; j++) ok = j == i || f->out_slot[j] != s;
+        for (int j = 0; ok && j < f->n_updates; j++) ok = f->upd_slot[j] != s;
+        const tn__step *st = NULL;
+        for (int k = 0; ok && k < f->n_steps && !st; k++)
+            if (s >= f->steps[k].out_slot && s < f->steps[k].out_slot + f->steps[k].n_out) st = &f->steps[k];
+        if (!ok || !st || st->view) continue;
+        const tn_var *v = st->node;
+        tn_op_kind kd = tn__op_kind(v->op);
+        if (!v->inplace || kd == TN_OPK_ELEMWISE || kd == TN_OPK_COMPOSITE || v->op == TN_OP_GEMV || v->op == TN_OP_GEMM)
+            f->slots[s].dest = i;
+    }
+}
+
 static void tn__plan_release(tn_func *f) {
     tn__replay_drop(f);                 /* its graphs baked in the buffers freed here */
+    if (f->scan_step && f->n_phys) tn__atomic_fetch_add(&tn__scan_epoch, 1);   /* so did its callers' (>>replay) */
     for (int s = 0; f->slots && s < f->n_slots; s++) { tn_array_free(f->slots[s].own); f->slots[s].own = NULL; }
     for (int i = 0; i < f->n_phys; i++) tn__buffer_release(f->phys[i].base);
     f->n_phys = 0;
@@ -10684,6 +10764,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
         for (int j = 0; ok && j < f->n_updates; j++) ok = j == i || f->upd_slot[j] != s;
         f->upd_swappable[i] = ok;
     }
+    tn__mark_dests(f);
     f->n_ext = 0;
     f->ext_slots = (int *)tn__malloc(((size_t)f->n_slots + 1) * sizeof *f->ext_slots);
     f->args = (tn_array **)tn__malloc((size_t)f->max_args * sizeof *f->args);
@@ -11193,6 +11274,13 @@ static tn_result tn__fence(void) {
 TN_API void tn__fence_enter(void) { tn__fence_depth++; }
 TN_API tn_result tn__fence_leave(void) { return --tn__fence_depth > 0 ? TN_OK : tn__fence(); }
 
+/* d can stand for a: dtype, device, shape and strides. */
+static bool tn__same_layout(const tn_array *d, const tn_array *a) {
+    if (d->dtype != a->dtype || d->device != a->device || d->ndim != a->ndim) return false;
+    for (int k = 0; k < a->ndim; k++) if (d->shape[k] != a->shape[k] || d->strides[k] != a->strides[k]) return false;
+    return true;
+}
+
 /* How tn__steps runs: every step, or (the >>replay section's probe)
    only the views, noting each kernel's operands instead of launching it. */
 enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
@@ -11220,6 +11308,8 @@ static tn_result tn__steps(tn_func *f, int how) {
             } else {
                 a->base = f->phys[sl->phys].base;
                 a->data = f->phys[sl->phys].data;
+                const tn_array *d = sl->dest >= 0 && f->out_dest ? f->out_dest[sl->dest] : NULL;
+                if (d && tn__same_layout(d, a)) { a->base = d->base; a->data = d->data; }
             }
             out[o] = a;
         }
@@ -11431,14 +11521,22 @@ static void tn__compile_note(tn_func *f) {
 
 /* One call at a time per function (an atomic flag, no lock on this path);
    see "Threads" at the top of this file. */
-TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) {
+TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs) { return tn__call_into(f, inputs, outputs, NULL); }
+
+/* tn_call that writes output i straight into dests[i] (dests NULL, or an
+   entry NULL: the function's own buffer) where the output's step can
+   (tn__mark_dests) and dests[i] has the output's dtype, device, shape and
+   strides this call; outputs[i] then points there (the caller compares). */
+static tn_result tn__call_into(tn_func *f, tn_array *const *inputs, tn_array **outputs, tn_array *const *dests) {
     tn_result r = tn__func_check(f, "tn_call");
     if (r != TN_OK) return r;
     if (tn__atomic_flag_test_and_set_explicit(&f->busy, TN__ACQUIRE))
         return tn__err(TN_ERR_BUSY, "tn_call: function '%s' is running in another thread; a function takes one call at a time "
                        "(compile one per thread to run them concurrently)", f->name);
     tn__func_lock(f);
+    f->out_dest = dests;
     r = tn__call(f, inputs, outputs);
+    f->out_dest = NULL;
     if (!f->compile_noted) tn__compile_note(f);
     tn__func_unlock(f);
     tn__atomic_flag_clear_explicit(&f->busy, TN__RELEASE);
@@ -11499,10 +11597,16 @@ static tn_result tn__call(tn_func *f, tn_array *const *inputs, tn_array **output
    in the signature) or packed before the launch into the node's pinned
    staging buffer (tn_backend_op.stage), an output lands in pinned memory
    (a fresh output keeps its address while the caller frees the last one),
-   and the call's fence waits for the graph. Eligible: every step but the
-   views runs on the device or copies between it and the host, at least
+   and the call's fence waits for the graph. A scan on the device is
+   captured whole: its loop runs once under capture, each step's kernels
+   and copies recorded in order (a step function called under capture runs
+   its kernels plainly, into the capture), so a replay runs every step
+   without the host. Its step function's buffers and the loop's scratch are
+   baked in too: the signature holds tn__scan_epoch, which moves when any of
+   them is freed. Eligible: every step but the views runs on the device or
+   copies between it and the host (a scan's step function too), at least
    two kernels, and none of cuda_graph=0, launch_blocking=1, profiling,
-   mode=check. A
+   mode=check, for the function and its scans' step functions. A
    capture that fails (an op that synchronises or allocates) turns graphs off
    for that function for good, silently (tn__replay_stats says why); that
    call runs its kernels plainly. */
@@ -11564,35 +11668,53 @@ static const char *tn__replay_blocker(const tn_func *f) {
     return NULL;
 }
 
-/* Whether f's steps can be captured; else why not, in why. */
-static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
-    int kernels = 0, dev = TN_HOST;
+/* This thread is capturing a function's steps: a function called from one
+   of them (a scan's step) runs plainly, into the capture. */
+static TN__THREAD_LOCAL bool tn__replay_capturing;
+
+/* Whether f's steps (and those of its scans' step functions) can be
+   captured on one device (*dev: TN_HOST until a step says which); counts
+   the kernels; else why not, in why. */
+static bool tn__replay_walk(const tn_func *f, int *dev, int *kernels, char *why, size_t cap) {
     char lb[160];
+    const char *b = tn__replay_blocker(f);
+    if (b) { snprintf(why, cap, "%s: %s", f->name, b); return false; }
     for (int k = 0; k < f->n_steps; k++) {
         const tn__step *st = &f->steps[k];
         if (st->view) continue;
         const tn_var *v = st->node;
-        if (v->device != TN_HOST && dev != TN_HOST && v->device != dev) {   /* one stream is captured */
-            snprintf(why, cap, "steps on cuda%d and cuda%d", dev, v->device);
+        if (v->device != TN_HOST && *dev != TN_HOST && v->device != *dev) {   /* one stream is captured */
+            snprintf(why, cap, "steps on cuda%d and cuda%d", *dev, v->device);
             return false;
         }
-        if (v->device != TN_HOST) dev = v->device;
+        if (v->device != TN_HOST) *dev = v->device;
         /* copies between the host and this device are graph nodes (a copy to
            the host: where the back end queues it, tn_device_ops.d2h); a move
            between devices is not */
         const tn_device_ops *ops = tn__get_device_ops();
         bool host_copy = tn__op_kind(v->op) == TN_OPK_TRANSFER && (v->device == TN_HOST) != (v->in[0]->device == TN_HOST) &&
                          (v->device != TN_HOST || (ops && ops->d2h));
-        if ((tn__op_kind(v->op) == TN_OPK_TRANSFER && !host_copy) || (v->device == TN_HOST && !host_copy) || v->op == TN_OP_SCAN) {
+        if ((tn__op_kind(v->op) == TN_OPK_TRANSFER && !host_copy) || (v->device == TN_HOST && !host_copy)) {
             tn__node_label(v, lb, sizeof lb);
             snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
                      tn__op_kind(v->op) == TN_OPK_TRANSFER ? (v->device == TN_HOST ? "copies to the host without the back end" : "copies between devices")
-                     : v->op == TN_OP_SCAN ? "walks its steps from the host (its step function may replay graphs)"
                      : "runs on the host");
             return false;
         }
-        kernels++;
+        const tn_func *inner = v->op == TN_OP_SCAN ? tn__scan_device_fn(v) : NULL;
+        if (v->op == TN_OP_SCAN && (!inner || !tn__replay_walk(inner, dev, kernels, why, cap))) {
+            if (!inner) snprintf(why, cap, "scan node %d has no device step", v->id);
+            return false;
+        }
+        *kernels += 1 + (inner != NULL);        /* a loop's copies count too */
     }
+    return true;
+}
+
+/* Whether f's steps can be captured; else why not, in why. */
+static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
+    int kernels = 0, dev = TN_HOST;
+    if (!tn__replay_walk(f, &dev, &kernels, why, cap)) return false;
     if (kernels < 2) { snprintf(why, cap, "%d device kernel%s: a graph saves nothing", kernels, kernels == 1 ? "" : "s"); return false; }
     return true;
 }
@@ -11600,7 +11722,7 @@ static bool tn__replay_eligible(const tn_func *f, char *why, size_t cap) {
 static tn__replay_cache *tn__replay_cache_get(tn_func *f) {
     if (f->rcache) return f->rcache;
     size_t cap = 1;
-    for (int k = 0; k < f->n_steps; k++) cap += (size_t)(f->steps[k].n_in + f->steps[k].n_out) * (1 + TN_MAX_DIMS);
+    for (int k = 0; k < f->n_steps; k++) cap += 1 + (size_t)(f->steps[k].n_in + f->steps[k].n_out) * (1 + TN_MAX_DIMS);
     tn__replay_cache *gc = (tn__replay_cache *)tn__calloc(1, sizeof *gc);
     uint64_t *sig = (uint64_t *)tn__malloc(cap * sizeof *sig);
     if (!gc || !sig) { tn__free(gc); tn__free(sig); return NULL; }
@@ -11623,6 +11745,10 @@ static tn_result tn__replay_note(tn_func *f, const tn__step *st, tn_array *const
         if (r != TN_OK) return r;
     } else if (!st->brow && st->def->kind == TN_OPK_TRANSFER && !(out[0]->base && out[0]->base->free_fn))
         key = 0;
+    if (st->node->op == TN_OP_SCAN) {       /* what its loop baked in besides its operands */
+        if (gc->n_sig + 1 > gc->cap_sig) { gc->sig_overflow = true; return TN_OK; }
+        gc->sig[gc->n_sig++] = tn__atomic_load(&tn__scan_epoch);
+    }
     for (int i = 0; i < st->n_in + st->n_out; i++) {
         const tn_array *a = i < st->n_in ? in[i] : out[i - st->n_in];
         if (gc->n_sig + 1 + (size_t)a->ndim > gc->cap_sig) { gc->sig_overflow = true; return TN_OK; }
@@ -11669,7 +11795,9 @@ static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay
     const tn_backend *b = f->backend;
     tn_result r = b->replay_begin();
     if (r == TN_OK) {
+        tn__replay_capturing = true;
         r = tn__steps(f, TN__STEPS_RUN);
+        tn__replay_capturing = false;
         void *exec = NULL;
         tn_result re = b->replay_end(r == TN_OK ? &exec : NULL);
         if (r == TN_OK && re == TN_OK && exec) {
@@ -11688,7 +11816,7 @@ static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay
 
 static tn_result tn__replay_run(tn_func *f) {
     tn__replay_cache *gc = f->rcache;
-    if ((gc && gc->state >= TN__REPLAY_PLAN_OFF) || f->n_steps == 0 || tn__replay_blocker(f) || (!gc && !(gc = tn__replay_cache_get(f))))
+    if (tn__replay_capturing || (gc && gc->state >= TN__REPLAY_PLAN_OFF) || f->n_steps == 0 || tn__replay_blocker(f) || (!gc && !(gc = tn__replay_cache_get(f))))
         return tn__steps(f, TN__STEPS_RUN);
     if (gc->state == TN__REPLAY_UNKNOWN) {
         gc->state = tn__replay_eligible(f, gc->why, sizeof gc->why) ? TN__REPLAY_ON : TN__REPLAY_PLAN_OFF;

@@ -3438,7 +3438,7 @@ static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const ch
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(dst->device, &D, who);
     if (r != TN_OK) return r;
-    if (src->device == dst->device && tn_array_is_contiguous(src) && tn_array_size(src) == tn_array_size(dst)) {
+    if (src->device == dst->device && tn_array_is_contiguous(src) && tn_array_is_contiguous(dst) && tn_array_size(src) == tn_array_size(dst)) {
         size_t n = tn_array_nbytes(dst);
         if (n) TN__CU_CHECK(tn__cuda.cu.cuMemcpyDtoDAsync_v2((tn__CUdeviceptr)(uintptr_t)dst->data,
                                                               (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream(D)), who);
@@ -4878,6 +4878,33 @@ static tn_result tn__cuda_reshape_run(const tn_var *node, void *state, tn_array 
 
 static bool tn__cuda_reshape_supports(const tn_var *node) { return tn__cuda_stype(node->type.dtype); }
 
+/* >>cuda_join: Join (tn_concatenate) ------------------------------------------ */
+/* Each input copied into its slab of the output along the axis: one DMA
+   where both are contiguous (axis 0 of a contiguous output), else the
+   elementwise copy kernel over the slab's strides. */
+static tn_result tn__cuda_join_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    (void)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn_result r = TN_OK;
+    int ax = tn__p_axis(&node->p);
+    int64_t at = 0;
+    for (int i = 0; i < node->n_in && r == TN_OK; i++) {
+        tn_array v = *out[0];
+        v.shape[ax] = in[i]->shape[ax];
+        v.data = (char *)out[0]->data + at * out[0]->strides[ax];
+        at += in[i]->shape[ax];
+        if (tn_array_size(&v) > 0) r = tn__cuda_copy_into(&v, in[i], who);
+    }
+    tn__cuda_dev *D;
+    return r != TN_OK ? r : (r = tn__cuda_enter(out[0]->device, &D, who)) != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
+}
+
+static bool tn__cuda_join_supports(const tn_var *node) {
+    for (int i = 0; i < node->n_in; i++) if (node->in[i]->type.dtype != node->type.dtype) return false;
+    return tn__cuda_stype(node->type.dtype);
+}
+
 /* >>cuda_print: the Print op on the device --------------------------------------- */
 /* The value goes to the host (a copy ordered after the work queued so far,
    which waits) to be printed by the op's own printer; the output is a copy
@@ -5323,6 +5350,7 @@ static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_
 static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release, NULL };
 static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release, NULL };
 static const tn_backend_op tn__cuda_row_reshape = { tn__cuda_reshape_supports, tn__cuda_bind_prepare, tn__cuda_reshape_run, NULL, NULL };
+static const tn_backend_op tn__cuda_row_join = { tn__cuda_join_supports, tn__cuda_bind_prepare, tn__cuda_join_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_print = { NULL, tn__cuda_bind_prepare, tn__cuda_print_run, NULL, NULL };
 static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL };
 static const tn_backend_op tn__cuda_row_pool = { tn__cuda_pool_supports, tn__cuda_pool_prepare, tn__cuda_pool_run, tn__free, NULL };
@@ -5347,7 +5375,7 @@ static const struct { int op; const tn_backend_op *row; } tn__cuda_op_rows[] = {
     { TN_OP_INC_SUBTENSOR, &tn__cuda_row_index }, { TN_OP_ARGSORT, &tn__cuda_row_sort },
     { TN_OP_RANDOM, &tn__cuda_row_rnd },
     { TN_OP_IM2COL, &tn__cuda_row_conv }, { TN_OP_COL2IM, &tn__cuda_row_conv }, { TN_OP_POOL, &tn__cuda_row_pool },
-    { TN_OP_RESHAPE, &tn__cuda_row_reshape }, { TN_OP_FLATTEN, &tn__cuda_row_reshape },
+    { TN_OP_RESHAPE, &tn__cuda_row_reshape }, { TN_OP_FLATTEN, &tn__cuda_row_reshape }, { TN_OP_CONCATENATE, &tn__cuda_row_join },
     { TN_OP_PRINT, &tn__cuda_row_print },
 };
 #undef TN__CUDA_EW_ROW

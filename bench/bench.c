@@ -52,11 +52,11 @@ typedef struct row {
     char note[96];
     char na[160];            /* "n/a (...)" or "ERROR: ..." when set */
 } row;
-static row rows[112];
+static row rows[160];
 static int nrows;
 
 static row *R(const char *sect, const char *name) {
-    row *r = &rows[nrows < 111 ? nrows++ : 111];
+    row *r = &rows[nrows < 159 ? nrows++ : 159];
     memset(r, 0, sizeof *r);
     snprintf(r->sect, sizeof r->sect, "%s", sect);
     snprintf(r->name, sizeof r->name, "%s", name);
@@ -697,6 +697,85 @@ static void convnet_cases(void) {
     tn_graph_free(g);
 }
 
+/* >>cases: the deck's recurrent network (examples/rnn_scan.c) --------------- */
+/* x(n) = tanh(W x(n-1) + W1 u(n) + W2 u(n-4) + Wf y(n-1)), y(n) = Wout x(n-3):
+   tn_scan with sequence taps -4/0 and output taps -3/-1, float64, 6 states,
+   3 inputs, 2 outputs, over 1004 rows of u (1000 steps); the stacked x and y
+   returned. Forward, and forward with the gradient of sum(y^2) by W (BPTT).
+   Per step: a call's time over its 1000 steps. bench/peers.py runs the same
+   loop as JAX's lax.scan and as a PyTorch loop. */
+enum { RNN_X = 6, RNN_U = 3, RNN_Y = 2, RNN_L = 1004, RNN_T = RNN_L - 4 };
+
+static tn_result rnn_bench_step(tn_scan_step *s, void *user) {
+    (void)user;
+    tn_var *W = s->non_seq[0], *W1 = s->non_seq[1], *W2 = s->non_seq[2], *Wf = s->non_seq[3], *Wout = s->non_seq[4];
+    s->outputs[0] = tn_tanh(tn_add(tn_add(tn_dot(W, s->out[0][1]), tn_dot(W1, s->seq[0][1])),
+                                   tn_add(tn_dot(W2, s->seq[0][0]), tn_dot(Wf, s->out[1][0]))));
+    s->outputs[1] = tn_dot(Wout, s->out[0][0]);
+    return TN_OK;
+}
+
+/* The loop's function: x and y, with grad also d sum(y^2) / dW. */
+static tn_func *rnn_bench_fn(tn_graph *g, bool grad, tn_var **in) {
+    static const int64_t shp[8][2] = { { RNN_X, RNN_X }, { RNN_X, RNN_U }, { RNN_X, RNN_U }, { RNN_X, RNN_Y }, { RNN_Y, RNN_X },
+                                       { -1, RNN_U }, { 3, RNN_X }, { RNN_Y, 0 } };
+    for (int i = 0; i < 8; i++) in[i] = tn_input(g, "p", TN_F64, i == 7 ? 1 : 2, shp[i], NULL);
+    static const int utaps[2] = { -4, 0 }, xtaps[2] = { -3, -1 };
+    tn_scan_seq seq = { in[5], 2, utaps };
+    tn_scan_out oi[2] = { { in[6], 2, xtaps }, { in[7], 0, NULL } };
+    tn_var *xy[3] = { NULL, NULL, NULL };
+    if (tn_scan(&(tn_scan_desc){ .step = rnn_bench_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 2, .outputs = oi,
+                                 .n_non_sequences = 5, .non_sequences = in, .name = "rnn" }, xy, NULL, NULL) != TN_OK)
+        return NULL;
+    if (grad && !(xy[2] = tn_grad1(tn_sum(tn_sqr(xy[1]), NULL, 0, false), in[0]))) return NULL;
+    return tn_function(g, &(tn_func_desc){ .n_inputs = 8, .inputs = in, .n_outputs = grad ? 3 : 2, .outputs = xy, .name = "rnn" });
+}
+
+static void scan_cases(void) {
+    const char *S = "scan";
+    int iters = GPU ? (Q ? 20 : 100) : (Q ? 10 : 50);
+    static const int64_t shp[8][2] = { { RNN_X, RNN_X }, { RNN_X, RNN_U }, { RNN_X, RNN_U }, { RNN_X, RNN_Y }, { RNN_Y, RNN_X },
+                                       { RNN_L, RNN_U }, { 3, RNN_X }, { RNN_Y, 0 } };
+    tn_array *a[8];
+    for (int i = 0; i < 8; i++) a[i] = tn_array_rand_uniform(TN_F64, i == 7 ? 1 : 2, shp[i], -0.7, 0.7, 100 + (uint64_t)i);
+    const char *names[2][2] = { { "rnn_scan forward, per step", "rnn_scan forward, cuda_graph=0" },
+                                { "rnn_scan fwd + BPTT grad, per step", "rnn_scan fwd + grad, cuda_graph=0" } };
+    for (int grad = 0; grad < 2; grad++)
+        for (int plain = 0; plain < 1 + GPU; plain++) {
+            row *r = R(S, names[grad][plain]);
+            tn_graph *g = tn_graph_new();
+            tn_var *in[8];
+            if (plain) cfg_push(nograph);
+            tn_func *f = rnn_bench_fn(g, grad, in);
+            if (plain) cfg_pop();
+            int n, on_dev = 0;
+            for (int k = 0; f && k < f->n_steps; k++) on_dev += f->steps[k].node->op == TN_OP_SCAN && f->steps[k].node->device != TN_HOST;
+            n = f ? steps_on(f, true, TN_OP_SCAN, NULL) + steps_on(f, false, TN_OP_SCAN, NULL) : 0;
+            if (!f) err(r, "in tn_function");
+            else if (GPU && on_dev < n) na(r, "%d of %d scans on the GPU", on_dev, n);
+            else {
+                run_func(r, f, a, iters);
+                if (!r->na[0]) {
+                    r->med /= RNN_T; r->lo /= RNN_T; r->hi /= RNN_T;
+                    int64_t rep = 0, cap = 0;
+                    const char *why = "";
+                    tn__replay_stats(f, &rep, &cap, &why);
+                    const tn__scan *sc = NULL;
+                    for (int k = 0; k < f->n_steps && !sc; k++) if (f->steps[k].node->op == TN_OP_SCAN) sc = (const tn__scan *)f->steps[k].node->ext;
+                    int sk = sc ? steps_on(GPU && sc->dfn ? sc->dfn : sc->fn, GPU, -1, NULL) : 0;
+                    if (GPU && !plain) {
+                        set_limit(r, "", 0, T_ABS, 10e-6);
+                        snprintf(r->note, sizeof r->note, "%d steps a call, %d kernels a step; %lld replays%s%.30s", RNN_T, sk,
+                                 (long long)rep, *why ? ": " : "", why);
+                    } else snprintf(r->note, sizeof r->note, "%d steps a call, %d ops a step", RNN_T, sk);
+                }
+            }
+            tn_function_free(f);
+            tn_graph_free(g);
+        }
+    for (int i = 0; i < 8; i++) tn_array_free(a[i]);
+}
+
 /* >>cases: convolutions (the peers' CONV_SHAPES: bench/peers.py) ---------------- */
 /* conv2d of x (N, Ci, H, H) with w (Co, Ci, k, k), padding k/2, forward and
    forward + gradients with respect to x and w (the sum of the output as the
@@ -1258,9 +1337,14 @@ static void gpu_gemm_cases(void) {
 
 /* >>main ------------------------------------------------------------------ */
 
+static const char *only;    /* --only: case groups whose name contains it */
+#define CASE(fn) do { if (!only || strstr(#fn, only) || (fn == fusion_cases && strstr(BW_CASES, only))) fn(); } while (0)
+#define BW_CASES "gather_rows_case pool_cases random_cases"      /* they measure against fusion_cases' copy */
+
 static void usage(void) {
-    fprintf(stderr, "usage: build/bench [--quick] [--cpu-only] [--gpu-only]\n"
+    fprintf(stderr, "usage: build/bench [--quick] [--cpu-only] [--gpu-only] [--only NAME]\n"
                     "  --quick     fewer iterations and repeats (CI smoke)\n"
+                    "  --only NAME the case groups whose function name contains NAME (e.g. scan, pool, gemm)\n"
                     "  --cpu-only  CPU back end, compile and NVRTC cases only\n"
                     "  --gpu-only  GPU cases (and compile cases) only\n"
                     "TENSOR_FLAGS is read as usual (device=, fast_math=, threads=, ...).\n");
@@ -1272,6 +1356,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) Q = true;
         else if (!strcmp(argv[i], "--cpu-only")) cpu_only = true;
         else if (!strcmp(argv[i], "--gpu-only")) gpu_only = true;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else { usage(); return 2; }
     }
     if (cpu_only && gpu_only) { usage(); return 2; }
@@ -1289,16 +1374,17 @@ int main(int argc, char **argv) {
         GPU = false;
         printf("cpu: %d threads, CBLAS %s\n", tn__num_threads(), tn__blas_name() ? tn__blas_name() : "none");
         fflush(stdout);
-        fusion_cases();
-        gather_rows_case();
-        pool_cases();
-        random_cases();
-        cpu_gemm_cases();
-        cpu_exp_cases();
-        logreg_cases();
-        convnet_cases();
-        conv_cases();
-        rewrite_cases();
+        CASE(fusion_cases);
+        CASE(gather_rows_case);
+        CASE(pool_cases);
+        CASE(random_cases);
+        CASE(cpu_gemm_cases);
+        CASE(cpu_exp_cases);
+        CASE(logreg_cases);
+        CASE(convnet_cases);
+        CASE(conv_cases);
+        CASE(scan_cases);
+        CASE(rewrite_cases);
     }
     if (!cpu_only) {
         tn__cuda_forget_failure();
@@ -1310,23 +1396,24 @@ int main(int argc, char **argv) {
             tn__cuda_bind(CUDA_DEV());
             printf("gpu: %s\n", tn_cuda_status());
             fflush(stdout);
-            gpu_exp_cases();
-            gpu_gemm_cases();
-            gpu_graph_cases();
-            fusion_cases();
-            gather_rows_case();
-            pool_cases();
-            random_cases();
-            logreg_cases();
-            convnet_cases();
-            conv_cases();
+            CASE(gpu_exp_cases);
+            CASE(gpu_gemm_cases);
+            CASE(gpu_graph_cases);
+            CASE(fusion_cases);
+            CASE(gather_rows_case);
+            CASE(pool_cases);
+            CASE(random_cases);
+            CASE(logreg_cases);
+            CASE(convnet_cases);
+            CASE(conv_cases);
+            CASE(scan_cases);
         } else {
             row *r = R("gpu", "GPU cases");
             na(r, "%s", tn_cuda_status());
         }
-        if (gpu_only) rewrite_cases();
+        if (gpu_only) CASE(rewrite_cases);
     }
-    nvrtc_cases();
+    CASE(nvrtc_cases);
     if (cbh) cb.cublasDestroy_v2(cbh);
     print_table();
     printf("\nratio: time / limit time (x), or the limit's rate as %% (bandwidth cases: bytes it must move at the\n"

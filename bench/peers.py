@@ -76,8 +76,9 @@ def jax_gpu():
         return False
 
 
-def measure(case, peer, step, sync, iters, note=""):
-    """Times `step` (iters calls then sync), repeated; records a row."""
+def measure(case, peer, step, sync, iters, note="", per=1):
+    """Times `step` (iters calls then sync), repeated; records a row (times
+    per call, or per `per`-th of a call)."""
     if ARGS.only and ARGS.only not in case:
         return
     reps = 3 if ARGS.quick else 7
@@ -91,7 +92,7 @@ def measure(case, peer, step, sync, iters, note=""):
             for _ in range(iters):
                 step()
             sync()
-            times.append((time.perf_counter() - t0) / iters)
+            times.append((time.perf_counter() - t0) / iters / per)
         row = {"case": case, "peer": peer, "median_s": statistics.median(times), "min_s": min(times),
                "max_s": max(times), "calls": iters, "note": note}
     except Exception as e:    # a peer that cannot run a case says why
@@ -464,8 +465,81 @@ def case_convnet():
                 200 if ARGS.quick else 2000)
 
 
+# >>rnn: the deck's recurrent network (examples/rnn_scan.c), bench.c's scan_cases --
+RNN_X, RNN_U, RNN_Y, RNN_L = 6, 3, 2, 1004
+RNN_T = RNN_L - 4
+
+
+def rnn_params():
+    r = rng(100)
+    shapes = [(RNN_X, RNN_X), (RNN_X, RNN_U), (RNN_X, RNN_U), (RNN_X, RNN_Y), (RNN_Y, RNN_X), (RNN_L, RNN_U), (3, RNN_X),
+              (RNN_Y,)]
+    return [r.uniform(-0.7, 0.7, s) for s in shapes]
+
+
+def case_rnn():
+    P = rnn_params()
+    n = 5 if ARGS.quick else 20
+    if jax_gpu():
+        jax, jnp = M["jax"], M["jax"].numpy
+        jax.config.update("jax_enable_x64", True)
+
+        def loop(W, W1, W2, Wf, Wout, u, x0, y0):
+            def step(carry, uu):
+                xh, ym1 = carry                      # xh: x(n-3), x(n-2), x(n-1)
+                u4, u0 = uu
+                x = jnp.tanh(W @ xh[2] + W1 @ u0 + (W2 @ u4 + Wf @ ym1))
+                y = Wout @ xh[0]
+                return (jnp.stack([xh[1], xh[2], x]), y), (x, y)
+            _, (xs, ys) = jax.lax.scan(step, (x0, y0), (u[:-4], u[4:]))
+            return xs, ys
+
+        fwd = jax.jit(loop)
+
+        def cost(W, *rest):
+            return jnp.sum(loop(W, *rest)[1] ** 2)
+        both = jax.jit(lambda *p: (loop(*p), jax.grad(cost)(*p)))
+        dp = [jax.device_put(p) for p in P]
+        out = [None]
+
+        def run_fwd():
+            out[0] = fwd(*dp)
+
+        def run_both():
+            out[0] = both(*dp)
+        measure("rnn_scan forward, per step", "jax", run_fwd, lambda: jax.block_until_ready(out[0]), n, "lax.scan, jit", RNN_T)
+        measure("rnn_scan fwd + BPTT grad, per step", "jax", run_both, lambda: jax.block_until_ready(out[0]), n,
+                "lax.scan, jit", RNN_T)
+        jax.config.update("jax_enable_x64", False)
+    torch = M["torch"]
+    if torch is not None:
+        for dev in (["cpu", "cuda"] if torch_gpu() else ["cpu"]):
+            tp = [torch.from_numpy(p).to(dev) for p in P]
+            sync = torch.cuda.synchronize if dev == "cuda" else nothing
+            peer = "torch" if dev == "cuda" else "torch cpu"
+
+            def loop(W, W1, W2, Wf, Wout, u, x0, y0):
+                xs, ys = [x0[0], x0[1], x0[2]], [y0]
+                for t in range(RNN_T):
+                    x = torch.tanh(W @ xs[-1] + W1 @ u[t + 4] + (W2 @ u[t] + Wf @ ys[-1]))
+                    ys.append(Wout @ xs[-3])
+                    xs.append(x)
+                return torch.stack(xs[3:]), torch.stack(ys[1:])
+
+            def run_fwd():
+                with torch.no_grad():
+                    loop(*tp)
+
+            def run_both():
+                W = tp[0].clone().requires_grad_()
+                xs, ys = loop(W, *tp[1:])
+                (ys * ys).sum().backward()
+            measure("rnn_scan forward, per step", peer, run_fwd, sync, n, "Python loop, eager", RNN_T)
+            measure("rnn_scan fwd + BPTT grad, per step", peer, run_both, sync, n, "Python loop, eager", RNN_T)
+
+
 CASES = {"exp": case_exp, "gemm": case_gemm, "chain": case_chain, "logreg": case_logreg, "conv": case_conv,
-         "random": case_random, "convnet": case_convnet}
+         "random": case_random, "convnet": case_convnet, "rnn": case_rnn}
 
 
 def main():

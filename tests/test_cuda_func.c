@@ -1230,6 +1230,104 @@ TEST(test_scan_grad_on_gpu) {
     tn_graph_free(gd); tn_graph_free(gh);
 }
 
+/* A function with scans on the GPU is captured whole and replayed: the
+   gradient of the recurrence (a forward and a backward loop) agrees with the
+   CPU on every call, replays read each call's inputs, and a step function
+   that plans again for other shapes (a second function of the same scan)
+   moves its buffers, which keeps the first function's captured loops from
+   replaying stale addresses. */
+static tn_func *rnn_fwd_and_grad(tn_graph *g, bool device, tn_var **ins, tn_func **fwd) {
+    const tn_backend *be = tn__get_backend();
+    if (!device) tn__set_backend(NULL);
+    ins[0] = tn_matrix(g, "W", TN_F64); ins[1] = tn_matrix(g, "X", TN_F64); ins[2] = tn_vector(g, "h0", TN_F64);
+    ins[3] = tn_matrix(g, "C", TN_F64);
+    tn_scan_seq seq = { ins[1], 0, NULL };
+    tn_scan_out out = { ins[2], 0, NULL };
+    tn_var *H = NULL, *gr[3] = { NULL, NULL, NULL };
+    tn_func *f = NULL;
+    *fwd = NULL;
+    if (tn_scan(&(tn_scan_desc){ .step = rnn_grad_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
+                                 .n_non_sequences = 1, .non_sequences = &ins[0], .name = "rnn" }, &H, NULL, NULL) == TN_OK) {
+        tn_var *cost = tn_sum(tn_mul(H, ins[3]), NULL, 0, false);
+        if (tn_grad(cost, 3, ins, gr, NULL) == TN_OK)
+            f = tn_function(g, &(tn_func_desc){ .n_inputs = 4, .inputs = ins, .n_outputs = 3, .outputs = gr });
+        *fwd = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &H });
+    }
+    tn__set_backend(be);
+    return f;
+}
+
+static void rnn_inputs(tn_array **a, int64_t m, int64_t T, uint64_t seed) {
+    a[0] = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){m, m}, -0.4, 0.4, seed);
+    a[1] = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){T, m}, -1, 1, seed + 1);
+    a[2] = tn_array_rand_uniform(TN_F64, 1, &m, -1, 1, seed + 2);
+    a[3] = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){T, m}, -1, 1, seed + 3);
+}
+
+/* The three gradients of fd on a against fh's (the CPU); returns the worst error. */
+static double rnn_grad_err(tn_func *fd, tn_func *fh, tn_array **a) {
+    tn_array *rd[3] = { NULL, NULL, NULL }, *rh[3] = { NULL, NULL, NULL };
+    double worst = INFINITY;
+    if (tn_call(fd, a, rd) == TN_OK && tn_call(fh, a, rh) == TN_OK) {
+        worst = 0;
+        for (int i = 0; i < 3; i++) {
+            double *ref = as_f64(rh[i]);
+            worst = fmax(worst, max_err(rd[i], ref, tn_array_size(rh[i])));
+            free(ref);
+        }
+    }
+    for (int i = 0; i < 3; i++) { tn_array_free(rd[i]); tn_array_free(rh[i]); }
+    return worst;
+}
+
+TEST(test_scan_replayed_on_gpu) {
+    tn_graph *gd = tn_graph_new(), *gh = tn_graph_new();
+    tn_var *ind[4], *inh[4];
+    tn_func *ffd = NULL, *ffh = NULL;
+    tn_func *fd = rnn_fwd_and_grad(gd, true, ind, &ffd), *fh = rnn_fwd_and_grad(gh, false, inh, &ffh);
+    CHECK(fd && fh && ffd && ffh, "compile: %s", tn_last_error());
+    if (fd && fh && ffd && ffh) {
+        tn_array *a[4], *b[4];
+        rnn_inputs(a, 16, 30, 21);
+        int64_t rep = 0, cap = 0;
+        const char *why = "";
+        for (int call = 0; call < 5; call++) {
+            double e = rnn_grad_err(fd, fh, a);
+            CHECK(e <= 1e-12, "call %d: gradient error %g: %s", call, e, tn_last_error());
+        }
+        tn__replay_stats(fd, &rep, &cap, &why);
+        CHECK(cap >= 1 && rep >= 1, "5 calls: %lld captures, %lld replays (%s)", (long long)cap, (long long)rep, why);
+        /* a replay reads this call's values */
+        double *c = (double *)a[3]->data;
+        for (int64_t i = 0; i < tn_array_size(a[3]); i++) c[i] = -0.5 * c[i] + 0.25;
+        int64_t rep0 = rep;
+        double e = rnn_grad_err(fd, fh, a);
+        tn__replay_stats(fd, &rep, &cap, &why);
+        CHECK(e <= 1e-12 && rep == rep0 + 1, "new values: error %g, replays %lld -> %lld", e, (long long)rep0, (long long)rep);
+        /* the forward function plans the shared step function again for other shapes */
+        rnn_inputs(b, 8, 12, 31);
+        tn_array *hd = NULL, *hh = NULL;
+        CHECK(tn_call(ffd, b, &hd) == TN_OK && tn_call(ffh, b, &hh) == TN_OK, "forward: %s", tn_last_error());
+        if (hd && hh) {
+            double *ref = as_f64(hh);
+            CHECK(max_err(hd, ref, tn_array_size(hh)) <= 1e-12, "forward at m=8: error %g", max_err(hd, ref, tn_array_size(hh)));
+            free(ref);
+        }
+        tn_array_free(hd); tn_array_free(hh);
+        for (int call = 0; call < 4; call++) {
+            e = rnn_grad_err(fd, fh, a);
+            CHECK(e <= 1e-12, "after the other shapes, call %d: gradient error %g", call, e);
+        }
+        tn__replay_stats(fd, &rep, &cap, &why);
+        CHECK(cap >= 2, "the loop is captured again for its new buffers: %lld captures, %lld replays (%s)", (long long)cap,
+              (long long)rep, why);
+        printf("  scans in a captured graph: %lld captures, %lld replays\n", (long long)cap, (long long)rep);
+        for (int i = 0; i < 4; i++) { tn_array_free(a[i]); tn_array_free(b[i]); }
+    }
+    tn_function_free(fd); tn_function_free(fh); tn_function_free(ffd); tn_function_free(ffh);
+    tn_graph_free(gd); tn_graph_free(gh);
+}
+
 /* The profiler's GPU times come from events: a big fused kernel's reported
    time matches the same kernel timed with our own events around unprofiled
    calls, its call count is exact, and profiled calls do not wait for the
@@ -1916,6 +2014,7 @@ int main(void) {
     TH_RUN(test_random_gpu_equals_cpu);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
+    TH_RUN(test_scan_replayed_on_gpu);
     TH_RUN(test_profile_event_times);
     TH_RUN(test_check_mode);
     TH_RUN(test_graph_replay);
