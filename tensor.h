@@ -781,6 +781,7 @@ TN_API int tn__index_cuda_source_wide(int mode, int nd, int k, char *buf, size_t
 TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
 TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* im2col and col2im as CUDA C (tensor_ops.h >>conv_cuda); -1: none */
 TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap);   /* direct pooling as CUDA C (tensor_ops.h >>pool_cuda); -1: none */
+TN_API int tn__gemv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* small gemv as CUDA C (tensor_ops.h >>gemv_cuda); -1: none */
 TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap);   /* a random draw as CUDA C (tensor_ops.h >>random_cuda); -1: none */
 
 /* Device memory: the back end allocates, frees and copies buffers of its devices. */

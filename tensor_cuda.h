@@ -5209,18 +5209,48 @@ static tn_result tn__cuda_reduce_node_run(const tn_var *node, void *state, tn_ar
 
 /* products (cuBLAS, loaded at prepare time, not mid-call); a GEMM keeps its
    cuBLASLt plan (>>cuda_lt) as its state */
+/* GEMV's state: tensor_ops.h's small-product kernel (>>gemv_cuda) where its dtype has one. */
 static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
     tn_result r = tn__cuda_bind_prepare(node, state);
     if (r == TN_OK) r = tn__cublas_load();
     if (r == TN_OK && node->op == TN_OP_GEMM && !(*state = tn__calloc(1, sizeof(tn__cuda_lt_state))))
         r = tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing a product");
+    char src[2048];
+    tn_dtype t = node->type.dtype;
+    int n = node->op == TN_OP_GEMV ? tn__gemv_cuda_source(t, src, sizeof src) : -1;
+    if (r == TN_OK && n > 0) r = tn__cuda_fn_prepare(node, src, n, sizeof src, t, "tn_gemv_small", NULL, state);
     return r;
+}
+
+/* y = alpha M x + beta c by the small kernel: false (nothing done) past its
+   sizes or where an operand's strides are not whole elements. */
+static bool tn__cuda_gemv_small(const tn_var *node, const tn__cuda_fn_state *st, tn_array *const *in, tn_array *const *out,
+                                tn_result *r, const char *who) {
+    const tn_array *c = in[0], *M = in[1], *x = in[2];
+    tn_array *y = out[0];
+    int64_t rows = M->shape[0], k = M->shape[1], es = (int64_t)tn_dtype_size(y->dtype);
+    if (!st || rows * k > TN__GEMV_SMALL_MAX || k > TN__GEMV_SMALL_K || y->strides[0] != es || rows == 0) return false;
+    int64_t s[5] = { M->strides[0], M->strides[1], x->strides[0], c->ndim ? c->strides[0] : 0, 0 };
+    for (int i = 0; i < 4; i++) if (s[i] % es) return false;
+    long long m_rs = s[0] / es, m_cs = s[1] / es, x_s = s[2] / es, c_s = c->ndim && c->shape[0] > 1 ? s[3] / es : 0;
+    int ri = (int)rows, ki = (int)k;
+    double a = tn__p_alpha(&node->p), b = tn__p_beta(&node->p);
+    float af = (float)a, bf = (float)b;
+    void *Mp = M->data, *xp = x->data, *cp = c->data, *yp = y->data;
+    bool f32 = y->dtype == TN_F32;
+    void *params[12] = { &Mp, &m_rs, &m_cs, &xp, &x_s, &cp, &c_s, &yp, &ri, &ki, f32 ? (void *)&af : (void *)&a, f32 ? (void *)&bf : (void *)&b };
+    tn__cuda_dev *D;
+    if ((*r = tn__cuda_enter(y->device, &D, who)) == TN_OK && (*r = tn__cuda_launch(st->fn, (rows + 3) / 4, 128, params, D, who)) == TN_OK)
+        *r = tn__cuda_sync_if_blocking(D, who);
+    return true;
 }
 
 static tn_result tn__cuda_la_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     char who[128];
     tn_result r = tn__cuda_node_bind(node);
-    return r != TN_OK ? r : tn__cuda_la_run(node, (tn__cuda_lt_state *)state, in, out, tn__cuda_who(node, who, sizeof who));
+    tn__cuda_who(node, who, sizeof who);
+    if (r == TN_OK && node->op == TN_OP_GEMV && tn__cuda_gemv_small(node, (const tn__cuda_fn_state *)state, in, out, &r, who)) return r;
+    return r != TN_OK ? r : tn__cuda_la_run(node, (tn__cuda_lt_state *)state, in, out, who);
 }
 
 /* Alloc (tn_alloc, tn_fill) */

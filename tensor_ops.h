@@ -6836,6 +6836,32 @@ static tn_result tn__cpu_arange(const tn_var *node, tn_array *const *in, tn_arra
     return TN_OK;
 }
 
+/* >>gemv_cuda: small matrix-vector products as CUDA C ---------------------- */
+/* A cuBLAS gemv kernel takes about twice as long on the device as a minimal
+   kernel does (H100), which a loop of small products (a scan's step) pays
+   at each product. Up to TN__GEMV_SMALL_MAX elements of the matrix and rows
+   of at most TN__GEMV_SMALL_K, the device back end runs this kernel instead:
+   one warp per output, its lanes striding along the row, a shuffle sum;
+   y[i] = alpha * acc + beta * c[i], c unread when beta is 0 (as BLAS: a NaN
+   there does not reach y). Strides in elements; c may be y (in place). */
+#define TN__GEMV_SMALL_MAX 65536
+#define TN__GEMV_SMALL_K 1024
+TN_API int tn__gemv_cuda_source(tn_dtype t, char *buf, size_t cap) {
+    if (t != TN_F32 && t != TN_F64) return -1;
+    return snprintf(buf, cap,
+        "typedef %s T;\n"
+        "extern \"C\" __global__ void tn_gemv_small(const T *__restrict__ M, long long m_rs, long long m_cs,\n"
+        "        const T *__restrict__ x, long long x_s, const T *c, long long c_s, T *y, int rows, int k, T alpha, T beta) {\n"
+        "    int i = (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;\n"
+        "    if (i >= rows) return;               /* a whole warp */\n"
+        "    const T *r = M + i * m_rs;\n"
+        "    T acc = 0;\n"
+        "    for (int p = lane; p < k; p += 32) acc += r[p * m_cs] * x[p * x_s];\n"
+        "    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
+        "    if (lane == 0) y[i] = beta != (T)0 ? alpha * acc + beta * c[i * c_s] : alpha * acc;\n"
+        "}\n", t == TN_F32 ? "float" : "double");
+}
+
 /* >>shape_labels: Theano's names ---------------------------------------- */
 
 static void tn__label_reshape(const tn_var *node, char *buf, size_t cap) {

@@ -221,6 +221,61 @@ TEST(test_linear_shared_update) {
 
 /* Products through cuBLAS: gemm with a row bias and a transposed operand,
    float32/float64/float16, batched dot, outer. */
+/* Matrix-vector products on the GPU, small (the back end's own kernel) and
+   past its sizes (cuBLAS), against float64 loops: alpha and beta, a
+   transposed (strided) matrix, a sum of products made in place, and a NaN
+   in the addend with beta 0, which must not reach the result (BLAS). */
+TEST(test_small_gemv) {
+    static const int shapes[5][3] = { { 6, 6, 0 }, { 5, 3, 1 }, { 37, 1024, 0 }, { 64, 1025, 0 }, { 300, 200, 1 } };
+    int cases = 0;
+    for (int di = 0; di < 2; di++) {
+        tn_dtype t = di ? TN_F64 : TN_F32;
+        double tol = t == TN_F64 ? 1e-12 : 1e-4;
+        for (int si = 0; si < 5; si++) {
+            int m = shapes[si][0], k = shapes[si][1], tr = shapes[si][2];
+            tn_array *Av = tn_array_rand_uniform(t, 2, tr ? (int64_t[]){ k, m } : (int64_t[]){ m, k }, -1, 1, 31 + si);
+            tn_array *xv = tn_array_rand_uniform(t, 1, (int64_t[]){ k }, -1, 1, 41 + si);
+            tn_array *cv = tn_array_rand_uniform(t, 1, (int64_t[]){ m }, -1, 1, 51 + si);
+            tn_array *nv = tn_array_astype(cv, t);
+            double *A = as_f64(Av), *x = as_f64(xv), *c = as_f64(cv), *ref = (double *)malloc((size_t)m * 3 * sizeof *ref);
+            if (t == TN_F32) ((float *)nv->data)[m / 2] = NAN;
+            else ((double *)nv->data)[m / 2] = NAN;
+            for (int i = 0; i < m; i++) {
+                double acc = 0;
+                for (int p = 0; p < k; p++) acc += (tr ? A[(size_t)p * m + i] : A[(size_t)i * k + p]) * x[p];
+                ref[i] = -2 * acc + 0.5 * c[i];
+                ref[m + i] = 1.5 * acc;
+                ref[2 * m + i] = acc + c[i];
+            }
+            tn_graph *g = tn_graph_new();
+            tn_var *a = tn_matrix(g, "A", t), *xx = tn_vector(g, "x", t), *cc = tn_vector(g, "c", t), *cn = tn_vector(g, "cnan", t);
+            tn_var *M = tr ? tn_transpose(a, NULL) : a;
+            tn_var *y[3] = { tn_gemv(cc, -2.0, M, xx, 0.5), tn_gemv(cn, 1.5, M, xx, 0.0), tn_add(tn_dot(M, xx), cc) };
+            tn_var *ins[4] = { a, xx, cc, cn };
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 4, .inputs = ins, .n_outputs = 3, .outputs = y });
+            CHECK(f, "%s: %s", tn_dtype_name(t), tn_last_error());
+            if (f) {
+                char *p = dprint(f);
+                CHECK(strstr(p, "GpuGemv"), "%s (%d, %d): no GpuGemv\n%s", tn_dtype_name(t), m, k, p);
+                free(p);
+                tn_array *vals[4] = { Av, xv, cv, nv }, *r[3] = { NULL, NULL, NULL };
+                CHECK(tn_call(f, vals, r) == TN_OK, "%s: %s", tn_dtype_name(t), tn_last_error());
+                for (int j = 0; j < 3 && r[0]; j++) {
+                    double e = max_err(r[j], ref + (size_t)j * m, m);
+                    CHECK(e <= tol, "%s gemv %d of (%d, %d)%s: error %g", tn_dtype_name(t), j, m, k, tr ? " transposed" : "", e);
+                    cases++;
+                }
+                for (int j = 0; j < 3; j++) tn_array_free(r[j]);
+            }
+            tn_function_free(f);
+            tn_graph_free(g);
+            free(A); free(x); free(c); free(ref);
+            tn_array_free(Av); tn_array_free(xv); tn_array_free(cv); tn_array_free(nv);
+        }
+    }
+    CHECK(cases == 30, "%d cases", cases);
+}
+
 TEST(test_products) {
     tn_dtype dts[3] = { TN_F32, TN_F64, TN_F16 };
     for (int di = 0; di < 3; di++) {
@@ -2002,6 +2057,7 @@ int main(void) {
     TH_RUN(test_input_transfer_debugprint);
     TH_RUN(test_linear_shared_update);
     TH_RUN(test_products);
+    TH_RUN(test_small_gemv);
     TH_RUN(test_gemm_addends);
     TH_RUN(test_fused_chain_and_reduction);
     TH_RUN(test_new_ops_and_cumulative_on_gpu);

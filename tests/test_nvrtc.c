@@ -327,6 +327,24 @@ TEST(test_conv_kernels) { geo_kernels(tn__conv_cuda_source, "tn_cg", sizeof(tn__
    dtype); the geometry struct it takes is the host's, byte for byte. */
 TEST(test_pool_kernels) { geo_kernels(tn__pool_cuda_source, "tn_pg", sizeof(tn__pgeo_dev), "pooling kernels"); }
 
+/* The small matrix-vector kernel the device back end runs in place of
+   cuBLAS's gemv for small products (float32 and float64; none for the
+   other dtypes). */
+TEST(test_gemv_kernels) {
+    static char src[4096];
+    th_kbatch batch = { 0 };
+    int kernels = 0;
+    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+        int n = tn__gemv_cuda_source(t, src, sizeof src);
+        CHECK((n > 0) == (t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "small gemv %s: %d", tn_dtype_name(t), n);
+        if (n <= 0 || n >= (int)sizeof src) continue;
+        th_kb_add(&batch, src, "small gemv of %s", tn_dtype_name(t));
+        kernels++;
+    }
+    th_kb_compile(&batch, TH_PTX, "small gemv kernels");
+    CHECK(kernels == 2, "%d kernels", kernels);
+}
+
 TEST(test_compile_error_reports_log_and_source) {
     const void *bin;
     size_t n;
@@ -453,6 +471,7 @@ int main(void) {
     TH_RUN(test_index_and_sort_kernels);
     TH_RUN(test_conv_kernels);
     TH_RUN(test_pool_kernels);
+    TH_RUN(test_gemv_kernels);
     TH_RUN(test_compile_error_reports_log_and_source);
     TH_RUN(test_user_kernels_nvrtc);
     TH_RUN(test_user_kernel_errors_nvrtc);
