@@ -4730,8 +4730,8 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
    last of two spatial dims, gives each thread several outputs of a line
    and reads the image by 16-byte loads (same order of fold, same bits).
    Returns the length snprintf reports, or -1 for a dtype without a kernel. */
-/* tn_pool2w's outputs a thread (its launch takes one thread per this many of a line): 16 bytes of them. */
-static int tn__pool_2w_per_thread(tn_dtype t) { return t == TN_F64 ? 2 : t == TN_F32 ? 4 : 8; }
+/* tn_pool2w's outputs a thread (its launch takes one thread per this many of a line). */
+static int tn__pool_2w_per_thread(tn_dtype t) { return t == TN_F64 ? 2 : 4; }
 
 TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
     static const char *const ty[3] = { "unsigned short", "float", "double" };
@@ -4818,11 +4818,12 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "}\n"
         "/* Two spatial dims, windows two wide with stride two along the last and no dilation\n"
         "   there, not g.box (so pool_at folds each window in order): V neighbouring outputs of\n"
-        "   a line a thread (g.n threads; V * sizeof(T) is 16 bytes). Each window row's 2V\n"
+        "   a line a thread (g.n threads; V * sizeof(T) is 8 or 16 bytes). Each window row's 2V\n"
         "   inputs are read by 16-byte loads where they lie in the image aligned, else one by one\n"
         "   (an outside one reads the plane's first element, unused); each output folds its\n"
         "   window in pool_at's order; the V outputs stored by one access where aligned. */\n"
         "template <int B> struct tn_vec;\n"
+        "template <> struct tn_vec<8> { typedef uint2 t; };\n"
         "template <> struct tn_vec<16> { typedef uint4 t; };\n"
         "template <typename I, bool MX, typename A>\n"
         "__device__ __forceinline__ void pool2w_at(const T *__restrict__ x, T *__restrict__ y, const tn_pg &g, I t) {\n"
