@@ -38,9 +38,10 @@
    load-time constructor hooks tn_init), so with a usable GPU every
    tn_function places what the GPU can run there: elementwise and fused ops
    (NVRTC), dot/gemm/gemv/outer/batched dot (cuBLAS, float16/32/64; TF32
-   only with allow_tf32=1), reductions and softmax where the >>cuda_reduce section
-   has a kernel, Alloc, scan loops (the step compiled for device arrays),
-   custom ops with CUDA source, views wherever their input lives. Transfers
+   only with allow_tf32=1; small float32/64 gemv by a kernel of our own),
+   reductions and softmax where the >>cuda_reduce section has a kernel,
+   Alloc, Join, scan loops (the step compiled for device arrays), custom ops
+   with CUDA source, views wherever their input lives. Transfers
    are graph nodes (GpuFromHost, HostFromGpu: see debugprint); shared
    variables read only by GPU ops, or updated with a value computed on the
    GPU, move to device memory for good (tn_shared_get_value copies back).
@@ -55,7 +56,7 @@
    CUDA graphs: a function whose steps all run on the GPU (no transfers; its
    outputs borrowed) is captured as a CUDA graph the second time its
    kernels see the same pointers, and replayed from then on (tensor.h's
-   >>replay section says exactly when). cuda_graph=0 turns this off;
+   >>replay section says exactly when); a scan's loop is captured whole. cuda_graph=0 turns this off;
    launch_blocking=1, profiling and mode=check do too.
    mode=check runs each GPU op's CPU kernel on host copies of its inputs and
    fails the call with TN_ERR_CHECK at the first op whose outputs differ

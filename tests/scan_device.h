@@ -34,8 +34,9 @@ static tn_result rnn_grad_step(tn_scan_step *s, void *user) {
     return TN_OK;
 }
 
-/* d cost / d (W, X, h0) compiled with the device back end or without any */
-static tn_func *rnn_grad_fn(tn_graph *g, bool device, tn_var **ins) {
+/* d cost / d (W, X, h0) compiled with the device back end or without any;
+   with fwd, also H alone (a second function of the same scan). */
+static tn_func *rnn_grad_fn(tn_graph *g, bool device, tn_var **ins, tn_func **fwd) {
     const tn_backend *be = tn__get_backend();
     if (!device) tn__set_backend(NULL);
     ins[0] = tn_matrix(g, "W", TN_F64); ins[1] = tn_matrix(g, "X", TN_F64); ins[2] = tn_vector(g, "h0", TN_F64);
@@ -44,11 +45,13 @@ static tn_func *rnn_grad_fn(tn_graph *g, bool device, tn_var **ins) {
     tn_scan_out out = { ins[2], 0, NULL };
     tn_var *H = NULL, *gr[3] = { NULL, NULL, NULL };
     tn_func *f = NULL;
+    if (fwd) *fwd = NULL;
     if (tn_scan(&(tn_scan_desc){ .step = rnn_grad_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
                                  .n_non_sequences = 1, .non_sequences = &ins[0], .name = "rnn" }, &H, NULL, NULL) == TN_OK) {
         tn_var *cost = tn_sum(tn_mul(H, ins[3]), NULL, 0, false);
         if (tn_grad(cost, 3, ins, gr, NULL) == TN_OK)
             f = tn_function(g, &(tn_func_desc){ .n_inputs = 4, .inputs = ins, .n_outputs = 3, .outputs = gr });
+        if (fwd) *fwd = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &H });
     }
     tn__set_backend(be);
     return f;

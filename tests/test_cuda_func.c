@@ -32,6 +32,13 @@
 
 static tn_config base_cfg;   /* device=cuda plus TENSOR_FLAGS (launch_blocking=1 in one run) */
 
+/* The CPU back end for what follows (tn_init(&base_cfg) returns to the GPU). */
+static void on_cpu(void) {
+    tn_config cpu = base_cfg;
+    cpu.device = TN_DEVICE_CPU;
+    tn_init(&cpu);
+}
+
 static double now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -311,9 +318,7 @@ TEST(test_join_on_gpu) {
             }
             char pg[8192];
             tn_array *rg = join_run(t, axis, v, pg, sizeof pg);
-            tn_config cpu = base_cfg;
-            cpu.device = TN_DEVICE_CPU;
-            tn_init(&cpu);
+            on_cpu();
             tn_array *rc = join_run(t, axis, v, NULL, 0);
             tn_init(&base_cfg);
             CHECK(rg && rc, "Join of %s on axis %d: %s", tn_dtype_name(t), axis, tn_last_error());
@@ -651,9 +656,7 @@ TEST(test_cumulative_gpu_equals_cpu) {
                         tn_array *x = tn_array_astype(u, t);
                         char dp[4096] = "";
                         tn_array *rg = cum_run(op, x, axis, tr, dp, sizeof dp);
-                        tn_config cpu = base_cfg;
-                        cpu.device = TN_DEVICE_CPU;
-                        tn_init(&cpu);
+                        on_cpu();
                         tn_array *rc = cum_run(op, x, axis, tr, NULL, 0);
                         tn_init(&base_cfg);
                         CHECK(rg && rc, "%s %s axis %d: %s", tn_dtype_name(t), prod ? "cumprod" : "cumsum", axis, tn_last_error());
@@ -761,9 +764,7 @@ TEST(test_index_gpu_equals_cpu) {
             }
             char dp[8192] = "";
             tn_array *rg = ic_run(c, n, x, dp, sizeof dp);
-            tn_config cpu = base_cfg;
-            cpu.device = TN_DEVICE_CPU;
-            tn_init(&cpu);
+            on_cpu();
             tn_array *rc = ic_run(c, n, x, NULL, 0);
             tn_init(&base_cfg);
             CHECK(rg && rc, "case %d %s: %s", c, tn_dtype_name(t), tn_last_error());
@@ -1178,9 +1179,7 @@ TEST(test_cuda_and_cpu_agree) {
     tn_array *in = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ 123, 77 }, -3, 3, 41);
     char pg[4096], pc[4096];
     tn_array *rg = run_softplus_chain(in, pg, sizeof pg);
-    tn_config cpu = base_cfg;
-    cpu.device = TN_DEVICE_CPU;
-    tn_init(&cpu);
+    on_cpu();
     tn_array *rc = run_softplus_chain(in, pc, sizeof pc);
     tn_init(&base_cfg);
     CHECK(rg && rc, "%s", tn_last_error());
@@ -1230,9 +1229,7 @@ TEST(test_random_gpu_equals_cpu) {
             if (tn__random_cuda_source(dists[k], t, NULL, 0) <= 0) continue;
             char pg[4096], pc[4096];
             tn_array *rg = run_draws(dists[k], t, pg, sizeof pg);
-            tn_config cpu = base_cfg;
-            cpu.device = TN_DEVICE_CPU;
-            tn_init(&cpu);
+            on_cpu();
             tn_array *rc = run_draws(dists[k], t, pc, sizeof pc);
             tn_init(&base_cfg);
             CHECK(rg && rc, "distribution %d %s: %s", dists[k], tn_dtype_name(t), tn_last_error());
@@ -1314,7 +1311,7 @@ TEST(test_scan_seed_on_gpu) {
 TEST(test_scan_grad_on_gpu) {
     tn_graph *gd = tn_graph_new(), *gh = tn_graph_new();
     tn_var *ind[4], *inh[4];
-    tn_func *fd = rnn_grad_fn(gd, true, ind), *fh = rnn_grad_fn(gh, false, inh);
+    tn_func *fd = rnn_grad_fn(gd, true, ind, NULL), *fh = rnn_grad_fn(gh, false, inh, NULL);
     CHECK(fd && fh, "compile: %s", tn_last_error());
     if (fd && fh) {
         int n, on_dev, xfers;
@@ -1346,27 +1343,6 @@ TEST(test_scan_grad_on_gpu) {
    that plans again for other shapes (a second function of the same scan)
    moves its buffers, which keeps the first function's captured loops from
    replaying stale addresses. */
-static tn_func *rnn_fwd_and_grad(tn_graph *g, bool device, tn_var **ins, tn_func **fwd) {
-    const tn_backend *be = tn__get_backend();
-    if (!device) tn__set_backend(NULL);
-    ins[0] = tn_matrix(g, "W", TN_F64); ins[1] = tn_matrix(g, "X", TN_F64); ins[2] = tn_vector(g, "h0", TN_F64);
-    ins[3] = tn_matrix(g, "C", TN_F64);
-    tn_scan_seq seq = { ins[1], 0, NULL };
-    tn_scan_out out = { ins[2], 0, NULL };
-    tn_var *H = NULL, *gr[3] = { NULL, NULL, NULL };
-    tn_func *f = NULL;
-    *fwd = NULL;
-    if (tn_scan(&(tn_scan_desc){ .step = rnn_grad_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
-                                 .n_non_sequences = 1, .non_sequences = &ins[0], .name = "rnn" }, &H, NULL, NULL) == TN_OK) {
-        tn_var *cost = tn_sum(tn_mul(H, ins[3]), NULL, 0, false);
-        if (tn_grad(cost, 3, ins, gr, NULL) == TN_OK)
-            f = tn_function(g, &(tn_func_desc){ .n_inputs = 4, .inputs = ins, .n_outputs = 3, .outputs = gr });
-        *fwd = tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = ins, .n_outputs = 1, .outputs = &H });
-    }
-    tn__set_backend(be);
-    return f;
-}
-
 static void rnn_inputs(tn_array **a, int64_t m, int64_t T, uint64_t seed) {
     a[0] = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){m, m}, -0.4, 0.4, seed);
     a[1] = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){T, m}, -1, 1, seed + 1);
@@ -1394,7 +1370,7 @@ TEST(test_scan_replayed_on_gpu) {
     tn_graph *gd = tn_graph_new(), *gh = tn_graph_new();
     tn_var *ind[4], *inh[4];
     tn_func *ffd = NULL, *ffh = NULL;
-    tn_func *fd = rnn_fwd_and_grad(gd, true, ind, &ffd), *fh = rnn_fwd_and_grad(gh, false, inh, &ffh);
+    tn_func *fd = rnn_grad_fn(gd, true, ind, &ffd), *fh = rnn_grad_fn(gh, false, inh, &ffh);
     CHECK(fd && fh && ffd && ffh, "compile: %s", tn_last_error());
     if (fd && fh && ffd && ffh) {
         tn_array *a[4], *b[4];

@@ -219,9 +219,9 @@ TEST(test_scan_on_the_device) {
 TEST(test_scan_gradient_on_the_device) {
     tn_graph *gd = tn_graph_new(), *gh = tn_graph_new();
     tn_var *ind[4], *inh[4];
-    tn_func *fd = rnn_grad_fn(gd, true, ind);
+    tn_func *fd = rnn_grad_fn(gd, true, ind, NULL);
     CHECK(fd != NULL, "device grad: %s", tn_last_error());
-    tn_func *fh = rnn_grad_fn(gh, false, inh);
+    tn_func *fh = rnn_grad_fn(gh, false, inh, NULL);
     CHECK(fh != NULL, "host grad: %s", tn_last_error());
     if (fd && fh) {
         int n, on_dev, xfers;
