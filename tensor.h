@@ -6762,6 +6762,7 @@ typedef struct tn__scan_mem {
     bool device_step;                                        /* run the step compiled for device arrays (dfn) */
     tn_result (*copy)(tn_array *dst, const tn_array *src);   /* same shape */
     tn_result (*acc)(tn_array *dst, const tn_array *src);    /* dst += src, same shape */
+    tn_result (*acc_n)(int n, tn_array *const *dst, tn_array *const *src);   /* acc of n pairs at once (NULL: acc each) */
     tn_result (*zero)(tn_array *dst);
 } tn__scan_mem;
 
@@ -6871,6 +6872,16 @@ static tn_array *tn__scan_scratch(tn__scan *s, const tn__scan_mem *m, int i, con
     return s->scr[i];
 }
 
+/* s->dst and s->dstp: a view struct for each result, made once. */
+static tn_result tn__scan_dst_alloc(tn__scan *s) {
+    if (s->dst) return TN_OK;
+    s->dst = (tn_array *)tn__calloc((size_t)s->n_res + 1, sizeof *s->dst);
+    s->dstp = (tn_array **)tn__calloc((size_t)s->n_res + 1, sizeof *s->dstp);
+    if (!s->dst || !s->dstp) { tn__free(s->dst); tn__free(s->dstp); s->dst = NULL; s->dstp = NULL; return tn__scan_oom(s); }
+    for (int k = 0; k < s->n_res; k++) s->dstp[k] = &s->dst[k];
+    return TN_OK;
+}
+
 static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array *const *out, const tn__scan_mem *m) {
     tn__scan *s = (tn__scan *)node->ext;
     tn_func *fn = m->device_step ? s->dfn : s->fn;
@@ -6889,12 +6900,7 @@ static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array 
     }
     tn_array *cur_s[4], **cur = s->n_upd <= 4 ? cur_s : (tn_array **)tn__calloc((size_t)s->n_upd + 1, sizeof *cur);
     if (!cur && r == TN_OK) r = tn__scan_oom(s);
-    if (r == TN_OK && !s->dst) {
-        s->dst = (tn_array *)tn__calloc((size_t)s->n_res + 1, sizeof *s->dst);
-        s->dstp = (tn_array **)tn__calloc((size_t)s->n_res + 1, sizeof *s->dstp);
-        if (!s->dst || !s->dstp) r = tn__scan_oom(s);
-        for (int k = 0; r == TN_OK && k < s->n_res; k++) s->dstp[k] = &s->dst[k];
-    }
+    if (r == TN_OK) r = tn__scan_dst_alloc(s);
     for (int u = 0; u < s->n_upd && r == TN_OK; u++) cur[u] = st[2 * u];
     /* each step writes its results into their rows and the next states where
        its function can (tn__call_into); what it could not is copied there */
@@ -6925,7 +6931,7 @@ static tn_result tn__scan_zero(tn_array *a) {
     return TN_OK;
 }
 
-static const tn__scan_mem tn__scan_host_mem = { TN_HOST, false, tn__scan_host_copy, tn__scan_acc, tn__scan_zero };
+static const tn__scan_mem tn__scan_host_mem = { TN_HOST, false, tn__scan_host_copy, tn__scan_acc, NULL, tn__scan_zero };
 
 /* Backward: inputs are fwd's inputs, fwd's stacked outputs and their
    gradients; outputs the gradients of fwd's inputs. */
@@ -6947,6 +6953,7 @@ static tn_result tn__scan_bwd(const tn_var *node, tn_array *const *in, tn_array 
         if (!(dB[k] = tn__scan_scratch(b, m, k, bufs[k]))) r = tn_last_result();
         else r = tn__scan_copy(s, m, dB[k], gbufs[k], "output gradient", k);
     }
+    if (r == TN_OK) r = tn__scan_dst_alloc(b);
     int64_t stop = s->truncate > 0 && s->truncate < T ? T - s->truncate : 0;
     int nfph = s->n_ph;
     for (int64_t t = T - 1; t >= stop && r == TN_OK; t--) {
@@ -6970,8 +6977,10 @@ static tn_result tn__scan_bwd(const tn_var *node, tn_array *const *in, tn_array 
                     if (pp == p) { tn__scan_row(&d, dB[k], s->out_len0[k] + t + s->tap[s->out_off[k] + j]); done = true; }
             if (!done) { d = *out[s->n_seq + s->n_init + (p - pp)]; }
             TN_ASSERT(p < nfph);
-            r = m->acc(&d, b->resp[q]);
+            b->dst[q] = d;
+            if (!m->acc_n) r = m->acc(&d, b->resp[q]);
         }
+        if (r == TN_OK && m->acc_n) r = m->acc_n(b->n_res, b->dstp, b->resp);    /* the step's sums at once */
     }
     /* gradients of the initial values: the first rows of each dB */
     for (int k = 0; k < s->n_out && r == TN_OK; k++) {

@@ -3417,6 +3417,7 @@ typedef struct tn__cuda_aux {
     int32_t add_reg[1];
     tn_ew_program add_prog[TN_DTYPE_COUNT];
     tn__cuda_ew_state add_state[TN_DTYPE_COUNT];
+    tn__CUfunction accn_fn[TN_DTYPE_COUNT];     /* tn_acc_n (>>cuda_scan), float32 and float64 */
 } tn__cuda_aux;
 
 /* D's kernel states, with D->aux_mu locked (NULL, unlocked, error set: no memory). */
@@ -3554,6 +3555,87 @@ static tn_result tn__cuda_scan_acc(tn_array *dst, const tn_array *src) {
     return r == TN_OK ? tn__cuda_sync_if_blocking(D, "GpuScan") : r;
 }
 
+static tn_result tn__cuda_launch(tn__CUfunction fn, long long blocks, unsigned threads, void **params, tn__cuda_dev *D, const char *who);
+
+/* A gradient step's sums at once: tn_acc_n adds n contiguous src[k] into
+   their dst[k] (disjoint) in one launch, thread g on element g - off[k] of
+   pair k; the same one add an element as the add kernel, so the same bits.
+   The struct is the host's tn__cuda_accn, byte for byte. */
+#define TN__CUDA_ACCN_MAX 16
+typedef struct tn__cuda_accn {
+    void *d[TN__CUDA_ACCN_MAX];
+    const void *s[TN__CUDA_ACCN_MAX];
+    long long off[TN__CUDA_ACCN_MAX + 1];
+    int n;
+} tn__cuda_accn;
+
+static int tn__cuda_acc_n_source(tn_dtype t, char *buf, size_t cap) {
+    if (t != TN_F32 && t != TN_F64) return -1;
+    return snprintf(buf, cap,
+        "typedef %s T;\n"
+        "struct tn_accn { T *d[%d]; const T *s[%d]; long long off[%d]; int n; };\n"
+        "extern \"C\" __global__ void tn_acc_n(const tn_accn A) {\n"
+        "    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (g >= A.off[A.n]) return;\n"
+        "    int k = 0;\n"
+        "    while (g >= A.off[k + 1]) k++;\n"
+        "    const long long i = g - A.off[k];\n"
+        "    A.d[k][i] = A.d[k][i] + A.s[k][i];\n"
+        "}\n", t == TN_F32 ? "float" : "double", TN__CUDA_ACCN_MAX, TN__CUDA_ACCN_MAX, TN__CUDA_ACCN_MAX + 1);
+}
+
+/* dst[k] += src[k] for the n pairs of a gradient step: one tn_acc_n launch
+   where they allow it (2 to TN__CUDA_ACCN_MAX pairs of one float32 or
+   float64 dtype on one device, contiguous, same sizes, no pair's
+   destination overlapping another pair's source or destination), else one
+   add each. */
+static tn_result tn__cuda_scan_acc_n(int n, tn_array *const *dst, tn_array *const *src) {
+    tn_dtype t = n > 0 ? dst[0]->dtype : TN_F32;
+    bool one = n >= 2 && n <= TN__CUDA_ACCN_MAX && (t == TN_F32 || t == TN_F64);
+    for (int k = 0; one && k < n; k++) {
+        const tn_array *d = dst[k], *x = src[k];
+        one = d->dtype == t && x->dtype == t && d->device == dst[0]->device && x->device == d->device &&
+              tn_array_size(d) == tn_array_size(x) && tn_array_is_contiguous(d) && tn_array_is_contiguous(x);
+        for (int j = 0; one && j < n; j++) {       /* no pair writes what another reads or writes */
+            if (j == k) continue;
+            const char *a0 = (const char *)dst[j]->data, *a1 = a0 + tn_array_nbytes(dst[j]);
+            const char *d0 = (const char *)d->data, *x0 = (const char *)x->data;
+            one = (d0 + tn_array_nbytes(d) <= a0 || a1 <= d0) && (x0 + tn_array_nbytes(x) <= a0 || a1 <= x0);
+        }
+    }
+    tn_result r = TN_OK;
+    if (!one) {
+        for (int k = 0; k < n && r == TN_OK; k++) r = tn__cuda_scan_acc(dst[k], src[k]);
+        return r;
+    }
+    tn__cuda_dev *D;
+    if ((r = tn__cuda_enter(dst[0]->device, &D, "GpuScan: summing a step's gradients")) != TN_OK) return r;
+    tn__cuda_aux *A = tn__cuda_aux_lock(D, "GpuScan");
+    if (!A) return tn_last_result();
+    if (!A->accn_fn[t]) {
+        char src_[1024];
+        tn__kentry *e;
+        int len = tn__cuda_acc_n_source(t, src_, sizeof src_);
+        if (len <= 0 || len >= (int)sizeof src_) r = tn__err(TN_ERR_INTERNAL, "GpuScan: no gradient sum kernel for %s", tn_dtype_name(t));
+        else if ((r = tn__cuda_kernel_get(src_, D->arch, false, &e)) == TN_OK) r = tn__cuda_entry_function(D, e, "tn_acc_n", &A->accn_fn[t]);
+    }
+    tn__CUfunction fn = A->accn_fn[t];
+    pthread_mutex_unlock(&D->aux_mu);
+    if (r != TN_OK) return tn__err(r, "GpuScan: summing a step's gradients: %s", tn_last_error());
+    tn__cuda_accn P;
+    memset(&P, 0, sizeof P);
+    P.n = n;
+    for (int k = 0; k < n; k++) {
+        P.d[k] = dst[k]->data;
+        P.s[k] = src[k]->data;
+        P.off[k + 1] = P.off[k] + tn_array_size(dst[k]);
+    }
+    if (P.off[n] == 0) return TN_OK;
+    void *params[1] = { &P };
+    r = tn__cuda_launch(fn, (P.off[n] + 255) / 256, 256, params, D, "GpuScan: summing a step's gradients");
+    return r == TN_OK ? tn__cuda_sync_if_blocking(D, "GpuScan") : r;
+}
+
 static tn_result tn__cuda_scan_zero(tn_array *a) {
     size_t n = tn_array_nbytes(a);
     tn__cuda_dev *D;
@@ -3564,7 +3646,7 @@ static tn_result tn__cuda_scan_zero(tn_array *a) {
 }
 
 static tn_result tn__cuda_scan_run(const tn_var *node, tn_array *const *in, tn_array *const *out) {
-    tn__scan_mem m = { node->device, true, tn__cuda_scan_copy, tn__cuda_scan_acc, tn__cuda_scan_zero };
+    tn__scan_mem m = { node->device, true, tn__cuda_scan_copy, tn__cuda_scan_acc, tn__cuda_scan_acc_n, tn__cuda_scan_zero };
     return tn__scan_run(node, in, out, &m);
 }
 

@@ -345,6 +345,24 @@ TEST(test_gemv_kernels) {
     CHECK(kernels == 2, "%d kernels", kernels);
 }
 
+/* The GPU scan's kernel that adds a gradient step's sums at once (float32
+   and float64); the pair table it takes is the host's, byte for byte. */
+TEST(test_scan_acc_kernels) {
+    static char src[4096];
+    th_kbatch batch = { 0 };
+    int kernels = 0;
+    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+        int n = tn__cuda_acc_n_source(t, src, sizeof src);
+        CHECK((n > 0) == (t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "gradient sums %s: %d", tn_dtype_name(t), n);
+        if (n <= 0 || n >= (int)sizeof src) continue;
+        snprintf(src + n, sizeof src - (size_t)n, "typedef char tn_fits[sizeof(tn_accn) == %zu ? 1 : -1];\n", sizeof(tn__cuda_accn));
+        th_kb_add(&batch, src, "gradient sums of %s", tn_dtype_name(t));
+        kernels++;
+    }
+    th_kb_compile(&batch, TH_PTX, "gradient sum kernels");
+    CHECK(kernels == 2, "%d kernels", kernels);
+}
+
 TEST(test_compile_error_reports_log_and_source) {
     const void *bin;
     size_t n;
@@ -472,6 +490,7 @@ int main(void) {
     TH_RUN(test_conv_kernels);
     TH_RUN(test_pool_kernels);
     TH_RUN(test_gemv_kernels);
+    TH_RUN(test_scan_acc_kernels);
     TH_RUN(test_compile_error_reports_log_and_source);
     TH_RUN(test_user_kernels_nvrtc);
     TH_RUN(test_user_kernel_errors_nvrtc);
