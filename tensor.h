@@ -512,6 +512,12 @@ TN_API void tn__buffer_release(tn_buffer *b);
    For tests and benchmarks. */
 TN_API void tn__replay_stats(const tn_func *f, int64_t *replays, int64_t *captures, const char **why);
 
+/* tn_call writing output i straight into dests[i] where its step can (a
+   scan's step into its stacked rows; the >>function section's
+   tn__mark_dests); outputs[i] then points there, else at the function's own
+   buffer, and the caller copies. */
+TN_API tn_result tn__call_into(tn_func *f, tn_array *const *inputs, tn_array **outputs, tn_array *const *dests);
+
 /* Threads: fn(ctx, lo, hi) over [0, n) in chunks of at least `grain`; runs
    inline when n < grain or threads are off. */
 typedef void (*tn__range_fn)(void *ctx, int64_t lo, int64_t hi);
@@ -5815,7 +5821,6 @@ static tn_result tn__check_step(tn_func *f, const tn__step *st, tn_array *const 
 
 /* Defined with the executor and the debugprint further down, used before. */
 static void tn__func_share_stream(tn_func *f);
-static tn_result tn__call_into(tn_func *f, tn_array *const *inputs, tn_array **outputs, tn_array *const *dests);
 static void tn__node_label(const tn_var *v, char *buf, size_t cap);
 
 /* >>leaf_ops ----------------------------------------------------------- */
@@ -11537,7 +11542,7 @@ TN_API tn_result tn_call(tn_func *f, tn_array *const *inputs, tn_array **outputs
    entry NULL: the function's own buffer) where the output's step can
    (tn__mark_dests) and dests[i] has the output's dtype, device, shape and
    strides this call; outputs[i] then points there (the caller compares). */
-static tn_result tn__call_into(tn_func *f, tn_array *const *inputs, tn_array **outputs, tn_array *const *dests) {
+TN_API tn_result tn__call_into(tn_func *f, tn_array *const *inputs, tn_array **outputs, tn_array *const *dests) {
     tn_result r = tn__func_check(f, "tn_call");
     if (r != TN_OK) return r;
     if (tn__atomic_flag_test_and_set_explicit(&f->busy, TN__ACQUIRE))

@@ -564,6 +564,47 @@ static tn_result fib_step(tn_scan_step *s, void *u) {
     return TN_OK;
 }
 
+/* What a scan's step is called with: tn__call_into writes an output
+   straight into the array given for it where its step can (a fused
+   elementwise output, a sum), and leaves it alone where it cannot (an
+   output that is the input itself) or where the array does not fit this
+   call (another shape); the values are right either way. */
+TEST(call_into_destinations) {
+    tn_graph *g = tn_graph_new();
+    tn_var *x = tn_vector(g, "x", TN_F64);
+    tn_var *outs[3] = { tn_mul(tn_exp(x), tn_scalar_const(g, 2.0)), x, tn_sum(x, NULL, 0, false) };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 3, .outputs = outs, .borrow = true });
+    CHECK(f != NULL, "compile: %s", tn_last_error());
+    int64_t n = 37;
+    tn_array *xv = tn_array_rand_uniform(TN_F64, 1, &n, -3, 3, 77);
+    tn_array *d[3] = { tn_array_full(TN_F64, 1, &n, -7), tn_array_full(TN_F64, 1, &n, -7), tn_array_full(TN_F64, 0, NULL, -7) };
+    tn_array *small = tn_array_full(TN_F64, 1, (int64_t[]){ n - 1 }, -7);
+    const double *xs = (const double *)xv->data;
+    long double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += xs[i];
+    for (int pass = 0; f && pass < 2; pass++) {        /* pass 1: output 0's array has the wrong shape */
+        tn_array *dd[3] = { pass ? small : d[0], d[1], d[2] }, *r[3] = { NULL, NULL, NULL };
+        CHECK(tn__call_into(f, &xv, r, dd) == TN_OK, "call: %s", tn_last_error());
+        if (!r[0]) break;
+        CHECK((r[0]->data == dd[0]->data) == (pass == 0), "pass %d: output 0 %s its array", pass, pass ? "written into" : "not written into");
+        CHECK(r[1]->data != d[1]->data && ((const double *)d[1]->data)[3] == -7, "output 1 (the input) left its array alone");
+        CHECK(r[2]->data == d[2]->data, "the sum written into its array");
+        double e = 0;
+        for (int64_t i = 0; i < n; i++) {
+            e = fmax(e, fabs(((const double *)r[0]->data)[i] - 2 * (expm1(xs[i]) + 1)) / (2 * exp(xs[i])));
+            CHECK(((const double *)r[1]->data)[i] == xs[i], "output 1 at %lld", (long long)i);
+        }
+        CHECK(e < 1e-15, "pass %d: 2 exp(x) off by %g", pass, e);
+        CHECK(fabs(*(const double *)r[2]->data - (double)sum) < 1e-13, "sum %.17g vs %.17g", *(const double *)r[2]->data, (double)sum);
+        CHECK(((const double *)small->data)[0] == -7, "the array of the wrong shape is left alone");
+    }
+    for (int i = 0; i < 3; i++) tn_array_free(d[i]);
+    tn_array_free(small);
+    tn_array_free(xv);
+    tn_function_free(f);
+    tn_graph_free(g);
+}
+
 TEST(errors) {
     tn_graph *g = tn_graph_new();
     tn_var *u = tn_input(g, "u", TN_F64, 2, (int64_t[]){10, 3}, NULL), *v = tn_input(g, "v", TN_F64, 2, (int64_t[]){8, 3}, NULL);
@@ -637,6 +678,7 @@ int main(void) {
     TH_RUN(verify_grad_hoisted);
     TH_RUN(dot_becomes_one_product);
     TH_RUN(debugprint_inner);
+    TH_RUN(call_into_destinations);
     TH_RUN(errors);
     TH_END();
 }
