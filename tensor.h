@@ -6448,8 +6448,13 @@ static tn_result tn__custom_proj_jvp(tn_var *node, tn_var *const *t, tn_var **re
      the step) is a state carried between steps in two scratch buffers; the
      node's output is its last value, returned as a tn_update.
    Nothing is allocated per step in a steady loop: the step's inputs are
-   preallocated view structs whose data pointers move, its outputs are
-   borrowed and copied into the stacked buffers.
+   preallocated view structs whose data pointers move, its results are
+   written straight into their rows and the next states where the step
+   function can (tn__call_into), else borrowed and copied there; the loop's
+   scratch (update states, running gradients) is kept between calls. Those
+   view structs and scratch belong to the scan, so its loop runs under the
+   scan's mutex: two functions holding the same scan, called from two
+   threads, take turns in it.
 
    Free variables: anything of the user's graph the step reads that is not
    one of its placeholders (a shared weight, an outer input, an outer
@@ -6509,8 +6514,9 @@ struct tn__scan {
     tn_var **gpend;              /* fwd, during tn_grad: gradients reaching each output through PROJ */
     tn_array **scr;              /* the loop's scratch (fwd: two buffers per update; bwd: one per output), */
     int n_scr;                   /* kept between calls: a captured loop (>>replay) bakes in their addresses */
-    tn_array *dst;               /* fwd: where each step's results go (rows of the stacked outputs, the next */
-    tn_array **dstp;             /* update states), given to the step function to write straight into */
+    tn_array *dst;               /* where each step's results go (fwd: rows of the stacked outputs, the next */
+    tn_array **dstp;             /* update states, written straight into; bwd: what each result is added to) */
+    pthread_mutex_t mu;          /* one loop at a time: args, scratch and dst are the scan's */
 };
 
 /* Bumped whenever memory a captured scan loop may have baked in is freed or
@@ -6530,6 +6536,7 @@ static void tn__scan_free_one(tn__scan *s) {
                      s->init_in, s->tap, s->ns_upd, s->upd_ns, s->ph, s->res, s->res_ph, s->g_of_out, s->inner,
                      s->inner_in, s->inner_in_off, s->inner_t_off, s->args, s->argp, s->resp, s->gpend, s->scr, s->dst, s->dstp };
     for (size_t i = 0; i < sizeof arrs / sizeof arrs[0]; i++) tn__free(arrs[i]);
+    pthread_mutex_destroy(&s->mu);
     tn__free(s);
 }
 
@@ -7009,7 +7016,11 @@ static tn_result tn__scan_run(const tn_var *node, tn_array *const *in, tn_array 
     const tn__scan *s = (const tn__scan *)node->ext;
     if (!s || !s->fn) return tn__err(TN_ERR_INTERNAL, "Scan: node without a compiled step");
     if (m->device_step && !s->dfn) return tn__err(TN_ERR_INTERNAL, "Scan '%s': placed on a device without a device step", s->name);
-    return s->bwd ? tn__scan_bwd(node, in, out, m) : tn__scan_fwd(node, in, out, m);
+    tn__scan *w = (tn__scan *)s;        /* its loop state is taken for the call */
+    pthread_mutex_lock(&w->mu);
+    tn_result r = s->bwd ? tn__scan_bwd(node, in, out, m) : tn__scan_fwd(node, in, out, m);
+    pthread_mutex_unlock(&w->mu);
+    return r;
 }
 
 static tn_result tn__scan_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
@@ -7487,6 +7498,7 @@ TN_API tn_result tn_scan(const tn_scan_desc *d, tn_var **outputs, tn_update *upd
     if (r != TN_OK) return r;
     tn__scan *s = (tn__scan *)tn__calloc(1, sizeof *s);
     if (!s) return tn__err(TN_ERR_OOM, "tn_scan: out of memory");
+    pthread_mutex_init(&s->mu, NULL);
     s->g = g;
     snprintf(s->name, sizeof s->name, "%s", d->name ? d->name : "scan");
     s->n_steps = d->has_n_steps ? d->n_steps : -1;
@@ -7575,6 +7587,7 @@ static tn_result tn__scan_build_grad(tn__scan *s) {
     if (s->grad) return TN_OK;
     tn__scan *b = (tn__scan *)tn__calloc(1, sizeof *b);
     if (!b) return tn__scan_oom(s);
+    pthread_mutex_init(&b->mu, NULL);
     b->g = s->g;
     b->bwd = true;
     b->fwd = s;

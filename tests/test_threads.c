@@ -1,5 +1,6 @@
 /* Threads: different functions run concurrently; one function called from
-   several threads at once either answers right or says TN_ERR_BUSY; two
+   several threads at once either answers right or says TN_ERR_BUSY;
+   functions holding one scan take turns in its loop; two
    functions updating one shared variable lose no update; tn_init raced; the
    CPU pool under concurrent and nested jobs; the host pool's large blocks
    taken and given back by several threads at once. Also built with
@@ -120,6 +121,73 @@ TEST(test_one_function_many_threads) {
 }
 
 /* A call while the function runs gets TN_ERR_BUSY, deterministically. */
+/* Functions that hold the same scan, called at once from several threads:
+   the scan's loop state (its step's views, scratch) is taken in turns, so
+   every call is right and none is busy. */
+static tn_result rnn_step(tn_scan_step *s, void *user) {
+    (void)user;
+    s->outputs[0] = tn_tanh(tn_add(tn_dot(s->non_seq[0], s->out[0][0]), s->seq[0][0]));
+    return TN_OK;
+}
+
+typedef struct scan_job {
+    tn_func *f;
+    tn_array **in;
+    const tn_array *ref;
+    int calls, ok, wrong, failed;
+    char msg[1024];
+} scan_job;
+
+static void *run_scan_job(void *arg) {
+    scan_job *j = (scan_job *)arg;
+    pthread_barrier_wait(&th_bar);
+    for (int c = 0; c < j->calls; c++) {
+        tn_array *y = NULL;
+        if (tn_call(j->f, j->in, &y) != TN_OK) { j->failed++; snprintf(j->msg, sizeof j->msg, "%s", tn_last_error()); continue; }
+        bool same = y->ndim == j->ref->ndim && tn_array_nbytes(y) == tn_array_nbytes(j->ref) && !memcmp(y->data, j->ref->data, tn_array_nbytes(y));
+        if (same) j->ok++; else j->wrong++;
+        tn_array_free(y);
+    }
+    return NULL;
+}
+
+TEST(test_one_scan_many_functions) {
+    tn_graph *g = tn_graph_new();
+    tn_var *in[3] = { tn_matrix(g, "W", TN_F64), tn_matrix(g, "X", TN_F64), tn_vector(g, "h0", TN_F64) }, *H = NULL;
+    tn_scan_seq seq = { in[1], 0, NULL };
+    tn_scan_out out = { in[2], 0, NULL };
+    CHECK(tn_scan(&(tn_scan_desc){ .step = rnn_step, .n_sequences = 1, .sequences = &seq, .n_outputs = 1, .outputs = &out,
+                                   .n_non_sequences = 1, .non_sequences = &in[0], .name = "rnn" }, &H, NULL, NULL) == TN_OK,
+          "tn_scan: %s", tn_last_error());
+    tn_array *v[3] = { tn_array_rand_uniform(TN_F64, 2, (int64_t[]){ 8, 8 }, -0.5, 0.5, 1),
+                       tn_array_rand_uniform(TN_F64, 2, (int64_t[]){ 40, 8 }, -1, 1, 2),
+                       tn_array_rand_uniform(TN_F64, 1, (int64_t[]){ 8 }, -1, 1, 3) };
+    scan_job jobs[NT];
+    tn_array *ref[NT];
+    pthread_t t[NT];
+    pthread_barrier_init(&th_bar, NULL, NT);
+    for (int i = 0; i < NT; i++) {          /* H * (i + 1): each function runs the same scan */
+        tn_var *y = tn_mul(H, tn_scalar_const(g, i + 1.0));
+        memset(&jobs[i], 0, sizeof jobs[i]);
+        jobs[i].f = H ? tn_function(g, &(tn_func_desc){ .n_inputs = 3, .inputs = in, .n_outputs = 1, .outputs = &y }) : NULL;
+        CHECK(jobs[i].f, "compile: %s", tn_last_error());
+        ref[i] = NULL;
+        if (jobs[i].f) CHECK(tn_call(jobs[i].f, v, &ref[i]) == TN_OK, "reference call: %s", tn_last_error());
+        jobs[i].in = v; jobs[i].ref = ref[i]; jobs[i].calls = 30;
+    }
+    bool ready = true;
+    for (int i = 0; i < NT; i++) ready = ready && jobs[i].f && ref[i];
+    for (int i = 0; ready && i < NT; i++) pthread_create(&t[i], NULL, run_scan_job, &jobs[i]);
+    for (int i = 0; ready && i < NT; i++) pthread_join(t[i], NULL);
+    for (int i = 0; ready && i < NT; i++)
+        CHECK(jobs[i].ok == jobs[i].calls, "thread %d: %d of %d right, %d wrong, %d failed (%s)", i, jobs[i].ok, jobs[i].calls,
+              jobs[i].wrong, jobs[i].failed, jobs[i].msg);
+    for (int i = 0; i < NT; i++) { tn_function_free(jobs[i].f); tn_array_free(ref[i]); }
+    for (int i = 0; i < 3; i++) tn_array_free(v[i]);
+    pthread_barrier_destroy(&th_bar);
+    tn_graph_free(g);
+}
+
 TEST(test_busy_is_reported) {
     tn_graph *g = tn_graph_new();
     tn_var *x = tn_vector(g, "x", TN_F32);
@@ -315,6 +383,7 @@ TEST(test_host_pool_concurrent) {
 
 int main(void) {
     tn_init(NULL);
+    TH_RUN(test_one_scan_many_functions);
     TH_RUN(test_busy_is_reported);
     TH_RUN(test_different_functions_concurrently);
     TH_RUN(test_one_function_many_threads);
