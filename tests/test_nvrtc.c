@@ -327,41 +327,32 @@ TEST(test_conv_kernels) { geo_kernels(tn__conv_cuda_source, "tn_cg", sizeof(tn__
    dtype); the geometry struct it takes is the host's, byte for byte. */
 TEST(test_pool_kernels) { geo_kernels(tn__pool_cuda_source, "tn_pg", sizeof(tn__pgeo_dev), "pooling kernels"); }
 
-/* The small matrix-vector kernel the device back end runs in place of
-   cuBLAS's gemv for small products (float32 and float64; none for the
-   other dtypes). */
-TEST(test_gemv_kernels) {
+/* The kernels of a source function for float32 and float64 only (none for
+   the other dtypes), to PTX; with st, the struct st the kernel takes is the
+   host's (host_size bytes). */
+static void f32_f64_kernels(int (*source)(tn_dtype, char *, size_t), const char *st, size_t host_size, const char *what) {
     static char src[4096];
     th_kbatch batch = { 0 };
     int kernels = 0;
     for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
-        int n = tn__gemv_cuda_source(t, src, sizeof src);
-        CHECK((n > 0) == (t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "small gemv %s: %d", tn_dtype_name(t), n);
+        int n = source(t, src, sizeof src);
+        CHECK((n > 0) == (t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "%s %s: %d", what, tn_dtype_name(t), n);
         if (n <= 0 || n >= (int)sizeof src) continue;
-        th_kb_add(&batch, src, "small gemv of %s", tn_dtype_name(t));
+        if (st) snprintf(src + n, sizeof src - (size_t)n, "typedef char tn_fits[sizeof(%s) == %zu ? 1 : -1];\n", st, host_size);
+        th_kb_add(&batch, src, "%s of %s", what, tn_dtype_name(t));
         kernels++;
     }
-    th_kb_compile(&batch, TH_PTX, "small gemv kernels");
-    CHECK(kernels == 2, "%d kernels", kernels);
+    th_kb_compile(&batch, TH_PTX, what);
+    CHECK(kernels == 2, "%s: %d kernels", what, kernels);
 }
 
-/* The GPU scan's kernel that adds a gradient step's sums at once (float32
-   and float64); the pair table it takes is the host's, byte for byte. */
-TEST(test_scan_acc_kernels) {
-    static char src[4096];
-    th_kbatch batch = { 0 };
-    int kernels = 0;
-    for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
-        int n = tn__cuda_acc_n_source(t, src, sizeof src);
-        CHECK((n > 0) == (t == TN_F32 || t == TN_F64) && n < (int)sizeof src, "gradient sums %s: %d", tn_dtype_name(t), n);
-        if (n <= 0 || n >= (int)sizeof src) continue;
-        snprintf(src + n, sizeof src - (size_t)n, "typedef char tn_fits[sizeof(tn_accn) == %zu ? 1 : -1];\n", sizeof(tn__cuda_accn));
-        th_kb_add(&batch, src, "gradient sums of %s", tn_dtype_name(t));
-        kernels++;
-    }
-    th_kb_compile(&batch, TH_PTX, "gradient sum kernels");
-    CHECK(kernels == 2, "%d kernels", kernels);
-}
+/* The small matrix-vector kernel the device back end runs in place of
+   cuBLAS's gemv for small products. */
+TEST(test_gemv_kernels) { f32_f64_kernels(tn__gemv_cuda_source, NULL, 0, "small gemv kernels"); }
+
+/* The GPU scan's kernel that adds a gradient step's sums at once; the pair
+   table it takes is the host's, byte for byte. */
+TEST(test_scan_acc_kernels) { f32_f64_kernels(tn__cuda_acc_n_source, "tn_accn", sizeof(tn__cuda_accn), "gradient sum kernels"); }
 
 TEST(test_compile_error_reports_log_and_source) {
     const void *bin;
