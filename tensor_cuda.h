@@ -56,8 +56,9 @@
    CUDA graphs: a function whose steps all run on the GPU (no transfers; its
    outputs borrowed) is captured as a CUDA graph the second time its
    kernels see the same pointers, and replayed from then on (tensor.h's
-   >>replay section says exactly when); a scan's loop is captured whole. cuda_graph=0 turns this off;
-   launch_blocking=1, profiling and mode=check do too.
+   >>replay section says exactly when); a scan's loop is captured whole.
+   cuda_graph=0 turns this off; launch_blocking=1, profiling and mode=check
+   do too.
    mode=check runs each GPU op's CPU kernel on host copies of its inputs and
    fails the call with TN_ERR_CHECK at the first op whose outputs differ
    beyond the dtype's tolerance (tensor.h's >>check_mode section).
