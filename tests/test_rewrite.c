@@ -591,6 +591,39 @@ TEST(test_gemm) {
     tn_graph_free(g);
 }
 
+/* dot(matrix, vector) with its rows known is a Gemv with beta 0 over
+   zeros, which it does not read: a constant up to 65536 rows (no fill step
+   a call), an Alloc past it; rows unknown, the Dot stays. The values are
+   the Dot's, a NaN in the vector included. */
+TEST(test_dot_to_gemv_zeros) {
+    tn_graph *g = tn_graph_new();
+    tn_var *W = tn_input(g, "W", TN_F64, 2, (int64_t[]){ 6, 5 }, NULL), *x = tn_vector(g, "x", TN_F64);
+    tn_var *T = tn_input(g, "T", TN_F64, 2, (int64_t[]){ 65537, 2 }, NULL), *z = tn_vector(g, "z", TN_F64);
+    tn_var *U = tn_matrix(g, "U", TN_F64);
+    tn_var *in[5] = { W, x, T, z, U }, *outs[3] = { tn_dot(W, x), tn_dot(T, z), tn_dot(U, x) };
+    tn_array *vals[5] = { rnd(2, (int64_t[]){ 6, 5 }, -1, 1, 41), rnd(1, (int64_t[]){ 5 }, -1, 1, 42),
+                          rnd(2, (int64_t[]){ 65537, 2 }, -1, 1, 43), rnd(1, (int64_t[]){ 2 }, -1, 1, 44),
+                          rnd(2, (int64_t[]){ 3, 5 }, -1, 1, 45) };
+    ((double *)vals[1]->data)[2] = NAN;
+    tn_func *f = compile(2, in, 1, &outs[0], TN_MODE_FAST_RUN);
+    CHECK(f && dp_has(f, "Gemv") && dp_has(f, "TensorConstant{(6,) of 0.0}") && !dp_has(f, "Alloc"),
+          "6 rows: a Gemv over constant zeros, no Alloc");
+    CHECK(agree(f, 2, in, 1, &outs[0], vals, 1e-12), "6 rows: numbers");
+    tn_function_free(f);
+    f = compile(2, in + 2, 1, &outs[1], TN_MODE_FAST_RUN);
+    CHECK(f && dp_has(f, "Gemv") && dp_has(f, "Alloc"), "65537 rows: a Gemv over an Alloc");
+    CHECK(agree(f, 2, in + 2, 1, &outs[1], vals + 2, 1e-12), "65537 rows: numbers");
+    tn_function_free(f);
+    tn_var *in3[2] = { U, x };
+    tn_array *vals3[2] = { vals[4], vals[1] };
+    f = compile(2, in3, 1, &outs[2], TN_MODE_FAST_RUN);
+    CHECK(f && !dp_has(f, "Gemv") && dp_has(f, "Dot"), "rows unknown: the Dot stays");
+    CHECK(agree(f, 2, in3, 1, &outs[2], vals3, 1e-12), "rows unknown: numbers");
+    tn_function_free(f);
+    for (int i = 0; i < 5; i++) tn_array_free(vals[i]);
+    tn_graph_free(g);
+}
+
 TEST(test_fusion) {
     tn_graph *g = tn_graph_new();
     tn_var *x = tn_matrix(g, "x", TN_F64), *y = tn_matrix(g, "y", TN_F64), *r = tn_row(g, "r", TN_F64);
@@ -1220,6 +1253,7 @@ int main(void) {
     TH_RUN(test_logistic_literal_extremes);
     TH_RUN(test_fusion_across_dtypes);
     TH_RUN(test_gemm);
+    TH_RUN(test_dot_to_gemv_zeros);
     TH_RUN(test_fusion);
     TH_RUN(test_fusion_input_limit);
     TH_RUN(test_fusion_register_limit);
