@@ -177,6 +177,14 @@ BUILDER(b_reshape) {
     return 2;
 }
 BUILDER(b_eye) { (void)g; out[0] = tn_eye_var(t, in[0], in[1], in[2]); return 1; }
+/* Join along the middle axis, and along the last of both inputs with their last two axes swapped (strided) */
+BUILDER(b_join) {
+    UNUSED_GT;
+    static const int swap[3] = { 0, 2, 1 };
+    out[0] = tn_concatenate(2, (tn_var *[]){ in[0], in[1] }, 1);
+    out[1] = tn_concatenate(2, (tn_var *[]){ tn_dimshuffle(in[0], 3, swap), tn_dimshuffle(in[1], 3, swap) }, 2);
+    return 2;
+}
 /* cumulative */
 BUILDER(b_cumsum0) { UNUSED_GT; out[0] = tn_cumsum(in[0], 0); return 1; }
 BUILDER(b_cumsum1) { UNUSED_GT; out[0] = tn_cumsum(in[0], -1); return 1; }
@@ -244,6 +252,7 @@ static const op_case op_cases[] = {
     /* shapes */
     { "size over axes", "GpuSize", ALL, RULE_EXACT, false, 0, b_size, 1, { D(3, 4, 5, 6) } },
     { "flatten, reshape", "", ALL, RULE_EXACT, true, 0, b_reshape, 1, { D(3, 4, 5, 6) } },
+    { "join (tn_concatenate) along axes 1 and 2", "GpuJoin", ALL, RULE_EXACT, true, 0, b_join, 2, { D(3, 4, 5, 5), D(3, 4, 3, 5) } },
     { "eye(n, m, k), sizes from values", "GpuEye", ALL, RULE_EXACT, false, 0, b_eye, 3, { I64(1, 60, 0), I64(0, 60, 0), I64(-8, 8, 0) } },
     /* cumulative */
     { "cumsum axis 0", "GpuCumSum{axis=0}", ALL, RULE_NMSE, true, 0, b_cumsum0, 1, { D(2, 300, 5) } },
