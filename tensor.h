@@ -6919,18 +6919,15 @@ static tn_result tn__scan_fwd(const tn_var *node, tn_array *const *in, tn_array 
     for (int64_t t = 0; t < T && r == TN_OK; t++) {
         tn__scan_fill_args(s, s->args, in, out, cur, t);
         for (int k = 0; k < s->n_out; k++) tn__scan_row(&s->dst[k], out[k], s->out_len0[k] + t);
-        for (int u = 0; u < s->n_upd; u++) s->dst[s->n_out + u] = *(cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u]);
+        for (int u = 0; u < s->n_upd; u++) s->dst[s->n_out + u] = *st[2 * u + (cur[u] == st[2 * u])];   /* the other buffer */
         if ((r = tn__call_into(fn, s->argp, s->resp, s->dstp)) != TN_OK) {
             r = tn__err(r, "tn_scan '%s': step %lld of %lld: %s", s->name, (long long)t, (long long)T, tn_last_error());
             break;
         }
-        for (int k = 0; k < s->n_out && r == TN_OK; k++)
-            if (s->resp[k]->data != s->dst[k].data) r = tn__scan_copy(s, m, &s->dst[k], s->resp[k], "output", k);
-        for (int u = 0; u < s->n_upd && r == TN_OK; u++) {
-            tn_array *nx = cur[u] == st[2 * u] ? st[2 * u + 1] : st[2 * u];
-            if (s->resp[s->n_out + u]->data != nx->data) r = tn__scan_copy(s, m, nx, s->resp[s->n_out + u], "update", u);
-            if (r == TN_OK) cur[u] = nx;
-        }
+        for (int k = 0; k < s->n_res && r == TN_OK; k++)
+            if (s->resp[k]->data != s->dst[k].data)
+                r = tn__scan_copy(s, m, &s->dst[k], s->resp[k], k < s->n_out ? "output" : "update", k < s->n_out ? k : k - s->n_out);
+        for (int u = 0; u < s->n_upd && r == TN_OK; u++) cur[u] = st[2 * u + (cur[u] == st[2 * u])];
     }
     for (int u = 0; u < s->n_upd && r == TN_OK; u++) r = tn__scan_copy(s, m, out[s->n_out + u], cur[u], "update", u);
     if (st != st_s) tn__free(st);

@@ -5321,7 +5321,7 @@ static bool tn__cuda_gemv_small(const tn_var *node, const tn__cuda_fn_state *st,
     tn_array *y = out[0];
     int64_t rows = M->shape[0], k = M->shape[1], es = (int64_t)tn_dtype_size(y->dtype);
     if (!st || rows * k > TN__GEMV_SMALL_MAX || k > TN__GEMV_SMALL_K || y->strides[0] != es || rows == 0) return false;
-    int64_t s[5] = { M->strides[0], M->strides[1], x->strides[0], c->ndim ? c->strides[0] : 0, 0 };
+    int64_t s[4] = { M->strides[0], M->strides[1], x->strides[0], c->ndim ? c->strides[0] : 0 };
     for (int i = 0; i < 4; i++) if (s[i] % es) return false;
     long long m_rs = s[0] / es, m_cs = s[1] / es, x_s = s[2] / es, c_s = c->ndim && c->shape[0] > 1 ? s[3] / es : 0;
     int ri = (int)rows, ki = (int)k;

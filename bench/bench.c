@@ -748,9 +748,7 @@ static void scan_cases(void) {
             if (plain) cfg_push(nograph);
             tn_func *f = rnn_bench_fn(g, grad, in);
             if (plain) cfg_pop();
-            int n, on_dev = 0;
-            for (int k = 0; f && k < f->n_steps; k++) on_dev += f->steps[k].node->op == TN_OP_SCAN && f->steps[k].node->device != TN_HOST;
-            n = f ? steps_on(f, true, TN_OP_SCAN, NULL) + steps_on(f, false, TN_OP_SCAN, NULL) : 0;
+            int on_dev = steps_on(f, true, TN_OP_SCAN, NULL), n = on_dev + steps_on(f, false, TN_OP_SCAN, NULL);
             if (!f) err(r, "in tn_function");
             else if (GPU && on_dev < n) na(r, "%d of %d scans on the GPU", on_dev, n);
             else {
