@@ -33,7 +33,8 @@
    at a time: a second concurrent caller gets TN_ERR_BUSY, nothing done. A
    call holds the locks of the shared variables it reads or updates (one
    global order, no deadlock), so concurrent updates are never lost;
-   tn_shared_get_value/set_value take the same lock. tn_init may race. The
+   tn_shared_get_value/set_value take the same lock; functions that hold
+   one scan take turns in its loop. tn_init may race. The
    CPU pool runs one parallel job at a time; a concurrent or nested job runs
    on its caller's thread instead of waiting.
 
