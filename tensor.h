@@ -34,7 +34,8 @@
    call holds the locks of the shared variables it reads or updates (one
    global order, no deadlock), so concurrent updates are never lost;
    tn_shared_get_value/set_value take the same lock; functions that hold
-   one scan take turns in its loop. tn_init may race. The
+   one scan take turns in its loop (on the GPU only the host's walk: call
+   them from one thread there). tn_init may race. The
    CPU pool runs one parallel job at a time; a concurrent or nested job runs
    on its caller's thread instead of waiting.
 
@@ -6455,7 +6456,8 @@ static tn_result tn__custom_proj_jvp(tn_var *node, tn_var *const *t, tn_var **re
    scratch (update states, running gradients) is kept between calls. Those
    view structs and scratch belong to the scan, so its loop runs under the
    scan's mutex: two functions holding the same scan, called from two
-   threads, take turns in it.
+   threads, take turns in it. On a device that orders the walks, not the
+   kernels they queue on the two threads' streams (nor replayed graphs).
 
    Free variables: anything of the user's graph the step reads that is not
    one of its placeholders (a shared weight, an outer input, an outer
