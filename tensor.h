@@ -933,6 +933,13 @@ typedef struct tn_backend {
        A function's first call says so in one log line when its compiles
        took over a second (>>compile_note). */
     void (*compile_clock)(uint64_t *kernels, double *seconds, uint64_t *stored, char *dir, size_t dir_cap);
+    /* Under capture (the >>replay section's graph of the data; NULL: each
+       step follows the one before): replay_point gives the graph nodes the
+       next captured work would follow (*n of them; the first cap into
+       nodes), replay_follow makes it follow exactly nodes[0 .. n) (none:
+       the next work starts the graph). */
+    tn_result (*replay_point)(void **nodes, size_t cap, size_t *n);
+    tn_result (*replay_follow)(void *const *nodes, size_t n);
 } tn_backend;
 TN_API void tn__set_backend(const tn_backend *b);
 TN_API const tn_backend *tn__get_backend(void);    /* NULL: CPU only */
@@ -10663,6 +10670,32 @@ static bool tn__reshape_aliases(const tn_func *f, const tn_var *v, const int *sl
     return s->kind == TN__SLOT_INTERNAL;
 }
 
+/* The nodes that need no copy from the host go first, in a stable
+   partition of the topological order (a node all of whose inputs go first
+   goes first too, so the order stays topological): in a captured graph
+   their kernels run while the inputs' copies are under way (>>replay). A
+   node that overwrites an input stays behind, since its input's other
+   readers must run before it. Without copies from the host (a CPU
+   function) nothing moves. Out of memory: the order is left as it is. */
+static void tn__schedule_copies_late(tn_var **order, int n, int nv) {
+    unsigned char *late = (unsigned char *)tn__calloc((size_t)nv + 1, 1);
+    tn_var **rest = (tn_var **)tn__malloc(((size_t)n + 1) * sizeof *rest);
+    if (late && rest) {
+        int n_first = 0, n_rest = 0;
+        for (int k = 0; k < n; k++) {
+            tn_var *v = order[k];
+            bool l = v->op == TN_OP_GPU_FROM_HOST || v->inplace;
+            for (int i = 0; i < v->n_in && !l; i++) l = late[v->in[i]->id];
+            late[v->id] = l;
+            if (l) rest[n_rest++] = v;
+            else order[n_first++] = v;
+        }
+        memcpy(order + n_first, rest, (size_t)n_rest * sizeof *rest);
+    }
+    tn__free(late);
+    tn__free(rest);
+}
+
 /* Steps and slots from the optimised graph. */
 static tn_result tn__schedule(tn_func *f, int n_roots) {
     const char *W = "tn_function";
@@ -10671,6 +10704,7 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
     int nv = f->fg->nvars;
     tn_result r = tn__toposort(f->roots, n_roots + f->n_inputs, nv, &order, &n_order, NULL, W);
     if (r != TN_OK) return r;
+    tn__schedule_copies_late(order, n_order, nv);
     int *slot_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *slot_of);
     if (!slot_of) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", W); }
     int n_slots = 0, n_steps = 0, n_idx = 0, dev = TN_HOST;
@@ -11314,7 +11348,16 @@ static bool tn__same_layout(const tn_array *d, const tn_array *a) {
 enum { TN__STEPS_RUN = 0, TN__STEPS_PROBE };
 static tn_result tn__replay_note(tn_func *f, const tn__step *st, tn_array *const *in, tn_array *const *out);
 
+/* The >>replay section's capture of f's steps by their data (set while
+   capturing f; the steps of functions it calls, a scan's, follow in order). */
+typedef struct tn__replay_dag tn__replay_dag;
+static TN__THREAD_LOCAL tn__replay_dag *tn__dag;
+static tn_result tn__dag_before(tn__replay_dag *d, int k, tn_array *const *in, tn_array *const *out);
+static tn_result tn__dag_after(tn__replay_dag *d, int k);
+static const tn_func *tn__dag_of(const tn__replay_dag *d);
+
 static tn_result tn__steps(tn_func *f, int how) {
+    tn__replay_dag *dag = how == TN__STEPS_RUN && tn__dag && tn__dag_of(tn__dag) == f ? tn__dag : NULL;
     for (int k = 0; k < f->n_steps; k++) {
         tn__step *st = &f->steps[k];
         tn_array **in = f->args, **out = f->args + st->n_in;
@@ -11354,9 +11397,12 @@ static tn_result tn__steps(tn_func *f, int how) {
             if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
         }
         double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
-        tn_result r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
-                    : st->brow ? st->brow->run(v, st->bstate, in, out)
-                    : st->def->cpu(v, in, out);
+        tn_result r = dag && !st->view ? tn__dag_before(dag, k, in, out) : TN_OK;
+        if (r == TN_OK)
+            r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
+              : st->brow ? st->brow->run(v, st->bstate, in, out)
+              : st->def->cpu(v, in, out);
+        if (r == TN_OK && dag && !st->view) r = tn__dag_after(dag, k);
         if (f->prof) tn__prof_step(f, k, t0);
         if (r != TN_OK) {
             char lb[256];
@@ -11816,25 +11862,154 @@ static tn_result tn__replay_launch(tn_func *f, tn__replay_cache *gc, tn__replay_
     return r == TN_OK ? TN_OK : tn__err(r, "%s: launching its CUDA graph: %s", f->name, tn_last_error());
 }
 
+/* The graph of the data. Captured in order, a function's graph is one
+   chain: a copy of an input waits for the kernels before it, and the
+   kernels after an output's copy back wait for that copy. Instead, where
+   the back end can set what captured work follows (replay_point,
+   replay_follow), each kernel step follows the last kernel step and the
+   copies it needs, and a copy between the host and the device follows only
+   the steps whose memory it touches: those writing what it reads, and
+   those reading or writing what it writes (byte spans of every operand, so
+   a buffer reused within the call orders its users). The inputs' copies
+   then start together when the graph does, the kernels that need none of
+   them run during the copies (tn__schedule puts them first), and an
+   output's copy back runs beside the kernels after it. The graph ends when
+   all of its nodes have; the call's fence waits for it. The kernels stay
+   one chain: they may share the back end's scratch or cuBLAS's workspace,
+   and measured on an H100, a step whose elementwise kernels branched off
+   the chain by their data took 27.4 us a call against 18.8 us (a graph's
+   branches cost more to start and join than the kernels they overlap). */
+typedef struct tn__dag_span { uintptr_t lo, hi; int step; bool write; } tn__dag_span;
+
+struct tn__replay_dag {
+    const tn_func *f;
+    const tn_backend *b;
+    tn__dag_span *span;            /* every operand of the steps so far */
+    int n_span, cap_span;
+    void **node;                   /* step k's last nodes: node[at[k] .. at[k] + nn[k]) */
+    int n_node, cap_node;
+    int *at, *nn;
+    void **dep;                    /* scratch: what the next step follows */
+    int n_dep, cap_dep;
+    int last_kernel;               /* the last kernel step; -1: none yet */
+};
+
+static const tn_func *tn__dag_of(const tn__replay_dag *d) { return d->f; }
+
+/* A copy between the host and the device: ordered by its data alone. */
+static bool tn__dag_is_copy(const tn__step *st) { return st->def->kind == TN_OPK_TRANSFER; }
+
+/* The bytes a's elements span, [lo, hi) (empty: lo == hi). */
+static void tn__dag_extent(const tn_array *a, uintptr_t *lo, uintptr_t *hi) {
+    intptr_t l = 0, h = 0;
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->shape[d] == 0) { *lo = *hi = (uintptr_t)a->data; return; }
+        intptr_t e = (intptr_t)((a->shape[d] - 1) * a->strides[d]);
+        if (e < 0) l += e; else h += e;
+    }
+    *lo = (uintptr_t)a->data + (uintptr_t)l;
+    *hi = (uintptr_t)a->data + (uintptr_t)h + tn_dtype_size(a->dtype);
+}
+
+/* Step k's last nodes into the next step's dependencies (once each). */
+static bool tn__dag_add(tn__replay_dag *d, int k) {
+    for (int i = d->at[k]; i < d->at[k] + d->nn[k]; i++) {
+        int j = 0;
+        while (j < d->n_dep && d->dep[j] != d->node[i]) j++;
+        if (j < d->n_dep) continue;
+        void **g = (void **)tn__grow(d->dep, &d->cap_dep, d->n_dep + 1, 8, sizeof *g);
+        if (!g) return false;
+        d->dep = g;
+        d->dep[d->n_dep++] = d->node[i];
+    }
+    return true;
+}
+
+static tn_result tn__dag_before(tn__replay_dag *d, int k, tn_array *const *in, tn_array *const *out) {
+    const tn__step *st = &d->f->steps[k];
+    bool copy = tn__dag_is_copy(st);
+    d->n_dep = 0;
+    bool ok = copy || d->last_kernel < 0 || tn__dag_add(d, d->last_kernel);
+    int first = d->n_span;
+    for (int i = 0; ok && i < st->n_in + st->n_out; i++) {
+        bool w = i >= st->n_in;
+        tn__dag_span me = { 0, 0, k, w };
+        tn__dag_extent(w ? out[i - st->n_in] : in[i], &me.lo, &me.hi);
+        for (int s = 0; ok && s < first && me.lo < me.hi; s++) {
+            const tn__dag_span *o = &d->span[s];
+            if ((w || o->write) && o->lo < me.hi && me.lo < o->hi && (copy || tn__dag_is_copy(&d->f->steps[o->step])))
+                ok = tn__dag_add(d, o->step);      /* a kernel follows the kernels before it anyway */
+        }
+        tn__dag_span *g = ok ? (tn__dag_span *)tn__grow(d->span, &d->cap_span, d->n_span + 1, 32, sizeof *g) : NULL;
+        if (!g) ok = false;
+        else { d->span = g; d->span[d->n_span++] = me; }
+    }
+    if (!ok) return tn__err(TN_ERR_OOM, "%s: out of memory capturing its graph", d->f->name);
+    return d->b->replay_follow(d->dep, (size_t)d->n_dep);
+}
+
+static tn_result tn__dag_after(tn__replay_dag *d, int k) {
+    size_t n = 0;
+    tn_result r = d->b->replay_point(NULL, 0, &n);
+    void **g = r == TN_OK ? (void **)tn__grow(d->node, &d->cap_node, d->n_node + (int)n, 16, sizeof *g) : NULL;
+    if (r == TN_OK && !g) r = tn__err(TN_ERR_OOM, "%s: out of memory capturing its graph", d->f->name);
+    if (r != TN_OK) return r;
+    d->node = g;
+    if ((r = d->b->replay_point(d->node + d->n_node, n, &n)) != TN_OK) return r;
+    d->at[k] = d->n_node;
+    d->nn[k] = (int)n;
+    d->n_node += (int)n;
+    if (!tn__dag_is_copy(&d->f->steps[k])) d->last_kernel = k;
+    return TN_OK;
+}
+
+/* After the last step: what is captured next follows every step. */
+static tn_result tn__dag_join(tn__replay_dag *d) {
+    d->n_dep = 0;
+    for (int k = 0; k < d->f->n_steps; k++)
+        if (d->nn[k] && (k == d->last_kernel || tn__dag_is_copy(&d->f->steps[k])) && !tn__dag_add(d, k))
+            return tn__err(TN_ERR_OOM, "%s: out of memory capturing its graph", d->f->name);
+    return d->b->replay_follow(d->dep, (size_t)d->n_dep);
+}
+
+static void tn__dag_release(tn__replay_dag *d) {
+    tn__free(d->span);
+    tn__free(d->node);
+    tn__free(d->at);
+    tn__free(d->dep);
+}
+
 /* Runs the steps under capture into e, then launches the graph. A step or
    the capture failing turns graphs off for f; nothing ran on the device
    then, so the steps run again plainly. */
 static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
     const tn_backend *b = f->backend;
+    tn__replay_dag dag = { .f = f, .b = b, .last_kernel = -1 };
+    bool by_data = b->replay_point && b->replay_follow && f->n_steps > 0;
+    if (by_data && !(dag.at = (int *)tn__calloc(2 * (size_t)f->n_steps, sizeof *dag.at)))
+        return tn__err(TN_ERR_OOM, "%s: out of memory capturing its graph", f->name);
+    dag.nn = dag.at + f->n_steps;
     tn_result r = b->replay_begin();
     if (r == TN_OK) {
         tn__replay_capturing = true;
+        size_t n0 = 0;
+        if (by_data && b->replay_point(NULL, 0, &n0) != TN_OK) { by_data = false; tn_clear_error(); }   /* in order, then */
+        tn__dag = by_data ? &dag : NULL;
         r = tn__steps(f, TN__STEPS_RUN);
+        if (r == TN_OK && by_data) r = tn__dag_join(&dag);
+        tn__dag = NULL;
         tn__replay_capturing = false;
         void *exec = NULL;
         tn_result re = b->replay_end(r == TN_OK ? &exec : NULL);
         if (r == TN_OK && re == TN_OK && exec) {
+            tn__dag_release(&dag);
             e->exec = exec;
             gc->captures++;
             return tn__replay_launch(f, gc, e);
         }
         if (r == TN_OK) r = re != TN_OK ? re : TN_ERR_INTERNAL;
     }
+    tn__dag_release(&dag);
     tn__replay_drop(f);
     gc->state = TN__REPLAY_OFF;
     snprintf(gc->why, sizeof gc->why, "its capture failed (%.20s): %.200s", tn_result_string(r), tn_last_error());

@@ -47,16 +47,20 @@
    GPU, move to device memory for good (tn_shared_get_value copies back).
    An output wrapped in tn_gpu_from_host() is returned as a device array; a
    copied host output is one cuMemcpyDtoHAsync into pinned memory (a cache of
-   pinned blocks) that becomes the returned array.
+   pinned blocks) that becomes the returned array, or up to 64 KiB a copy
+   kernel writing that memory over the bus.
    Each compiled function queues its work on a stream of its own; switching
    from one function to another orders the new stream after everything queued
    before (the >>cuda_streams section), so results never depend on which
    stream ran what. A call waits only where a host result is copied back.
 
-   CUDA graphs: a function whose steps all run on the GPU (no transfers; its
-   outputs borrowed) is captured as a CUDA graph the second time its
-   kernels see the same pointers, and replayed from then on (tensor.h's
-   >>replay section says exactly when); a scan's loop is captured whole.
+   CUDA graphs: a function whose steps all run on the GPU or copy between
+   it and the host is captured as a CUDA graph the second time its kernels
+   see the same pointers, and replayed from then on (tensor.h's >>replay
+   section says exactly when); a scan's loop is captured whole. Its kernels
+   form one chain; each copy follows only the steps whose memory it
+   touches (tn_backend.replay_point and replay_follow, driver 12.3 or
+   later).
    cuda_graph=0 turns this off; launch_blocking=1, profiling and mode=check
    do too.
    mode=check runs each GPU op's CPU kernel on host copies of its inputs and
@@ -229,6 +233,8 @@ typedef unsigned long long tn__CUdeviceptr;
 typedef unsigned int tn__CUdevice_attribute;
 typedef unsigned int tn__CUfunction_attribute;
 typedef unsigned int tn__CUstreamCaptureMode;
+typedef unsigned int tn__CUstreamCaptureStatus;
+typedef uint64_t tn__cuuint64_t;
 typedef struct CUctx_st *tn__CUcontext;
 typedef struct CUmod_st *tn__CUmodule;
 typedef struct CUfunc_st *tn__CUfunction;
@@ -236,6 +242,8 @@ typedef struct CUstream_st *tn__CUstream;
 typedef struct CUevent_st *tn__CUevent;
 typedef struct CUgraph_st *tn__CUgraph;
 typedef struct CUgraphExec_st *tn__CUgraphExec;
+typedef struct CUgraphNode_st *tn__CUgraphNode;
+typedef struct CUgraphEdgeData_st tn__CUgraphEdgeData;   /* only pointed to (NULL: plain edges) */
 
 enum {
     TN__CUDA_SUCCESS = 0,
@@ -259,7 +267,9 @@ enum {
     TN__CU_STREAM_NON_BLOCKING = 1,
     TN__CU_EVENT_DEFAULT = 0,
     TN__CU_EVENT_DISABLE_TIMING = 2,
-    TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+    TN__CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    TN__CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    TN__CU_STREAM_SET_CAPTURE_DEPENDENCIES = 1
 };
 
 /* X(name, return type, parameter list, required) */
@@ -312,6 +322,10 @@ enum {
     X(cuGraphLaunch, tn__CUresult, (tn__CUgraphExec exec, tn__CUstream stream), 1) \
     X(cuGraphExecDestroy, tn__CUresult, (tn__CUgraphExec exec), 1) \
     X(cuGraphDestroy, tn__CUresult, (tn__CUgraph graph), 1) \
+    X(cuStreamGetCaptureInfo_v3, tn__CUresult, (tn__CUstream stream, tn__CUstreamCaptureStatus *status, tn__cuuint64_t *id, \
+        tn__CUgraph *graph, const tn__CUgraphNode **deps, const tn__CUgraphEdgeData **edges, size_t *n), 0) \
+    X(cuStreamUpdateCaptureDependencies_v2, tn__CUresult, (tn__CUstream stream, tn__CUgraphNode *deps, \
+        const tn__CUgraphEdgeData *edges, size_t n, unsigned int flags), 0) \
     X(cuDeviceCanAccessPeer, tn__CUresult, (int *can, tn__CUdevice dev, tn__CUdevice peer), 0) \
     X(cuCtxEnablePeerAccess, tn__CUresult, (tn__CUcontext peer, unsigned int flags), 0) \
     X(cuMemcpyPeerAsync, tn__CUresult, (tn__CUdeviceptr dst, tn__CUcontext dst_ctx, tn__CUdeviceptr src, \
@@ -3439,12 +3453,13 @@ static tn__cuda_aux *tn__cuda_aux_lock(tn__cuda_dev *D, const char *who) {
     return D->aux;
 }
 
+static tn_result tn__cuda_copy_kernel(tn__cuda_dev *D, tn_array *dst, const tn_array *src, const char *who);
+
 /* dst (contiguous, on the device) = src broadcast to dst's shape, same dtype. */
 static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const char *who) {
     tn_dtype t = dst->dtype;
     if (src->dtype != t || (unsigned)t >= TN_DTYPE_COUNT)
         return tn__err(TN_ERR_INTERNAL, "%s: device copy from %s to %s", who, tn_dtype_name(src->dtype), tn_dtype_name(t));
-    tn_array *in[1] = { (tn_array *)src }, *out[1] = { dst };
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(dst->device, &D, who);
     if (r != TN_OK) return r;
@@ -3454,6 +3469,14 @@ static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const ch
                                                               (tn__CUdeviceptr)(uintptr_t)src->data, n, tn__cuda_stream(D)), who);
         return TN_OK;
     }
+    return tn__cuda_copy_kernel(D, dst, src, who);
+}
+
+/* The copy kernel (any strides; dst may be page-locked host memory, which
+   the device reaches at its host address). */
+static tn_result tn__cuda_copy_kernel(tn__cuda_dev *D, tn_array *dst, const tn_array *src, const char *who) {
+    tn_dtype t = dst->dtype;
+    tn_array *in[1] = { (tn_array *)src }, *out[1] = { dst };
     tn__cuda_aux *A = tn__cuda_aux_lock(D, who);
     if (!A) return tn_last_result();
     if (!A->id_prog[t].n_out) {
@@ -3461,7 +3484,7 @@ static tn_result tn__cuda_copy_into(tn_array *dst, const tn_array *src, const ch
         A->id_prog[t] = (tn_ew_program){ 1, &A->id_dtype[t], 0, NULL, 1, A->id_reg, &A->id_dtype[t] };
         A->id_state[t].prog = &A->id_prog[t];
     }
-    r = tn__cuda_ew_run(&A->id_state[t], in, out, who);
+    tn_result r = tn__cuda_ew_run(&A->id_state[t], in, out, who);
     pthread_mutex_unlock(&D->aux_mu);
     return r;
 }
@@ -4052,8 +4075,13 @@ static const char *tn__cuda_who(const tn_var *node, char *who, size_t cap);   /*
    done), then copied asynchronously. The caller's memory is not read after
    tn_call returns. Device to host: straight into the host array when it is
    pinned (a function's outputs and HostFromGpu's plan buffers come from
-   tn__cuda_host_alloc), else through the device's pinned stage (shared by its
-   threads); the copy waits for the stream, since the host reads the result next. */
+   tn__cuda_host_alloc): one DMA, or up to TN__D2H_KERNEL_MAX bytes the copy
+   kernel, whose stores reach the pinned memory over the bus (a kernel node
+   starts sooner than a copy node: on an H100 a logistic step's two small
+   outputs cost 33.2 us a call this way against 38.5 us by DMA); else through
+   the device's pinned stage (shared by its threads). The copy waits for the
+   stream, since the host reads the result next (at the call's fence within
+   a call). */
 
 typedef struct tn__cuda_h2d_state {
     void *pin;
@@ -4213,6 +4241,10 @@ static tn_result tn__cuda_h2d_stage(const tn_var *node, void *state, tn_array *c
     return r;
 }
 
+#ifndef TN__D2H_KERNEL_MAX
+#define TN__D2H_KERNEL_MAX 65536   /* bytes: a copy to pinned memory up to this is a kernel, past it a DMA */
+#endif
+
 /* HostFromGpu's kernel (tn_device_ops.d2h: the >>transfer section calls it). */
 static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *out) {
     char who[96];
@@ -4224,6 +4256,18 @@ static tn_result tn__cuda_d2h(const tn_var *node, const tn_array *in, tn_array *
         return tn__err(TN_ERR_INTERNAL, "%s: the host output must be contiguous %s", who, tn_dtype_name(in->dtype));
     size_t n = tn_array_nbytes(out);
     if (n == 0) return TN_OK;
+    if (n <= TN__D2H_KERNEL_MAX && out->base && out->base->free_fn == tn__cuda_host_free && out->base->free_device == D->ordinal &&
+        out->ndim == in->ndim && !memcmp(out->shape, in->shape, (size_t)in->ndim * sizeof *in->shape)) {
+        /* small, into memory this device's context page-locked (which its
+           kernels reach at the host address): the copy kernel writes it over
+           the bus, cheaper to start than a DMA */
+        tn_array o = *out;
+        o.device = D->ordinal;
+        if ((r = tn__cuda_copy_kernel(D, &o, in, who)) != TN_OK) return r;
+        if (tn__fence_open()) return tn__cuda_fence_note(D, tn__cuda_stream(D), who);
+        TN__CU_CHECK(tn__cuda.cu.cuStreamSynchronize(tn__cuda_stream(D)), who);
+        return TN_OK;
+    }
     tn_array *tmp = NULL;
     const tn_array *src = in;
     if (!tn_array_is_contiguous(in) || tn_array_size(in) != tn_array_size(out)) {
@@ -4448,6 +4492,36 @@ static tn_result tn__cuda_replay_launch(void *exec) {
     if (r != TN_OK) return r;
     TN__CU_CHECK(tn__cuda.cu.cuGraphLaunch(R->x, tn__cuda_stream(R->dev)), "replaying a captured CUDA graph");
     return R->host ? tn__cuda_fence_note(R->dev, tn__cuda_stream(R->dev), "replaying a captured CUDA graph") : TN_OK;
+}
+
+/* tn_backend.replay_point and replay_follow: the capture's dependency set
+   (the nodes the next captured work follows), read and set (driver 12.3 or
+   later; older ones capture the steps in order: TN_ERR_UNSUPPORTED). */
+static tn_result tn__cuda_replay_point(void **nodes, size_t cap, size_t *n) {
+    tn__cuda_fstream *f = tn__cuda_capture_fs;
+    *n = 0;
+    if (!tn__cuda.cu.cuStreamGetCaptureInfo_v3 || !tn__cuda.cu.cuStreamUpdateCaptureDependencies_v2)
+        return TN_ERR_UNSUPPORTED;
+    if (!f) return tn__err(TN_ERR_INTERNAL, "tn_cuda: replay_point outside a capture");
+    tn__CUstreamCaptureStatus st = 0;
+    const tn__CUgraphNode *deps = NULL;
+    const tn__CUgraphEdgeData *edges = NULL;
+    size_t nd = 0;
+    TN__CU_CHECK(tn__cuda.cu.cuStreamGetCaptureInfo_v3(f->s, &st, NULL, NULL, &deps, &edges, &nd), "reading a capture's dependencies");
+    if (st != TN__CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        return tn__err(TN_ERR_DEVICE, "tn_cuda: the stream's capture is no longer active (status %u)", st);
+    for (size_t i = 0; i < nd && i < cap; i++) nodes[i] = (void *)deps[i];
+    *n = nd;
+    return TN_OK;
+}
+
+static tn_result tn__cuda_replay_follow(void *const *nodes, size_t n) {
+    tn__cuda_fstream *f = tn__cuda_capture_fs;
+    if (!f) return tn__err(TN_ERR_INTERNAL, "tn_cuda: replay_follow outside a capture");
+    TN__CU_CHECK(tn__cuda.cu.cuStreamUpdateCaptureDependencies_v2(f->s, (tn__CUgraphNode *)(void *)nodes, NULL, n,
+                                                                  TN__CU_STREAM_SET_CAPTURE_DEPENDENCIES),
+                 "setting a capture's dependencies");
+    return TN_OK;
 }
 
 /* A graph still running is freed by the driver when it completes. */
@@ -5919,7 +5993,8 @@ static const tn_backend tn__cuda_backend = {
     tn__cuda_prof_new, tn__cuda_prof_mark, tn__cuda_prof_collect, tn__cuda_prof_free,
     tn__cuda_replay_begin, tn__cuda_replay_end, tn__cuda_replay_launch, tn__cuda_replay_release,
     tn__cuda_func_new, tn__cuda_func_enter, tn__cuda_func_free,
-    tn__cuda_shared_order, tn__cuda_shared_free, tn__cuda_compile_clock
+    tn__cuda_shared_order, tn__cuda_shared_free, tn__cuda_compile_clock,
+    tn__cuda_replay_point, tn__cuda_replay_follow
 };
 
 static const tn_device_ops tn__cuda_device_ops = {

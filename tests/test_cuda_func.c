@@ -1381,15 +1381,18 @@ TEST(test_scan_replayed_on_gpu) {
             double e = rnn_grad_err(fd, fh, a);
             CHECK(e <= 1e-12, "call %d: gradient error %g: %s", call, e, tn_last_error());
         }
+        /* with cuda_graph=0 or launch_blocking=1 nothing is captured: the same values, plainly run */
+        bool graphs = !tn_get_config()->no_cuda_graph && !tn_get_config()->launch_blocking;
         tn__replay_stats(fd, &rep, &cap, &why);
-        CHECK(cap >= 1 && rep >= 1, "5 calls: %lld captures, %lld replays (%s)", (long long)cap, (long long)rep, why);
+        CHECK(graphs ? cap >= 1 && rep >= 1 : cap == 0 && rep == 0, "5 calls: %lld captures, %lld replays (%s)", (long long)cap,
+              (long long)rep, why);
         /* a replay reads this call's values */
         double *c = (double *)a[3]->data;
         for (int64_t i = 0; i < tn_array_size(a[3]); i++) c[i] = -0.5 * c[i] + 0.25;
         int64_t rep0 = rep;
         double e = rnn_grad_err(fd, fh, a);
         tn__replay_stats(fd, &rep, &cap, &why);
-        CHECK(e <= 1e-12 && rep == rep0 + 1, "new values: error %g, replays %lld -> %lld", e, (long long)rep0, (long long)rep);
+        CHECK(e <= 1e-12 && rep == rep0 + graphs, "new values: error %g, replays %lld -> %lld", e, (long long)rep0, (long long)rep);
         /* the forward function plans the shared step function again for other shapes */
         rnn_inputs(b, 8, 12, 31);
         tn_array *hd = NULL, *hh = NULL;
@@ -1405,9 +1408,10 @@ TEST(test_scan_replayed_on_gpu) {
             CHECK(e <= 1e-12, "after the other shapes, call %d: gradient error %g", call, e);
         }
         tn__replay_stats(fd, &rep, &cap, &why);
-        CHECK(cap >= 2, "the loop is captured again for its new buffers: %lld captures, %lld replays (%s)", (long long)cap,
-              (long long)rep, why);
-        printf("  scans in a captured graph: %lld captures, %lld replays\n", (long long)cap, (long long)rep);
+        CHECK(graphs ? cap >= 2 : cap == 0, "the loop is captured again for its new buffers: %lld captures, %lld replays (%s)",
+              (long long)cap, (long long)rep, why);
+        printf("  scans in a captured graph: %lld captures, %lld replays%s\n", (long long)cap, (long long)rep,
+               graphs ? "" : " (graphs off: the replay checks are that none happened)");
         for (int i = 0; i < 4; i++) { tn_array_free(a[i]); tn_array_free(b[i]); }
     }
     tn_function_free(fd); tn_function_free(fh); tn_function_free(ffd); tn_function_free(ffh);

@@ -16,6 +16,7 @@
 #include "fake_table.h"
 #include "scan_seed.h"
 #include "scan_device.h"
+#include "logreg_step.h"
 
 
 /* A stand-in kernel run: the op's CPU kernel on the (host) memory; with
@@ -30,6 +31,11 @@ static tn_result fake_exec(const tn_var *n, tn_array *const *in, tn_array *const
         return tn__scan_run(n, in, out, &m);
     }
     if (n->op == TN_OP_GPU_FROM_HOST) return tn_array_assign(out[0], in[0]);
+    if (n->op == TN_OP_HOST_FROM_GPU) {    /* a replayed copy back (the "device" array is host memory) */
+        tn_array src = *in[0];
+        src.device = TN_HOST;
+        return tn_array_assign(out[0], &src);
+    }
     if (tn__op_kind(n->op) == TN_OPK_VIEW) return tn__op_def(n->op)->cpu(n, in, out);
     /* the CPU kernels take host arrays: the same memory, tagged as host */
     tn_array ha[16], *hp[16];
@@ -46,30 +52,53 @@ static tn_result fake_exec(const tn_var *n, tn_array *const *in, tn_array *const
 }
 
 /* Stand-in graphs: while capturing, kernels are recorded with copies of
-   their array structs (pointers and strides baked in), not run. */
-typedef struct fake_rec { const tn_var *node; int n_in, n_out; tn_array arr[8]; } fake_rec;
-typedef struct fake_graph { int n; fake_rec rec[64]; } fake_graph;
+   their array structs (pointers and strides baked in), not run.
+   Each recorded node keeps the nodes it follows (dep: indices of earlier
+   records), set through replay_point and replay_follow as a real capture's
+   dependency set is. */
+typedef struct fake_rec { const tn_var *node; int n_in, n_out; tn_array arr[8]; int n_dep, dep[16]; } fake_rec;
+typedef struct fake_graph { int n; fake_rec rec[64]; int n_cur, cur[16]; } fake_graph;
 static fake_graph *capturing;
 static int fake_fail_capture, graphs_live;
-static tn_result rewire_fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
-    (void)s;
-    if (!capturing || tn__op_kind(n->op) == TN_OPK_VIEW) return fake_exec(n, in, out);   /* views run on the host */
+static tn_result fake_record(const tn_var *n, const tn_array *const *in, const tn_array *const *out) {
     if (capturing->n == 64 || n->n_in + n->n_out > 8) return tn__err(TN_ERR_INTERNAL, "fake graph full");
-    fake_rec *r = &capturing->rec[capturing->n++];
+    fake_rec *r = &capturing->rec[capturing->n];
     r->node = n; r->n_in = n->n_in; r->n_out = n->n_out;
     for (int i = 0; i < n->n_in; i++) r->arr[i] = *in[i];
     for (int o = 0; o < n->n_out; o++) r->arr[n->n_in + o] = *out[o];
+    r->n_dep = capturing->n_cur;
+    memcpy(r->dep, capturing->cur, sizeof r->dep);
+    capturing->n_cur = 1;                  /* what comes next follows this node */
+    capturing->cur[0] = capturing->n++;
+    return TN_OK;
+}
+static tn_result rewire_fake_run(const tn_var *n, void *s, tn_array *const *in, tn_array *const *out) {
+    (void)s;
+    if (!capturing || tn__op_kind(n->op) == TN_OPK_VIEW) return fake_exec(n, in, out);   /* views run on the host */
+    return fake_record(n, (const tn_array *const *)in, (const tn_array *const *)out);
+}
+static tn_result fake_replay_point(void **nodes, size_t cap, size_t *n) {
+    if (!capturing) return tn__err(TN_ERR_INTERNAL, "fake: replay_point outside a capture");
+    for (int i = 0; i < capturing->n_cur && (size_t)i < cap; i++) nodes[i] = (void *)(intptr_t)(capturing->cur[i] + 1);
+    *n = (size_t)capturing->n_cur;
+    return TN_OK;
+}
+static tn_result fake_replay_follow(void *const *nodes, size_t n) {
+    if (!capturing || n > 16) return tn__err(TN_ERR_INTERNAL, "fake: replay_follow of %zu nodes", n);
+    for (size_t i = 0; i < n; i++) capturing->cur[i] = (int)((intptr_t)nodes[i] - 1);
+    capturing->n_cur = (int)n;
     return TN_OK;
 }
 static tn_result fake_replay_begin(void) {
     capturing = (fake_graph *)calloc(1, sizeof *capturing);
     return capturing ? TN_OK : TN_ERR_OOM;
 }
+static fake_graph *last_graph;     /* the last graph captured */
 static tn_result fake_replay_end(void **exec) {
     fake_graph *g = capturing;
     capturing = NULL;
     if (!exec || fake_fail_capture) { free(g); return exec ? tn__err(TN_ERR_DEVICE, "fake capture refused") : TN_OK; }
-    *exec = g;
+    *exec = last_graph = g;
     graphs_live++;
     return TN_OK;
 }
@@ -85,7 +114,11 @@ static tn_result fake_replay_launch(void *exec) {
     }
     return TN_OK;
 }
-static void fake_replay_release(void *exec) { free(exec); graphs_live--; }
+static void fake_replay_release(void *exec) {
+    if (exec == last_graph) last_graph = NULL;
+    free(exec);
+    graphs_live--;
+}
 
 /* Stand-in streams: counted, so a test can see each function get one, enter
    it at every call and drop it when freed. */
@@ -589,6 +622,139 @@ TEST(test_assert_no_cpu_op_says_why) {
     use_fake_device();
 }
 
+/* Copies back to page-locked memory, queued (tn_device_ops.d2h): recorded under capture. */
+static void *fake_pinned_alloc(int d, size_t b) { (void)d; return malloc(b ? b : 1); }
+static void fake_pinned_free(int d, void *p, size_t b) { (void)d; (void)b; free(p); }
+static tn_result fake_d2h(const tn_var *node, const tn_array *in, tn_array *out) {
+    if (capturing) return fake_record(node, &in, (const tn_array *const *)&out);
+    tn_array src = *in;
+    src.device = TN_HOST;
+    return tn_array_assign(out, &src);
+}
+
+/* Whether record a reaches record b through the nodes it follows. */
+static bool rec_reaches(const fake_graph *g, int a, int b) {
+    if (a == b) return true;
+    for (int i = 0; i < g->rec[a].n_dep; i++)
+        if (rec_reaches(g, g->rec[a].dep[i], b)) return true;
+    return false;
+}
+/* Whether records a and b touch the same bytes, one of them writing. */
+static bool rec_conflict(const fake_rec *a, const fake_rec *b) {
+    for (int i = 0; i < a->n_in + a->n_out; i++)
+        for (int j = 0; j < b->n_in + b->n_out; j++) {
+            if (i < a->n_in && j < b->n_in) continue;      /* two reads */
+            const tn_array *x = &a->arr[i], *y = &b->arr[j];
+            const char *x0 = (const char *)x->data, *y0 = (const char *)y->data;
+            if (x0 < y0 + tn_array_nbytes(y) && y0 < x0 + tn_array_nbytes(x)) return true;
+        }
+    return false;
+}
+static bool rec_is(const fake_rec *r, int op) { return r->node->op == op; }
+
+TEST(test_graph_follows_the_data) {
+    /* The seed's logistic step, x and y passed each call, the prediction
+       and the per-example cost copied back: its captured graph orders each
+       copy by the memory it touches, and the kernels in one chain. */
+    static tn_backend be2;
+    static const tn_device_ops ops2 = { fake_alloc, fake_free, fake_copy, fake_pinned_alloc, fake_pinned_free, fake_d2h, NULL, NULL, NULL };
+    const tn_backend *be_saved = tn__get_backend();
+    const tn_device_ops *ops_saved = tn__get_device_ops();
+    be2 = *be_saved;
+    be2.replay_point = fake_replay_point;
+    be2.replay_follow = fake_replay_follow;
+    tn__set_backend(&be2);
+    tn__set_device_ops(&ops2);
+    enum { N = 6, F = 5 };
+    tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ N, F }, 0, 1, 71);
+    tn_array *U = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ N }, 0, 1, 72);
+    tn_array *W0 = tn_array_rand_normal(TN_F32, 1, (int64_t[]){ F }, 0, 0.5, 73);
+    tn_array *Y = tn_array_astype(U, TN_F32);
+    for (int i = 0; i < N; i++) ((float *)Y->data)[i] = ((float *)U->data)[i] < 0.5f ? 0.0f : 1.0f;
+    lr_step m;
+    bool built = lr_build(&m, true, X, Y, W0);
+    CHECK(built, "compile: %s", tn_last_error());
+    tn_func *f = built ? m.f : NULL;
+    tn_var *w = m.w, *b = m.b;
+    double wr[F], br = 0, err = 0;
+    for (int j = 0; j < F; j++) wr[j] = ((float *)W0->data)[j];
+    const float *xv = (const float *)X->data, *yv = (const float *)Y->data;
+    int bad_pred = 0;
+    for (int call = 0; f && call < 8; call++) {
+        tn_array *o[2] = { 0 };
+        tn_result r = tn_call(f, (tn_array *[]){ X, Y }, o);
+        CHECK(r == TN_OK, "call %d: %s", call, tn_last_error());
+        if (r != TN_OK) break;
+        /* float64 reference: p = 1 / (1 + e^-(x.w + b)), the cost's gradient x^T (p - y) / N + 0.02 w */
+        double gw[F] = { 0 }, gb = 0;
+        for (int i = 0; i < N; i++) {
+            double z = br;
+            for (int j = 0; j < F; j++) z += (double)xv[i * F + j] * wr[j];
+            double p = 1 / (1 + exp(-z)), t = yv[i];
+            double ce = -(t * log(p) + (1 - t) * log1p(-p));
+            err = fmax(err, fabs(((float *)o[1]->data)[i] - ce) / fmax(1, fabs(ce)));
+            bad_pred += fabs(p - 0.5) > 1e-4 && ((bool *)o[0]->data)[i] != (p > 0.5);
+            for (int j = 0; j < F; j++) gw[j] += (p - t) * xv[i * F + j] / N;
+            gb += (p - t) / N;
+        }
+        tn_array *nw = tn_shared_get_value(w), *nb = tn_shared_get_value(b);
+        for (int j = 0; j < F; j++) {
+            double want = wr[j] - 0.1 * (gw[j] + 0.02 * wr[j]);
+            err = fmax(err, fabs(((float *)nw->data)[j] - want));
+            wr[j] = ((float *)nw->data)[j];        /* follow float32 rounding */
+        }
+        err = fmax(err, fabs(((float *)nb->data)[0] - (br - 0.1 * gb)));
+        br = ((float *)nb->data)[0];
+        tn_array_free(nw); tn_array_free(nb); tn_array_free(o[0]); tn_array_free(o[1]);
+    }
+    int64_t rep = 0, cap = 0;
+    const char *why = "";
+    if (f) tn__replay_stats(f, &rep, &cap, &why);
+    CHECK(err < 1e-5 && bad_pred == 0, "8 calls against float64: error %g, %d predictions wrong", err, bad_pred);
+    CHECK(cap >= 1 && rep >= 1, "captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
+    const fake_graph *G = last_graph;
+    CHECK(G != NULL, "a graph was captured");
+    int h2d = 0, d2h = 0, kernels = 0, first_copy = -1, first_kernel = -1, prev_kernel = -1;
+    for (int k = 0; G && k < G->n; k++) {
+        const fake_rec *r = &G->rec[k];
+        char lb[160];
+        tn__node_label(r->node, lb, sizeof lb);
+        if (rec_is(r, TN_OP_GPU_FROM_HOST)) {
+            h2d++;
+            if (first_copy < 0) first_copy = k;
+            CHECK(r->n_dep == 0, "record %d (%s): a copy of an input follows %d nodes, none expected", k, lb, r->n_dep);
+        } else if (rec_is(r, TN_OP_HOST_FROM_GPU)) {
+            d2h++;
+            int src = -1;      /* the record that wrote what it copies */
+            for (int j = 0; j < k; j++)
+                for (int o = 0; o < G->rec[j].n_out; o++)
+                    if (G->rec[j].arr[G->rec[j].n_in + o].data == r->arr[0].data) src = j;
+            CHECK(src >= 0 && r->n_dep == 1 && r->dep[0] == src, "record %d (%s): follows %d nodes (first %d), its source is record %d",
+                  k, lb, r->n_dep, r->n_dep ? r->dep[0] : -1, src);
+        } else {
+            kernels++;
+            if (first_kernel < 0) first_kernel = k;
+            bool after_prev = prev_kernel < 0;
+            for (int i = 0; i < r->n_dep; i++) {
+                after_prev |= r->dep[i] == prev_kernel;
+                CHECK(!rec_is(&G->rec[r->dep[i]], TN_OP_HOST_FROM_GPU) || rec_conflict(r, &G->rec[r->dep[i]]),
+                      "record %d (%s) waits for copy back %d without touching its memory", k, lb, r->dep[i]);
+            }
+            CHECK(after_prev, "record %d (%s): the kernels stay one chain (previous kernel %d)", k, lb, prev_kernel);
+            prev_kernel = k;
+        }
+        for (int j = 0; j < k; j++)      /* every earlier record touching its memory comes first */
+            CHECK(!rec_conflict(r, &G->rec[j]) || rec_reaches(G, k, j), "record %d (%s) does not follow record %d, which touches its memory", k, lb, j);
+    }
+    CHECK(h2d == 2 && d2h == 2 && kernels >= 5, "records: %d copies in, %d copies back, %d kernels", h2d, d2h, kernels);
+    /* mul(w, 2) (the weight decay's gradient) needs no input: scheduled before the copies */
+    CHECK(first_kernel >= 0 && first_kernel < first_copy, "first kernel record %d, first copy %d", first_kernel, first_copy);
+    lr_free(&m);
+    tn_array_free(X); tn_array_free(U); tn_array_free(W0); tn_array_free(Y);
+    tn__set_backend(be_saved);
+    tn__set_device_ops(ops_saved);
+}
+
 int main(void) {
     tn_init(&(tn_config){ .device = TN_DEVICE_CPU, .floatX = TN_F32, .allow_gc = true });
     use_fake_device();
@@ -600,6 +766,7 @@ int main(void) {
     TH_RUN(test_check_mode_catches_a_wrong_kernel);
     TH_RUN(test_graph_replay_alternating_buffers);
     TH_RUN(test_graph_off_cases);
+    TH_RUN(test_graph_follows_the_data);
     TH_RUN(test_update_targets_move_to_device);
     TH_RUN(test_one_stream_per_function);
     TH_RUN(test_assert_no_cpu_op_says_why);
