@@ -10670,32 +10670,6 @@ static bool tn__reshape_aliases(const tn_func *f, const tn_var *v, const int *sl
     return s->kind == TN__SLOT_INTERNAL;
 }
 
-/* The nodes that need no copy from the host go first, in a stable
-   partition of the topological order (a node all of whose inputs go first
-   goes first too, so the order stays topological): in a captured graph
-   their kernels run while the inputs' copies are under way (>>replay). A
-   node that overwrites an input stays behind, since its input's other
-   readers must run before it. Without copies from the host (a CPU
-   function) nothing moves. Out of memory: the order is left as it is. */
-static void tn__schedule_copies_late(tn_var **order, int n, int nv) {
-    unsigned char *late = (unsigned char *)tn__calloc((size_t)nv + 1, 1);
-    tn_var **rest = (tn_var **)tn__malloc(((size_t)n + 1) * sizeof *rest);
-    if (late && rest) {
-        int n_first = 0, n_rest = 0;
-        for (int k = 0; k < n; k++) {
-            tn_var *v = order[k];
-            bool l = v->op == TN_OP_GPU_FROM_HOST || v->inplace;
-            for (int i = 0; i < v->n_in && !l; i++) l = late[v->in[i]->id];
-            late[v->id] = l;
-            if (l) rest[n_rest++] = v;
-            else order[n_first++] = v;
-        }
-        memcpy(order + n_first, rest, (size_t)n_rest * sizeof *rest);
-    }
-    tn__free(late);
-    tn__free(rest);
-}
-
 /* Steps and slots from the optimised graph. */
 static tn_result tn__schedule(tn_func *f, int n_roots) {
     const char *W = "tn_function";
@@ -10704,7 +10678,6 @@ static tn_result tn__schedule(tn_func *f, int n_roots) {
     int nv = f->fg->nvars;
     tn_result r = tn__toposort(f->roots, n_roots + f->n_inputs, nv, &order, &n_order, NULL, W);
     if (r != TN_OK) return r;
-    tn__schedule_copies_late(order, n_order, nv);
     int *slot_of = (int *)tn__malloc((size_t)(nv + 1) * sizeof *slot_of);
     if (!slot_of) { tn__free(order); return tn__err(TN_ERR_OOM, "%s: out of memory", W); }
     int n_slots = 0, n_steps = 0, n_idx = 0, dev = TN_HOST;
@@ -11871,11 +11844,10 @@ static tn_result tn__replay_launch(tn_func *f, tn__replay_cache *gc, tn__replay_
    the steps whose memory it touches: those writing what it reads, and
    those reading or writing what it writes (byte spans of every operand, so
    a buffer reused within the call orders its users). The inputs' copies
-   then start together when the graph does, the kernels that need none of
-   them run during the copies (tn__schedule puts them first), and an
-   output's copy back runs beside the kernels after it. The graph ends when
-   all of its nodes have; the call's fence waits for it. The kernels stay
-   one chain: they may share the back end's scratch or cuBLAS's workspace,
+   then start together when the graph does, the kernels before the first
+   that needs one of them run during the copies, and an output's copy back
+   runs beside the kernels after it. The graph ends when all of its nodes
+   have; the call's fence waits for it. The kernels stay one chain: they may share the back end's scratch or cuBLAS's workspace,
    and measured on an H100, a step whose elementwise kernels branched off
    the chain by their data took 27.4 us a call against 18.8 us (a graph's
    branches cost more to start and join than the kernels they overlap). */
@@ -11884,8 +11856,8 @@ typedef struct tn__dag_span { uintptr_t lo, hi; int step; bool write; } tn__dag_
 struct tn__replay_dag {
     const tn_func *f;
     const tn_backend *b;
-    tn__dag_span *span;            /* every operand of the steps so far */
-    int n_span, cap_span;
+    tn__dag_span *span, *cspan;    /* the operands of the steps so far, of the copies among them */
+    int n_span, cap_span, n_cspan, cap_cspan;
     void **node;                   /* step k's last nodes: node[at[k] .. at[k] + nn[k]) */
     int n_node, cap_node;
     int *at, *nn;
@@ -11925,24 +11897,33 @@ static bool tn__dag_add(tn__replay_dag *d, int k) {
     return true;
 }
 
+static bool tn__dag_push(tn__dag_span **v, int *n, int *cap, tn__dag_span x) {
+    tn__dag_span *g = (tn__dag_span *)tn__grow(*v, cap, *n + 1, 32, sizeof *g);
+    if (!g) return false;
+    *v = g;
+    g[(*n)++] = x;
+    return true;
+}
+
 static tn_result tn__dag_before(tn__replay_dag *d, int k, tn_array *const *in, tn_array *const *out) {
     const tn__step *st = &d->f->steps[k];
     bool copy = tn__dag_is_copy(st);
     d->n_dep = 0;
     bool ok = copy || d->last_kernel < 0 || tn__dag_add(d, d->last_kernel);
-    int first = d->n_span;
+    /* a kernel follows the kernels before it anyway: it looks at the copies only */
+    const tn__dag_span *seen = copy ? d->span : d->cspan;
+    int n_seen = copy ? d->n_span : d->n_cspan;
     for (int i = 0; ok && i < st->n_in + st->n_out; i++) {
         bool w = i >= st->n_in;
         tn__dag_span me = { 0, 0, k, w };
         tn__dag_extent(w ? out[i - st->n_in] : in[i], &me.lo, &me.hi);
-        for (int s = 0; ok && s < first && me.lo < me.hi; s++) {
-            const tn__dag_span *o = &d->span[s];
-            if ((w || o->write) && o->lo < me.hi && me.lo < o->hi && (copy || tn__dag_is_copy(&d->f->steps[o->step])))
-                ok = tn__dag_add(d, o->step);      /* a kernel follows the kernels before it anyway */
+        for (int s = 0; ok && s < n_seen && me.lo < me.hi; s++) {
+            const tn__dag_span *o = &seen[s];
+            if ((w || o->write) && o->lo < me.hi && me.lo < o->hi) ok = tn__dag_add(d, o->step);
         }
-        tn__dag_span *g = ok ? (tn__dag_span *)tn__grow(d->span, &d->cap_span, d->n_span + 1, 32, sizeof *g) : NULL;
-        if (!g) ok = false;
-        else { d->span = g; d->span[d->n_span++] = me; }
+        ok = ok && tn__dag_push(&d->span, &d->n_span, &d->cap_span, me) &&
+             (!copy || tn__dag_push(&d->cspan, &d->n_cspan, &d->cap_cspan, me));
+        seen = copy ? d->span : d->cspan;       /* the arrays may have moved */
     }
     if (!ok) return tn__err(TN_ERR_OOM, "%s: out of memory capturing its graph", d->f->name);
     return d->b->replay_follow(d->dep, (size_t)d->n_dep);
@@ -11974,6 +11955,7 @@ static tn_result tn__dag_join(tn__replay_dag *d) {
 
 static void tn__dag_release(tn__replay_dag *d) {
     tn__free(d->span);
+    tn__free(d->cspan);
     tn__free(d->node);
     tn__free(d->at);
     tn__free(d->dep);

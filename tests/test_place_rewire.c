@@ -714,14 +714,13 @@ TEST(test_graph_follows_the_data) {
     CHECK(cap >= 1 && rep >= 1, "captures %lld, replays %lld (%s)", (long long)cap, (long long)rep, why);
     const fake_graph *G = last_graph;
     CHECK(G != NULL, "a graph was captured");
-    int h2d = 0, d2h = 0, kernels = 0, first_copy = -1, first_kernel = -1, prev_kernel = -1;
+    int h2d = 0, d2h = 0, kernels = 0, prev_kernel = -1;
     for (int k = 0; G && k < G->n; k++) {
         const fake_rec *r = &G->rec[k];
         char lb[160];
         tn__node_label(r->node, lb, sizeof lb);
         if (rec_is(r, TN_OP_GPU_FROM_HOST)) {
             h2d++;
-            if (first_copy < 0) first_copy = k;
             CHECK(r->n_dep == 0, "record %d (%s): a copy of an input follows %d nodes, none expected", k, lb, r->n_dep);
         } else if (rec_is(r, TN_OP_HOST_FROM_GPU)) {
             d2h++;
@@ -733,7 +732,6 @@ TEST(test_graph_follows_the_data) {
                   k, lb, r->n_dep, r->n_dep ? r->dep[0] : -1, src);
         } else {
             kernels++;
-            if (first_kernel < 0) first_kernel = k;
             bool after_prev = prev_kernel < 0;
             for (int i = 0; i < r->n_dep; i++) {
                 after_prev |= r->dep[i] == prev_kernel;
@@ -747,8 +745,6 @@ TEST(test_graph_follows_the_data) {
             CHECK(!rec_conflict(r, &G->rec[j]) || rec_reaches(G, k, j), "record %d (%s) does not follow record %d, which touches its memory", k, lb, j);
     }
     CHECK(h2d == 2 && d2h == 2 && kernels >= 5, "records: %d copies in, %d copies back, %d kernels", h2d, d2h, kernels);
-    /* mul(w, 2) (the weight decay's gradient) needs no input: scheduled before the copies */
-    CHECK(first_kernel >= 0 && first_kernel < first_copy, "first kernel record %d, first copy %d", first_kernel, first_copy);
     lr_free(&m);
     tn_array_free(X); tn_array_free(U); tn_array_free(W0); tn_array_free(Y);
     tn__set_backend(be_saved);
