@@ -1709,7 +1709,11 @@ TN__VM_NOFMA(double, tn__vm_sin) TN__VM_NOFMA(double, tn__vm_cos)
    AVX-512) and picked at run time. The loop runs 16 elements at a time (a
    fixed count, which GCC's -O2 cost model vectorises; every width divides
    it), the tail through a padded block. A block where `big` holds for some
-   lane has those lanes redone by `lib` (a branch per block, not per lane).
+   lane has those lanes redone by `lib` (a branch per block, not per lane),
+   from the input: so o and a never overlap (restrict), which the engine
+   keeps, since an output overlapping an input gets a register block of its
+   own (out_direct in tn__cpu_ew_run's plan); test_vmath's test_in_place
+   runs every function in place to hold it to that.
    X(op, name, compute type, C type, function, big, lib). */
 #define TN__VM_OPS(X) \
     X(EXP, exp, F, float, tn__vm_expf, TN__VM_NO_LIBM, expf) \
