@@ -11917,7 +11917,8 @@ static tn_result tn__dag_before(tn__replay_dag *d, int k, tn_array *const *in, t
         bool w = i >= st->n_in;
         tn__dag_span me = { 0, 0, k, w };
         tn__dag_extent(w ? out[i - st->n_in] : in[i], &me.lo, &me.hi);
-        for (int s = 0; ok && s < n_seen && me.lo < me.hi; s++) {
+        if (me.lo == me.hi) continue;          /* no element: touches nothing */
+        for (int s = 0; ok && s < n_seen; s++) {
             const tn__dag_span *o = &seen[s];
             if ((w || o->write) && o->lo < me.hi && me.lo < o->hi) ok = tn__dag_add(d, o->step);
         }
