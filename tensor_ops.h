@@ -4417,7 +4417,7 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cgeo *g = J->g; \
     T pad = STORE((AT)g->padv); \
     int e = g->nsp - 1; \
-    int64_t R = g->Cg * g->K, W = g->out[e], se = g->s[e], xse = J->xs[2 + e]; \
+    int64_t R = g->Cg * g->K, W = g->out[e], Q = W ? g->L / W : 0, se = g->s[e], xse = J->xs[2 + e]; \
     for (int64_t line = lo; line < hi; line++) { \
         int64_t n = line % g->N, row = line / g->N, gi = row / R, r = row % R, kidx = r % g->K, kd[3]; \
         for (int d = e; d >= 0; d--) { kd[d] = kidx % g->k[d]; kidx /= g->k[d]; } \
@@ -4428,15 +4428,16 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
         if (olo > W) olo = W; \
         if (ohi > W) ohi = W; \
         if (ohi < olo) ohi = olo; \
-        for (int64_t q = 0; q < g->L / W; q++, y += W) { \
-            int64_t rem = q, off = 0; \
+        int64_t oc[3] = { 0, 0, 0 };                         /* q's output index along the dims before the last */ \
+        for (int64_t q = 0; q < Q; q++, y += W) { \
+            int64_t off = 0; \
             bool inside = true; \
             for (int d = e - 1; d >= 0; d--) { \
-                int64_t i = rem % g->out[d] * g->s[d] - g->plo[d] + kd[d] * g->dl[d]; \
-                rem /= g->out[d]; \
+                int64_t i = oc[d] * g->s[d] - g->plo[d] + kd[d] * g->dl[d]; \
                 inside = inside && i >= 0 && i < g->in[d]; \
                 off += i * J->xs[2 + d]; \
             } \
+            for (int d = e - 1; d >= 0 && ++oc[d] == g->out[d]; d--) oc[d] = 0;   /* the next q, without a division */ \
             int64_t o = 0; \
             if (inside) { \
                 for (; o < olo; o++) y[o] = pad; \
@@ -4498,7 +4499,7 @@ static void tn__col2im_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cjob *J = (const tn__cjob *)ctx; \
     const tn__cgeo *g = J->g; \
     int e = g->nsp - 1; \
-    int64_t S = 1, ist[3], W = g->out[e], se = g->s[e], xl = J->xs[3]; \
+    int64_t S = 1, ist[3], W = g->out[e], Q = W ? g->L / W : 0, se = g->s[e], xl = J->xs[3]; \
     for (int d = e; d >= 0; d--) { ist[d] = S; S *= g->in[d]; } \
     for (int64_t p = lo; p < hi; p++) { \
         int64_t n = p / g->C, c = p % g->C, gi = c / g->Cg, cr = c % g->Cg, kd[3] = { 0, 0, 0 }; \
@@ -4510,18 +4511,24 @@ static void tn__col2im_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
             int64_t olo = b >= 0 ? 0 : (-b + se - 1) / se, ohi = g->in[e] - b <= 0 ? 0 : (g->in[e] - b + se - 1) / se; \
             if (olo > W) olo = W; \
             if (ohi > W) ohi = W; \
-            for (int64_t q = 0; q < g->L / W && olo < ohi; q++) { \
-                int64_t rem = q, off = b; \
+            int64_t oc[3] = { 0, 0, 0 };                     /* q's output index along the dims before the last */ \
+            for (int64_t q = 0; q < Q && olo < ohi; q++) { \
+                int64_t off = b; \
                 bool inside = true; \
                 for (int d = e - 1; d >= 0; d--) { \
-                    int64_t i = rem % g->out[d] * g->s[d] - g->plo[d] + kd[d] * g->dl[d]; \
-                    rem /= g->out[d]; \
+                    int64_t i = oc[d] * g->s[d] - g->plo[d] + kd[d] * g->dl[d]; \
                     inside = inside && i >= 0 && i < g->in[d]; \
                     off += i * ist[d]; \
                 } \
+                for (int d = e - 1; d >= 0 && ++oc[d] == g->out[d]; d--) oc[d] = 0;   /* the next q, without a division */ \
                 if (!inside) continue; \
                 const char *xr = line + q * W * xl; \
-                for (int64_t o = olo; o < ohi; o++) y[off + o * se] += *(const T *)(const void *)(xr + o * xl); \
+                if (se == 1 && xl == (int64_t)sizeof(T)) {     /* unit steps: the same additions, without the stride products */ \
+                    T *yo = y + off; \
+                    const T *xo = (const T *)(const void *)xr; \
+                    for (int64_t o = olo; o < ohi; o++) yo[o] += xo[o]; \
+                } else \
+                    for (int64_t o = olo; o < ohi; o++) y[off + o * se] += *(const T *)(const void *)(xr + o * xl); \
             } \
             for (int d = e; d >= 0; d--) { if (++kd[d] < g->k[d]) break; kd[d] = 0; } \
         } \
