@@ -791,6 +791,8 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* im2col 
 TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap);   /* direct pooling as CUDA C (tensor_ops.h >>pool_cuda); -1: none */
 TN_API int tn__gemv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* small gemv as CUDA C (tensor_ops.h >>gemv_cuda); -1: none */
 TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap);   /* a random draw as CUDA C (tensor_ops.h >>random_cuda); -1: none */
+TN_API bool tn__random_cuda_expr(int dist, tn_dtype t, const char **prep, const char **val);  /* a draw's values as CUDA C (>>random_cuda) */
+TN_API const char *tn__random_cuda_helpers(void);                                  /* the draw functions as CUDA C */
 
 /* Device memory: the back end allocates, frees and copies buffers of its devices. */
 typedef struct tn_device_ops {
@@ -6828,7 +6830,7 @@ static tn_result tn__scan_acc(tn_array *dst, const tn_array *src) {
     ins.op = TN_OP_ADD; ins.dtype = (int8_t)dst->dtype; ins.in_dtype = (int8_t)dst->dtype; ins.a = 0; ins.b = 1; ins.c = -1;
     int32_t oreg = 2;
     tn_dtype odt = dst->dtype;
-    tn_ew_program p = { 2, idt, 1, &ins, 1, &oreg, &odt };
+    tn_ew_program p = { 2, idt, 1, &ins, 1, &oreg, &odt, NULL };
     tn_array *in[2] = { dst, (tn_array *)src };
     return tn__cpu_ew_run(&p, in, &dst);
 }
@@ -8589,7 +8591,7 @@ static tn_ew_program *tn__rw_shape_program(tn__rw *c, tn_var *const *in, int n, 
     *cast = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)t, .in_dtype = (int8_t)dt[0], .a = 0, .b = -1, .c = -1 };
     *oreg = conv ? n : 0;
     dt[n] = t;
-    *P = (tn_ew_program){ n, dt, conv ? 1 : 0, cast, 1, oreg, &dt[n] };
+    *P = (tn_ew_program){ n, dt, conv ? 1 : 0, cast, 1, oreg, &dt[n], NULL };
     return P;
 }
 
@@ -9122,7 +9124,9 @@ static bool tn__type_same_shape(const tn_type *a, const tn_type *b) {
 }
 static bool tn__type_same(const tn_type *a, const tn_type *b) { return a->dtype == b->dtype && tn__type_same_shape(a, b); }
 
-static bool tn__rw_fusable(const tn_var *v) { return tn__rw_is_ew(v->op) && v->n_out == 1; }
+/* Elementwise nodes, and draws of a variable's shape (tn__random_fusable: the
+   kernel computes the draw's elements where they are used). */
+static bool tn__rw_fusable(const tn_var *v) { return (tn__rw_is_ew(v->op) && v->n_out == 1) || tn__random_fusable(v); }
 /* A member's instructions at most: its op, and per input an immediate or a cast. */
 static int tn__fuse_regs(const tn_var *v) { return 1 + 2 * v->n_in; }
 static bool tn__rw_immediate(const tn_var *x) { double d; return x->type.ndim == 0 && tn__rw_const_value(x, &d); }
@@ -9278,7 +9282,10 @@ static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n
     tn_ew_instr *ins_ = (tn_ew_instr *)tn__graph_alloc(c->g, (size_t)(ninstr + 1) * sizeof *ins_);
     int32_t *oreg = (int32_t *)tn__graph_alloc(c->g, (size_t)(nmem + 1) * sizeof *oreg);
     tn_dtype *odt = (tn_dtype *)tn__graph_alloc(c->g, (size_t)(nmem + 1) * sizeof *odt);
-    if (!in || !out || !P || !in_dt || !ins_ || !oreg || !odt) { c->oom = true; return NULL; }
+    uint64_t *dep = (uint64_t *)tn__graph_alloc(c->g, (size_t)(nin + ninstr + 1) * sizeof *dep);   /* inputs a register reads */
+    tn_ew_rand *rnd = NULL;                                                                       /* the draws' parameters */
+    if (!in || !out || !P || !in_dt || !ins_ || !oreg || !odt || !dep) { c->oom = true; return NULL; }
+    for (int r = 0; r < nin; r++) dep[r] = r < 64 ? (uint64_t)1 << r : 0;
     for (int p = F->G[g].head; p >= 0; p = F->next[p]) {
         tn_var *m = F->ord[p];
         if (role && !role[m->id]) continue;
@@ -9307,14 +9314,25 @@ static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n
             }
             ins_[ni] = (tn_ew_instr){ .op = TN_OP_CONSTANT, .dtype = (int8_t)x->type.dtype, .in_dtype = (int8_t)x->type.dtype,
                                       .a = -1, .b = -1, .c = -1, .imm = d };
+            dep[nin + ni] = 0;
             map[k] = nin + ni++;
         }
         if (q->n_instr > 8) return NULL;
         for (int j = 0; j < q->n_instr; j++) {
             tn_ew_instr t = q->instr[j];
             int32_t *r[3] = { &t.a, &t.b, &t.c };
+            dep[nin + ni] = 0;
             for (int o = 0; o < 3; o++)
-                if (*r[o] >= 0) *r[o] = *r[o] < q->n_in ? map[*r[o]] : map[8 + *r[o] - q->n_in];
+                if (*r[o] >= 0) {
+                    *r[o] = *r[o] < q->n_in ? map[*r[o]] : map[8 + *r[o] - q->n_in];
+                    dep[nin + ni] |= dep[*r[o]];
+                }
+            if (t.op == TN_OP_RANDOM) {      /* the draw takes the shape of what register c reads */
+                if (nin > 64 || !q->rand) return NULL;
+                if (!rnd && !(rnd = (tn_ew_rand *)tn__graph_alloc(c->g, (size_t)(ninstr + 1) * sizeof *rnd))) { c->oom = true; return NULL; }
+                rnd[ni] = q->rand[j];
+                rnd[ni].shape_of = dep[nin + ni] = t.c >= 0 ? dep[t.c] : 0;
+            }
             map[8 + j] = nin + ni;
             ins_[ni++] = t;
         }
@@ -9330,7 +9348,7 @@ static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n
         }
         if (is_out) { out[nout] = m; oreg[nout] = F->reg[m->id]; odt[nout] = m->type.dtype; nout++; }
     }
-    *P = (tn_ew_program){ nin, in_dt, ni, ins_, nout, oreg, odt };
+    *P = (tn_ew_program){ nin, in_dt, ni, ins_, nout, oreg, odt, rnd };
     *ins = in; *n_ins = nin; *outs = out;
     return P;
 }
@@ -9371,9 +9389,10 @@ static void tn__fuse_build(tn__fctx *F, int g) {
     if (c->pa->fuse_into_reductions && T->n_use == 1 && !T->n_root && tn__rw_fuse_reduction_op(T->use[0].c->op) &&
         T->use[0].c->n_in == 1 && !T->use[0].c->ext && G->nin <= TN__REDUCE_MAX_INPUTS && T->use[0].c->device == tail->device) {
         tn_var *R = T->use[0].c;
-        bool single = true;    /* every other member is read inside the group only */
+        bool single = true;    /* every other member is read inside the group only; no draw (a reduction has no element index) */
         for (int p = G->head; p >= 0 && single; p = F->next[p]) {
             tn_var *m = F->ord[p];
+            if (m->op == TN_OP_RANDOM) single = false;
             if (m == tail) continue;
             if (tn__ni(c, m)->n_root) single = false;
             for (int u = 0; single && u < tn__ni(c, m)->n_use; u++) single = tn__fg_of(F, tn__ni(c, m)->use[u].c) == g;
@@ -13294,7 +13313,7 @@ static void tn__dot_program(FILE *out, const tn_ew_program *p) {
         else {
             const tn_ew_info *e = tn__ew_info(in->op);
             tn__sbuf b = { line, sizeof line, 0 };
-            tn__sbuf_put(&b, "r%d = %s(r%d", p->n_in + k, e ? e->name : "?", in->a);
+            tn__sbuf_put(&b, "r%d = %s(r%d", p->n_in + k, in->op == TN_OP_RANDOM ? "random" : e ? e->name : "?", in->a);
             if (in->b >= 0) tn__sbuf_put(&b, ", r%d", in->b);
             if (in->c >= 0) tn__sbuf_put(&b, ", r%d", in->c);
             tn__sbuf_put(&b, ")");

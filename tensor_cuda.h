@@ -1074,13 +1074,20 @@ static void tn__cuda_store(tn__sb *b, const char *expr, tn_dtype from, tn_dtype 
 
 /* Checks the program before generating code, so malformed input is an error
    naming the instruction rather than a kernel that does not compile. */
+/* The program's random draws (TN_OP_RANDOM instructions). */
+static int tn__cuda_n_rand(const tn_ew_program *p) {
+    int n = 0;
+    for (int k = 0; p->rand && k < p->n_instr; k++) n += p->instr[k].op == TN_OP_RANDOM;
+    return n;
+}
+
 static tn_result tn__cuda_check_program(const tn_ew_program *p) {
     if (!p || p->n_in < 0 || p->n_out < 1 || p->n_instr < 0 || (p->n_in && !p->in_dtype) ||
         (p->n_instr && !p->instr) || !p->out_reg || !p->out_dtype)
         return tn__err(TN_ERR_INVALID, "tn_cuda codegen: malformed program (no outputs or missing arrays)");
-    if (p->n_in + p->n_out > TN__CUDA_MAX_OPERANDS)
-        return tn__err(TN_ERR_UNSUPPORTED, "tn_cuda codegen: %d inputs + %d outputs exceed the %d operands one kernel "
-                       "can take (tn_cuda_max_fused_operands)", p->n_in, p->n_out, TN__CUDA_MAX_OPERANDS);
+    if (p->n_in + p->n_out + tn__cuda_n_rand(p) > TN__CUDA_MAX_OPERANDS)
+        return tn__err(TN_ERR_UNSUPPORTED, "tn_cuda codegen: %d inputs + %d outputs + %d random draws exceed the %d operands one kernel "
+                       "can take (tn_cuda_max_fused_operands)", p->n_in, p->n_out, tn__cuda_n_rand(p), TN__CUDA_MAX_OPERANDS);
     for (int i = 0; i < p->n_in; i++)
         if (!tn__cuda_stype(p->in_dtype[i]))
             return tn__err(TN_ERR_DTYPE, "tn_cuda codegen: input %d has dtype %s", i, tn_dtype_name(p->in_dtype[i]));
@@ -1090,6 +1097,11 @@ static tn_result tn__cuda_check_program(const tn_ew_program *p) {
         if (!tn__cuda_stype((tn_dtype)in->dtype))
             return tn__err(TN_ERR_DTYPE, "tn_cuda codegen: instruction %d has dtype %s", k, tn_dtype_name((tn_dtype)in->dtype));
         if (in->op == TN_OP_CONSTANT) continue;
+        if (in->op == TN_OP_RANDOM) {
+            char why[160];
+            if (!tn__ew_rand_check(p, k, why, sizeof why)) return tn__err(TN_ERR_INVALID, "tn_cuda codegen: instruction %d (random): %s", k, why);
+            continue;
+        }
         const tn_ew_info *info = tn__ew_info(in->op);
         if (!info) return tn__err(TN_ERR_INVALID, "tn_cuda codegen: instruction %d has op %d, not elementwise", k, in->op);
         const int32_t ops[3] = { in->a, in->b, in->c };
@@ -1163,8 +1175,12 @@ static void tn__cuda_emit_eval(tn__sb *b, const tn_ew_program *p) {
     tn__sb_puts(b, "static __device__ __forceinline__ void tn_eval(");
     for (int i = 0; i < p->n_in; i++)
         tn__sb_printf(b, "%sconst %s r%d", i ? ", " : "", tn__cuda_ctype(p->in_dtype[i]), i);
+    int np = p->n_in;
+    for (int k = 0; k < p->n_instr; k++)      /* a draw's element, computed by the caller (a block's words once) */
+        if (p->instr[k].op == TN_OP_RANDOM)
+            tn__sb_printf(b, "%sconst %s q%d", np++ ? ", " : "", tn__cuda_ctype((tn_dtype)p->instr[k].dtype), p->n_in + k);
     for (int j = 0; j < p->n_out; j++)
-        tn__sb_printf(b, "%s%s *o%d", p->n_in + j ? ", " : "", tn__cuda_stype(p->out_dtype[j]), j);
+        tn__sb_printf(b, "%s%s *o%d", np++ ? ", " : "", tn__cuda_stype(p->out_dtype[j]), j);
     tn__sb_puts(b, ") {\n");
     for (int k = 0; k < p->n_instr; k++) {
         const tn_ew_instr *in = &p->instr[k];
@@ -1178,6 +1194,10 @@ static void tn__cuda_emit_eval(tn__sb *b, const tn_ew_program *p) {
             tn__sb_printf(b, "    r%d = ", r);
             tn__cuda_conv(b, e, TN_F64, d);
             tn__sb_puts(b, ";\n");
+            continue;
+        }
+        if (in->op == TN_OP_RANDOM) {
+            tn__sb_printf(b, "    r%d = q%d; /* random */\n", r, r);
             continue;
         }
         const tn_ew_info *info = tn__ew_info(in->op);
@@ -1219,6 +1239,79 @@ static void tn__cuda_emit_eval(tn__sb *b, const tn_ew_program *p) {
     tn__sb_puts(b, "}\n");
 }
 
+/* A program's draws (TN_OP_RANDOM): the library's draw functions, then per
+   draw in register r, tn_rb<r>(seed, calls, j, v) storing the values of
+   its block j as the Random op's kernel does (>>cuda_random: the same
+   text), and tn_re<r>(seed, calls, e) giving element e as a register. */
+static void tn__cuda_emit_rand(tn__sb *b, const tn_ew_program *p) {
+    if (!tn__cuda_n_rand(p)) return;
+    tn__sb_puts(b, tn__random_cuda_helpers());
+    for (int k = 0; k < p->n_instr; k++) {
+        const tn_ew_instr *in = &p->instr[k];
+        if (in->op != TN_OP_RANDOM) continue;
+        const tn_ew_rand *R = &p->rand[k];
+        tn_dtype t = (tn_dtype)in->dtype;
+        const char *prep, *val;
+        const char *sty = tn__cuda_stype(t), *cty = tn__cuda_ctype(t);
+        if (!sty || !tn__random_cuda_expr(R->dist, t, &prep, &val)) continue;      /* tn__cuda_check_program refuses it */
+        int r = p->n_in + k, per = tn__rnd_per(R->dist, t);
+        uint64_t ab[2];
+        memcpy(&ab[0], &R->a, 8);
+        memcpy(&ab[1], &R->b, 8);
+        tn__sb_printf(b, "static __device__ __forceinline__ void tn_rb%d(const uint64_t seed, const uint64_t calls, const int64_t j, %s *v) {\n"
+                         "    const double a = __longlong_as_double(0x%016llxLL), b = __longlong_as_double(0x%016llxLL); /* %.17g, %.17g */\n"
+                         "    const long long ilow = (long long)0x%016llxULL; const unsigned long long range = 0x%016llxULL;\n"
+                         "    (void)a; (void)b; (void)ilow; (void)range;\n"
+                         "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((uint64_t)j >> 32), %uu, (uint32_t)calls };\n"
+                         "    tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
+                         "    %s\n"
+                         "#pragma unroll\n"
+                         "    for (int t = 0; t < %d; t++) v[t] = %s;\n"
+                         "}\n",
+                      r, sty, (unsigned long long)ab[0], (unsigned long long)ab[1], R->a, R->b, (unsigned long long)R->ilow,
+                      (unsigned long long)R->range, (unsigned)R->draw, prep, per, val);
+        tn__sb_printf(b, "static __device__ __forceinline__ %s tn_re%d(const uint64_t seed, const uint64_t calls, const int64_t e) {\n"
+                         "    const int64_t j = e / %d;\n"
+                         "    %s v[%d];\n"
+                         "    tn_rb%d(seed, calls, j, v);\n"
+                         "    return ", cty, r, per, sty, per, r);
+        char lv[48];
+        snprintf(lv, sizeof lv, "v[e - j * %d]", per);
+        tn__cuda_load(b, t, lv);
+        tn__sb_puts(b, ";\n}\n");
+    }
+}
+
+/* The seed and call count of each draw, read once by a kernel. */
+static void tn__cuda_emit_rand_state(tn__sb *b, const tn_ew_program *p) {
+    for (int k = 0; k < p->n_instr; k++)
+        if (p->rand && p->instr[k].op == TN_OP_RANDOM)
+            tn__sb_printf(b, "    const uint64_t sd%d = (uint64_t)in%d[0], cl%d = (uint64_t)in%d[0];\n", p->n_in + k, p->instr[k].a,
+                          p->n_in + k, p->instr[k].b);
+}
+
+/* tn_eval's draw arguments: element `e` of each (an expression of k), or
+   (fbase >= 0) the offset f<fbase + q> of draw q, or, with `w`, the
+   vector's stored values w<r>[k]. */
+static void tn__cuda_emit_rand_args(tn__sb *b, const tn_ew_program *p, const char *e, int fbase, bool w, int vec) {
+    bool comma = p->n_in > 0;
+    int q = 0;
+    for (int k = 0; k < p->n_instr; k++) {
+        const tn_ew_instr *in = &p->instr[k];
+        if (!p->rand || in->op != TN_OP_RANDOM) continue;
+        int r = p->n_in + k;
+        tn__sb_puts(b, comma ? ", " : "");
+        comma = true;
+        if (w && vec % tn__rnd_per(p->rand[k].dist, (tn_dtype)in->dtype) == 0) {
+            char lv[32];
+            snprintf(lv, sizeof lv, "w%d[k]", r);
+            tn__cuda_load(b, (tn_dtype)in->dtype, lv);
+        } else if (fbase >= 0) tn__sb_printf(b, "tn_re%d(sd%d, cl%d, f%d)", r, r, r, fbase + q);
+        else tn__sb_printf(b, "tn_re%d(sd%d, cl%d, %s)", r, r, r, e);
+        q++;
+    }
+}
+
 /* Contiguous kernel: a grid-stride loop over VEC-element vectors (16-byte
    accesses for the widest operand) when every pointer is aligned, then a
    scalar loop for the tail (or everything, when unaligned). */
@@ -1253,6 +1346,7 @@ static void tn__cuda_emit_contig(tn__sb *b, const tn_ew_program *p, uint64_t sca
         tn__cuda_load(b, p->in_dtype[i], lv);
         tn__sb_puts(b, ";\n");
     }
+    tn__cuda_emit_rand_state(b, p);
     tn__sb_printf(b, "    int64_t start = 0;\n    if (((0");
     for (int i = 0; i < p->n_in; i++)
         if (!(scalar_in >> i & 1))
@@ -1266,6 +1360,15 @@ static void tn__cuda_emit_contig(tn__sb *b, const tn_ew_program *p, uint64_t sca
             tn__sb_printf(b, "            const tn_v%d x%d = ((const tn_v%d *)in%d)[v];\n",
                           (int)p->in_dtype[i], i, (int)p->in_dtype[i], i);
     for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "            tn_v%d y%d;\n", (int)p->out_dtype[j], j);
+    for (int k = 0; k < p->n_instr; k++) {     /* a draw's blocks of the vector, each block's words once */
+        const tn_ew_instr *in = &p->instr[k];
+        if (!p->rand || in->op != TN_OP_RANDOM) continue;
+        int r = p->n_in + k, per = tn__rnd_per(p->rand[k].dist, (tn_dtype)in->dtype);
+        if (vec % per) continue;
+        tn__sb_printf(b, "            %s w%d[%d];\n#pragma unroll\n"
+                         "            for (int bb = 0; bb < %d; bb++) tn_rb%d(sd%d, cl%d, v * %d + bb, &w%d[bb * %d]);\n",
+                      tn__cuda_stype((tn_dtype)in->dtype), r, vec, vec / per, r, r, r, vec / per, r, per);
+    }
     tn__sb_printf(b, "#pragma unroll\n            for (int k = 0; k < %d; k++)\n                tn_eval(", vec);
     for (int i = 0; i < p->n_in; i++) {
         char lv[32];
@@ -1274,6 +1377,9 @@ static void tn__cuda_emit_contig(tn__sb *b, const tn_ew_program *p, uint64_t sca
         snprintf(lv, sizeof lv, "x%d.v[k]", i);
         tn__cuda_load(b, p->in_dtype[i], lv);
     }
+    char ve[48];
+    snprintf(ve, sizeof ve, "v * %d + k", vec);
+    tn__cuda_emit_rand_args(b, p, ve, -1, true, vec);
     for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "%s&y%d.v[k]", p->n_in + j ? ", " : "", j);
     tn__sb_puts(b, ");\n");
     for (int j = 0; j < p->n_out; j++)
@@ -1287,6 +1393,7 @@ static void tn__cuda_emit_contig(tn__sb *b, const tn_ew_program *p, uint64_t sca
         snprintf(lv, sizeof lv, "in%d[i]", i);
         tn__cuda_load(b, p->in_dtype[i], lv);
     }
+    tn__cuda_emit_rand_args(b, p, "i", -1, false, vec);
     for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "%s&out%d[i]", p->n_in + j ? ", " : "", j);
     tn__sb_puts(b, ");\n}\n");
 }
@@ -1294,23 +1401,24 @@ static void tn__cuda_emit_contig(tn__sb *b, const tn_ew_program *p, uint64_t sca
 /* Strided kernel: each thread turns its linear index into coordinates
    (innermost first) and every operand's element offset (0 strides broadcast). */
 static void tn__cuda_emit_strided(tn__sb *b, const tn_ew_program *p, int nd) {
-    int nops = p->n_in + p->n_out;
-    tn__sb_printf(b, "struct tn_args { int64_t n; int64_t shape[%d]; int64_t st[%d][%d]; };\n", nd, nops, nd);
+    int nops = p->n_in + p->n_out, nrows = nops + tn__cuda_n_rand(p);    /* a draw's row: its index's element strides */
+    tn__sb_printf(b, "struct tn_args { int64_t n; int64_t shape[%d]; int64_t st[%d][%d]; };\n", nd, nrows, nd);
     tn__sb_puts(b, "extern \"C\" __global__ void __launch_bounds__(256) tn_ew(const tn_args A");
     for (int i = 0; i < p->n_in; i++)
         tn__sb_printf(b, ", const %s *__restrict__ in%d", tn__cuda_stype(p->in_dtype[i]), i);
     for (int j = 0; j < p->n_out; j++)
         tn__sb_printf(b, ", %s *__restrict__ out%d", tn__cuda_stype(p->out_dtype[j]), j);
     tn__sb_puts(b, ") {\n"
-                   "    const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;\n"
-                   "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < A.n; i += nthreads) {\n"
+                   "    const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;\n");
+    tn__cuda_emit_rand_state(b, p);
+    tn__sb_puts(b, "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < A.n; i += nthreads) {\n"
                    "        int64_t rem = i, q, c;\n");
-    for (int k = 0; k < nops; k++) tn__sb_printf(b, "        int64_t f%d = 0;\n", k);
+    for (int k = 0; k < nrows; k++) tn__sb_printf(b, "        int64_t f%d = 0;\n", k);
     for (int d = nd - 1; d >= 1; d--) {
         tn__sb_printf(b, "        q = rem / A.shape[%d]; c = rem - q * A.shape[%d]; rem = q;\n", d, d);
-        for (int k = 0; k < nops; k++) tn__sb_printf(b, "        f%d += c * A.st[%d][%d];\n", k, k, d);
+        for (int k = 0; k < nrows; k++) tn__sb_printf(b, "        f%d += c * A.st[%d][%d];\n", k, k, d);
     }
-    for (int k = 0; k < nops; k++) tn__sb_printf(b, "        f%d += rem * A.st[%d][0];\n", k, k);
+    for (int k = 0; k < nrows; k++) tn__sb_printf(b, "        f%d += rem * A.st[%d][0];\n", k, k);
     tn__sb_puts(b, "        tn_eval(");
     for (int i = 0; i < p->n_in; i++) {
         char lv[32];
@@ -1318,6 +1426,7 @@ static void tn__cuda_emit_strided(tn__sb *b, const tn_ew_program *p, int nd) {
         snprintf(lv, sizeof lv, "in%d[f%d]", i, i);
         tn__cuda_load(b, p->in_dtype[i], lv);
     }
+    tn__cuda_emit_rand_args(b, p, "", nops, false, 0);
     for (int j = 0; j < p->n_out; j++) tn__sb_printf(b, "%s&out%d[f%d]", p->n_in + j ? ", " : "", j, p->n_in + j);
     tn__sb_puts(b, ");\n    }\n}\n");
 }
@@ -1337,6 +1446,7 @@ static tn_result tn__cuda_ew_source(const tn_ew_program *p, const tn__cuda_layou
     if (L->kind == TN__CUDA_STRIDED) tn__sb_printf(&b, " rank %d", L->ndim);
     tn__sb_puts(&b, " */\n");
     tn__cuda_prelude(&b);
+    tn__cuda_emit_rand(&b, p);
     tn__cuda_emit_eval(&b, p);
     if (L->kind == TN__CUDA_CONTIG) tn__cuda_emit_contig(&b, p, L->scalar_in);
     else tn__cuda_emit_strided(&b, p, L->ndim);
@@ -2174,15 +2284,28 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     }
     if (total == 0) return TN_OK;
     /* Layout: contiguous when every output is contiguous and every input is
-       contiguous of the same size or a single element. */
+       contiguous of the same size or a single element, and every draw's
+       index is the element's (its row of strides is the output's). */
     tn__cuda_layout L = { TN__CUDA_CONTIG, 0, 0 };
     for (int o = 0; o < nops && L.kind == TN__CUDA_CONTIG; o++) {
         int64_t size = tn_array_size(arr[o]);
         if (o < n_in && size == 1) { L.scalar_in |= (uint64_t)1 << o; continue; }
         if (size != total || !tn_array_is_contiguous(arr[o])) L.kind = TN__CUDA_STRIDED;
     }
-    /* Strided: align dims to the output, drop size-1 dims, merge chained dims. */
     int64_t shape[TN_MAX_DIMS], st_[TN__CUDA_MAX_OPERANDS][TN_MAX_DIMS];
+    int nrows = nops;
+    for (int k = 0; p->rand && k < p->n_instr; k++) {
+        if (p->instr[k].op != TN_OP_RANDOM) continue;
+        if (nrows == TN__CUDA_MAX_OPERANDS) return tn__err(TN_ERR_UNSUPPORTED, "%s: too many operands and draws for one kernel", who);
+        tn__ew_rand_strides(p, k, in, nd, o0->shape, st_[nrows]);
+        int64_t full = 1;
+        for (int d = nd - 1; d >= 0; d--) {
+            if (o0->shape[d] != 1 && st_[nrows][d] != full) L.kind = TN__CUDA_STRIDED;
+            full *= o0->shape[d];
+        }
+        nrows++;
+    }
+    /* Strided: align dims to the output, drop size-1 dims, merge chained dims. */
     int cd = 0;
     if (L.kind == TN__CUDA_STRIDED) {
         L.scalar_in = 0;
@@ -2198,8 +2321,8 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
                                    "element size", who, o, (long long)a->strides[ad]);
             }
         }
-        cd = tn__merge_dims(nd, shape, nops, st_);
-        if (cd == 0) { cd = 1; shape[0] = 1; for (int o = 0; o < nops; o++) st_[o][0] = 0; }
+        cd = tn__merge_dims(nd, shape, nrows, st_);
+        if (cd == 0) { cd = 1; shape[0] = 1; for (int o = 0; o < nrows; o++) st_[o][0] = 0; }
         L.ndim = cd;
     }
     tn__CUfunction fn;
@@ -2212,7 +2335,7 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
     args[0] = total;
     if (L.kind == TN__CUDA_STRIDED) {
         for (int d = 0; d < cd; d++) args[1 + d] = shape[d];
-        for (int o = 0; o < nops; o++)
+        for (int o = 0; o < nrows; o++)
             for (int d = 0; d < cd; d++) args[1 + cd + o * cd + d] = st_[o][d];
     }
     params[0] = args;
@@ -3481,7 +3604,7 @@ static tn_result tn__cuda_copy_kernel(tn__cuda_dev *D, tn_array *dst, const tn_a
     if (!A) return tn_last_result();
     if (!A->id_prog[t].n_out) {
         A->id_dtype[t] = t;
-        A->id_prog[t] = (tn_ew_program){ 1, &A->id_dtype[t], 0, NULL, 1, A->id_reg, &A->id_dtype[t] };
+        A->id_prog[t] = (tn_ew_program){ 1, &A->id_dtype[t], 0, NULL, 1, A->id_reg, &A->id_dtype[t], NULL };
         A->id_state[t].prog = &A->id_prog[t];
     }
     tn_result r = tn__cuda_ew_run(&A->id_state[t], in, out, who);
@@ -3528,7 +3651,7 @@ static tn_result tn__cuda_alloc_prepare(const tn_var *node, void **state) {
     bool cast = from != to;
     st->cast = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)to, .in_dtype = (int8_t)from, .a = 0, .b = -1, .c = -1 };
     st->reg = cast ? 1 : 0;
-    st->prog = (tn_ew_program){ 1, &st->dt[0], cast ? 1 : 0, cast ? &st->cast : NULL, 1, &st->reg, &st->dt[1] };
+    st->prog = (tn_ew_program){ 1, &st->dt[0], cast ? 1 : 0, cast ? &st->cast : NULL, 1, &st->reg, &st->dt[1], NULL };
     st->ew.prog = &st->prog;
     tn_result r = tn__cuda_check_program(&st->prog);
     if (r != TN_OK) { tn__free(st); return r; }
@@ -3574,7 +3697,7 @@ static tn_result tn__cuda_scan_acc(tn_array *dst, const tn_array *src) {
     if (!A->add_prog[t].n_out) {
         A->add_dt[t][0] = A->add_dt[t][1] = t;
         A->add_ins[t] = (tn_ew_instr){ TN_OP_ADD, (int8_t)t, (int8_t)t, 0, 1, -1, 0 };
-        tn_ew_program p = { 2, A->add_dt[t], 1, &A->add_ins[t], 1, A->add_reg, &A->add_dt[t][0] };
+        tn_ew_program p = { 2, A->add_dt[t], 1, &A->add_ins[t], 1, A->add_reg, &A->add_dt[t][0], NULL };
         if ((r = tn__cuda_check_program(&p)) == TN_OK) {
             A->add_prog[t] = p;
             A->add_state[t].prog = &A->add_prog[t];
@@ -5262,8 +5385,9 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
 /* The kernel is tensor_ops.h's (>>random_cuda: the CPU's functions as text),
    compiled once per distribution and dtype at prepare time without fast math
    (its fma, division and sqrt are IEEE's), so the GPU draws the CPU's bits.
-   One thread per Philox block; the state ([seed, calls]) is read on the
-   device, so a call needs no copy back. */
+   One thread per Philox block; the seed and the call count (views of the
+   state) are read on the device, so a call needs no copy back. A draw fused
+   into an elementwise kernel is >>cuda_codegen's. */
 static bool tn__cuda_rnd_supports(const tn_var *node) {
     return tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, NULL, 0) > 0;
 }
@@ -5281,20 +5405,17 @@ static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *con
     tn__cuda_dev *D;
     tn_result r = tn__cuda_enter(out[0]->device, &D, who);
     if (r != TN_OK) return r;
-    const tn_array *s = in[0], *y = out[0];
+    const tn_array *y = out[0];
     tn__rnd_args A = tn__rnd_args_of(node);
     long long n = tn_array_size(y), blocks = (n + tn__rnd_per(A.dist, A.dtype) - 1) / tn__rnd_per(A.dist, A.dtype);
     if (n == 0) return TN_OK;
     if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
-    tn_array *tmp = NULL;
-    if (!tn_array_is_contiguous(s) && !(s = tmp = tn__cuda_contiguous(s, who))) return tn_last_result();
-    void *sp = s->data, *yp = y->data;
+    void *seedp = in[0]->data, *callsp = in[1]->data, *yp = y->data;    /* 0-d views of the state */
     unsigned draw = A.draw;
     long long ilow = A.ilow;
     unsigned long long range = A.range;
-    void *params[8] = { &sp, &yp, &n, &draw, &A.a, &A.b, &ilow, &range };
+    void *params[9] = { &seedp, &callsp, &yp, &n, &draw, &A.a, &A.b, &ilow, &range };
     r = tn__cuda_launch(st->fn, (blocks + 255) / 256, 256, params, D, who);
-    tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 

@@ -523,6 +523,22 @@ typedef struct tn_ew_instr {
     double imm;            /* TN_OP_CONSTANT: the value */
 } tn_ew_instr;
 
+/* A random draw inside a program (the >>ops_random section's generator): an
+   instruction whose op is TN_OP_RANDOM reads its stream's seed and call count
+   from the int64 registers a and b (0-d inputs) and gives, at each element,
+   that element of the unfused draw (the same bits). The draw's shape is the
+   broadcast shape of the inputs in `shape_of` (bit i: input i), aligned to the
+   iteration space, where a dim of 1 repeats its element (the draw of a
+   tn_random_like, whose variable those inputs compute). */
+typedef struct tn_ew_rand {
+    int dist;              /* tn_rdist */
+    uint32_t draw;         /* the draw's number in its stream */
+    double a, b;           /* uniform: high - low, low; normal: mean, std; bernoulli: p */
+    int64_t ilow;          /* randint: low, */
+    uint64_t range;        /* and high - low */
+    uint64_t shape_of;
+} tn_ew_rand;
+
 typedef struct tn_ew_program {
     int n_in;
     tn_dtype *in_dtype;    /* storage dtype of each input */
@@ -531,6 +547,7 @@ typedef struct tn_ew_program {
     int n_out;
     int32_t *out_reg;      /* register each output stores */
     tn_dtype *out_dtype;   /* storage dtype of each output */
+    tn_ew_rand *rand;      /* NULL, or per instruction: the draw of each TN_OP_RANDOM */
 } tn_ew_program;
 
 /* >>op_def --------------------------------------------------------------- */
@@ -2055,6 +2072,32 @@ static void tn__norm_bool(int64_t n, void *TN__RESTRICT o, const void *TN__RESTR
 
 enum { TN__IN_LOAD = 0, TN__IN_INPLACE, TN__IN_ONCE };
 
+/* A program's random draws (TN_OP_RANDOM, the >>random_cpu section): each
+   has an index row after the operands, the element strides of its draw's
+   C-order index over the iteration space (0 where the draw repeats). */
+#define TN__EW_MAX_RAND 8
+static bool tn__ew_rand_check(const tn_ew_program *p, int k, char *why, size_t cap);
+static bool tn__ew_repr_is_ct(tn_dtype t, int ct);
+
+/* Element strides of draw k's C-order index over an iteration space of nd
+   dims (`shape`): 0 where the draw repeats its element. The draw's shape is
+   the broadcast shape of the inputs in its shape_of, which broadcast into
+   the iteration space. */
+static void tn__ew_rand_strides(const tn_ew_program *p, int k, tn_array *const *in, int nd, const int64_t *shape, int64_t *st) {
+    int64_t ds[TN_MAX_DIMS], acc = 1;
+    for (int d = 0; d < nd; d++) ds[d] = 1;
+    for (int i = 0; i < p->n_in && i < 64; i++) {
+        if (!(p->rand[k].shape_of >> i & 1)) continue;
+        for (int ad = 0; ad < in[i]->ndim; ad++)
+            if (in[i]->shape[ad] != 1) ds[ad + nd - in[i]->ndim] = shape[ad + nd - in[i]->ndim];
+    }
+    for (int d = nd - 1; d >= 0; d--) {
+        st[d] = ds[d] == 1 ? 0 : acc;
+        acc *= ds[d];
+    }
+}
+static void tn__rnd_fill_instr(const tn_ew_program *p, int k, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst);
+
 typedef struct tn__ew_plan {
     const tn_ew_program *prog;
     int n_in, n_out, nreg, ndim, blk;
@@ -2065,8 +2108,10 @@ typedef struct tn__ew_plan {
     uint8_t in_mode[TN__EW_MAX_OPERANDS];
     bool out_direct[TN__EW_MAX_OPERANDS];
     int8_t regct[TN__EW_MAX_REGS];
-    tn__ew_kfn fn[TN__EW_MAX_REGS];                  /* per instruction; NULL: immediate */
+    tn__ew_kfn fn[TN__EW_MAX_REGS];                  /* per instruction; NULL: immediate or draw */
     tn__ew_kfn norm[TN__EW_MAX_REGS];
+    int n_rand;
+    int16_t rand_instr[TN__EW_MAX_RAND];             /* the draws' instructions; their index rows follow the operands in st */
 } tn__ew_plan;
 
 static void tn__ew_fill_imm(void *reg, int ct, double imm, tn_dtype t, int64_t n) {
@@ -2079,9 +2124,22 @@ static void tn__ew_fill_imm(void *reg, int ct, double imm, tn_dtype t, int64_t n
     }
 }
 
-static void tn__ew_segment(const tn__ew_plan *P, void **rp, char **p, int64_t m) {
+/* A block of a draw's register: its elements' indices e0, e0 + es, ... */
+static void tn__ew_rand_block(const tn__ew_plan *P, void **rp, int q, int64_t e0, int64_t es, int64_t n) {
     const tn_ew_program *prog = P->prog;
-    const int n_in = P->n_in, nd = P->ndim;
+    int k = P->rand_instr[q], r = P->n_in + k;
+    const tn_ew_instr *in = &prog->instr[k];
+    tn_dtype t = (tn_dtype)in->dtype;
+    uint64_t seed = (uint64_t)*(const int64_t *)rp[in->a], calls = (uint64_t)*(const int64_t *)rp[in->b];
+    if (tn__ew_repr_is_ct(t, P->regct[r])) { tn__rnd_fill_instr(prog, k, seed, calls, e0, es, n, rp[r]); return; }
+    TN__ALIGNAS(16) unsigned char st[TN__EW_BLOCK * 8];
+    tn__rnd_fill_instr(prog, k, seed, calls, e0, es, n, st);
+    tn__ew_loads[t][P->regct[r]](rp[r], (char *)st, (int64_t)tn_dtype_size(t), n);
+}
+
+static void tn__ew_segment(const tn__ew_plan *P, void **rp, char **p, const int64_t *ix, int64_t m) {
+    const tn_ew_program *prog = P->prog;
+    const int n_in = P->n_in, nd = P->ndim, nops = P->n_in + P->n_out;
     for (int64_t off = 0; off < m; off += P->blk) {
         int64_t n = m - off < P->blk ? m - off : P->blk;
         for (int i = 0; i < n_in; i++) {
@@ -2091,6 +2149,10 @@ static void tn__ew_segment(const tn__ew_plan *P, void **rp, char **p, int64_t m)
         }
         for (int j = 0; j < P->n_out; j++)
             if (P->out_direct[j]) rp[prog->out_reg[j]] = p[n_in + j] + off * P->st[n_in + j][nd - 1];
+        for (int q = 0; q < P->n_rand; q++) {
+            int64_t es = P->st[nops + q][nd - 1];
+            tn__ew_rand_block(P, rp, q, ix[q] + off * es, es, n);
+        }
         for (int k = 0; k < prog->n_instr; k++) {
             const tn_ew_instr *in = &prog->instr[k];
             void *o = rp[n_in + k];
@@ -2114,7 +2176,8 @@ static void tn__ew_thread_init(const tn__ew_plan *P, double *scratch, void **rp)
     for (int i = 0; i < P->n_in; i++)
         if (P->in_mode[i] == TN__IN_ONCE) P->io[i](rp[i], P->base[i], 0, P->blk);
     for (int k = 0; k < prog->n_instr; k++)
-        if (!P->fn[k]) tn__ew_fill_imm(rp[P->n_in + k], P->regct[P->n_in + k], prog->instr[k].imm, (tn_dtype)prog->instr[k].dtype, P->blk);
+        if (prog->instr[k].op == TN_OP_CONSTANT)
+            tn__ew_fill_imm(rp[P->n_in + k], P->regct[P->n_in + k], prog->instr[k].imm, (tn_dtype)prog->instr[k].dtype, P->blk);
 }
 
 /* Tiled walk, for operands that are contiguous along the second-to-last dim
@@ -2131,18 +2194,19 @@ static void tn__ew_range_tiled(void *ctx, int64_t lo, int64_t hi) {
     int64_t R = P->shape[nd - 2], C = P->shape[nd - 1], tiles = (R + TN__EW_TILE - 1) / TN__EW_TILE;
     for (int64_t item = lo; item < hi; item++) {
         int64_t plane = item / tiles, r0 = item % tiles * TN__EW_TILE, r1 = r0 + TN__EW_TILE < R ? r0 + TN__EW_TILE : R;
-        int64_t off[TN__EW_MAX_OPERANDS] = { 0 };
+        int64_t off[TN__EW_MAX_OPERANDS] = { 0 }, ix[TN__EW_MAX_RAND];
         for (int d = nd - 3; d >= 0; d--) {
             int64_t i = plane % P->shape[d];
             plane /= P->shape[d];
-            for (int o = 0; o < nops; o++) off[o] += i * P->st[o][d];
+            for (int o = 0; o < nops + P->n_rand; o++) off[o] += i * P->st[o][d];
         }
         int64_t cb = P->blk < 32 ? P->blk : 32;    /* the lines (and pages) of each strided operand stay cached */
         for (int64_t c0 = 0; c0 < C; c0 += cb) {
             int64_t m = C - c0 < cb ? C - c0 : cb;
             for (int64_t r = r0; r < r1; r++) {
                 for (int o = 0; o < nops; o++) p[o] = P->base[o] + off[o] + r * P->st[o][nd - 2] + c0 * P->st[o][nd - 1];
-                tn__ew_segment(P, rp, p, m);
+                for (int q = 0, o = nops; q < P->n_rand; q++, o++) ix[q] = off[o] + r * P->st[o][nd - 2] + c0 * P->st[o][nd - 1];
+                tn__ew_segment(P, rp, p, ix, m);
             }
         }
     }
@@ -2161,12 +2225,14 @@ static void tn__ew_range(void *ctx, int64_t lo, int64_t hi) {
     for (int d = nd - 2; d >= 0; d--) { idx[d] = q % P->shape[d]; q /= P->shape[d]; }
     for (int64_t left = hi - lo; left > 0;) {
         int64_t m = inner - j0 < left ? inner - j0 : left;
-        for (int o = 0; o < nops; o++) {
+        int64_t ix[TN__EW_MAX_RAND];
+        for (int o = 0; o < nops + P->n_rand; o++) {
             int64_t off = j0 * P->st[o][nd - 1];
             for (int d = 0; d < nd - 1; d++) off += idx[d] * P->st[o][d];
-            p[o] = P->base[o] + off;
+            if (o < nops) p[o] = P->base[o] + off;
+            else ix[o - nops] = off;
         }
-        tn__ew_segment(P, rp, p, m);
+        tn__ew_segment(P, rp, p, ix, m);
         left -= m;
         j0 = 0;
         for (int d = nd - 2; d >= 0; d--) {
@@ -2211,6 +2277,7 @@ static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, 
                        who, n_in, prog->n_out, nreg, TN__EW_MAX_OPERANDS, TN__EW_MAX_REGS);
     bool read_later[TN__EW_MAX_REGS];
     memset(read_later, 0, sizeof read_later);
+    P->n_rand = 0;
     for (int i = 0; i < n_in; i++) {
         if ((unsigned)prog->in_dtype[i] - 1u >= (unsigned)TN_DTYPE_COUNT - 1u)
             return tn__err(TN_ERR_INTERNAL, "%s: input %d has invalid dtype %d", who, i, (int)prog->in_dtype[i]);
@@ -2226,6 +2293,14 @@ static tn_result tn__ew_plan_program(tn__ew_plan *P, const tn_ew_program *prog, 
         P->fn[k] = NULL;
         P->norm[k] = NULL;
         if (in->op == TN_OP_CONSTANT) continue;
+        if (in->op == TN_OP_RANDOM) {
+            char why[160];
+            if (!tn__ew_rand_check(prog, k, why, sizeof why)) return tn__err(TN_ERR_INTERNAL, "%s: instruction %d (random): %s", who, k, why);
+            if (P->n_rand == TN__EW_MAX_RAND)
+                return tn__err(TN_ERR_UNSUPPORTED, "%s: more than %d random draws in one program", who, TN__EW_MAX_RAND);
+            P->rand_instr[P->n_rand++] = (int16_t)k;
+            continue;
+        }
         const tn_ew_info *e = tn__ew_info(in->op);
         if (!e) return tn__err(TN_ERR_INTERNAL, "%s: instruction %d has op %d, not an elementwise op", who, k, (int)in->op);
         int opr[3] = { in->a, in->b, in->c };
@@ -2328,11 +2403,20 @@ TN_API tn_result tn__cpu_ew_run(const tn_ew_program *prog, tn_array *const *in, 
             P.st[o][d] = ad < 0 || a->shape[ad] == 1 ? 0 : a->strides[ad];
         }
     }
-    int cd = tn__merge_dims(nd, P.shape, nops, P.st);
+    if (nops + P.n_rand > TN__EW_MAX_OPERANDS)
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: %d operands and %d random draws exceed %d", who, nops, P.n_rand, TN__EW_MAX_OPERANDS);
+    for (int q = 0; q < P.n_rand; q++) {
+        const tn_ew_instr *ri = &prog->instr[P.rand_instr[q]];
+        if (tn_array_size(in[ri->a]) != 1 || tn_array_size(in[ri->b]) != 1)
+            return tn__err(TN_ERR_SHAPE, "%s: random draw %d reads its seed and call count from inputs %d and %d, which are not single elements",
+                           who, q, ri->a, ri->b);
+        tn__ew_rand_strides(prog, P.rand_instr[q], in, nd, P.shape, P.st[nops + q]);
+    }
+    int cd = tn__merge_dims(nd, P.shape, nops + P.n_rand, P.st);
     if (cd == 0) {
         cd = 1;
         P.shape[0] = 1;
-        for (int o = 0; o < nops; o++) P.st[o][0] = 0;
+        for (int o = 0; o < nops + P.n_rand; o++) P.st[o][0] = 0;
     }
     P.ndim = cd;
 
@@ -2508,7 +2592,12 @@ typedef struct tn__ew_prog1 {
     tn_ew_instr instr[4];
     int32_t out_reg[1];
     tn_dtype out_dtype[1];
+    tn_ew_rand rand[1];                /* a draw's (tn__random_program) */
 } tn__ew_prog1;
+
+static bool tn__random_fusable(const tn_var *node);
+static void tn__random_program(const tn_var *node, tn__ew_prog1 *s);
+static const char *tn__rnd_name(int dist);
 
 static void tn__ew_prog1_build(const tn_var *node, const tn_dtype *in_dt, tn_dtype out_dt, tn__ew_prog1 *s) {
     memset(s, 0, sizeof *s);
@@ -2533,23 +2622,27 @@ static void tn__ew_prog1_build(const tn_var *node, const tn_dtype *in_dt, tn_dty
     ni++;
     s->out_reg[0] = n + ni - 1;
     s->out_dtype[0] = out_dt;
-    s->p = (tn_ew_program){ n, s->in_dtype, ni, s->instr, 1, s->out_reg, s->out_dtype };
+    s->p = (tn_ew_program){ n, s->in_dtype, ni, s->instr, 1, s->out_reg, s->out_dtype, NULL };
 }
 
 TN_API tn_ew_program *tn__ew_program_of(tn_var *node) {
     if (!node) { tn__err(TN_ERR_NULL, "tn__ew_program_of: node is NULL"); return NULL; }
     if (node->op == TN_OP_COMPOSITE) return (tn_ew_program *)node->ext;
-    if (!tn__ew_is_ew(node->op)) {
+    if (!tn__ew_is_ew(node->op) && !tn__random_fusable(node)) {
         tn__err(TN_ERR_INVALID, "tn__ew_program_of: op %d is not elementwise", node->op);
         return NULL;
     }
     /* ext is trusted only if it was built for this very node (a clone may copy ext). */
-    if (node->ext) {
+    if (node->ext && node->op != TN_OP_RANDOM) {
         tn__ew_prog1 *c = (tn__ew_prog1 *)((char *)node->ext - offsetof(tn__ew_prog1, p));
         if (c->owner == node) return &c->p;
     }
     tn__ew_prog1 *s = (tn__ew_prog1 *)tn__graph_alloc(node->graph, sizeof *s);
     if (!s) return NULL;
+    if (node->op == TN_OP_RANDOM) {      /* its ext is its stream: the program is not cached */
+        tn__random_program(node, s);
+        return &s->p;
+    }
     tn_dtype dts[3] = { TN_DTYPE_NONE, TN_DTYPE_NONE, TN_DTYPE_NONE };
     for (int i = 0; i < node->n_in && i < 3; i++) dts[i] = node->in[i]->type.dtype;
     tn__ew_prog1_build(node, dts, node->type.dtype, s);
@@ -2601,6 +2694,13 @@ static void tn__ew_expr(const tn_ew_program *prog, int r, tn__sbuf *b) {
         char v[40];
         tn__fmt_value((tn_dtype)in->dtype, in->imm, v, sizeof v);
         tn__sbuf_put(b, "%s", v);
+        return;
+    }
+    if (in->op == TN_OP_RANDOM) {        /* random{bernoulli,draw=0}(i2): the draw of i2's shape */
+        const tn_ew_rand *R = prog->rand ? &prog->rand[r - prog->n_in] : NULL;
+        tn__sbuf_put(b, "random{%s,draw=%u}(", R ? tn__rnd_name(R->dist) : "?", R ? (unsigned)R->draw : 0u);
+        tn__ew_expr(prog, in->c, b);
+        tn__sbuf_put(b, ")");
         return;
     }
     const tn_ew_info *e = tn__ew_info(in->op);
@@ -8212,9 +8312,12 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
                         .label = tn__index_label, .flags = TN_OPF_DISCRETE },
 
 /* >>ops_random ======================================================== */
-/* Random draws (the >>api_random section): one op, RANDOM, whose input is
-   its stream's state (int64 [seed, calls]) and, for a _like draw, a variable
-   whose shape it takes. Elements are drawn in blocks of a Philox-4x32-10
+/* Random draws (the >>api_random section): one op, RANDOM, whose inputs are
+   its stream's seed and call count (0-d int64 views of the state [seed,
+   calls]) and, for a _like draw, a variable whose shape it takes. A _like
+   draw is also a member the fusion pass may put into an elementwise kernel
+   (a TN_OP_RANDOM instruction, tn_ew_rand): element e of the kernel's draw
+   is element e of the op's, so fusing changes no bit. Elements are drawn in blocks of a Philox-4x32-10
    call (four 32-bit words): block j of draw d at call c has the counter
    (j mod 2^32, j / 2^32, d, c mod 2^32) and the key (seed mod 2^32, seed / 2^32).
    Element i of a block of `per` elements is t = i mod per of block i / per:
@@ -8339,98 +8442,181 @@ static tn__rnd_args tn__rnd_args_of(const tn_var *node) {
 }
 
 /* >>random_cpu ------------------------------------------------------------ */
-typedef struct tn__rnd_job { tn__rnd_args A; uint32_t k0, k1, calls; char *out; int64_t n; } tn__rnd_job;
-
-static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {
-    const tn__rnd_job *J = (const tn__rnd_job *)ctx;
-    const tn__rnd_args *A = &J->A;
-    int per = tn__rnd_per(A->dist, A->dtype);
-    float fs = (float)A->a, fl = (float)A->b;
-    for (int64_t j = lo; j < hi; j++) {
-        uint32_t x[4] = { (uint32_t)(uint64_t)j, (uint32_t)((uint64_t)j >> 32), A->draw, J->calls };
-        tn__philox10(J->k0, J->k1, x);
-        double z[2] = { 0, 0 };          /* normal: the block's draws, r and the angle's sine and cosine found once */
-        float zf[4] = { 0, 0, 0, 0 };
-        if (A->dist == TN_RAND_NORMAL && A->dtype == TN_F64) tn__rnd_normal2(x, A->a, A->b, z);
-        else if (A->dist == TN_RAND_NORMAL) tn__rnd_normal4f(x, (float)A->a, (float)A->b, zf);
-        for (int t = 0; t < per && j * per + t < J->n; t++) {
-            int64_t i = j * per + t;
-            double v = 0;
-            switch (A->dist) {
-            case TN_RAND_UNIFORM:
-                if (A->dtype == TN_F32) { ((float *)J->out)[i] = tn__rnd_uniform_f(x, t, 24, fs, fl); continue; }
-                if (A->dtype == TN_F16) { ((uint16_t *)J->out)[i] = tn__ew_f2h(tn__rnd_uniform_f(x, t, 11, fs, fl)); continue; }
-                v = tn__rnd_uniform_d(x, t, A->a, A->b);
-                break;
-            case TN_RAND_NORMAL:
-                if (A->dtype == TN_F32) { ((float *)J->out)[i] = zf[t]; continue; }
-                if (A->dtype == TN_F16) { ((uint16_t *)J->out)[i] = tn__ew_f2h(zf[t]); continue; }
-                v = z[t];
-                break;
-            case TN_RAND_BERNOULLI: v = tn__rnd_bernoulli(x, t, A->a); break;
-            default: {
-                int64_t k = tn__rnd_randint(x, t, A->range, A->ilow);
-                if (A->dtype == TN_I64) ((int64_t *)J->out)[i] = k;
-                else ((int32_t *)J->out)[i] = (int32_t)k;
-                continue;
-            }
-            }
-            switch (A->dtype) {
-            case TN_F16: ((uint16_t *)J->out)[i] = tn__ew_d2h(v); break;
-            case TN_F32: ((float *)J->out)[i] = (float)v; break;
-            case TN_F64: ((double *)J->out)[i] = v; break;
-            case TN_BOOL: ((uint8_t *)J->out)[i] = (uint8_t)(v != 0); break;
-            case TN_I32: ((int32_t *)J->out)[i] = (int32_t)v; break;
-            default: ((int64_t *)J->out)[i] = (int64_t)v; break;
-            }
+/* Elements e0, e0 + es, ... (n of them) of a draw, stored as A->dtype into
+   dst (contiguous): the one definition of every draw's values on the CPU,
+   for the Random op and for a draw inside a fused program. A block's words
+   (and normal's pairs) are computed once for its run of elements. */
+static void tn__rnd_fill(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst) {
+    const int per = tn__rnd_per(A->dist, A->dtype);
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const float fs = (float)A->a, fl = (float)A->b;
+    uint32_t x[4] = { 0, 0, 0, 0 };
+    double z[2] = { 0, 0 };          /* normal: the block's draws, r and the angle's sine and cosine found once */
+    float zf[4] = { 0, 0, 0, 0 };
+    int64_t have = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t e = e0 + i * es, j = e / per;
+        int t = (int)(e - j * per);
+        if (j != have) {
+            have = j;
+            x[0] = (uint32_t)(uint64_t)j; x[1] = (uint32_t)((uint64_t)j >> 32); x[2] = A->draw; x[3] = (uint32_t)calls;
+            tn__philox10(k0, k1, x);
+            if (A->dist == TN_RAND_NORMAL && A->dtype == TN_F64) tn__rnd_normal2(x, A->a, A->b, z);
+            else if (A->dist == TN_RAND_NORMAL) tn__rnd_normal4f(x, (float)A->a, (float)A->b, zf);
+        }
+        double v = 0;
+        switch (A->dist) {
+        case TN_RAND_UNIFORM:
+            if (A->dtype == TN_F32) { ((float *)dst)[i] = tn__rnd_uniform_f(x, t, 24, fs, fl); continue; }
+            if (A->dtype == TN_F16) { ((uint16_t *)dst)[i] = tn__ew_f2h(tn__rnd_uniform_f(x, t, 11, fs, fl)); continue; }
+            v = tn__rnd_uniform_d(x, t, A->a, A->b);
+            break;
+        case TN_RAND_NORMAL:
+            if (A->dtype == TN_F32) { ((float *)dst)[i] = zf[t]; continue; }
+            if (A->dtype == TN_F16) { ((uint16_t *)dst)[i] = tn__ew_f2h(zf[t]); continue; }
+            v = z[t];
+            break;
+        case TN_RAND_BERNOULLI: v = tn__rnd_bernoulli(x, t, A->a); break;
+        default: {
+            int64_t k = tn__rnd_randint(x, t, A->range, A->ilow);
+            if (A->dtype == TN_I64) ((int64_t *)dst)[i] = k;
+            else ((int32_t *)dst)[i] = (int32_t)k;
+            continue;
+        }
+        }
+        switch (A->dtype) {
+        case TN_F16: ((uint16_t *)dst)[i] = tn__ew_d2h(v); break;
+        case TN_F32: ((float *)dst)[i] = (float)v; break;
+        case TN_F64: ((double *)dst)[i] = v; break;
+        case TN_BOOL: ((uint8_t *)dst)[i] = (uint8_t)(v != 0); break;
+        case TN_I32: ((int32_t *)dst)[i] = (int32_t)v; break;
+        default: ((int64_t *)dst)[i] = (int64_t)v; break;
         }
     }
 }
 
-/* The state as [seed, calls] (any strides). */
-static void tn__rnd_state(const tn_array *s, uint64_t *seed, uint64_t *calls) {
-    int64_t v[2];
-    for (int k = 0; k < 2; k++) memcpy(&v[k], (const char *)s->data + k * s->strides[0], sizeof v[k]);
-    *seed = (uint64_t)v[0];
-    *calls = (uint64_t)v[1];
+typedef struct tn__rnd_job { tn__rnd_args A; uint64_t seed, calls; char *out; int64_t n; } tn__rnd_job;
+
+static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {      /* blocks [lo, hi) */
+    const tn__rnd_job *J = (const tn__rnd_job *)ctx;
+    int64_t per = tn__rnd_per(J->A.dist, J->A.dtype), e0 = lo * per, e1 = hi * per < J->n ? hi * per : J->n;
+    tn__rnd_fill(&J->A, J->seed, J->calls, e0, 1, e1 - e0, J->out + e0 * (int64_t)tn_dtype_size(J->A.dtype));
+}
+
+/* The draw's parameters of a program's instruction k (a TN_OP_RANDOM). */
+static tn__rnd_args tn__rnd_args_of_instr(const tn_ew_program *p, int k) {
+    const tn_ew_rand *R = &p->rand[k];
+    tn__rnd_args r = { R->dist, (tn_dtype)p->instr[k].dtype, R->draw, R->a, R->b, R->ilow, R->range };
+    return r;
+}
+
+/* A draw of a variable's shape may join an elementwise kernel (the fusion
+   pass): its program is one TN_OP_RANDOM of inputs seed, calls and the
+   variable, whose shape it takes. */
+static bool tn__random_fusable(const tn_var *node) {
+    const char *prep, *val;
+    return node->op == TN_OP_RANDOM && node->n_in == 3 && node->n_out == 1 && tn__p_rand_ndim(&node->p) < 0 &&
+           tn__random_cuda_expr(tn__p_rand_dist(&node->p), node->type.dtype, &prep, &val);
+}
+
+static void tn__random_program(const tn_var *node, tn__ew_prog1 *s) {
+    memset(s, 0, sizeof *s);
+    s->owner = node;
+    tn__rnd_args A = tn__rnd_args_of(node);
+    for (int i = 0; i < 3; i++) s->in_dtype[i] = node->in[i]->type.dtype;
+    s->instr[0] = (tn_ew_instr){ .op = TN_OP_RANDOM, .dtype = (int8_t)A.dtype, .in_dtype = (int8_t)A.dtype, .a = 0, .b = 1, .c = 2 };
+    s->rand[0] = (tn_ew_rand){ A.dist, A.draw, A.a, A.b, A.ilow, A.range, (uint64_t)1 << 2 };
+    s->out_reg[0] = 3;
+    s->out_dtype[0] = A.dtype;
+    s->p = (tn_ew_program){ 3, s->in_dtype, 1, s->instr, 1, s->out_reg, s->out_dtype, s->rand };
+}
+
+static void tn__rnd_fill_instr(const tn_ew_program *p, int k, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst) {
+    tn__rnd_args A = tn__rnd_args_of_instr(p, k);
+    tn__rnd_fill(&A, seed, calls, e0, es, n, dst);
+}
+
+/* Instruction k, a TN_OP_RANDOM, is one both engines run: its seed and call
+   count are int64 inputs and its distribution has a draw of its dtype. */
+static bool tn__ew_rand_check(const tn_ew_program *p, int k, char *why, size_t cap) {
+    const tn_ew_instr *in = &p->instr[k];
+    const char *prep, *val;
+    if (!p->rand) { snprintf(why, cap, "the program has no draws"); return false; }
+    if (in->a < 0 || in->a >= p->n_in || in->b < 0 || in->b >= p->n_in || p->in_dtype[in->a] != TN_I64 || p->in_dtype[in->b] != TN_I64) {
+        snprintf(why, cap, "the seed and call count are registers %d and %d, not int64 inputs", in->a, in->b);
+        return false;
+    }
+    if (!tn__random_cuda_expr(p->rand[k].dist, (tn_dtype)in->dtype, &prep, &val)) {
+        snprintf(why, cap, "no draw of distribution %d in %s", p->rand[k].dist, tn_dtype_name((tn_dtype)in->dtype));
+        return false;
+    }
+    return true;
+}
+
+/* The value of a 0-d int64 input. */
+static uint64_t tn__rnd_scalar(const tn_array *s) {
+    int64_t v;
+    memcpy(&v, s->data, sizeof v);
+    return (uint64_t)v;
 }
 
 static tn_result tn__random_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     tn_array *y = out[0];
     if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "Random (node %d): the output is not contiguous", node->id);
-    uint64_t seed, calls;
-    tn__rnd_state(in[0], &seed, &calls);
-    tn__rnd_job J = { tn__rnd_args_of(node), (uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)calls, (char *)y->data, tn_array_size(y) };
+    tn__rnd_job J = { tn__rnd_args_of(node), tn__rnd_scalar(in[0]), tn__rnd_scalar(in[1]), (char *)y->data, tn_array_size(y) };
     int per = tn__rnd_per(J.A.dist, J.A.dtype);
     tn__parallel_for((J.n + per - 1) / per, 4096, tn__rnd_range, &J);
     return TN_OK;
 }
 
 /* >>random_cuda ----------------------------------------------------------- */
-/* The kernel as CUDA C for tensor_cuda.h's >>cuda_random section: the
-   functions above as text (TN__RANDOM_SOURCE) and one thread per block,
-   extern "C" tn_random(state, y, n, draw, a, b, ilow, range). Returns the
-   length snprintf reports, or -1 for a distribution or dtype without one. */
-TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
-    static const char *const st[TN_DTYPE_COUNT] = { NULL, "unsigned char", "int", "long long", "unsigned short", "float", "double" };
-    if ((unsigned)t >= TN_DTYPE_COUNT || !st[t] || dist < TN_RAND_UNIFORM || dist > TN_RAND_RANDINT) return -1;
-    const char *val;
+/* A draw's values as CUDA C, for the kernel below and for a draw inside a
+   fused kernel (tensor_cuda.h >>cuda_codegen): `prep`, a statement run once
+   a block, after `x` (the block's Philox words) is computed, and `val`, the
+   stored value of its element t, over the names x, t, a, b, ilow and range.
+   False for a distribution or dtype without one. */
+TN_API bool tn__random_cuda_expr(int dist, tn_dtype t, const char **prep, const char **val) {
+    *prep = "";
+    *val = NULL;
+    if ((unsigned)t >= TN_DTYPE_COUNT || t == TN_DTYPE_NONE) return false;
     switch (dist) {
     case TN_RAND_UNIFORM:
-        val = t == TN_F32 ? "tn__rnd_uniform_f(x, t, 24, (float)a, (float)b)" : t == TN_F16 ? "tn_f2h(tn__rnd_uniform_f(x, t, 11, (float)a, (float)b))"
-            : t == TN_F64 ? "tn__rnd_uniform_d(x, t, a, b)" : NULL;
+        *val = t == TN_F32 ? "tn__rnd_uniform_f(x, t, 24, (float)a, (float)b)" : t == TN_F16 ? "tn_f2h(tn__rnd_uniform_f(x, t, 11, (float)a, (float)b))"
+             : t == TN_F64 ? "tn__rnd_uniform_d(x, t, a, b)" : NULL;
         break;
     case TN_RAND_NORMAL:
-        val = t == TN_F32 ? "z[t]" : t == TN_F16 ? "tn_f2h(z[t])" : t == TN_F64 ? "z[t]" : NULL;
+        *val = t == TN_F32 ? "z[t]" : t == TN_F16 ? "tn_f2h(z[t])" : t == TN_F64 ? "z[t]" : NULL;
+        *prep = t == TN_F64 ? "double z[2];   /* the block's pair */ tn__rnd_normal2(x, a, b, z);"
+                            : "float z[4];   /* the block's two pairs */ tn__rnd_normal4f(x, (float)a, (float)b, z);";
         break;
     case TN_RAND_BERNOULLI:
-        val = t == TN_F16 ? "tn_d2h((double)tn__rnd_bernoulli(x, t, a))" : "tn__rnd_bernoulli(x, t, a)";
+        *val = t == TN_F16 ? "tn_d2h((double)tn__rnd_bernoulli(x, t, a))" : "tn__rnd_bernoulli(x, t, a)";
         break;
-    default:
-        val = t == TN_I32 ? "(int)tn__rnd_randint(x, t, range, ilow)" : t == TN_I64 ? "tn__rnd_randint(x, t, range, ilow)" : NULL;
+    case TN_RAND_RANDINT:
+        *val = t == TN_I32 ? "(int)tn__rnd_randint(x, t, range, ilow)" : t == TN_I64 ? "tn__rnd_randint(x, t, range, ilow)" : NULL;
         break;
+    default: break;
     }
-    if (!val) return -1;
+    return *val != NULL;
+}
+
+/* The library's draw functions (TN__RANDOM_SOURCE) as CUDA C, for a kernel
+   whose prelude has defined int64_t, uint64_t, tn_f2h and tn_d2h. */
+TN_API const char *tn__random_cuda_helpers(void) {
+    return "typedef unsigned int uint32_t;\n"
+           "#define TN__QUAL static __device__ __forceinline__\n"
+           TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)) "\n"
+           "#undef TN__QUAL\n";
+}
+
+/* The kernel as CUDA C for tensor_cuda.h's >>cuda_random section: the
+   functions above as text and one thread per block, extern "C"
+   tn_random(seed, calls, y, n, draw, a, b, ilow, range). Returns the length
+   snprintf reports, or -1 for a distribution or dtype without one. */
+TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
+    static const char *const st[TN_DTYPE_COUNT] = { NULL, "unsigned char", "int", "long long", "unsigned short", "float", "double" };
+    const char *prep, *val;
+    if ((unsigned)t >= TN_DTYPE_COUNT || !st[t] || !tn__random_cuda_expr(dist, t, &prep, &val)) return -1;
     return snprintf(buf, cap,
         "typedef long long int64_t;\n"
         "typedef unsigned long long uint64_t;\n"
@@ -8445,12 +8631,12 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "template <> struct tn_vec<4> { typedef unsigned int t; };\n"
         "template <> struct tn_vec<8> { typedef uint2 t; };\n"
         "template <> struct tn_vec<16> { typedef uint4 t; };\n"
-        "extern \"C\" __global__ void tn_random(const long long *__restrict__ state, %s *__restrict__ y, long long n, unsigned int draw,\n"
-        "                                       double a, double b, long long ilow, unsigned long long range) {\n"
+        "extern \"C\" __global__ void tn_random(const long long *__restrict__ seedp, const long long *__restrict__ callsp, %s *__restrict__ y,\n"
+        "                                       long long n, unsigned int draw, double a, double b, long long ilow, unsigned long long range) {\n"
         "    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x, i0 = j * %d;\n"
         "    if (i0 >= n) return;\n"
-        "    const unsigned long long seed = (unsigned long long)state[0];\n"
-        "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, (uint32_t)state[1] };\n"
+        "    const unsigned long long seed = (unsigned long long)*seedp;\n"
+        "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, (uint32_t)*callsp };\n"
         "    (void)a; (void)b; (void)ilow; (void)range;\n"
         "    tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
         "    %s\n"
@@ -8461,26 +8647,25 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "    if (m == %d && (unsigned long long)(y + i0) %% sizeof v == 0) *(V *)(y + i0) = *(const V *)v;\n"
         "    else for (int t = 0; t < m; t++) y[i0 + t] = v[t];\n"
         "}\n",
-        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t),
-        dist != TN_RAND_NORMAL ? "" : t == TN_F64 ? "double z[2];   /* the block's pair */\n    tn__rnd_normal2(x, a, b, z);"
-                                                  : "float z[4];   /* the block's two pairs */\n    tn__rnd_normal4f(x, (float)a, (float)b, z);", st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), val,
-        tn__rnd_per(dist, t));
+        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), prep, st[t], tn__rnd_per(dist, t),
+        tn__rnd_per(dist, t), val, tn__rnd_per(dist, t));
 }
 
 /* >>random_infer_label ---------------------------------------------------- */
 static tn_result tn__random_infer(const tn_var *node, const tn_type *in, tn_type *out) {
     char sb[128];
-    if (in[0].dtype != TN_I64 || in[0].ndim != 1 || (in[0].shape[0] != 2 && in[0].shape[0] != -1))
-        return tn__err(TN_ERR_INVALID, "Random: the stream's state must be int64 of shape (2,) ([seed, calls]); it is %s %s",
-                       tn_dtype_name(in[0].dtype), tn__shape_str(in[0].ndim, in[0].shape, sb));
+    for (int k = 0; k < 2; k++)
+        if (node->n_in < 2 || in[k].dtype != TN_I64 || in[k].ndim != 0)
+            return tn__err(TN_ERR_INVALID, "Random: the stream's %s must be an int64 scalar; it is %s %s", k ? "call count" : "seed",
+                           node->n_in < 2 ? "missing" : tn_dtype_name(in[k].dtype), node->n_in < 2 ? "" : tn__shape_str(in[k].ndim, in[k].shape, sb));
     const tn_params *p = &node->p;
     int nd = tn__p_rand_ndim(p);
     memset(out, 0, sizeof *out);
     out->dtype = tn__p_out_dtype(p);
     if (nd < 0) {
-        if (node->n_in < 2) return tn__err(TN_ERR_INTERNAL, "Random: a draw of a variable's shape needs the variable");
-        out->ndim = in[1].ndim;
-        for (int d = 0; d < out->ndim; d++) { out->shape[d] = in[1].shape[d]; out->bcast[d] = in[1].bcast[d]; }
+        if (node->n_in < 3) return tn__err(TN_ERR_INTERNAL, "Random: a draw of a variable's shape needs the variable");
+        out->ndim = in[2].ndim;
+        for (int d = 0; d < out->ndim; d++) { out->shape[d] = in[2].shape[d]; out->bcast[d] = in[2].bcast[d]; }
     } else {
         out->ndim = nd;
         for (int d = 0; d < nd; d++) { out->shape[d] = tn__p_rand_shape(p)[d]; out->bcast[d] = out->shape[d] == 1; }
@@ -8500,6 +8685,7 @@ static void tn__random_label(const tn_var *node, char *buf, size_t cap) {
 /* >>random_constructors --------------------------------------------------- */
 struct tn_rstream {
     tn_var *state;          /* shared int64 [seed, calls] */
+    tn_var *seed, *calls;   /* its elements, 0-d views: what each draw reads */
     tn_var *next;           /* state + [0, 1]: the update tn_function adds */
     uint32_t n_draws;
 };
@@ -8511,10 +8697,18 @@ TN_API tn_rstream *tn_random_stream(tn_graph *g, uint64_t seed) {
     tn_rstream *s = (tn_rstream *)tn__graph_alloc(g, sizeof *s);
     tn_var *st = a && b && s ? tn_shared_fixed(g, "random_state", a) : NULL, *c = st ? tn_constant(g, b) : NULL;
     tn_var *nx = c ? tn_add(st, c) : NULL;
+    tn_var *el[2] = { NULL, NULL };
+    for (int k = 0; k < 2 && nx; k++) {
+        tn_var *one = tn_slice(st, 0, k, k + 1, 1);
+        el[k] = one ? tn_dimshuffle(one, 0, NULL) : NULL;
+        if (!el[k]) nx = NULL;
+    }
     tn_array_free(a);
     tn_array_free(b);
     if (!nx) { tn__err_in("tn_random_stream", tn_last_result() != TN_OK ? tn_last_result() : TN_ERR_OOM); return NULL; }
     s->state = st;
+    s->seed = el[0];
+    s->calls = el[1];
     s->next = nx;
     return s;
 }
@@ -8582,8 +8776,8 @@ static tn_var *tn__rnd_make(const char *who, tn_rstream *s, int dist, tn_dtype t
     tn_params p;
     memset(&p, 0, sizeof p);
     tn__p_set_rand(&p, dist, s->n_draws, t, like ? -1 : ndim, shape, a, b, ilow, ihigh);
-    tn_var *in[2] = { s->state, like };
-    tn_var *v = tn__node(s->state->graph, TN_OP_RANDOM, like ? 2 : 1, in, &p, s, who);
+    tn_var *in[3] = { s->seed, s->calls, like };
+    tn_var *v = tn__node(s->state->graph, TN_OP_RANDOM, like ? 3 : 2, in, &p, s, who);
     if (v) s->n_draws++;
     return v;
 }
@@ -8632,7 +8826,7 @@ TN_API tn_var *tn_dropout(tn_rstream *s, tn_var *x, double p) {
 /* tn_function's update of the stream a draw reads. */
 static tn_result tn__random_state_update(const tn_var *node, tn_update *u) {
     const tn_rstream *s = (const tn_rstream *)node->ext;
-    if (!s || node->in[0] != s->state) return tn__err(TN_ERR_INTERNAL, "Random (node %d): no stream", node->id);
+    if (!s) return tn__err(TN_ERR_INTERNAL, "Random (node %d): no stream", node->id);
     u->shared = s->state;
     u->value = s->next;
     return TN_OK;

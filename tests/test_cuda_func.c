@@ -1249,7 +1249,7 @@ TEST(test_random_gpu_equals_cpu) {
         }
     printf("  %d random draws bit-equal on the GPU and the CPU\n", cases);
     CHECK(cases == 14, "%d cases", cases);
-    /* exp(dropout(x)): the draw, then one fused kernel (mask, scaling, exp) */
+    /* exp(dropout(x)): one fused kernel (the mask drawn where it is used, the scaling, exp) */
     tn_graph *g = tn_graph_new();
     tn_rstream *s = tn_random_stream(g, 3);
     tn_var *x = tn_matrix(g, "x", TN_F32), *y = tn_exp(tn_dropout(s, x, 0.25));
@@ -1259,11 +1259,78 @@ TEST(test_random_gpu_equals_cpu) {
         char *p = dprint(f);
         int comps = 0;
         for (const char *q = p; (q = strstr(q, "Composite{")); q++) comps++;
-        CHECK(strstr(p, "GpuRandom{bernoulli") && strstr(p, "GpuElemwise{Composite{exp(where(") && comps == 1, "dropout on the GPU:\n%s", p);
+        CHECK(!strstr(p, "Random{") && strstr(p, "GpuElemwise{Composite{exp(where(random{bernoulli,draw=0}(") && comps == 1,
+              "dropout on the GPU:\n%s", p);
         free(p);
     }
     tn_function_free(f);
     tn_graph_free(g);
+}
+
+/* Draws fused into elementwise kernels on the GPU give the CPU's bits (the
+   CPU's fused draw is compared with the unfused op in test_random): every
+   distribution and dtype, beside float16, float32 and float64 operands (a
+   Philox block shared by a thread's vector, or drawn per element), a
+   variable broadcast at call time and a transposed one (the strided kernel,
+   the draw's index apart from the element's), two draws in one kernel, two
+   calls. */
+static tn_array *run_fused_draw(int dist, tn_dtype t, tn_dtype xt, int v, tn_array *const *in, char *placed, size_t cap) {
+    tn_graph *g = tn_graph_new();
+    tn_rstream *s = tn_random_stream(g, 0x5eed0123456789ull);
+    tn_var *x = tn_matrix(g, "x", xt), *u = tn_matrix(g, "u", xt), *xs = v == 2 ? tn_transpose(x, NULL) : x;
+    double a = dist == TN_RAND_RANDINT ? -7 : dist == TN_RAND_BERNOULLI ? 0.3 : -1, b = dist == TN_RAND_RANDINT ? 100003 : 2;
+    tn_var *d = tn_random_like(s, (tn_rdist)dist, t, v == 1 ? u : xs, a, b);
+    tn_var *y = tn_add(tn_cast(d, xt), xs);
+    if (v == 0) y = tn_mul(y, tn_random_like(s, TN_RAND_UNIFORM, xt, x, 1, 2));
+    tn_var *ins[2] = { x, u };
+    tn_func *f = y ? tn_function(g, &(tn_func_desc){ .n_inputs = v == 1 ? 2 : 1, .inputs = ins, .n_outputs = 1, .outputs = &y }) : NULL;
+    tn_array *r = NULL;
+    for (int call = 0; f && call < 2; call++) {
+        tn_array_free(r);
+        r = NULL;
+        if (tn_call(f, in, &r) != TN_OK) break;
+    }
+    if (f) { char *p = dprint(f); snprintf(placed, cap, "%s", p); free(p); }
+    tn_function_free(f);
+    tn_graph_free(g);
+    return r;
+}
+
+TEST(test_fused_draws_gpu_equals_cpu) {
+    enum { R = 37, C = 65 };
+    int dists[] = { TN_RAND_UNIFORM, TN_RAND_NORMAL, TN_RAND_BERNOULLI, TN_RAND_RANDINT }, cases = 0;
+    for (int k = 0; k < 4; k++)
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1))
+            for (int xk = 0; xk < 3; xk++)
+                for (int v = 0; v < 3; v++) {
+                    const tn_dtype xt = (tn_dtype[]){ TN_F32, TN_F16, TN_F64 }[xk];
+                    if (tn__random_cuda_source(dists[k], t, NULL, 0) <= 0) continue;
+                    if (xk && (v || (t != TN_F32 && t != TN_BOOL))) continue;     /* other operands: the vector paths */
+                    tn_array *x = tn_array_rand_uniform(xt, 2, (int64_t[]){ R, C }, -1, 1, 90 + (uint64_t)k);
+                    tn_array *u = tn_array_rand_uniform(xt, 2, (int64_t[]){ R, 1 }, -1, 1, 91);
+                    tn_array *in[2] = { x, u };
+                    char pg[8192], pc[8192];
+                    tn_array *rg = run_fused_draw(dists[k], t, xt, v, in, pg, sizeof pg);
+                    on_cpu();
+                    tn_array *rc = run_fused_draw(dists[k], t, xt, v, in, pc, sizeof pc);
+                    tn_init(&base_cfg);
+                    CHECK(rg && rc, "draw %d %s beside %s, variant %d: %s", dists[k], tn_dtype_name(t), tn_dtype_name(xt), v, tn_last_error());
+                    CHECK(strstr(pg, "GpuElemwise{Composite{") && strstr(pg, "random{") && !strstr(pg, "Random{"),
+                          "fused on the GPU:\n%s", pg);
+                    if (rg && rc) {
+                        tn_array *h = tn_array_to_host(rg);
+                        int64_t n = tn_array_size(rc), bad = 0;
+                        size_t es = tn_dtype_size(xt);
+                        for (int64_t i = 0; h && i < n; i++) bad += memcmp((const char *)h->data + i * (int64_t)es, (const char *)rc->data + i * (int64_t)es, es) != 0;
+                        CHECK(h && n == (int64_t)R * C && bad == 0, "draw %d %s beside %s, variant %d: %lld of %lld elements differ from the CPU's",
+                              dists[k], tn_dtype_name(t), tn_dtype_name(xt), v, (long long)bad, (long long)n);
+                        tn_array_free(h);
+                        cases++;
+                    }
+                    tn_array_free(rg); tn_array_free(rc); tn_array_free(x); tn_array_free(u);
+                }
+    printf("  %d fused draws bit-equal on the GPU and the CPU\n", cases);
+    CHECK(cases == 14 * 3 + 4 * 2, "%d cases", cases);
 }
 
 /* The seed's recurrence (tests/test_scan.c) with the scan on the GPU: its
@@ -2104,6 +2171,7 @@ int main(void) {
     TH_RUN(test_print_on_gpu);
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_random_gpu_equals_cpu);
+    TH_RUN(test_fused_draws_gpu_equals_cpu);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
     TH_RUN(test_scan_replayed_on_gpu);

@@ -223,7 +223,7 @@ static const op_case op_cases[] = {
     { "random normal", "GpuRandom{normal", FLOATS, RULE_EXACT, false, 0, b_normal, 0, { { 0 } } },
     { "random bernoulli", "GpuRandom{bernoulli", ALL, RULE_EXACT, false, 0, b_bernoulli, 0, { { 0 } } },
     { "random randint", "GpuRandom{randint", INTS, RULE_EXACT, false, 0, b_randint, 0, { { 0 } } },
-    { "dropout p=0.25", "GpuRandom{bernoulli", FLOATS, RULE_NMSE, true, 0, b_dropout, 1, { D(2, 37, 65) } },
+    { "dropout p=0.25", "random{bernoulli,draw=0}", FLOATS, RULE_NMSE, true, 0, b_dropout, 1, { D(2, 37, 65) } },
     /* convolution */
     { "conv2d pad 1", "GpuIm2Col", FLOATS, RULE_NMSE, true, 0, b_conv2d_pad1, 2, { D(4, 2, 3, 9, 8), DR(-1, 1, 4, 4, 3, 3, 3) } },
     { "conv2d stride 2 pad (2,1) dilation 2 groups 2", "GpuIm2Col", FLOATS, RULE_NMSE, true, 0, b_conv2d_sdg, 2,

@@ -183,6 +183,59 @@ TEST(test_logreg_step_kernels) {
     tn_array_free(X); tn_array_free(Y); tn_array_free(W0);
 }
 
+/* Draws fused into elementwise kernels (a TN_OP_RANDOM instruction): every
+   distribution and dtype beside float16, float32 and float64 operands (8,
+   4 and 2 elements a thread: a Philox block shared by a vector, or drawn
+   per element when the block is wider than the vector), two draws in one
+   kernel, in every layout (the seed and call count broadcast, or not). */
+TEST(test_fused_draw_kernels) {
+    const struct { int dist; tn_dtype t; } cases[] = {
+        { TN_RAND_UNIFORM, TN_F16 }, { TN_RAND_UNIFORM, TN_F32 }, { TN_RAND_UNIFORM, TN_F64 },
+        { TN_RAND_NORMAL, TN_F16 }, { TN_RAND_NORMAL, TN_F32 }, { TN_RAND_NORMAL, TN_F64 },
+        { TN_RAND_BERNOULLI, TN_BOOL }, { TN_RAND_BERNOULLI, TN_I32 }, { TN_RAND_BERNOULLI, TN_F16 }, { TN_RAND_BERNOULLI, TN_F64 },
+        { TN_RAND_RANDINT, TN_I32 }, { TN_RAND_RANDINT, TN_I64 },
+    };
+    const tn_dtype xs[3] = { TN_F16, TN_F32, TN_F64 };
+    th_kbatch batch = { 0 };
+    int programs = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int k = 0; k < 3; k++) {
+            tn_graph *g = tn_graph_new();
+            tn_rstream *s = tn_random_stream(g, 3);
+            tn_var *x = tn_matrix(g, "x", xs[k]);
+            double a = cases[c].dist == TN_RAND_RANDINT ? -4 : cases[c].dist == TN_RAND_BERNOULLI ? 0.25 : 1;
+            tn_var *d = tn_random_like(s, (tn_rdist)cases[c].dist, cases[c].t, x, a, 9);
+            tn_var *y = tn_add(tn_cast(d, xs[k]), x);
+            if (k == 2) y = tn_mul(y, tn_random_like(s, TN_RAND_NORMAL, TN_F32, x, 0, 1));
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &y });
+            CHECK(f, "case %zu: %s", c, tn_last_error());
+            for (int st = 0; f && st < f->n_steps; st++) {
+                const tn_var *v = f->steps[st].node;
+                const tn_ew_program *p = v->op == TN_OP_COMPOSITE ? (const tn_ew_program *)v->ext : NULL;
+                if (!p || !p->rand) continue;
+                programs++;
+                uint64_t scalars = 0;
+                for (int i = 0; i < p->n_in; i++) scalars |= (uint64_t)(p->in_dtype[i] == TN_I64) << i;
+                const tn__cuda_layout L[4] = { { TN__CUDA_CONTIG, 0, 0 }, { TN__CUDA_CONTIG, 0, scalars },
+                                               { TN__CUDA_STRIDED, 2, 0 }, { TN__CUDA_STRIDED, 1, 0 } };
+                for (int l = 0; l < 4; l++) {
+                    char *src = NULL;
+                    CHECK(tn__cuda_ew_source(p, &L[l], &src) == TN_OK, "case %zu: %s", c, tn_last_error());
+                    if (src) {
+                        CHECK(strstr(src, "tn__philox10") && strstr(src, "tn_re"), "case %zu: a draw in the kernel", c);
+                        th_kb_add(&batch, src, "draw %zu (%s) beside %s, layout %d", c, tn_dtype_name(cases[c].t), tn_dtype_name(xs[k]), l);
+                    }
+                    free(src);
+                }
+            }
+            tn_function_free(f);
+            tn_graph_free(g);
+        }
+    }
+    CHECK(programs == 3 * (int)(sizeof cases / sizeof cases[0]), "%d fused programs with draws", programs);
+    th_kb_compile(&batch, TH_PTX, "fused draws");
+}
+
 TEST(test_float16_programs) {
     /* all-half: y = sigmoid(a) * b + sqrt(|c|), rounded to half after each op */
     const tn_dtype in[3] = { TN_F16, TN_F16, TN_F16 };
@@ -476,6 +529,7 @@ int main(void) {
     TH_RUN(test_fused_multi_output);
     TH_RUN(test_logreg_step_kernels);
     TH_RUN(test_float16_programs);
+    TH_RUN(test_fused_draw_kernels);
     TH_RUN(test_codegen_errors);
     TH_RUN(test_index_and_sort_kernels);
     TH_RUN(test_conv_kernels);

@@ -399,7 +399,9 @@ TEST(test_dropout) {
         rewind(m);
         buf[fread(buf, 1, sizeof buf - 1, m)] = 0;
         fclose(m);
-        CHECK(strstr(buf, "Random{bernoulli,draw=0}"), "one draw:\n%s", buf);
+        /* the mask is drawn inside the kernels that read it, never by its own op; a
+           kernel of the gradient may draw it again: the same draw, the same bits */
+        CHECK(strstr(buf, "random{bernoulli,draw=0}") && !strstr(buf, "Random{"), "one draw, fused:\n%s", buf);
         CHECK(!strstr(buf, "draw=1"), "the gradient draws no second mask:\n%s", buf);
     }
     int64_t shapes[2][2] = { { 301, 17 }, { 5, 3 } };
@@ -494,6 +496,102 @@ TEST(test_labels_and_errors) {
     tn_graph_free(g2);
 }
 
+/* The debugprint of a function, into buf. */
+static void fused_dump(tn_func *f, char *buf, size_t cap) {
+    FILE *m = tmpfile();
+    buf[0] = 0;
+    if (!m) return;
+    tn_debugprint_function(f, m);
+    rewind(m);
+    buf[fread(buf, 1, cap - 1, m)] = 0;
+    fclose(m);
+}
+
+static void fused_set_state(tn_rstream *s, int64_t seed, int64_t calls) {
+    int64_t two = 2, v[2] = { seed, calls };
+    tn_array *a = tn_array_from_data(TN_I64, 1, &two, v);
+    CHECK(a && tn_shared_set_value(tn_rstream_state(s), a) == TN_OK, "%s", tn_last_error());
+    tn_array_free(a);
+}
+
+/* A draw of a variable's shape joins the elementwise kernel that reads it
+   (a TN_OP_RANDOM instruction of the fused program). Every distribution and
+   dtype gives, fused, the bits of the Random op unfused (the same graph
+   compiled in fast_compile mode, which fuses nothing) at the same seed and
+   call: with the variable an input, computed inside the kernel, broadcast
+   at call time ((R, 1) against (R, C)), a transposed input (the tiled
+   walk), and two draws in one kernel. The next call draws other numbers. */
+TEST(test_fused_draws) {
+    enum { R = 37, C = 65 };
+    const struct { int dist; tn_dtype t; double a, b; } cases[] = {
+        { TN_RAND_UNIFORM, TN_F16, -2, 3 }, { TN_RAND_UNIFORM, TN_F32, -2, 3 }, { TN_RAND_UNIFORM, TN_F64, -2, 3 },
+        { TN_RAND_NORMAL, TN_F16, 1, 2 }, { TN_RAND_NORMAL, TN_F32, 1, 2 }, { TN_RAND_NORMAL, TN_F64, 1, 2 },
+        { TN_RAND_BERNOULLI, TN_BOOL, 0.3, 0 }, { TN_RAND_BERNOULLI, TN_I32, 0.6, 0 }, { TN_RAND_BERNOULLI, TN_I64, 0.5, 0 },
+        { TN_RAND_BERNOULLI, TN_F16, 0.7, 0 }, { TN_RAND_BERNOULLI, TN_F32, 0.2, 0 }, { TN_RAND_BERNOULLI, TN_F64, 0.5, 0 },
+        { TN_RAND_RANDINT, TN_I32, -5, 1000 }, { TN_RAND_RANDINT, TN_I64, -3, 7 },
+    };
+    static const char *variant[5] = { "of an input", "of a value computed in the kernel", "broadcast at call time",
+                                      "of a transposed input", "two draws" };
+    int checked = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int v = 0; v < 5; v++) {
+            tn_graph *g = tn_graph_new();
+            tn_rstream *s = tn_random_stream(g, 5);
+            tn_var *x = tn_matrix(g, "x", TN_F64), *u = tn_matrix(g, "u", TN_F64), *like = v == 1 ? tn_exp(x) : v == 2 ? u : x;
+            tn_var *d = tn_random_like(s, (tn_rdist)cases[c].dist, cases[c].t, like, cases[c].a, cases[c].b);
+            tn_var *y = tn_add(tn_cast(d, TN_F64), v == 1 ? like : x);
+            if (v == 4) y = tn_mul(y, tn_random_like(s, TN_RAND_UNIFORM, TN_F64, x, 1, 2));
+            tn_var *ins[2] = { x, u };
+            int nin = v == 2 ? 2 : 1;
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = nin, .inputs = ins, .n_outputs = 1, .outputs = &y });
+            tn_func *f0 = tn_function(g, &(tn_func_desc){ .n_inputs = nin, .inputs = ins, .n_outputs = 1, .outputs = &y,
+                                                         .mode = TN_MODE_FAST_COMPILE });
+            CHECK(f && f0, "case %zu %s: %s", c, variant[v], tn_last_error());
+            char buf[8192], buf0[8192];
+            if (f && f0) {
+                fused_dump(f, buf, sizeof buf);
+                fused_dump(f0, buf0, sizeof buf0);
+                CHECK(strstr(buf, "random{") && !strstr(buf, "Random{") && strstr(buf0, "Random{"),
+                      "case %zu (%s %s) %s: fused\n%s\nunfused\n%s", c, tn_dtype_name(cases[c].t), variant[v], variant[v], buf, buf0);
+            }
+            tn_array *xb = tn_array_rand_uniform(TN_F64, 2, v == 3 ? (int64_t[]){ C, R } : (int64_t[]){ R, C }, -1, 1, 40 + (uint64_t)c);
+            tn_array *xv = v == 3 ? tn_array_transpose(xb, NULL) : tn_array_view(xb);
+            tn_array *uv = tn_array_rand_uniform(TN_F64, 2, (int64_t[]){ R, 1 }, -1, 1, 41);
+            double *first = NULL;
+            for (int call = 0; f && f0 && call < 2; call++) {
+                tn_array *in[2] = { xv, uv }, *r = NULL, *r0 = NULL;
+                fused_set_state(s, 5, call);
+                CHECK(tn_call(f, in, &r) == TN_OK, "%s", tn_last_error());
+                fused_set_state(s, 5, call);
+                CHECK(tn_call(f0, in, &r0) == TN_OK, "%s", tn_last_error());
+                if (r && r0) {
+                    CHECK(r->ndim == 2 && r->shape[0] == R && r->shape[1] == C && tn_array_is_contiguous(r) && tn_array_is_contiguous(r0),
+                          "shape");
+                    int64_t bad = 0, same = 0;
+                    const double *Y = (const double *)r->data, *Y0 = (const double *)r0->data;
+                    for (int64_t i = 0; i < (int64_t)R * C; i++) {
+                        bad += memcmp(&Y[i], &Y0[i], sizeof Y[i]) != 0;
+                        if (first) same += Y[i] == first[i];
+                    }
+                    CHECK(bad == 0, "case %zu (%s %s), call %d: %lld of %d elements differ from the unfused draw", c,
+                          tn_dtype_name(cases[c].t), variant[v], call, (long long)bad, R * C);
+                    if (first) CHECK(same < (int64_t)R * C * 9 / 10, "case %zu %s: the next call draws again (%lld the same)", c, variant[v], (long long)same);
+                    if (!first && (first = (double *)malloc(sizeof(double) * R * C))) memcpy(first, Y, sizeof(double) * R * C);
+                    checked++;
+                }
+                tn_array_free(r);
+                tn_array_free(r0);
+            }
+            free(first);
+            tn_array_free(xv); tn_array_free(xb); tn_array_free(uv);
+            tn_function_free(f);
+            tn_function_free(f0);
+            tn_graph_free(g);
+        }
+    }
+    CHECK(checked == 2 * 5 * (int)(sizeof cases / sizeof cases[0]), "%d calls compared", checked);
+}
+
 int main(void) {
     tn_config cfg = { .device = TN_DEVICE_CPU, .floatX = TN_F32 };
     tn_init(&cfg);
@@ -503,6 +601,7 @@ int main(void) {
     TH_RUN(test_distributions);
     TH_RUN(test_state_and_reproducibility);
     TH_RUN(test_dropout);
+    TH_RUN(test_fused_draws);
     TH_RUN(test_labels_and_errors);
     tn_shutdown();
     TH_END();
