@@ -8349,9 +8349,13 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
             c[0] = n0; c[1] = (uint32_t)p1; c[2] = n2; c[3] = (uint32_t)p0; } } \
     QUAL double tn__rnd_u53(uint32_t lo, uint32_t hi) { \
         return (double)((((uint64_t)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0); } \
-    QUAL double tn__rnd_log(double x) { \
-        int e; \
-        double m = frexp(x, &e); \
+    QUAL double tn__rnd_log(double x) {   /* x normal and > 0, as above */ \
+        uint64_t xb; \
+        memcpy(&xb, &x, sizeof xb); \
+        int e = (int)((xb >> 52) & 2047u) - 1022; \
+        xb = (xb & 0x800fffffffffffffull) | 0x3fe0000000000000ull; \
+        double m; \
+        memcpy(&m, &xb, sizeof m); \
         if (m < 0.70710678118654752440) { m = m + m; e = e - 1; } \
         double f = m - 1.0, s = f / (2.0 + f), z = s * s, p = 0.043478260869565216; \
         p = fma(p, z, 0.047619047619047616); p = fma(p, z, 0.052631578947368418); p = fma(p, z, 0.058823529411764705); \
@@ -8381,9 +8385,13 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         tn__rnd_sincos2pi(tn__rnd_u53(x[2], x[3]), &c, &s); \
         z[0] = fma(sd, r * c, mean); \
         z[1] = fma(sd, r * s, mean); } \
-    QUAL float tn__rnd_logf(float x) { \
-        int e; \
-        float m = frexpf(x, &e); \
+    QUAL float tn__rnd_logf(float x) {   /* x normal and > 0 (every u1 is): frexpf's m and e from its bits */ \
+        uint32_t xb; \
+        memcpy(&xb, &x, sizeof xb); \
+        int e = (int)((xb >> 23) & 255u) - 126; \
+        xb = (xb & 0x807fffffu) | 0x3f000000u; \
+        float m; \
+        memcpy(&m, &xb, sizeof m); \
         if (m < 0.70710678f) { m = m + m; e = e - 1; } \
         float f = m - 1.0f, s = f / (2.0f + f), z = s * s, p = 0.11111111f; \
         p = fmaf(p, z, 0.14285715f); p = fmaf(p, z, 0.2f); p = fmaf(p, z, 0.33333334f); p = fmaf(p, z, 1.0f); \
