@@ -348,9 +348,8 @@ static void fusion_cases(void) {
 /* Each as a share of the copy bandwidth fusion_cases measured in this
    phase, for the bytes it must move: the input read once and the output
    written once (pooling 2x2 stride 2: x, then a quarter of x; a draw: its
-   output; dropout: x and its result, 8 bytes an element: a mask drawn where
-   it is used need not be stored, where today a Random{bernoulli} node
-   writes a bool mask that the Composite reads, 2 bytes more). x is
+   output; dropout: x and its result, 8 bytes an element: the mask is drawn
+   inside the fused kernel, neither stored nor read). x is
    shared and results stay on the device (borrowed) or go to a shared
    variable (updates). Judged on the GPU (>= 80%); shown on the CPU. */
 static void bw_row(row *r, tn_func *f, int iters, double moved, const char *what) {
