@@ -5475,10 +5475,38 @@ static int tn__blas_try(const char *name) {
     tn__blas.name = name;
     return 0;                    /* kept open for the life of the process */
 }
+/* OpenBLAS's threads spin 2^28 cycles (about 0.1 s) after each product
+   before they sleep, so the library's own threaded kernels that follow (an
+   im2col after a convolution's product, a fused chain) share the cores with
+   them and run at a fraction of their speed (on 16 cores: the 64->128
+   convolution's forward 4.5-5.0 -> 3.0-3.2 ms with 2^16). Unless the
+   process set OPENBLAS_THREAD_TIMEOUT, it is set to TN__OPENBLAS_SPIN
+   (2^16 cycles, some 25 us: back-to-back small products, a gemv step's,
+   still find the threads awake, where 2^12 made the logistic step 3x slower)
+   before OpenBLAS is loaded, which is when it reads it; nothing is changed
+   when OpenBLAS is loaded already. setenv is looked up at run time, so the
+   includer's feature macros do not matter. */
+#ifndef TN__OPENBLAS_SPIN
+#define TN__OPENBLAS_SPIN "16"
+#endif
+static void tn__blas_spin_default(void) {
+    if (getenv("OPENBLAS_THREAD_TIMEOUT")) return;
+#ifdef RTLD_NOLOAD
+    void *loaded = dlopen("libopenblas.so.0", RTLD_LAZY | RTLD_NOLOAD);
+    if (loaded) { dlclose(loaded); return; }
+#endif
+    void *self = dlopen(NULL, RTLD_LAZY);
+    int (*set)(const char *, const char *, int) = NULL;
+    if (self) set = (int (*)(const char *, const char *, int))dlsym(self, "setenv");
+    if (set) (void)set("OPENBLAS_THREAD_TIMEOUT", TN__OPENBLAS_SPIN, 0);
+    if (self) dlclose(self);
+}
+
 static void tn__blas_load(void) {
     static const char *const names[] = { "libopenblas.so.0", "libcblas.so.3", "libblas.so.3" };
     const char *want = tn_get_config()->blas;
     if (want && !strcmp(want, "none")) return;
+    tn__blas_spin_default();
     if (want && *want && strcmp(want, "auto") != 0) {
         int r = tn__blas_try(want);
         if (r) tn__warn("blas=%s: %s; CPU products use the built-in kernels", want,

@@ -572,10 +572,16 @@ TEST(test_labels) {
     CHECK(!strcmp(buf, "Outer"), "%s", buf);
 }
 
-/* The loader: a library with the CBLAS symbols is used, or none is reported. */
+/* The loader: a library with the CBLAS symbols is used, or none is reported.
+   Loading it sets OpenBLAS's spin before sleeping to 2^16 cycles where the
+   process had not set it (it runs first: nothing loaded the library yet). */
 TEST(test_blas_loader) {
+    const char *before = getenv("OPENBLAS_THREAD_TIMEOUT");
+    char had[32] = "";
+    if (before) snprintf(had, sizeof had, "%s", before);
     tn__blas_enable(true);
-    const char *name = tn__blas_name();
+    const char *name = tn__blas_name(), *after = getenv("OPENBLAS_THREAD_TIMEOUT");
+    CHECK(after && !strcmp(after, before ? had : "16"), "OPENBLAS_THREAD_TIMEOUT was %s, is %s", before ? had : "unset", after ? after : "unset");
     if (name) {
         printf("blas: using %s\n", name);
         CHECK(strstr(name, "blas") != NULL, "%s", name);
