@@ -8377,7 +8377,7 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
             c[0] = n0; c[1] = (uint32_t)p1; c[2] = n2; c[3] = (uint32_t)p0; } } \
     QUAL double tn__rnd_u53(uint32_t lo, uint32_t hi) { \
         return (double)((((uint64_t)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0); } \
-    QUAL double tn__rnd_log(double x) {   /* x normal and > 0, as above */ \
+    QUAL double tn__rnd_log(double x) {   /* x normal and > 0 (every u1 is): frexp's m and e from its bits */ \
         uint64_t xb; \
         memcpy(&xb, &x, sizeof xb); \
         int e = (int)((xb >> 52) & 2047u) - 1022; \
@@ -8413,7 +8413,7 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         tn__rnd_sincos2pi(tn__rnd_u53(x[2], x[3]), &c, &s); \
         z[0] = fma(sd, r * c, mean); \
         z[1] = fma(sd, r * s, mean); } \
-    QUAL float tn__rnd_logf(float x) {   /* x normal and > 0 (every u1 is): frexpf's m and e from its bits */ \
+    QUAL float tn__rnd_logf(float x) {   /* as tn__rnd_log, in float32 */ \
         uint32_t xb; \
         memcpy(&xb, &x, sizeof xb); \
         int e = (int)((xb >> 23) & 255u) - 126; \
