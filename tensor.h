@@ -8869,14 +8869,33 @@ static bool tn__rw_dot_term(tn__rw *c, tn_var *t, tn_var **dot, double *alpha) {
     return true;
 }
 
-/* The addend: C or s*C. */
+static bool tn__type_same_shape(const tn_type *a, const tn_type *b);
+
+/* The constant factor k of t = k*X or X*k (a 0-d constant), and X. */
+static bool tn__rw_const_factor(tn_var *t, tn_var **x, double *k) {
+    if (t->op != TN_OP_MUL) return false;
+    for (int j = 0; j < 2; j++)
+        if (t->in[j]->type.ndim == 0 && t->in[j]->op == TN_OP_CONSTANT && tn__rw_const_value(t->in[j], k) &&
+            t->in[1 - j]->op != TN_OP_DOT) { *x = t->in[1 - j]; return true; }
+    return false;
+}
+
+/* The addend: C or s*C. A factor 2^n (n >= 1) of C's own, C = 2^n X of
+   X's dtype, moves into beta: beta (2^n X) and (2^n beta) X are the same
+   product rounded once, the scalings being exact; where 2^n X overflowed
+   in the graph, the product is finite instead of inf. The Gemv then reads
+   X and no kernel scales it (the weight decay's 2w of a gradient). */
 static void tn__rw_addend(tn_var *t, tn_var **cc, double *beta) {
     double k;
+    tn_var *x;
     *cc = t; *beta = 1;
-    if (t->op == TN_OP_MUL)
-        for (int j = 0; j < 2; j++)
-            if (t->in[j]->type.ndim == 0 && t->in[j]->op == TN_OP_CONSTANT && tn__rw_const_value(t->in[j], &k) &&
-                t->in[1 - j]->op != TN_OP_DOT) { *cc = t->in[1 - j]; *beta = k; return; }
+    if (tn__rw_const_factor(t, &x, &k)) { *cc = x; *beta = k; }
+    int e;
+    while (tn__rw_const_factor(*cc, &x, &k) && frexp(k, &e) == 0.5 && e >= 2 && x->type.dtype == (*cc)->type.dtype &&
+           tn__type_same_shape(&x->type, &(*cc)->type) && isfinite(*beta * k)) {
+        *beta *= k;
+        *cc = x;
+    }
 }
 
 /* A Gemv's addend that is one element (a bias b in x.w + b), where every
