@@ -8350,8 +8350,9 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
    calls]) and, for a _like draw, a variable whose shape it takes. A _like
    draw is also a member the fusion pass may put into an elementwise kernel
    (a TN_OP_RANDOM instruction, tn_ew_rand): element e of the kernel's draw
-   is element e of the op's, so fusing changes no bit. Elements are drawn in blocks of a Philox-4x32-10
-   call (four 32-bit words): block j of draw d at call c has the counter
+   is element e of the op's, so fusing changes no bit. Elements are drawn
+   in blocks of a Philox-4x32-10 call (four 32-bit words): block j of draw
+   d at call c has the counter
    (j mod 2^32, j / 2^32, d, c mod 2^32) and the key (seed mod 2^32, seed / 2^32).
    Element i of a block of `per` elements is t = i mod per of block i / per:
      uniform float32: per 4, word t >> 8 times 2^-24, then fmaf(u, high - low, low)
