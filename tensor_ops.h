@@ -4510,7 +4510,9 @@ static inline int64_t tn__cgeo_src(const tn__cgeo *g, const int64_t *xs, int64_t
 
 /* im2col by lines: line (group, row, image) of the output is L contiguous
    elements; the window position's offsets are found once a line, and along
-   the grid's last dim the part inside the image once (padding either side). */
+   the grid's last dim the part inside the image once (padding either side).
+   A line that is its image plane as it lies (stride 1, the plane's size, no
+   shift: a 1x1 window, or the centre tap of a 'same' window) is one copy. */
 #define TN__CONV_T(SUF, T, AT, STORE) \
 static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cjob *J = (const tn__cjob *)ctx; \
@@ -4523,6 +4525,11 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
         for (int d = e; d >= 0; d--) { kd[d] = kidx % g->k[d]; kidx /= g->k[d]; } \
         const char *xb = J->x + n * J->xs[0] + (gi * g->Cg + r / g->K) * J->xs[1]; \
         T *y = (T *)(void *)J->y + line * g->L; \
+        bool plane = true;          /* the window position reads the image plane as it lies (a 1x1 window, a centre tap) */ \
+        for (int d = e; d >= 0 && plane; d--) \
+            plane = g->s[d] == 1 && g->out[d] == g->in[d] && kd[d] * g->dl[d] == g->plo[d] && \
+                    J->xs[2 + d] == (d == e ? (int64_t)sizeof(T) : J->xs[3 + d] * g->in[d + 1]); \
+        if (plane) { memcpy(y, xb, (size_t)g->L * sizeof(T)); continue; } \
         int64_t b = kd[e] * g->dl[e] - g->plo[e];          /* i = o*se + b along the last dim */ \
         int64_t olo = b >= 0 ? 0 : (-b + se - 1) / se, ohi = g->in[e] - b <= 0 ? 0 : (g->in[e] - b + se - 1) / se; \
         if (olo > W) olo = W; \
