@@ -11909,18 +11909,6 @@ static const tn_func *tn__dag_of(const tn__replay_dag *d) { return d->f; }
 /* A copy between the host and the device: ordered by its data alone. */
 static bool tn__dag_is_copy(const tn__step *st) { return st->def->kind == TN_OPK_TRANSFER; }
 
-/* The bytes a's elements span, [lo, hi) (empty: lo == hi). */
-static void tn__dag_extent(const tn_array *a, uintptr_t *lo, uintptr_t *hi) {
-    intptr_t l = 0, h = 0;
-    for (int d = 0; d < a->ndim; d++) {
-        if (a->shape[d] == 0) { *lo = *hi = (uintptr_t)a->data; return; }
-        intptr_t e = (intptr_t)((a->shape[d] - 1) * a->strides[d]);
-        if (e < 0) l += e; else h += e;
-    }
-    *lo = (uintptr_t)a->data + (uintptr_t)l;
-    *hi = (uintptr_t)a->data + (uintptr_t)h + tn_dtype_size(a->dtype);
-}
-
 /* Step k's last nodes into the next step's dependencies (once each). */
 static bool tn__dag_add(tn__replay_dag *d, int k) {
     for (int i = d->at[k]; i < d->at[k] + d->nn[k]; i++) {
@@ -11954,7 +11942,7 @@ static tn_result tn__dag_before(tn__replay_dag *d, int k, tn_array *const *in, t
     for (int i = 0; ok && i < st->n_in + st->n_out; i++) {
         bool w = i >= st->n_in;
         tn__dag_span me = { 0, 0, k, w };
-        tn__dag_extent(w ? out[i - st->n_in] : in[i], &me.lo, &me.hi);
+        tn__ew_extent(w ? out[i - st->n_in] : in[i], &me.lo, &me.hi);   /* the bytes it spans (tensor_ops.h) */
         if (me.lo == me.hi) continue;          /* no element: touches nothing */
         for (int s = 0; ok && s < n_seen; s++) {
             const tn__dag_span *o = &seen[s];
