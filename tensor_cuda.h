@@ -37,8 +37,9 @@
    Compiled functions: including this header registers the back end (a
    load-time constructor hooks tn_init), so with a usable GPU every
    tn_function places what the GPU can run there: elementwise and fused ops
-   (NVRTC), dot/gemm/gemv/outer/batched dot (cuBLAS, float16/32/64; TF32
-   only with allow_tf32=1; small float32/64 gemv by a kernel of our own),
+   (NVRTC; a draw of a variable's shape inside the kernel that reads it),
+   dot/gemm/gemv/outer/batched dot (cuBLAS, float16/32/64; TF32 only with
+   allow_tf32=1; float32/64 gemv up to 2^19 elements by a kernel of our own),
    reductions and softmax where the >>cuda_reduce section has a kernel,
    Alloc, Join, scan loops (the step compiled for device arrays), custom ops
    with CUDA source, views wherever their input lives. Transfers
