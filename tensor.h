@@ -6830,7 +6830,7 @@ static tn_result tn__scan_acc(tn_array *dst, const tn_array *src) {
     ins.op = TN_OP_ADD; ins.dtype = (int8_t)dst->dtype; ins.in_dtype = (int8_t)dst->dtype; ins.a = 0; ins.b = 1; ins.c = -1;
     int32_t oreg = 2;
     tn_dtype odt = dst->dtype;
-    tn_ew_program p = { 2, idt, 1, &ins, 1, &oreg, &odt, NULL };
+    tn_ew_program p = { 2, idt, 1, &ins, 1, &oreg, &odt, NULL, NULL };
     tn_array *in[2] = { dst, (tn_array *)src };
     return tn__cpu_ew_run(&p, in, &dst);
 }
@@ -8591,7 +8591,7 @@ static tn_ew_program *tn__rw_shape_program(tn__rw *c, tn_var *const *in, int n, 
     *cast = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)t, .in_dtype = (int8_t)dt[0], .a = 0, .b = -1, .c = -1 };
     *oreg = conv ? n : 0;
     dt[n] = t;
-    *P = (tn_ew_program){ n, dt, conv ? 1 : 0, cast, 1, oreg, &dt[n], NULL };
+    *P = (tn_ew_program){ n, dt, conv ? 1 : 0, cast, 1, oreg, &dt[n], NULL, NULL };
     return P;
 }
 
@@ -9367,7 +9367,7 @@ static tn_ew_program *tn__fuse_program(tn__fctx *F, int g, tn_var ***ins, int *n
         }
         if (is_out) { out[nout] = m; oreg[nout] = F->reg[m->id]; odt[nout] = m->type.dtype; nout++; }
     }
-    *P = (tn_ew_program){ nin, in_dt, ni, ins_, nout, oreg, odt, rnd };
+    *P = (tn_ew_program){ nin, in_dt, ni, ins_, nout, oreg, odt, rnd, NULL };
     *ins = in; *n_ins = nin; *outs = out;
     return P;
 }
@@ -9693,6 +9693,105 @@ done:
     return r;
 }
 
+/* >>fuse_epilogue --------------------------------------------------------- */
+/* An elementwise node (a fused group's, or one op) that reads a reduction's
+   result, the reduction's only reader, becomes the reduction's epilogue: the
+   kernel applies it to each result as it stores it (`b - lr * sum(g)`, a
+   bias's update, is one kernel). The epilogue reads the result rounded to the
+   reduction's dtype, as the unfused node did, so the values are the same.
+   Taken where the node keeps the reduction's rank, reads the result once,
+   draws nothing, and leaves a reduced axis kept with keepdims at 1; its other
+   inputs may widen a kept dim of 1 at run time (the plan folds the box again
+   for each element: tensor_ops.h >>ops_reduce). */
+static tn_ew_program *tn__epi_program(tn__rw *c, const tn_ew_program *v, int k) {
+    int n = v->n_in;
+    tn_ew_program *E = (tn_ew_program *)tn__graph_alloc(c->g, sizeof *E);
+    tn_dtype *idt = (tn_dtype *)tn__graph_alloc(c->g, (size_t)(n + v->n_out) * sizeof *idt), *odt = idt ? idt + n : NULL;
+    tn_ew_instr *ins = (tn_ew_instr *)tn__graph_alloc(c->g, (size_t)(v->n_instr ? v->n_instr : 1) * sizeof *ins);
+    int32_t *oreg = (int32_t *)tn__graph_alloc(c->g, (size_t)v->n_out * sizeof *oreg);
+    if (!E || !idt || !ins || !oreg) { c->oom = true; return NULL; }
+    /* input k becomes input 0; the inputs before it move up one */
+#define TN__EPI_REG(r) ((r) < 0 || (r) >= n ? (r) : (r) == k ? 0 : (r) < k ? (r) + 1 : (r))
+    for (int i = 0; i < n; i++) idt[TN__EPI_REG(i)] = v->in_dtype[i];
+    for (int j = 0; j < v->n_instr; j++) {
+        ins[j] = v->instr[j];
+        if (ins[j].op == TN_OP_CONSTANT) continue;
+        ins[j].a = TN__EPI_REG(ins[j].a); ins[j].b = TN__EPI_REG(ins[j].b); ins[j].c = TN__EPI_REG(ins[j].c);
+    }
+    for (int j = 0; j < v->n_out; j++) { oreg[j] = TN__EPI_REG(v->out_reg[j]); odt[j] = v->out_dtype[j]; }
+#undef TN__EPI_REG
+    *E = (tn_ew_program){ n, idt, v->n_instr, ins, v->n_out, oreg, odt, NULL, NULL };
+    return E;
+}
+
+static void tn__rw_fuse_epilogues(tn__rw *c) {
+    tn_var **ord;
+    int n = tn__rw_topo(c, &ord);
+    if (c->oom) return;
+    for (int i = 0; i < n && !c->oom; i++) {
+        tn_var *v = ord[i];
+        if (v->n_out != 1 || !(v->op == TN_OP_COMPOSITE || tn__rw_is_ew(v->op))) continue;
+        int k = -1, seen = 0;
+        for (int j = 0; j < v->n_in; j++) {
+            tn_var *x = v->in[j];
+            if (tn__op_kind(x->op) == TN_OPK_REDUCE && tn__op_has(x->op, TN_OPF_PROLOGUE)) { k = j; seen++; }
+        }
+        if (seen != 1) continue;
+        tn_var *R = v->in[k];
+        const tn_ew_program *pro = (const tn_ew_program *)R->ext;
+        tn__ninfo *X = tn__ni(c, R);
+        if (R->n_out != 1 || X->n_root || X->n_use != 1 || (pro && pro->epi) || R->device != v->device ||
+            v->type.ndim != R->type.ndim)
+            continue;
+        int np = pro ? pro->n_in : 1;
+        if (np + v->n_in - 1 > TN__REDUCE_MAX_INPUTS) continue;
+        bool ok = true;
+        if (tn__p_red_keepdims(&R->p)) {       /* a reduced axis stays 1 */
+            uint64_t mask = tn__p_red_mask(&R->p);
+            for (int j = 0; ok && j < v->n_in; j++) {
+                const tn_type *t = &v->in[j]->type;
+                for (int d = 0; ok && d < t->ndim; d++) {
+                    int od = d + (v->type.ndim - t->ndim);
+                    if (((mask >> od) & 1) && !(t->bcast[d] || t->shape[d] == 1)) ok = false;
+                }
+            }
+        }
+        tn_ew_program *vp = ok ? tn__ew_program_of(v) : NULL;
+        if (!vp) { tn_clear_error(); continue; }
+        if (vp->rand || vp->n_out != 1 || vp->in_dtype[k] != R->type.dtype) continue;
+        int n0 = tn__graph_nvars(c->g);
+        tn_ew_program *E = tn__epi_program(c, vp, k);
+        tn_ew_program *P = E ? (tn_ew_program *)tn__graph_alloc(c->g, sizeof *P) : NULL;
+        tn_dtype *dt = P ? (tn_dtype *)tn__graph_alloc(c->g, 2 * sizeof *dt) : NULL;
+        int32_t *oreg = dt ? (int32_t *)tn__graph_alloc(c->g, sizeof *oreg) : NULL;
+        if (!oreg) { c->oom = true; break; }
+        if (pro) *P = *pro;
+        else {         /* no prologue: one that passes R's input through */
+            dt[0] = dt[1] = R->in[0]->type.dtype;
+            *oreg = 0;
+            *P = (tn_ew_program){ 1, dt, 0, NULL, 1, oreg, dt + 1, NULL, NULL };
+        }
+        P->epi = E;
+        tn_var *in[TN__REDUCE_MAX_INPUTS];
+        int m = 0;
+        for (int j = 0; j < np; j++) in[m++] = R->in[j];
+        for (int j = 0; j < v->n_in; j++) if (j != k) in[m++] = v->in[j];
+        tn_var *y = tn__node(c->g, R->op, m, in, &R->p, P, "fuse");
+        tn__rw_sync(c);
+        if (y) y->device = v->device;
+        if (y && y->device != TN_HOST && !tn__backend_runs(c->be, y)) y = NULL;
+        if (y && tn__type_eq(&y->type, &v->type)) {
+            tn__rw_count("fusion_epilogue");
+            tn__fuse_trace("fusion_epilogue", y, 1);
+            tn__rw_replace(c, v, y);
+            continue;
+        }
+        tn__rw_drop_new(c, n0);
+        tn_clear_error();
+    }
+    tn__free(ord);
+}
+
 /* >>inplace -------------------------------------------------------------- */
 /* node->inplace = k+1 where the output may take in[k]'s buffer: same type,
    an intermediate (no leaf, no view, no root) read by this node only. The
@@ -9767,7 +9866,8 @@ TN_API tn_result tn__optimize(tn_graph *fg, tn_var **roots, int n_roots, tn_mode
     c.be = b;
     if (full) {
         if (r == TN_OK) r = tn__rw_fuse(&c);
-        if (r == TN_OK) tn__rw_inplace(&c);
+        if (r == TN_OK && pa->fuse_into_reductions) tn__rw_fuse_epilogues(&c);
+        if (r == TN_OK && !c.oom) tn__rw_inplace(&c);
         if (r == TN_OK && c.oom) r = tn__err(TN_ERR_OOM, "tn_function: out of memory in the optimizer");
     }
 #undef TN__RUN

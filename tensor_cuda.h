@@ -1171,9 +1171,11 @@ static void tn__cuda_load(tn__sb *b, tn_dtype t, const char *lvalue) {
 }
 
 /* tn_eval(registers of the inputs, output element pointers): the program. */
-static void tn__cuda_emit_eval(tn__sb *b, const tn_ew_program *p) {
+static void tn__cuda_emit_eval_as(tn__sb *b, const tn_ew_program *p, const char *name);
+static void tn__cuda_emit_eval(tn__sb *b, const tn_ew_program *p) { tn__cuda_emit_eval_as(b, p, "tn_eval"); }
+static void tn__cuda_emit_eval_as(tn__sb *b, const tn_ew_program *p, const char *name) {
     char e[96];
-    tn__sb_puts(b, "static __device__ __forceinline__ void tn_eval(");
+    tn__sb_printf(b, "static __device__ __forceinline__ void %s(", name);
     for (int i = 0; i < p->n_in; i++)
         tn__sb_printf(b, "%sconst %s r%d", i ? ", " : "", tn__cuda_ctype(p->in_dtype[i]), i);
     int np = p->n_in;
@@ -2538,10 +2540,32 @@ static void tn__cred_emit_acc(tn__sb *b, int op, tn_dtype xt, tn_dtype yt) {
     case TN_OP_ALL: case TN_OP_ANY: snprintf(e, sizeof e, "(int64_t)a.v"); from = TN_I64; break;
     default: snprintf(e, sizeof e, "a.v"); break;
     }
-    tn__sb_printf(b, "static __device__ __forceinline__ void tn_fin(%s *y, const tn_acc &a, const int64_t n) {\n"
-                     "    (void)n; *y = ", tn__cuda_stype(yt));
+    tn__sb_printf(b, "static __device__ __forceinline__ %s tn_rval(const tn_acc &a, const int64_t n) {\n"
+                     "    (void)n; return ", tn__cuda_stype(yt));
     tn__cuda_store(b, e, from, yt);
     tn__sb_puts(b, "; }\n");
+}
+
+/* TN_FIN(p): stores the result of accumulator a at p, through the epilogue
+   when there is one (tn_epi: its input 0 the result as the reduction stores
+   it, the others read at output offsets f[nf..], the kernel's in<nf>...). */
+static void tn__cred_emit_fin(tn__sb *b, const tn_ew_program *epi, int nf, int ns, const tn_dtype *sd, tn_dtype rt) {
+    if (!epi) { tn__sb_puts(b, "#define TN_FIN(p) (*(p) = tn_rval(a, A.N))\n"); return; }
+    tn__cuda_emit_eval_as(b, epi, "tn_epi");
+    tn__sb_printf(b, "static __device__ __forceinline__ %s tn_epilogue(const %s r, const int64_t *f", tn__cuda_stype(epi->out_dtype[0]),
+                  tn__cuda_stype(rt));
+    for (int i = nf; i < ns; i++) tn__sb_printf(b, ", const %s *in%d", tn__cuda_stype(sd[i]), i);
+    tn__sb_printf(b, ") {\n    %s t0;\n    tn_epi(", tn__cuda_stype(epi->out_dtype[0]));
+    tn__cuda_load(b, rt, "r");
+    for (int i = nf; i < ns; i++) {
+        char lv[48];
+        snprintf(lv, sizeof lv, "in%d[f[%d]]", i, i);
+        tn__sb_puts(b, ", ");
+        tn__cuda_load(b, sd[i], lv);
+    }
+    tn__sb_puts(b, ", &t0);\n    return t0;\n}\n#define TN_FIN(p) (*(p) = tn_epilogue(tn_rval(a, A.N), f");
+    for (int i = nf; i < ns; i++) tn__sb_printf(b, ", in%d", i);
+    tn__sb_puts(b, "))\n");
 }
 
 /* Emits `const RT x = ...;` from the sources' register values reg[i]: the
@@ -2737,7 +2761,7 @@ static void tn__cred_emit_row(tn__sb *b, const tn_ew_program *p, tn_dtype xt, in
     else tn__cred_emit_loop(b, p, xt, ns, sd, L->nr, "k0 + lane", "G", "        ");
     tn__sb_puts(b, "    }\n"
                    "    if (G == 32) a = tn_wred(a); else a = tn_bred(a, sh);\n"
-                   "    if (A.S == 1) { if (active && lane == 0) tn_fin(y + yo, a, A.N); return; }\n"
+                   "    if (A.S == 1) { if (active && lane == 0) TN_FIN(y + yo); return; }\n"
                    /* split (G == 256, one item per block, active for the whole block) */
                    "    if (threadIdx.x == 0) { part[s * A.M + o] = a; __threadfence(); last = atomicAdd(&cnt[o], 1u) == (unsigned int)A.S - 1; }\n"
                    "    __syncthreads();\n"
@@ -2746,7 +2770,7 @@ static void tn__cred_emit_row(tn__sb *b, const tn_ew_program *p, tn_dtype xt, in
                    "    tn_init(a);\n"
                    "    for (int64_t j = threadIdx.x; j < A.S; j += 256) { const tn_acc b = tn_ldp(part + j * A.M + o); tn_comb(a, b); }\n"
                    "    a = tn_bred(a, sh);\n"
-                   "    if (threadIdx.x == 0) { tn_fin(y + yo, a, A.N); cnt[o] = 0; }\n"
+                   "    if (threadIdx.x == 0) { TN_FIN(y + yo); cnt[o] = 0; }\n"
                    "}\n");
 }
 
@@ -2773,7 +2797,7 @@ static void tn__cred_emit_col(tn__sb *b, const tn_ew_program *p, tn_dtype xt, in
                    "    sh[ty][tx] = a;\n"
                    "    __syncthreads();\n"
                    "    if (ty == 0) for (int j = 1; j < 8; j++) tn_comb(a, sh[j][tx]);\n"
-                   "    if (A.S == 1) { if (ty == 0 && active) tn_fin(y + yo, a, A.N); return; }\n"
+                   "    if (A.S == 1) { if (ty == 0 && active) TN_FIN(y + yo); return; }\n"
                    "    if (ty == 0 && active) part[s * A.M + o] = a;\n"
                    "    __threadfence();\n"
                    "    __syncthreads();\n"
@@ -2787,7 +2811,7 @@ static void tn__cred_emit_col(tn__sb *b, const tn_ew_program *p, tn_dtype xt, in
                    "    __syncthreads();\n"
                    "    if (ty == 0) {\n"
                    "        for (int j = 1; j < 8; j++) tn_comb(a, sh[j][tx]);\n"
-                   "        if (active) tn_fin(y + yo, a, A.N);\n"
+                   "        if (active) TN_FIN(y + yo);\n"
                    "    }\n"
                    "    if (threadIdx.x == 0) cnt[blockIdx.x] = 0;\n"
                    "}\n");
@@ -2855,9 +2879,16 @@ static tn_result tn__cred_check(int op, tn_dtype xt, const tn_ew_program *p, con
     if (p) {
         tn_result r = tn__cuda_check_program(p);
         if (r != TN_OK) return r;
-        if (p->n_in < 1 || p->n_in > TN__RED_MAX_SRC)
-            return tn__err(TN_ERR_UNSUPPORTED, "tn_cuda reduce codegen: a prologue with %d inputs (1 to %d supported)",
-                           p->n_in, TN__RED_MAX_SRC);
+        int ne = p->epi ? p->epi->n_in - 1 : 0;
+        if (p->n_in < 1 || ne < 0 || p->n_in + ne > TN__RED_MAX_SRC)
+            return tn__err(TN_ERR_UNSUPPORTED, "tn_cuda reduce codegen: a prologue of %d inputs and an epilogue of %d more (1 to %d in all)",
+                           p->n_in, ne, TN__RED_MAX_SRC);
+        if (p->epi) {
+            if ((r = tn__cuda_check_program(p->epi)) != TN_OK) return r;
+            if (tn__cred_is_softmax(op) || p->epi->in_dtype[0] != tn__reduce_dtype(op, p->out_dtype[0]))
+                return tn__err(TN_ERR_INVALID, "tn_cuda reduce codegen: an epilogue reading %s after %s", tn_dtype_name(p->epi->in_dtype[0]),
+                               tn__op_def(op)->name);
+        }
         xt = p->out_dtype[0];
     }
     if (!tn__cuda_stype(xt)) return tn__err(TN_ERR_DTYPE, "tn_cuda reduce codegen: input dtype %s", tn_dtype_name(xt));
@@ -2872,25 +2903,33 @@ static tn_result tn__cred_check(int op, tn_dtype xt, const tn_ew_program *p, con
 }
 
 /* The CUDA C source of the kernel "tn_red" for op over input dtype xt (the
-   prologue's output 0 when p is given; its sources are p's inputs). Caller frees. */
+   prologue's output 0 when p is given; its sources are p's inputs, then its
+   epilogue's after input 0, if p->epi). An identity prologue (an epilogue
+   alone) folds its input as it is. Caller frees. */
 static tn_result tn__cuda_reduce_source(int op, tn_dtype xt, const tn_ew_program *p, const tn__cred_layout *L, char **out) {
     *out = NULL;
     tn_result r = tn__cred_check(op, xt, p, L);
     if (r != TN_OK) return r;
+    const tn_ew_program *epi = p ? p->epi : NULL;
     if (p) xt = p->out_dtype[0];
-    int ns = p ? p->n_in : 1;
-    const tn_dtype *sd = p ? p->in_dtype : &xt;
-    tn_dtype yt = tn__reduce_dtype(op, xt);
+    if (tn__ew_program_is_identity(p)) p = NULL;
+    const int nf = p ? p->n_in : 1, ns = nf + (epi ? epi->n_in - 1 : 0);
+    tn_dtype sd[TN__RED_MAX_SRC];
+    for (int i = 0; i < nf; i++) sd[i] = p ? p->in_dtype[i] : xt;
+    for (int i = nf; i < ns; i++) sd[i] = epi->in_dtype[1 + i - nf];
+    const tn_dtype rt = tn__reduce_dtype(op, xt), yt = epi ? epi->out_dtype[0] : rt;
     static const char *kn[] = { "", "row", "column", "softmax row", "softmax column" };
     tn__sb b = TN__SB_INIT;
-    tn__sb_printf(&b, "/* tensor.h %s kernel: %s of %s -> %s, %s layout, %d kept dims, %d reduced dims%s, %d sources%s */\n",
+    tn__sb_printf(&b, "/* tensor.h %s kernel: %s of %s -> %s, %s layout, %d kept dims, %d reduced dims%s, %d sources%s%s */\n",
                   tn__cred_is_softmax(op) ? "softmax" : "reduction", tn__op_def(op)->name, tn_dtype_name(xt),
-                  tn_dtype_name(yt), kn[L->kind], L->nk, L->nr, L->vec ? ", vector loads" : "", ns, p ? ", fused prologue" : "");
+                  tn_dtype_name(yt), kn[L->kind], L->nk, L->nr, L->vec ? ", vector loads" : "", ns, p ? ", fused prologue" : "",
+                  epi ? ", fused epilogue" : "");
     tn__cuda_prelude(&b);
     if (p) tn__cuda_emit_eval(&b, p);
-    tn__cred_emit_acc(&b, op, xt, yt);
+    tn__cred_emit_acc(&b, op, xt, rt);
     tn__cred_emit_args(&b, L->nk, L->nr, ns);
     tn__cred_emit_index(&b);
+    if (!tn__cred_is_softmax(op)) tn__cred_emit_fin(&b, epi, nf, ns, sd, rt);
     if (L->vec) {
         size_t widest = 1;
         for (int i = 0; i < ns; i++)
@@ -2936,8 +2975,11 @@ static bool tn__cuda_reduce_supports(const tn_var *node) {
     if (node->n_out != 1) return false;
     const tn_ew_program *p = (const tn_ew_program *)node->ext;
     if (p) {
-        if (p->n_in != node->n_in || p->n_in < 1 || p->n_in > TN__RED_MAX_SRC || p->n_out < 1 ||
-            p->n_in + p->n_out > TN__CUDA_MAX_OPERANDS || !tn__cuda_stype(p->out_dtype[0]))
+        const tn_ew_program *e = p->epi;
+        int ne = e ? e->n_in - 1 : 0;
+        if (p->n_in + ne != node->n_in || p->n_in < 1 || ne < 0 || node->n_in > TN__RED_MAX_SRC || p->n_out < 1 ||
+            node->n_in + 1 > TN__CUDA_MAX_OPERANDS || !tn__cuda_stype(p->out_dtype[0]) ||
+            (e && (e->n_out != 1 || tn__cred_is_softmax(node->op) || !tn__cuda_stype(e->out_dtype[0]))))
             return false;
     } else if (node->n_in != 1) return false;
     for (int i = 0; i < node->n_in; i++)
@@ -2952,6 +2994,7 @@ static tn_result tn__cuda_reduce_prepare(const tn_var *node, void **state) {
         return tn__err(TN_ERR_UNSUPPORTED, "tn_cuda: node %d (%s) has no GPU reduction kernel", node->id, tn__op_def(node->op)->name);
     if (p) {
         tn_result r = tn__cuda_check_program(p);
+        if (r == TN_OK && p->epi) r = tn__cuda_check_program(p->epi);
         if (r != TN_OK) return r;
     }
     tn__cred_state *st = (tn__cred_state *)tn__calloc(1, sizeof *st);
@@ -2972,18 +3015,12 @@ static void tn__cuda_reduce_release(void *state) {
 
 /* The function of layout L, and how many of its 256-thread blocks fit on an
    SM at once (from its register count), so a split grid is one full wave. */
-static tn_result tn__cred_function(tn__cuda_dev *D, tn__cred_state *st, int op, tn_dtype xt, const tn__cred_layout *L,
-                                   tn__CUfunction *fn, int *bps) {
-    for (int i = 0; i < st->n; i++) {
-        const tn__cred_layout *K = &st->k[i].L;
-        if (K->kind == L->kind && K->nk == L->nk && K->nr == L->nr && K->vec == L->vec && K->bmask == L->bmask) {
-            *fn = st->k[i].fn;
-            *bps = st->k[i].bps;
-            return TN_OK;
-        }
-    }
+/* Compiles (through the kernel caches) the kernel of layout L, and says how
+   many of its 256-thread blocks an SM holds (from its register count). */
+static tn_result tn__cred_compile(tn__cuda_dev *D, int op, tn_dtype xt, const tn_ew_program *p, const tn__cred_layout *L,
+                                  tn__CUfunction *fn, int *bps) {
     char *src = NULL;
-    tn_result r = tn__cuda_reduce_source(op, xt, st->prog, L, &src);
+    tn_result r = tn__cuda_reduce_source(op, xt, p, L, &src);
     if (r != TN_OK) return r;
     if (tn_get_config()->print_kernels) fprintf(stderr, "tensor.h: kernel source:\n%s\n", src);
     tn__kentry *e;
@@ -2996,6 +3033,32 @@ static tn_result tn__cred_function(tn__cuda_dev *D, tn__cred_state *st, int op, 
     if (tn__cuda.cu.cuFuncGetAttribute(&regs, TN__CU_FUNC_ATTRIBUTE_NUM_REGS, *fn) == TN__CUDA_SUCCESS && regs > 0) {
         int b = 65536 / (((regs + 7) / 8) * 8 * TN__CRED_THREADS);
         *bps = b < 1 ? 1 : b > 8 ? 8 : b;
+    }
+    return TN_OK;
+}
+
+static tn_result tn__cred_function(tn__cuda_dev *D, tn__cred_state *st, int op, tn_dtype xt, const tn__cred_layout *L,
+                                   tn__CUfunction *fn, int *bps) {
+    for (int i = 0; i < st->n; i++) {
+        const tn__cred_layout *K = &st->k[i].L;
+        if (K->kind == L->kind && K->nk == L->nk && K->nr == L->nr && K->vec == L->vec && K->bmask == L->bmask) {
+            *fn = st->k[i].fn;
+            *bps = st->k[i].bps;
+            return TN_OK;
+        }
+    }
+    tn_result r = tn__cred_compile(D, op, xt, st->prog, L, fn, bps);
+    if (r != TN_OK) return r;
+    if (st->prog && st->prog->epi) {
+        /* the split (one wave of blocks) as the reduction without its
+           epilogue has it: the same chunks, the same bits as unfused */
+        tn_ew_program q = *st->prog;
+        q.epi = NULL;
+        tn__cred_layout Lq = *L;
+        Lq.bmask &= ((uint64_t)1 << q.n_in) - 1;
+        tn__CUfunction plain;
+        r = tn__cred_compile(D, op, xt, tn__ew_program_is_identity(&q) ? NULL : &q, &Lq, &plain, bps);
+        if (r != TN_OK) return r;
     }
     int slot = st->n < TN__CRED_STATE_KERNELS ? st->n++ : TN__CRED_STATE_KERNELS - 1;
     st->k[slot].L = *L;
@@ -3033,21 +3096,18 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
         return tn__err(TN_ERR_DEVICE, "%s: prepared for cuda%d, run on cuda%d", who, st->dev, D->ordinal);
     const int op = node->op;
     const bool sm = tn__cred_is_softmax(op);
-    const tn_ew_program *p = st->prog;
-    const int ns = p ? p->n_in : 1;
+    const tn_ew_program *p = st->prog, *epi = p ? p->epi : NULL;
+    const int nf = p ? p->n_in : 1, ns = nf + (epi ? epi->n_in - 1 : 0);   /* folded sources, then the epilogue's */
     for (int i = 0; i <= ns; i++) {
         const tn_array *a = i < ns ? in[i] : out[0];
         if (a->device != D->ordinal)
             return tn__err(TN_ERR_DEVICE, "%s: %s lives on %s, not cuda%d", who, i < ns ? "an input" : "the output",
                            a->device == TN_HOST ? "the host" : "another device", D->ordinal);
-        if (i < ns && p && a->dtype != p->in_dtype[i])
-            return tn__err(TN_ERR_DTYPE, "%s: input %d is %s, the prologue expects %s", who, i, tn_dtype_name(a->dtype),
-                           tn_dtype_name(p->in_dtype[i]));
+        tn_dtype want = i >= ns ? a->dtype : i < nf ? (p ? p->in_dtype[i] : node->in[0]->type.dtype) : epi->in_dtype[1 + i - nf];
+        if (a->dtype != want)      /* kernels are cached per node for its dtypes */
+            return tn__err(TN_ERR_DTYPE, "%s: input %d is %s, the node was built for %s", who, i, tn_dtype_name(a->dtype), tn_dtype_name(want));
     }
-    if (!p && node->in[0]->type.dtype != in[0]->dtype)   /* kernels are cached per node for its input dtype */
-        return tn__err(TN_ERR_DTYPE, "%s: the input is %s, the node was built for %s", who, tn_dtype_name(in[0]->dtype),
-                       tn_dtype_name(node->in[0]->type.dtype));
-    const tn_dtype xt = p ? p->out_dtype[0] : in[0]->dtype, yt = tn__reduce_dtype(op, xt);
+    const tn_dtype xt = p ? p->out_dtype[0] : in[0]->dtype, yt = epi ? epi->out_dtype[0] : tn__reduce_dtype(op, xt);
     if (out[0]->dtype != yt)
         return tn__err(TN_ERR_DTYPE, "%s: the output is %s, the kernel writes %s", who, tn_dtype_name(out[0]->dtype), tn_dtype_name(yt));
 
@@ -3071,7 +3131,7 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
     int64_t kx[TN__RED_MAX_SRC][TN_MAX_DIMS], rx[TN__RED_MAX_SRC][TN_MAX_DIMS], ky[TN_MAX_DIMS];
     const int64_t yes = (int64_t)tn_dtype_size(yt);
     bool whole = ry % yes == 0;          /* every stride a multiple of its element size */
-    for (int s = 0; s < ns; s++) {
+    for (int s = 0; s < P.nsrc + P.nepi; s++) {
         const int64_t es = (int64_t)tn_dtype_size(in[s]->dtype);
         for (int d = 0; d < P.nk; d++) { whole &= P.kx[s][d] % es == 0; kx[s][d] = P.kx[s][d] / es; }
         for (int d = 0; d < P.nr; d++) { whole &= P.rx[s][d] % es == 0; rx[s][d] = P.rx[s][d] / es; }
@@ -3080,15 +3140,25 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
     ry /= yes;
     if (!whole) return tn__err(TN_ERR_UNSUPPORTED, "%s: an operand has a stride that is not a multiple of its element size", who);
 
-    /* layout class */
+    /* layout class, and Mr: the outputs with boxes of their own. A kept dim
+       along which no folded source moves is one an epilogue input widened:
+       its outputs fold the same box, so the class and the split are chosen
+       as for the reduction without it (the unfused one's chunks and bits) */
     tn__cred_layout L = { 0, P.nk, P.nr, false, 0 };
+    int64_t Mr = 1;
+    for (int d = 0; d < P.nk; d++) {
+        bool moves = false;
+        for (int s = 0; s < nf; s++) moves |= kx[s][d] != 0;
+        if (moves) Mr *= P.kn[d];
+    }
     bool col = P.nk > 0 && P.N > 1;
     if (col) {
         int64_t ks = 0;
-        for (int s = 0; s < ns; s++) ks += tn__cred_abs(kx[s][P.nk - 1]);
+        for (int s = 0; s < nf; s++) ks += tn__cred_abs(kx[s][P.nk - 1]);
+        if (ks == 0) col = false;
         for (int d = 0; d < P.nr; d++) {
             int64_t rs = 0;
-            for (int s = 0; s < ns; s++) rs += tn__cred_abs(rx[s][d]);
+            for (int s = 0; s < nf; s++) rs += tn__cred_abs(rx[s][d]);
             if (rs <= ks) col = false;
         }
     }
@@ -3115,8 +3185,8 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
     switch (L.kind) {
     case TN__CRED_ROW:
         if (P.N >= 1024) G = 256;
-        if (P.N > 8192 && P.M < target) {
-            S = tn__cred_cdiv(target, P.M);
+        if (P.N > 8192 && Mr < target) {
+            S = tn__cred_cdiv(target, Mr);
             if (S > tn__cred_cdiv(P.N, 4096)) S = tn__cred_cdiv(P.N, 4096);
             if (S > 1) {
                 C = tn__cred_cdiv(tn__cred_cdiv(P.N, S), 256) * 256;   /* chunk starts stay 16-byte aligned */
@@ -3128,8 +3198,8 @@ static tn_result tn__cuda_reduce_run(const tn_var *node, void *state, tn_array *
         break;
     case TN__CRED_COL:
         gx = tn__cred_cdiv(P.M, 32);
-        if (gx < target && P.N > 512) {
-            S = tn__cred_cdiv(target, gx);
+        if (tn__cred_cdiv(Mr, 32) < target && P.N > 512) {
+            S = tn__cred_cdiv(target, tn__cred_cdiv(Mr, 32));
             if (S > tn__cred_cdiv(P.N, 64)) S = tn__cred_cdiv(P.N, 64);
             C = tn__cred_cdiv(P.N, S);
             S = tn__cred_cdiv(P.N, C);
@@ -3605,7 +3675,7 @@ static tn_result tn__cuda_copy_kernel(tn__cuda_dev *D, tn_array *dst, const tn_a
     if (!A) return tn_last_result();
     if (!A->id_prog[t].n_out) {
         A->id_dtype[t] = t;
-        A->id_prog[t] = (tn_ew_program){ 1, &A->id_dtype[t], 0, NULL, 1, A->id_reg, &A->id_dtype[t], NULL };
+        A->id_prog[t] = (tn_ew_program){ 1, &A->id_dtype[t], 0, NULL, 1, A->id_reg, &A->id_dtype[t], NULL, NULL };
         A->id_state[t].prog = &A->id_prog[t];
     }
     tn_result r = tn__cuda_ew_run(&A->id_state[t], in, out, who);
@@ -3652,7 +3722,7 @@ static tn_result tn__cuda_alloc_prepare(const tn_var *node, void **state) {
     bool cast = from != to;
     st->cast = (tn_ew_instr){ .op = TN_OP_CAST, .dtype = (int8_t)to, .in_dtype = (int8_t)from, .a = 0, .b = -1, .c = -1 };
     st->reg = cast ? 1 : 0;
-    st->prog = (tn_ew_program){ 1, &st->dt[0], cast ? 1 : 0, cast ? &st->cast : NULL, 1, &st->reg, &st->dt[1], NULL };
+    st->prog = (tn_ew_program){ 1, &st->dt[0], cast ? 1 : 0, cast ? &st->cast : NULL, 1, &st->reg, &st->dt[1], NULL, NULL };
     st->ew.prog = &st->prog;
     tn_result r = tn__cuda_check_program(&st->prog);
     if (r != TN_OK) { tn__free(st); return r; }
@@ -3698,7 +3768,7 @@ static tn_result tn__cuda_scan_acc(tn_array *dst, const tn_array *src) {
     if (!A->add_prog[t].n_out) {
         A->add_dt[t][0] = A->add_dt[t][1] = t;
         A->add_ins[t] = (tn_ew_instr){ TN_OP_ADD, (int8_t)t, (int8_t)t, 0, 1, -1, 0 };
-        tn_ew_program p = { 2, A->add_dt[t], 1, &A->add_ins[t], 1, A->add_reg, &A->add_dt[t][0], NULL };
+        tn_ew_program p = { 2, A->add_dt[t], 1, &A->add_ins[t], 1, A->add_reg, &A->add_dt[t][0], NULL, NULL };
         if ((r = tn__cuda_check_program(&p)) == TN_OK) {
             A->add_prog[t] = p;
             A->add_state[t].prog = &A->add_prog[t];

@@ -548,6 +548,10 @@ typedef struct tn_ew_program {
     int32_t *out_reg;      /* register each output stores */
     tn_dtype *out_dtype;   /* storage dtype of each output */
     tn_ew_rand *rand;      /* NULL, or per instruction: the draw of each TN_OP_RANDOM */
+    /* A reduction's program only (node->ext of a TN_OPF_PROLOGUE reduction): NULL, or the epilogue, a
+       program applied to each result before it is stored. Its input 0 is the reduced value, in the
+       reduction's dtype; its inputs 1.. are the node's inputs after this program's n_in. */
+    const struct tn_ew_program *epi;
 } tn_ew_program;
 
 /* >>op_def --------------------------------------------------------------- */
@@ -2622,7 +2626,7 @@ static void tn__ew_prog1_build(const tn_var *node, const tn_dtype *in_dt, tn_dty
     ni++;
     s->out_reg[0] = n + ni - 1;
     s->out_dtype[0] = out_dt;
-    s->p = (tn_ew_program){ n, s->in_dtype, ni, s->instr, 1, s->out_reg, s->out_dtype, NULL };
+    s->p = (tn_ew_program){ n, s->in_dtype, ni, s->instr, 1, s->out_reg, s->out_dtype, NULL, NULL };
 }
 
 TN_API tn_ew_program *tn__ew_program_of(tn_var *node) {
@@ -3020,6 +3024,19 @@ static tn_result tn__composite_vjp(tn_var *node, tn_var *g, const bool *need, tn
    tn__cpu_ew_run, so the fused input is never materialised. Limits: up to
    TN__RED_MAX_SRC inputs, output 0 only, the box loop only (no lanes/split
    shortcuts yet), none for softmax (its kind is TN_OPK_OTHER: it has an axis, not a mask).
+   Epilogue (the prologue program's epi, set by the fusion pass): an
+   elementwise program applied to each result, as the elementwise node the
+   fusion pass took in would (`b - 0.1 * sum(g)` is one node). Its input 0 is
+   the result stored in the reduction's dtype, its other inputs are the
+   node's inputs after the prologue's, of the output's rank (a reduced axis
+   kept with keepdims is 1 in each). A prologue that only passes in[0]
+   through (tn__ew_program_is_identity) stands for none. The output has the
+   broadcast shape of the reduction's and the epilogue's inputs; where an
+   epilogue input widens a kept dim of 1 the box is folded again for each
+   element, as the unfused graph broadcast the one result. The CPU kernel
+   stores the results in the output's buffer (elements of the same size; a
+   scratch block otherwise) and runs the epilogue over them with
+   tn__cpu_ew_run; the GPU's applies it as it stores each result.
    softmax may run in place (y aliasing x, same dtype and layout): each
    element is read before it is written. */
 #include <math.h>
@@ -3294,15 +3311,17 @@ static void tn__rstore(char *y, tn_dtype t, double d, int64_t i, bool use_int) {
 }
 
 /* >>reduce_plan */
-#define TN__RED_MAX_SRC 16     /* prologue inputs the kernel accepts */
+#define TN__RED_MAX_SRC 16     /* prologue and epilogue inputs the kernel accepts */
 #define TN__RED_SCRATCH 1024   /* prologue elements evaluated per block */
 
 typedef struct tn__rplan {
     int op, rk;                 /* TN_OP_*, TN__RK_* (pass 1 for logsumexp) */
     tn_dtype xt, yt;            /* dtype of the reduction's input, of its output */
     bool fl;                    /* accumulate in double */
-    int nsrc;                   /* 1, or the prologue's inputs */
-    const tn_ew_program *prog;  /* NULL: no prologue */
+    int nsrc;                   /* the sources folded: 1, or the prologue's inputs */
+    int nepi;                   /* the epilogue's sources after them (strides nsrc..; 0 along the box) */
+    const tn_ew_program *prog;  /* NULL: no prologue (an identity one included) */
+    const tn_ew_program *epi;   /* NULL: no epilogue */
     tn_array *const *in;
     const char *x[TN__RED_MAX_SRC];
     char *y;
@@ -3325,42 +3344,67 @@ static void tn__rbcast_strides(const tn_array *a, int ndim, const int64_t *shape
     }
 }
 
-/* Builds the plan: logical input shape, per-source strides, kept/reduced dims. */
+/* A reduction's prologue that passes its one input through unchanged: the
+   form a reduction with an epilogue and no prologue takes. */
+static bool tn__ew_program_is_identity(const tn_ew_program *p) {
+    return p && p->n_in == 1 && p->n_instr == 0 && p->n_out == 1 && p->out_reg[0] == 0 && p->out_dtype[0] == p->in_dtype[0];
+}
+
+/* Builds the plan: logical input shape, per-source strides, kept/reduced
+   dims. y is the array the reduction stores (the epilogue's input 0 when
+   there is one: the output's shape). The epilogue's sources may widen a kept
+   dim of 1 (the box is then folded again for each element); anything else
+   that disagrees is an error (the type rule checked the node). */
 static tn_result tn__rplan_build(tn__rplan *P, const tn_var *node, tn_array *const *in,
                                  const tn_array *y, uint64_t mask, bool keepdims) {
-    int ndim;
+    int ndim = 0;
     int64_t shape[TN_MAX_DIMS], st[TN__RED_MAX_SRC][TN_MAX_DIMS];
-    P->prog = (const tn_ew_program *)node->ext;
+    const tn_ew_program *ext = (const tn_ew_program *)node->ext;
+    const char *name = tn__op_def(node->op)->name;
+    P->prog = ext && !tn__ew_program_is_identity(ext) ? ext : NULL;
+    P->epi = ext ? ext->epi : NULL;
     P->in = in;
     P->yt = y->dtype;
     P->y = (char *)y->data;
-    if (P->prog) {
-        P->nsrc = P->prog->n_in;
-        if (P->nsrc > TN__RED_MAX_SRC || P->prog->n_out < 1)
-            return tn__err(TN_ERR_UNSUPPORTED, "%s: a fused prologue with %d inputs and %d outputs (the CPU kernel takes up to %d inputs)",
-                           tn__op_def(node->op)->name, P->nsrc, P->prog->n_out, TN__RED_MAX_SRC);
-        P->xt = P->prog->out_dtype[0];
-        ndim = 0;
-        for (int s = 0; s < P->nsrc; s++) if (in[s]->ndim > ndim) ndim = in[s]->ndim;
-        for (int d = 0; d < ndim; d++) {
-            shape[d] = 1;
-            for (int s = 0; s < P->nsrc; s++) {
-                int ad = d - (ndim - in[s]->ndim);
-                if (ad >= 0 && in[s]->shape[ad] != 1) shape[d] = in[s]->shape[ad];
-            }
-        }
+    P->nsrc = ext ? ext->n_in : 1;
+    P->nepi = P->epi ? P->epi->n_in - 1 : 0;
+    if (P->nsrc + P->nepi > TN__RED_MAX_SRC || (ext && ext->n_out < 1) || P->nepi < 0)
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: a fused prologue of %d inputs and an epilogue of %d (the kernel takes up to %d inputs)",
+                       name, P->nsrc, P->nepi, TN__RED_MAX_SRC);
+    P->xt = P->prog ? P->prog->out_dtype[0] : in[0]->dtype;
+    for (int s = 0; s < P->nsrc; s++) if (in[s]->ndim > ndim) ndim = in[s]->ndim;
+    for (int d = 0; d < ndim; d++) {          /* the folded sources' broadcast */
+        shape[d] = 1;
         for (int s = 0; s < P->nsrc; s++) {
-            tn__rbcast_strides(in[s], ndim, shape, st[s]);
-            P->x[s] = (const char *)in[s]->data;
+            int ad = d - (ndim - in[s]->ndim);
+            if (ad >= 0 && in[s]->shape[ad] != 1) shape[d] = in[s]->shape[ad];
         }
-    } else {
-        P->nsrc = 1;
-        P->xt = in[0]->dtype;
-        ndim = in[0]->ndim;
-        memcpy(shape, in[0]->shape, sizeof(int64_t) * (size_t)ndim);
-        memcpy(st[0], in[0]->strides, sizeof(int64_t) * (size_t)ndim);
-        P->x[0] = (const char *)in[0]->data;
     }
+    /* the epilogue's sources, right-aligned to y's dims: y's dim od is input dim d */
+    for (int e = 0, ns = P->nsrc; e < P->nepi; e++) {
+        const tn_array *a = in[ns + e];
+        for (int d = 0, od = 0; d < ndim; d++) {
+            bool red = (mask >> d) & 1;
+            st[ns + e][d] = 0;
+            if (red && !keepdims) continue;
+            int ad = od++ - (y->ndim - a->ndim);
+            int64_t n = ad >= 0 ? a->shape[ad] : 1;
+            if (n == 1) continue;
+            if (shape[d] == 1 && !red) shape[d] = n;
+            else if (red || shape[d] != n) {
+                char sa[128], sx[128];
+                return tn__err(TN_ERR_SHAPE, "%s: epilogue input %d of shape %s does not broadcast into the result of an input of shape %s",
+                               name, e + 1, tn__shape_str(a->ndim, a->shape, sa), tn__shape_str(ndim, shape, sx));
+            }
+            st[ns + e][d] = a->strides[ad];
+        }
+        P->x[ns + e] = (const char *)a->data;
+    }
+    for (int s = 0; s < P->nsrc; s++) {
+        tn__rbcast_strides(in[s], ndim, shape, st[s]);
+        P->x[s] = (const char *)in[s]->data;
+    }
+    const int nall = P->nsrc + P->nepi;
     P->nk = P->nr = 0;
     P->M = P->N = 1;
     int od = 0;
@@ -3373,25 +3417,25 @@ static tn_result tn__rplan_build(tn__rplan *P, const tn_var *node, tn_array *con
         if (red) {
             int r = P->nr++;
             P->rn[r] = shape[d];
-            for (int s = 0; s < P->nsrc; s++) P->rx[s][r] = st[s][d];
+            for (int s = 0; s < nall; s++) P->rx[s][r] = st[s][d];
         } else {
             int k = P->nk++;
             P->kn[k] = shape[d]; P->ky[k] = ys;
-            for (int s = 0; s < P->nsrc; s++) P->kx[s][k] = st[s][d];
+            for (int s = 0; s < nall; s++) P->kx[s][k] = st[s][d];
         }
     }
     TN_ASSERT(od == y->ndim);
     /* Merge chained dims within each group; a kept dim's output stride chains too. */
-    P->nr = tn__merge_dims(P->nr, P->rn, P->nsrc, P->rx);
+    P->nr = tn__merge_dims(P->nr, P->rn, nall, P->rx);
     int64_t kst[TN__RED_MAX_SRC + 1][TN_MAX_DIMS];
-    for (int s = 0; s < P->nsrc; s++) memcpy(kst[s], P->kx[s], sizeof(int64_t) * (size_t)P->nk);
-    memcpy(kst[P->nsrc], P->ky, sizeof(int64_t) * (size_t)P->nk);
-    P->nk = tn__merge_dims(P->nk, P->kn, P->nsrc + 1, kst);
-    for (int s = 0; s < P->nsrc; s++) memcpy(P->kx[s], kst[s], sizeof(int64_t) * (size_t)P->nk);
-    memcpy(P->ky, kst[P->nsrc], sizeof(int64_t) * (size_t)P->nk);
+    for (int s = 0; s < nall; s++) memcpy(kst[s], P->kx[s], sizeof(int64_t) * (size_t)P->nk);
+    memcpy(kst[nall], P->ky, sizeof(int64_t) * (size_t)P->nk);
+    P->nk = tn__merge_dims(P->nk, P->kn, nall + 1, kst);
+    for (int s = 0; s < nall; s++) memcpy(P->kx[s], kst[s], sizeof(int64_t) * (size_t)P->nk);
+    memcpy(P->ky, kst[nall], sizeof(int64_t) * (size_t)P->nk);
     if (P->nr == 0) {   /* nothing left to reduce: one run of one element */
         P->nr = 1; P->rn[0] = 1;
-        for (int s = 0; s < P->nsrc; s++) P->rx[s][0] = 0;
+        for (int s = 0; s < nall; s++) P->rx[s][0] = 0;
     }
     P->fl = tn__rk_float(P->rk, P->xt);
     return TN_OK;
@@ -3640,13 +3684,50 @@ static bool tn__rop_needs_nonempty(int op) {
 
 static void tn__reduce_label(const tn_var *node, char *buf, size_t cap);
 
+static tn_result tn__reduce_fold(const tn_var *node, tn_array *const *in, const tn_array *y);
+
+/* With an epilogue, the results are stored in y's buffer as the reduction's
+   dtype when its elements are as wide (the epilogue then reads and writes
+   each element in place, as an elementwise op in place does), else in a
+   scratch block (on the stack up to 4 KB); then the epilogue runs over them. */
 static tn_result tn__reduce_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_ew_program *ext = (const tn_ew_program *)node->ext, *epi = ext ? ext->epi : NULL;
+    if (!epi) return tn__reduce_fold(node, in, out[0]);
+    tn_array *y = out[0], r = *y;
+    tn_dtype rt = epi->in_dtype[0];
+    size_t es = tn_dtype_size(rt);
+    int64_t n = tn_array_size(y);
+    r.dtype = rt;
+    r.base = NULL;
+    double small[512];              /* a few results of another width: no allocation */
+    bool apart = es != tn_dtype_size(y->dtype) || !tn_array_is_contiguous(y), own = apart && (size_t)n * es > sizeof small;
+    if (apart) r.data = small;
+    if (own) {
+        r.data = tn__malloc((size_t)(n ? n : 1) * es);
+        if (!r.data) return tn__err(TN_ERR_OOM, "%s: out of memory for %lld results before the epilogue", tn__op_def(node->op)->name, (long long)n);
+    }
+    int64_t step = (int64_t)es;
+    for (int d = r.ndim - 1; d >= 0; d--) { r.strides[d] = step; step *= r.shape[d] > 1 ? r.shape[d] : 1; }
+    tn_result res = tn__reduce_fold(node, in, &r);
+    if (res == TN_OK && n > 0) {
+        tn_array *ein[TN__RED_MAX_SRC + 1];
+        int ne = epi->n_in - 1;
+        ein[0] = &r;
+        for (int e = 0; e < ne; e++) ein[1 + e] = in[ext->n_in + e];
+        res = tn__cpu_ew_run(epi, ein, out);
+    }
+    if (own) tn__free(r.data);
+    return res;
+}
+
+/* The reduction itself, stored at y (the output, or the epilogue's input 0). */
+static tn_result tn__reduce_fold(const tn_var *node, tn_array *const *in, const tn_array *y) {
     tn__rplan *P, plan;
     P = &plan;
     P->op = node->op;
     P->rk = tn__rk_of(node->op);
     uint64_t mask = tn__p_red_mask(&node->p);
-    tn_result r = tn__rplan_build(P, node, in, out[0], mask, tn__p_red_keepdims(&node->p));
+    tn_result r = tn__rplan_build(P, node, in, y, mask, tn__p_red_keepdims(&node->p));
     if (r != TN_OK) return r;
     if (P->M == 0) return TN_OK;
     if (P->N == 0 && tn__rop_needs_nonempty(node->op)) {
@@ -3813,12 +3894,45 @@ static tn_result tn__reduce_src_type(const tn_var *node, const tn_type *in, tn_t
         *src = in[0];
         return TN_OK;
     }
-    if (prog->n_in != node->n_in || prog->n_out < 1)
-        return tn__err(TN_ERR_INTERNAL, "%s: prologue takes %d inputs, node has %d", lab, prog->n_in, node->n_in);
+    int ne = prog->epi ? prog->epi->n_in - 1 : 0;
+    if (prog->n_in < 1 || prog->n_in + ne != node->n_in || prog->n_out < 1 || (prog->epi && (ne < 0 || prog->epi->n_out < 1)))
+        return tn__err(TN_ERR_INTERNAL, "%s: prologue takes %d inputs and epilogue %d more, node has %d", lab, prog->n_in, ne, node->n_in);
     memset(src, 0, sizeof *src);
-    tn_result r = tn__ew_broadcast(node, lab, node->n_in, in, src);
+    tn_result r = tn__ew_broadcast(node, lab, prog->n_in, in, src);
     src->dtype = prog->out_dtype[0];
     return r;
+}
+
+/* The output of a reduction with an epilogue: the broadcast of the result
+   with the epilogue's other inputs, in its output's dtype. A reduced axis
+   kept with keepdims must stay 1 (the fusion pass makes sure). */
+static tn_result tn__reduce_epi_type(const tn_var *node, const tn_type *in, tn_type *out, const char *lab) {
+    const tn_ew_program *prog = (const tn_ew_program *)node->ext, *epi = prog->epi;
+    int ne = epi->n_in - 1;
+    tn_type t[TN__RED_MAX_SRC + 1];
+    if (ne + 1 > TN__RED_MAX_SRC + 1) return tn__err(TN_ERR_UNSUPPORTED, "%s: an epilogue of %d inputs", lab, ne + 1);
+    if (epi->in_dtype[0] != out->dtype)
+        return tn__err(TN_ERR_INTERNAL, "%s: the epilogue reads %s, the reduction gives %s", lab, tn_dtype_name(epi->in_dtype[0]),
+                       tn_dtype_name(out->dtype));
+    t[0] = *out;
+    for (int e = 0; e < ne; e++) {
+        t[1 + e] = in[prog->n_in + e];
+        if (t[1 + e].ndim > out->ndim)
+            return tn__err(TN_ERR_SHAPE, "%s: epilogue input %d has %d dims, the result %d", lab, e + 1, t[1 + e].ndim, out->ndim);
+    }
+    tn_type o;
+    memset(&o, 0, sizeof o);
+    tn_result r = tn__ew_broadcast(node, lab, ne + 1, t, &o);
+    if (r != TN_OK) return r;
+    if (tn__p_red_keepdims(&node->p)) {
+        uint64_t mask = tn__p_red_mask(&node->p);
+        for (int d = 0; d < o.ndim; d++)
+            if (((mask >> d) & 1) && o.shape[d] != 1)
+                return tn__err(TN_ERR_SHAPE, "%s: an epilogue input widens reduced axis %d", lab, d);
+    }
+    o.dtype = epi->out_dtype[0];
+    *out = o;
+    return TN_OK;
 }
 
 static tn_result tn__reduce_infer(const tn_var *node, const tn_type *in, tn_type *out) {
@@ -3850,6 +3964,7 @@ static tn_result tn__reduce_infer(const tn_var *node, const tn_type *in, tn_type
     if (empty_red && !empty_out && !unknown && tn__rop_needs_nonempty(node->op))
         return tn__err(TN_ERR_SHAPE, "%s: zero-size reduction of an input of shape %s: %s has no identity",
                        lab, tn__shape_str(x.ndim, x.shape, sb), tn__op_def(node->op)->name);
+    if (node->ext && ((const tn_ew_program *)node->ext)->epi) return tn__reduce_epi_type(node, in, out, lab);
     return TN_OK;
 }
 
@@ -3882,7 +3997,9 @@ static void tn__reduce_label(const tn_var *node, char *buf, size_t cap) {
         tn__sbuf_put(&b, first ? "%d" : ",%d", d);
         first = false;
     }
-    tn__sbuf_put(&b, "]%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "", node->ext ? ",prologue" : "");
+    const tn_ew_program *ext = (const tn_ew_program *)node->ext;
+    tn__sbuf_put(&b, "]%s%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "",
+                 ext && !(ext->epi && tn__ew_program_is_identity(ext)) ? ",prologue" : "", ext && ext->epi ? ",epilogue" : "");
 }
 
 /* >>reduce_constructors */
@@ -8577,7 +8694,7 @@ static void tn__random_program(const tn_var *node, tn__ew_prog1 *s) {
     s->rand[0] = (tn_ew_rand){ A.dist, A.draw, A.a, A.b, A.ilow, A.range, (uint64_t)1 << 2 };
     s->out_reg[0] = 3;
     s->out_dtype[0] = A.dtype;
-    s->p = (tn_ew_program){ 3, s->in_dtype, 1, s->instr, 1, s->out_reg, s->out_dtype, s->rand };
+    s->p = (tn_ew_program){ 3, s->in_dtype, 1, s->instr, 1, s->out_reg, s->out_dtype, s->rand, NULL };
 }
 
 static void tn__rnd_fill_instr(const tn_ew_program *p, int k, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst) {

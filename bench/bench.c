@@ -1083,7 +1083,7 @@ static const tn_ew_program *device_program(tn_func *f) {
 static tn_dtype exp_dt[1] = { TN_F32 };
 static int32_t exp_out[1] = { 1 };
 static tn_ew_instr exp_in = { TN_OP_EXP, TN_F32, TN_F32, 0, -1, -1, 0 };
-static const tn_ew_program exp_prog = { 1, exp_dt, 1, &exp_in, 1, exp_out, exp_dt, NULL };
+static const tn_ew_program exp_prog = { .n_in = 1, .in_dtype = exp_dt, .n_instr = 1, .instr = &exp_in, .n_out = 1, .out_reg = exp_out, .out_dtype = exp_dt };
 
 /* copy vs borrow vs shared: exp over 10*30*768 float32 (the seed's test). */
 static void gpu_exp_cases(void) {

@@ -1336,6 +1336,108 @@ TEST(test_fused_draws_gpu_equals_cpu) {
     CHECK(cases == 14 * 3 + 4 * 2, "%d cases", cases);
 }
 
+/* Reductions with an epilogue on the GPU (tensor.h >>fuse_epilogue): each
+   case's fused function (one GpuSum{...,epilogue} node) gives the bits of the
+   same graph with the reduction's result an output too (the reduction kernel,
+   then the elementwise one), and agrees with a float64 loop on the host.
+   The layouts: columns (a bias's update, and its split path), rows with
+   vector loads, a long full reduction (the split path) and the logistic
+   step's 400 elements, a prologue with an epilogue, float16, a column
+   widened at run time, keepdims, a change of dtype. */
+typedef struct ep_case { const char *name; int kind; int64_t r, c; tn_dtype t; } ep_case;
+
+static tn_var *ep_build(const ep_case *k, tn_graph *g, tn_var **in, int *ni, tn_var **red) {
+    tn_var *x = k->kind == 2 || k->kind == 3 ? tn_vector(g, "x", k->t) : tn_matrix(g, "x", k->t);
+    tn_var *v = k->kind == 2 || k->kind == 3 ? tn_scalar(g, "b", k->t) : tn_vector(g, "b", k->t);
+    in[0] = x; in[1] = v; *ni = 2;
+    switch (k->kind) {
+    case 0: *red = tn_sum(x, (int[]){ 0 }, 1, false); return tn_sub(v, tn_mul(*red, tn_lit(v, 0.1)));     /* columns */
+    case 1: *red = tn_sum(x, (int[]){ 1 }, 1, false); return tn_add(tn_exp(*red), v);                    /* rows */
+    case 2: case 3: *red = tn_sum(x, NULL, 0, false); return tn_sub(v, tn_mul(*red, tn_lit(v, 0.1)));   /* full */
+    case 4: *ni = 1; *red = tn_sum(tn_mul(x, x), (int[]){ 1 }, 1, false); return tn_sqrt(*red);          /* prologue + epilogue */
+    case 5: { tn_var *m = tn_input(g, "m", k->t, 2, (int64_t[]){ -1, 1 }, (bool[]){ false, true });
+              in[1] = m; *red = tn_max(x, (int[]){ 1 }, 1, true); return tn_exp(tn_sub(*red, m)); }      /* keepdims */
+    default: *ni = 1; *red = tn_mean(x, (int[]){ 0 }, 1, false); return tn_gt(*red, tn_lit(x, 0.0));     /* to bool */
+    }
+}
+
+/* The float64 loop: out[i] of case k on host data (x r x c or r; v). */
+static double ep_ref(const ep_case *k, const double *x, const double *v, int64_t r, int64_t c, int64_t i) {
+    double acc = 0, mx = -INFINITY;
+    switch (k->kind) {
+    case 0: for (int64_t n = 0; n < r; n++) acc += x[n * c + (c == 1 ? 0 : i)]; return v[i] - acc * 0.1;   /* c == 1: one column, widened */
+    case 1: for (int64_t n = 0; n < c; n++) acc += x[i * c + n]; return exp(acc) + v[i];
+    case 2: case 3: for (int64_t n = 0; n < r; n++) acc += x[n]; return v[0] - acc * 0.1;
+    case 4: for (int64_t n = 0; n < c; n++) acc += x[i * c + n] * x[i * c + n]; return sqrt(acc);
+    case 5: for (int64_t n = 0; n < c; n++) mx = fmax(mx, x[i * c + n]); return exp(mx - v[i]);
+    default: for (int64_t n = 0; n < r; n++) acc += x[n * c + i]; return acc / (double)r > 0.0;
+    }
+}
+
+TEST(test_reduce_epilogue_on_gpu) {
+    const ep_case cases[] = {
+        { "a bias's update, columns", 0, 1000, 300, TN_F32 },
+        { "a bias's update, split columns", 0, 100000, 4, TN_F32 },
+        { "rows, vector loads", 1, 300, 5000, TN_F32 },
+        { "full, split", 2, 1 << 20, 1, TN_F32 },
+        { "full, the logistic step's 400", 3, 400, 1, TN_F32 },
+        { "float64 prologue and epilogue", 4, 70, 1000, TN_F64 },
+        { "float16 rows", 1, 64, 3000, TN_F16 },
+        { "keepdims", 5, 90, 700, TN_F32 },
+        { "mean > 0 (bool)", 6, 500, 200, TN_F32 },
+        { "a column widened at run time", 0, 3000, 1, TN_F32 },
+    };
+    int done = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const ep_case *k = &cases[ci];
+        bool vec1 = k->kind == 2 || k->kind == 3;
+        int64_t r = k->r, c = k->c, vn = k->kind == 0 ? (c == 1 ? 37 : c) : vec1 ? 1 : r;
+        tn_array *X = vec1 ? tn_array_rand_normal(k->t, 1, (int64_t[]){ r }, 0, 1, 700 + ci)
+                           : tn_array_rand_uniform(k->t, 2, (int64_t[]){ r, c }, -0.05, 0.05, 700 + ci);
+        tn_array *V = k->kind == 5 ? tn_array_rand_normal(k->t, 2, (int64_t[]){ r, 1 }, 0, 1, 800 + ci)
+                    : vec1 ? tn_array_rand_normal(k->t, 0, NULL, 0, 1, 800 + ci) : tn_array_rand_normal(k->t, 1, (int64_t[]){ vn }, 0, 1, 800 + ci);
+        tn_array *vals[2] = { X, V }, *out[2] = { NULL, NULL }, *ref[2] = { NULL, NULL };
+        char *dp = NULL;
+        for (int alone = 0; alone < 2; alone++) {     /* 1: the reduction's result an output too, so its reader stays a node */
+            tn_graph *g = tn_graph_new();
+            tn_var *in[2], *y[2];
+            int ni;
+            y[0] = ep_build(k, g, in, &ni, &y[1]);
+            tn_func *f = y[0] ? tn_function(g, &(tn_func_desc){ .n_inputs = ni, .inputs = in, .n_outputs = 1 + alone, .outputs = y }) : NULL;
+            CHECK(f && tn_call(f, vals, alone ? ref : &out[0]) == TN_OK, "%s, %s: %s", k->name, alone ? "unfused" : "fused", tn_last_error());
+            if (f && !alone) dp = dprint(f);
+            tn_function_free(f);
+            tn_graph_free(g);
+        }
+        out[1] = ref[0];
+        tn_array_free(ref[1]);
+        CHECK(dp && strstr(dp, "epilogue}") && strstr(dp, "Gpu") && !strstr(dp, "GpuElemwise"), "%s: not one GPU reduction with its epilogue:\n%s",
+              k->name, dp ? dp : "");
+        free(dp);
+        tn_array *a = out[0] ? tn_array_to_host(out[0]) : NULL, *b = out[1] ? tn_array_to_host(out[1]) : NULL;
+        int64_t n = a ? tn_array_size(a) : -1, bad = 0;
+        CHECK(a && b && n == tn_array_size(b) && a->dtype == b->dtype, "%s: outputs differ in size or dtype", k->name);
+        for (int64_t i = 0; a && b && n == tn_array_size(b) && i < n; i++)
+            bad += memcmp((const char *)a->data + i * (int64_t)tn_dtype_size(a->dtype), (const char *)b->data + i * (int64_t)tn_dtype_size(a->dtype),
+                          tn_dtype_size(a->dtype)) != 0;
+        CHECK(bad == 0, "%s: %lld of %lld elements differ from the unfused kernels'", k->name, (long long)bad, (long long)n);
+        double *xh = as_f64(X), *vh = as_f64(V), *got = a ? as_f64(a) : NULL, worst = 0;
+        int64_t len = k->kind == 0 ? vn : k->kind == 1 || k->kind == 4 || k->kind == 5 ? r : vec1 ? 1 : c;
+        CHECK(n == len, "%s: %lld results, want %lld", k->name, (long long)n, (long long)len);
+        for (int64_t i = 0; got && n == len && i < n; i++) {
+            double want = ep_ref(k, xh, vh, r, c, i);
+            double e = fabs(got[i] - want) / fmax(1.0, fabs(want));
+            if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+        }
+        double tol = k->t == TN_F16 ? 8e-3 : k->t == TN_F32 ? 2e-5 : 1e-12;
+        CHECK(worst <= tol, "%s: off the float64 loop by %.3g (tolerance %.1g)", k->name, worst, tol);
+        done += bad == 0 && worst <= tol;
+        free(xh); free(vh); free(got);
+        tn_array_free(a); tn_array_free(b); tn_array_free(out[0]); tn_array_free(out[1]); tn_array_free(X); tn_array_free(V);
+    }
+    printf("  %d reductions with an epilogue: the unfused bits, and the float64 loop's values\n", done);
+}
+
 /* The seed's recurrence (tests/test_scan.c) with the scan on the GPU: its
    sequences, states and stacked outputs stay in device memory, the step runs
    no transfer, and the results equal the float64 C loop. */
@@ -2175,6 +2277,7 @@ int main(void) {
     TH_RUN(test_cuda_and_cpu_agree);
     TH_RUN(test_random_gpu_equals_cpu);
     TH_RUN(test_fused_draws_gpu_equals_cpu);
+    TH_RUN(test_reduce_epilogue_on_gpu);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
     TH_RUN(test_scan_replayed_on_gpu);

@@ -81,7 +81,7 @@ TEST(test_copy_kernel_compiles) {
     for (int i = 0; i < 3; i++) {
         tn_dtype t = dts[i];
         int32_t reg = 0;
-        tn_ew_program p = { 1, &t, 0, NULL, 1, &reg, &t, NULL };
+        tn_ew_program p = { 1, &t, 0, NULL, 1, &reg, &t, NULL, NULL };
         tn__cuda_layout L[2] = { { TN__CUDA_CONTIG, 0, 0 }, { TN__CUDA_STRIDED, 2, 0 } };
         for (int k = 0; k < 2; k++) {
             char *src = NULL;

@@ -348,7 +348,7 @@ static tn_ew_program one_op(int op, int n, tn_dtype t, tn_dtype *in_dt, tn_ew_in
                           .a = 0, .b = n > 1 ? 1 : -1, .c = n > 2 ? 2 : -1 };
     *out_reg = n;
     *out_dt = out_dtype_of(op, t);
-    return (tn_ew_program){ n, in_dt, 1, ins, 1, out_reg, out_dt, NULL };
+    return (tn_ew_program){ n, in_dt, 1, ins, 1, out_reg, out_dt, NULL, NULL };
 }
 
 /* Every op, dtype, shape set and layout through tn__cpu_ew_run. Logic ops
@@ -411,7 +411,7 @@ TEST(test_engine_casts) {
             tn_dtype in_dt = (tn_dtype)src, out_dt = (tn_dtype)dst;
             tn_ew_instr ins = { .op = TN_OP_CAST, .dtype = (int8_t)dst, .in_dtype = (int8_t)src, .a = 0, .b = -1, .c = -1 };
             int32_t oreg = 1;
-            tn_ew_program prog = { 1, &in_dt, 1, &ins, 1, &oreg, &out_dt, NULL };
+            tn_ew_program prog = { 1, &in_dt, 1, &ins, 1, &oreg, &out_dt, NULL, NULL };
             tn_array *out = tn_array_empty(out_dt, 1, &n);
             CHECK(tn__cpu_ew_run(&prog, &a, &out) == TN_OK, "%s", tn_last_error());
             for (int64_t i = 0; i < n; i++) {
@@ -475,7 +475,7 @@ TEST(test_engine_composite) {
     };
     int32_t out_reg[4] = { 5, 6, 8, 11 };
     tn_dtype out_dt[4] = { TN_F32, TN_F16, TN_BOOL, TN_I64 };
-    tn_ew_program prog = { 2, in_dt, (int)(sizeof ins / sizeof ins[0]), ins, 4, out_reg, out_dt, NULL };
+    tn_ew_program prog = { 2, in_dt, (int)(sizeof ins / sizeof ins[0]), ins, 4, out_reg, out_dt, NULL, NULL };
     const int64_t shapes[][2] = { { 3, 1 }, { 1, 700 }, { 300, 9 } };
     for (int s = 0; s < 3; s++) {
         int64_t xs[2] = { shapes[s][0], 1 }, ys[1] = { shapes[s][1] }, os[2] = { shapes[s][0], shapes[s][1] };
@@ -514,7 +514,7 @@ TEST(test_engine_intermediate_storage) {
     };
     int32_t oreg = 3;
     tn_dtype odt = TN_I32;
-    tn_ew_program prog = { 2, in_dt, 2, ins, 1, &oreg, &odt, NULL };
+    tn_ew_program prog = { 2, in_dt, 2, ins, 1, &oreg, &odt, NULL, NULL };
     int32_t xv[3] = { INT32_MAX, INT32_MIN, 7 }, yv[3] = { 2, -1, -2 };
     int64_t n = 3;
     tn_array *in[2] = { tn_array_from_data(TN_I32, 1, &n, xv), tn_array_from_data(TN_I32, 1, &n, yv) };
@@ -903,7 +903,7 @@ TEST(test_labels_and_info) {
     tn_ew_instr ins[2] = { { .op = TN_OP_MUL, .dtype = TN_F32, .in_dtype = TN_F32, .a = 0, .b = 1, .c = -1 },
                            { .op = TN_OP_EXP, .dtype = TN_F32, .in_dtype = TN_F32, .a = 2, .b = -1, .c = -1 } };
     int32_t oreg = 3;
-    tn_ew_program prog = { 2, in_dt, 2, ins, 1, &oreg, &odt, NULL };
+    tn_ew_program prog = { 2, in_dt, 2, ins, 1, &oreg, &odt, NULL, NULL };
     tn_var *xy[2] = { x, y };
     tn_var *comp = tn__node(g, TN_OP_COMPOSITE, 2, xy, NULL, &prog, "test");
     CHECK(comp != NULL, "%s", tn_last_error());

@@ -177,7 +177,7 @@ TEST(test_proj) {
     ins[1] = (tn_ew_instr){ .op = TN_OP_MUL, .dtype = TN_F32, .in_dtype = TN_F32, .a = 0, .b = 1, .c = -1 };
     oreg[0] = 2; oreg[1] = 3;
     odt[0] = odt[1] = TN_F32;
-    *prog = (tn_ew_program){ 2, idt, 2, ins, 2, oreg, odt, NULL };
+    *prog = (tn_ew_program){ 2, idt, 2, ins, 2, oreg, odt, NULL, NULL };
     tn_var *node = tn__node_multi(g, TN_OP_COMPOSITE, 2, (tn_var *[]){ a, b }, NULL, prog, 2, "test");
     CHECK(node && node->n_out == 2, "multi-output node: %s", tn_last_error());
     tn_var *p0 = tn__proj(node, 0), *p1 = tn__proj(node, 1);

@@ -83,7 +83,7 @@ static tn_array *run_op(int op, int n, tn_dtype t, tn_array *const *in, int via)
         tn_dtype in_dt[3] = { t, t, t }, odt = t;
         tn_ew_instr ins = { .op = (int16_t)op, .dtype = (int8_t)t, .in_dtype = (int8_t)t, .a = 0, .b = n > 1 ? 1 : -1, .c = n > 2 ? 2 : -1 };
         int32_t oreg = n;
-        tn_ew_program prog = { n, in_dt, 1, &ins, 1, &oreg, &odt, NULL };
+        tn_ew_program prog = { n, in_dt, 1, &ins, 1, &oreg, &odt, NULL, NULL };
         out = tn_array_empty(t, 1, in[0]->shape);
         if (tn__cpu_ew_run(&prog, in, &out) != TN_OK) { tn_array_free(out); out = NULL; }
         return out;

@@ -154,18 +154,27 @@ TEST(test_fused_multi_output) {
 /* The kernels the optimizer fuses for issue 16's training step
    (tests/logreg_step.h), data shared and x, y passed: a bool output alone,
    two float outputs reading a count of shape (1,), 1/n computed inside, in
-   every layout. */
+   every layout; and the bias's sum with b's update as its epilogue. */
 TEST(test_logreg_step_kernels) {
     enum { NR = 8, FEATS = 5 };
     tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ NR, FEATS }, 0, 1, 1), *Y = tn_array_zeros(TN_F32, 1, (int64_t[]){ NR });
     tn_array *W0 = tn_array_rand_normal(TN_F32, 1, (int64_t[]){ FEATS }, 0, 1, 2);
     th_kbatch batch = { 0 };
-    int composites = 0;
+    int composites = 0, epilogues = 0;
     for (int passed = 0; passed < 2; passed++) {
         lr_step m;
         CHECK(lr_build(&m, passed, X, Y, W0), "compile (%s): %s", passed ? "data passed" : "data shared", tn_last_error());
         for (int s = 0; m.f && s < m.f->n_steps; s++) {
             const tn_var *v = m.f->steps[s].node;
+            const tn_ew_program *rp = v->op == TN_OP_SUM ? (const tn_ew_program *)v->ext : NULL;
+            if (rp && rp->epi) {       /* the bias's sum with b's update as its epilogue: a full reduction */
+                const tn__cred_layout L = { TN__CRED_ROW, 0, 1, true, (uint64_t)1 << rp->n_in };
+                char *src = NULL;
+                CHECK(tn__cuda_reduce_source(v->op, rp->out_dtype[0], rp, &L, &src) == TN_OK, "codegen, step %d: %s", s, tn_last_error());
+                if (src) th_kb_add(&batch, src, "logistic step (%s), step %d, the sum and its epilogue", passed ? "data passed" : "data shared", s);
+                free(src);
+                epilogues++;
+            }
             if (v->op != TN_OP_COMPOSITE) continue;
             composites++;
             for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
@@ -178,7 +187,8 @@ TEST(test_logreg_step_kernels) {
         }
         lr_free(&m);
     }
-    CHECK(composites == 7, "%d fused kernels in the two steps, want 7", composites);
+    CHECK(composites == 5 && epilogues == 2, "%d fused kernels and %d reductions with an epilogue in the two steps, want 5 and 2",
+          composites, epilogues);
     th_kb_compile(&batch, TH_PTX, "the logistic regression step's kernels");
     tn_array_free(X); tn_array_free(Y); tn_array_free(W0);
 }

@@ -232,10 +232,71 @@ TEST(test_sources_are_keyed_by_structure) {
     tn__free(b);
 }
 
+/* Epilogues (a reduction's result through an elementwise program before it
+   is stored, tensor.h >>fuse_epilogue): every reduction that takes a program,
+   float16/32/64 input, in every layout, (a) alone: `e - r * 0.1` in the
+   epilogue input's dtype (float16 read in float32), with the folded input as
+   it is (an identity prologue), (b) after the prologue a*b, its output cast
+   to int32 (a change of dtype), (c) with the epilogue input broadcast along
+   the box in the vector layouts (its bmask bit). */
+TEST(test_epilogue_kernels) {
+    static const int ops[] = { TN_OP_SUM, TN_OP_PROD, TN_OP_MEAN, TN_OP_MAX, TN_OP_MIN, TN_OP_LOGSUMEXP };
+    const tn_dtype ts[3] = { TN_F16, TN_F32, TN_F64 };
+    th_kbatch batch = { 0 }, sample = { 0 };
+    int n = 0;
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        for (int ti = 0; ti < 3; ti++) {
+            tn_dtype t = ts[ti], rt = tn__reduce_dtype(ops[o], t);
+            for (int kind = 0; kind < 2; kind++) {
+                prog_buf pro, epi;
+                if (kind == 0) { pb_init(&pro, 1, &t); pb_out(&pro, 0, t); }
+                else build_op_program(&pro, TN_OP_MUL, t);
+                const tn_dtype ein[2] = { rt, t };
+                tn_dtype ct = t == TN_F16 ? TN_F32 : t;
+                pb_init(&epi, 2, ein);
+                int r = pb_as(&epi, 0, ct), e = pb_as(&epi, 1, ct);
+                int m = pb_op(&epi, TN_OP_MUL, ct, ct, r, pb_imm(&epi, ct, 0.1), -1);
+                int y = pb_op(&epi, TN_OP_SUB, ct, ct, e, m, -1);
+                pb_out(&epi, y, kind ? TN_I32 : t);
+                pro.p.epi = &epi.p;
+                CHECK(kind || tn__ew_program_is_identity(&pro.p), "the pass-through prologue is not an identity");
+                int nf = pro.p.n_in;
+                for (size_t l = 0; l < sizeof red_layouts / sizeof red_layouts[0]; l++) {
+                    tn__cred_layout L = red_layouts[l].L;
+                    if (L.vec) L.bmask = (uint64_t)1 << nf;
+                    char *src = NULL, what[128];
+                    snprintf(what, sizeof what, "%s of %s, %s, epilogue %d", tn__op_def(ops[o])->name, tn_dtype_name(t), red_layouts[l].name, kind);
+                    CHECK(tn__cuda_reduce_source(ops[o], t, &pro.p, &L, &src) == TN_OK, "codegen %s: %s", what, tn_last_error());
+                    if (!src) continue;
+                    CHECK(strstr(src, "tn_epilogue(tn_rval(a, A.N), f, in") && strstr(src, "TN_FIN(y + yo)") &&
+                          (kind == 1) == (strstr(src, "tn_eval(") != NULL), "%s: the epilogue or prologue is not called", what);
+                    th_kb_add(l == 0 && o == 0 ? &sample : &batch, src, "%s", what);
+                    tn__free(src);
+                    n++;
+                }
+            }
+        }
+    }
+    /* an epilogue after softmax, or reading another dtype than the result's, is an error */
+    prog_buf pro, epi;
+    const tn_dtype f32 = TN_F32, f64[2] = { TN_F64, TN_F32 };
+    pb_init(&pro, 1, &f32); pb_out(&pro, 0, TN_F32);
+    pb_init(&epi, 2, f64); pb_out(&epi, 0, TN_F64);
+    pro.p.epi = &epi.p;
+    char *src = NULL;
+    CHECK(tn__cuda_reduce_source(TN_OP_SUM, TN_F32, &pro.p, &red_layouts[0].L, &src) == TN_ERR_INVALID && !src, "a float64 epilogue after a float32 sum");
+    CHECK_ERR(TN_ERR_INVALID, "an epilogue reading float64 after Sum");
+    printf("  %d reductions with an epilogue generated\n", n);
+    CHECK(n == 6 * 3 * 2 * 4, "%d kernels", n);
+    th_kb_compile(&sample, TH_CUBIN, "reductions with an epilogue, one for sm_90");
+    th_kb_compile(&batch, TH_PTX, "reductions with an epilogue");
+}
+
 int main(void) {
     th_nvrtc_start("test_nvrtc_reduce", th_dir, sizeof th_dir);
     TH_RUN(test_reduce_codegen_errors);
     TH_RUN(test_sources_are_keyed_by_structure);
+    TH_RUN(test_epilogue_kernels);
     TH_RUN(test_widest_parameters_fit);
     TH_RUN(test_a_broken_kernel_is_named);
     TH_RUN(test_production_options_sample);

@@ -471,7 +471,7 @@ TEST(test_prologue) {
     tn_dtype in_dt[2] = { TN_F32, TN_F32 }, out_dt[1] = { TN_F32 };
     tn_ew_instr ins = { TN_OP_MUL, TN_F32, TN_F32, 0, 1, -1, 0 };
     int32_t out_reg[1] = { 2 };
-    tn_ew_program prog = { 2, in_dt, 1, &ins, 1, out_reg, out_dt, NULL };
+    tn_ew_program prog = { 2, in_dt, 1, &ins, 1, out_reg, out_dt, NULL, NULL };
     for (uint64_t mask = 1; mask < 8; mask++) {
         tn_var node = th_node(TN_OP_SUM, (int64_t)mask, 0);
         node.n_in = 2;

@@ -1229,6 +1229,111 @@ TEST(test_gemv_addend_power_of_two) {
    updates (the weight decay's 2w read as w by the Gemv); x and y passed: pred's kernel besides, and xent an output of the
    gradient's kernel. The numbers are the unoptimized graph's (stabilised
    forms: to a tolerance), y of length 1 at run time included. */
+/* An elementwise node reading a reduction's result, its only reader, becomes
+   the reduction's epilogue (fusion_epilogue): the function computes the
+   unfused graph's bits (fast_compile fuses nothing) and what a float64 loop
+   gives. Where the epilogue would widen a reduced axis kept with keepdims
+   (x - max(x, keepdims)), it stays a node of its own. */
+static void epi_case(const char *what, int ni, tn_var **in, tn_var *out, tn_array **vals, int want_fire, const char *label) {
+    tn_func *f = compile(ni, in, 1, &out, TN_MODE_FAST_RUN);
+    CHECK(f && N("fusion_epilogue") == want_fire, "%s: fusion_epilogue fired %d, want %d", what, N("fusion_epilogue"), want_fire);
+    if (label) CHECK(f && dp_has(f, label), "%s: no %s in the debugprint", what, label);
+    if (want_fire) CHECK(f && !dp_has(f, "Elemwise"), "%s: an elementwise node is left", what);
+    CHECK(agree(f, ni, in, 1, &out, vals, 0), "%s: not the unfused bits", what);
+    tn_function_free(f);
+}
+
+TEST(test_reduce_epilogue) {
+    tn_graph *g = tn_graph_new();
+    /* a bias's update: b - 0.1 * sum(d, axis=0), d (N, H), b (H,) */
+    tn_var *d = tn_matrix(g, "d", TN_F32), *b = tn_vector(g, "b", TN_F32);
+    tn_var *upd = tn_sub(b, tn_mul(tn_sum(d, (int[]){ 0 }, 1, false), tn_lit(b, 0.1)));
+    tn_var *in2[2] = { d, b };
+    int64_t sd[2] = { 37, 5 }, sb[1] = { 5 }, sd1[2] = { 37, 1 };
+    tn_array *D = tn_array_rand_normal(TN_F32, 2, sd, 0, 1, 31), *B = tn_array_rand_normal(TN_F32, 1, sb, 0, 1, 32);
+    tn_array *v2[2] = { D, B };
+    epi_case("bias update", 2, in2, upd, v2, 1, "Sum{axis=[0],epilogue}");
+    /* against a float64 loop: the sum in double, rounded to float32, then the update in float32 */
+    tn_func *f = compile(2, in2, 1, &upd, TN_MODE_FAST_RUN);
+    tn_array *o = NULL;
+    CHECK(f && tn_call(f, v2, &o) == TN_OK, "call: %s", tn_last_error());
+    float dv[37 * 5], bv[5], ov[5];
+    tn_array_copy_to(D, TN_F32, dv, sizeof dv);
+    tn_array_copy_to(B, TN_F32, bv, sizeof bv);
+    if (o) tn_array_copy_to(o, TN_F32, ov, sizeof ov);
+    for (int h = 0; o && h < 5; h++) {
+        double acc = 0;
+        for (int n = 0; n < 37; n++) acc += dv[n * 5 + h];
+        double want = (double)bv[h] - (double)(float)acc * 0.1;
+        CHECK(fabs(ov[h] - want) <= 1e-6 * (1 + fabs(want)), "bias update [%d]: %.9g, float64 loop %.9g", h, ov[h], want);
+    }
+    tn_array_free(o);
+    tn_function_free(f);
+    /* d of shape (37, 1) at run time: the one column sum, broadcast against b (5,) */
+    tn_array *D1 = tn_array_rand_normal(TN_F32, 2, sd1, 0, 1, 33);
+    tn_array *v3[2] = { D1, B };
+    epi_case("bias update, a column widened at run time", 2, in2, upd, v3, 1, NULL);
+    /* special values in the box and in b */
+    float sp[37 * 5], bs[5] = { NAN, INFINITY, -0.0f, 1e-40f, -3.0f };
+    tn_array_copy_to(D, TN_F32, sp, sizeof sp);
+    sp[0] = NAN; sp[6] = INFINITY; sp[7] = -INFINITY; sp[13] = 1e-42f; sp[19] = -0.0f;
+    tn_array *DS = tn_array_from_data(TN_F32, 2, sd, sp), *BS = tn_array_from_data(TN_F32, 1, sb, bs);
+    tn_array *v4[2] = { DS, BS };
+    epi_case("bias update, NaN, inf, -0 and denormals", 2, in2, upd, v4, 1, NULL);
+    /* the logistic step's b: a 0-d result and a 0-d variable */
+    tn_var *gv = tn_vector(g, "g", TN_F32), *b0 = tn_scalar(g, "b0", TN_F32);
+    tn_var *in0[2] = { gv, b0 };
+    tn_var *u0 = tn_sub(b0, tn_mul(tn_sum(gv, NULL, 0, false), tn_lit(b0, 0.1)));
+    int64_t sg[1] = { 400 };
+    tn_array *G = tn_array_rand_normal(TN_F32, 1, sg, 0, 1, 34), *B0 = tn_array_rand_normal(TN_F32, 0, NULL, 0, 1, 35);
+    tn_array *v0[2] = { G, B0 };
+    epi_case("0-d update", 2, in0, u0, v0, 1, "Sum{axis=[0],epilogue}");
+    /* an empty sum: b - 0.1 * 0 */
+    int64_t s0[1] = { 0 };
+    tn_array *G0 = tn_array_zeros(TN_F32, 1, s0);
+    tn_array *v00[2] = { G0, B0 };
+    epi_case("0-d update of an empty sum", 2, in0, u0, v00, 1, NULL);
+    /* a prologue and an epilogue: sqrt(sum(x * x, axis=1)) in float64 */
+    tn_var *x = tn_matrix(g, "x", TN_F64);
+    tn_var *norm = tn_sqrt(tn_sum(tn_mul(x, x), (int[]){ 1 }, 1, false));
+    int64_t sx[2] = { 6, 300 };
+    tn_array *X = rnd(2, sx, -2, 2, 36);
+    epi_case("norm of rows", 1, &x, norm, &X, 1, "Sum{axis=[1],prologue,epilogue}");
+    /* a change of dtype: min(x) * 1000 as int32, and mean(x) > 0.5; argmax takes no program (neither prologue nor epilogue) */
+    tn_var *mi = tn_cast(tn_mul(tn_min(x, (int[]){ 1 }, 1, false), tn_lit(x, 1000)), TN_I32);
+    epi_case("min as int32", 1, &x, mi, &X, 1, "Min{axis=[1],epilogue}");
+    tn_var *am = tn_mul(tn_cast(tn_argmax(x, 1, false), TN_F32), tn_lit(x, 2));
+    epi_case("argmax as float32", 1, &x, am, &X, 0, NULL);
+    tn_var *gt = tn_gt(tn_mean(x, (int[]){ 0 }, 1, false), tn_lit(x, 0.5));
+    epi_case("mean > 0.5", 1, &x, gt, &X, 1, "Mean{axis=[0],epilogue}");
+    int64_t sw[2] = { 3, 1500 };        /* 1500 float64 results before a bool epilogue: more than the stack block */
+    tn_array *XW = rnd(2, sw, -2, 3, 38);
+    epi_case("mean > 0.5, 1500 results", 1, &x, gt, &XW, 1, NULL);
+    tn_array_free(XW);
+    /* keepdims: exp(max(x, keepdims) - m) with m (6, 1) fuses; x - max(x, keepdims) would widen the reduced axis: no */
+    int64_t sm[2] = { 6, 1 };
+    bool bm[2] = { false, true };
+    tn_var *m = tn_input(g, "m", TN_F64, 2, sm, bm);
+    tn_var *ek = tn_exp(tn_sub(tn_max(x, (int[]){ 1 }, 1, true), m));
+    tn_var *in_xm[2] = { x, m };
+    tn_array *M = rnd(2, sm, -1, 1, 37);
+    tn_array *vxm[2] = { X, M };
+    epi_case("keepdims, a (6, 1) input", 2, in_xm, ek, vxm, 1, "Max{axis=[1],keepdims=True,epilogue}");
+    tn_var *wide = tn_sub(x, tn_max(x, (int[]){ 1 }, 1, true));
+    epi_case("keepdims, widened: not taken", 1, &x, wide, &X, 0, NULL);
+    /* read by two fused nodes: one program, taken; the result also an output: not taken */
+    tn_var *sx1 = tn_sum(x, (int[]){ 1 }, 1, false);
+    tn_var *two = tn_add(tn_exp(sx1), tn_sin(sx1));
+    epi_case("read by two fused nodes", 1, &x, two, &X, 1, NULL);
+    tn_var *o2[2] = { tn_exp(sx1), sx1 };
+    f = compile(1, &x, 2, o2, TN_MODE_FAST_RUN);
+    CHECK(f && N("fusion_epilogue") == 0 && dp_has(f, "Elemwise"), "the result an output: fusion_epilogue fired %d", N("fusion_epilogue"));
+    CHECK(agree(f, 1, &x, 2, o2, &X, 0), "the result an output: not the unfused bits");
+    tn_function_free(f);
+    for (tn_array **a = (tn_array *[]){ D, B, D1, DS, BS, G, B0, G0, X, M, NULL }; *a; a++) tn_array_free(*a);
+    tn_graph_free(g);
+}
+
 TEST(test_logreg_step_kernels) {
     enum { NR = 40, FEATS = 30 };
     tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ NR, FEATS }, 0, 1, 7000000);
@@ -1242,8 +1347,10 @@ TEST(test_logreg_step_kernels) {
     lr_step m;
     CHECK(lr_build(&m, false, X, Y, W0), "data shared: %s", tn_last_error());
     char *st = m.f ? steps(m.f) : NULL;
-    /* x^T (a view), x.w, Size, the gradient (b added inside), x^T.g + 0.02w (a Gemv reading w), the bias sum, two updates */
-    CHECK(st && count_steps(st, "") == 8 && count_steps(st, "Elemwise{Composite") == 3 && !strstr(st, "mul"), "data shared: %d steps:\n%s",
+    /* x^T (a view), x.w, Size, the gradient (b added inside), x^T.g + 0.02w (a Gemv reading w), w's update, the bias sum
+       with b's update as its epilogue */
+    CHECK(st && count_steps(st, "") == 7 && count_steps(st, "Elemwise{Composite") == 2 && count_steps(st, "Sum{axis=[0],epilogue}") == 1 &&
+          !strstr(st, "mul"), "data shared: %d steps:\n%s",
           count_steps(st, ""), st ? st : "");
     for (size_t k = 0; st && k < sizeof gone / sizeof gone[0]; k++) CHECK(!strstr(st, gone[k]), "data shared: %s left:\n%s", gone[k], st);
     free(st);
@@ -1252,7 +1359,8 @@ TEST(test_logreg_step_kernels) {
     CHECK(lr_build(&m, true, X, Y, W0), "data passed: %s", tn_last_error());
     st = m.f ? steps(m.f) : NULL;
     /* the same, pred's kernel besides, and xent an output of the gradient's kernel */
-    CHECK(st && count_steps(st, "") == 9 && count_steps(st, "Elemwise{Composite") == 4, "data passed: %d steps:\n%s",
+    CHECK(st && count_steps(st, "") == 8 && count_steps(st, "Elemwise{Composite") == 3 && count_steps(st, "Sum{axis=[0],epilogue}") == 1,
+          "data passed: %d steps:\n%s",
           count_steps(st, ""), st ? st : "");
     for (size_t k = 0; st && k < sizeof gone / sizeof gone[0]; k++) CHECK(!strstr(st, gone[k]), "data passed: %s left:\n%s", gone[k], st);
     free(st);
@@ -1297,6 +1405,7 @@ int main(void) {
     TH_RUN(test_alloc_region_limits);
     TH_RUN(test_fusion_copies_scalars);
     TH_RUN(test_gemv_addend_power_of_two);
+    TH_RUN(test_reduce_epilogue);
     TH_RUN(test_logreg_step_kernels);
     TH_END();
 }

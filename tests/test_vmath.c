@@ -93,7 +93,7 @@ static bool run_op(const vtype *t, int op, int64_t n, void *in, void *out) {
     memset(&ins, 0, sizeof ins);
     ins.op = (int16_t)op; ins.dtype = t->dt; ins.in_dtype = t->dt; ins.a = 0; ins.b = -1; ins.c = -1;
     int32_t oreg = 1;
-    tn_ew_program p = { 1, &idt, 1, &ins, 1, &oreg, &odt, NULL };
+    tn_ew_program p = { 1, &idt, 1, &ins, 1, &oreg, &odt, NULL, NULL };
     tn_result r = a && o ? tn__cpu_ew_run(&p, &a, &o) : TN_ERR_OOM;
     tn_array_free(a);
     tn_array_free(o);
@@ -289,7 +289,7 @@ static bool run_op3(const vtype *t, int op, int arity, int64_t n, void *const *i
     ins.op = (int16_t)op; ins.dtype = t->dt; ins.in_dtype = t->dt;
     ins.a = 0; ins.b = arity > 1 ? 1 : -1; ins.c = arity > 2 ? 2 : -1;
     int32_t oreg = arity;
-    tn_ew_program p = { arity, dts, 1, &ins, 1, &oreg, &odt, NULL };
+    tn_ew_program p = { arity, dts, 1, &ins, 1, &oreg, &odt, NULL, NULL };
     ok = ok && tn__cpu_ew_run(&p, a, &o) == TN_OK;
     for (int i = 0; i < arity; i++) tn_array_free(a[i]);
     tn_array_free(o);
