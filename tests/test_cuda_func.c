@@ -1339,7 +1339,8 @@ TEST(test_fused_draws_gpu_equals_cpu) {
 /* Reductions with an epilogue on the GPU (tensor.h >>fuse_epilogue): each
    case's fused function (one GpuSum{...,epilogue} node) gives the bits of the
    same graph with the reduction's result an output too (the reduction kernel,
-   then the elementwise one), and agrees with a float64 loop on the host.
+   then the elementwise one; a column widened at run time: within a rounding,
+   see below), and agrees with a float64 loop on the host.
    The layouts: columns (a bias's update, and its split path), rows with
    vector loads, a long full reduction (the split path) and the logistic
    step's 400 elements, a prologue with an epilogue, float16, a column
@@ -1417,10 +1418,19 @@ TEST(test_reduce_epilogue_on_gpu) {
         tn_array *a = out[0] ? tn_array_to_host(out[0]) : NULL, *b = out[1] ? tn_array_to_host(out[1]) : NULL;
         int64_t n = a ? tn_array_size(a) : -1, bad = 0;
         CHECK(a && b && n == tn_array_size(b) && a->dtype == b->dtype, "%s: outputs differ in size or dtype", k->name);
-        for (int64_t i = 0; a && b && n == tn_array_size(b) && i < n; i++)
-            bad += memcmp((const char *)a->data + i * (int64_t)tn_dtype_size(a->dtype), (const char *)b->data + i * (int64_t)tn_dtype_size(a->dtype),
-                          tn_dtype_size(a->dtype)) != 0;
-        CHECK(bad == 0, "%s: %lld of %lld elements differ from the unfused kernels'", k->name, (long long)bad, (long long)n);
+        /* widened: the unfused kernel reads the one result broadcast, and NVRTC
+           (--fmad=true, its default) computes r * 0.1 once, rounded, where the
+           epilogue contracts b - r * 0.1 into one fma: a rounding apart */
+        bool widened = k->kind == 0 && c == 1;
+        for (int64_t i = 0; a && b && n == tn_array_size(b) && i < n; i++) {
+            size_t es = tn_dtype_size(a->dtype);
+            const char *pa = (const char *)a->data + i * (int64_t)es, *pb = (const char *)b->data + i * (int64_t)es;
+            float fa, fb;
+            memcpy(&fa, pa, sizeof fa); memcpy(&fb, pb, sizeof fb);
+            bad += widened ? !(fabsf(fa - fb) <= 2 * FLT_EPSILON * fabsf(fb)) : memcmp(pa, pb, es) != 0;
+        }
+        CHECK(bad == 0, "%s: %lld of %lld elements differ from the unfused kernels'%s", k->name, (long long)bad, (long long)n,
+              widened ? " by more than a rounding" : "");
         double *xh = as_f64(X), *vh = as_f64(V), *got = a ? as_f64(a) : NULL, worst = 0;
         int64_t len = k->kind == 0 ? vn : k->kind == 1 || k->kind == 4 || k->kind == 5 ? r : vec1 ? 1 : c;
         CHECK(n == len, "%s: %lld results, want %lld", k->name, (long long)n, (long long)len);
