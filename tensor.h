@@ -9695,14 +9695,17 @@ done:
 
 /* >>fuse_epilogue --------------------------------------------------------- */
 /* An elementwise node (a fused group's, or one op) that reads a reduction's
-   result, the reduction's only reader, becomes the reduction's epilogue: the
+   or a Gemv's result, its only reader, becomes that node's epilogue: the
    kernel applies it to each result as it stores it (`b - lr * sum(g)`, a
-   bias's update, is one kernel). The epilogue reads the result rounded to the
-   reduction's dtype, as the unfused node did, so the values are the same.
-   Taken where the node keeps the reduction's rank, reads the result once,
-   draws nothing, and leaves a reduced axis kept with keepdims at 1; its other
-   inputs may widen a kept dim of 1 at run time (the plan folds the box again
-   for each element: tensor_ops.h >>ops_reduce). */
+   bias's update, and `w - lr * (x^T g + 2^n w)`, a weight's, are one kernel
+   each). The epilogue reads the result rounded to the producer's dtype, as
+   the unfused node did, so the values are the same. Taken where the node
+   keeps the producer's rank, reads the result once and draws nothing; after
+   a reduction, where it leaves a reduced axis kept with keepdims at 1; after
+   a Gemv, where it gives the product's dtype (the product is computed in the
+   output's buffer). Its other inputs may widen a dim of 1 at run time (a
+   reduction's plan folds the box again for each element, tensor_ops.h
+   >>ops_reduce; a Gemv of one row computes that row again for each). */
 static tn_ew_program *tn__epi_program(tn__rw *c, const tn_ew_program *v, int k) {
     int n = v->n_in;
     tn_ew_program *E = (tn_ew_program *)tn__graph_alloc(c->g, sizeof *E);
@@ -9734,19 +9737,20 @@ static void tn__rw_fuse_epilogues(tn__rw *c) {
         int k = -1, seen = 0;
         for (int j = 0; j < v->n_in; j++) {
             tn_var *x = v->in[j];
-            if (tn__op_kind(x->op) == TN_OPK_REDUCE && tn__op_has(x->op, TN_OPF_PROLOGUE)) { k = j; seen++; }
+            if ((tn__op_kind(x->op) == TN_OPK_REDUCE && tn__op_has(x->op, TN_OPF_PROLOGUE)) || x->op == TN_OP_GEMV) { k = j; seen++; }
         }
         if (seen != 1) continue;
         tn_var *R = v->in[k];
-        const tn_ew_program *pro = (const tn_ew_program *)R->ext;
+        bool gemv = R->op == TN_OP_GEMV;
+        const tn_ew_program *pro = gemv ? NULL : (const tn_ew_program *)R->ext;
         tn__ninfo *X = tn__ni(c, R);
         if (R->n_out != 1 || X->n_root || X->n_use != 1 || (pro && pro->epi) || R->device != v->device ||
-            v->type.ndim != R->type.ndim)
+            v->type.ndim != R->type.ndim || (gemv && (R->ext || v->type.dtype != R->type.dtype)))
             continue;
-        int np = pro ? pro->n_in : 1;
+        int np = gemv ? 3 : pro ? pro->n_in : 1;
         if (np + v->n_in - 1 > TN__REDUCE_MAX_INPUTS) continue;
         bool ok = true;
-        if (tn__p_red_keepdims(&R->p)) {       /* a reduced axis stays 1 */
+        if (!gemv && tn__p_red_keepdims(&R->p)) {       /* a reduced axis stays 1 */
             uint64_t mask = tn__p_red_mask(&R->p);
             for (int j = 0; ok && j < v->n_in; j++) {
                 const tn_type *t = &v->in[j]->type;
@@ -9761,17 +9765,18 @@ static void tn__rw_fuse_epilogues(tn__rw *c) {
         if (vp->rand || vp->n_out != 1 || vp->in_dtype[k] != R->type.dtype) continue;
         int n0 = tn__graph_nvars(c->g);
         tn_ew_program *E = tn__epi_program(c, vp, k);
-        tn_ew_program *P = E ? (tn_ew_program *)tn__graph_alloc(c->g, sizeof *P) : NULL;
-        tn_dtype *dt = P ? (tn_dtype *)tn__graph_alloc(c->g, 2 * sizeof *dt) : NULL;
+        tn_ew_program *P = E && !gemv ? (tn_ew_program *)tn__graph_alloc(c->g, sizeof *P) : E;
+        tn_dtype *dt = P && !gemv ? (tn_dtype *)tn__graph_alloc(c->g, 2 * sizeof *dt) : NULL;
         int32_t *oreg = dt ? (int32_t *)tn__graph_alloc(c->g, sizeof *oreg) : NULL;
-        if (!oreg) { c->oom = true; break; }
-        if (pro) *P = *pro;
+        if (!P || (!gemv && !oreg)) { c->oom = true; break; }
+        if (gemv) { /* the Gemv's ext is its epilogue */ }
+        else if (pro) *P = *pro;
         else {         /* no prologue: one that passes R's input through */
             dt[0] = dt[1] = R->in[0]->type.dtype;
             *oreg = 0;
             *P = (tn_ew_program){ 1, dt, 0, NULL, 1, oreg, dt + 1, NULL, NULL };
         }
-        P->epi = E;
+        if (!gemv) P->epi = E;
         tn_var *in[TN__REDUCE_MAX_INPUTS];
         int m = 0;
         for (int j = 0; j < np; j++) in[m++] = R->in[j];

@@ -4194,7 +4194,11 @@ static bool tn__cuda_la_supports(const tn_var *node) {
     if (t != TN_F32 && t != TN_F64 && t != TN_F16) return false;
     switch (node->op) {
     case TN_OP_OUTER: return true;
-    case TN_OP_GEMV: return node->in[1]->type.ndim == 2 && node->in[2]->type.ndim == 1;
+    case TN_OP_GEMV: {
+        const tn_ew_program *e = (const tn_ew_program *)node->ext;     /* an epilogue: the library's kernel, float32/64 */
+        if (e && (t == TN_F16 || e->n_out != 1 || node->n_in > 3 + TN__RED_MAX_SRC || tn__cuda_check_program(e) != TN_OK)) { tn_clear_error(); return false; }
+        return node->in[1]->type.ndim == 2 && node->in[2]->type.ndim == 1;
+    }
     case TN_OP_GEMM: return node->in[1]->type.ndim == 2 && node->in[2]->type.ndim == 2;
     case TN_OP_DOT: {
         int a = node->in[0]->type.ndim, b = node->in[1]->type.ndim;
@@ -5566,7 +5570,47 @@ static tn_result tn__cuda_reduce_node_run(const tn_var *node, void *state, tn_ar
 
 /* products (cuBLAS, loaded at prepare time, not mid-call); a GEMM keeps its
    cuBLASLt plan (>>cuda_lt) as its state */
-/* GEMV's state: tensor_ops.h's small-product kernel (>>gemv_cuda) where its dtype has one. */
+/* A Gemv with an epilogue (node->ext, tensor.h >>fuse_epilogue): the small
+   kernel's product, then tn_epi of it and the epilogue's inputs (element i
+   at e<j>[i * s<j>], a stride of 0 broadcasting one), stored as y[i]. With
+   k = 0 it reads y's value from c (the product cuBLAS wrote there, for the
+   sizes past the small kernel's) and applies the epilogue alone. */
+static char *tn__cuda_gemv_epi_source(tn_dtype t, const tn_ew_program *e) {
+    tn__sb b = TN__SB_INIT;
+    const char *T = t == TN_F32 ? "float" : "double";
+    tn__sb_printf(&b, "/* tensor.h gemv kernel: %s, with an epilogue of %d inputs */\n", T, e->n_in);
+    tn__cuda_prelude(&b);
+    tn__cuda_emit_eval_as(&b, e, "tn_epi");
+    tn__sb_printf(&b, "typedef %s T;\n"
+                      "extern \"C\" __global__ void tn_gemv_epi(const T *__restrict__ M, long long m_rs, long long m_cs,\n"
+                      "        const T *__restrict__ x, long long x_s, const T *c, long long c_s, T *y, int rows, int k, T alpha, T beta", T);
+    for (int j = 1; j < e->n_in; j++) tn__sb_printf(&b, ",\n        const %s *e%d, long long s%d", tn__cuda_stype(e->in_dtype[j]), j, j);
+    tn__sb_puts(&b, ") {\n"
+                    "    int i = (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;\n"
+                    "    if (i >= rows) return;               /* a whole warp */\n"
+                    "    T v;\n"
+                    "    if (k > 0) {\n"
+                    "        const T *r = M + i * m_rs;\n"
+                    "        T acc = 0;\n"
+                    "        for (int p = lane; p < k; p += 32) acc += r[p * m_cs] * x[p * x_s];\n"
+                    "        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
+                    "        v = beta != (T)0 ? alpha * acc + beta * c[i * c_s] : alpha * acc;\n"
+                    "    } else v = c[i * c_s];\n"
+                    "    if (lane == 0) {\n");
+    tn__sb_printf(&b, "        %s t0;\n        tn_epi(v", tn__cuda_stype(e->out_dtype[0]));
+    for (int j = 1; j < e->n_in; j++) {
+        char lv[48];
+        snprintf(lv, sizeof lv, "e%d[i * s%d]", j, j);
+        tn__sb_puts(&b, ", ");
+        tn__cuda_load(&b, e->in_dtype[j], lv);
+    }
+    tn__sb_puts(&b, ", &t0);\n        y[i] = t0;\n    }\n}\n");
+    if (b.oom) { tn__free(b.s); tn__err(TN_ERR_OOM, "tn_cuda: out of memory writing a gemv kernel"); return NULL; }
+    return b.s;
+}
+
+/* GEMV's state: tensor_ops.h's small-product kernel (>>gemv_cuda) where its
+   dtype has one, or the kernel with the node's epilogue. */
 static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
     tn_result r = tn__cuda_bind_prepare(node, state);
     if (r == TN_OK) r = tn__cublas_load();
@@ -5574,6 +5618,14 @@ static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
         r = tn__err(TN_ERR_OOM, "tn_cuda: out of memory preparing a product");
     char src[2048];
     tn_dtype t = node->type.dtype;
+    if (r == TN_OK && node->op == TN_OP_GEMV && node->ext) {
+        char *es = tn__cuda_gemv_epi_source(t, (const tn_ew_program *)node->ext);
+        if (!es) return tn_last_result();
+        size_t len = strlen(es);
+        r = tn__cuda_fn_prepare(node, es, (int)len, len + 1, t, "tn_gemv_epi", NULL, state);
+        tn__free(es);
+        return r;
+    }
     int n = node->op == TN_OP_GEMV ? tn__gemv_cuda_source(t, src, sizeof src) : -1;
     if (r == TN_OK && n > 0) r = tn__cuda_fn_prepare(node, src, n, sizeof src, t, "tn_gemv_small", NULL, state);
     return r;
@@ -5602,10 +5654,61 @@ static bool tn__cuda_gemv_small(const tn_var *node, const tn__cuda_fn_state *st,
     return true;
 }
 
+/* A Gemv with an epilogue: the product and the epilogue in one launch, up to
+   the small kernel's sizes (and a product of one row its epilogue widens);
+   past them cuBLAS's product into y, then the kernel with k = 0 applies the
+   epilogue over y in place. */
+static tn_result tn__cuda_gemv_epi_run(const tn_var *node, const tn__cuda_fn_state *st, tn_array *const *in, tn_array *const *out,
+                                       const char *who) {
+    const tn_ew_program *e = (const tn_ew_program *)node->ext;
+    const tn_array *c = in[0], *M = in[1], *x = in[2];
+    tn_array *y = out[0];
+    int64_t rows = y->shape[0], k = M->shape[1], es = (int64_t)tn_dtype_size(y->dtype);
+    bool widened = M->shape[0] != rows;          /* one row, its epilogue's inputs longer */
+    if (rows == 0) return TN_OK;
+    int64_t s[4] = { M->strides[0], M->strides[1], x->strides[0], c->ndim ? c->strides[0] : 0 };
+    bool whole = y->strides[0] == es;
+    for (int i = 0; i < 4; i++) whole &= s[i] % es == 0;
+    bool one = widened || (whole && M->shape[0] * k <= TN__GEMV_SMALL_MAX && k <= TN__GEMV_SMALL_K);
+    tn_result r = TN_OK;
+    long long m_rs = widened ? 0 : s[0] / es, m_cs = s[1] / es, x_s = s[2] / es, c_s = c->ndim && c->shape[0] > 1 ? s[3] / es : 0;
+    void *cp = c->data;
+    int ki = (int)k;
+    if (!one) {          /* cuBLAS's product into y, then the epilogue over it */
+        if (!whole && y->strides[0] % es) return tn__err(TN_ERR_UNSUPPORTED, "%s: an output stride that is not whole elements", who);
+        if ((r = tn__cuda_la_run(node, NULL, in, out, who)) != TN_OK) return r;
+        cp = y->data; c_s = y->strides[0] / es; ki = 0;
+    } else if (!whole) return tn__err(TN_ERR_UNSUPPORTED, "%s: an operand stride that is not whole elements", who);
+    int ri = (int)rows;
+    double a = tn__p_alpha(&node->p), bt = tn__p_beta(&node->p);
+    float af = (float)a, bf = (float)bt;
+    bool f32 = y->dtype == TN_F32;
+    void *Mp = M->data, *xp = x->data, *yp = y->data;
+    void *ep[TN__RED_MAX_SRC];
+    long long esd[TN__RED_MAX_SRC];
+    void *params[12 + 2 * TN__RED_MAX_SRC] = { &Mp, &m_rs, &m_cs, &xp, &x_s, &cp, &c_s, &yp, &ri, &ki, f32 ? (void *)&af : (void *)&a,
+                                               f32 ? (void *)&bf : (void *)&bt };
+    int np = 12;
+    for (int j = 1; j < e->n_in; j++) {
+        const tn_array *ej = in[2 + j];
+        int64_t ees = (int64_t)tn_dtype_size(ej->dtype);
+        if (ej->ndim && ej->shape[0] > 1 && ej->strides[0] % ees) return tn__err(TN_ERR_UNSUPPORTED, "%s: an epilogue input's stride is not whole elements", who);
+        ep[j - 1] = ej->data;
+        esd[j - 1] = ej->ndim && ej->shape[0] > 1 ? ej->strides[0] / ees : 0;
+        params[np++] = &ep[j - 1];
+        params[np++] = &esd[j - 1];
+    }
+    tn__cuda_dev *D;
+    if ((r = tn__cuda_enter(y->device, &D, who)) == TN_OK && (r = tn__cuda_launch(st->fn, (rows + 3) / 4, 128, params, D, who)) == TN_OK)
+        r = tn__cuda_sync_if_blocking(D, who);
+    return r;
+}
+
 static tn_result tn__cuda_la_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     char who[128];
     tn_result r = tn__cuda_node_bind(node);
     tn__cuda_who(node, who, sizeof who);
+    if (r == TN_OK && node->op == TN_OP_GEMV && node->ext) return tn__cuda_gemv_epi_run(node, (const tn__cuda_fn_state *)state, in, out, who);
     if (r == TN_OK && node->op == TN_OP_GEMV && tn__cuda_gemv_small(node, (const tn__cuda_fn_state *)state, in, out, &r, who)) return r;
     return r != TN_OK ? r : tn__cuda_la_run(node, (tn__cuda_lt_state *)state, in, out, who);
 }

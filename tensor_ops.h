@@ -3903,20 +3903,20 @@ static tn_result tn__reduce_src_type(const tn_var *node, const tn_type *in, tn_t
     return r;
 }
 
-/* The output of a reduction with an epilogue: the broadcast of the result
-   with the epilogue's other inputs, in its output's dtype. A reduced axis
-   kept with keepdims must stay 1 (the fusion pass makes sure). */
-static tn_result tn__reduce_epi_type(const tn_var *node, const tn_type *in, tn_type *out, const char *lab) {
-    const tn_ew_program *prog = (const tn_ew_program *)node->ext, *epi = prog->epi;
+/* The output of a node with an epilogue (a reduction's, a Gemv's): the
+   broadcast of its result (*out, the node's own type) with the epilogue's
+   other inputs (in[0..ne)), of no more dims, in the epilogue's dtype. */
+static tn_result tn__epilogue_type(const tn_var *node, const tn_ew_program *epi, const tn_type *in, tn_type *out, const char *lab) {
     int ne = epi->n_in - 1;
     tn_type t[TN__RED_MAX_SRC + 1];
-    if (ne + 1 > TN__RED_MAX_SRC + 1) return tn__err(TN_ERR_UNSUPPORTED, "%s: an epilogue of %d inputs", lab, ne + 1);
+    if (ne < 0 || ne + 1 > TN__RED_MAX_SRC + 1 || epi->n_out != 1)
+        return tn__err(TN_ERR_UNSUPPORTED, "%s: an epilogue of %d inputs and %d outputs", lab, ne + 1, epi->n_out);
     if (epi->in_dtype[0] != out->dtype)
-        return tn__err(TN_ERR_INTERNAL, "%s: the epilogue reads %s, the reduction gives %s", lab, tn_dtype_name(epi->in_dtype[0]),
+        return tn__err(TN_ERR_INTERNAL, "%s: the epilogue reads %s, the node gives %s", lab, tn_dtype_name(epi->in_dtype[0]),
                        tn_dtype_name(out->dtype));
     t[0] = *out;
     for (int e = 0; e < ne; e++) {
-        t[1 + e] = in[prog->n_in + e];
+        t[1 + e] = in[e];
         if (t[1 + e].ndim > out->ndim)
             return tn__err(TN_ERR_SHAPE, "%s: epilogue input %d has %d dims, the result %d", lab, e + 1, t[1 + e].ndim, out->ndim);
     }
@@ -3924,14 +3924,23 @@ static tn_result tn__reduce_epi_type(const tn_var *node, const tn_type *in, tn_t
     memset(&o, 0, sizeof o);
     tn_result r = tn__ew_broadcast(node, lab, ne + 1, t, &o);
     if (r != TN_OK) return r;
-    if (tn__p_red_keepdims(&node->p)) {
-        uint64_t mask = tn__p_red_mask(&node->p);
-        for (int d = 0; d < o.ndim; d++)
-            if (((mask >> d) & 1) && o.shape[d] != 1)
-                return tn__err(TN_ERR_SHAPE, "%s: an epilogue input widens reduced axis %d", lab, d);
-    }
     o.dtype = epi->out_dtype[0];
     *out = o;
+    return TN_OK;
+}
+
+/* A reduction's: a reduced axis kept with keepdims must stay 1 (the fusion
+   pass makes sure). */
+static tn_result tn__reduce_epi_type(const tn_var *node, const tn_type *in, tn_type *out, const char *lab) {
+    const tn_ew_program *prog = (const tn_ew_program *)node->ext;
+    tn_result r = tn__epilogue_type(node, prog->epi, in + prog->n_in, out, lab);
+    if (r != TN_OK) return r;
+    if (tn__p_red_keepdims(&node->p)) {
+        uint64_t mask = tn__p_red_mask(&node->p);
+        for (int d = 0; d < out->ndim; d++)
+            if (((mask >> d) & 1) && out->shape[d] != 1)
+                return tn__err(TN_ERR_SHAPE, "%s: an epilogue input widens reduced axis %d", lab, d);
+    }
     return TN_OK;
 }
 
@@ -3998,8 +4007,10 @@ static void tn__reduce_label(const tn_var *node, char *buf, size_t cap) {
         first = false;
     }
     const tn_ew_program *ext = (const tn_ew_program *)node->ext;
-    tn__sbuf_put(&b, "]%s%s%s}", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "",
-                 ext && !(ext->epi && tn__ew_program_is_identity(ext)) ? ",prologue" : "", ext && ext->epi ? ",epilogue" : "");
+    tn__sbuf_put(&b, "]%s%s", tn__p_red_keepdims(&node->p) ? ",keepdims=True" : "",
+                 ext && !(ext->epi && tn__ew_program_is_identity(ext)) ? ",prologue" : "");
+    if (ext && ext->epi) { tn__sbuf_put(&b, ",epilogue="); tn__ew_program_label(ext->epi, &b); }
+    tn__sbuf_put(&b, "}");
 }
 
 /* >>reduce_constructors */
@@ -6478,11 +6489,50 @@ static tn_result tn__la_type(int op, tn_var *const *vars, const tn_params *p, co
     }
 }
 
+/* A Gemv's ext: NULL, or its epilogue (its input 0 the product, its others
+   the node's inputs after the three), as the fusion pass sets it (tensor.h
+   >>fuse_epilogue): the device back end applies it as it stores each
+   element, the CPU kernel over the product in place. */
 static tn_result tn__la_infer(const tn_var *node, const tn_type *in, tn_type *out) {
-    return tn__la_type(node->op, node->in, &node->p, in, out);
+    const tn_ew_program *epi = node->op == TN_OP_GEMV ? (const tn_ew_program *)node->ext : NULL;
+    int want = 3 + (epi ? epi->n_in - 1 : 0);
+    if (node->op == TN_OP_GEMV && node->n_in && node->n_in != want)     /* the other products' arity is the table's */
+        return tn__err(TN_ERR_INVALID, "%s takes %d inputs, got %d", tn__la_fn(node->op), want, node->n_in);
+    tn_result r = tn__la_type(node->op, node->in, &node->p, in, out);
+    if (r != TN_OK || !epi) return r;
+    r = tn__epilogue_type(node, epi, in + 3, out, "Gemv");
+    if (r == TN_OK && epi->out_dtype[0] != in[0].dtype)
+        return tn__err(TN_ERR_INTERNAL, "Gemv: an epilogue giving %s after a %s product", tn_dtype_name(epi->out_dtype[0]), tn_dtype_name(in[0].dtype));
+    return r;
 }
 
 /* >>linalg_cpu ------------------------------------------------------------ */
+
+/* A Gemv with an epilogue: the product into the output's buffer (same dtype:
+   the fusion pass makes sure), then the epilogue over it in place. An input
+   that widens a product of one row (the output then has more) gets the
+   product from a one-element block, broadcast as the unfused graph did. */
+static tn_result tn__gemv_epi_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_ew_program *epi = (const tn_ew_program *)node->ext;
+    tn_array *y = out[0], r = *y;
+    double one[2];
+    if (in[1]->shape[0] != y->shape[0]) {
+        r.shape[0] = in[1]->shape[0];
+        r.strides[0] = (int64_t)tn_dtype_size(y->dtype);
+        r.data = one;
+        if (r.shape[0] != 1) return tn__err(TN_ERR_SHAPE, "Gemv: an epilogue of %lld elements after a product of %lld", (long long)y->shape[0],
+                                            (long long)r.shape[0]);
+    }
+    r.base = NULL;
+    tn__mm_plan P;
+    tn__mm_plan_init(&P, in[1], in[2], &r, in[0], tn__p_alpha(&node->p), tn__p_beta(&node->p));
+    tn_result res = tn__mm_run(&P, tn__la_fn(node->op));
+    if (res != TN_OK || y->shape[0] == 0) return res;
+    tn_array *ein[TN__RED_MAX_SRC + 1];
+    ein[0] = &r;
+    for (int e = 1; e < epi->n_in; e++) ein[e] = in[2 + e];
+    return tn__cpu_ew_run(epi, ein, out);
+}
 
 static tn_result tn__la_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     tn__mm_plan P;
@@ -6492,7 +6542,10 @@ static tn_result tn__la_cpu(const tn_var *node, tn_array *const *in, tn_array *c
         tn__mm_plan_init(&P, in[0], in[1], out[0], NULL, 1.0, 0.0);
         break;
     case TN_OP_GEMM:
+        tn__mm_plan_init(&P, in[1], in[2], out[0], in[0], tn__p_alpha(&node->p), tn__p_beta(&node->p));
+        break;
     case TN_OP_GEMV:
+        if (node->ext) return tn__gemv_epi_cpu(node, in, out);
         tn__mm_plan_init(&P, in[1], in[2], out[0], in[0], tn__p_alpha(&node->p), tn__p_beta(&node->p));
         break;
     case TN_OP_OUTER: {
@@ -6514,7 +6567,13 @@ static void tn__la_label(const tn_var *node, char *buf, size_t cap) {
     switch (node->op) {
     case TN_OP_DOT: snprintf(buf, cap, "Dot"); break;
     case TN_OP_GEMM: snprintf(buf, cap, "Gemm{%s}", node->inplace ? "inplace" : "no_inplace"); break;
-    case TN_OP_GEMV: snprintf(buf, cap, "Gemv{%s}", node->inplace ? "inplace" : "no_inplace"); break;
+    case TN_OP_GEMV: {      /* Gemv{no_inplace,epilogue=Composite{tanh(i0)}} */
+        tn__sbuf b = { buf, cap, 0 };
+        tn__sbuf_put(&b, "Gemv{%s", node->inplace ? "inplace" : "no_inplace");
+        if (node->ext) { tn__sbuf_put(&b, ",epilogue="); tn__ew_program_label((const tn_ew_program *)node->ext, &b); }
+        tn__sbuf_put(&b, "}");
+        break;
+    }
     default: snprintf(buf, cap, "Outer"); break;
     }
 }
@@ -6688,7 +6747,7 @@ static tn_result tn__la_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
 #define TN__LINALG_OP_ROWS \
     TN__LINALG_ROW(DOT,   "Dot",   2, 0) \
     TN__LINALG_ROW(GEMM,  "Gemm",  3, TN_OPF_INPLACE_ACC) \
-    TN__LINALG_ROW(GEMV,  "Gemv",  3, TN_OPF_INPLACE_ACC) \
+    TN__LINALG_ROW(GEMV,  "Gemv",  -1, TN_OPF_INPLACE_ACC) /* 3 inputs, more with an epilogue (tn__la_infer checks) */ \
     TN__LINALG_ROW(OUTER, "Outer", 2, 0)
 
 /* >>ops_shape ========================================================= */

@@ -1412,7 +1412,7 @@ TEST(test_reduce_epilogue_on_gpu) {
         }
         out[1] = ref[0];
         tn_array_free(ref[1]);
-        CHECK(dp && strstr(dp, "epilogue}") && strstr(dp, "Gpu") && !strstr(dp, "GpuElemwise"), "%s: not one GPU reduction with its epilogue:\n%s",
+        CHECK(dp && strstr(dp, "epilogue=") && strstr(dp, "Gpu") && !strstr(dp, "GpuElemwise"), "%s: not one GPU reduction with its epilogue:\n%s",
               k->name, dp ? dp : "");
         free(dp);
         tn_array *a = out[0] ? tn_array_to_host(out[0]) : NULL, *b = out[1] ? tn_array_to_host(out[1]) : NULL;
@@ -1446,6 +1446,72 @@ TEST(test_reduce_epilogue_on_gpu) {
         tn_array_free(a); tn_array_free(b); tn_array_free(out[0]); tn_array_free(out[1]); tn_array_free(X); tn_array_free(V);
     }
     printf("  %d reductions with an epilogue: the unfused bits, and the float64 loop's values\n", done);
+}
+
+/* Gemvs with an epilogue on the GPU (tensor.h >>fuse_epilogue): the
+   logistic step's weight update after the transposed 400x784 product (the
+   library's kernel, one launch), tanh(A x + c) at 3000x2000 (cuBLAS's
+   product, then the epilogue in place), float64, and a product of one row
+   its epilogue widens. Each gives the bits of the same graph with the
+   product an output too, and agrees with a float64 loop. */
+TEST(test_gemv_epilogue_on_gpu) {
+    const struct { const char *name; int rows, k; tn_dtype t; int kind; } cases[] = {
+        { "the logistic step's weight update", 784, 400, TN_F32, 0 },
+        { "tanh(A x + c) past the small kernel", 3000, 2000, TN_F32, 1 },
+        { "float64 weight update", 300, 200, TN_F64, 0 },
+        { "one row widened", 1, 500, TN_F32, 2 },
+    };
+    int done = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int R = cases[ci].rows, K = cases[ci].k, kind = cases[ci].kind;
+        tn_dtype t = cases[ci].t;
+        int64_t n_out = kind == 2 ? 7 : R;
+        /* kind 0: A is (K, R), used transposed */
+        tn_array *Av = kind == 0 ? tn_array_rand_normal(t, 2, (int64_t[]){ K, R }, 0, 1, 900 + ci) : tn_array_rand_normal(t, 2, (int64_t[]){ R, K }, 0, 1, 900 + ci);
+        tn_array *Xv = tn_array_rand_normal(t, 1, (int64_t[]){ K }, 0, 0.05, 910 + ci);
+        tn_array *Cv = tn_array_rand_normal(t, 1, (int64_t[]){ kind == 2 ? 1 : R }, 0, 1, 920 + ci);
+        tn_array *Ev = tn_array_rand_normal(t, 1, (int64_t[]){ n_out }, 0, 1, 930 + ci);
+        tn_array *vals[4] = { Av, Xv, Cv, Ev }, *res[2] = { NULL, NULL };
+        char *dp = NULL;
+        for (int alone = 0; alone < 2; alone++) {
+            tn_graph *g = tn_graph_new();
+            tn_var *A = tn_matrix(g, "A", t), *x = tn_vector(g, "x", t), *c = tn_vector(g, "c", t), *e = tn_vector(g, "e", t);
+            tn_var *p = kind == 0 ? tn_gemv(c, 1.0, tn_transpose(A, NULL), x, 0.5) : tn_gemv(c, kind == 2 ? 2.0 : 1.0, A, x, 1.0);
+            tn_var *y[2] = { kind == 0 ? tn_sub(c, tn_mul(p, tn_lit(c, 0.1))) : kind == 1 ? tn_tanh(p) : tn_mul(p, e), p };
+            tn_var *in[4] = { A, x, c, e };
+            int ni = kind == 2 ? 4 : 3;
+            tn_array *o[2] = { NULL, NULL };
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = ni, .inputs = in, .n_outputs = 1 + alone, .outputs = y });
+            CHECK(f && tn_call(f, vals, o) == TN_OK, "%s, %s: %s", cases[ci].name, alone ? "unfused" : "fused", tn_last_error());
+            if (f && !alone) dp = dprint(f);
+            res[alone] = o[0];
+            tn_array_free(o[1]);
+            tn_function_free(f);
+            tn_graph_free(g);
+        }
+        CHECK(dp && strstr(dp, "GpuGemv{no_inplace,epilogue=") && !strstr(dp, "GpuElemwise"), "%s: not one GPU product with its epilogue:\n%s",
+              cases[ci].name, dp ? dp : "");
+        free(dp);
+        tn_array *a = res[0] ? tn_array_to_host(res[0]) : NULL, *b = res[1] ? tn_array_to_host(res[1]) : NULL;
+        size_t es = tn_dtype_size(t);
+        bool same = a && b && tn_array_size(a) == n_out && tn_array_size(b) == n_out && !memcmp(a->data, b->data, (size_t)n_out * es);
+        CHECK(same, "%s: not the unfused kernels' bits", cases[ci].name);
+        double *A64 = as_f64(Av), *X64 = as_f64(Xv), *C64 = as_f64(Cv), *E64 = as_f64(Ev), *ref = (double *)malloc((size_t)n_out * sizeof *ref);
+        for (int64_t i = 0; i < n_out; i++) {
+            double acc = 0;
+            int64_t row = kind == 2 ? 0 : i;
+            for (int p = 0; p < K; p++) acc += (kind == 0 ? A64[(int64_t)p * R + row] : A64[row * K + p]) * X64[p];
+            double c0 = C64[kind == 2 ? 0 : i];
+            ref[i] = kind == 0 ? c0 - (acc + 0.5 * c0) * 0.1 : kind == 1 ? tanh(acc + c0) : (2.0 * acc + c0) * E64[i];
+        }
+        double err = res[0] ? max_err(res[0], ref, n_out) : INFINITY, tol = t == TN_F32 ? 1e-5 : 1e-12;
+        CHECK(err <= tol, "%s: off the float64 loop by %.3g", cases[ci].name, err);
+        done += same && err <= tol;
+        free(A64); free(X64); free(C64); free(E64); free(ref);
+        tn_array_free(a); tn_array_free(b); tn_array_free(res[0]); tn_array_free(res[1]);
+        tn_array_free(Av); tn_array_free(Xv); tn_array_free(Cv); tn_array_free(Ev);
+    }
+    printf("  %d products with an epilogue: the unfused bits, and the float64 loop's values\n", done);
 }
 
 /* The seed's recurrence (tests/test_scan.c) with the scan on the GPU: its
@@ -2288,6 +2354,7 @@ int main(void) {
     TH_RUN(test_random_gpu_equals_cpu);
     TH_RUN(test_fused_draws_gpu_equals_cpu);
     TH_RUN(test_reduce_epilogue_on_gpu);
+    TH_RUN(test_gemv_epilogue_on_gpu);
     TH_RUN(test_scan_seed_on_gpu);
     TH_RUN(test_scan_grad_on_gpu);
     TH_RUN(test_scan_replayed_on_gpu);

@@ -154,7 +154,8 @@ TEST(test_fused_multi_output) {
 /* The kernels the optimizer fuses for issue 16's training step
    (tests/logreg_step.h), data shared and x, y passed: a bool output alone,
    two float outputs reading a count of shape (1,), 1/n computed inside, in
-   every layout; and the bias's sum with b's update as its epilogue. */
+   every layout; the bias's sum with b's update as its epilogue, and the
+   weight's product with w's update as its. */
 TEST(test_logreg_step_kernels) {
     enum { NR = 8, FEATS = 5 };
     tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ NR, FEATS }, 0, 1, 1), *Y = tn_array_zeros(TN_F32, 1, (int64_t[]){ NR });
@@ -175,6 +176,13 @@ TEST(test_logreg_step_kernels) {
                 free(src);
                 epilogues++;
             }
+            if (v->op == TN_OP_GEMV && v->ext) {      /* x^T g + 0.02 w with w's update as its epilogue */
+                char *src = tn__cuda_gemv_epi_source(v->type.dtype, (const tn_ew_program *)v->ext);
+                CHECK(src != NULL, "codegen, step %d: %s", s, tn_last_error());
+                if (src) th_kb_add(&batch, src, "logistic step (%s), step %d, the gemv and its epilogue", passed ? "data passed" : "data shared", s);
+                tn__free(src);
+                epilogues++;
+            }
             if (v->op != TN_OP_COMPOSITE) continue;
             composites++;
             for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
@@ -187,7 +195,7 @@ TEST(test_logreg_step_kernels) {
         }
         lr_free(&m);
     }
-    CHECK(composites == 5 && epilogues == 2, "%d fused kernels and %d reductions with an epilogue in the two steps, want 5 and 2",
+    CHECK(composites == 3 && epilogues == 4, "%d fused kernels and %d products and reductions with an epilogue in the two steps, want 3 and 4",
           composites, epilogues);
     th_kb_compile(&batch, TH_PTX, "the logistic regression step's kernels");
     tn_array_free(X); tn_array_free(Y); tn_array_free(W0);

@@ -1252,7 +1252,7 @@ TEST(test_reduce_epilogue) {
     int64_t sd[2] = { 37, 5 }, sb[1] = { 5 }, sd1[2] = { 37, 1 };
     tn_array *D = tn_array_rand_normal(TN_F32, 2, sd, 0, 1, 31), *B = tn_array_rand_normal(TN_F32, 1, sb, 0, 1, 32);
     tn_array *v2[2] = { D, B };
-    epi_case("bias update", 2, in2, upd, v2, 1, "Sum{axis=[0],epilogue}");
+    epi_case("bias update", 2, in2, upd, v2, 1, "Sum{axis=[0],epilogue=");
     /* against a float64 loop: the sum in double, rounded to float32, then the update in float32 */
     tn_func *f = compile(2, in2, 1, &upd, TN_MODE_FAST_RUN);
     tn_array *o = NULL;
@@ -1287,7 +1287,7 @@ TEST(test_reduce_epilogue) {
     int64_t sg[1] = { 400 };
     tn_array *G = tn_array_rand_normal(TN_F32, 1, sg, 0, 1, 34), *B0 = tn_array_rand_normal(TN_F32, 0, NULL, 0, 1, 35);
     tn_array *v0[2] = { G, B0 };
-    epi_case("0-d update", 2, in0, u0, v0, 1, "Sum{axis=[0],epilogue}");
+    epi_case("0-d update", 2, in0, u0, v0, 1, "Sum{axis=[0],epilogue=");
     /* an empty sum: b - 0.1 * 0 */
     int64_t s0[1] = { 0 };
     tn_array *G0 = tn_array_zeros(TN_F32, 1, s0);
@@ -1298,14 +1298,14 @@ TEST(test_reduce_epilogue) {
     tn_var *norm = tn_sqrt(tn_sum(tn_mul(x, x), (int[]){ 1 }, 1, false));
     int64_t sx[2] = { 6, 300 };
     tn_array *X = rnd(2, sx, -2, 2, 36);
-    epi_case("norm of rows", 1, &x, norm, &X, 1, "Sum{axis=[1],prologue,epilogue}");
+    epi_case("norm of rows", 1, &x, norm, &X, 1, "Sum{axis=[1],prologue,epilogue=");
     /* a change of dtype: min(x) * 1000 as int32, and mean(x) > 0.5; argmax takes no program (neither prologue nor epilogue) */
     tn_var *mi = tn_cast(tn_mul(tn_min(x, (int[]){ 1 }, 1, false), tn_lit(x, 1000)), TN_I32);
-    epi_case("min as int32", 1, &x, mi, &X, 1, "Min{axis=[1],epilogue}");
+    epi_case("min as int32", 1, &x, mi, &X, 1, "Min{axis=[1],epilogue=");
     tn_var *am = tn_mul(tn_cast(tn_argmax(x, 1, false), TN_F32), tn_lit(x, 2));
     epi_case("argmax as float32", 1, &x, am, &X, 0, NULL);
     tn_var *gt = tn_gt(tn_mean(x, (int[]){ 0 }, 1, false), tn_lit(x, 0.5));
-    epi_case("mean > 0.5", 1, &x, gt, &X, 1, "Mean{axis=[0],epilogue}");
+    epi_case("mean > 0.5", 1, &x, gt, &X, 1, "Mean{axis=[0],epilogue=");
     int64_t sw[2] = { 3, 1500 };        /* 1500 float64 results before a bool epilogue: more than the stack block */
     tn_array *XW = rnd(2, sw, -2, 3, 38);
     epi_case("mean > 0.5, 1500 results", 1, &x, gt, &XW, 1, NULL);
@@ -1318,7 +1318,7 @@ TEST(test_reduce_epilogue) {
     tn_var *in_xm[2] = { x, m };
     tn_array *M = rnd(2, sm, -1, 1, 37);
     tn_array *vxm[2] = { X, M };
-    epi_case("keepdims, a (6, 1) input", 2, in_xm, ek, vxm, 1, "Max{axis=[1],keepdims=True,epilogue}");
+    epi_case("keepdims, a (6, 1) input", 2, in_xm, ek, vxm, 1, "Max{axis=[1],keepdims=True,epilogue=");
     tn_var *wide = tn_sub(x, tn_max(x, (int[]){ 1 }, 1, true));
     epi_case("keepdims, widened: not taken", 1, &x, wide, &X, 0, NULL);
     /* read by two fused nodes: one program, taken; the result also an output: not taken */
@@ -1330,7 +1330,32 @@ TEST(test_reduce_epilogue) {
     CHECK(f && N("fusion_epilogue") == 0 && dp_has(f, "Elemwise"), "the result an output: fusion_epilogue fired %d", N("fusion_epilogue"));
     CHECK(agree(f, 1, &x, 2, o2, &X, 0), "the result an output: not the unfused bits");
     tn_function_free(f);
-    for (tn_array **a = (tn_array *[]){ D, B, D1, DS, BS, G, B0, G0, X, M, NULL }; *a; a++) tn_array_free(*a);
+    /* after a Gemv: a weight's update w - 0.1 * (A^T g + 0.5 w) (float32), tanh(A x + c) (float64) */
+    tn_var *A = tn_matrix(g, "A", TN_F32), *w = tn_vector(g, "w", TN_F32), *gg = tn_vector(g, "gg", TN_F32);
+    tn_var *wu = tn_sub(w, tn_mul(tn_gemv(w, 1.0, tn_transpose(A, NULL), gg, 0.5), tn_lit(w, 0.1)));
+    tn_var *in_w[3] = { A, w, gg };
+    int64_t sa[2] = { 50, 30 }, sw3[1] = { 30 }, sgg[1] = { 50 };
+    tn_array *AV = tn_array_rand_normal(TN_F32, 2, sa, 0, 1, 39), *WV = tn_array_rand_normal(TN_F32, 1, sw3, 0, 1, 40);
+    tn_array *GV = tn_array_rand_normal(TN_F32, 1, sgg, 0, 1, 41);
+    tn_array *vw[3] = { AV, WV, GV };
+    epi_case("a weight's update after a Gemv", 3, in_w, wu, vw, 1, "Gemv{no_inplace,epilogue=");
+    tn_var *xv = tn_vector(g, "xv", TN_F64), *cv = tn_vector(g, "cv", TN_F64);
+    tn_var *act = tn_tanh(tn_gemv(cv, 1.0, x, xv, 1.0));
+    tn_var *in_a[3] = { x, xv, cv };
+    int64_t sxv[1] = { 300 }, scv[1] = { 6 };
+    tn_array *XV = rnd(1, sxv, -1, 1, 42), *CV = rnd(1, scv, -1, 1, 43);
+    tn_array *va[3] = { X, XV, CV };
+    epi_case("tanh(A x + c)", 3, in_a, act, va, 1, "Gemv{no_inplace,epilogue=");
+    /* a product of one row widened by its epilogue's input (6,) at run time */
+    int64_t s1r[2] = { 1, 300 };
+    tn_array *X1 = rnd(2, s1r, -1, 1, 44), *C1 = rnd(1, (int64_t[]){ 1 }, -1, 1, 45);
+    tn_var *c1 = tn_vector(g, "c1", TN_F64);
+    tn_var *act2 = tn_mul(tn_gemv(c1, 2.0, x, xv, 1.0), cv);
+    tn_var *in_a2[4] = { x, xv, c1, cv };
+    tn_array *va2[4] = { X1, XV, C1, CV };
+    epi_case("a Gemv of one row widened at run time", 4, in_a2, act2, va2, 1, "Gemv{no_inplace,epilogue=");
+    tn_array_free(X1); tn_array_free(C1);
+    for (tn_array **a = (tn_array *[]){ D, B, D1, DS, BS, G, B0, G0, X, M, AV, WV, GV, XV, CV, NULL }; *a; a++) tn_array_free(*a);
     tn_graph_free(g);
 }
 
@@ -1347,11 +1372,10 @@ TEST(test_logreg_step_kernels) {
     lr_step m;
     CHECK(lr_build(&m, false, X, Y, W0), "data shared: %s", tn_last_error());
     char *st = m.f ? steps(m.f) : NULL;
-    /* x^T (a view), x.w, Size, the gradient (b added inside), x^T.g + 0.02w (a Gemv reading w), w's update, the bias sum
-       with b's update as its epilogue */
-    CHECK(st && count_steps(st, "") == 7 && count_steps(st, "Elemwise{Composite") == 2 && count_steps(st, "Sum{axis=[0],epilogue}") == 1 &&
-          !strstr(st, "mul"), "data shared: %d steps:\n%s",
-          count_steps(st, ""), st ? st : "");
+    /* x^T (a view), x.w, Size, the gradient (b added inside), x^T.g + 0.02w (a Gemv reading w) with w's update as its
+       epilogue, the bias sum with b's update as its epilogue */
+    CHECK(st && count_steps(st, "") == 6 && count_steps(st, "Elemwise{Composite") == 1 && count_steps(st, "Sum{axis=[0],epilogue=") == 1 &&
+          count_steps(st, "Gemv{no_inplace,epilogue=") == 1 && !strstr(st, "mul"), "data shared: %d steps:\n%s", count_steps(st, ""), st ? st : "");
     for (size_t k = 0; st && k < sizeof gone / sizeof gone[0]; k++) CHECK(!strstr(st, gone[k]), "data shared: %s left:\n%s", gone[k], st);
     free(st);
     lr_compare(&m, NULL, 0, 2e-6, "data shared");
@@ -1359,7 +1383,8 @@ TEST(test_logreg_step_kernels) {
     CHECK(lr_build(&m, true, X, Y, W0), "data passed: %s", tn_last_error());
     st = m.f ? steps(m.f) : NULL;
     /* the same, pred's kernel besides, and xent an output of the gradient's kernel */
-    CHECK(st && count_steps(st, "") == 8 && count_steps(st, "Elemwise{Composite") == 3 && count_steps(st, "Sum{axis=[0],epilogue}") == 1,
+    CHECK(st && count_steps(st, "") == 7 && count_steps(st, "Elemwise{Composite") == 2 && count_steps(st, "Sum{axis=[0],epilogue=") == 1 &&
+          count_steps(st, "Gemv{no_inplace,epilogue=") == 1,
           "data passed: %d steps:\n%s",
           count_steps(st, ""), st ? st : "");
     for (size_t k = 0; st && k < sizeof gone / sizeof gone[0]; k++) CHECK(!strstr(st, gone[k]), "data passed: %s left:\n%s", gone[k], st);
