@@ -797,8 +797,13 @@ static void conv_cases(void) {
             memset(&o, 0, sizeof o);
             o.padding[0] = o.padding[1] = k / 2;
             tn_var *y = tn_conv2d(x, w, &o);
-            tn_var *wrt[2] = { x, w }, *gr[2] = { NULL, NULL };
-            tn_result ge = y ? tn_grad(tn_sum(y, NULL, 0, false), 2, wrt, gr, NULL) : TN_ERR_NULL;
+            /* the backward from a given output gradient of ones, made once, as the peer's torch.autograd.grad(y, (x, w), gy) */
+            tn_array *GY = tn_array_ones(t, 4, (int64_t[]){ n, co, h, h });
+            tn_var *gy = tn_shared_fixed(g, "gy", GY), *wrt[2] = { x, w }, *gr[2] = { NULL, NULL };
+            tn_grad_options go;
+            memset(&go, 0, sizeof go);
+            go.n_known_grads = 1; go.known_vars = &y; go.known_grads = &gy;
+            tn_result ge = y && gy ? tn_grad(NULL, 2, wrt, gr, &go) : TN_ERR_NULL;
             for (int b = 0; b < 2; b++) {
                 char name[96];
                 snprintf(name, sizeof name, "conv2d %d->%d %dx%d @%d N=%d %s %s", ci, co, k, k, h, n, dt ? "f16" : "f32", b ? "fwd+bwd" : "fwd");
@@ -814,7 +819,7 @@ static void conv_cases(void) {
                 tn_function_free(f);
             }
             tn_graph_free(g);
-            tn_array_free(X); tn_array_free(W);
+            tn_array_free(X); tn_array_free(W); tn_array_free(GY);
         }
     }
 }
