@@ -39,8 +39,11 @@
    tn_function places what the GPU can run there: elementwise and fused ops
    (NVRTC; a draw of a variable's shape inside the kernel that reads it),
    dot/gemm/gemv/outer/batched dot (cuBLAS, float16/32/64; TF32 only with
-   allow_tf32=1; float32/64 gemv up to 2^19 elements by a kernel of our own),
-   reductions and softmax where the >>cuda_reduce section has a kernel,
+   allow_tf32=1; float32/64 gemv up to 2^19 elements by a kernel of our own,
+   which also applies a fused elementwise epilogue, after cuBLAS's product
+   past that size), reductions and softmax where the >>cuda_reduce section
+   has a kernel (with a fused prologue, and an epilogue applied as each
+   result is stored),
    Alloc, Join, scan loops (the step compiled for device arrays), custom ops
    with CUDA source, views wherever their input lives. Transfers
    are graph nodes (GpuFromHost, HostFromGpu: see debugprint); shared
@@ -2361,7 +2364,14 @@ static tn_result tn__cuda_ew_run(tn__cuda_ew_state *st, tn_array *const *in, tn_
    LogSumExp (i[0] axis bit mask, i[1] keepdims) and Softmax, LogSoftmax
    (i[0] axis), each with an optional fused elementwise prologue (node->ext,
    a tn_ew_program whose output 0 is the value reduced; its code is the
-   elementwise generator's tn_eval, so fused equals unfused).
+   elementwise generator's tn_eval, so fused equals unfused). A reduction's
+   epilogue (ext->epi; ext then may be an identity prologue) is tn_epi,
+   applied by TN_FIN to the result as the reduction alone stores it; its
+   inputs are sources after the folded ones, with stride 0 along the box,
+   read at the output's offsets. The epilogue changes neither the layout
+   class nor the split (the split's wave comes from the kernel without it,
+   and a kept dim an epilogue input widens does not count as outputs), so
+   the result has the unfused reduction's bits.
 
    Plan. The CPU planner (tn__rplan_build, the >>ops_reduce section) moves the
    reduced axes innermost, drops size-1 dims and merges chained dims: every
