@@ -867,7 +867,8 @@ struct tn_place_args {
     int n_outputs;
     tn_var *const *update_targets;  /* the user's shared variables, in update order (NULL: no updates) */
     int max_fused_inputs;           /* most inputs of one fused elementwise op (0: no elementwise fusion) */
-    bool fuse_into_reductions;      /* an elementwise group read by one reduction becomes its prologue */
+    bool fuse_into_reductions;      /* an elementwise group read by one reduction becomes its prologue, and the
+                                       only elementwise reader of a reduction's or Gemv's result its epilogue */
     int context;                    /* where nodes of no context go: context index + 1 (0: the device flag's) */
 };
 
