@@ -1355,6 +1355,22 @@ TEST(test_reduce_epilogue) {
     tn_array *va2[4] = { X1, XV, C1, CV };
     epi_case("a Gemv of one row widened at run time", 4, in_a2, act2, va2, 1, "Gemv{no_inplace,epilogue=");
     tn_array_free(X1); tn_array_free(C1);
+    /* the addend an intermediate read once: the product in its buffer (inplace), then the epilogue there */
+    tn_var *act3 = tn_tanh(tn_gemv(tn_mul(cv, tn_lit(cv, 3)), 1.0, x, xv, 1.0));
+    f = compile(3, in_a, 1, &act3, TN_MODE_FAST_RUN);      /* 3 * c stays a kernel of its own */
+    CHECK(f && N("fusion_epilogue") == 1 && dp_has(f, "Gemv{inplace,epilogue=Composite{tanh(i0)}}"), "an inplace Gemv: fired %d",
+          N("fusion_epilogue"));
+    CHECK(agree(f, 3, in_a, 1, &act3, va, 0), "an inplace Gemv: not the unfused bits");
+    tn_function_free(f);
+    /* float16 storage: a row sum of float16 minus a float16 vector, the result float16 */
+    tn_var *xh = tn_matrix(g, "xh", TN_F16), *vh = tn_vector(g, "vh", TN_F16);
+    tn_var *uh = tn_sub(tn_sum(xh, (int[]){ 1 }, 1, false), vh);
+    tn_var *in_h[2] = { xh, vh };
+    int64_t sxh[2] = { 9, 700 }, svh[1] = { 9 };
+    tn_array *XH = tn_array_rand_normal(TN_F16, 2, sxh, 0, 0.1, 46), *VH = tn_array_rand_normal(TN_F16, 1, svh, 0, 1, 47);
+    tn_array *vhh[2] = { XH, VH };
+    epi_case("float16", 2, in_h, uh, vhh, 1, "Sum{axis=[1],epilogue=");
+    tn_array_free(XH); tn_array_free(VH);
     for (tn_array **a = (tn_array *[]){ D, B, D1, DS, BS, G, B0, G0, X, M, AV, WV, GV, XV, CV, NULL }; *a; a++) tn_array_free(*a);
     tn_graph_free(g);
 }
