@@ -13386,7 +13386,8 @@ TN_API tn_result tn_print_info(FILE *out) {
    Variables are ellipses (inputs blue, shared variables green, constants
    grey, function outputs white; after a call, with the shapes of that call); ops are boxes (white on the CPU, green on a
    GPU, red for host <-> device transfers); a fused Composite, or a reduction
-   with a fused prologue, is a box that lists its scalar program. Edges carry the dtype and shape of the value
+   with a fused prologue or epilogue (a Gemv with an epilogue), is a box that lists its scalar programs. Edges
+   carry the dtype and shape of the value
    they hold: the call-time shape once the function has run, else the static
    one ("?" where unknown). Render with: dot -Tpng f.dot -o f.png */
 
@@ -13449,8 +13450,12 @@ static void tn__dot_apply(FILE *out, const tn_var *v, bool has_backend, int step
     if (v->op == TN_OP_COMPOSITE && v->ext) {
         fputs("\\n", out);
         tn__dot_program(out, (const tn_ew_program *)v->ext);
-    } else if (tn__op_has(v->op, TN_OPF_PROLOGUE) && v->ext) {   /* fused elementwise prologue */
-        fputs("\\nprologue:\\l", out);
+    } else if (tn__op_has(v->op, TN_OPF_PROLOGUE) && v->ext) {   /* fused elementwise prologue, epilogue */
+        const tn_ew_program *pro = (const tn_ew_program *)v->ext;
+        if (!(pro->epi && tn__ew_program_is_identity(pro))) { fputs("\\nprologue:\\l", out); tn__dot_program(out, pro); }
+        if (pro->epi) { fputs("\\nepilogue:\\l", out); tn__dot_program(out, pro->epi); }
+    } else if (v->op == TN_OP_GEMV && v->ext) {                   /* a Gemv's epilogue */
+        fputs("\\nepilogue:\\l", out);
         tn__dot_program(out, (const tn_ew_program *)v->ext);
     }
     fputs("\"];\n", out);

@@ -95,6 +95,14 @@ TEST(test_dot_function) {
     CHECK_ERR(TN_ERR_NULL, "tn_write_dot: function is NULL");
     CHECK(tn_write_dot(f, NULL) == TN_ERR_NULL, "NULL out");
     free(topo);
+    /* a reduction with a prologue and an epilogue lists both programs */
+    tn_var *nrm = tn_sqrt(tn_sum(tn_mul(x, x), (int[]){ 1 }, 1, false));
+    tn_func *f2 = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &nrm, .name = "norm" });
+    dot = f2 ? capture(dot_f, f2, &r) : NULL;
+    CHECK(dot && strstr(dot, "\\nprologue:\\l") && strstr(dot, "\\nepilogue:\\l") && strstr(dot, "= sqrt(r"),
+          "the reduction's box lists its prologue and epilogue:\n%s", dot ? dot : tn_last_error());
+    free(dot);
+    tn_function_free(f2);
     tn_array_free(out); tn_array_free(xv); tn_array_free(wv);
     tn_function_free(f);
     tn_graph_free(g);
