@@ -5581,41 +5581,29 @@ static tn_result tn__cuda_reduce_node_run(const tn_var *node, void *state, tn_ar
 /* products (cuBLAS, loaded at prepare time, not mid-call); a GEMM keeps its
    cuBLASLt plan (>>cuda_lt) as its state */
 /* A Gemv with an epilogue (node->ext, tensor.h >>fuse_epilogue): the small
-   kernel's product, then tn_epi of it and the epilogue's inputs (element i
-   at e<j>[i * s<j>], a stride of 0 broadcasting one), stored as y[i]. With
-   k = 0 it reads y's value from c (the product cuBLAS wrote there, for the
-   sizes past the small kernel's) and applies the epilogue alone. */
+   kernel (tensor_ops.h >>gemv_cuda) storing through tn_epi of the product
+   and the epilogue's inputs (element i at e<j>[i * s<j>], a stride of 0
+   broadcasting one). With k < 0 it reads the product from c (where cuBLAS
+   wrote it, past the small kernel's sizes) and applies the epilogue alone. */
 static char *tn__cuda_gemv_epi_source(tn_dtype t, const tn_ew_program *e) {
     tn__sb b = TN__SB_INIT;
-    const char *T = t == TN_F32 ? "float" : "double";
-    tn__sb_printf(&b, "/* tensor.h gemv kernel: %s, with an epilogue of %d inputs */\n", T, e->n_in);
+    tn__sb_printf(&b, "/* tensor.h gemv kernel: %s, with an epilogue of %d inputs */\n", tn_dtype_name(t), e->n_in);
     tn__cuda_prelude(&b);
     tn__cuda_emit_eval_as(&b, e, "tn_epi");
-    tn__sb_printf(&b, "typedef %s T;\n"
-                      "extern \"C\" __global__ void tn_gemv_epi(const T *__restrict__ M, long long m_rs, long long m_cs,\n"
-                      "        const T *__restrict__ x, long long x_s, const T *c, long long c_s, T *y, int rows, int k, T alpha, T beta", T);
-    for (int j = 1; j < e->n_in; j++) tn__sb_printf(&b, ",\n        const %s *e%d, long long s%d", tn__cuda_stype(e->in_dtype[j]), j, j);
-    tn__sb_puts(&b, ") {\n"
-                    "    int i = (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;\n"
-                    "    if (i >= rows) return;               /* a whole warp */\n"
-                    "    T v;\n"
-                    "    if (k > 0) {\n"
-                    "        const T *r = M + i * m_rs;\n"
-                    "        T acc = 0;\n"
-                    "        for (int p = lane; p < k; p += 32) acc += r[p * m_cs] * x[p * x_s];\n"
-                    "        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
-                    "        v = beta != (T)0 ? alpha * acc + beta * c[i * c_s] : alpha * acc;\n"
-                    "    } else v = c[i * c_s];\n"
-                    "    if (lane == 0) {\n");
-    tn__sb_printf(&b, "        %s t0;\n        tn_epi(v", tn__cuda_stype(e->out_dtype[0]));
+    tn__sb_puts(&b, "#define TN_GEMV_EPI_PARAMS");
+    for (int j = 1; j < e->n_in; j++) tn__sb_printf(&b, ", const %s *e%d, long long s%d", tn__cuda_stype(e->in_dtype[j]), j, j);
+    tn__sb_printf(&b, "\n#define TN_GEMV_STORE(i, v) { %s t0; tn_epi((v)", tn__cuda_stype(e->out_dtype[0]));
     for (int j = 1; j < e->n_in; j++) {
         char lv[48];
-        snprintf(lv, sizeof lv, "e%d[i * s%d]", j, j);
+        snprintf(lv, sizeof lv, "e%d[(i) * s%d]", j, j);
         tn__sb_puts(&b, ", ");
         tn__cuda_load(&b, e->in_dtype[j], lv);
     }
-    tn__sb_puts(&b, ", &t0);\n        y[i] = t0;\n    }\n}\n");
-    if (b.oom) { tn__free(b.s); tn__err(TN_ERR_OOM, "tn_cuda: out of memory writing a gemv kernel"); return NULL; }
+    tn__sb_puts(&b, ", &t0); y[i] = t0; }\n");
+    char src[2048];
+    int n = tn__gemv_cuda_source(t, src, sizeof src);
+    if (n > 0 && (size_t)n < sizeof src) tn__sb_puts(&b, src);
+    if (b.oom || n <= 0 || (size_t)n >= sizeof src) { tn__free(b.s); tn__err(TN_ERR_OOM, "tn_cuda: out of memory writing a gemv kernel"); return NULL; }
     return b.s;
 }
 
@@ -5632,7 +5620,7 @@ static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
         char *es = tn__cuda_gemv_epi_source(t, (const tn_ew_program *)node->ext);
         if (!es) return tn_last_result();
         size_t len = strlen(es);
-        r = tn__cuda_fn_prepare(node, es, (int)len, len + 1, t, "tn_gemv_epi", NULL, state);
+        r = tn__cuda_fn_prepare(node, es, (int)len, len + 1, t, "tn_gemv_small", NULL, state);
         tn__free(es);
         return r;
     }
@@ -5666,7 +5654,7 @@ static bool tn__cuda_gemv_small(const tn_var *node, const tn__cuda_fn_state *st,
 
 /* A Gemv with an epilogue: the product and the epilogue in one launch, up to
    the small kernel's sizes (and a product of one row its epilogue widens);
-   past them cuBLAS's product into y, then the kernel with k = 0 applies the
+   past them cuBLAS's product into y, then the kernel with k < 0 applies the
    epilogue over y in place. */
 static tn_result tn__cuda_gemv_epi_run(const tn_var *node, const tn__cuda_fn_state *st, tn_array *const *in, tn_array *const *out,
                                        const char *who) {
@@ -5687,7 +5675,7 @@ static tn_result tn__cuda_gemv_epi_run(const tn_var *node, const tn__cuda_fn_sta
     if (!one) {          /* cuBLAS's product into y, then the epilogue over it */
         if (!whole && y->strides[0] % es) return tn__err(TN_ERR_UNSUPPORTED, "%s: an output stride that is not whole elements", who);
         if ((r = tn__cuda_la_run(node, NULL, in, out, who)) != TN_OK) return r;
-        cp = y->data; c_s = y->strides[0] / es; ki = 0;
+        cp = y->data; c_s = y->strides[0] / es; ki = -1;     /* the epilogue alone */
     } else if (!whole) return tn__err(TN_ERR_UNSUPPORTED, "%s: an operand stride that is not whole elements", who);
     int ri = (int)rows;
     double a = tn__p_alpha(&node->p), bt = tn__p_beta(&node->p);

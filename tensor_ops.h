@@ -7173,19 +7173,28 @@ static tn_result tn__cpu_arange(const tn_var *node, tn_array *const *in, tn_arra
    the logistic step's 400x784 products took 0.5 us less a step. */
 #define TN__GEMV_SMALL_MAX 524288
 #define TN__GEMV_SMALL_K 1024
+/* The store is TN_GEMV_STORE(i, v) and the extra parameters
+   TN_GEMV_EPI_PARAMS: y[i] = v and none, unless the source before the
+   kernel defines them (tensor_cuda.h's epilogue of a Gemv, which also passes
+   k < 0 to read v = c[i], a product cuBLAS already wrote there). */
 TN_API int tn__gemv_cuda_source(tn_dtype t, char *buf, size_t cap) {
     if (t != TN_F32 && t != TN_F64) return -1;
     return snprintf(buf, cap,
         "typedef %s T;\n"
+        "#ifndef TN_GEMV_STORE\n"
+        "#define TN_GEMV_EPI_PARAMS\n"
+        "#define TN_GEMV_STORE(i, v) (y[i] = (v))\n"
+        "#endif\n"
         "extern \"C\" __global__ void tn_gemv_small(const T *__restrict__ M, long long m_rs, long long m_cs,\n"
-        "        const T *__restrict__ x, long long x_s, const T *c, long long c_s, T *y, int rows, int k, T alpha, T beta) {\n"
+        "        const T *__restrict__ x, long long x_s, const T *c, long long c_s, T *y, int rows, int k, T alpha, T beta TN_GEMV_EPI_PARAMS) {\n"
         "    int i = (int)((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;\n"
         "    if (i >= rows) return;               /* a whole warp */\n"
+        "    if (k < 0) { if (lane == 0) TN_GEMV_STORE(i, c[i * c_s]); return; }\n"
         "    const T *r = M + i * m_rs;\n"
         "    T acc = 0;\n"
         "    for (int p = lane; p < k; p += 32) acc += r[p * m_cs] * x[p * x_s];\n"
         "    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
-        "    if (lane == 0) y[i] = beta != (T)0 ? alpha * acc + beta * c[i * c_s] : alpha * acc;\n"
+        "    if (lane == 0) TN_GEMV_STORE(i, beta != (T)0 ? alpha * acc + beta * c[i * c_s] : alpha * acc);\n"
         "}\n", t == TN_F32 ? "float" : "double");
 }
 
