@@ -1451,8 +1451,8 @@ TEST(test_reduce_epilogue_on_gpu) {
 /* Gemvs with an epilogue on the GPU (tensor.h >>fuse_epilogue): the
    logistic step's weight update after the transposed 400x784 product (the
    library's kernel, one launch), tanh(A x + c) at 3000x2000 (cuBLAS's
-   product, then the epilogue in place), float64, and a product of one row
-   its epilogue widens. Each gives the bits of the same graph with the
+   product, then the epilogue in place), float64, a product of one row its
+   epilogue widens, and an empty product (k = 0). Each gives the bits of the same graph with the
    product an output too, and agrees with a float64 loop. */
 TEST(test_gemv_epilogue_on_gpu) {
     const struct { const char *name; int rows, k; tn_dtype t; int kind; } cases[] = {
@@ -1460,6 +1460,7 @@ TEST(test_gemv_epilogue_on_gpu) {
         { "tanh(A x + c) past the small kernel", 3000, 2000, TN_F32, 1 },
         { "float64 weight update", 300, 200, TN_F64, 0 },
         { "one row widened", 1, 500, TN_F32, 2 },
+        { "an empty product (k = 0): beta * c through the epilogue", 30, 0, TN_F32, 0 },
     };
     int done = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
