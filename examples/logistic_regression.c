@@ -52,6 +52,7 @@ static int which_device(const tn_func *f) {
 
 int main(int argc, char **argv) {
     int training_steps = argc > 1 ? atoi(argv[1]) : 10000;
+    bool dot = argc > 2 && !strcmp(argv[2], "--dot");   /* stdout is then the graph alone */
     TRY(tn_init(NULL) == TN_OK);
     tn_dtype floatX = tn_get_config()->floatX;
     const int64_t N = 400, feats = 784;
@@ -65,9 +66,11 @@ int main(int argc, char **argv) {
     tn_graph *g = tn_graph_new();
     tn_var *x = tn_matrix(g, "x", floatX), *y = tn_vector(g, "y", floatX);
     tn_var *w = tn_shared(g, "w", w0), *b = tn_shared(g, "b", b0);
-    printf("Initial model:\n");
-    tn_array_print(w0, stdout);
-    tn_array_print(b0, stdout);
+    if (!dot) {
+        printf("Initial model:\n");
+        tn_array_print(w0, stdout);
+        tn_array_print(b0, stdout);
+    }
 
     tn_var *one = tn_lit(x, 1.0);
     tn_var *p_1 = tn_div(one, tn_add(one, tn_exp(tn_sub(tn_neg(tn_dot(x, w)), b))));   /* probability that target = 1 */
@@ -84,7 +87,7 @@ int main(int argc, char **argv) {
     tn_func *predict = tn_function(g, &(tn_func_desc){ .n_inputs = 1, .inputs = &x, .n_outputs = 1, .outputs = &prediction,
                                                        .name = "predict" });
     TRY(train && predict);
-    if (argc > 2 && !strcmp(argv[2], "--dot")) {      /* ./logistic_regression 0 --dot > train.dot */
+    if (dot) {      /* ./logistic_regression 0 --dot > train.dot */
         tn_array *o[2] = { NULL, NULL };
         TRY(tn_call(train, (tn_array *[]){ Dx, Dy }, o) == TN_OK);   /* edges get real shapes */
         tn_array_free(o[0]); tn_array_free(o[1]);
