@@ -5331,12 +5331,12 @@ static bool tn__cuda_conv_supports(const tn_var *node) {
 /* The state of a node whose kernel is one function of a generated source
    (im2col/col2im, pooling, random draws): src (n: its generator's length,
    <= 0: no kernel for dtype t) compiled through the kernel cache at prepare
-   time, its function `entry` kept (and `entry2`'s of the same source, where
-   it is not NULL). */
-typedef struct tn__cuda_fn_state { tn__CUfunction fn, fn2; } tn__cuda_fn_state;
+   time, its function `entry` kept (and `entry2`'s and `entry3`'s of the same
+   source, where they are not NULL). */
+typedef struct tn__cuda_fn_state { tn__CUfunction fn, fn2, fn3; } tn__cuda_fn_state;
 
 static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n, size_t cap, tn_dtype t, const char *entry,
-                                     const char *entry2, void **state) {
+                                     const char *entry2, const char *entry3, void **state) {
     *state = NULL;
     char who[128];
     tn__cuda_who(node, who, sizeof who);
@@ -5345,9 +5345,10 @@ static tn_result tn__cuda_fn_prepare(const tn_var *node, const char *src, int n,
     if (r != TN_OK) return r;
     if (n <= 0 || (size_t)n >= cap) return tn__err(TN_ERR_INTERNAL, "%s: no kernel source for %s", who, tn_dtype_name(t));
     tn__kentry *e;
-    tn__cuda_fn_state s = { 0, 0 };
+    tn__cuda_fn_state s = { 0, 0, 0 };
     if ((r = tn__cuda_kernel_get(src, D->arch, false, &e)) != TN_OK || (r = tn__cuda_entry_function(D, e, entry, &s.fn)) != TN_OK ||
-        (entry2 && (r = tn__cuda_entry_function(D, e, entry2, &s.fn2)) != TN_OK))
+        (entry2 && (r = tn__cuda_entry_function(D, e, entry2, &s.fn2)) != TN_OK) ||
+        (entry3 && (r = tn__cuda_entry_function(D, e, entry3, &s.fn3)) != TN_OK))
         return tn__err(r, "%s: %s", who, tn_last_error());
     tn__cuda_fn_state *st = (tn__cuda_fn_state *)tn__calloc(1, sizeof *st);
     if (!st) return tn__err(TN_ERR_OOM, "%s: out of memory", who);
@@ -5360,7 +5361,7 @@ static tn_result tn__cuda_conv_prepare(const tn_var *node, void **state) {
     char src[6144];
     tn_dtype t = node->in[0]->type.dtype;
     return tn__cuda_fn_prepare(node, src, tn__conv_cuda_source(t, src, sizeof src), sizeof src, t,
-                               node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", NULL, state);
+                               node->op == TN_OP_IM2COL ? "tn_im2col" : "tn_col2im", NULL, NULL, state);
 }
 
 static tn_result tn__cuda_conv_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -5411,7 +5412,7 @@ static bool tn__cuda_pool_supports(const tn_var *node) {
     return tn__pool_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
 }
 
-/* tn_pool2w's windows (tensor_ops.h >>pool_cuda): two spatial dims, two wide
+/* tn_pool2w_*'s windows (tensor_ops.h >>pool_cuda): two spatial dims, two wide
    with stride two along the last, no dilation there; decided by the params
    alone (the run still takes tn_pool where g.box). */
 static bool tn__cuda_pool_2w(const tn_var *node) {
@@ -5423,8 +5424,12 @@ static bool tn__cuda_pool_2w(const tn_var *node) {
 static tn_result tn__cuda_pool_prepare(const tn_var *node, void **state) {
     char src[12288];
     tn_dtype t = node->in[0]->type.dtype;
+    bool w2 = tn__cuda_pool_2w(node);
+    char e2[16], e3[16];      /* tn_pool2w_<mode><s|l>: 32- and 64-bit indices */
+    snprintf(e2, sizeof e2, "tn_pool2w_%ds", tn__p_pool_mode(&node->p));
+    snprintf(e3, sizeof e3, "tn_pool2w_%dl", tn__p_pool_mode(&node->p));
     return tn__cuda_fn_prepare(node, src, tn__pool_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool",
-                               tn__cuda_pool_2w(node) ? "tn_pool2w" : NULL, state);
+                               w2 ? e2 : NULL, w2 ? e3 : NULL, state);
 }
 
 static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -5459,7 +5464,7 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
     if (st->fn2 && !G.box) {       /* one thread per V outputs along a line */
         long long V = tn__pool_2w_per_thread(y->dtype);
         G.n = n / g.out[1] * ((g.out[1] + V - 1) / V);
-        fn = st->fn2;
+        fn = G.small ? st->fn2 : st->fn3;
     }
     r = tn__cuda_launch(fn, (G.n + 255) / 256, 256, params, D, who);
     tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
@@ -5480,7 +5485,7 @@ static bool tn__cuda_rnd_supports(const tn_var *node) {
 static tn_result tn__cuda_rnd_prepare(const tn_var *node, void **state) {
     char src[12288];
     return tn__cuda_fn_prepare(node, src, tn__random_cuda_source(tn__p_rand_dist(&node->p), node->type.dtype, src, sizeof src), sizeof src,
-                               node->type.dtype, "tn_random", NULL, state);
+                               node->type.dtype, "tn_random", NULL, NULL, state);
 }
 
 static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -5620,12 +5625,12 @@ static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
         char *es = tn__cuda_gemv_epi_source(t, (const tn_ew_program *)node->ext);
         if (!es) return tn_last_result();
         size_t len = strlen(es);
-        r = tn__cuda_fn_prepare(node, es, (int)len, len + 1, t, "tn_gemv_small", NULL, state);
+        r = tn__cuda_fn_prepare(node, es, (int)len, len + 1, t, "tn_gemv_small", NULL, NULL, state);
         tn__free(es);
         return r;
     }
     int n = node->op == TN_OP_GEMV ? tn__gemv_cuda_source(t, src, sizeof src) : -1;
-    if (r == TN_OK && n > 0) r = tn__cuda_fn_prepare(node, src, n, sizeof src, t, "tn_gemv_small", NULL, state);
+    if (r == TN_OK && n > 0) r = tn__cuda_fn_prepare(node, src, n, sizeof src, t, "tn_gemv_small", NULL, NULL, state);
     return r;
 }
 
