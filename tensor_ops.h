@@ -163,9 +163,9 @@ extern "C" {
       TN_DERIV(tn_mul(g, tn_rsqrt(tn_mul(tn_sub(a, tn_lit(g, 1.0)), tn_add(a, tn_lit(g, 1.0))))))) \
     X(ATANH,      atanh,      1, TN_EWK_FLOAT, TN_F(atanh)(a), 0, \
       TN_DERIV(tn_div(g, tn_sub(tn_lit(g, 1.0), tn_sqr(a))))) \
-    X(SIGMOID,    sigmoid,    1, TN_EWK_FLOAT, ((a) >= 0 ? (TN_T)1 / ((TN_T)1 + TN_F(exp)(-(a))) : TN_F(exp)(a) / ((TN_T)1 + TN_F(exp)(a))), 0, \
+    X(SIGMOID,    sigmoid,    1, TN_EWK_FLOAT, ((a) >= 0 ? (TN_T)1 : TN_F(exp)(-TN_F(fabs)(a))) / ((TN_T)1 + TN_F(exp)(-TN_F(fabs)(a))), 0, \
       TN_DERIV(tn_mul(g, tn_mul(z, tn_sub(tn_lit(g, 1.0), z))))) \
-    X(SOFTPLUS,   softplus,   1, TN_EWK_FLOAT, ((a) > 0 ? (a) + TN_F(log1p)(TN_F(exp)(-(a))) : TN_F(log1p)(TN_F(exp)(a))), 0, \
+    X(SOFTPLUS,   softplus,   1, TN_EWK_FLOAT, ((a) > 0 ? (a) : (TN_T)0) + TN_F(log1p)(TN_F(exp)(-TN_F(fabs)(a))), 0, \
       TN_DERIV(tn_mul(g, tn_sigmoid(a)))) \
     X(ERF,        erf,        1, TN_EWK_FLOAT, TN_F(erf)(a), 0, \
       TN_DERIV(tn_mul(g, tn_mul(tn_lit(g, 1.12837916709551257390), tn_exp(tn_neg(tn_sqr(a))))))) \
