@@ -684,7 +684,7 @@ TN_API tn_result tn_profile_enable(tn_func *f, bool on);
 TN_API tn_result tn_profile_print(const tn_func *f, FILE *out);
 TN_API void tn_profile_reset(tn_func *f);
 /* Profiled input i had the same data on every call since the first (needs
-   at least two calls): the same pointer and size, the same checksum of 1024
+   at least two calls): the same pointer and size, the same checksum of 16
    words spread over it on every call, and the same checksum of all its
    bytes at calls 1, 2, 4, 8, ... (so profiling reads a large input whole
    only O(log calls) times). A change confined to unsampled bytes between
@@ -5822,6 +5822,10 @@ static double tn__prof_step_begin(tn_func *f, int k);
 static bool tn__trace_on(void);                /* >>trace */
 static void tn__prof_step(tn_func *f, int k, double t0);
 static void tn__prof_end_call(tn_func *f, double t_call, double t_run);
+static bool tn__prof_replayable(const tn_func *f);
+static bool tn__prof_stepwise(const tn_func *f);
+static void tn__prof_graph_mark(tn_func *f, int end);
+static void tn__prof_replayed(tn_func *f);
 static void tn__prof_finish(tn_func *f);
 /* The >>replay and >>check_mode sections. */
 enum { TN__CHECK_MODE = 1, TN__CHECK_NAN = 2 };
@@ -11853,7 +11857,7 @@ static const char *tn__replay_blocker(const tn_func *f) {
     if (!b || !b->replay_begin || !b->replay_end || !b->replay_launch || !b->replay_release) return "no device back end with CUDA graphs";
     if (c->no_cuda_graph) return "cuda_graph=0";
     if (c->launch_blocking) return "launch_blocking=1";
-    if (f->prof) return "profiled";
+    if (f->prof && !tn__prof_replayable(f)) return "profiled";
     if (f->mode == TN_MODE_CHECK) return "mode=check";
     if (f->checks & TN__CHECK_NAN) return "nan_guard=1";
     return NULL;
@@ -11975,7 +11979,9 @@ static void tn__replay_remember(tn_func *f, tn__replay_cache *gc) {
 static tn_result tn__replay_launch(tn_func *f, tn__replay_cache *gc, tn__replay_entry *e) {
     e->used = ++gc->tick;
     gc->misses = 0;
+    if (f->prof) tn__prof_graph_mark(f, 0);     /* a profiled call times its graph whole */
     tn_result r = f->backend->replay_launch(e->exec);
+    if (f->prof) tn__prof_graph_mark(f, 1);
     return r == TN_OK ? TN_OK : tn__err(r, "%s: launching its CUDA graph: %s", f->name, tn_last_error());
 }
 
@@ -12120,7 +12126,9 @@ static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay
             tn__dag_release(&dag);
             e->exec = exec;
             gc->captures++;
-            return tn__replay_launch(f, gc, e);
+            r = tn__replay_launch(f, gc, e);
+            if (r == TN_OK && f->prof) tn__prof_replayed(f);    /* the captured steps, counted as they run */
+            return r;
         }
         if (r == TN_OK) r = re != TN_OK ? re : TN_ERR_INTERNAL;
     }
@@ -12134,7 +12142,8 @@ static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay
 
 static tn_result tn__replay_run(tn_func *f) {
     tn__replay_cache *gc = f->rcache;
-    if (tn__replay_capturing || (gc && gc->state >= TN__REPLAY_PLAN_OFF) || f->n_steps == 0 || tn__replay_blocker(f) || (!gc && !(gc = tn__replay_cache_get(f))))
+    if (tn__replay_capturing || (gc && gc->state >= TN__REPLAY_PLAN_OFF) || f->n_steps == 0 || tn__replay_blocker(f) ||
+        (f->prof && tn__prof_stepwise(f)) || (!gc && !(gc = tn__replay_cache_get(f))))
         return tn__steps(f, TN__STEPS_RUN);
     if (gc->state == TN__REPLAY_UNKNOWN) {
         gc->state = tn__replay_eligible(f, gc->why, sizeof gc->why) ? TN__REPLAY_ON : TN__REPLAY_PLAN_OFF;
@@ -12146,7 +12155,12 @@ static tn_result tn__replay_run(tn_func *f) {
     if (r != TN_OK) return r;
     TN_ASSERT(!gc->sig_overflow);
     tn__replay_entry *e = gc->sig_overflow ? NULL : tn__replay_find(gc);
-    if (e && e->exec) { gc->replays++; return tn__replay_launch(f, gc, e); }
+    if (e && e->exec) {
+        gc->replays++;
+        r = tn__replay_launch(f, gc, e);
+        if (r == TN_OK && f->prof) tn__prof_replayed(f);
+        return r;
+    }
     if (e) return tn__replay_capture(f, gc, e);
     tn__replay_remember(f, gc);
     if (++gc->misses >= TN__REPLAY_MISS_LIMIT) {
@@ -12716,6 +12730,9 @@ typedef struct tn__prof {
     const tn_backend *be;      /* events: its pool (NULL: host times everywhere) */
     void *ev;
     double *t_host;            /* per step timed with events: the host's time launching it */
+    double t_graph;            /* replayed calls (>>profile's sampling): the device seconds of the graphs timed, */
+    uint64_t n_graph;          /* how many were timed, */
+    uint64_t n_launch;         /* and how many were launched */
     /* per input: was it copied to a device, and did its data change between calls */
     bool *in_to_device;
     const void **in_ptr;
@@ -12748,7 +12765,7 @@ static double tn__prof_now(void) {
    TN__PROF_SAMPLE words evenly spread over the array and its last bytes, so
    a profiled call does not read its inputs whole (a 1 MB input would cost
    more than the step); otherwise every byte. */
-#define TN__PROF_SAMPLE 1024
+#define TN__PROF_SAMPLE 16     /* a call's cost: 1024 cost a replayed GPU step 10 us, 64 2.5 us (data passed, H100 host) */
 static uint64_t tn__prof_checksum(const tn_array *a, bool sampled, size_t *bytes) {
     *bytes = 0;
     if (!a || a->device != TN_HOST || !a->data || !tn_array_is_contiguous(a)) return 0;
@@ -12913,16 +12930,61 @@ static void tn__prof_events_new(const tn_func *f, tn__prof *p) {
     for (int k = 0; k < f->n_steps && !device; k++) device = tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU;
     if (!device) return;
     p->be = be;
-    p->ev = be->prof_new(f->n_steps);    /* NULL: host times, as without events */
+    p->ev = be->prof_new(f->n_steps + 1);    /* step n_steps: a replayed call's graph; NULL: host times, as without events */
 }
 
-/* An event failed (a failed kernel, or a stream being captured): host times
-   from here on; what the events measured so far is kept. */
-static void tn__prof_events_off(const tn_func *f, tn__prof *p) {
+/* An event failed (a failed kernel): host times from here on; what the
+   events measured so far is kept. */
+static void tn__prof_events_off(tn_func *f, tn__prof *p) {
     tn__warn("%s: profiler events failed (%s); GPU ops are timed on the host from here on", f->name, tn_last_error());
     p->be->prof_free(p->ev);
     p->ev = NULL;
     for (int k = 0; k < p->n_steps; k++) { p->t_step[k] += p->t_host[k]; p->t_host[k] = 0; }
+}
+
+/* A profiled function whose steps are timed by events is still replayed as
+   CUDA graphs (the >>replay section): capturing events in a graph costs
+   about 1.5 us a node on an H100, which would double a short step. So the
+   first call and one in TN__PROF_EVERY run step by step with a pair of
+   events around each device step; the others launch the graph, and the
+   first launch and one in TN__PROF_GRAPH_EVERY record a pair of events
+   around it (a pair around every launch and its collection cost the seed's
+   55 us step, data passed, about 24 us).
+   The report takes the timed graphs' mean for every launch and shares that
+   time among the steps in the proportions of the calls timed step by step.
+   Not under a trace, whose events are each step's (its calls all run step
+   by step). */
+#define TN__PROF_EVERY 32
+#define TN__PROF_GRAPH_EVERY 16
+static bool tn__prof_replayable(const tn_func *f) { return f->prof->ev && !f->prof->label; }
+
+/* This call runs step by step, each device step timed (the first call,
+   then one in TN__PROF_EVERY). */
+static bool tn__prof_stepwise(const tn_func *f) {
+    return !tn__prof_replayable(f) || f->prof->calls % TN__PROF_EVERY == 0;
+}
+
+/* The call about to run may record marks: it runs step by step, or its
+   launch (if it launches its graph) is timed. The others need no collection
+   first: the sets alternate at the calls that record, so a set is collected
+   before it is recorded into again. */
+static bool tn__prof_marks_next(const tn_func *f) {
+    return tn__prof_stepwise(f) || f->prof->n_launch % TN__PROF_GRAPH_EVERY == 0;
+}
+
+/* The pair of events around a timed launch of the graph: marks 2n and
+   2n + 1 (the launch counted after its end mark). */
+static void tn__prof_graph_mark(tn_func *f, int end) {
+    tn__prof *p = f->prof;
+    if (p->ev && p->n_launch % TN__PROF_GRAPH_EVERY == 0 && p->be->prof_mark(p->ev, 2 * p->n_steps + end) != TN_OK)
+        tn__prof_events_off(f, p);
+    p->n_launch += end;
+}
+
+/* A call replayed: every step ran once (the graph's time is its events'). */
+static void tn__prof_replayed(tn_func *f) {
+    tn__prof *p = f->prof;
+    for (int k = 0; k < p->n_steps; k++) p->n_step[k]++;
 }
 
 static bool tn__prof_evented(const tn_func *f, const tn__prof *p, int k) {
@@ -12989,6 +13051,7 @@ static tn__prof *tn__prof_new(const tn_func *f) {
    to the trace. */
 static void tn__prof_sink_step(void *user, int k, double start, double seconds) {
     tn__prof *p = (tn__prof *)user;
+    if (k == p->n_steps) { p->t_graph += seconds; p->n_graph++; return; }
     if (k < 0 || k >= p->n_steps) return;
     p->t_step[k] += seconds;
     if (p->label && start >= 0) tn__trace_event(p->label[k], "device", p->gpu_track, start, seconds, k);
@@ -13038,8 +13101,10 @@ static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
         p->in_sum[i] = h;
         p->in_bytes[i] = bytes;
     }
-    /* frees the event set this call reuses: the GPU has almost always passed it */
-    if (p->ev && tn__prof_collect(p, false) != TN_OK) tn__prof_events_off(f, p);
+    /* frees the event set this call reuses: the GPU has almost always passed
+       it (only before a call that records marks: a collection costs a
+       replayed GPU step about 5 us) */
+    if (p->ev && tn__prof_marks_next(f) && tn__prof_collect(p, false) != TN_OK) tn__prof_events_off(f, p);
     return tn__prof_now();   /* after the checksums: they are not the function's time */
 }
 
@@ -13049,7 +13114,7 @@ static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
 static double tn__prof_step_begin(tn_func *f, int k) {
     tn__prof *p = f->prof;
     double t0 = tn__prof_now();
-    if (tn__prof_evented(f, p, k) && p->be->prof_mark(p->ev, 2 * k) != TN_OK) tn__prof_events_off(f, p);
+    if (tn__prof_evented(f, p, k) && !tn__replay_capturing && p->be->prof_mark(p->ev, 2 * k) != TN_OK) tn__prof_events_off(f, p);
     return t0;
 }
 
@@ -13057,6 +13122,10 @@ static void tn__prof_step(tn_func *f, int k, double t0) {
     tn__prof *p = f->prof;
     double t = tn__prof_now() - t0;
     if (k >= p->n_steps) return;
+    if (tn__replay_capturing) {         /* counted and timed with its graph, once launched */
+        p->t_host[k] += t;
+        return;
+    }
     p->n_step[k]++;
     bool ev = tn__prof_evented(f, p, k);
     if (p->label) {
@@ -13106,6 +13175,8 @@ TN_API void tn_profile_reset(tn_func *f) {
     p->calls = 0;
     p->t_call = p->t_run = p->t_first = 0;
     for (int k = 0; k < p->n_steps; k++) { p->t_step[k] = 0; p->n_step[k] = 0; p->t_host[k] = 0; }
+    p->t_graph = 0;
+    p->n_graph = p->n_launch = 0;
     for (int i = 0; i < f->n_inputs; i++) { p->in_same[i] = 0; p->in_ptr[i] = NULL; }
 }
 
@@ -13240,13 +13311,22 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
     tn__prof *p = f->prof;
     if (!p) return tn__err(TN_ERR_INVALID, "tn_profile_print: %s is not profiled (set the flag profile=1 or call tn_profile_enable)", f->name);
     /* waits for the device steps queued since the last collection */
-    if (p->ev && tn__prof_collect(p, true) != TN_OK) tn__prof_events_off(f, p);
+    if (p->ev && tn__prof_collect(p, true) != TN_OK) tn__prof_events_off((tn_func *)f, p);   /* the profile's state, not f's meaning */
+    /* each step's time: its own, and its share of the replayed graphs' */
+    double *ts = (double *)tn__calloc((size_t)p->n_steps + 1, sizeof *ts), t_stepwise = 0;
+    tn__prof_row *rows = (tn__prof_row *)tn__calloc((size_t)p->n_steps + 1, sizeof *rows);
+    if (!ts || !rows) { tn__free(ts); tn__free(rows); return tn__err(TN_ERR_OOM, "tn_profile_print: out of memory"); }
+    for (int k = 0; k < p->n_steps; k++)
+        if (tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU) t_stepwise += p->t_step[k];
+    double t_graphs = p->n_graph ? p->t_graph / (double)p->n_graph * (double)p->n_launch : 0;   /* every launch at the timed ones' mean */
+    for (int k = 0; k < p->n_steps; k++)
+        ts[k] = p->t_step[k] + (t_stepwise > 0 && tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU ? t_graphs * p->t_step[k] / t_stepwise : 0);
     double t_ops = 0, t_where[3] = {0, 0, 0}, t_launch = 0;
     bool any_gpu = false;
     for (int k = 0; k < p->n_steps; k++) {
         int w = tn__prof_where_of(f, &f->steps[k]);
-        t_ops += p->t_step[k];
-        t_where[w] += p->t_step[k];
+        t_ops += ts[k];
+        t_where[w] += ts[k];
         t_launch += p->t_host[k];
         if (w != TN__PROF_CPU) any_gpu = true;
     }
@@ -13269,19 +13349,17 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
         fprintf(out, "  Compile time: not measured (profiling was enabled after tn_function)\n");
     }
 
-    tn__prof_row *rows = (tn__prof_row *)tn__calloc((size_t)p->n_steps + 1, sizeof *rows);
-    if (!rows) return tn__err(TN_ERR_OOM, "tn_profile_print: out of memory");
     char nm[256];
     int n = 0;
     for (int k = 0; k < p->n_steps; k++) {
         tn__prof_class(f, &f->steps[k], nm, sizeof nm);
-        n = tn__prof_add(rows, n, nm, p->t_step[k], p->n_step[k], tn__prof_where_of(f, &f->steps[k]));
+        n = tn__prof_add(rows, n, nm, ts[k], p->n_step[k], tn__prof_where_of(f, &f->steps[k]));
     }
     tn__prof_table(out, "Class", "Class name", rows, n, t_ops, false);
     n = 0;
     for (int k = 0; k < p->n_steps; k++) {
         tn__node_label(f->steps[k].node, nm, sizeof nm);
-        n = tn__prof_add(rows, n, nm, p->t_step[k], p->n_step[k], tn__prof_where_of(f, &f->steps[k]));
+        n = tn__prof_add(rows, n, nm, ts[k], p->n_step[k], tn__prof_where_of(f, &f->steps[k]));
     }
     tn__prof_table(out, "Ops", "Op name", rows, n, t_ops, false);
     /* applies: "id" is the step index, the name the op with its output type */
@@ -13292,7 +13370,7 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
         tn__prof_row *r = &rows[k];
         snprintf(r->name, sizeof r->name, "%4d   %.200s <%.150s>%s%.100s%s", k, lb, tn__type_str(&v->type, tb),
                  v->name ? " '" : "", v->name ? v->name : "", v->name ? "'" : "");
-        r->t = p->t_step[k];
+        r->t = ts[k];
         r->calls = p->n_step[k];
         r->napply = k;
         r->where = tn__prof_where_of(f, &f->steps[k]);
@@ -13308,6 +13386,7 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
                 tn__prof_where_name(r->where), (unsigned long long)r->calls, r->name);
     }
     tn__free(rows);
+    tn__free(ts);
 
     fprintf(out, "\nSpent %.3es (%.1f%%) in cpu ops, %.3es (%.1f%%) in gpu ops and %.3es (%.1f%%) in transfer ops\n",
             t_where[0], t_ops > 0 ? 100 * t_where[0] / t_ops : 0.0, t_where[1], t_ops > 0 ? 100 * t_where[1] / t_ops : 0.0,
@@ -13320,6 +13399,10 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
     else if (any_gpu)
         fprintf(out, "  (gpu ops: host time of the asynchronous launch; the kernels' run time is spent where the host waits. "
                      "launch_blocking=1 times each kernel to completion)\n");
+    if (any_gpu && p->n_launch)
+        fprintf(out, "  (%llu calls replayed as CUDA graphs, about %.3es on the device: %llu of the graphs timed whole, the first "
+                     "and one in %d; that time is shared among the steps as in the calls timed step by step, the first and one in %d)\n",
+                (unsigned long long)p->n_launch, t_graphs, (unsigned long long)p->n_graph, TN__PROF_GRAPH_EVERY, TN__PROF_EVERY);
     fprintf(out, "\nAdvice\n------\n");
     if (tn__prof_advice(f, out) == 0) fprintf(out, "  none\n");
     return TN_OK;

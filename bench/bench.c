@@ -632,6 +632,18 @@ static void logreg_cases(void) {
                 snprintf(r->note, sizeof r->note, "%d ops, data passed; %lld replays, %lld captures%s%.40s", f->n_steps,
                          (long long)rep, (long long)cap, *gwhy ? ": " : "", gwhy);
             }
+            /* the same function profiled (issue 16: the profiler costs at most 10% of a step) */
+            row *rp = R(S, "logreg step, data passed, profiled");
+            if (r->na[0]) na(rp, "the unprofiled row did not run");
+            else if (tn_profile_enable(f, true) != TN_OK) err(rp, "in tn_profile_enable");
+            else {
+                run_func(rp, f, (tn_array *[]){ X, Y }, iters);
+                if (!rp->na[0]) {
+                    set_limit(rp, "the same step, profiler off", r->med, T_RATIO, 1.10);
+                    snprintf(rp->note, sizeof rp->note, "tn_profile_enable(f, true)");
+                }
+                tn_profile_enable(f, false);
+            }
         }
         tn_function_free(f);
     }

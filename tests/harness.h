@@ -11,6 +11,7 @@
 #include <string.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 
 static int th_passed, th_failed, th_skipped, th_cur_failed, th_cur_skipped;
 static const char *th_cur_name;
@@ -82,6 +83,19 @@ static inline char *th_read_stream(FILE *t) {
     if (s) { size_t got = fread(s, 1, (size_t)n, t); s[got] = 0; }
     fclose(t);
     return s;
+}
+
+/* The lines of a profile report's Apply table (tn_profile_print), one at a
+   time: th_apply_next(report, &at, &a) from at = NULL gives each line in
+   turn (false after the last); a.ok says whether it parsed. */
+typedef struct th_apply { double pc, cum, t, tpc; char type[16]; unsigned long long calls; int id; bool ok; } th_apply;
+static inline bool th_apply_next(const char *report, const char **at, th_apply *a) {
+    const char *p = *at ? *at : (report ? strstr(report, "<Apply name>") : NULL);
+    p = p ? strchr(p, '\n') : NULL;
+    if (!p || !p[1] || p[1] == '\n') return false;
+    *at = ++p;
+    a->ok = sscanf(p, " %lf%% %lf%% %les %les %15s %llu %d", &a->pc, &a->cum, &a->t, &a->tpc, a->type, &a->calls, &a->id) == 7;
+    return true;
 }
 
 static inline int th_close(double got, double ref, double rtol, double atol) {

@@ -1899,6 +1899,60 @@ TEST(test_graph_replay) {
            blocking ? " (launch_blocking: no graphs)" : "");
 }
 
+/* A profiled function is replayed (tensor.h >>profile: one call in 32, and
+   the first, runs step by step with events around each device step; the
+   others launch the graph with a pair of events around it). Every device
+   step is counted at every call and given time, and the results are the
+   step's (against float64). Turning the profile off keeps the graphs. Where
+   graphs are off (launch_blocking, cuda_graph=0) nothing is replayed and
+   the profiled step is still right. */
+TEST(test_profile_replayed) {
+    const int R = 300, C = 77;
+    bool graphs = !tn_get_config()->launch_blocking && !base_cfg.no_cuda_graph;
+    tstep t;
+    tstep_build(&t, R, C);
+    CHECK(t.f != NULL, "%s", tn_last_error());
+    if (!t.f) { tstep_free(&t); return; }
+    CHECK(tn_profile_enable(t.f, true) == TN_OK, "enable: %s", tn_last_error());
+    enum { CALLS = 40 };
+    double e = tstep_run(&t, R, C, CALLS);
+    int64_t rep = 0, cap = 0;
+    const char *why = NULL;
+    tn__replay_stats(t.f, &rep, &cap, &why);
+    CHECK(e <= 1, "%d profiled steps against float64: error %g x 1e-5 (%s)", CALLS, e, tn_last_error());
+    /* calls 0 and 32 step by step; its outputs alternate between two buffers
+       (two signatures, as test_graph_replay's): two calls remembered, two
+       captured, the rest replayed */
+    if (graphs) CHECK(cap == 2 && rep == CALLS - 6, "profiled: %lld captures, %lld replays (%s)", (long long)cap, (long long)rep, why);
+    else CHECK(rep == 0, "graphs off: %lld replays (%s)", (long long)rep, why);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&txt, &len);
+    CHECK(m && tn_profile_print(t.f, m) == TN_OK, "print: %s", tn_last_error());
+    if (m) fclose(m);
+    const char *at = NULL;
+    th_apply a;
+    int dev = 0, bad = 0;
+    while (th_apply_next(txt, &at, &a)) {
+        if (!a.ok || !strcmp(a.type, "cpu")) continue;
+        dev++;
+        bad += a.calls != CALLS || !(a.t > 0);
+    }
+    CHECK(dev >= 3 && bad == 0, "%d device steps, %d not counted at each of %d calls or without time:\n%s", dev, bad, CALLS, txt ? txt : "");
+    /* 36 launches (34 replays, 2 captures' first runs), the 1st, 17th and 33rd timed */
+    if (graphs) CHECK(txt && strstr(txt, "36 calls replayed as CUDA graphs") && strstr(txt, "3 of the graphs timed whole"),
+                      "the note on the replayed calls:\n%s", txt ? txt : "");
+    free(txt);
+    CHECK(tn_profile_enable(t.f, false) == TN_OK, "disable: %s", tn_last_error());
+    e = tstep_run(&t, R, C, 6);
+    int64_t rep1 = 0, cap1 = 0;
+    tn__replay_stats(t.f, &rep1, &cap1, &why);
+    CHECK(e <= 1, "6 more steps, profiler off: error %g x 1e-5", e);
+    if (graphs) CHECK(cap1 == cap && rep1 == rep + 6, "profiler off, the same graphs: %lld captures, %lld replays more (%s)",
+                      (long long)(cap1 - cap), (long long)(rep1 - rep), why);
+    tstep_free(&t);
+}
+
 /* One stream per function: f1 updates w on its stream, f2 reads w on another;
    called in turn 40 times, f2 always sees f1's last update (each switch orders
    the new stream after the old), and the streams are distinct. */
@@ -2362,6 +2416,7 @@ int main(void) {
     TH_RUN(test_profile_event_times);
     TH_RUN(test_check_mode);
     TH_RUN(test_graph_replay);
+    TH_RUN(test_profile_replayed);
     TH_RUN(test_streams_per_function);
     TH_RUN(test_fresh_outputs_on_device_and_pinned);
     TH_RUN(test_passed_inputs_registered);

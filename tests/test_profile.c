@@ -117,9 +117,9 @@ TEST(test_profile_large_input) {
     tn_array *xv = tn_array_rand_uniform(TN_F32, 1, (int64_t[]){ N }, -1, 1, 77), *out = NULL;
     CHECK(f && xv && tn_profile_enable(f, true) == TN_OK, "setup: %s", tn_last_error());
     /* the element changed lies between two sampled words: N/2 8-byte words,
-       every (N/2/1024)-th sampled, i.e. floats 1024 j and 1024 j + 1 */
+       every (N/2/16)-th sampled, i.e. floats 65536 j and 65536 j + 1 */
     const int64_t k = 12345;
-    CHECK(k % 1024 > 1 && k < N - 2, "element %lld is not sampled", (long long)k);
+    CHECK(k % 65536 > 1 && k < N - 2, "element %lld is not sampled", (long long)k);
     struct { int calls_before_change; const char *when; } cases[] = { { 2, "before the whole check of call 2" },
                                                                       { 5, "before call 5 (next whole check at 8)" } };
     for (int c = 0; c < 2; c++) {
@@ -276,20 +276,16 @@ TEST(test_profile_events) {
     if (s) {
         CHECK(strstr(s, "time on the device, from events") != NULL, "the note says the times are from events:\n%s", s);
         /* each Apply line: a device step shows exactly CALLS * (k + 1) ms, a host step its own (small) host time */
-        const char *p = strstr(s, "<Apply name>");
+        const char *at = NULL;
+        th_apply a;
         int seen = 0;
-        for (p = p ? strchr(p, '\n') : NULL; p && p[1] && p[1] != '\n'; p = strchr(p, '\n')) {
-            double pc, cum, t, tpc;
-            char type[16];
-            unsigned long long nc;
-            int id;
-            p++;
-            if (sscanf(p, " %lf%% %lf%% %les %les %15s %llu %d", &pc, &cum, &t, &tpc, type, &nc, &id) != 7 || id < 0 || id >= n) continue;
+        while (th_apply_next(s, &at, &a)) {
+            if (!a.ok || a.id < 0 || a.id >= n) continue;
             seen++;
-            bool dev = strcmp(type, "cpu") != 0;
-            CHECK(nc == CALLS, "step %d: %llu calls", id, nc);
-            if (dev) CHECK(fabs(t - 1e-3 * (id + 1) * CALLS) < 1e-6, "device step %d: %g s, want %g", id, t, 1e-3 * (id + 1) * CALLS);
-            else CHECK(t < 1e-3 * (id + 1) * CALLS, "host step %d: host time %g s", id, t);
+            double want = 1e-3 * (a.id + 1) * CALLS;
+            CHECK(a.calls == CALLS, "step %d: %llu calls", a.id, a.calls);
+            if (strcmp(a.type, "cpu")) CHECK(fabs(a.t - want) < 1e-6, "device step %d: %g s, want %g", a.id, a.t, want);
+            else CHECK(a.t < want, "host step %d: host time %g s", a.id, a.t);
         }
         CHECK(seen == n, "%d Apply lines of %d", seen, n);
         CHECK(strstr(s, "host round trip between GPU ops") != NULL, "advice names the round trip:\n%s", s);
