@@ -1358,11 +1358,13 @@ static const char *only;    /* --only: case groups whose name contains it */
 #define BW_CASES "gather_rows_case pool_cases random_cases"      /* they measure against fusion_cases' copy */
 
 static void usage(void) {
-    fprintf(stderr, "usage: build/bench [--quick] [--cpu-only] [--gpu-only] [--only NAME]\n"
+    fprintf(stderr, "usage: build/bench [--quick] [--cpu-only] [--gpu-only] [--only NAME] [--vm-level N]\n"
                     "  --quick     fewer iterations and repeats (CI smoke)\n"
                     "  --only NAME the case groups whose function name contains NAME (e.g. scan, pool, gemm)\n"
                     "  --cpu-only  CPU back end, compile and NVRTC cases only\n"
                     "  --gpu-only  GPU cases (and compile cases) only\n"
+                    "  --vm-level N the CPU's vector kernels at most at level N: 0 SSE2, 1 AVX2 and FMA, 2 AVX-512F\n"
+                    "              (the clock an all-core AVX-512 loop runs at is lower on some Xeons)\n"
                     "TENSOR_FLAGS is read as usual (device=, fast_math=, threads=, ...).\n");
 }
 
@@ -1373,6 +1375,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cpu-only")) cpu_only = true;
         else if (!strcmp(argv[i], "--gpu-only")) gpu_only = true;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--vm-level") && i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '2' && !argv[i + 1][1])
+            printf("vector kernels at level %d\n", tn__vm_level(argv[++i][0] - '0'));
         else { usage(); return 2; }
     }
     if (cpu_only && gpu_only) { usage(); return 2; }
