@@ -194,11 +194,11 @@ extern "C" {
       TN_DERIV(tn_div(g, tn_sqr(tn_add(tn_lit(g, 1.0), tn_abs(a)))))) \
     X(HARD_SIGMOID, hard_sigmoid, 1, TN_EWK_FLOAT, ((a) != (a) ? (a) : TN__CLIP((a) + (TN_T)3, (TN_T)0, (TN_T)6) / (TN_T)6), 0, \
       TN_DERIV(tn_where(tn_and(tn_gt(a, tn_lit(g, -3.0)), tn_lt(a, tn_lit(g, 3.0))), tn_div(g, tn_lit(g, 6.0)), tn_lit(g, 0.0)))) \
-    X(SILU,       silu,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 : (a) >= 0 ? (a) / ((TN_T)1 + TN_F(exp)(-(a))) \
-                                                : (a) * TN_F(exp)(a) / ((TN_T)1 + TN_F(exp)(a))), 0, \
+    X(SILU,       silu,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 \
+                                                : ((a) >= 0 ? (a) : (a) * TN_F(exp)(-TN_F(fabs)(a))) / ((TN_T)1 + TN_F(exp)(-TN_F(fabs)(a)))), 0, \
       TN_DERIV(tn_mul(g, tn_mul(tn_sigmoid(a), tn_add(tn_lit(g, 1.0), tn_mul(a, tn_sigmoid(tn_neg(a)))))))) \
     X(MISH,       mish,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 \
-                                                : (a) * TN_F(tanh)((a) > 0 ? (a) + TN_F(log1p)(TN_F(exp)(-(a))) : TN_F(log1p)(TN_F(exp)(a)))), 0, \
+                                                : (a) * TN_F(tanh)(((a) > 0 ? (a) : (TN_T)0) + TN_F(log1p)(TN_F(exp)(-TN_F(fabs)(a))))), 0, \
       TN_DERIV(tn_mul(g, tn_add(tn_tanh(tn_softplus(a)), \
                                 tn_mul(tn_mul(a, tn_sigmoid(a)), tn_sub(tn_lit(g, 1.0), tn_sqr(tn_tanh(tn_softplus(a))))))))) \
     X(FLOOR,      floor,      1, TN_EWK_ARITH, TN_F(floor)(a), (a), \
