@@ -470,6 +470,9 @@ TN__CUBLASLT_FUNCS(TN__X_PFN)
 /* Waits for the calling thread's current stream (tests and benchmarks; the
    executor never waits on it). */
 TN_API tn_result tn__cuda_synchronize(void);
+/* Tests: on, the pooling kernels take their 64-bit index paths whatever the
+   sizes (which otherwise only inputs of 2^31 elements and more reach). */
+TN_API void tn__cuda_pool_wide_index(bool on);
 
 #ifdef __cplusplus
 }
@@ -5451,6 +5454,9 @@ static tn_result tn__cuda_pool_prepare(const tn_var *node, void **state) {
                                w2 ? e2 : NULL, w2 ? e3 : NULL, state);
 }
 
+static TN__ATOMIC(int) tn__cuda_pool_wide;       /* tn__cuda_pool_wide_index */
+TN_API void tn__cuda_pool_wide_index(bool on) { tn__atomic_store(&tn__cuda_pool_wide, on ? 1 : 0); }
+
 static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
@@ -5474,7 +5480,7 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
     }
     G.C = g.C; G.K = g.K; G.L = g.L; G.n = n;
     G.nsp = g.nsp; G.mode = tn__p_pool_mode(&node->p); G.box = g.N * g.L == 1;
-    G.small = n < INT32_MAX && tn_array_size(x) < INT32_MAX;
+    G.small = n < INT32_MAX && tn_array_size(x) < INT32_MAX && !tn__atomic_load(&tn__cuda_pool_wide);
     tn_array *tmp = NULL;
     if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
     void *xp = x->data, *yp = y->data;

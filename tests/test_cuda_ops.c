@@ -575,6 +575,32 @@ TEST(test_op_cases_gpu_equals_cpu) {
     CHECK(bad == 0, "%d of %d op cases differ between the GPU and the CPU", bad, n);
 }
 
+/* The pooling cases again with the kernels' 64-bit index paths forced
+   (tn_pool's and the tn_pool2w_<mode>l entries, otherwise reached only by
+   inputs of 2^31 elements and more): the same bits as the CPU. */
+TEST(test_pool_cases_wide_index) {
+    int n = 0, bad = 0;
+    double worst[TN_DTYPE_COUNT] = { 0 };
+    tn__cuda_pool_wide_index(true);
+    for (int k = 0; k < N_CASES; k++) {
+        const op_case *c = &op_cases[k];
+        if (strcmp(c->on_gpu, "GpuPool{")) continue;
+        for (tn_dtype t = TN_BOOL; t < TN_DTYPE_COUNT; t = (tn_dtype)(t + 1)) {
+            if (!(c->dtypes & DT(t))) continue;
+            for (int lay = 0; lay < OPL_COUNT; lay++) {
+                char why[20000];
+                int r = run_op_case(c, t, lay, 1000 * (uint64_t)k + 17 * (uint64_t)t, why, sizeof why, &worst[t]);
+                if (r < 0) continue;
+                n++;
+                if (r == 0 && ++bad <= 10) CHECK(r == 1, "%s, %s, %s layout, 64-bit indices: %s", c->family, tn_dtype_name(t), opl_name[lay], why);
+            }
+        }
+    }
+    tn__cuda_pool_wide_index(false);
+    printf("  %d pooling cases with 64-bit indices, %d mismatches\n", n, bad);
+    CHECK(n >= 12 * 3 && bad == 0, "%d of %d pooling cases with 64-bit indices differ", bad, n);
+}
+
 int main(void) {
     tn_config cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -586,6 +612,7 @@ int main(void) {
     if (tn_cuda_init() != TN_OK) th_skip_all("no usable GPU: %s", tn_cuda_status());
     printf("%s\n", tn_cuda_status());
     TH_RUN(test_op_cases_gpu_equals_cpu);
+    TH_RUN(test_pool_cases_wide_index);
     tn_shutdown();
     TH_END();
 }
