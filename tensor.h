@@ -9769,19 +9769,20 @@ static void tn__rw_fuse_epilogues(tn__rw *c) {
         if (!vp) { tn_clear_error(); continue; }
         if (vp->rand || vp->n_out != 1 || vp->in_dtype[k] != R->type.dtype) continue;
         int n0 = tn__graph_nvars(c->g);
-        tn_ew_program *E = tn__epi_program(c, vp, k);
-        tn_ew_program *P = E && !gemv ? (tn_ew_program *)tn__graph_alloc(c->g, sizeof *P) : E;
-        tn_dtype *dt = P && !gemv ? (tn_dtype *)tn__graph_alloc(c->g, 2 * sizeof *dt) : NULL;
-        int32_t *oreg = dt ? (int32_t *)tn__graph_alloc(c->g, sizeof *oreg) : NULL;
-        if (!P || (!gemv && !oreg)) { c->oom = true; break; }
-        if (gemv) { /* the Gemv's ext is its epilogue */ }
-        else if (pro) *P = *pro;
-        else {         /* no prologue: one that passes R's input through */
-            dt[0] = dt[1] = R->in[0]->type.dtype;
-            *oreg = 0;
-            *P = (tn_ew_program){ 1, dt, 0, NULL, 1, oreg, dt + 1, NULL, NULL };
+        tn_ew_program *E = tn__epi_program(c, vp, k), *P = E;    /* a Gemv's ext is its epilogue */
+        if (E && !gemv) {       /* a reduction's: its prologue (or one passing its input through) with E as epi */
+            P = (tn_ew_program *)tn__graph_alloc(c->g, sizeof *P);
+            tn_dtype *dt = P && !pro ? (tn_dtype *)tn__graph_alloc(c->g, 2 * sizeof *dt) : NULL;
+            int32_t *oreg = dt ? (int32_t *)tn__graph_alloc(c->g, sizeof *oreg) : NULL;
+            if (P && pro) *P = *pro;
+            else if (oreg) {
+                dt[0] = dt[1] = R->in[0]->type.dtype;
+                *oreg = 0;
+                *P = (tn_ew_program){ 1, dt, 0, NULL, 1, oreg, dt + 1, NULL, NULL };
+            } else P = NULL;
+            if (P) P->epi = E;
         }
-        if (!gemv) P->epi = E;
+        if (!P) { c->oom = true; break; }
         tn_var *in[TN__REDUCE_MAX_INPUTS];
         int m = 0;
         for (int j = 0; j < np; j++) in[m++] = R->in[j];
@@ -11982,6 +11983,7 @@ static tn_result tn__replay_launch(tn_func *f, tn__replay_cache *gc, tn__replay_
     if (f->prof) tn__prof_graph_mark(f, 0);     /* a profiled call times its graph whole */
     tn_result r = f->backend->replay_launch(e->exec);
     if (f->prof) tn__prof_graph_mark(f, 1);
+    if (r == TN_OK && f->prof) tn__prof_replayed(f);   /* its steps counted (a capture's call did not count them as it ran them) */
     return r == TN_OK ? TN_OK : tn__err(r, "%s: launching its CUDA graph: %s", f->name, tn_last_error());
 }
 
@@ -12126,9 +12128,7 @@ static tn_result tn__replay_capture(tn_func *f, tn__replay_cache *gc, tn__replay
             tn__dag_release(&dag);
             e->exec = exec;
             gc->captures++;
-            r = tn__replay_launch(f, gc, e);
-            if (r == TN_OK && f->prof) tn__prof_replayed(f);    /* the captured steps, counted as they run */
-            return r;
+            return tn__replay_launch(f, gc, e);
         }
         if (r == TN_OK) r = re != TN_OK ? re : TN_ERR_INTERNAL;
     }
@@ -12155,12 +12155,7 @@ static tn_result tn__replay_run(tn_func *f) {
     if (r != TN_OK) return r;
     TN_ASSERT(!gc->sig_overflow);
     tn__replay_entry *e = gc->sig_overflow ? NULL : tn__replay_find(gc);
-    if (e && e->exec) {
-        gc->replays++;
-        r = tn__replay_launch(f, gc, e);
-        if (r == TN_OK && f->prof) tn__prof_replayed(f);
-        return r;
-    }
+    if (e && e->exec) { gc->replays++; return tn__replay_launch(f, gc, e); }
     if (e) return tn__replay_capture(f, gc, e);
     tn__replay_remember(f, gc);
     if (++gc->misses >= TN__REPLAY_MISS_LIMIT) {
