@@ -892,9 +892,10 @@ typedef struct tn_backend {
        and cancels transfers (NULL: everything stays on the host) */
     tn_result (*place)(tn_graph *fg, tn_var **roots, int n_roots, const tn_place_args *pa);
     /* Profiler GPU times (the >>profile section; NULL: host times): a pool of
-       events for n_steps steps, made once per profiled function. prof_mark
+       events for n_steps steps, made once per profiled function (the
+       profiler asks for one step more: a replayed call's graph). prof_mark
        records mark 2k (before step k) or 2k+1 (after) on the stream, without
-       waiting. prof_collect waits for marks recorded two calls ago (all:
+       waiting. prof_collect waits for marks recorded two collections ago (all:
        every mark) and gives each step run to sink->step: its device seconds
        and its start on the host's clock (sink->now's seconds; negative when
        sink->now is NULL, no starts wanted, or the back end cannot tell);

@@ -65,8 +65,9 @@
    form one chain; each copy follows only the steps whose memory it
    touches (tn_backend.replay_point and replay_follow, driver 12.3 or
    later).
-   cuda_graph=0 turns this off; launch_blocking=1, profiling and mode=check
-   do too.
+   cuda_graph=0 turns this off; launch_blocking=1, mode=check and a trace
+   (profile_trace) do too. A profiled function is replayed: one call in 32
+   runs step by step to time its steps (tensor.h's >>profile section).
    mode=check runs each GPU op's CPU kernel on host copies of its inputs and
    fails the call with TN_ERR_CHECK at the first op whose outputs differ
    beyond the dtype's tolerance (tensor.h's >>check_mode section).
@@ -5918,11 +5919,12 @@ TN_API tn_result tn__cuda_synchronize(void) {
 }
 
 /* >>cuda_events: the profiler's GPU times (tn_backend.prof_*) ------------------ */
-/* Two events bracket each device step of a profiled function, recorded on the
-   stream without waiting. The marks of a call go to one of two sets, and the
-   sets alternate: a call first collects the set it reuses, from two calls
-   before, which the GPU has almost always passed, so profiling keeps the host
-   up to a call ahead of the stream. An event is created at its first use and
+/* Two events bracket each device step of a profiled function run step by
+   step, or a replayed call's graph (marks 2n and 2n + 1, n steps), recorded
+   on the stream without waiting. The marks of a call go to one of two sets,
+   and the sets alternate: a call that records marks first collects the set
+   it reuses, from two such calls before, which the GPU has almost always
+   passed, so profiling keeps the host up to a call ahead of the stream. An event is created at its first use and
    reused for the function's life (a step that never runs on the device never
    makes one). The events belong to the device of the function profiled.
    Starts on the host's clock (for the trace) are times from an anchor, an
