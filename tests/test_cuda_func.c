@@ -1899,13 +1899,29 @@ TEST(test_graph_replay) {
            blocking ? " (launch_blocking: no graphs)" : "");
 }
 
-/* A profiled function is replayed (tensor.h >>profile: one call in 32, and
-   the first, runs step by step with events around each device step; the
-   others launch the graph with a pair of events around it). Every device
-   step is counted at every call and given time, and the results are the
-   step's (against float64). Turning the profile off keeps the graphs. Where
-   graphs are off (launch_blocking, cuda_graph=0) nothing is replayed and
-   the profiled step is still right. */
+/* A profiled function is replayed (tensor.h >>profile: the first call and
+   one in TN__PROF_EVERY run step by step with events around each device
+   step; the others launch the graph, one launch in TN__PROF_GRAPH_EVERY
+   with a pair of events around it). Every step is counted once at every
+   call, a view of device memory too, and every device step is given time;
+   the results are the step's (against float64). Turning the profile off
+   keeps the graphs. Where graphs are off (launch_blocking, cuda_graph=0)
+   nothing is replayed and the profiled step is still right. */
+static void profile_counts(tn_func *f, int calls, int *dev, int *bad, char **txt) {
+    size_t len = 0;
+    FILE *m = open_memstream(txt, &len);
+    CHECK(m && tn_profile_print(f, m) == TN_OK, "print: %s", tn_last_error());
+    if (m) fclose(m);
+    const char *at = NULL;
+    th_apply a;
+    *dev = *bad = 0;
+    while (th_apply_next(*txt, &at, &a)) {
+        *bad += !a.ok || a.calls != (unsigned long long)calls;
+        if (!a.ok || !strcmp(a.type, "cpu")) continue;
+        (*dev)++;
+        *bad += !(a.t > 0);
+    }
+}
 TEST(test_profile_replayed) {
     const int R = 300, C = 77;
     bool graphs = !tn_get_config()->launch_blocking && !base_cfg.no_cuda_graph;
@@ -1914,34 +1930,26 @@ TEST(test_profile_replayed) {
     CHECK(t.f != NULL, "%s", tn_last_error());
     if (!t.f) { tstep_free(&t); return; }
     CHECK(tn_profile_enable(t.f, true) == TN_OK, "enable: %s", tn_last_error());
-    enum { CALLS = 40 };
+    enum { CALLS = TN__PROF_EVERY + 6 };
     double e = tstep_run(&t, R, C, CALLS);
     int64_t rep = 0, cap = 0;
     const char *why = NULL;
     tn__replay_stats(t.f, &rep, &cap, &why);
     CHECK(e <= 1, "%d profiled steps against float64: error %g x 1e-5 (%s)", CALLS, e, tn_last_error());
-    /* calls 0 and 32 step by step; its outputs alternate between two buffers
-       (two signatures, as test_graph_replay's): two calls remembered, two
-       captured, the rest replayed */
+    /* calls 0 and TN__PROF_EVERY step by step; its outputs alternate between
+       two buffers (two signatures, as test_graph_replay's): two calls
+       remembered, two captured, the rest replayed */
     if (graphs) CHECK(cap == 2 && rep == CALLS - 6, "profiled: %lld captures, %lld replays (%s)", (long long)cap, (long long)rep, why);
     else CHECK(rep == 0, "graphs off: %lld replays (%s)", (long long)rep, why);
     char *txt = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&txt, &len);
-    CHECK(m && tn_profile_print(t.f, m) == TN_OK, "print: %s", tn_last_error());
-    if (m) fclose(m);
-    const char *at = NULL;
-    th_apply a;
     int dev = 0, bad = 0;
-    while (th_apply_next(txt, &at, &a)) {
-        if (!a.ok || !strcmp(a.type, "cpu")) continue;
-        dev++;
-        bad += a.calls != CALLS || !(a.t > 0);
-    }
+    profile_counts(t.f, CALLS, &dev, &bad, &txt);
     CHECK(dev >= 3 && bad == 0, "%d device steps, %d not counted at each of %d calls or without time:\n%s", dev, bad, CALLS, txt ? txt : "");
-    /* 36 launches (34 replays, 2 captures' first runs), the 1st, 17th and 33rd timed */
-    if (graphs) CHECK(txt && strstr(txt, "36 calls replayed as CUDA graphs") && strstr(txt, "3 of the graphs timed whole"),
-                      "the note on the replayed calls:\n%s", txt ? txt : "");
+    /* the launches (the replays and the captures' first runs), the first and one in TN__PROF_GRAPH_EVERY timed */
+    char note[64], note2[64];
+    snprintf(note, sizeof note, "%d calls replayed as CUDA graphs", CALLS - 4);
+    snprintf(note2, sizeof note2, "%d of the graphs timed whole", (CALLS - 4 + TN__PROF_GRAPH_EVERY - 1) / TN__PROF_GRAPH_EVERY);
+    if (graphs) CHECK(txt && strstr(txt, note) && strstr(txt, note2), "the note on the replayed calls (%s; %s):\n%s", note, note2, txt ? txt : "");
     free(txt);
     CHECK(tn_profile_enable(t.f, false) == TN_OK, "disable: %s", tn_last_error());
     e = tstep_run(&t, R, C, 6);
@@ -1951,6 +1959,34 @@ TEST(test_profile_replayed) {
     if (graphs) CHECK(cap1 == cap && rep1 == rep + 6, "profiler off, the same graphs: %lld captures, %lld replays more (%s)",
                       (long long)(cap1 - cap), (long long)(rep1 - rep), why);
     tstep_free(&t);
+
+    /* a view of device memory among the steps (the output's transpose) */
+    tn_graph *g = tn_graph_new();
+    tn_array *Xv = tn_array_rand_uniform(TN_F32, 2, (int64_t[]){ R, C }, -1, 1, 83);
+    tn_var *X = tn_shared(g, "X", Xv);
+    tn_array_free(Xv);
+    tn_var *o = tn_gpu_from_host(tn_transpose(tn_tanh(X), NULL));
+    tn_update up = { X, tn_mul(X, tn_lit(X, 0.5)) };
+    tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &o, .n_updates = 1, .updates = &up, .borrow = true, .name = "view" });
+    CHECK(f != NULL, "%s", tn_last_error());
+    int views = 0;
+    for (int k = 0; f && k < f->n_steps; k++) views += f->steps[k].view && f->steps[k].node->device != TN_HOST;
+    CHECK(views == 1, "%d views of device memory among the steps", views);
+    if (f) {
+        CHECK(tn_profile_enable(f, true) == TN_OK, "enable: %s", tn_last_error());
+        for (int i = 0; i < CALLS; i++) {
+            tn_array *r = NULL;
+            CHECK(tn_call(f, NULL, &r) == TN_OK, "call %d: %s", i, tn_last_error());
+        }
+        tn__replay_stats(f, &rep, &cap, &why);
+        if (graphs) CHECK(rep >= CALLS - 6, "the view's function: %lld replays (%s)", (long long)rep, why);
+        txt = NULL;
+        profile_counts(f, CALLS, &dev, &bad, &txt);
+        CHECK(dev >= 2 && bad == 0, "%d device steps; %d steps not counted at each of %d calls or without time:\n%s", dev, bad, CALLS, txt ? txt : "");
+        free(txt);
+    }
+    tn_function_free(f);
+    tn_graph_free(g);
 }
 
 /* One stream per function: f1 updates w on its stream, f2 reads w on another;
