@@ -66,7 +66,7 @@
    touches (tn_backend.replay_point and replay_follow, driver 12.3 or
    later).
    cuda_graph=0 turns this off; launch_blocking=1, mode=check and a trace
-   (profile_trace) do too. A profiled function is replayed: one call in 64
+   (profile_trace) do too. A profiled function is replayed: one call in 128
    runs step by step to time its steps (tensor.h's >>profile section).
    mode=check runs each GPU op's CPU kernel on host copies of its inputs and
    fails the call with TN_ERR_CHECK at the first op whose outputs differ
