@@ -685,12 +685,10 @@ TN_API tn_result tn_profile_print(const tn_func *f, FILE *out);
 TN_API void tn_profile_reset(tn_func *f);
 /* Profiled input i had the same data on every call since the first (needs
    at least two calls): the same pointer and size, the same checksum of 16
-   words spread over it on every call, the same checksum of all its bytes
-   at calls 1, 2, 4, ..., 32, and, for each of up to 1024 stripes of it in
-   turn (one a call), the same checksum as at the stripe's previous turn
-   (so past the first calls a call reads at most 4 KB or 1/1024 of an
-   input). A change confined to unsampled bytes and undone before its
-   stripe's next turn goes unseen; the advice it feeds is a hint. */
+   words spread over it on every call, and the same checksum of all its
+   bytes at calls 1, 2, 4, 8, ... (so profiling reads a large input whole
+   only O(log calls) times). A change confined to unsampled bytes between
+   two whole checks can go unseen; the advice it feeds is a hint. */
 TN_API bool tn_profile_input_unchanged(const tn_func *f, int i);
 /* How many of f's compiled steps run on a device (GPU ops and transfers to
    it): 0 means everything runs on the CPU. What the examples' "Used the gpu"
@@ -12731,7 +12729,6 @@ typedef struct tn__prof {
     const tn_backend *be;      /* events: its pool (NULL: host times everywhere) */
     void *ev;
     double *t_host;            /* per step timed with events: the host's time launching it */
-    int n_inputs;
     double t_graph;            /* replayed calls (>>profile's sampling): the device seconds of the graphs timed, */
     uint64_t n_graph;          /* how many were timed, */
     uint64_t n_launch;         /* and how many were launched */
@@ -12739,12 +12736,9 @@ typedef struct tn__prof {
     bool *in_to_device;
     const void **in_ptr;
     uint64_t *in_sum;          /* sampled checksum, every call */
-    uint64_t *in_full;         /* whole checksum, at calls 0, 1, 2, 4, ..., TN__PROF_WHOLE */
-    uint64_t **in_stripe;      /* each stripe's checksum at its last turn (tn__prof_stripe_bytes), */
-    size_t *in_nstripe;        /* how many (0: not allocated), */
-    uint64_t *in_turn;         /* and the calls since the stripes were reset */
+    uint64_t *in_full;         /* whole checksum, at calls 0, 1, 2, 4, 8, ... */
     size_t *in_bytes;
-    uint64_t *in_same;         /* calls whose data equalled the previous call's (0 once a whole check or a stripe differs) */
+    uint64_t *in_same;         /* calls whose data equalled the previous call's (0 once a whole check differs) */
     char **label;              /* per step, for the trace (the >>trace section); NULL when not tracing */
     int gpu_track;             /* the trace's track of this function's device steps */
 } tn__prof;
@@ -12765,13 +12759,21 @@ static double tn__prof_now(void) {
     return (double)(ts.tv_sec - tn__clock_base) + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* FNV-1a over the 8-byte words 0, step, 2 step, ... of p[0, n) (four
-   chains: a multiply's latency, not one chain's, a word), then its last 8
-   bytes and the bytes past the last whole word. */
-static uint64_t tn__prof_hash(const unsigned char *p, size_t n, size_t step) {
-    size_t words = n / 8, k = 0;
+/* 64-bit checksum of a host array's bytes (FNV-1a over 8-byte words); 0 for
+   arrays it cannot read (device memory, non-contiguous). `sampled`: at most
+   TN__PROF_SAMPLE words evenly spread over the array and its last bytes, so
+   a profiled call does not read its inputs whole (a 1 MB input would cost
+   more than the step); otherwise every byte. */
+#define TN__PROF_SAMPLE 16     /* a call's cost: 1024 cost a replayed GPU step 10 us, 64 2.5 us (data passed, H100 host) */
+static uint64_t tn__prof_checksum(const tn_array *a, bool sampled, size_t *bytes) {
+    *bytes = 0;
+    if (!a || a->device != TN_HOST || !a->data || !tn_array_is_contiguous(a)) return 0;
+    size_t n = tn_array_nbytes(a), words = n / 8, step = 1;
+    if (sampled && words > 2 * TN__PROF_SAMPLE) step = words / TN__PROF_SAMPLE;
+    const unsigned char *p = (const unsigned char *)a->data;
     uint64_t h = 0xcbf29ce484222325ull, w, l[4] = { h, h + 1, h + 2, h + 3 };
-    for (; k + 3 * step < words; k += 4 * step)
+    size_t k = 0;
+    for (; k + 3 * step < words; k += 4 * step)      /* four chains: a multiply's latency, not one chain's, a word */
         for (int j = 0; j < 4; j++) {
             memcpy(&w, p + 8 * (k + (size_t)j * step), 8);
             l[j] = (l[j] ^ w) * 0x100000001b3ull;
@@ -12783,31 +12785,8 @@ static uint64_t tn__prof_hash(const unsigned char *p, size_t n, size_t step) {
     for (int j = 0; j < 4; j++) h = (h ^ l[j]) * 0x100000001b3ull;
     if (n >= 8) { memcpy(&w, p + n - 8, 8); h = (h ^ w) * 0x100000001b3ull; }
     for (size_t i = 8 * words; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    *bytes = n;
     return h ^ n;
-}
-
-/* A profiled input's data, compared between calls: every call,
-   TN__PROF_SAMPLE words spread over it and one stripe of it in turn (stripe
-   c mod S at call c, S <= TN__PROF_STRIPES stripes of at least
-   TN__PROF_STRIPE bytes) against the stripe's checksum at its previous
-   turn; and the whole input at calls 0, 1, 2, 4, ..., TN__PROF_WHOLE, so
-   the first calls see a change anywhere soon. After those a call reads at
-   most 4 KB or 1/1024 of the input (reading a 1.25 MB input whole at
-   calls 2^k made a profiled 600-call window of the seed's step 10% slower). */
-#define TN__PROF_SAMPLE 16     /* a call's cost: 1024 cost a replayed GPU step 10 us, 64 2.5 us (data passed, H100 host) */
-#define TN__PROF_WHOLE 32
-#define TN__PROF_STRIPE 4096
-#define TN__PROF_STRIPES 1024
-static bool tn__prof_readable(const tn_array *a) {
-    return a && a->device == TN_HOST && a->data && tn_array_is_contiguous(a) && tn_array_nbytes(a) > 0;
-}
-static uint64_t tn__prof_sampled(const tn_array *a) {
-    size_t n = tn_array_nbytes(a), words = n / 8;
-    return tn__prof_hash((const unsigned char *)a->data, n, words > 2 * TN__PROF_SAMPLE ? words / TN__PROF_SAMPLE : 1);
-}
-static size_t tn__prof_stripe_bytes(size_t n) {
-    size_t sb = (n + TN__PROF_STRIPES - 1) / TN__PROF_STRIPES;
-    return sb < TN__PROF_STRIPE ? TN__PROF_STRIPE : (sb + 7) / 8 * 8;
 }
 
 typedef enum { TN__PROF_CPU = 0, TN__PROF_GPU, TN__PROF_XFER } tn__prof_where;
@@ -13029,9 +13008,7 @@ static void tn__prof_free_data(tn__prof *p) {
     if (!p) return;
     if (p->ev) p->be->prof_free(p->ev);
     tn__free(p->t_step); tn__free(p->n_step); tn__free(p->t_host);
-    for (int i = 0; p->in_stripe && p->in_nstripe && i < p->n_inputs; i++) tn__free(p->in_stripe[i]);
-    tn__free(p->in_to_device); tn__free(p->in_ptr); tn__free(p->in_sum); tn__free(p->in_full); tn__free(p->in_stripe); tn__free(p->in_nstripe);
-    tn__free(p->in_turn); tn__free(p->in_bytes); tn__free(p->in_same);
+    tn__free(p->in_to_device); tn__free(p->in_ptr); tn__free(p->in_sum); tn__free(p->in_full); tn__free(p->in_bytes); tn__free(p->in_same);
     for (int k = 0; p->label && k < p->n_steps; k++) tn__free(p->label[k]);
     tn__free(p->label);
     tn__free(p);
@@ -13048,15 +13025,10 @@ static tn__prof *tn__prof_new(const tn_func *f) {
     p->in_to_device = (bool *)tn__calloc(ni, sizeof *p->in_to_device);
     p->in_ptr = (const void **)tn__calloc(ni, sizeof *p->in_ptr);
     p->in_sum = (uint64_t *)tn__calloc(ni, sizeof *p->in_sum);
-    p->n_inputs = f->n_inputs;
     p->in_full = (uint64_t *)tn__calloc(ni, sizeof *p->in_full);
-    p->in_stripe = (uint64_t **)tn__calloc(ni, sizeof *p->in_stripe);
-    p->in_nstripe = (size_t *)tn__calloc(ni, sizeof *p->in_nstripe);
-    p->in_turn = (uint64_t *)tn__calloc(ni, sizeof *p->in_turn);
     p->in_bytes = (size_t *)tn__calloc(ni, sizeof *p->in_bytes);
     p->in_same = (uint64_t *)tn__calloc(ni, sizeof *p->in_same);
-    if (!p->t_step || !p->n_step || !p->t_host || !p->in_to_device || !p->in_ptr || !p->in_sum || !p->in_full || !p->in_stripe || !p->in_nstripe ||
-        !p->in_turn || !p->in_bytes || !p->in_same) {
+    if (!p->t_step || !p->n_step || !p->t_host || !p->in_to_device || !p->in_ptr || !p->in_sum || !p->in_full || !p->in_bytes || !p->in_same) {
         tn__prof_free_data(p);
         return NULL;
     }
@@ -13123,37 +13095,24 @@ static void tn__prof_attach(tn_func *f, double t_rewrite, double t_prepare) {
 
 static double tn__prof_begin_call(tn_func *f, tn_array *const *inputs) {
     tn__prof *p = f->prof;
-    /* Did each input's data change since the previous call? (tn__prof_sampled
-       and the stripes: an input found changed once is not read again) */
+    /* Did each input's data change since the previous call? A sample of its
+       words every call, and the whole array at calls 0, 1, 2, 4, 8, ... (a
+       difference there rules the input out for good), so the profiler reads
+       O(log calls) whole inputs in all. */
+    bool whole = (p->calls & (p->calls - 1)) == 0;
     for (int i = 0; i < f->n_inputs; i++) {
-        const tn_array *a = inputs[i];
-        bool readable = tn__prof_readable(a), out = p->calls > 0 && p->in_same[i] != p->calls - 1;
-        size_t n = readable ? tn_array_nbytes(a) : 0;
-        bool same = p->calls > 0 && readable && a->data == p->in_ptr[i] && n == p->in_bytes[i];
-        p->in_ptr[i] = a->data;
-        p->in_bytes[i] = n;
-        if (out || !readable || (p->calls > 0 && !same)) continue;     /* ruled out (in_same stays behind the calls) */
-        uint64_t h = tn__prof_sampled(a);
+        size_t bytes;
+        uint64_t h = tn__prof_checksum(inputs[i], true, &bytes);
+        bool same = p->calls > 0 && bytes > 0 && inputs[i]->data == p->in_ptr[i] && bytes == p->in_bytes[i];
         if (same && h == p->in_sum[i]) p->in_same[i]++;
-        p->in_sum[i] = h;
-        size_t sb = tn__prof_stripe_bytes(n), ns = (n + sb - 1) / sb;
-        if (p->in_nstripe[i] != ns) {        /* the first call (an input's size is fixed from there on) */
-            uint64_t *st = (uint64_t *)tn__realloc(p->in_stripe[i], ns * sizeof *st);
-            if (!st) { p->in_same[i] = 0; p->in_ptr[i] = NULL; continue; }     /* not known: ruled out at the next call */
-            p->in_stripe[i] = st;
-            p->in_nstripe[i] = ns;
-            p->in_turn[i] = 0;
-        }
-        size_t k = (size_t)(p->in_turn[i] % ns), lo = k * sb;
-        uint64_t hs = tn__prof_hash((const unsigned char *)a->data + lo, n - lo < sb ? n - lo : sb, 1);
-        if (p->in_turn[i] >= ns && hs != p->in_stripe[i][k]) p->in_same[i] = 0;
-        p->in_stripe[i][k] = hs;
-        p->in_turn[i]++;
-        if (p->calls <= TN__PROF_WHOLE && (p->calls & (p->calls - 1)) == 0) {
-            uint64_t full = tn__prof_hash((const unsigned char *)a->data, n, 1);
+        if (whole) {
+            uint64_t full = tn__prof_checksum(inputs[i], false, &bytes);
             if (p->calls > 0 && full != p->in_full[i]) p->in_same[i] = 0;
             p->in_full[i] = full;
         }
+        p->in_ptr[i] = inputs[i]->data;
+        p->in_sum[i] = h;
+        p->in_bytes[i] = bytes;
     }
     /* frees the event set this call reuses: the GPU has almost always passed
        it (only before a call that records marks: a collection costs a
@@ -13231,7 +13190,7 @@ TN_API void tn_profile_reset(tn_func *f) {
     for (int k = 0; k < p->n_steps; k++) { p->t_step[k] = 0; p->n_step[k] = 0; p->t_host[k] = 0; }
     p->t_graph = 0;
     p->n_graph = p->n_launch = 0;
-    for (int i = 0; i < f->n_inputs; i++) { p->in_same[i] = 0; p->in_ptr[i] = NULL; p->in_turn[i] = 0; }
+    for (int i = 0; i < f->n_inputs; i++) { p->in_same[i] = 0; p->in_ptr[i] = NULL; }
 }
 
 TN_API bool tn_profile_input_unchanged(const tn_func *f, int i) {
