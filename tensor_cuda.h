@@ -5660,54 +5660,35 @@ static tn_result tn__cuda_la_prepare(const tn_var *node, void **state) {
     return r;
 }
 
-/* y = alpha M x + beta c by the small kernel: false (nothing done) past its
-   sizes or where an operand's strides are not whole elements. */
-static bool tn__cuda_gemv_small(const tn_var *node, const tn__cuda_fn_state *st, tn_array *const *in, tn_array *const *out,
-                                tn_result *r, const char *who) {
-    const tn_array *c = in[0], *M = in[1], *x = in[2];
-    tn_array *y = out[0];
-    int64_t rows = M->shape[0], k = M->shape[1], es = (int64_t)tn_dtype_size(y->dtype);
-    if (!st || rows * k > TN__GEMV_SMALL_MAX || k > TN__GEMV_SMALL_K || y->strides[0] != es || rows == 0) return false;
-    int64_t s[4] = { M->strides[0], M->strides[1], x->strides[0], c->ndim ? c->strides[0] : 0 };
-    for (int i = 0; i < 4; i++) if (s[i] % es) return false;
-    long long m_rs = s[0] / es, m_cs = s[1] / es, x_s = s[2] / es, c_s = c->ndim && c->shape[0] > 1 ? s[3] / es : 0;
-    int ri = (int)rows, ki = (int)k;
-    double a = tn__p_alpha(&node->p), b = tn__p_beta(&node->p);
-    float af = (float)a, bf = (float)b;
-    void *Mp = M->data, *xp = x->data, *cp = c->data, *yp = y->data;
-    bool f32 = y->dtype == TN_F32;
-    void *params[12] = { &Mp, &m_rs, &m_cs, &xp, &x_s, &cp, &c_s, &yp, &ri, &ki, f32 ? (void *)&af : (void *)&a, f32 ? (void *)&bf : (void *)&b };
-    tn__cuda_dev *D;
-    if ((*r = tn__cuda_enter(y->device, &D, who)) == TN_OK && (*r = tn__cuda_launch(st->fn, (rows + 3) / 4, 128, params, D, who)) == TN_OK)
-        *r = tn__cuda_sync_if_blocking(D, who);
-    return true;
-}
-
-/* A Gemv with an epilogue: the product and the epilogue in one launch, up to
-   the small kernel's sizes (and a product of one row its epilogue widens);
-   past them cuBLAS's product into y, then the kernel with k < 0 applies the
-   epilogue over y in place. */
-static tn_result tn__cuda_gemv_epi_run(const tn_var *node, const tn__cuda_fn_state *st, tn_array *const *in, tn_array *const *out,
-                                       const char *who) {
+/* A Gemv by the small kernel (st->fn): the product, and its epilogue
+   (node->ext), in one launch up to TN__GEMV_SMALL_MAX elements and
+   TN__GEMV_SMALL_K columns (and a product of one row its epilogue widens).
+   Past them a Gemv with an epilogue takes cuBLAS's product into y, then the
+   kernel with k < 0 applies the epilogue over y in place; one without is
+   not handled here (false: tn__cuda_la_run's). */
+static bool tn__cuda_gemv_kernel(const tn_var *node, const tn__cuda_fn_state *st, tn_array *const *in, tn_array *const *out,
+                                 tn_result *r, const char *who) {
     const tn_ew_program *e = (const tn_ew_program *)node->ext;
     const tn_array *c = in[0], *M = in[1], *x = in[2];
     tn_array *y = out[0];
     int64_t rows = y->shape[0], k = M->shape[1], es = (int64_t)tn_dtype_size(y->dtype);
     bool widened = M->shape[0] != rows;          /* one row, its epilogue's inputs longer */
-    if (rows == 0) return TN_OK;
+    if (!st) return false;
+    *r = TN_OK;
+    if (rows == 0) return true;
     int64_t s[4] = { M->strides[0], M->strides[1], x->strides[0], c->ndim ? c->strides[0] : 0 };
     bool whole = y->strides[0] == es;
     for (int i = 0; i < 4; i++) whole &= s[i] % es == 0;
     bool one = widened || (whole && M->shape[0] * k <= TN__GEMV_SMALL_MAX && k <= TN__GEMV_SMALL_K);
-    tn_result r = TN_OK;
+    if (!one && !e) return false;
     long long m_rs = widened ? 0 : s[0] / es, m_cs = s[1] / es, x_s = s[2] / es, c_s = c->ndim && c->shape[0] > 1 ? s[3] / es : 0;
     void *cp = c->data;
     int ki = (int)k;
     if (!one) {          /* cuBLAS's product into y, then the epilogue over it */
-        if (!whole && y->strides[0] % es) return tn__err(TN_ERR_UNSUPPORTED, "%s: an output stride that is not whole elements", who);
-        if ((r = tn__cuda_la_run(node, NULL, in, out, who)) != TN_OK) return r;
+        if (!whole && y->strides[0] % es) { *r = tn__err(TN_ERR_UNSUPPORTED, "%s: an output stride that is not whole elements", who); return true; }
+        if ((*r = tn__cuda_la_run(node, NULL, in, out, who)) != TN_OK) return true;
         cp = y->data; c_s = y->strides[0] / es; ki = -1;     /* the epilogue alone */
-    } else if (!whole) return tn__err(TN_ERR_UNSUPPORTED, "%s: an operand stride that is not whole elements", who);
+    } else if (!whole) { *r = tn__err(TN_ERR_UNSUPPORTED, "%s: an operand stride that is not whole elements", who); return true; }
     int ri = (int)rows;
     double a = tn__p_alpha(&node->p), bt = tn__p_beta(&node->p);
     float af = (float)a, bf = (float)bt;
@@ -5718,27 +5699,29 @@ static tn_result tn__cuda_gemv_epi_run(const tn_var *node, const tn__cuda_fn_sta
     void *params[12 + 2 * TN__RED_MAX_SRC] = { &Mp, &m_rs, &m_cs, &xp, &x_s, &cp, &c_s, &yp, &ri, &ki, f32 ? (void *)&af : (void *)&a,
                                                f32 ? (void *)&bf : (void *)&bt };
     int np = 12;
-    for (int j = 1; j < e->n_in; j++) {
+    for (int j = 1; e && j < e->n_in; j++) {
         const tn_array *ej = in[2 + j];
         int64_t ees = (int64_t)tn_dtype_size(ej->dtype);
-        if (ej->ndim && ej->shape[0] > 1 && ej->strides[0] % ees) return tn__err(TN_ERR_UNSUPPORTED, "%s: an epilogue input's stride is not whole elements", who);
+        if (ej->ndim && ej->shape[0] > 1 && ej->strides[0] % ees) {
+            *r = tn__err(TN_ERR_UNSUPPORTED, "%s: an epilogue input's stride is not whole elements", who);
+            return true;
+        }
         ep[j - 1] = ej->data;
         esd[j - 1] = ej->ndim && ej->shape[0] > 1 ? ej->strides[0] / ees : 0;
         params[np++] = &ep[j - 1];
         params[np++] = &esd[j - 1];
     }
     tn__cuda_dev *D;
-    if ((r = tn__cuda_enter(y->device, &D, who)) == TN_OK && (r = tn__cuda_launch(st->fn, (rows + 3) / 4, 128, params, D, who)) == TN_OK)
-        r = tn__cuda_sync_if_blocking(D, who);
-    return r;
+    if ((*r = tn__cuda_enter(y->device, &D, who)) == TN_OK && (*r = tn__cuda_launch(st->fn, (rows + 3) / 4, 128, params, D, who)) == TN_OK)
+        *r = tn__cuda_sync_if_blocking(D, who);
+    return true;
 }
 
 static tn_result tn__cuda_la_node_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     char who[128];
     tn_result r = tn__cuda_node_bind(node);
     tn__cuda_who(node, who, sizeof who);
-    if (r == TN_OK && node->op == TN_OP_GEMV && node->ext) return tn__cuda_gemv_epi_run(node, (const tn__cuda_fn_state *)state, in, out, who);
-    if (r == TN_OK && node->op == TN_OP_GEMV && tn__cuda_gemv_small(node, (const tn__cuda_fn_state *)state, in, out, &r, who)) return r;
+    if (r == TN_OK && node->op == TN_OP_GEMV && tn__cuda_gemv_kernel(node, (const tn__cuda_fn_state *)state, in, out, &r, who)) return r;
     return r != TN_OK ? r : tn__cuda_la_run(node, (tn__cuda_lt_state *)state, in, out, who);
 }
 
