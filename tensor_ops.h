@@ -8708,7 +8708,7 @@ static tn__rnd_args tn__rnd_args_of(const tn_var *node) {
    dst (contiguous): the one definition of every draw's values on the CPU,
    for the Random op and for a draw inside a fused program. A block's words
    (and normal's pairs) are computed once for its run of elements. */
-static void tn__rnd_fill(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst) {
+static void tn__rnd_fill_elems(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst) {
     const int per = tn__rnd_per(A->dist, A->dtype);
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const float fs = (float)A->a, fl = (float)A->b;
@@ -8757,21 +8757,24 @@ static void tn__rnd_fill(const tn__rnd_args *A, uint64_t seed, uint64_t calls, i
     }
 }
 
-typedef struct tn__rnd_job { tn__rnd_args A; uint64_t seed, calls; char *out; int64_t n; } tn__rnd_job;
-
 /* Whole blocks [j0, j1) of a contiguous float32 or float16 uniform or
-   normal draw into dst: tn__rnd_fill's functions without its per-element
-   division and switch (the same bits; float32 uniform of 2^24 on two
-   cores 160 -> 71 ms, normal 454 -> 344 ms). False for any other draw. */
+   normal draw, or a bool bernoulli draw (dropout's mask), into dst:
+   tn__rnd_fill_elems's functions without its per-element division and
+   switch (the same bits; float32 uniform of 2^24 on two cores 160 -> 71
+   ms, normal 454 -> 344 ms). False for any other draw. */
 static bool tn__rnd_fill_blocks(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) {
-    bool half = A->dtype == TN_F16;
-    if ((A->dtype != TN_F32 && !half) || (A->dist != TN_RAND_UNIFORM && A->dist != TN_RAND_NORMAL)) return false;
+    bool half = A->dtype == TN_F16, mask = A->dist == TN_RAND_BERNOULLI && A->dtype == TN_BOOL;
+    if (!mask && ((A->dtype != TN_F32 && !half) || (A->dist != TN_RAND_UNIFORM && A->dist != TN_RAND_NORMAL))) return false;
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const float fs = (float)A->a, fl = (float)A->b;
     const int bits = half ? 11 : 24;
     for (int64_t j = j0; j < j1; j++) {
         uint32_t x[4] = { (uint32_t)(uint64_t)j, (uint32_t)((uint64_t)j >> 32), A->draw, (uint32_t)calls };
         tn__philox10(k0, k1, x);
+        if (mask) {
+            for (int t = 0; t < 2; t++) ((uint8_t *)dst)[2 * (j - j0) + t] = (uint8_t)tn__rnd_bernoulli(x, t, A->a);
+            continue;
+        }
         float v[4];
         if (A->dist == TN_RAND_NORMAL) tn__rnd_normal4f(x, fs, fl, v);
         else for (int t = 0; t < 4; t++) v[t] = tn__rnd_uniform_f(x, t, bits, fs, fl);
@@ -8781,14 +8784,26 @@ static bool tn__rnd_fill_blocks(const tn__rnd_args *A, uint64_t seed, uint64_t c
     return true;
 }
 
+/* tn__rnd_fill_elems, with the whole blocks of a contiguous run by
+   tn__rnd_fill_blocks where the draw has them. */
+static void tn__rnd_fill(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst) {
+    const int64_t per = tn__rnd_per(A->dist, A->dtype), size = (int64_t)tn_dtype_size(A->dtype);
+    int64_t head = (per - e0 % per) % per, nb = es == 1 && n > head ? (n - head) / per : 0;
+    if (nb > 0 && tn__rnd_fill_blocks(A, seed, calls, (e0 + head) / per, (e0 + head) / per + nb, (char *)dst + head * size)) {
+        int64_t done = head + nb * per;
+        if (head > 0) tn__rnd_fill_elems(A, seed, calls, e0, 1, head, dst);
+        if (n > done) tn__rnd_fill_elems(A, seed, calls, e0 + done, 1, n - done, (char *)dst + done * size);
+        return;
+    }
+    tn__rnd_fill_elems(A, seed, calls, e0, es, n, dst);
+}
+
+typedef struct tn__rnd_job { tn__rnd_args A; uint64_t seed, calls; char *out; int64_t n; } tn__rnd_job;
+
 static void tn__rnd_range(void *ctx, int64_t lo, int64_t hi) {      /* blocks [lo, hi) */
     const tn__rnd_job *J = (const tn__rnd_job *)ctx;
     int64_t per = tn__rnd_per(J->A.dist, J->A.dtype), e0 = lo * per, e1 = hi * per < J->n ? hi * per : J->n;
-    size_t es = tn_dtype_size(J->A.dtype);
-    int64_t whole = (e1 - e0) / per;         /* the last block of the draw may be partial */
-    if (whole > 0 && tn__rnd_fill_blocks(&J->A, J->seed, J->calls, lo, lo + whole, J->out + e0 * (int64_t)es))
-        e0 += whole * per;
-    if (e1 > e0) tn__rnd_fill(&J->A, J->seed, J->calls, e0, 1, e1 - e0, J->out + e0 * (int64_t)es);
+    tn__rnd_fill(&J->A, J->seed, J->calls, e0, 1, e1 - e0, J->out + e0 * (int64_t)tn_dtype_size(J->A.dtype));
 }
 
 /* The draw's parameters of a program's instruction k (a TN_OP_RANDOM). */
