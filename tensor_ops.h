@@ -8708,6 +8708,12 @@ static tn__rnd_args tn__rnd_args_of(const tn_var *node) {
    dst (contiguous): the one definition of every draw's values on the CPU,
    for the Random op and for a draw inside a fused program. A block's words
    (and normal's pairs) are computed once for its run of elements. */
+/* The four words of block j of a draw (the counter of the >>ops_random comment). */
+static inline void tn__rnd_block(uint32_t k0, uint32_t k1, int64_t j, uint32_t draw, uint64_t calls, uint32_t *x) {
+    x[0] = (uint32_t)(uint64_t)j; x[1] = (uint32_t)((uint64_t)j >> 32); x[2] = draw; x[3] = (uint32_t)calls;
+    tn__philox10(k0, k1, x);
+}
+
 static void tn__rnd_fill_elems(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t e0, int64_t es, int64_t n, void *dst) {
     const int per = tn__rnd_per(A->dist, A->dtype);
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -8721,8 +8727,7 @@ static void tn__rnd_fill_elems(const tn__rnd_args *A, uint64_t seed, uint64_t ca
         int t = (int)(e - j * per);
         if (j != have) {
             have = j;
-            x[0] = (uint32_t)(uint64_t)j; x[1] = (uint32_t)((uint64_t)j >> 32); x[2] = A->draw; x[3] = (uint32_t)calls;
-            tn__philox10(k0, k1, x);
+            tn__rnd_block(k0, k1, j, A->draw, calls, x);
             if (A->dist == TN_RAND_NORMAL && A->dtype == TN_F64) tn__rnd_normal2(x, A->a, A->b, z);
             else if (A->dist == TN_RAND_NORMAL) tn__rnd_normal4f(x, (float)A->a, (float)A->b, zf);
         }
@@ -8769,8 +8774,8 @@ static bool tn__rnd_fill_blocks(const tn__rnd_args *A, uint64_t seed, uint64_t c
     const float fs = (float)A->a, fl = (float)A->b;
     const int bits = half ? 11 : 24;
     for (int64_t j = j0; j < j1; j++) {
-        uint32_t x[4] = { (uint32_t)(uint64_t)j, (uint32_t)((uint64_t)j >> 32), A->draw, (uint32_t)calls };
-        tn__philox10(k0, k1, x);
+        uint32_t x[4];
+        tn__rnd_block(k0, k1, j, A->draw, calls, x);
         if (mask) {
             for (int t = 0; t < 2; t++) ((uint8_t *)dst)[2 * (j - j0) + t] = (uint8_t)tn__rnd_bernoulli(x, t, A->a);
             continue;

@@ -638,7 +638,7 @@ static void logreg_cases(void) {
             else if (tn_profile_enable(f, true) != TN_OK) err(rp, "in tn_profile_enable");
             else {
                 /* a long window even in --quick: the profile reads a passed input whole at calls 2^k
-                   (a few a window, each a host stall of the step), and one call in 64 runs step by step */
+                   (a few a window, each a host stall of the step), and one call in 128 runs step by step */
                 run_func(rp, f, (tn_array *[]){ X, Y }, Q ? 8 * iters : iters);
                 if (!rp->na[0]) {
                     set_limit(rp, "the same step, profiler off", r->med, T_RATIO, 1.10);
