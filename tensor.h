@@ -835,6 +835,10 @@ TN_API bool tn__fence_open(void);
 /* A scope around several calls (nested): leaving the outermost one waits. */
 TN_API void tn__fence_enter(void);
 TN_API tn_result tn__fence_leave(void);
+/* f queues its work on owner's stream, not one of its own (a replica's update
+   function after its step: no switch of streams, no shared variable's event
+   between the two); owner keeps the stream and must outlive f's calls. */
+TN_API void tn__func_stream_from(tn_func *f, const tn_func *owner);
 TN_API void tn__set_device_ops(const tn_device_ops *ops);
 TN_API const tn_device_ops *tn__get_device_ops(void);
 TN_API tn_array *tn__array_alloc(tn_dtype t, int ndim, const int64_t *shape, int device); /* contiguous, uninitialised, on any device */
@@ -5753,6 +5757,7 @@ struct tn_func {
     tn_mode mode;                       /* the mode it was compiled in (check: the >>check_mode section) */
     unsigned char checks;               /* TN__CHECK_* it runs each step with (0: none) */
     void *bfstate;                      /* the back end's per-function state (its stream), or NULL */
+    bool bf_borrowed;                   /* bfstate is another function's (tn__func_stream_from) */
     struct tn__replay_cache *rcache;    /* captured CUDA graphs (the >>replay section); NULL until used */
     bool scan_step;                     /* a scan's device step: a caller's captured loop bakes in its buffers */
     tn_array *const *out_dest;          /* this call's destinations of outputs (tn__call_into), or NULL */
@@ -10546,8 +10551,15 @@ static void tn__retired_release(tn_func *f) {
 
 /* f runs on its caller's stream (a scan's step function): no stream of its own. */
 static void tn__func_share_stream(tn_func *f) {
-    if (f && f->bfstate && f->backend && f->backend->func_free) f->backend->func_free(f->bfstate);
-    if (f) f->bfstate = NULL;
+    if (f && f->bfstate && !f->bf_borrowed && f->backend && f->backend->func_free) f->backend->func_free(f->bfstate);
+    if (f) { f->bfstate = NULL; f->bf_borrowed = false; }
+}
+
+TN_API void tn__func_stream_from(tn_func *f, const tn_func *owner) {
+    if (!f || !owner || !owner->bfstate || f->backend != owner->backend) return;
+    tn__func_share_stream(f);
+    f->bfstate = owner->bfstate;
+    f->bf_borrowed = true;
 }
 
 TN_API void tn_function_free(tn_func *f) {

@@ -206,7 +206,9 @@ typedef struct tn_replicate_desc {
 typedef struct tn_replicated tn_replicated;
 /* desc as for tn_function (its context is ignored: each replica has its own). */
 TN_API tn_replicated *tn_function_replicate(tn_graph *g, const tn_func_desc *desc, const tn_replicate_desc *rd);
-/* One step on the whole batch; outputs are new host arrays the caller frees. */
+/* One step on the whole batch; outputs are new host arrays the caller frees.
+   Under NCCL replicas past the first run on threads of r's own. One call on
+   r at a time. If a replica fails, none is updated and its error is returned. */
 TN_API tn_result tn_replicated_call(tn_replicated *r, tn_array *const *inputs, tn_array **outputs);
 TN_API void tn_replicated_free(tn_replicated *r);
 TN_API int tn_replicated_count(const tn_replicated *r);
@@ -6563,10 +6565,17 @@ static bool tn__nccl_dtype(tn_dtype t, tn__ncclDataType_t *out) {
 
 /* recv[k*nb + b] = sum over ranks of send[k*nb + b], for nb buffers per rank,
    each on rank k's device and this thread's current stream there; one group. */
-static tn_result tn__nccl_allreduce(tn__nccl_comm *c, int nb, tn_array *const *send, tn_array *const *recv, const char *who) {
-    for (int k = 0; k < c->n; k++)
+/* Ranks k0 .. k1 - 1 of c, in one group; send and recv hold nb buffers a
+   rank from rank k0's on. The ranks of one call run on the calling thread:
+   all of c's (one thread driving every GPU), or one (a thread per GPU, each
+   calling for its own rank; NCCL's own model for one process). */
+static tn_result tn__nccl_allreduce_ranks(tn__nccl_comm *c, int k0, int k1, int nb, tn_array *const *send, tn_array *const *recv,
+                                          const char *who) {
+    send -= (size_t)k0 * (size_t)nb;
+    recv -= (size_t)k0 * (size_t)nb;
+    for (int k = k0; k < k1; k++)
         for (int b = 0; b < nb; b++) {
-            const tn_array *s = send[k * nb + b], *d = recv[k * nb + b], *s0 = send[b];
+            const tn_array *s = send[k * nb + b], *d = recv[k * nb + b], *s0 = send[k0 * nb + b];
             tn__ncclDataType_t dt;
             if (!tn__nccl_dtype(s->dtype, &dt)) return tn__err(TN_ERR_DTYPE, "%s: NCCL cannot sum %s (buffer %d)", who, tn_dtype_name(s->dtype), b);
             if (s->device != c->dev[k] || d->device != c->dev[k] || !tn_array_is_contiguous(s) || !tn_array_is_contiguous(d) ||
@@ -6576,10 +6585,10 @@ static tn_result tn__nccl_allreduce(tn__nccl_comm *c, int nb, tn_array *const *s
                                (long long)tn_array_size(s), s->device);
         }
     tn__cuda_dev *D[TN__CUDA_MAX_DEVICES];
-    for (int k = 0; k < c->n; k++) if (tn__cuda_enter(c->dev[k], &D[k], who) != TN_OK) return tn_last_result();
+    for (int k = k0; k < k1; k++) if (tn__cuda_enter(c->dev[k], &D[k], who) != TN_OK) return tn_last_result();
     TN__NCCL_CHECK(tn__nccl.api.ncclGroupStart(), who);
     tn__ncclResult_t first = TN__NCCL_SUCCESS;
-    for (int k = 0; k < c->n && first == TN__NCCL_SUCCESS; k++)
+    for (int k = k0; k < k1 && first == TN__NCCL_SUCCESS; k++)
         for (int b = 0; b < nb && first == TN__NCCL_SUCCESS; b++) {
             const tn_array *s = send[k * nb + b];
             tn__ncclDataType_t dt = TN__NCCL_FLOAT32;
@@ -6596,6 +6605,10 @@ static tn_result tn__nccl_allreduce(tn__nccl_comm *c, int nb, tn_array *const *s
                        __FILE__, __LINE__, tn__nccl.api.ncclGetErrorString(first ? first : end), le && *le ? ": " : "", le ? le : "");
     }
     return TN_OK;
+}
+
+static tn_result tn__nccl_allreduce(tn__nccl_comm *c, int nb, tn_array *const *send, tn_array *const *recv, const char *who) {
+    return tn__nccl_allreduce_ranks(c, 0, c->n, nb, send, recv, who);
 }
 
 /* tn_nccl_allreduce's communicator, kept for the next call on the same devices. */
@@ -6644,7 +6657,15 @@ static void tn__nccl_shutdown(void) {
    order (the CPU, replicas sharing a GPU, or asked for). f1 returns device
    arrays under NCCL, so no replica waits for another before the all-reduce.
    Replica k > 0 reads copies of the shared variables (tn_shared of the
-   value at replication, in the user's graph, freed with it). */
+   value at replication, in the user's graph, freed with it). f2 queues its
+   work on f1's stream (tn__func_stream_from): no switch of streams and no
+   shared variable's event between the two.
+   Under NCCL each replica past the first runs its part of a step on a
+   thread of its own (replica 0 on the caller's): its rows' copy and f1, its
+   rank of the all-reduce, f2, the wait for its copies and its outputs'
+   copies to the host. One thread launching every replica in turn started
+   replica k about k launch times late (50 us each on an H200), and the
+   all-reduce waits for the last. */
 
 typedef struct tn__replica {
     int ctx, dev;            /* its context and the device it runs on (TN_HOST: the CPU) */
@@ -6656,6 +6677,10 @@ typedef struct tn__replica {
     tn_array **red;          /* NCCL: its summed gradients (device arrays) */
     tn_array *scale[TN_DTYPE_COUNT];   /* its weight, one 0-d array per gradient dtype */
     double share;            /* its rows over the batch's */
+    tn_array **host;         /* threaded: its outputs on the host, copied by its thread (NULL: not needed) */
+    tn_result res;           /* threaded: its part's result, and the message when it failed */
+    bool skipped;            /* threaded: it stopped after f1, as another replica failed */
+    char err[1024];
 } tn__replica;
 
 enum { TN__DP_NONE = 0, TN__DP_HOST, TN__DP_NCCL };
@@ -6674,6 +6699,17 @@ struct tn_replicated {
     tn_array **hred;         /* host mode: the summed gradients, read by every replica */
     double *acc, *tmp;       /* host mode: float64 scratch */
     size_t acc_n;
+    /* NCCL mode: replica k > 0 runs its part of a call on tid[k - 1] */
+    pthread_t *tid;
+    int n_tid;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done, met;
+    TN__ATOMIC(uint64_t) job;   /* calls handed out (changed under mu); a thread runs each once */
+    TN__ATOMIC(int) pending;    /* threads still running this call's part */
+    TN__ATOMIC(int) quit;
+    TN__ATOMIC(int) arrived;    /* parts at the barrier after f1 */
+    TN__ATOMIC(uint64_t) met_gen;   /* barriers passed (changed under mu) */
+    TN__ATOMIC(int) failed;     /* a replica's f1 failed in this call: no replica goes on */
 };
 
 TN_API int tn_replicated_count(const tn_replicated *R) { return R ? R->n : 0; }
@@ -6690,12 +6726,18 @@ TN_API tn_var *tn_replicated_shared(const tn_replicated *R, tn_var *shared, int 
     return NULL;
 }
 
+static void tn__dp_threads_start(tn_replicated *R);
+static void tn__dp_threads_stop(tn_replicated *R);
+
 TN_API void tn_replicated_free(tn_replicated *R) {
     if (!R) return;
+    tn__dp_threads_stop(R);
     for (int k = 0; R->r && k < R->n; k++) {
         tn__replica *P = &R->r[k];
+        tn_function_free(P->f2);     /* on f1's stream: first */
         tn_function_free(P->f1);
-        tn_function_free(P->f2);
+        for (int o = 0; P->host && o < R->n_out; o++) tn_array_free(P->host[o]);
+        tn__free(P->host);
         for (int i = 0; P->red && i < R->n_grads; i++) tn_array_free(P->red[i]);
         for (int t = 0; t < TN_DTYPE_COUNT; t++) tn_array_free(P->scale[t]);
         tn__free(P->red); tn__free(P->shared); tn__free(P->view); tn__free(P->in1); tn__free(P->in2); tn__free(P->out1);
@@ -6791,6 +6833,7 @@ static tn_result tn__dp_compile(tn_replicated *R, int k, tn_graph *g, const tn_f
         if (r == TN_OK && !(P->f2 = tn_function(g, &fd)))
             r = tn__err(tn_last_result(), "%s: replica %d (%s): %s", W, k, cname, tn_last_error());
     }
+    if (r == TN_OK && P->f1 && P->f2) tn__func_stream_from(P->f2, P->f1);
     for (int t = 0; r == TN_OK && t < R->n_scale; t++)
         if (!(P->scale[R->scale_dt[t]] = tn_array_scalar(R->scale_dt[t], 1.0))) r = tn_last_result();
     tn__free(ups);
@@ -6900,10 +6943,12 @@ TN_API tn_replicated *tn_function_replicate(tn_graph *g, const tn_func_desc *d, 
         P->in2 = (tn_array **)tn__calloc((size_t)(R->n_in + R->n_grads) + 1, sizeof *P->in2);
         P->out1 = (tn_array **)tn__calloc((size_t)(R->n_out + R->n_grads) + 1, sizeof *P->out1);
         P->red = (tn_array **)tn__calloc((size_t)R->n_grads + 1, sizeof *P->red);
-        if (!P->shared || !P->view || !P->in1 || !P->in2 || !P->out1 || !P->red) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto fail; }
+        P->host = (tn_array **)tn__calloc((size_t)R->n_out + 1, sizeof *P->host);
+        if (!P->shared || !P->view || !P->in1 || !P->in2 || !P->out1 || !P->red || !P->host) { r = tn__err(TN_ERR_OOM, "%s: out of memory", W); goto fail; }
         if ((r = tn__dp_compile(R, k, g, d, rd, roots, ordered, W)) != TN_OK) goto fail;
         for (int t = 0; t < R->n_scale; t++) P->in1[R->n_in + t] = P->scale[R->scale_dt[t]];
     }
+    if (R->mode == TN__DP_NCCL) tn__dp_threads_start(R);
     tn__free(roots);
     return R;
 fail:
@@ -6949,27 +6994,33 @@ static tn_result tn__dp_host_sum(tn_replicated *R, const char *W) {
     return TN_OK;
 }
 
-/* NCCL mode: each replica's summed gradients, in device buffers of its own. */
+/* NCCL mode: replica k's device buffers for its summed gradients, shaped as
+   its gradients (kept from call to call). */
+static tn_result tn__dp_red(tn_replicated *R, int k, const char *W) {
+    tn__replica *P = &R->r[k];
+    for (int i = 0; i < R->n_grads; i++) {
+        const tn_array *s = P->out1[R->n_out + i];
+        tn_array *d = P->red[i];
+        bool same = d && d->ndim == s->ndim && d->dtype == s->dtype;
+        for (int a = 0; same && a < s->ndim; a++) same = d->shape[a] == s->shape[a];
+        if (same) continue;
+        tn_array_free(d);
+        if (!(P->red[i] = tn__array_alloc(s->dtype, s->ndim, s->shape, P->dev))) return tn__err_in(W, tn_last_result());
+    }
+    return TN_OK;
+}
+
+/* NCCL mode, every rank from this thread: each replica's summed gradients. */
 static tn_result tn__dp_nccl_sum(tn_replicated *R, const char *W) {
     int nb = R->n_grads, n = R->n;
     tn_array **send = (tn_array **)tn__malloc((size_t)(2 * n * nb) * sizeof *send);   /* once per call: 2 pointers per buffer */
     if (!send) return tn__err(TN_ERR_OOM, "%s: out of memory", W);
     tn_array **recv = send + n * nb;
     tn_result r = TN_OK;
-    for (int k = 0; k < n && r == TN_OK; k++)
-        for (int i = 0; i < nb && r == TN_OK; i++) {
-            tn__replica *P = &R->r[k];
-            const tn_array *s = P->out1[R->n_out + i];
-            tn_array *d = P->red[i];
-            bool same = d && d->ndim == s->ndim && d->dtype == s->dtype;
-            for (int a = 0; same && a < s->ndim; a++) same = d->shape[a] == s->shape[a];
-            if (!same) {
-                tn_array_free(d);
-                if (!(d = P->red[i] = tn__array_alloc(s->dtype, s->ndim, s->shape, P->dev))) r = tn__err_in(W, tn_last_result());
-            }
-            send[k * nb + i] = (tn_array *)s;
-            recv[k * nb + i] = d;
-        }
+    for (int k = 0; k < n && r == TN_OK; k++) {
+        if ((r = tn__dp_red(R, k, W)) != TN_OK) break;
+        for (int i = 0; i < nb; i++) { send[k * nb + i] = R->r[k].out1[R->n_out + i]; recv[k * nb + i] = R->r[k].red[i]; }
+    }
     if (r == TN_OK) r = tn__nccl_allreduce(R->comm, nb, send, recv, W);
     tn__free(send);
     return r;
@@ -6987,7 +7038,9 @@ static tn_result tn__dp_combine(tn_replicated *R, int o, tn_array **out, const c
     int64_t rows = 0;
     for (int k = 0; k < n && r == TN_OK; k++) {
         const tn_array *a = R->r[k].out1[o];
-        if (!(host[k] = a->device != TN_HOST ? tn_array_to_host(a) : tn_array_copy(a))) { r = tn__err_in(W, tn_last_result()); break; }
+        host[k] = R->r[k].host[o];          /* copied by the replica's thread, else here */
+        R->r[k].host[o] = NULL;
+        if (!host[k] && !(host[k] = a->device != TN_HOST ? tn_array_to_host(a) : tn_array_copy(a))) { r = tn__err_in(W, tn_last_result()); break; }
         bool ok = a->ndim == a0->ndim && a->dtype == a0->dtype && (c != TN_COMBINE_CONCAT || a->ndim >= 1);
         for (int d = c == TN_COMBINE_CONCAT ? 1 : 0; ok && d < a->ndim; d++) ok = a->shape[d] == a0->shape[d];
         if (!ok) {
@@ -7032,6 +7085,188 @@ static tn_result tn__dp_combine(tn_replicated *R, int o, tn_array **out, const c
     return r;
 }
 
+/* Output o of replica k is read by tn__dp_combine. */
+static bool tn__dp_combined(const tn_replicated *R, int o, int k) { return k == 0 || R->combine[o] != TN_COMBINE_FIRST; }
+
+static void tn__dp_barrier(tn_replicated *R);
+
+/* NCCL mode, on replica k's thread: its part of a call (the views and
+   weights are set). The error's message goes to P->err: the caller's
+   thread reports it. Every part waits for the others' f1 before its rank
+   of the all-reduce: a rank that left it out would leave the others'
+   waiting forever, so where one replica failed, or the gradients' sizes
+   disagree, no replica goes on (and none is updated). */
+static void tn__dp_part(tn_replicated *R, int k) {
+    const char *W = "tn_replicated_call";
+    tn__replica *P = &R->r[k];
+    tn_result r = TN_OK;
+    bool sum = R->n_grads > 0 && R->n_upd > 0;
+    P->skipped = false;
+    tn__fence_enter();
+    if (P->f1 && (r = tn_call(P->f1, P->in1, P->out1)) != TN_OK)
+        r = tn__err(r, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
+    if (r == TN_OK && sum) r = tn__dp_red(R, k, W);
+    if (r != TN_OK) tn__atomic_store(&R->failed, 1);
+    tn__dp_barrier(R);
+    if (r == TN_OK && tn__atomic_load(&R->failed)) P->skipped = true;
+    for (int j = 1; r == TN_OK && !P->skipped && sum && j < R->n; j++)      /* the same verdict in every part */
+        for (int i = 0; i < R->n_grads && r == TN_OK; i++) {
+            const tn_array *a = R->r[j].out1[R->n_out + i], *a0 = R->r[0].out1[R->n_out + i];
+            if (a->dtype != a0->dtype || tn_array_size(a) != tn_array_size(a0)) {
+                char s0[128], s1[128];
+                r = tn__err(TN_ERR_SHAPE, "%s: gradient %d is %s %s on replica %d but %s %s on replica 0; nothing was updated", W, i,
+                            tn_dtype_name(a->dtype), tn__shape_str(a->ndim, a->shape, s1), j, tn_dtype_name(a0->dtype),
+                            tn__shape_str(a0->ndim, a0->shape, s0));
+                if (k > 0) { P->skipped = true; r = TN_OK; }   /* replica 0 reports it */
+            }
+        }
+    if (r == TN_OK && !P->skipped && sum) {
+        r = tn__nccl_allreduce_ranks(R->comm, k, k + 1, R->n_grads, P->out1 + R->n_out, P->red, W);
+        for (int i = 0; i < R->n_grads; i++) P->in2[R->n_in + i] = P->red[i];
+    }
+    if (r == TN_OK && !P->skipped && P->f2 && (r = tn_call(P->f2, P->in2, NULL)) != TN_OK)
+        r = tn__err(r, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
+    tn_result rf = tn__fence_leave();
+    if (r == TN_OK && rf != TN_OK) r = tn__err(rf, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
+    for (int o = 0; o < R->n_out && r == TN_OK && !P->skipped; o++) {
+        const tn_array *a = P->out1[o];
+        if (tn__dp_combined(R, o, k) && !(P->host[o] = a->device != TN_HOST ? tn_array_to_host(a) : tn_array_copy(a)))
+            r = tn__err_in(W, tn_last_result());
+    }
+    P->res = r;
+    if (r != TN_OK) snprintf(P->err, sizeof P->err, "%s", tn_last_error());
+}
+
+typedef struct tn__dp_arg { tn_replicated *R; int k; } tn__dp_arg;
+
+/* A waiting thread checks for up to this long before it sleeps: the steps
+   of a training loop come back to back, and waking a sleeping thread costs
+   tens of microseconds, a delay the all-reduce then passes on to every GPU. */
+#ifndef TN__DP_SPIN_S
+#define TN__DP_SPIN_S 200e-6
+#endif
+static void tn__dp_pause(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#elif defined(__GNUC__) && defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins until a new call is handed out (or quit): false when the time is up. */
+static bool tn__dp_spin_job(tn_replicated *R, uint64_t seen) {
+    double t0 = tn__prof_now();
+    for (int i = 1;; i++) {
+        if (tn__atomic_load(&R->job) != seen || tn__atomic_load(&R->quit)) return true;
+        if (!(i & 63) && tn__prof_now() - t0 > TN__DP_SPIN_S) return false;
+        tn__dp_pause();
+    }
+}
+
+/* Waits until every part of the call has arrived (spinning first). */
+static void tn__dp_barrier(tn_replicated *R) {
+    uint64_t gen = tn__atomic_load(&R->met_gen);
+    if (tn__atomic_fetch_add(&R->arrived, 1) == R->n - 1) {        /* the last to arrive */
+        tn__atomic_store(&R->arrived, 0);
+        pthread_mutex_lock(&R->mu);
+        tn__atomic_fetch_add(&R->met_gen, 1);
+        pthread_cond_broadcast(&R->met);
+        pthread_mutex_unlock(&R->mu);
+        return;
+    }
+    double t0 = tn__prof_now();
+    for (int i = 1; tn__atomic_load(&R->met_gen) == gen; i++) {
+        if (!(i & 63) && tn__prof_now() - t0 > TN__DP_SPIN_S) {
+            pthread_mutex_lock(&R->mu);
+            while (tn__atomic_load(&R->met_gen) == gen) pthread_cond_wait(&R->met, &R->mu);
+            pthread_mutex_unlock(&R->mu);
+            return;
+        }
+        tn__dp_pause();
+    }
+}
+
+static void *tn__dp_thread(void *arg) {
+    tn__dp_arg a = *(tn__dp_arg *)arg;
+    tn__free(arg);
+    tn_replicated *R = a.R;
+    uint64_t seen = 0;
+    for (;;) {
+        if (!tn__dp_spin_job(R, seen)) {
+            pthread_mutex_lock(&R->mu);
+            while (!tn__atomic_load(&R->quit) && tn__atomic_load(&R->job) == seen) pthread_cond_wait(&R->go, &R->mu);
+            pthread_mutex_unlock(&R->mu);
+        }
+        if (tn__atomic_load(&R->quit)) break;
+        seen = tn__atomic_load(&R->job);
+        tn__dp_part(R, a.k);
+        if (tn__atomic_fetch_add(&R->pending, -1) == 1) {   /* the last one: the caller may be asleep */
+            pthread_mutex_lock(&R->mu);
+            pthread_cond_signal(&R->done);
+            pthread_mutex_unlock(&R->mu);
+        }
+    }
+    return NULL;
+}
+
+/* The caller's side of a call: every thread runs its replica's part while
+   this one runs replica 0's, then waits for the rest (spinning first). */
+static void tn__dp_run_parts(tn_replicated *R) {
+    tn__atomic_store(&R->pending, R->n_tid);
+    tn__atomic_store(&R->failed, 0);
+    pthread_mutex_lock(&R->mu);
+    tn__atomic_fetch_add(&R->job, 1);
+    pthread_cond_broadcast(&R->go);
+    pthread_mutex_unlock(&R->mu);
+    tn__dp_part(R, 0);
+    double t0 = tn__prof_now();
+    for (int i = 1; tn__atomic_load(&R->pending) > 0; i++) {
+        if (!(i & 63) && tn__prof_now() - t0 > TN__DP_SPIN_S) {
+            pthread_mutex_lock(&R->mu);
+            while (tn__atomic_load(&R->pending) > 0) pthread_cond_wait(&R->done, &R->mu);
+            pthread_mutex_unlock(&R->mu);
+            break;
+        }
+        tn__dp_pause();
+    }
+}
+
+/* A thread for each replica past the first; none (the calling thread runs
+   them in turn) where one cannot be started. */
+static void tn__dp_threads_start(tn_replicated *R) {
+    if (R->n < 2 || !(R->tid = (pthread_t *)tn__calloc((size_t)R->n - 1, sizeof *R->tid))) return;
+    pthread_mutex_init(&R->mu, NULL);
+    pthread_cond_init(&R->go, NULL);
+    pthread_cond_init(&R->done, NULL);
+    pthread_cond_init(&R->met, NULL);
+    for (int k = 1; k < R->n; k++) {
+        tn__dp_arg *a = (tn__dp_arg *)tn__malloc(sizeof *a);
+        if (a) *a = (tn__dp_arg){ R, k };
+        if (!a || pthread_create(&R->tid[k - 1], NULL, tn__dp_thread, a) != 0) {
+            tn__free(a);
+            tn__dp_threads_stop(R);
+            return;
+        }
+        R->n_tid++;
+    }
+}
+
+static void tn__dp_threads_stop(tn_replicated *R) {
+    if (!R->tid) return;
+    pthread_mutex_lock(&R->mu);
+    tn__atomic_store(&R->quit, 1);
+    pthread_cond_broadcast(&R->go);
+    pthread_mutex_unlock(&R->mu);
+    for (int i = 0; i < R->n_tid; i++) pthread_join(R->tid[i], NULL);
+    pthread_mutex_destroy(&R->mu);
+    pthread_cond_destroy(&R->go);
+    pthread_cond_destroy(&R->done);
+    pthread_cond_destroy(&R->met);
+    tn__free(R->tid);
+    R->tid = NULL;
+    R->n_tid = 0;
+}
+
 TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, tn_array **outputs) {
     const char *W = "tn_replicated_call";
     if (!R) return tn__err(TN_ERR_NULL, "%s: r is NULL", W);
@@ -7052,10 +7287,12 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
     if (N >= 0 && N < R->n)
         return tn__err(TN_ERR_SHAPE, "%s: a batch of %lld rows cannot feed %d replicas (each needs a row)", W, (long long)N, R->n);
     tn_result r = TN_OK;
+    bool threaded = R->n_tid == R->n - 1 && R->n > 1;
     /* One fence for the whole step: a replica's copies from and to host
        memory stay queued, so the next replica starts at once. */
     tn__fence_enter();
-    /* 1. each replica: its rows, outputs and weighted gradients */
+    /* 1. each replica: its rows, outputs and weighted gradients (threaded:
+       its whole part, on its thread) */
     for (int k = 0; k < R->n && r == TN_OK; k++) {
         tn__replica *P = &R->r[k];
         int64_t lo = N < 0 ? 0 : N * k / R->n, hi = N < 0 ? 0 : N * (k + 1) / R->n;
@@ -7072,11 +7309,16 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
             tn_array *s = P->scale[R->scale_dt[t]];
             if ((r = tn_array_set(s, NULL, R->sum ? 1.0 : P->share)) != TN_OK) break;
         }
-        if (r == TN_OK && P->f1 && (r = tn_call(P->f1, P->in1, P->out1)) != TN_OK)
+        if (r == TN_OK && !threaded && P->f1 && (r = tn_call(P->f1, P->in1, P->out1)) != TN_OK)
             r = tn__err(r, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
     }
+    if (r == TN_OK && threaded) {
+        tn__dp_run_parts(R);
+        for (int k = 0; k < R->n && r == TN_OK; k++)      /* the first failure; the others stopped for it */
+            if (R->r[k].res != TN_OK) r = tn__err(R->r[k].res, "%s", R->r[k].err);
+    }
     /* 2. the gradients summed across replicas */
-    if (r == TN_OK && R->n_grads > 0 && R->n_upd > 0) {
+    if (r == TN_OK && !threaded && R->n_grads > 0 && R->n_upd > 0) {
         if (R->mode == TN__DP_HOST) {      /* the gradients' copies to the host first */
             if ((r = tn__cuda_fence()) != TN_OK) r = tn__err(r, "%s: %s", W, tn_last_error());
             else r = tn__dp_host_sum(R, W);
@@ -7087,7 +7329,7 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
                 R->r[k].in2[R->n_in + i] = R->mode == TN__DP_HOST ? R->hred[i] : R->mode == TN__DP_NCCL ? R->r[k].red[i] : R->r[k].out1[R->n_out + i];
     }
     /* 3. the same updates everywhere */
-    for (int k = 0; k < R->n && r == TN_OK; k++) {
+    for (int k = 0; k < R->n && r == TN_OK && !threaded; k++) {
         tn__replica *P = &R->r[k];
         if (P->f2 && (r = tn_call(P->f2, P->in2, NULL)) != TN_OK)
             r = tn__err(r, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
@@ -7098,6 +7340,8 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
     for (int o = 0; o < R->n_out && r == TN_OK; o++) r = tn__dp_combine(R, o, &outputs[o], W);
     if (r != TN_OK)
         for (int o = 0; o < R->n_out; o++) { tn_array_free(outputs[o]); outputs[o] = NULL; }
+    for (int k = 0; k < R->n; k++)          /* left by a failed call */
+        for (int o = 0; o < R->n_out; o++) { tn_array_free(R->r[k].host[o]); R->r[k].host[o] = NULL; }
     return r;
 }
 

@@ -191,6 +191,48 @@ TEST(test_replicated_logreg) {
     }
 }
 
+/* A replica that fails mid-step (replica 0's w given a shape its rows
+   cannot multiply) stops every replica before the all-reduce: the call
+   fails with replica 0's error, no replica's w moves, nothing waits
+   forever, and the next call with a good w runs. */
+TEST(test_replicated_failure_stops_all) {
+    if (ngpu < 2 || tn_nccl_load() != TN_OK) { TH_SKIP("needs 2 GPUs and NCCL"); return; }
+    enum { N = 64, F = 32 };
+    tn_array *X = tn_array_rand_normal(TN_F32, 2, (int64_t[]){ N, F }, 0, 1, 81), *Y = tn_array_empty(TN_F32, 1, (int64_t[]){ N });
+    tn_array *w0 = tn_array_rand_normal(TN_F32, 1, (int64_t[]){ F }, 0, 0.1, 82), *bad = tn_array_zeros(TN_F32, 1, (int64_t[]){ F + 3 });
+    for (int64_t i = 0; i < N; i++) tn_array_set(Y, &i, i % 3 == 0);
+    mlr m;
+    CHECK(mlr_build(&m, TN_F32, w0) == TN_OK, "%s", tn_last_error());
+    tn_replicated *R = tn_function_replicate(m.g, &m.desc, &m.rd);
+    CHECK(R && !strcmp(tn_replicated_allreduce(R), "nccl"), "%s", R ? tn_replicated_allreduce(R) : tn_last_error());
+    tn_array *in[2] = { X, Y }, *o[2] = { 0 };
+    if (R) {
+        CHECK(tn_replicated_call(R, in, o) == TN_OK, "the first step: %s", tn_last_error());
+        tn_array_free(o[0]); tn_array_free(o[1]);
+        tn_array *before = tn_shared_get_value(tn_replicated_shared(R, m.w, 1));
+        CHECK(tn_shared_set_value(m.w, bad) == TN_OK, "%s", tn_last_error());
+        o[0] = o[1] = NULL;
+        CHECK(tn_replicated_call(R, in, o) == TN_ERR_SHAPE, "a step with replica 0's w of %d elements: %s", F + 3, tn_last_error());
+        CHECK_ERR(TN_ERR_SHAPE, "replica 0 (cuda0)");
+        CHECK(!o[0] && !o[1], "no outputs from a failed call");
+        tn_array *after = tn_shared_get_value(tn_replicated_shared(R, m.w, 1));
+        CHECK(before && after && !memcmp(before->data, after->data, tn_array_nbytes(before)), "replica 1's w moved in a failed call");
+        tn_array_free(after);
+        tn_array *ok = tn_shared_get_value(tn_replicated_shared(R, m.w, 1));
+        CHECK(tn_shared_set_value(m.w, ok) == TN_OK, "%s", tn_last_error());   /* replica 0 back in step with the others */
+        tn_array_free(ok);
+        CHECK(tn_replicated_call(R, in, o) == TN_OK, "the step after: %s", tn_last_error());
+        tn_array_free(o[0]); tn_array_free(o[1]);
+        tn_array *a0 = tn_shared_get_value(m.w), *a1 = tn_shared_get_value(tn_replicated_shared(R, m.w, 1));
+        CHECK(a0 && a1 && !memcmp(a0->data, a1->data, tn_array_nbytes(a0)), "replicas 0 and 1 differ after the step that followed");
+        CHECK(before && a1 && memcmp(before->data, a1->data, tn_array_nbytes(a1)) != 0, "the step after did not move w");
+        tn_array_free(a0); tn_array_free(a1); tn_array_free(before);
+    }
+    tn_replicated_free(R);
+    tn_graph_free(m.g);
+    tn_array_free(X); tn_array_free(Y); tn_array_free(w0); tn_array_free(bad);
+}
+
 /* A small convnet step (conv 3x3, relu, max pool, dense, softmax NLL with
    integer labels), replicated: the weights after three SGD steps on every
    GPU (NCCL), and on two contexts of one GPU (host sums), equal one GPU's. */
@@ -278,5 +320,6 @@ int main(void) {
     TH_RUN(test_nccl_allreduce);
     TH_RUN(test_replicated_logreg);
     TH_RUN(test_replicated_convnet);
+    TH_RUN(test_replicated_failure_stops_all);
     TH_END();
 }
