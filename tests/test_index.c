@@ -311,6 +311,75 @@ TEST(test_scatter_values) {
         }
 }
 
+/* Large scatters (300000 positions): the same values as np.add.at's serial
+   order, repeated and negative indices, along axis 1 of a matrix; a
+   reversed slice; a bad index still named. */
+static void check_scatter_large(tn_dtype t, bool set) {
+    enum { R = 300, C = 400, Q = 1000 };
+    tn_array *x = rand_array(t, 2, (int64_t[]){ R, C }), *idx = rand_idx(TN_I64, 1, (int64_t[]){ Q }, C);
+    tn_array *v = rand_array(t, 2, (int64_t[]){ R, Q });
+    tn_graph *g = tn_graph_new();
+    tn_var *X = tn_matrix(g, "x", t), *I = tn_vector(g, "i", TN_I64), *V = tn_matrix(g, "v", t);
+    tn_var *sub = tn_take(X, I, 1), *Y = set ? tn_set_subtensor(sub, V) : tn_inc_subtensor(sub, V);
+    tn_array *y = NULL;
+    tn_result r = run(g, 3, (tn_var *[]){ X, I, V }, (tn_array *[]){ x, idx, v }, 1, &Y, &y);
+    CHECK(r == TN_OK, "%s", tn_last_error());
+    if (r == TN_OK) {
+        double *ref = (double *)malloc(sizeof(double) * R * C);
+        tn_array_copy_to(x, TN_F64, ref, sizeof(double) * R * C);
+        const int64_t *iv = (const int64_t *)idx->data;
+        for (int64_t a = 0; a < R; a++)                         /* C order of the indexed shape (R, Q) */
+            for (int64_t q = 0; q < Q; q++) {
+                int64_t j = iv[q] < 0 ? iv[q] + C : iv[q];
+                double val = tn_array_get(v, (int64_t[]){ a, q });
+                ref[a * C + j] = set ? val : add_in(t, ref[a * C + j], val);
+            }
+        int64_t bad = 0;
+        for (int64_t a = 0; a < R; a++)
+            for (int64_t b = 0; b < C; b++) bad += !same_value(tn_array_get(y, (int64_t[]){ a, b }), ref[a * C + b]);
+        CHECK(bad == 0, "%s %s, %d x %d positions: %lld of %d elements wrong", set ? "set" : "inc", tn_dtype_name(t), R, Q,
+              (long long)bad, R * C);
+        free(ref);
+    }
+    tn_array_free(y); tn_array_free(x); tn_array_free(idx); tn_array_free(v);
+    tn_graph_free(g);
+}
+
+TEST(test_scatter_large) {
+    const tn_dtype ts[4] = { TN_F16, TN_F32, TN_F64, TN_I32 };
+    for (int q = 0; q < 4; q++) { check_scatter_large(ts[q], false); check_scatter_large(ts[q], true); }
+    /* x[::-1] += v over 200000 float32: a target walked backwards */
+    enum { N = 200000 };
+    tn_array *x = rand_array(TN_F32, 1, (int64_t[]){ N }), *v = rand_array(TN_F32, 1, (int64_t[]){ N }), *y = NULL;
+    tn_graph *g = tn_graph_new();
+    tn_var *X = tn_vector(g, "x", TN_F32), *V = tn_vector(g, "v", TN_F32);
+    tn_var *Y = tn_inc_subtensor(tn_slice(X, 0, TN_NONE, TN_NONE, -1), V);
+    tn_result r = run(g, 2, (tn_var *[]){ X, V }, (tn_array *[]){ x, v }, 1, &Y, &y);
+    CHECK(r == TN_OK, "%s", tn_last_error());
+    int64_t bad = 0;
+    for (int64_t i = 0; r == TN_OK && i < N; i++) {
+        int64_t k = N - 1 - i;
+        bad += !same_value(tn_array_get(y, &i), add_in(TN_F32, tn_array_get(x, &i), tn_array_get(v, &k)));
+    }
+    CHECK(bad == 0, "x[::-1] += v: %lld wrong", (long long)bad);
+    tn_array_free(y); tn_array_free(x); tn_array_free(v);
+    tn_graph_free(g);
+    /* one index out of range among 300000 positions: NumPy's IndexError, naming where */
+    int64_t *iv = (int64_t *)malloc(sizeof(int64_t) * 1000);
+    for (int k = 0; k < 1000; k++) iv[k] = k % 400;
+    iv[700] = 400;
+    tn_array *idx = int_array(TN_I64, 1, (int64_t[]){ 1000 }, iv), *xm = rand_array(TN_F32, 2, (int64_t[]){ 300, 400 });
+    tn_array *vm = rand_array(TN_F32, 2, (int64_t[]){ 300, 1000 });
+    g = tn_graph_new();
+    tn_var *Xm = tn_matrix(g, "x", TN_F32), *I = tn_vector(g, "i", TN_I64), *Vm = tn_matrix(g, "v", TN_F32);
+    tn_var *Ym = tn_inc_subtensor(tn_take(Xm, I, 1), Vm);
+    y = NULL;
+    CHECK(run(g, 3, (tn_var *[]){ Xm, I, Vm }, (tn_array *[]){ xm, idx, vm }, 1, &Ym, &y) == TN_ERR_INVALID, "a bad index ran");
+    CHECK_ERR(TN_ERR_INVALID, "index 400 is out of bounds for axis 1 with size 400 (index array 0, element 700 of the result)");
+    tn_array_free(y); tn_array_free(xm); tn_array_free(vm); tn_array_free(idx); free(iv);
+    tn_graph_free(g);
+}
+
 /* np.add.at with many repeats into one place: float16 rounds at each addition. */
 TEST(test_inc_repeated_f16) {
     int64_t n = 3000, *iv = (int64_t *)calloc((size_t)n, sizeof *iv);
@@ -660,6 +729,7 @@ int main(void) {
     TH_RUN(test_take_along_axis_values);
     TH_RUN(test_index_several_axes);
     TH_RUN(test_scatter_values);
+    TH_RUN(test_scatter_large);
     TH_RUN(test_inc_repeated_f16);
     TH_RUN(test_slice_set_inc);
     TH_RUN(test_one_hot_and_where);
