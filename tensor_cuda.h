@@ -5503,7 +5503,8 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
 /* The kernel is tensor_ops.h's (>>random_cuda: the CPU's functions as text),
    compiled once per distribution and dtype at prepare time without fast math
    (its fma, division and sqrt are IEEE's), so the GPU draws the CPU's bits.
-   One thread per Philox block; the seed and the call count (views of the
+   A thread per Philox block, at most 16 blocks of 256 threads an SM (a
+   thread loops over the rest); the seed and the call count (views of the
    state) are read on the device, so a call needs no copy back. A draw fused
    into an elementwise kernel is >>cuda_codegen's. */
 static bool tn__cuda_rnd_supports(const tn_var *node) {
@@ -5533,7 +5534,8 @@ static tn_result tn__cuda_rnd_run(const tn_var *node, void *state, tn_array *con
     long long ilow = A.ilow;
     unsigned long long range = A.range;
     void *params[9] = { &seedp, &callsp, &yp, &n, &draw, &A.a, &A.b, &ilow, &range };
-    r = tn__cuda_launch(st->fn, (blocks + 255) / 256, 256, params, D, who);
+    long long grid = (blocks + 255) / 256, cap = (long long)D->sm_count * 16;   /* the kernel's loop takes the rest */
+    r = tn__cuda_launch(st->fn, grid > cap && cap > 0 ? cap : grid, 256, params, D, who);
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 

@@ -8918,7 +8918,8 @@ TN_API const char *tn__random_cuda_helpers(void) {
 }
 
 /* The kernel as CUDA C for tensor_cuda.h's >>cuda_random section: the
-   functions above as text and one thread per block, extern "C"
+   functions above as text, a thread per Philox block in a grid-stride loop
+   (the seed and call count read once a thread), extern "C"
    tn_random(seed, calls, y, n, draw, a, b, ilow, range). Returns the length
    snprintf reports, or -1 for a distribution or dtype without one. */
 TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
@@ -8941,21 +8942,23 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "template <> struct tn_vec<16> { typedef uint4 t; };\n"
         "extern \"C\" __global__ void tn_random(const long long *__restrict__ seedp, const long long *__restrict__ callsp, %s *__restrict__ y,\n"
         "                                       long long n, unsigned int draw, double a, double b, long long ilow, unsigned long long range) {\n"
-        "    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x, i0 = j * %d;\n"
-        "    if (i0 >= n) return;\n"
         "    const unsigned long long seed = (unsigned long long)*seedp;\n"
-        "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, (uint32_t)*callsp };\n"
+        "    const uint32_t calls = (uint32_t)*callsp;\n"
         "    (void)a; (void)b; (void)ilow; (void)range;\n"
-        "    tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
-        "    %s\n"
-        "    __align__(16) %s v[%d];\n"
-        "    int m = 0;\n"
-        "    for (int t = 0; t < %d && i0 + t < n; t++, m++) v[t] = %s;\n"
-        "    typedef tn_vec<sizeof v>::t V;\n"
-        "    if (m == %d && (unsigned long long)(y + i0) %% sizeof v == 0) *(V *)(y + i0) = *(const V *)v;\n"
-        "    else for (int t = 0; t < m; t++) y[i0 + t] = v[t];\n"
+        "    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j * %d < n; j += (long long)gridDim.x * blockDim.x) {\n"
+        "        const long long i0 = j * %d;\n"
+        "        uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, calls };\n"
+        "        tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
+        "        %s\n"
+        "        __align__(16) %s v[%d];\n"
+        "        int m = 0;\n"
+        "        for (int t = 0; t < %d && i0 + t < n; t++, m++) v[t] = %s;\n"
+        "        typedef tn_vec<sizeof v>::t V;\n"
+        "        if (m == %d && (unsigned long long)(y + i0) %% sizeof v == 0) *(V *)(y + i0) = *(const V *)v;\n"
+        "        else for (int t = 0; t < m; t++) y[i0 + t] = v[t];\n"
+        "    }\n"
         "}\n",
-        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), prep, st[t], tn__rnd_per(dist, t),
+        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), prep, st[t], tn__rnd_per(dist, t),
         tn__rnd_per(dist, t), val, tn__rnd_per(dist, t));
 }
 
