@@ -8594,13 +8594,17 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
    exact reduction), so the generated CUDA kernel, compiled from the same text,
    gives the CPU's bits; fma is explicit wherever a compiler could contract. */
 
+/* One Philox round on the counter words c0..c3 under key k0, k1 (the one
+   definition, for one block and for the CPU's 16 at once). */
+#define TN__PHILOX_ROUND(c0, c1, c2, c3, k0, k1) { \
+        uint64_t p0_ = (uint64_t)0xD2511F53u * (c0), p1_ = (uint64_t)0xCD9E8D57u * (c2); \
+        uint32_t n0_ = (uint32_t)(p1_ >> 32) ^ (c1) ^ (k0), n2_ = (uint32_t)(p0_ >> 32) ^ (c3) ^ (k1); \
+        (c0) = n0_; (c1) = (uint32_t)p1_; (c2) = n2_; (c3) = (uint32_t)p0_; }
 #define TN__RANDOM_SOURCE(QUAL) \
     QUAL void tn__philox10(uint32_t k0, uint32_t k1, uint32_t *c) { \
         for (int r = 0; r < 10; r++) { \
             if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; } \
-            uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2]; \
-            uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1; \
-            c[0] = n0; c[1] = (uint32_t)p1; c[2] = n2; c[3] = (uint32_t)p0; } } \
+            TN__PHILOX_ROUND(c[0], c[1], c[2], c[3], k0, k1) } } \
     QUAL double tn__rnd_u53(uint32_t lo, uint32_t hi) { \
         return (double)((((uint64_t)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0); } \
     QUAL double tn__rnd_log(double x) {   /* x normal and > 0 (every u1 is): frexp's m and e from its bits */ \
@@ -8767,24 +8771,100 @@ static void tn__rnd_fill_elems(const tn__rnd_args *A, uint64_t seed, uint64_t ca
    tn__rnd_fill_elems's functions without its per-element division and
    switch (the same bits; float32 uniform of 2^24 on two cores 160 -> 71
    ms, normal 454 -> 344 ms). False for any other draw. */
+/* The words of TN__RND_LANES consecutive blocks j, j + 1, ... at once,
+   lane by lane as tn__philox10 computes one (x[w][l]: word w of block
+   j + l): loops over the lanes that compilers turn into vector multiplies
+   (32 x 32 -> 64 bits), built for each instruction-set level of the
+   >>vmath kernels and picked the same way. */
+#define TN__RND_LANES 16
+#define TN__RND_PHILOX_LANES(NAME, ATTR) \
+    ATTR static void NAME(uint32_t k0, uint32_t k1, int64_t j, uint32_t draw, uint32_t calls, uint32_t (*x)[TN__RND_LANES]) { \
+        uint32_t c0[TN__RND_LANES], c1[TN__RND_LANES], c2[TN__RND_LANES], c3[TN__RND_LANES]; \
+        for (int l = 0; l < TN__RND_LANES; l++) { \
+            c0[l] = (uint32_t)(uint64_t)(j + l); c1[l] = (uint32_t)((uint64_t)(j + l) >> 32); c2[l] = draw; c3[l] = calls; } \
+        for (int r = 0; r < 10; r++) { \
+            if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; } \
+            for (int l = 0; l < TN__RND_LANES; l++) TN__PHILOX_ROUND(c0[l], c1[l], c2[l], c3[l], k0, k1) } \
+        memcpy(x[0], c0, sizeof c0); memcpy(x[1], c1, sizeof c1); memcpy(x[2], c2, sizeof c2); memcpy(x[3], c3, sizeof c3); }
+/* And the uniform floats of those blocks, v[4 l + t] = tn__rnd_uniform_f(x of
+   block l, t, ...): fmaf is one instruction where the level has FMA. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TN__RND_FMAF __builtin_fmaf
+#else
+#define TN__RND_FMAF fmaf
+#endif
+#define TN__RND_UNIFORM_LANES(NAME, ATTR) \
+    ATTR static void NAME(uint32_t (*x)[TN__RND_LANES], int bits, float scale, float low, float *v) { \
+        const float unit = 1.0f / (float)(1u << bits); \
+        for (int l = 0; l < TN__RND_LANES; l++) \
+            for (int t = 0; t < 4; t++) v[4 * l + t] = TN__RND_FMAF((float)(x[t][l] >> (32 - bits)) * unit, scale, low); }
+TN__RND_PHILOX_LANES(tn__rnd_philox_lanes0, )
+TN__RND_UNIFORM_LANES(tn__rnd_uniform_lanes0, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+TN__RND_PHILOX_LANES(tn__rnd_philox_lanes1, __attribute__((target("avx2"))))
+TN__RND_PHILOX_LANES(tn__rnd_philox_lanes2, __attribute__((target("avx512f"))))
+TN__RND_UNIFORM_LANES(tn__rnd_uniform_lanes1, __attribute__((target("avx2,fma"))))
+TN__RND_UNIFORM_LANES(tn__rnd_uniform_lanes2, __attribute__((target("avx512f,fma"))))
+#endif
+typedef void (*tn__rnd_lanes_fn)(uint32_t, uint32_t, int64_t, uint32_t, uint32_t, uint32_t (*)[TN__RND_LANES]);
+typedef void (*tn__rnd_ulanes_fn)(uint32_t (*)[TN__RND_LANES], int, float, float, float *);
+static void tn__rnd_lanes_fns(tn__rnd_lanes_fn *philox, tn__rnd_ulanes_fn *uniform) {
+    *philox = tn__rnd_philox_lanes0;
+    *uniform = tn__rnd_uniform_lanes0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    int level = tn__vm_level_now();
+    if (level == 2) { *philox = tn__rnd_philox_lanes2; *uniform = tn__rnd_uniform_lanes2; }
+    if (level == 1) { *philox = tn__rnd_philox_lanes1; *uniform = tn__rnd_uniform_lanes1; }
+#endif
+}
+
+/* Normal draws, a block at a time: their time is tn__rnd_normal4f's arithmetic. */
+static void tn__rnd_fill_normal(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) {
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const float fs = (float)A->a, fl = (float)A->b;
+    for (int64_t j = j0; j < j1; j++) {
+        uint32_t x[4];
+        float v[4];
+        tn__rnd_block(k0, k1, j, A->draw, calls, x);
+        tn__rnd_normal4f(x, fs, fl, v);
+        if (A->dtype == TN_F16) for (int t = 0; t < 4; t++) ((uint16_t *)dst)[4 * (j - j0) + t] = tn__ew_f2h(v[t]);
+        else memcpy((float *)dst + 4 * (j - j0), v, sizeof v);
+    }
+}
+
 static bool tn__rnd_fill_blocks(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) {
     bool half = A->dtype == TN_F16, mask = A->dist == TN_RAND_BERNOULLI && A->dtype == TN_BOOL;
     if (!mask && ((A->dtype != TN_F32 && !half) || (A->dist != TN_RAND_UNIFORM && A->dist != TN_RAND_NORMAL))) return false;
+    if (A->dist == TN_RAND_NORMAL) { tn__rnd_fill_normal(A, seed, calls, j0, j1, dst); return true; }
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const float fs = (float)A->a, fl = (float)A->b;
     const int bits = half ? 11 : 24;
-    for (int64_t j = j0; j < j1; j++) {
-        uint32_t x[4];
-        tn__rnd_block(k0, k1, j, A->draw, calls, x);
-        if (mask) {
-            for (int t = 0; t < 2; t++) ((uint8_t *)dst)[2 * (j - j0) + t] = (uint8_t)tn__rnd_bernoulli(x, t, A->a);
-            continue;
+    tn__rnd_lanes_fn philox;
+    tn__rnd_ulanes_fn uniform;
+    tn__rnd_lanes_fns(&philox, &uniform);
+    uint32_t xl[4][TN__RND_LANES];
+    float vl[4 * TN__RND_LANES];
+    for (int64_t jb = j0; jb < j1; jb += TN__RND_LANES) {
+        int nl = j1 - jb < TN__RND_LANES ? (int)(j1 - jb) : TN__RND_LANES;
+        bool whole = nl == TN__RND_LANES, lanes_u = whole && !mask;
+        if (whole) philox(k0, k1, jb, A->draw, (uint32_t)calls, xl);
+        if (lanes_u) uniform(xl, bits, fs, fl, vl);
+        if (lanes_u && !half) { memcpy((float *)dst + 4 * (jb - j0), vl, sizeof vl); continue; }
+        for (int l = 0; l < nl; l++) {
+            int64_t j = jb + l;
+            uint32_t x[4];
+            if (whole) { x[0] = xl[0][l]; x[1] = xl[1][l]; x[2] = xl[2][l]; x[3] = xl[3][l]; }
+            else tn__rnd_block(k0, k1, j, A->draw, calls, x);     /* the last blocks, fewer than a batch */
+            if (mask) {
+                for (int t = 0; t < 2; t++) ((uint8_t *)dst)[2 * (j - j0) + t] = (uint8_t)tn__rnd_bernoulli(x, t, A->a);
+                continue;
+            }
+            float v[4];
+            if (lanes_u) memcpy(v, vl + 4 * l, sizeof v);
+            else for (int t = 0; t < 4; t++) v[t] = tn__rnd_uniform_f(x, t, bits, fs, fl);
+            if (half) for (int t = 0; t < 4; t++) ((uint16_t *)dst)[4 * (j - j0) + t] = tn__ew_f2h(v[t]);
+            else memcpy((float *)dst + 4 * (j - j0), v, sizeof v);
         }
-        float v[4];
-        if (A->dist == TN_RAND_NORMAL) tn__rnd_normal4f(x, fs, fl, v);
-        else for (int t = 0; t < 4; t++) v[t] = tn__rnd_uniform_f(x, t, bits, fs, fl);
-        if (half) for (int t = 0; t < 4; t++) ((uint16_t *)dst)[4 * (j - j0) + t] = tn__ew_f2h(v[t]);
-        else memcpy((float *)dst + 4 * (j - j0), v, sizeof v);
     }
     return true;
 }

@@ -179,7 +179,11 @@ TEST(test_draws_match_reference) {
         { TN_RAND_BERNOULLI, TN_F32, 0.3, 0 }, { TN_RAND_BERNOULLI, TN_BOOL, 0.75, 0 }, { TN_RAND_BERNOULLI, TN_I32, 1, 0 },
         { TN_RAND_BERNOULLI, TN_F64, 0, 0 },
     };
+    /* at every instruction-set level this CPU has (the CPU's 16-block Philox and uniform kernels) */
+    int best = tn__vm_level(99), levels = 0;
+    for (int lv = 0; lv <= best; lv++, levels++)
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        if (c == 0) tn__vm_level(lv);
         tn_graph *g = tn_graph_new();
         tn_rstream *s = tn_random_stream(g, seed);
         tn_var *skip = tn_random_uniform(s, TN_F32, 1, &n, 0, 1);     /* draw 0: the case is draw 1 */
@@ -199,13 +203,15 @@ TEST(test_draws_match_reference) {
             double tol = cs[c].dist != TN_RAND_NORMAL ? 0 : cs[c].t == TN_F64 ? 1e-14 * fmax(1, fabs(want)) : cs[c].t == TN_F32 ? TOL_F32 * fmax(1, fabs(want)) : 1e-3 * fmax(1, fabs(want));
             if (cs[c].dist == TN_RAND_NORMAL && cs[c].t == TN_F32) worst_f32 = fmax(worst_f32, fabs(v[i] - want) / fmax(1, fabs(want)));
             if (!(fabs(v[i] - want) <= tol) && bad++ < 3)
-                CHECK(0, "case %zu element %lld: %.17g, want %.17g", c, (long long)i, v[i], want);
+                CHECK(0, "level %d, case %zu element %lld: %.17g, want %.17g", lv, c, (long long)i, v[i], want);
         }
-        CHECK(bad == 0, "case %zu: %d elements differ", c, bad);
+        CHECK(bad == 0, "level %d, case %zu: %d elements differ", lv, c, bad);
         free(v);
         tn_graph_free(g);
     }
-    printf("  float32 normals: worst error %.3g (relative to max(1, |z|))\n", worst_f32);
+    tn__vm_level(-1);
+    printf("  float32 normals: worst error %.3g (relative to max(1, |z|)); draws checked at %d instruction-set level%s\n", worst_f32, levels,
+           levels == 1 ? "" : "s");
     /* randint: low + floor(r * range / 2^64), r the 64 bits of words 2t, 2t+1 */
     struct { tn_dtype t; int64_t lo, hi; } ri[] = { { TN_I64, -5, 7 }, { TN_I32, -2147483647 - 1, 2147483647 }, { TN_I64, INT64_MIN, INT64_MAX },
                                                     { TN_I64, 0, 1 }, { TN_I32, 10, 11000 } };
