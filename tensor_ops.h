@@ -8684,7 +8684,7 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         uint64_t mid = (p0 >> 32) + (p1 & 0xffffffffu) + (p2 & 0xffffffffu); \
         return (int64_t)((uint64_t)low + p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32)); }
 
-TN__RANDOM_SOURCE(static inline)
+TN__RANDOM_SOURCE(TN__VM_INLINE)   /* inlined: each level's kernels compile it with their own instructions (fmaf as one) */
 
 /* Elements per Philox block. */
 static int tn__rnd_per(int dist, tn_dtype t) { return (dist == TN_RAND_UNIFORM || dist == TN_RAND_NORMAL) && t != TN_F64 ? 4 : 2; }
@@ -8818,18 +8818,33 @@ static void tn__rnd_lanes_fns(tn__rnd_lanes_fn *philox, tn__rnd_ulanes_fn *unifo
 #endif
 }
 
-/* Normal draws, a block at a time: their time is tn__rnd_normal4f's arithmetic. */
+/* Normal draws, a block at a time (their time is tn__rnd_normal4f's
+   arithmetic), built for each level too: where it has FMA, each of the
+   draw's fmaf is one instruction instead of a call (the same bits: both
+   round once). */
+#define TN__RND_NORMAL_FILL(NAME, ATTR) \
+    ATTR static void NAME(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) { \
+        const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32); \
+        const float fs = (float)A->a, fl = (float)A->b; \
+        for (int64_t j = j0; j < j1; j++) { \
+            uint32_t x[4]; \
+            float v[4]; \
+            tn__rnd_block(k0, k1, j, A->draw, calls, x); \
+            tn__rnd_normal4f(x, fs, fl, v); \
+            if (A->dtype == TN_F16) for (int t = 0; t < 4; t++) ((uint16_t *)dst)[4 * (j - j0) + t] = tn__ew_f2h(v[t]); \
+            else memcpy((float *)dst + 4 * (j - j0), v, sizeof v); } }
+TN__RND_NORMAL_FILL(tn__rnd_fill_normal0, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+TN__RND_NORMAL_FILL(tn__rnd_fill_normal1, __attribute__((target("avx2,fma"))))
+TN__RND_NORMAL_FILL(tn__rnd_fill_normal2, __attribute__((target("avx512f,fma"))))
+#endif
 static void tn__rnd_fill_normal(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) {
-    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    const float fs = (float)A->a, fl = (float)A->b;
-    for (int64_t j = j0; j < j1; j++) {
-        uint32_t x[4];
-        float v[4];
-        tn__rnd_block(k0, k1, j, A->draw, calls, x);
-        tn__rnd_normal4f(x, fs, fl, v);
-        if (A->dtype == TN_F16) for (int t = 0; t < 4; t++) ((uint16_t *)dst)[4 * (j - j0) + t] = tn__ew_f2h(v[t]);
-        else memcpy((float *)dst + 4 * (j - j0), v, sizeof v);
-    }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    int level = tn__vm_level_now();
+    if (level == 2) { tn__rnd_fill_normal2(A, seed, calls, j0, j1, dst); return; }
+    if (level == 1) { tn__rnd_fill_normal1(A, seed, calls, j0, j1, dst); return; }
+#endif
+    tn__rnd_fill_normal0(A, seed, calls, j0, j1, dst);
 }
 
 static bool tn__rnd_fill_blocks(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) {
