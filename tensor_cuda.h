@@ -7094,10 +7094,10 @@ static void tn__dp_barrier(tn_replicated *R);
 
 /* NCCL mode, on replica k's thread: its part of a call (the views and
    weights are set). The error's message goes to P->err: the caller's
-   thread reports it. Every part waits for the others' f1 before its rank
-   of the all-reduce: a rank that left it out would leave the others'
-   waiting forever, so where one replica failed, or the gradients' sizes
-   disagree, no replica goes on (and none is updated). */
+   thread reports it. Every part waits until all have queued their f1
+   before it queues its rank of the all-reduce: a rank that left it out
+   would leave the others waiting forever, so where one replica failed, or
+   the gradients' sizes disagree, no replica goes on (and none is updated). */
 static void tn__dp_part(tn_replicated *R, int k) {
     const char *W = "tn_replicated_call";
     tn__replica *P = &R->r[k];
