@@ -208,7 +208,8 @@ typedef struct tn_replicated tn_replicated;
 TN_API tn_replicated *tn_function_replicate(tn_graph *g, const tn_func_desc *desc, const tn_replicate_desc *rd);
 /* One step on the whole batch; outputs are new host arrays the caller frees.
    Under NCCL replicas past the first run on threads of r's own. One call on
-   r at a time. If a replica fails, none is updated and its error is returned. */
+   r at a time: a second concurrent caller gets TN_ERR_BUSY, nothing done.
+   If a replica fails, none is updated and its error is returned. */
 TN_API tn_result tn_replicated_call(tn_replicated *r, tn_array *const *inputs, tn_array **outputs);
 TN_API void tn_replicated_free(tn_replicated *r);
 TN_API int tn_replicated_count(const tn_replicated *r);
@@ -6712,6 +6713,7 @@ struct tn_replicated {
     TN__ATOMIC(int) arrived;    /* parts at the barrier after f1 */
     TN__ATOMIC(uint64_t) met_gen;   /* barriers passed (changed under mu) */
     TN__ATOMIC(int) failed;     /* a replica's f1 failed in this call: no replica goes on */
+    tn__atomic_flag busy;       /* set while a call runs: a second caller gets TN_ERR_BUSY */
 };
 
 TN_API int tn_replicated_count(const tn_replicated *R) { return R ? R->n : 0; }
@@ -7288,6 +7290,9 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
     }
     if (N >= 0 && N < R->n)
         return tn__err(TN_ERR_SHAPE, "%s: a batch of %lld rows cannot feed %d replicas (each needs a row)", W, (long long)N, R->n);
+    if (tn__atomic_flag_test_and_set_explicit(&R->busy, TN__ACQUIRE))
+        return tn__err(TN_ERR_BUSY, "%s: the replicated step is running in another thread; it takes one call at a time "
+                       "(nothing was done)", W);
     tn_result r = TN_OK;
     bool threaded = R->n_tid == R->n - 1 && R->n > 1;
     /* One fence for the whole step: a replica's copies from and to host
@@ -7344,6 +7349,7 @@ TN_API tn_result tn_replicated_call(tn_replicated *R, tn_array *const *inputs, t
         for (int o = 0; o < R->n_out; o++) { tn_array_free(outputs[o]); outputs[o] = NULL; }
     for (int k = 0; k < R->n; k++)          /* left by a failed call */
         for (int o = 0; o < R->n_out; o++) { tn_array_free(R->r[k].host[o]); R->r[k].host[o] = NULL; }
+    tn__atomic_flag_clear_explicit(&R->busy, TN__RELEASE);
     return r;
 }
 

@@ -232,6 +232,17 @@ TEST(test_replicate_errors) {
     CHECK(tn_replicated_call(R, NULL, out) == TN_ERR_NULL, "inputs NULL");
     CHECK_ERR(TN_ERR_NULL, "tn_replicated_call: the step takes 2 inputs");
     CHECK(tn_replicated_call(NULL, in, out) == TN_ERR_NULL, "NULL r");
+    /* a call while another runs (its flag held here as that call would hold it): refused, nothing done */
+    tn_array *y400 = tn_array_zeros(TN_F32, 1, (int64_t[]){ LN }), *in3[2] = { D.X, y400 };
+    tn_array *w_before = tn_shared_get_value(m.w);
+    CHECK(R && !tn__atomic_flag_test_and_set_explicit(&R->busy, TN__ACQUIRE), "the flag was clear");
+    CHECK(tn_replicated_call(R, in3, out) == TN_ERR_BUSY && !out[0] && !out[1], "a second concurrent call");
+    CHECK_ERR(TN_ERR_BUSY, "tn_replicated_call: the replicated step is running in another thread");
+    tn_array *w_after = tn_shared_get_value(m.w);
+    CHECK(w_before && w_after && !memcmp(w_before->data, w_after->data, tn_array_nbytes(w_before)), "a refused call moved w");
+    if (R) tn__atomic_flag_clear_explicit(&R->busy, TN__RELEASE);
+    CHECK(tn_replicated_call(R, in3, out) == TN_OK, "the call after: %s", tn_last_error());
+    tn_array_free(out[0]); tn_array_free(out[1]); tn_array_free(w_before); tn_array_free(w_after); tn_array_free(y400);
     tn_replicated_free(R);
     m.rd.allreduce = TN_ALLREDUCE_NCCL;
     CHECK(tn_function_replicate(m.g, &m.desc, &m.rd) == NULL, "NCCL without a GPU");
