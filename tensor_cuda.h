@@ -178,7 +178,8 @@ TN_API tn_cuda_arg tn_cuda_arg_f64(double v);
    all-reduce on each device's stream; weighted by each replica's share of
    the rows when the cost is a mean), and every replica applies the same
    updates: the result is the one-device step on the whole batch up to float
-   summation order. One process, one thread drives every device.
+   summation order. One process; under NCCL each replica past the first
+   runs on a thread of its own (replica 0 on the caller's).
    Limits: the updates must read the batch only through the listed gradients
    (else replicas drift apart); graphs that name contexts are refused. */
 typedef enum tn_allreduce {
@@ -4780,7 +4781,8 @@ static void tn__cuda_replay_release(void *exec) {
    below), and the caching allocator orders a block's reuse on another stream
    after its last use (the >>cuda_memory section). A function called in a
    loop switches nothing. A scan's step function runs on its caller's stream
-   (tn__func_share_stream). A freed function's stream, event and cuBLAS
+   (tn__func_share_stream); a replica's update function on its step's
+   (tn__func_stream_from). A freed function's stream, event and cuBLAS
    handle are kept for the next function of the device (a thread may still
    have the stream current); tn_shutdown destroys them. */
 
@@ -7030,6 +7032,9 @@ static tn_result tn__dp_nccl_sum(tn_replicated *R, const char *W) {
     return r;
 }
 
+/* A replica's output as a new host array. */
+static tn_array *tn__dp_to_host(const tn_array *a) { return a->device != TN_HOST ? tn_array_to_host(a) : tn_array_copy(a); }
+
 /* outputs[o] from every replica's output o (host arrays the caller owns). */
 static tn_result tn__dp_combine(tn_replicated *R, int o, tn_array **out, const char *W) {
     *out = NULL;
@@ -7044,7 +7049,7 @@ static tn_result tn__dp_combine(tn_replicated *R, int o, tn_array **out, const c
         const tn_array *a = R->r[k].out1[o];
         host[k] = R->r[k].host[o];          /* copied by the replica's thread, else here */
         R->r[k].host[o] = NULL;
-        if (!host[k] && !(host[k] = a->device != TN_HOST ? tn_array_to_host(a) : tn_array_copy(a))) { r = tn__err_in(W, tn_last_result()); break; }
+        if (!host[k] && !(host[k] = tn__dp_to_host(a))) { r = tn__err_in(W, tn_last_result()); break; }
         bool ok = a->ndim == a0->ndim && a->dtype == a0->dtype && (c != TN_COMBINE_CONCAT || a->ndim >= 1);
         for (int d = c == TN_COMBINE_CONCAT ? 1 : 0; ok && d < a->ndim; d++) ok = a->shape[d] == a0->shape[d];
         if (!ok) {
@@ -7134,7 +7139,7 @@ static void tn__dp_part(tn_replicated *R, int k) {
     if (r == TN_OK && rf != TN_OK) r = tn__err(rf, "%s: replica %d (%s): %s", W, k, tn_context_name(P->ctx), tn_last_error());
     for (int o = 0; o < R->n_out && r == TN_OK && !P->skipped; o++) {
         const tn_array *a = P->out1[o];
-        if (tn__dp_combined(R, o, k) && !(P->host[o] = a->device != TN_HOST ? tn_array_to_host(a) : tn_array_copy(a)))
+        if (tn__dp_combined(R, o, k) && !(P->host[o] = tn__dp_to_host(a)))
             r = tn__err_in(W, tn_last_result());
     }
     P->res = r;
@@ -7157,17 +7162,27 @@ static void tn__dp_pause(void) {
 #endif
 }
 
-/* Spins until a new call is handed out (or quit): false when the time is up. */
-static bool tn__dp_spin_job(tn_replicated *R, uint64_t seen) {
+/* What a thread waits for (its argument: the value it saw before). */
+static bool tn__dp_new_job(tn_replicated *R, uint64_t seen) { return tn__atomic_load(&R->job) != seen || tn__atomic_load(&R->quit); }
+static bool tn__dp_met(tn_replicated *R, uint64_t gen) { return tn__atomic_load(&R->met_gen) != gen; }
+static bool tn__dp_parts_done(tn_replicated *R, uint64_t unused) { (void)unused; return tn__atomic_load(&R->pending) == 0; }
+
+/* Waits until ready(R, arg): spinning for up to TN__DP_SPIN_S, then asleep on
+   cv (whoever makes it ready does so under R->mu and signals cv). */
+static void tn__dp_wait(tn_replicated *R, bool (*ready)(tn_replicated *, uint64_t), uint64_t arg, pthread_cond_t *cv) {
     double t0 = tn__prof_now();
-    for (int i = 1;; i++) {
-        if (tn__atomic_load(&R->job) != seen || tn__atomic_load(&R->quit)) return true;
-        if (!(i & 63) && tn__prof_now() - t0 > TN__DP_SPIN_S) return false;
+    for (int i = 1; !ready(R, arg); i++) {
+        if (!(i & 63) && tn__prof_now() - t0 > TN__DP_SPIN_S) {
+            pthread_mutex_lock(&R->mu);
+            while (!ready(R, arg)) pthread_cond_wait(cv, &R->mu);
+            pthread_mutex_unlock(&R->mu);
+            return;
+        }
         tn__dp_pause();
     }
 }
 
-/* Waits until every part of the call has arrived (spinning first). */
+/* Waits until every part of the call has arrived. */
 static void tn__dp_barrier(tn_replicated *R) {
     uint64_t gen = tn__atomic_load(&R->met_gen);
     if (tn__atomic_fetch_add(&R->arrived, 1) == R->n - 1) {        /* the last to arrive */
@@ -7178,16 +7193,7 @@ static void tn__dp_barrier(tn_replicated *R) {
         pthread_mutex_unlock(&R->mu);
         return;
     }
-    double t0 = tn__prof_now();
-    for (int i = 1; tn__atomic_load(&R->met_gen) == gen; i++) {
-        if (!(i & 63) && tn__prof_now() - t0 > TN__DP_SPIN_S) {
-            pthread_mutex_lock(&R->mu);
-            while (tn__atomic_load(&R->met_gen) == gen) pthread_cond_wait(&R->met, &R->mu);
-            pthread_mutex_unlock(&R->mu);
-            return;
-        }
-        tn__dp_pause();
-    }
+    tn__dp_wait(R, tn__dp_met, gen, &R->met);
 }
 
 static void *tn__dp_thread(void *arg) {
@@ -7196,11 +7202,7 @@ static void *tn__dp_thread(void *arg) {
     tn_replicated *R = a.R;
     uint64_t seen = 0;
     for (;;) {
-        if (!tn__dp_spin_job(R, seen)) {
-            pthread_mutex_lock(&R->mu);
-            while (!tn__atomic_load(&R->quit) && tn__atomic_load(&R->job) == seen) pthread_cond_wait(&R->go, &R->mu);
-            pthread_mutex_unlock(&R->mu);
-        }
+        tn__dp_wait(R, tn__dp_new_job, seen, &R->go);
         if (tn__atomic_load(&R->quit)) break;
         seen = tn__atomic_load(&R->job);
         tn__dp_part(R, a.k);
@@ -7223,16 +7225,7 @@ static void tn__dp_run_parts(tn_replicated *R) {
     pthread_cond_broadcast(&R->go);
     pthread_mutex_unlock(&R->mu);
     tn__dp_part(R, 0);
-    double t0 = tn__prof_now();
-    for (int i = 1; tn__atomic_load(&R->pending) > 0; i++) {
-        if (!(i & 63) && tn__prof_now() - t0 > TN__DP_SPIN_S) {
-            pthread_mutex_lock(&R->mu);
-            while (tn__atomic_load(&R->pending) > 0) pthread_cond_wait(&R->done, &R->mu);
-            pthread_mutex_unlock(&R->mu);
-            break;
-        }
-        tn__dp_pause();
-    }
+    tn__dp_wait(R, tn__dp_parts_done, 0, &R->done);
 }
 
 /* A thread for each replica past the first; none (the calling thread runs

@@ -8801,17 +8801,12 @@ TN__RND_PHILOX_LANES(tn__rnd_philox_lanes2, __attribute__((target("avx512f"))))
 TN__RND_UNIFORM_LANES(tn__rnd_uniform_lanes1, __attribute__((target("avx2,fma"))))
 TN__RND_UNIFORM_LANES(tn__rnd_uniform_lanes2, __attribute__((target("avx512f,fma"))))
 #endif
-typedef void (*tn__rnd_lanes_fn)(uint32_t, uint32_t, int64_t, uint32_t, uint32_t, uint32_t (*)[TN__RND_LANES]);
-typedef void (*tn__rnd_ulanes_fn)(uint32_t (*)[TN__RND_LANES], int, float, float, float *);
-static void tn__rnd_lanes_fns(tn__rnd_lanes_fn *philox, tn__rnd_ulanes_fn *uniform) {
-    *philox = tn__rnd_philox_lanes0;
-    *uniform = tn__rnd_uniform_lanes0;
+/* Function f0, f1 or f2 for instruction-set level lv (tn__vm_level_now). */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    int level = tn__vm_level_now();
-    if (level == 2) { *philox = tn__rnd_philox_lanes2; *uniform = tn__rnd_uniform_lanes2; }
-    if (level == 1) { *philox = tn__rnd_philox_lanes1; *uniform = tn__rnd_uniform_lanes1; }
+#define TN__RND_AT_LEVEL(f, lv) ((lv) == 2 ? f##2 : (lv) == 1 ? f##1 : f##0)
+#else
+#define TN__RND_AT_LEVEL(f, lv) ((void)(lv), f##0)
 #endif
-}
 
 /* Normal draws, a block at a time (their time is tn__rnd_normal4f's
    arithmetic), built for each level too: where it has FMA, each of the
@@ -8833,14 +8828,6 @@ TN__RND_NORMAL_FILL(tn__rnd_fill_normal0, )
 TN__RND_NORMAL_FILL(tn__rnd_fill_normal1, __attribute__((target("avx2,fma"))))
 TN__RND_NORMAL_FILL(tn__rnd_fill_normal2, __attribute__((target("avx512f,fma"))))
 #endif
-static void tn__rnd_fill_normal(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    int level = tn__vm_level_now();
-    if (level == 2) { tn__rnd_fill_normal2(A, seed, calls, j0, j1, dst); return; }
-    if (level == 1) { tn__rnd_fill_normal1(A, seed, calls, j0, j1, dst); return; }
-#endif
-    tn__rnd_fill_normal0(A, seed, calls, j0, j1, dst);
-}
 
 /* Whole blocks [j0, j1) of a contiguous float32 or float16 uniform or
    normal draw, or a bool bernoulli draw (dropout's mask), into dst:
@@ -8851,20 +8838,18 @@ static void tn__rnd_fill_normal(const tn__rnd_args *A, uint64_t seed, uint64_t c
 static bool tn__rnd_fill_blocks(const tn__rnd_args *A, uint64_t seed, uint64_t calls, int64_t j0, int64_t j1, void *dst) {
     bool half = A->dtype == TN_F16, mask = A->dist == TN_RAND_BERNOULLI && A->dtype == TN_BOOL;
     if (!mask && ((A->dtype != TN_F32 && !half) || (A->dist != TN_RAND_UNIFORM && A->dist != TN_RAND_NORMAL))) return false;
-    if (A->dist == TN_RAND_NORMAL) { tn__rnd_fill_normal(A, seed, calls, j0, j1, dst); return true; }
+    const int lv = tn__vm_level_now();
+    if (A->dist == TN_RAND_NORMAL) { TN__RND_AT_LEVEL(tn__rnd_fill_normal, lv)(A, seed, calls, j0, j1, dst); return true; }
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     const float fs = (float)A->a, fl = (float)A->b;
     const int bits = half ? 11 : 24;
-    tn__rnd_lanes_fn philox;
-    tn__rnd_ulanes_fn uniform;
-    tn__rnd_lanes_fns(&philox, &uniform);
     uint32_t xl[4][TN__RND_LANES];
     float vl[4 * TN__RND_LANES];
     for (int64_t jb = j0; jb < j1; jb += TN__RND_LANES) {
         int nl = j1 - jb < TN__RND_LANES ? (int)(j1 - jb) : TN__RND_LANES;
         bool whole = nl == TN__RND_LANES, lanes_u = whole && !mask;
-        if (whole) philox(k0, k1, jb, A->draw, (uint32_t)calls, xl);
-        if (lanes_u) uniform(xl, bits, fs, fl, vl);
+        if (whole) TN__RND_AT_LEVEL(tn__rnd_philox_lanes, lv)(k0, k1, jb, A->draw, (uint32_t)calls, xl);
+        if (lanes_u) TN__RND_AT_LEVEL(tn__rnd_uniform_lanes, lv)(xl, bits, fs, fl, vl);
         if (lanes_u && !half) { memcpy((float *)dst + 4 * (jb - j0), vl, sizeof vl); continue; }
         for (int l = 0; l < nl; l++) {
             int64_t j = jb + l;
