@@ -8607,6 +8607,16 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
             TN__PHILOX_ROUND(c[0], c[1], c[2], c[3], k0, k1) } } \
     QUAL double tn__rnd_u53(uint32_t lo, uint32_t hi) { \
         return (double)((((uint64_t)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0); } \
+    QUAL double tn__rnd_small_d(int64_t i) {   /* (double)i for |i| < 2^51, exactly: the bits of 1.5 * 2^52 + i */ \
+        uint64_t b = 0x4338000000000000ull + (uint64_t)i; \
+        double d; \
+        memcpy(&d, &b, sizeof d); \
+        return d - 6755399441055744.0; } \
+    QUAL float tn__rnd_small_f(int32_t i) {   /* (float)i for |i| < 2^22, exactly: the bits of 1.5 * 2^23 + i */ \
+        uint32_t b = 0x4B400000u + (uint32_t)i; \
+        float f; \
+        memcpy(&f, &b, sizeof f); \
+        return f - 12582912.0f; } \
     QUAL double tn__rnd_log(double x) {   /* x normal and > 0 (every u1 is): frexp's m and e from its bits */ \
         uint64_t xb; \
         memcpy(&xb, &x, sizeof xb); \
@@ -8615,16 +8625,15 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         double m; \
         memcpy(&m, &xb, sizeof m); \
         if (m < 0.70710678118654752440) { m = m + m; e = e - 1; } \
-        double f = m - 1.0, s = f / (2.0 + f), z = s * s, p = 0.043478260869565216; \
+        double f = m - 1.0, s = f / (2.0 + f), z = s * s, p = 0.043478260869565216, de = tn__rnd_small_d(e); \
         p = fma(p, z, 0.047619047619047616); p = fma(p, z, 0.052631578947368418); p = fma(p, z, 0.058823529411764705); \
         p = fma(p, z, 0.066666666666666666); p = fma(p, z, 0.076923076923076927); p = fma(p, z, 0.090909090909090912); \
         p = fma(p, z, 0.1111111111111111); p = fma(p, z, 0.14285714285714285); p = fma(p, z, 0.20000000000000001); \
         p = fma(p, z, 0.33333333333333331); p = fma(p, z, 1.0); \
-        return fma((double)e, 6.93147180369123816490e-01, fma((double)e, 1.90821492927058770002e-10, (s + s) * p)); } \
-    QUAL void tn__rnd_sincos2pi(double u, double *cosine, double *sine) { \
-        double q = u * 4.0, k = floor(q), f = q - k; \
-        if (f > 0.5) { f = f - 1.0; k = k + 1.0; } \
-        double ph = f * 1.57079632679489661923, z = ph * ph; \
+        return fma(de, 6.93147180369123816490e-01, fma(de, 1.90821492927058770002e-10, (s + s) * p)); } \
+    QUAL void tn__rnd_sincos2pi(uint64_t w, double *cosine, double *sine) {   /* of 2 pi w 2^-53, w < 2^53 */ \
+        int64_t k = (int64_t)((w + (1ull << 50) - 1u) >> 51); /* the nearest quarter turn (a half: the lower) */ \
+        double ph = tn__rnd_small_d((int64_t)w - (k << 51)) * (1.57079632679489661923 * 4.4408920985006262e-16), z = ph * ph; \
         double ps = 2.8114572543455206e-15; \
         ps = fma(ps, z, -7.6471637318198164e-13); ps = fma(ps, z, 1.6059043836821613e-10); ps = fma(ps, z, -2.505210838544172e-08); \
         ps = fma(ps, z, 2.7557319223985893e-06); ps = fma(ps, z, -0.00019841269841269841); ps = fma(ps, z, 0.0083333333333333332); \
@@ -8640,7 +8649,7 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
     QUAL void tn__rnd_normal2(const uint32_t *x, double mean, double sd, double *z) { \
         double u1 = ((double)((((uint64_t)x[1] << 32) | x[0]) >> 11) + 1.0) * (1.0 / 9007199254740992.0); \
         double r = sqrt(-2.0 * tn__rnd_log(u1)), c, s; \
-        tn__rnd_sincos2pi(tn__rnd_u53(x[2], x[3]), &c, &s); \
+        tn__rnd_sincos2pi((((uint64_t)x[3] << 32) | x[2]) >> 11, &c, &s); \
         z[0] = fma(sd, r * c, mean); \
         z[1] = fma(sd, r * s, mean); } \
     QUAL float tn__rnd_logf(float x) {   /* as tn__rnd_log, in float32 */ \
@@ -8651,25 +8660,24 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         float m; \
         memcpy(&m, &xb, sizeof m); \
         if (m < 0.70710678f) { m = m + m; e = e - 1; } \
-        float f = m - 1.0f, s = f / (2.0f + f), z = s * s, p = 0.11111111f; \
+        float f = m - 1.0f, s = f / (2.0f + f), z = s * s, p = 0.11111111f, fe = tn__rnd_small_f(e); \
         p = fmaf(p, z, 0.14285715f); p = fmaf(p, z, 0.2f); p = fmaf(p, z, 0.33333334f); p = fmaf(p, z, 1.0f); \
-        return fmaf((float)e, 0.693145752f, fmaf((float)e, 1.42860677e-06f, (s + s) * p)); } \
-    QUAL void tn__rnd_sincos2pif(float u, float *cosine, float *sine) { \
-        float q = u * 4.0f, k = floorf(q), f = q - k; \
-        if (f > 0.5f) { f = f - 1.0f; k = k + 1.0f; } \
-        float ph = f * 1.57079633f, z = ph * ph, ps = 2.75573192e-06f; \
+        return fmaf(fe, 0.693145752f, fmaf(fe, 1.42860677e-06f, (s + s) * p)); } \
+    QUAL void tn__rnd_sincos2pif(uint32_t w, float *cosine, float *sine) {   /* of 2 pi w 2^-24, w < 2^24; as tn__rnd_sincos2pi */ \
+        int k = (int)((w + (1u << 21) - 1u) >> 22); \
+        float ph = tn__rnd_small_f((int32_t)w - (k << 22)) * (1.57079633f * 2.384185791015625e-07f), z = ph * ph, ps = 2.75573192e-06f; \
         ps = fmaf(ps, z, -1.98412698e-04f); ps = fmaf(ps, z, 8.33333333e-03f); ps = fmaf(ps, z, -0.166666667f); \
         float sn = fmaf(ph * z, ps, ph), pc = -2.75573192e-07f; \
         pc = fmaf(pc, z, 2.48015873e-05f); pc = fmaf(pc, z, -1.38888889e-03f); pc = fmaf(pc, z, 4.16666667e-02f); pc = fmaf(pc, z, -0.5f); \
         float cs = fmaf(pc, z, 1.0f); \
-        int qc = (int)k & 3, qs = ((int)k + 3) & 3; \
+        int qc = k & 3, qs = (k + 3) & 3; \
         *cosine = qc == 0 ? cs : qc == 1 ? -sn : qc == 2 ? -cs : sn; \
         *sine = qs == 0 ? cs : qs == 1 ? -sn : qs == 2 ? -cs : sn; } \
     QUAL void tn__rnd_normal4f(const uint32_t *x, float mean, float sd, float *z) { \
         for (int h = 0; h < 2; h++) { \
             float u1 = fmaf((float)x[2 * h], 2.3283064365386963e-10f, 1.16415321826934814453125e-10f); \
             float r = sqrtf(-2.0f * tn__rnd_logf(u1)), c, s; \
-            tn__rnd_sincos2pif((float)(x[2 * h + 1] >> 8) * 5.9604644775390625e-08f, &c, &s); \
+            tn__rnd_sincos2pif(x[2 * h + 1] >> 8, &c, &s); \
             z[2 * h] = fmaf(sd, r * c, mean); \
             z[2 * h + 1] = fmaf(sd, r * s, mean); } } \
     QUAL float tn__rnd_uniform_f(const uint32_t *x, int t, int bits, float scale, float low) { \
@@ -8993,6 +9001,7 @@ TN_API bool tn__random_cuda_expr(int dist, tn_dtype t, const char **prep, const 
    whose prelude has defined int64_t, uint64_t, tn_f2h and tn_d2h. */
 TN_API const char *tn__random_cuda_helpers(void) {
     return "typedef unsigned int uint32_t;\n"
+           "typedef int int32_t;\n"
            "#define TN__QUAL static __device__ __forceinline__\n"
            TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)) "\n"
            "#undef TN__QUAL\n";
@@ -9000,7 +9009,9 @@ TN_API const char *tn__random_cuda_helpers(void) {
 
 /* The kernel as CUDA C for tensor_cuda.h's >>cuda_random section: the
    functions above as text, a thread per Philox block in a grid-stride loop
-   (the seed and call count read once a thread), extern "C"
+   (the seed and call count read once a thread), each whole block stored by
+   one access when the output is aligned for it, and the last, partial block
+   by one thread after the loop; extern "C"
    tn_random(seed, calls, y, n, draw, a, b, ilow, range). Returns the length
    snprintf reports, or -1 for a distribution or dtype without one. */
 TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
@@ -9011,36 +9022,47 @@ TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap) {
         "typedef long long int64_t;\n"
         "typedef unsigned long long uint64_t;\n"
         "typedef unsigned int uint32_t;\n"
+        "typedef int int32_t;\n"
         "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %%0, %%1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
         "__device__ __forceinline__ unsigned short tn_d2h(double d) { unsigned short h; asm(\"cvt.rn.f16.f64 %%0, %%1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
         "#define TN__QUAL static __device__ __forceinline__\n"
         "%s\n"
-        "/* a thread's draws stored by one access of their size (whole sectors written at once) */\n"
+        "typedef %s tn_t;\n"
+        "enum { PER = %d };   /* draws a Philox block */\n"
+        "/* a block's draws stored by one access of their size (whole sectors written at once) */\n"
         "template <int B> struct tn_vec;\n"
         "template <> struct tn_vec<2> { typedef unsigned short t; };\n"
         "template <> struct tn_vec<4> { typedef unsigned int t; };\n"
         "template <> struct tn_vec<8> { typedef uint2 t; };\n"
         "template <> struct tn_vec<16> { typedef uint4 t; };\n"
-        "extern \"C\" __global__ void tn_random(const long long *__restrict__ seedp, const long long *__restrict__ callsp, %s *__restrict__ y,\n"
+        "typedef tn_vec<PER * sizeof(tn_t)>::t tn_v;\n"
+        "__device__ __forceinline__ void tn_draw(unsigned long long seed, uint32_t calls, unsigned int draw, long long j, double a, double b,\n"
+        "                                        long long ilow, unsigned long long range, tn_t *v) {\n"
+        "    uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, calls };\n"
+        "    tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
+        "    (void)a; (void)b; (void)ilow; (void)range;\n"
+        "    %s\n"
+        "    for (int t = 0; t < PER; t++) v[t] = %s;\n"
+        "}\n"
+        "extern \"C\" __global__ void tn_random(const long long *__restrict__ seedp, const long long *__restrict__ callsp, tn_t *__restrict__ y,\n"
         "                                       long long n, unsigned int draw, double a, double b, long long ilow, unsigned long long range) {\n"
         "    const unsigned long long seed = (unsigned long long)*seedp;\n"
         "    const uint32_t calls = (uint32_t)*callsp;\n"
-        "    (void)a; (void)b; (void)ilow; (void)range;\n"
-        "    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j * %d < n; j += (long long)gridDim.x * blockDim.x) {\n"
-        "        const long long i0 = j * %d;\n"
-        "        uint32_t x[4] = { (uint32_t)j, (uint32_t)((unsigned long long)j >> 32), draw, calls };\n"
-        "        tn__philox10((uint32_t)seed, (uint32_t)(seed >> 32), x);\n"
-        "        %s\n"
-        "        __align__(16) %s v[%d];\n"
-        "        int m = 0;\n"
-        "        for (int t = 0; t < %d && i0 + t < n; t++, m++) v[t] = %s;\n"
-        "        typedef tn_vec<sizeof v>::t V;\n"
-        "        if (m == %d && (unsigned long long)(y + i0) %% sizeof v == 0) *(V *)(y + i0) = *(const V *)v;\n"
-        "        else for (int t = 0; t < m; t++) y[i0 + t] = v[t];\n"
+        "    const long long whole = n / PER;\n"
+        "    const bool vec = (unsigned long long)y %% sizeof(tn_v) == 0;\n"
+        "    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < whole; j += (long long)gridDim.x * blockDim.x) {\n"
+        "        __align__(16) tn_t v[PER];\n"
+        "        tn_draw(seed, calls, draw, j, a, b, ilow, range, v);\n"
+        "        if (vec) *(tn_v *)(y + j * PER) = *(const tn_v *)v;\n"
+        "        else for (int t = 0; t < PER; t++) y[j * PER + t] = v[t];\n"
+        "    }\n"
+        "    if (blockIdx.x == 0 && threadIdx.x == 0 && whole * PER < n) {\n"
+        "        tn_t v[PER];\n"
+        "        tn_draw(seed, calls, draw, whole, a, b, ilow, range, v);\n"
+        "        for (int t = 0; whole * PER + t < n; t++) y[whole * PER + t] = v[t];\n"
         "    }\n"
         "}\n",
-        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), tn__rnd_per(dist, t), prep, st[t], tn__rnd_per(dist, t),
-        tn__rnd_per(dist, t), val, tn__rnd_per(dist, t));
+        TN__XSTRINGIFY(TN__RANDOM_SOURCE(TN__QUAL)), st[t], tn__rnd_per(dist, t), prep, val);
 }
 
 /* >>random_infer_label ---------------------------------------------------- */

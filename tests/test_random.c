@@ -130,10 +130,11 @@ TEST(test_own_log_and_sincos) {
         if (t < 64) u = ldexp(1.0, -t);             /* powers of two down to 2^-63: the reduction's edges */
         double l = tn__rnd_log(u), want = log(u);
         worst_l = fmax(worst_l, want == 0 ? fabs(l) : fabs(l - want) / fabs(want));
-        double v = (double)(z >> 11) / 9007199254740992.0;
-        if (t < 9) v = t / 8.0;                      /* the octants */
-        double c, s;
-        tn__rnd_sincos2pi(v, &c, &s);
+        uint64_t w = z >> 11;                        /* the angle 2 pi w 2^-53 */
+        if (t < 9) w = (uint64_t)t << 50;            /* the octants */
+        if (t >= 9 && t < 17) w = ((uint64_t)(t - 9) << 51) + (1ull << 50) + (t & 1 ? 1 : 0);   /* halfway between quarters, and past */
+        double c, s, v = (double)w / 9007199254740992.0;
+        tn__rnd_sincos2pi(w, &c, &s);
         worst_t = fmax(worst_t, fabs(c - cos(2 * PI * v)));
         worst_t = fmax(worst_t, fabs(s - sin(2 * PI * v)));
     }
@@ -147,10 +148,12 @@ TEST(test_own_log_and_sincos) {
         if (t < 34) u = ldexpf(1.0f, -t);
         double want = log((double)u), l = tn__rnd_logf(u);
         worst_lf = fmax(worst_lf, want == 0 ? fabs(l) : fabs(l - want) / fabs(want));
-        float v = (float)((uint32_t)z >> 8) * 0x1p-24f;
-        if (t < 9) v = t / 8.0f;
+        uint32_t w = (uint32_t)z >> 8;               /* the angle 2 pi w 2^-24 */
+        if (t < 9) w = (uint32_t)t << 21;
+        if (t >= 9 && t < 17) w = ((uint32_t)(t - 9) << 22) + (1u << 21) + (t & 1 ? 1u : 0u);
         float c, s;
-        tn__rnd_sincos2pif(v, &c, &s);
+        double v = (double)w * 0x1p-24;
+        tn__rnd_sincos2pif(w, &c, &s);
         worst_tf = fmax(worst_tf, fmax(fabs(c - cos(2 * PI * v)), fabs(s - sin(2 * PI * v))));
     }
     printf("  float32 log: worst relative error %.3g; sin/cos of 2 pi u: %.3g\n", worst_lf, worst_tf);
@@ -158,7 +161,7 @@ TEST(test_own_log_and_sincos) {
     CHECK(worst_tf < 2.5e-7, "sin/cos in float32: error %g", worst_tf);
     double c0, s0, c1, s1;
     tn__rnd_sincos2pi(0, &c0, &s0);
-    tn__rnd_sincos2pi(0.25, &c1, &s1);
+    tn__rnd_sincos2pi(1ull << 51, &c1, &s1);    /* a quarter turn */
     CHECK(tn__rnd_log(1.0) == 0 && c0 == 1 && s0 == 0 && s1 == 1,
           "exact values: log(1) = %g, cos(0) = %g, sin(0) = %g, sin(pi/2) = %g", tn__rnd_log(1.0), c0, s0, s1);
 }
