@@ -8642,10 +8642,14 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         pc = fma(pc, z, 4.7794773323873853e-14); pc = fma(pc, z, -1.1470745597729725e-11); pc = fma(pc, z, 2.08767569878681e-09); \
         pc = fma(pc, z, -2.7557319223985888e-07); pc = fma(pc, z, 2.4801587301587302e-05); pc = fma(pc, z, -0.0013888888888888889); \
         pc = fma(pc, z, 0.041666666666666664); pc = fma(pc, z, -0.5); \
-        double cs = fma(pc, z, 1.0); \
-        int qc = (int)k & 3, qs = ((int)k + 3) & 3; \
-        *cosine = qc == 0 ? cs : qc == 1 ? -sn : qc == 2 ? -cs : sn; \
-        *sine = qs == 0 ? cs : qs == 1 ? -sn : qs == 2 ? -cs : sn; } \
+        double cs = fma(pc, z, 1.0), a = k & 1 ? sn : cs, b = k & 1 ? cs : sn;   /* a quarter turn more swaps them, */ \
+        uint64_t ab, bb;                                                       /* two flip both signs */ \
+        memcpy(&ab, &a, sizeof ab); \
+        memcpy(&bb, &b, sizeof bb); \
+        ab ^= (uint64_t)((k + 1) & 2) << 62; \
+        bb ^= (uint64_t)(k & 2) << 62; \
+        memcpy(cosine, &ab, sizeof ab); \
+        memcpy(sine, &bb, sizeof bb); } \
     QUAL void tn__rnd_normal2(const uint32_t *x, double mean, double sd, double *z) { \
         double u1 = ((double)((((uint64_t)x[1] << 32) | x[0]) >> 11) + 1.0) * (1.0 / 9007199254740992.0); \
         double r = sqrt(-2.0 * tn__rnd_log(u1)), c, s; \
@@ -8669,10 +8673,14 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         ps = fmaf(ps, z, -1.98412698e-04f); ps = fmaf(ps, z, 8.33333333e-03f); ps = fmaf(ps, z, -0.166666667f); \
         float sn = fmaf(ph * z, ps, ph), pc = -2.75573192e-07f; \
         pc = fmaf(pc, z, 2.48015873e-05f); pc = fmaf(pc, z, -1.38888889e-03f); pc = fmaf(pc, z, 4.16666667e-02f); pc = fmaf(pc, z, -0.5f); \
-        float cs = fmaf(pc, z, 1.0f); \
-        int qc = k & 3, qs = (k + 3) & 3; \
-        *cosine = qc == 0 ? cs : qc == 1 ? -sn : qc == 2 ? -cs : sn; \
-        *sine = qs == 0 ? cs : qs == 1 ? -sn : qs == 2 ? -cs : sn; } \
+        float cs = fmaf(pc, z, 1.0f), a = k & 1 ? sn : cs, b = k & 1 ? cs : sn; \
+        uint32_t ab, bb; \
+        memcpy(&ab, &a, sizeof ab); \
+        memcpy(&bb, &b, sizeof bb); \
+        ab ^= (uint32_t)((k + 1) & 2) << 30; \
+        bb ^= (uint32_t)(k & 2) << 30; \
+        memcpy(cosine, &ab, sizeof ab); \
+        memcpy(sine, &bb, sizeof bb); } \
     QUAL void tn__rnd_normal4f(const uint32_t *x, float mean, float sd, float *z) { \
         for (int h = 0; h < 2; h++) { \
             float u1 = fmaf((float)x[2 * h], 2.3283064365386963e-10f, 1.16415321826934814453125e-10f); \
