@@ -8600,6 +8600,18 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         uint64_t p0_ = (uint64_t)0xD2511F53u * (c0), p1_ = (uint64_t)0xCD9E8D57u * (c2); \
         uint32_t n0_ = (uint32_t)(p1_ >> 32) ^ (c1) ^ (k0), n2_ = (uint32_t)(p0_ >> 32) ^ (c3) ^ (k1); \
         (c0) = n0_; (c1) = (uint32_t)p1_; (c2) = n2_; (c3) = (uint32_t)p0_; }
+/* cos and sin of k quarter turns plus an angle whose cos and sin are cs and
+   sn: an odd k swaps them, k = 1, 2 flips cos's sign and k = 2, 3 sin's (UT:
+   T's bits; a sign flip is exact, -0 included). */
+#define TN__RND_QUARTER(T, UT, k, cs, sn, cosine, sine) { \
+        T a_ = (k) & 1 ? (sn) : (cs), b_ = (k) & 1 ? (cs) : (sn); \
+        UT ab_, bb_; \
+        memcpy(&ab_, &a_, sizeof ab_); \
+        memcpy(&bb_, &b_, sizeof bb_); \
+        ab_ ^= (UT)(((k) + 1) & 2) << (8 * sizeof(UT) - 2); \
+        bb_ ^= (UT)((k) & 2) << (8 * sizeof(UT) - 2); \
+        memcpy(cosine, &ab_, sizeof ab_); \
+        memcpy(sine, &bb_, sizeof bb_); }
 #define TN__RANDOM_SOURCE(QUAL) \
     QUAL void tn__philox10(uint32_t k0, uint32_t k1, uint32_t *c) { \
         for (int r = 0; r < 10; r++) { \
@@ -8642,14 +8654,8 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         pc = fma(pc, z, 4.7794773323873853e-14); pc = fma(pc, z, -1.1470745597729725e-11); pc = fma(pc, z, 2.08767569878681e-09); \
         pc = fma(pc, z, -2.7557319223985888e-07); pc = fma(pc, z, 2.4801587301587302e-05); pc = fma(pc, z, -0.0013888888888888889); \
         pc = fma(pc, z, 0.041666666666666664); pc = fma(pc, z, -0.5); \
-        double cs = fma(pc, z, 1.0), a = k & 1 ? sn : cs, b = k & 1 ? cs : sn;   /* a quarter turn more swaps them, */ \
-        uint64_t ab, bb;                                                       /* two flip both signs */ \
-        memcpy(&ab, &a, sizeof ab); \
-        memcpy(&bb, &b, sizeof bb); \
-        ab ^= (uint64_t)((k + 1) & 2) << 62; \
-        bb ^= (uint64_t)(k & 2) << 62; \
-        memcpy(cosine, &ab, sizeof ab); \
-        memcpy(sine, &bb, sizeof bb); } \
+        double cs = fma(pc, z, 1.0); \
+        TN__RND_QUARTER(double, uint64_t, k, cs, sn, cosine, sine) } \
     QUAL void tn__rnd_normal2(const uint32_t *x, double mean, double sd, double *z) { \
         double u1 = ((double)((((uint64_t)x[1] << 32) | x[0]) >> 11) + 1.0) * (1.0 / 9007199254740992.0); \
         double r = sqrt(-2.0 * tn__rnd_log(u1)), c, s; \
@@ -8673,14 +8679,8 @@ static tn_result tn__incsub_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
         ps = fmaf(ps, z, -1.98412698e-04f); ps = fmaf(ps, z, 8.33333333e-03f); ps = fmaf(ps, z, -0.166666667f); \
         float sn = fmaf(ph * z, ps, ph), pc = -2.75573192e-07f; \
         pc = fmaf(pc, z, 2.48015873e-05f); pc = fmaf(pc, z, -1.38888889e-03f); pc = fmaf(pc, z, 4.16666667e-02f); pc = fmaf(pc, z, -0.5f); \
-        float cs = fmaf(pc, z, 1.0f), a = k & 1 ? sn : cs, b = k & 1 ? cs : sn; \
-        uint32_t ab, bb; \
-        memcpy(&ab, &a, sizeof ab); \
-        memcpy(&bb, &b, sizeof bb); \
-        ab ^= (uint32_t)((k + 1) & 2) << 30; \
-        bb ^= (uint32_t)(k & 2) << 30; \
-        memcpy(cosine, &ab, sizeof ab); \
-        memcpy(sine, &bb, sizeof bb); } \
+        float cs = fmaf(pc, z, 1.0f); \
+        TN__RND_QUARTER(float, uint32_t, k, cs, sn, cosine, sine) } \
     QUAL void tn__rnd_normal4f(const uint32_t *x, float mean, float sd, float *z) { \
         for (int h = 0; h < 2; h++) { \
             float u1 = fmaf((float)x[2 * h], 2.3283064365386963e-10f, 1.16415321826934814453125e-10f); \
