@@ -4648,7 +4648,11 @@ static inline int64_t tn__cgeo_src(const tn__cgeo *g, const int64_t *xs, int64_t
    elements; the window position's offsets are found once a line, and along
    the grid's last dim the part inside the image once (padding either side).
    A line that is its image plane as it lies (stride 1, the plane's size, no
-   shift: a 1x1 window, or the centre tap of a 'same' window) is one copy. */
+   shift: a 1x1 window, or the centre tap of a 'same' window) is one copy;
+   in 2-d with stride 1 and output rows as long as the image's (a 'same'
+   window), a line is the plane shifted by whole rows and a few elements: one
+   copy, then the elements the shift brought in from the neighbouring rows
+   or from outside the image set to the pad. */
 #define TN__CONV_T(SUF, T, AT, STORE) \
 static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     const tn__cjob *J = (const tn__cjob *)ctx; \
@@ -4656,6 +4660,9 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     T pad = STORE((AT)g->padv); \
     int e = g->nsp - 1; \
     int64_t R = g->Cg * g->K, W = g->out[e], Q = W ? g->L / W : 0, se = g->s[e], xse = J->xs[2 + e]; \
+    /* 2-d, stride 1, output rows as long as the image's, the plane contiguous: a line is the plane shifted */ \
+    bool shifted = g->nsp == 2 && g->s[0] == 1 && se == 1 && W == g->in[1] && xse == (int64_t)sizeof(T) && \
+                   J->xs[2] == g->in[1] * (int64_t)sizeof(T); \
     for (int64_t line = lo; line < hi; line++) { \
         int64_t n = line % g->N, row = line / g->N, gi = row / R, r = row % R, kidx = r % g->K, kd[3]; \
         for (int d = e; d >= 0; d--) { kd[d] = kidx % g->k[d]; kidx /= g->k[d]; } \
@@ -4671,6 +4678,23 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
         if (olo > W) olo = W; \
         if (ohi > W) ohi = W; \
         if (ohi < olo) ohi = olo; \
+        if (shifted) {      /* the plane moved by a rows and b elements: one copy, then the pads */ \
+            int64_t a = kd[0] * g->dl[0] - g->plo[0], rlo = a >= 0 ? 0 : -a, rhi = g->in[0] - a; \
+            if (rlo > Q) rlo = Q; \
+            if (rhi > Q) rhi = Q; \
+            if (rhi < rlo || olo == ohi) rhi = rlo; \
+            if (rhi > rlo) {   /* y[f] = x[f + a W + b] from row rlo's column olo to row rhi - 1's column ohi - 1 */ \
+                int64_t f0 = rlo * W + olo, f1 = (rhi - 1) * W + ohi; \
+                memcpy(y + f0, (const T *)(const void *)xb + f0 + a * W + b, (size_t)(f1 - f0) * sizeof(T)); \
+                for (int64_t r = rlo; r < rhi; r++) { \
+                    for (int64_t o = 0; o < olo; o++) y[r * W + o] = pad; \
+                    for (int64_t o = ohi; o < W; o++) y[r * W + o] = pad; \
+                } \
+            } \
+            for (int64_t f = 0; f < rlo * W; f++) y[f] = pad; \
+            for (int64_t f = rhi * W; f < g->L; f++) y[f] = pad; \
+            continue; \
+        } \
         int64_t oc[3] = { 0, 0, 0 };                         /* q's output index along the dims before the last */ \
         for (int64_t q = 0; q < Q; q++, y += W) { \
             int64_t off = 0; \
@@ -4744,6 +4768,7 @@ static void tn__col2im_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     int e = g->nsp - 1; \
     int64_t S = 1, ist[3], W = g->out[e], Q = W ? g->L / W : 0, se = g->s[e], xl = J->xs[3]; \
     for (int d = e; d >= 0; d--) { ist[d] = S; S *= g->in[d]; } \
+    bool shifted = g->nsp == 2 && g->s[0] == 1 && se == 1 && W == g->in[1] && xl == (int64_t)sizeof(T); \
     for (int64_t p = lo; p < hi; p++) { \
         int64_t n = p / g->C, c = p % g->C, gi = c / g->Cg, cr = c % g->Cg, kd[3] = { 0, 0, 0 }; \
         T *y = (T *)(void *)J->y + p * S; \
@@ -4754,6 +4779,19 @@ static void tn__col2im_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
             int64_t olo = b >= 0 ? 0 : (-b + se - 1) / se, ohi = g->in[e] - b <= 0 ? 0 : (g->in[e] - b + se - 1) / se; \
             if (olo > W) olo = W; \
             if (ohi > W) ohi = W; \
+            if (shifted) {   /* as im2col's: column row r adds into image row r + a, shifted by b */ \
+                int64_t a = kd[0] * g->dl[0] - g->plo[0], rlo = a >= 0 ? 0 : -a, rhi = g->in[0] - a; \
+                if (rhi > Q) rhi = Q; \
+                for (int64_t r = rlo; r < rhi && olo < ohi; r++) { \
+                    T *TN__RESTRICT yo = y + (r + a) * W + b; \
+                    const T *TN__RESTRICT xo = (const T *)(const void *)line + r * W; \
+                    int64_t o = olo; \
+                    for (; o + 4 <= ohi; o += 4) { yo[o] += xo[o]; yo[o + 1] += xo[o + 1]; yo[o + 2] += xo[o + 2]; yo[o + 3] += xo[o + 3]; } \
+                    for (; o < ohi; o++) yo[o] += xo[o]; \
+                } \
+                for (int d = e; d >= 0; d--) { if (++kd[d] < g->k[d]) break; kd[d] = 0; } \
+                continue; \
+            } \
             int64_t oc[3] = { 0, 0, 0 };                     /* q's output index along the dims before the last */ \
             for (int64_t q = 0; q < Q && olo < ohi; q++) { \
                 int64_t off = b; \
@@ -7113,6 +7151,21 @@ static tn_result tn__cpu_concatenate(const tn_var *node, tn_array *const *in, tn
     return TN_OK;
 }
 
+/* Elements lo..hi of p, es bytes each, set to the value v: one copy, then
+   copies of what is done, doubling (a range stays in the core's cache). */
+typedef struct tn__fill_job { char *p; size_t es; char v[16]; } tn__fill_job;
+static void tn__fill_range(void *ctx, int64_t lo, int64_t hi) {
+    const tn__fill_job *J = (const tn__fill_job *)ctx;
+    char *p = J->p + lo * (int64_t)J->es;
+    int64_t n = hi - lo;
+    memcpy(p, J->v, J->es);
+    for (int64_t done = 1; done < n;) {
+        int64_t k = done < n - done ? done : n - done;
+        memcpy(p + done * (int64_t)J->es, p, (size_t)(k * (int64_t)J->es));
+        done += k;
+    }
+}
+
 static tn_result tn__cpu_alloc(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     (void)node;
     tn_array *o = out[0];
@@ -7124,17 +7177,12 @@ static tn_result tn__cpu_alloc(const tn_var *node, tn_array *const *in, tn_array
                        tn__shape_str(o->ndim, o->shape, s2));
     }
     if (tn_array_size(v) == 1 && tn_array_is_contiguous(o)) {
-        /* one value: convert once, then fill by doubling copies */
-        size_t es = tn_dtype_size(o->dtype);
+        /* one value: converted once, then each thread's range filled by doubling copies */
+        tn__fill_job J = { (char *)o->data, tn_dtype_size(o->dtype), { 0 } };
         int64_t n = tn_array_size(o);
         if (n == 0) return TN_OK;
-        char *p = (char *)o->data;
-        tn__convert_row(o->dtype, p, (int64_t)es, v->dtype, (const char *)v->data, 0, 1);
-        for (int64_t done = 1; done < n;) {
-            int64_t k = done < n - done ? done : n - done;
-            memcpy(p + done * (int64_t)es, p, (size_t)(k * (int64_t)es));
-            done += k;
-        }
+        tn__convert_row(o->dtype, J.v, (int64_t)J.es, v->dtype, (const char *)v->data, 0, 1);
+        tn__parallel_for(n, (int64_t)(65536 / J.es), tn__fill_range, &J);   /* ranges of 64 KB or more */
         return TN_OK;
     }
     tn__copy_strided(o->dtype, o->data, o->strides, v->dtype, v->data, st, o->ndim, o->shape);

@@ -171,6 +171,9 @@ TEST(test_conv_values) {
     conv_case("1d", (geo){ 1, 2, 3, 4, 1, { 1, 1, 9 }, { 1, 1, 3 }, { 1, 1, 2 }, { 0, 0, 1 }, { 1, 1, 1 }, { 0 } }, 6);
     conv_case("3d", (geo){ 3, 1, 2, 3, 1, { 4, 5, 3 }, { 2, 3, 2 }, { 1, 1, 1 }, { 1, 1, 0 }, { 1, 1, 1 }, { 0 } }, 7);
     conv_case("2d groups 2, dilation 2", (geo){ 2, 1, 4, 4, 2, { 1, 9, 9 }, { 1, 3, 3 }, { 1, 2, 1 }, { 0, 2, 2 }, { 1, 2, 2 }, { 0 } }, 8);
+    /* stride 1, rows as long as the image's: im2col's lines are shifted planes (one copy, then the pads) */
+    conv_case("2d stride 1, dilation 2, pad 2", (geo){ 2, 2, 3, 4, 1, { 1, 7, 9 }, { 1, 3, 3 }, { 1, 1, 1 }, { 0, 2, 2 }, { 1, 2, 2 }, { 0 } }, 9);
+    conv_case("2d window wider than the image, rows of pad", (geo){ 2, 2, 2, 3, 1, { 1, 6, 5 }, { 1, 5, 13 }, { 1, 1, 1 }, { 0, 3, 6 }, { 1, 1, 1 }, { 0 } }, 10);
 }
 
 /* padding 'same' keeps the size (an even kernel pads one more after, as PyTorch), 'valid' pads nothing */
@@ -204,6 +207,10 @@ TEST(test_conv_transpose_values) {
         { 2, 2, 4, 6, 2, { 1, 4, 5 }, { 1, 3, 2 }, { 1, 2, 1 }, { 0, 1, 0 }, { 1, 1, 1 }, { 0, 1, 0 } },
         { 2, 1, 3, 2, 1, { 1, 3, 3 }, { 1, 2, 2 }, { 1, 2, 2 }, { 0 }, { 1, 1, 1 }, { 0 } },
         { 1, 2, 2, 3, 1, { 1, 1, 6 }, { 1, 1, 3 }, { 1, 1, 3 }, { 0, 0, 1 }, { 1, 1, 2 }, { 0, 0, 1 } },
+        /* stride 1, the image's rows as long as the columns': col2im adds shifted rows (odd and even lengths) */
+        { 2, 2, 3, 4, 1, { 1, 5, 7 }, { 1, 3, 3 }, { 1, 1, 1 }, { 0, 1, 1 }, { 1, 1, 1 }, { 0 } },
+        { 2, 1, 3, 2, 1, { 1, 6, 10 }, { 1, 3, 3 }, { 1, 1, 1 }, { 0, 2, 2 }, { 1, 2, 2 }, { 0 } },
+        { 2, 2, 2, 3, 1, { 1, 6, 5 }, { 1, 5, 13 }, { 1, 1, 1 }, { 0, 3, 6 }, { 1, 1, 1 }, { 0 } },
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         geo g = cases[c];
