@@ -4850,7 +4850,10 @@ static tn_result tn__conv_cpu(const tn_var *node, tn_array *const *in, tn_array 
    combines them; so does this kernel (box). Average: the sum / K, stored;
    in-image positions only: the sum stored in the dtype, then divided by the
    count in the dtype's arithmetic (float for float16), as the division of
-   the stored sum by a constant did. */
+   the stored sum by a constant did. A window inside the image (and K <= 64,
+   no box) reads through offsets found once a call and folds the same way:
+   the sum in order; the max without a branch, then the last NaN if any (what
+   TN__POOL_STEP's "NaN wins" leaves). */
 typedef struct tn__pjob {
     const tn__cgeo *g;
     const char *x;
@@ -4871,12 +4874,42 @@ static void tn__pool_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     int64_t K = g->K, lim = !J->box ? 0 : mx ? (K >= 8 ? K / 4 * 4 : 0) : K / 4 * 4; \
     const int e = nsp - 1; \
     const int64_t W = g->out[e], LW = g->L / W; \
+    int64_t koff[64];          /* the window's byte offsets in its order, for windows inside the image */ \
+    bool direct = K <= 64 && !lim; \
+    for (int64_t j = 0, kd[3] = { 0 }; direct && j < K; j++) { \
+        koff[j] = 0; \
+        for (int d = 0; d < nsp; d++) koff[j] += kd[d] * g->dl[d] * J->xs[2 + d]; \
+        for (int d = nsp - 1; d >= 0 && ++kd[d] == g->k[d]; d--) kd[d] = 0; \
+    } \
     for (int64_t line = lo; line < hi; line++) {   /* W outputs along the last dim: the divisions once a line */ \
-        int64_t nc = line / LW, rem = line % LW, i0[3] = { 0 }; \
+        int64_t nc = line / LW, rem = line % LW, i0[3] = { 0 }, lineoff = 0; \
         const char *base = J->x + nc / g->C * J->xs[0] + nc % g->C * J->xs[1]; \
         for (int d = e - 1; d >= 0; d--) { i0[d] = rem % g->out[d] * g->s[d] - g->plo[d]; rem /= g->out[d]; } \
         i0[e] = -g->plo[e]; \
+        bool rows_in = direct;     /* the window inside the image along the dims before the last */ \
+        for (int d = 0; d < e; d++) { \
+            rows_in = rows_in && i0[d] >= 0 && i0[d] + (g->k[d] - 1) * g->dl[d] < g->in[d]; \
+            lineoff += i0[d] * J->xs[2 + d]; \
+        } \
         for (int64_t t = line * W; t < (line + 1) * W; t++, i0[e] += g->s[e]) { \
+            if (rows_in && i0[e] >= 0 && i0[e] + (g->k[e] - 1) * g->dl[e] < g->in[e]) {   /* inside: the same folds, offsets found once */ \
+                const char *b = base + lineoff + i0[e] * J->xs[2 + e]; \
+                double D = pad, nanv = 0; \
+                bool nan = false;   /* max: the larger without a branch; a NaN wins, the last one as TN__POOL_STEP keeps it */ \
+                if (!mx) \
+                    for (int64_t j = 0; j < K; j++) D += (double)LOAD(*(const T *)(const void *)(b + koff[j])); \
+                else \
+                    for (int64_t j = 0; j < K; j++) { \
+                        double v = (double)LOAD(*(const T *)(const void *)(b + koff[j])); \
+                        D = v > D ? v : D; \
+                        if (v != v) { nan = true; nanv = v; } \
+                    } \
+                if (nan) D = nanv; \
+                T *yp = (T *)(void *)J->y + t; \
+                if (J->mode == TN__POOL_AVG_EXCL) *yp = EXCL(D, K); \
+                else *yp = STORE(J->mode == TN__POOL_AVG ? D / (double)K : D); \
+                continue; \
+            } \
             int64_t kd[3] = { 0 }, cnt = 0; \
             double D = pad, P[4] = { pad, pad, pad, pad }; \
             for (int64_t j = 0; j < K; j++) {   /* the window row-major, as IM2COL's rows */ \
