@@ -8032,8 +8032,26 @@ typedef struct tn__gather_job {
     char *out;
     int64_t os[TN_MAX_DIMS];
     size_t es;
+    int64_t run;                        /* elements along the last dim, contiguous on both sides (1: by elements) */
     TN__ATOMIC(int64_t) bad;            /* the first bad position found (INT64_MAX: none) */
 } tn__gather_job;
+
+static void tn__gather_bad(tn__gather_job *J, const tn__ibad *b) {
+    int64_t cur = tn__atomic_load(&J->bad);
+    while (b->pos < cur && !tn__atomic_cas_weak(&J->bad, &cur, b->pos)) {}
+}
+
+/* Runs lo..hi of J->run elements (a table's rows): the offsets once a run, one copy each. */
+static void tn__gather_runs(void *ctx, int64_t lo, int64_t hi) {
+    tn__gather_job *J = (tn__gather_job *)ctx;
+    size_t bytes = (size_t)J->run * J->es;
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t toff, soff;
+        tn__ibad b;
+        if (!tn__iplan_offsets(J->P, J->os, r * J->run, 1, &toff, &soff, &b)) { tn__gather_bad(J, &b); return; }
+        memcpy(J->out + soff, J->P->t + toff, bytes);
+    }
+}
 
 static void tn__gather_range(void *ctx, int64_t lo, int64_t hi) {
     tn__gather_job *J = (tn__gather_job *)ctx;
@@ -8041,11 +8059,7 @@ static void tn__gather_range(void *ctx, int64_t lo, int64_t hi) {
     for (int64_t o = lo; o < hi; o += TN__IDX_BATCH) {
         int cnt = (int)(hi - o < TN__IDX_BATCH ? hi - o : TN__IDX_BATCH);
         tn__ibad b;
-        if (!tn__iplan_offsets(J->P, J->os, o, cnt, toff, soff, &b)) {
-            int64_t cur = tn__atomic_load(&J->bad);
-            while (b.pos < cur && !tn__atomic_cas_weak(&J->bad, &cur, b.pos)) {}
-            return;
-        }
+        if (!tn__iplan_offsets(J->P, J->os, o, cnt, toff, soff, &b)) { tn__gather_bad(J, &b); return; }
         const char *t = J->P->t;
         char *y = J->out;
         switch (J->es) {
@@ -8061,10 +8075,17 @@ static tn_result tn__cpu_adv_subtensor(const tn_var *node, tn_array *const *in, 
     const tn_array *x = in[0];
     tn__iplan P;
     tn__iplan_build(&P, &node->p, (char *)x->data, x->ndim, x->shape, x->strides, node->n_in - 1, in + 1);
-    tn__gather_job J = { &P, (char *)out[0]->data, { 0 }, tn_dtype_size(x->dtype), INT64_MAX };
+    tn__gather_job J = { &P, (char *)out[0]->data, { 0 }, tn_dtype_size(x->dtype), 1, INT64_MAX };
     for (int d = 0; d < P.nd; d++) J.os[d] = out[0]->strides[d];
     if (P.n == 0) return TN_OK;
-    tn__parallel_for(P.n, 65536, tn__gather_range, &J);
+    int e = P.nd - 1;      /* the last dim not indexed and contiguous in the table and the output: rows copied whole */
+    bool rows = e >= 0 && P.shape[e] > 1 && P.ts[e] == (int64_t)J.es && J.os[e] == (int64_t)J.es;
+    for (int j = 0; rows && j < P.k; j++) rows = P.is[j][e] == 0;
+    if (rows) {
+        J.run = P.shape[e];
+        tn__parallel_for(P.n / J.run, 65536 / J.run + 1, tn__gather_runs, &J);
+    } else
+        tn__parallel_for(P.n, 65536, tn__gather_range, &J);
     int64_t bad = tn__atomic_load(&J.bad);
     if (bad != INT64_MAX) {
         int64_t t1, s1;

@@ -174,6 +174,22 @@ TEST(test_take_out_of_range) {
         tn_array_free(i);
     }
     tn_function_free(f);
+    /* rows (axis 0: each index copies a whole row): the first bad row, at its first element */
+    tn_var *R = tn_take(X, I, 0);
+    f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ X, I }, .n_outputs = 1, .outputs = &R });
+    CHECK(f != NULL, "%s", tn_last_error());
+    int64_t rows[2][4] = { { 1, 2, 7, 0 }, { 0, -4, 1, 9 } };
+    const char *rwant[2] = { "index 7 is out of bounds for axis 0 with size 3 (index array 0, element 10 of the result)",
+                             "index -4 is out of bounds for axis 0 with size 3 (index array 0, element 5 of the result)" };
+    for (int c = 0; c < 2 && f; c++) {
+        tn_array *i = int_array(TN_I64, 1, (int64_t[]){ 4 }, rows[c]), *y = NULL;
+        tn_result r = tn_call(f, (tn_array *[]){ x, i }, &y);
+        CHECK(r == TN_ERR_INVALID, "rows case %d: %s", c, tn_result_string(r));
+        CHECK_ERR(TN_ERR_INVALID, rwant[c]);
+        tn_array_free(i);
+        tn_array_free(y);
+    }
+    tn_function_free(f);
     tn_array_free(x);
     tn_graph_free(g);
 }
