@@ -155,41 +155,42 @@ TEST(test_take_edges) {
     tn_graph_free(g);
 }
 
-/* Out of range: NumPy's IndexError words, the op, the index, the axis and its size. */
-TEST(test_take_out_of_range) {
-    tn_array *x = rand_array(TN_F32, 2, (int64_t[]){ 3, 5 });
-    tn_graph *g = tn_graph_new();
-    tn_var *X = tn_matrix(g, "x", TN_F32), *I = tn_vector(g, "i", TN_I64), *Y = tn_take(X, I, 1);
+/* Calls of take(x, i, axis) with each index vector of `cases` (n of len
+   indices): each fails with TN_ERR_INVALID and its message holds want[c]
+   and the op's label. */
+static void take_errors(tn_graph *g, tn_var *X, tn_var *I, int axis, tn_array *x, int n, int len, const int64_t *cases,
+                        const char *const *want) {
+    tn_var *Y = tn_take(X, I, axis);
     tn_func *f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ X, I }, .n_outputs = 1, .outputs = &Y });
     CHECK(f != NULL, "%s", tn_last_error());
-    int64_t cases[3][3] = { { 0, 5, 1 }, { -6, 0, 0 }, { 2, 4, 99 } };
-    const char *want[3] = { "index 5 is out of bounds for axis 1 with size 5", "index -6 is out of bounds for axis 1 with size 5",
-                            "index 99 is out of bounds for axis 1 with size 5" };
-    for (int c = 0; c < 3 && f; c++) {
-        tn_array *i = int_array(TN_I64, 1, (int64_t[]){ 3 }, cases[c]), *y = NULL;
+    char label[48];
+    snprintf(label, sizeof label, "AdvancedSubtensor%s", axis ? "{axis=1}" : "1");
+    for (int c = 0; c < n && f; c++) {
+        tn_array *i = int_array(TN_I64, 1, (int64_t[]){ len }, cases + c * len), *y = NULL;
         tn_result r = tn_call(f, (tn_array *[]){ x, i }, &y);
-        CHECK(r == TN_ERR_INVALID, "case %d: %s", c, tn_result_string(r));
+        CHECK(r == TN_ERR_INVALID, "axis %d case %d: %s", axis, c, tn_result_string(r));
         CHECK_ERR(TN_ERR_INVALID, want[c]);
-        CHECK_ERR(TN_ERR_INVALID, "AdvancedSubtensor{axis=1}");
-        tn_array_free(i);
-    }
-    tn_function_free(f);
-    /* rows (axis 0: each index copies a whole row): the first bad row, at its first element */
-    tn_var *R = tn_take(X, I, 0);
-    f = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ X, I }, .n_outputs = 1, .outputs = &R });
-    CHECK(f != NULL, "%s", tn_last_error());
-    int64_t rows[2][4] = { { 1, 2, 7, 0 }, { 0, -4, 1, 9 } };
-    const char *rwant[2] = { "index 7 is out of bounds for axis 0 with size 3 (index array 0, element 10 of the result)",
-                             "index -4 is out of bounds for axis 0 with size 3 (index array 0, element 5 of the result)" };
-    for (int c = 0; c < 2 && f; c++) {
-        tn_array *i = int_array(TN_I64, 1, (int64_t[]){ 4 }, rows[c]), *y = NULL;
-        tn_result r = tn_call(f, (tn_array *[]){ x, i }, &y);
-        CHECK(r == TN_ERR_INVALID, "rows case %d: %s", c, tn_result_string(r));
-        CHECK_ERR(TN_ERR_INVALID, rwant[c]);
+        CHECK_ERR(TN_ERR_INVALID, label);
         tn_array_free(i);
         tn_array_free(y);
     }
     tn_function_free(f);
+}
+
+/* Out of range: NumPy's IndexError words, the op, the index, the axis and its size. */
+TEST(test_take_out_of_range) {
+    tn_array *x = rand_array(TN_F32, 2, (int64_t[]){ 3, 5 });
+    tn_graph *g = tn_graph_new();
+    tn_var *X = tn_matrix(g, "x", TN_F32), *I = tn_vector(g, "i", TN_I64);
+    const int64_t cases[3][3] = { { 0, 5, 1 }, { -6, 0, 0 }, { 2, 4, 99 } };
+    const char *const want[3] = { "index 5 is out of bounds for axis 1 with size 5", "index -6 is out of bounds for axis 1 with size 5",
+                                  "index 99 is out of bounds for axis 1 with size 5" };
+    take_errors(g, X, I, 1, x, 3, 3, &cases[0][0], want);
+    /* rows (axis 0: each index copies a whole row): the first bad row, at its first element */
+    const int64_t rows[2][4] = { { 1, 2, 7, 0 }, { 0, -4, 1, 9 } };
+    const char *const rwant[2] = { "index 7 is out of bounds for axis 0 with size 3 (index array 0, element 10 of the result)",
+                                   "index -4 is out of bounds for axis 0 with size 3 (index array 0, element 5 of the result)" };
+    take_errors(g, X, I, 0, x, 2, 4, &rows[0][0], rwant);
     tn_array_free(x);
     tn_graph_free(g);
 }
