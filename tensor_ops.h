@@ -4631,6 +4631,27 @@ typedef struct tn__cjob {
     int64_t n;
 } tn__cjob;
 
+/* 2-d, stride 1, output rows as long as the image's, unit steps along them
+   (elem: the element size; rows: the image's and the columns' row steps as
+   the kernels see them): a window position's column line is the image plane
+   shifted by whole rows and a few elements (im2col, col2im). */
+static inline bool tn__cgeo_shifted(const tn__cgeo *g, int64_t elem, int64_t xstep, int64_t rowstep) {
+    return g->nsp == 2 && g->s[0] == 1 && g->s[1] == 1 && g->out[1] == g->in[1] && xstep == elem && rowstep == g->in[1] * elem;
+}
+
+/* For those: the shift a of window row kd0 (output row r reads image row
+   r + a) and the output rows [*rlo, *rhi) that read inside the image, within
+   the Q output rows (*rhi >= *rlo). */
+static inline int64_t tn__cgeo_rows(const tn__cgeo *g, int64_t kd0, int64_t Q, int64_t *rlo, int64_t *rhi) {
+    int64_t a = kd0 * g->dl[0] - g->plo[0];
+    *rlo = a >= 0 ? 0 : -a;
+    *rhi = g->in[0] - a;
+    if (*rlo > Q) *rlo = Q;
+    if (*rhi > Q) *rhi = Q;
+    if (*rhi < *rlo) *rhi = *rlo;
+    return a;
+}
+
 /* x's (n, c, i...) element offset, or -1 outside the image: i = o*s - plo + k*dl. */
 static inline int64_t tn__cgeo_src(const tn__cgeo *g, const int64_t *xs, int64_t n, int64_t c, int64_t kidx, int64_t l) {
     int64_t off = n * xs[0] + c * xs[1];
@@ -4660,9 +4681,7 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     T pad = STORE((AT)g->padv); \
     int e = g->nsp - 1; \
     int64_t R = g->Cg * g->K, W = g->out[e], Q = W ? g->L / W : 0, se = g->s[e], xse = J->xs[2 + e]; \
-    /* 2-d, stride 1, output rows as long as the image's, the plane contiguous: a line is the plane shifted */ \
-    bool shifted = g->nsp == 2 && g->s[0] == 1 && se == 1 && W == g->in[1] && xse == (int64_t)sizeof(T) && \
-                   J->xs[2] == g->in[1] * (int64_t)sizeof(T); \
+    bool shifted = tn__cgeo_shifted(g, (int64_t)sizeof(T), xse, J->xs[2]); \
     for (int64_t line = lo; line < hi; line++) { \
         int64_t n = line % g->N, row = line / g->N, gi = row / R, r = row % R, kidx = r % g->K, kd[3]; \
         for (int d = e; d >= 0; d--) { kd[d] = kidx % g->k[d]; kidx /= g->k[d]; } \
@@ -4679,10 +4698,8 @@ static void tn__im2col_##SUF(void *ctx, int64_t lo, int64_t hi) { \
         if (ohi > W) ohi = W; \
         if (ohi < olo) ohi = olo; \
         if (shifted) {      /* the plane moved by a rows and b elements: one copy, then the pads */ \
-            int64_t a = kd[0] * g->dl[0] - g->plo[0], rlo = a >= 0 ? 0 : -a, rhi = g->in[0] - a; \
-            if (rlo > Q) rlo = Q; \
-            if (rhi > Q) rhi = Q; \
-            if (rhi < rlo || olo == ohi) rhi = rlo; \
+            int64_t rlo, rhi, a = tn__cgeo_rows(g, kd[0], Q, &rlo, &rhi); \
+            if (olo == ohi) rhi = rlo; \
             if (rhi > rlo) {   /* y[f] = x[f + a W + b] from row rlo's column olo to row rhi - 1's column ohi - 1 */ \
                 int64_t f0 = rlo * W + olo, f1 = (rhi - 1) * W + ohi; \
                 memcpy(y + f0, (const T *)(const void *)xb + f0 + a * W + b, (size_t)(f1 - f0) * sizeof(T)); \
@@ -4768,7 +4785,7 @@ static void tn__col2im_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
     int e = g->nsp - 1; \
     int64_t S = 1, ist[3], W = g->out[e], Q = W ? g->L / W : 0, se = g->s[e], xl = J->xs[3]; \
     for (int d = e; d >= 0; d--) { ist[d] = S; S *= g->in[d]; } \
-    bool shifted = g->nsp == 2 && g->s[0] == 1 && se == 1 && W == g->in[1] && xl == (int64_t)sizeof(T); \
+    bool shifted = tn__cgeo_shifted(g, (int64_t)sizeof(T), xl, xl * W); \
     for (int64_t p = lo; p < hi; p++) { \
         int64_t n = p / g->C, c = p % g->C, gi = c / g->Cg, cr = c % g->Cg, kd[3] = { 0, 0, 0 }; \
         T *y = (T *)(void *)J->y + p * S; \
@@ -4780,8 +4797,7 @@ static void tn__col2im_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
             if (olo > W) olo = W; \
             if (ohi > W) ohi = W; \
             if (shifted) {   /* as im2col's: column row r adds into image row r + a, shifted by b */ \
-                int64_t a = kd[0] * g->dl[0] - g->plo[0], rlo = a >= 0 ? 0 : -a, rhi = g->in[0] - a; \
-                if (rhi > Q) rhi = Q; \
+                int64_t rlo, rhi, a = tn__cgeo_rows(g, kd[0], Q, &rlo, &rhi); \
                 for (int64_t r = rlo; r < rhi && olo < ohi; r++) { \
                     T *TN__RESTRICT yo = y + (r + a) * W + b; \
                     const T *TN__RESTRICT xo = (const T *)(const void *)line + r * W; \
