@@ -2437,26 +2437,35 @@ static void tn__convert_row(tn_dtype dt, char *dst, int64_t ds, tn_dtype st, con
 
 /* >>strided_copy: dst[idx] = convert(src[idx]) over a shape, any strides on
    either side. Dims are coalesced first so a contiguous copy is one row;
-   large copies are split over threads by outer rows. */
+   large copies are split over threads into pieces of rows: a task is one
+   piece of TN__COPY_PIECE elements or less (a long row, a contiguous copy
+   above all, is several tasks, not one thread's). */
+#define TN__COPY_PIECE ((int64_t)1 << 16)
 typedef struct tn__copy_job {
     int ndim;                       /* dims after coalescing; the last is the row */
     int64_t shape[TN_MAX_DIMS];
     int64_t dst_strides[TN_MAX_DIMS], src_strides[TN_MAX_DIMS];
+    int64_t piece, pieces;          /* elements a piece of a row (the last one shorter), pieces a row */
     char *dst; const char *src;
     tn_dtype dt, st;
 } tn__copy_job;
 
+/* tasks [lo, hi): task t is piece t % pieces of row t / pieces */
 static void tn__copy_rows(void *ctx, int64_t lo, int64_t hi) {
     const tn__copy_job *j = (const tn__copy_job *)ctx;
     int nd = j->ndim;
+    int64_t len = j->shape[nd - 1], np = j->pieces, first = lo / np, last = (hi - 1) / np;
     int64_t idx[TN_MAX_DIMS] = {0};
-    int64_t r = lo;
+    int64_t r = first;
     for (int d = nd - 2; d >= 0; d--) { idx[d] = r % j->shape[d]; r /= j->shape[d]; }
-    for (int64_t row = lo; row < hi; row++) {
-        int64_t doff = 0, soff = 0;
+    for (int64_t row = first; row <= last; row++) {
+        int64_t e0 = row == first ? (lo % np) * j->piece : 0;
+        int64_t e1 = row == last ? ((hi - 1) % np + 1) * j->piece : len;
+        if (e1 > len) e1 = len;
+        int64_t doff = e0 * j->dst_strides[nd - 1], soff = e0 * j->src_strides[nd - 1];
         for (int d = 0; d < nd - 1; d++) { doff += idx[d] * j->dst_strides[d]; soff += idx[d] * j->src_strides[d]; }
         tn__convert_row(j->dt, j->dst + doff, j->dst_strides[nd - 1], j->st, j->src + soff,
-                        j->src_strides[nd - 1], j->shape[nd - 1]);
+                        j->src_strides[nd - 1], e1 - e0);
         for (int d = nd - 2; d >= 0; d--) { if (++idx[d] < j->shape[d]) break; idx[d] = 0; }
     }
 }
@@ -2477,10 +2486,11 @@ static void tn__copy_strided(tn_dtype dt, void *dst, const int64_t *dstr, tn_dty
     memcpy(j.src_strides, ds[1], sizeof(int64_t) * (size_t)nd);
     if (nd == 0) { j.shape[0] = 1; j.dst_strides[0] = j.src_strides[0] = 0; nd = 1; }
     j.ndim = nd;
-    int64_t rows = n / j.shape[nd - 1];
-    int64_t grain = 1 + (1 << 16) / j.shape[nd - 1];   /* ~64K elements per task */
-    if (n < (1 << 17)) tn__copy_rows(&j, 0, rows);
-    else tn__parallel_for(rows, grain, tn__copy_rows, &j);
+    int64_t len = j.shape[nd - 1], rows = n / len;
+    j.piece = len < TN__COPY_PIECE ? len : TN__COPY_PIECE;
+    j.pieces = (len + j.piece - 1) / j.piece;
+    if (n < 2 * TN__COPY_PIECE) tn__copy_rows(&j, 0, rows * j.pieces);
+    else tn__parallel_for(rows * j.pieces, 1 + TN__COPY_PIECE / len, tn__copy_rows, &j);   /* ~64K elements a task */
 }
 
 /* Byte span [lo, hi) that the view a touches, relative to a->data. */

@@ -486,7 +486,28 @@ TEST(test_large_parallel) {
         for (int64_t j = 0; j < 600; j++)
             if (y[i * 600 + j] != (float)x[j * 500 + i]) bad++;
     CHECK(bad == 0, "%d mismatches in a threaded transposed copy", bad);
-    tn_array_free(a); tn_array_free(t); tn_array_free(c);
+    /* a contiguous copy is one long row, split over threads in pieces (the
+       last one shorter): every element converted once, in its place */
+    tn_array *cc = tn_array_astype(a, TN_F32);
+    bad = 0;
+    y = cc ? (const float *)cc->data : NULL;
+    for (int64_t i = 0; y && i < 300000; i++)
+        if (y[i] != (float)x[i]) bad++;
+    CHECK(cc && bad == 0, "%d mismatches in a threaded contiguous copy", bad);
+    /* long strided rows: 3 rows of every other element of 280003, reversed (140002) */
+    int64_t sh3[] = { 3, 280003 };
+    tn_array *l = tn_array_rand_uniform(TN_F64, 2, sh3, -1, 1, 98);
+    tn_array *lv = l ? tn_array_slice(l, 1, 280002, TN_NONE, -2) : NULL;
+    tn_array *lc = lv ? tn_array_copy(lv) : NULL;
+    CHECK(lc && lc->ndim == 2 && lc->shape[0] == 3 && lc->shape[1] == 140002, "shape of the strided copy");
+    bad = 0;
+    const double *lx = l ? (const double *)l->data : NULL, *ly = lc ? (const double *)lc->data : NULL;
+    for (int64_t i = 0; ly && i < 3; i++)
+        for (int64_t j = 0; j < 140002; j++)
+            if (ly[i * 140002 + j] != lx[i * 280003 + 280002 - 2 * j]) bad++;
+    CHECK(bad == 0, "%d mismatches in a threaded copy of long strided rows", bad);
+    tn_array_free(a); tn_array_free(t); tn_array_free(c); tn_array_free(cc);
+    tn_array_free(l); tn_array_free(lv); tn_array_free(lc);
 }
 
 /* Empty bool arrays hold valid bools (false): reading one is defined. */
