@@ -6007,25 +6007,35 @@ static void tn__mm_fill(const tn__mm_plan *p, bool scale) {
 }
 
 /* >>gemm_kernel ---------------------------------------------------------- */
-/* The built-in float product, after Goto and van de Geijn: C is cut into
-   tiles of TN__MC x TN__NC; for each slab of TN__KC along k, a tile's rows
-   of A are packed into MR-row panels and its columns of B into NR-column
-   panels (contiguous, zero-padded, float16 widened to float32, any strides),
-   then an MR x NR micro-kernel runs over the panels with its accumulators in
-   registers. Sizes (in elements):
-     TN__KC 256  a B micro-panel (KC x NR) stays in L1 (8-16 KiB)
+/* The built-in float product, after Goto and van de Geijn: a thread's part
+   of C (a task) is cut into column blocks of at most TN__NC; for each slab
+   of TN__KC along k, the block's columns of B are packed into NR-column
+   panels (contiguous, zero-padded, float16 widened to float32, any strides)
+   once, then for each TN__MC rows of the task the rows of A are packed into
+   MR-row panels (or, with the AVX-512 kernels and float32/float64 A
+   contiguous along k or along m, read where they lie), and an MR x NR
+   micro-kernel runs over the panels with its accumulators in registers.
+   Sizes (in elements):
+     TN__KC 256  a B micro-panel (KC x NR) stays in L1 (8-48 KiB)
      TN__MC 96   the packed A block (MC x KC) stays in L2 (96 KiB f32, 192 KiB f64)
-     TN__NC 256  the packed B panel (KC x NC) in L2/L3; also the thread task width
+     TN__NC 288  the packed B block (KC x NC) in L2 (288 KiB f32, 576 KiB f64)
    MR x NR is 6 x 8 (float) or 6 x 4 (double) for SSE2: 12 vector accumulators
-   of 16; and 6 x 16 / 6 x 8 with AVX2+FMA (chosen at run time on x86-64 when
-   the CPU has it): 12 of 16 ymm registers. MC and NC are multiples of every
-   MR and NR. Threads take whole tiles (batch, MC rows, NC cols), so they
-   share nothing but the read-only inputs. */
+   of 16; 6 x 16 / 6 x 8 with AVX2+FMA: 12 of 16 ymm registers; 8 x 48 /
+   8 x 24 with AVX-512F: 24 of 32 zmm registers (the level is the vector
+   math's, >>vmath: the CPU's best or the one a test forces). MC and NC are
+   multiples of every MR and NR. Every level computes each element of C by
+   the same operations in the same order (a fused multiply-add a k step from
+   0, then alpha * acc + beta * C for the first slab and C + alpha * acc for
+   the next), so AVX2 and AVX-512 give the same bits. Tasks: tiles of MC x NC
+   (batch, rows, cols) where there are at least four a thread; otherwise one
+   rectangle a thread, the grid of threads that makes them the smallest
+   (a 1000 x 1000 product on 16 threads: 4 x 4 of 256 x 256). Threads share
+   nothing but the read-only inputs. */
 #define TN__KC 256
 #define TN__MC 96
-#define TN__NC 256
-#define TN__MR_MAX 6
-#define TN__NR_MAX 16
+#define TN__NC 288
+#define TN__MR_MAX 8
+#define TN__NR_MAX 48
 
 /* Micro-kernels: acc[MR*NR] = Ap (kc x MR, packed) @ Bp (kc x NR, packed).
    The portable one uses GCC/clang vector extensions (16-byte vectors: SSE2
@@ -6104,22 +6114,97 @@ TN__UKR_AVX2(tn__ukr_f32_avx2, float, __m256, ps, _mm256_loadu_ps, _mm256_broadc
 TN__UKR_AVX2(tn__ukr_f64_avx2, double, __m256d, pd, _mm256_loadu_pd, _mm256_broadcast_sd, _mm256_fmadd_pd, _mm256_storeu_pd)
 #endif
 
+#if defined(TN__HAVE_AVX2_KERNELS)
+/* AVX-512F: 8 rows of A by 3 vectors of B. A is read through its strides
+   (ars between rows, acs between k steps, in elements: a packed panel is
+   1 and MR), so A contiguous along k or m needs no packing. mode 0 stores
+   the accumulators in acc; 1 to 3 write a whole MR x NR block of C (rows
+   ldc apart, contiguous): 1 C += alpha * acc, 2 C = alpha * acc + beta * ci,
+   3 C = alpha * acc, the operations of the tile's own loops. */
+#define TN__Z(OP, S) _mm512_##OP##_##S    /* the intrinsic OP for element suffix S (ps, pd) */
+#define TN__UKRX_AVX512_ROW(R, S) \
+    do { \
+        T *cr = c + R * ldc; \
+        if (mode == 0) { \
+            TN__Z(storeu, S)(acc + R * 3 * L, c##R##0); TN__Z(storeu, S)(acc + R * 3 * L + L, c##R##1); \
+            TN__Z(storeu, S)(acc + R * 3 * L + 2 * L, c##R##2); \
+        } else if (mode == 1) { \
+            TN__Z(storeu, S)(cr, TN__Z(add, S)(TN__Z(loadu, S)(cr), TN__Z(mul, S)(va, c##R##0))); \
+            TN__Z(storeu, S)(cr + L, TN__Z(add, S)(TN__Z(loadu, S)(cr + L), TN__Z(mul, S)(va, c##R##1))); \
+            TN__Z(storeu, S)(cr + 2 * L, TN__Z(add, S)(TN__Z(loadu, S)(cr + 2 * L), TN__Z(mul, S)(va, c##R##2))); \
+        } else if (mode == 2) { \
+            const T *cir = ci + R * ldci; \
+            TN__Z(storeu, S)(cr, TN__Z(add, S)(TN__Z(mul, S)(va, c##R##0), TN__Z(mul, S)(vb, TN__Z(loadu, S)(cir)))); \
+            TN__Z(storeu, S)(cr + L, TN__Z(add, S)(TN__Z(mul, S)(va, c##R##1), TN__Z(mul, S)(vb, TN__Z(loadu, S)(cir + L)))); \
+            TN__Z(storeu, S)(cr + 2 * L, TN__Z(add, S)(TN__Z(mul, S)(va, c##R##2), TN__Z(mul, S)(vb, TN__Z(loadu, S)(cir + 2 * L)))); \
+        } else { \
+            TN__Z(storeu, S)(cr, TN__Z(mul, S)(va, c##R##0)); TN__Z(storeu, S)(cr + L, TN__Z(mul, S)(va, c##R##1)); \
+            TN__Z(storeu, S)(cr + 2 * L, TN__Z(mul, S)(va, c##R##2)); \
+        } \
+    } while (0)
+#define TN__UKRX_AVX512_STEP(R, S) \
+    x = TN__Z(set1, S)(a##R[o]); c##R##0 = TN__Z(fmadd, S)(x, b0, c##R##0); c##R##1 = TN__Z(fmadd, S)(x, b1, c##R##1); \
+    c##R##2 = TN__Z(fmadd, S)(x, b2, c##R##2)
+#define TN__UKRX_AVX512(NAME, TT, VT, S) \
+    __attribute__((target("avx512f"))) \
+    static void NAME(int64_t kc, const TT *a, int64_t ars, int64_t acs, const TT *TN__RESTRICT bp, TT *acc, \
+                     TT *c, int64_t ldc, const TT *ci, int64_t ldci, TT alpha, TT beta, int mode) { \
+        typedef TT T; \
+        enum { L = 64 / sizeof(TT) }; \
+        VT c00 = TN__Z(setzero, S)(), c01 = c00, c02 = c00, c10 = c00, c11 = c00, c12 = c00, \
+           c20 = c00, c21 = c00, c22 = c00, c30 = c00, c31 = c00, c32 = c00, c40 = c00, c41 = c00, c42 = c00, \
+           c50 = c00, c51 = c00, c52 = c00, c60 = c00, c61 = c00, c62 = c00, c70 = c00, c71 = c00, c72 = c00; \
+        const TT *a0 = a, *a1 = a + ars, *a2 = a + 2 * ars, *a3 = a + 3 * ars, *a4 = a + 4 * ars, \
+                 *a5 = a + 5 * ars, *a6 = a + 6 * ars, *a7 = a + 7 * ars; \
+        int64_t o = 0; \
+        for (int64_t p = 0; p < kc; p++, o += acs, bp += 3 * L) { \
+            VT b0 = TN__Z(loadu, S)(bp), b1 = TN__Z(loadu, S)(bp + L), b2 = TN__Z(loadu, S)(bp + 2 * L), x; \
+            TN__UKRX_AVX512_STEP(0, S); TN__UKRX_AVX512_STEP(1, S); TN__UKRX_AVX512_STEP(2, S); TN__UKRX_AVX512_STEP(3, S); \
+            TN__UKRX_AVX512_STEP(4, S); TN__UKRX_AVX512_STEP(5, S); TN__UKRX_AVX512_STEP(6, S); TN__UKRX_AVX512_STEP(7, S); \
+        } \
+        VT va = TN__Z(set1, S)(alpha), vb = TN__Z(set1, S)(beta); \
+        TN__UKRX_AVX512_ROW(0, S); TN__UKRX_AVX512_ROW(1, S); TN__UKRX_AVX512_ROW(2, S); TN__UKRX_AVX512_ROW(3, S); \
+        TN__UKRX_AVX512_ROW(4, S); TN__UKRX_AVX512_ROW(5, S); TN__UKRX_AVX512_ROW(6, S); TN__UKRX_AVX512_ROW(7, S); \
+    }
+TN__UKRX_AVX512(tn__ukrx_f32_avx512, float, __m512, ps)
+TN__UKRX_AVX512(tn__ukrx_f64_avx512, double, __m512d, pd)
+#undef TN__UKRX_AVX512
+#undef TN__UKRX_AVX512_STEP
+#undef TN__UKRX_AVX512_ROW
+#undef TN__Z
+#endif
+
 typedef void (*tn__ukr_f32_fn)(int64_t, const float *, const float *, float *);
 typedef void (*tn__ukr_f64_fn)(int64_t, const double *, const double *, double *);
+typedef void (*tn__ukrx_f32_fn)(int64_t, const float *, int64_t, int64_t, const float *, float *,
+                                float *, int64_t, const float *, int64_t, float, float, int);
+typedef void (*tn__ukrx_f64_fn)(int64_t, const double *, int64_t, int64_t, const double *, double *,
+                                double *, int64_t, const double *, int64_t, double, double, int);
+/* A level's micro-kernels: packed ones (f32, f64), or strided ones with
+   their own writes to C (x32, x64; NULL where the level has none). */
 typedef struct tn__ukr_set {
     int mr32, nr32, mr64, nr64;
     tn__ukr_f32_fn f32;
     tn__ukr_f64_fn f64;
+    tn__ukrx_f32_fn x32;
+    tn__ukrx_f64_fn x64;
 } tn__ukr_set;
-static tn__ukr_set tn__ukr;
-static pthread_once_t tn__ukr_once = PTHREAD_ONCE_INIT;
 
-static void tn__ukr_pick(void) {
-    tn__ukr = (tn__ukr_set){ 6, 8, 6, 4, TN__UKR_F32_PORTABLE, TN__UKR_F64_PORTABLE };
+/* The kernels of the vector level in effect (>>vmath's: 0 SSE2, 1 AVX2+FMA, 2 AVX-512F). */
+static const tn__ukr_set *tn__ukr_now(void) {
+    static const tn__ukr_set sets[3] = {
+        { 6, 8, 6, 4, TN__UKR_F32_PORTABLE, TN__UKR_F64_PORTABLE, NULL, NULL },
 #ifdef TN__HAVE_AVX2_KERNELS
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        tn__ukr = (tn__ukr_set){ 6, 16, 6, 8, tn__ukr_f32_avx2, tn__ukr_f64_avx2 };
+        { 6, 16, 6, 8, tn__ukr_f32_avx2, tn__ukr_f64_avx2, NULL, NULL },
+        { 8, 48, 8, 24, NULL, NULL, tn__ukrx_f32_avx512, tn__ukrx_f64_avx512 },
+#endif
+    };
+    int level = tn__vm_level_now();
+#ifdef TN__HAVE_AVX2_KERNELS
+    return &sets[level];
+#else
+    (void)level;
+    return &sets[0];
 #endif
 }
 
@@ -6147,13 +6232,15 @@ static inline float tn__ld_f16(const char *p) { uint16_t h; memcpy(&h, p, 2); re
 static inline float tn__ld_f32(const char *p) { return *(const float *)p; }
 static inline double tn__ld_f64(const char *p) { return *(const double *)p; }
 
-/* One tile of C (mc x nc at i0, j0 of batch item `off`), for element type T
-   computed from storage read by LOAD. F16OUT: accumulate the whole k range
-   in a float32 tile and round to float16 once at the end. */
-#define TN__TILE(NAME, T, LOAD, F16OUT, UKR, MRF, NRF) \
-static void NAME(const tn__mm_plan *P, const int64_t off[4], int64_t i0, int64_t mc, \
+/* One task's rows of one column block of C (mh x nc at i0, j0 of batch item
+   `off`; nc <= TN__NC), for element type T computed from storage read by
+   LOAD, with the level's kernels K. F16OUT: accumulate the whole k range in
+   a float32 tile and round to float16 once at the end (mh <= TN__MC).
+   DIRECT: the element size whose A may be read where it lies (0: never). */
+#define TN__TILE(NAME, T, LOAD, F16OUT, UKR, UKRX, MRF, NRF, DIRECT) \
+static void NAME(const tn__mm_plan *P, const tn__ukr_set *K, const int64_t off[4], int64_t i0, int64_t mh, \
                  int64_t j0, int64_t nc, char *scratch) { \
-    const int MR = tn__ukr.MRF, NR = tn__ukr.NRF; \
+    const int MR = K->MRF, NR = K->NRF; \
     T *ap = (T *)tn__align64(scratch); \
     T *bp = (T *)tn__align64((char *)(ap + TN__MC * TN__KC)); \
     float *ct = (float *)tn__align64((char *)(bp + TN__KC * TN__NC)); \
@@ -6162,53 +6249,77 @@ static void NAME(const tn__mm_plan *P, const int64_t off[4], int64_t i0, int64_t
     const char *CI = (P->ci && P->beta != 0) ? P->ci + off[3] + i0 * P->ci_rs + j0 * P->ci_cs : NULL; \
     TN__ALIGNAS(64) T acc[TN__MR_MAX * TN__NR_MAX]; \
     const T alpha = (T)P->alpha, beta = (T)P->beta; \
+    const int64_t es = (int64_t)sizeof(T); \
+    /* A read in place: contiguous along k (rows ars apart) or along m */ \
+    const bool direct = DIRECT && K->UKRX && (P->a_cs == DIRECT || P->a_rs == DIRECT); \
+    const bool c_unit = P->c_cs == es && P->c_rs % es == 0, ci_unit = !CI || (P->ci_cs == es && P->ci_rs % es == 0); \
     for (int64_t pc = 0; pc < P->k; pc += TN__KC) { \
         int64_t kc = P->k - pc < TN__KC ? P->k - pc : TN__KC; \
-        for (int64_t jp = 0; jp < nc; jp += NR) \
+        for (int64_t jp = 0; jp < nc; jp += NR) { \
+            int64_t w = nc - jp < NR ? nc - jp : NR; \
             for (int64_t p = 0; p < kc; p++) { \
                 const char *src = B + (pc + p) * P->b_rs + jp * P->b_cs; \
                 T *dst = bp + jp * kc + p * NR; \
-                int64_t w = nc - jp < NR ? nc - jp : NR; \
-                for (int64_t j = 0; j < w; j++) dst[j] = (T)LOAD(src + j * P->b_cs); \
+                if (DIRECT && P->b_cs == es) memcpy(dst, src, (size_t)w * sizeof(T)); \
+                else for (int64_t j = 0; j < w; j++) dst[j] = (T)LOAD(src + j * P->b_cs); \
                 for (int64_t j = w; j < NR; j++) dst[j] = 0; \
             } \
-        for (int64_t ip = 0; ip < mc; ip += MR) { \
-            int64_t h = mc - ip < MR ? mc - ip : MR; \
-            for (int64_t p = 0; p < kc; p++) { \
-                const char *src = A + ip * P->a_rs + (pc + p) * P->a_cs; \
-                T *dst = ap + ip * kc + p * MR; \
-                for (int64_t i = 0; i < h; i++) dst[i] = (T)LOAD(src + i * P->a_rs); \
-                for (int64_t i = h; i < MR; i++) dst[i] = 0; \
-            } \
         } \
-        for (int64_t jr = 0; jr < nc; jr += NR) { \
-            int64_t nr = nc - jr < NR ? nc - jr : NR; \
-            for (int64_t ir = 0; ir < mc; ir += MR) { \
-                int64_t mr = mc - ir < MR ? mc - ir : MR; \
-                UKR(kc, ap + ir * kc, bp + jr * kc, acc); \
-                for (int64_t i = 0; i < mr; i++) { \
-                    const T *ar = acc + i * NR; \
-                    if (F16OUT) { \
-                        float *cr = ct + (ir + i) * TN__NC + jr; \
-                        if (pc == 0) for (int64_t j = 0; j < nr; j++) cr[j] = (float)ar[j]; \
-                        else for (int64_t j = 0; j < nr; j++) cr[j] += (float)ar[j]; \
-                        continue; \
-                    } \
-                    char *cr = C + (ir + i) * P->c_rs + jr * P->c_cs; \
-                    if (pc != 0) \
-                        for (int64_t j = 0; j < nr; j++) *(T *)(cr + j * P->c_cs) += alpha * ar[j]; \
-                    else if (CI) { \
-                        const char *cir = CI + (ir + i) * P->ci_rs + jr * P->ci_cs; \
-                        for (int64_t j = 0; j < nr; j++) \
-                            *(T *)(cr + j * P->c_cs) = alpha * ar[j] + beta * (T)LOAD(cir + j * P->ci_cs); \
+        for (int64_t ic = 0; ic < mh; ic += TN__MC) { \
+            int64_t mc = mh - ic < TN__MC ? mh - ic : TN__MC; \
+            /* pack the panels the kernel cannot read in place: all, or a short last one */ \
+            for (int64_t ip = direct ? mc - mc % MR : 0; ip < mc; ip += MR) { \
+                int64_t h = mc - ip < MR ? mc - ip : MR; \
+                for (int64_t p = 0; p < kc; p++) { \
+                    const char *src = A + (ic + ip) * P->a_rs + (pc + p) * P->a_cs; \
+                    T *dst = ap + ip * kc + p * MR; \
+                    for (int64_t i = 0; i < h; i++) dst[i] = (T)LOAD(src + i * P->a_rs); \
+                    for (int64_t i = h; i < MR; i++) dst[i] = 0; \
+                } \
+            } \
+            for (int64_t jr = 0; jr < nc; jr += NR) { \
+                int64_t nr = nc - jr < NR ? nc - jr : NR; \
+                for (int64_t ir = 0; ir < mc; ir += MR) { \
+                    int64_t mr = mc - ir < MR ? mc - ir : MR; \
+                    char *c0 = C + (ic + ir) * P->c_rs + jr * P->c_cs; \
+                    const char *ci0 = CI ? CI + (ic + ir) * P->ci_rs + jr * P->ci_cs : NULL; \
+                    if (K->UKRX) { \
+                        const T *a = ap + ir * kc; \
+                        int64_t ars = 1, acs = MR; \
+                        if (direct && mr == MR) { \
+                            a = (const T *)(const void *)(A + (ic + ir) * P->a_rs + pc * P->a_cs); \
+                            ars = P->a_rs / es; acs = P->a_cs / es; \
+                        } \
+                        int mode = F16OUT || mr < MR || nr < NR || !c_unit ? 0 : pc != 0 ? 1 : !CI ? 3 : ci_unit ? 2 : 0; \
+                        K->UKRX(kc, a, ars, acs, bp + jr * kc, acc, (T *)(void *)c0, P->c_rs / es, \
+                                (const T *)(const void *)ci0, ci0 ? P->ci_rs / es : 0, alpha, beta, mode); \
+                        if (mode) continue; \
                     } else \
-                        for (int64_t j = 0; j < nr; j++) *(T *)(cr + j * P->c_cs) = alpha * ar[j]; \
+                        K->UKR(kc, ap + ir * kc, bp + jr * kc, acc); \
+                    for (int64_t i = 0; i < mr; i++) { \
+                        const T *ar = acc + i * NR; \
+                        if (F16OUT) { \
+                            float *cr = ct + (ic + ir + i) * TN__NC + jr; \
+                            if (pc == 0) for (int64_t j = 0; j < nr; j++) cr[j] = (float)ar[j]; \
+                            else for (int64_t j = 0; j < nr; j++) cr[j] += (float)ar[j]; \
+                            continue; \
+                        } \
+                        char *cr = c0 + i * P->c_rs; \
+                        if (pc != 0) \
+                            for (int64_t j = 0; j < nr; j++) *(T *)(cr + j * P->c_cs) += alpha * ar[j]; \
+                        else if (CI) { \
+                            const char *cir = ci0 + i * P->ci_rs; \
+                            for (int64_t j = 0; j < nr; j++) \
+                                *(T *)(cr + j * P->c_cs) = alpha * ar[j] + beta * (T)LOAD(cir + j * P->ci_cs); \
+                        } else \
+                            for (int64_t j = 0; j < nr; j++) *(T *)(cr + j * P->c_cs) = alpha * ar[j]; \
+                    } \
                 } \
             } \
         } \
     } \
     if (F16OUT) \
-        for (int64_t i = 0; i < mc; i++) \
+        for (int64_t i = 0; i < mh; i++) \
             for (int64_t j = 0; j < nc; j++) { \
                 float v = (float)alpha * ct[i * TN__NC + j]; \
                 if (CI) v += (float)beta * tn__ld_f16(CI + i * P->ci_rs + j * P->ci_cs); \
@@ -6216,13 +6327,17 @@ static void NAME(const tn__mm_plan *P, const int64_t off[4], int64_t i0, int64_t
                 memcpy(C + i * P->c_rs + j * P->c_cs, &hv, 2); \
             } \
 }
-TN__TILE(tn__mm_tile_f32, float, tn__ld_f32, 0, tn__ukr.f32, mr32, nr32)
-TN__TILE(tn__mm_tile_f16, float, tn__ld_f16, 1, tn__ukr.f32, mr32, nr32)
-TN__TILE(tn__mm_tile_f64, double, tn__ld_f64, 0, tn__ukr.f64, mr64, nr64)
+TN__TILE(tn__mm_tile_f32, float, tn__ld_f32, 0, f32, x32, mr32, nr32, 4)
+TN__TILE(tn__mm_tile_f16, float, tn__ld_f16, 1, f32, x32, mr32, nr32, 0)
+TN__TILE(tn__mm_tile_f64, double, tn__ld_f64, 0, f64, x64, mr64, nr64, 8)
+#undef TN__TILE
 
+/* Tasks: (batch item, th rows, tw cols) of C; a task runs its columns in
+   blocks of TN__NC. */
 typedef struct tn__mm_job {
     const tn__mm_plan *p;
-    int64_t mt, nt;              /* tiles along m and n */
+    const tn__ukr_set *K;
+    int64_t th, tw, mt, nt;      /* a task's rows and cols; tasks along m and n */
     TN__ATOMIC(int) oom;
 } tn__mm_job;
 
@@ -6234,14 +6349,18 @@ static void tn__mm_float_range(void *ctx, int64_t lo, int64_t hi) {
     int64_t off[4], last_bi = -1;
     for (int64_t t = lo; t < hi; t++) {
         int64_t bi = t / (J->mt * J->nt), r = t % (J->mt * J->nt);
-        int64_t i0 = (r / J->nt) * TN__MC, j0 = (r % J->nt) * TN__NC;
-        int64_t mc = P->m - i0 < TN__MC ? P->m - i0 : TN__MC, nc = P->n - j0 < TN__NC ? P->n - j0 : TN__NC;
+        int64_t i0 = (r / J->nt) * J->th, j1 = (r % J->nt) * J->tw;
+        if (i0 >= P->m || j1 >= P->n) continue;
+        int64_t mh = P->m - i0 < J->th ? P->m - i0 : J->th, w = P->n - j1 < J->tw ? P->n - j1 : J->tw;
         if (bi != last_bi) { tn__mm_batch_offsets(P, bi, off); last_bi = bi; }
-        switch (P->dt) {
-        case TN_F32: tn__mm_tile_f32(P, off, i0, mc, j0, nc, scratch); break;
-        case TN_F16: tn__mm_tile_f16(P, off, i0, mc, j0, nc, scratch); break;
-        case TN_F64: tn__mm_tile_f64(P, off, i0, mc, j0, nc, scratch); break;
-        default: TN_ASSERT(0); break;
+        for (int64_t j0 = j1; j0 < j1 + w; j0 += TN__NC) {
+            int64_t nc = j1 + w - j0 < TN__NC ? j1 + w - j0 : TN__NC;
+            switch (P->dt) {
+            case TN_F32: tn__mm_tile_f32(P, J->K, off, i0, mh, j0, nc, scratch); break;
+            case TN_F16: tn__mm_tile_f16(P, J->K, off, i0, mh, j0, nc, scratch); break;
+            case TN_F64: tn__mm_tile_f64(P, J->K, off, i0, mh, j0, nc, scratch); break;
+            default: TN_ASSERT(0); break;
+            }
         }
     }
 }
@@ -6249,12 +6368,36 @@ static void tn__mm_float_range(void *ctx, int64_t lo, int64_t hi) {
 /* Below this many multiply-adds a product runs on the calling thread. */
 #define TN__MM_PARALLEL_MIN ((int64_t)1 << 18)
 
+static int64_t tn__round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* The tasks: MC x NC tiles where there are at least four a thread (or
+   float16, whose tile is at most MC rows, or one thread); else a grid of
+   gm x gn rectangles, gm * gn = the threads, rows a multiple of MR and
+   cols of NR, the grid whose largest rectangle is the smallest. */
+static void tn__mm_tasks(tn__mm_job *J, int threads) {
+    const tn__mm_plan *P = J->p;
+    int mr = P->dt == TN_F64 ? J->K->mr64 : J->K->mr32, nr = P->dt == TN_F64 ? J->K->nr64 : J->K->nr32;
+    J->th = TN__MC; J->tw = TN__NC;
+    J->mt = (P->m + TN__MC - 1) / TN__MC; J->nt = (P->n + TN__NC - 1) / TN__NC;
+    if (P->dt == TN_F16 || threads <= 1 || P->nbatch > 1 || J->mt * J->nt >= 4 * (int64_t)threads) return;
+    int64_t best = -1;
+    for (int gn = 1; gn <= threads; gn++) {
+        if (threads % gn) continue;
+        int gm = threads / gn;
+        int64_t th = tn__round_up((P->m + gm - 1) / gm, mr), tw = tn__round_up((P->n + gn - 1) / gn, nr);
+        if (best < 0 || th * tw < best) { best = th * tw; J->th = th; J->tw = tw; }
+    }
+    J->mt = (P->m + J->th - 1) / J->th;
+    J->nt = (P->n + J->tw - 1) / J->tw;
+}
+
 static tn_result tn__mm_float(const tn__mm_plan *P, const char *who) {
-    pthread_once(&tn__ukr_once, tn__ukr_pick);
-    tn__mm_job J = { P, (P->m + TN__MC - 1) / TN__MC, (P->n + TN__NC - 1) / TN__NC, 0 };
-    int64_t ntask = P->nbatch * J.mt * J.nt;
+    tn__mm_job J = { P, tn__ukr_now(), 0, 0, 0, 0, 0 };
     double work = (double)P->nbatch * (double)P->m * (double)P->n * (double)P->k;
-    tn__parallel_for(ntask, work >= (double)TN__MM_PARALLEL_MIN ? 1 : ntask + 1, tn__mm_float_range, &J);
+    bool par = work >= (double)TN__MM_PARALLEL_MIN;
+    tn__mm_tasks(&J, par ? tn__num_threads() : 1);
+    int64_t ntask = P->nbatch * J.mt * J.nt;
+    tn__parallel_for(ntask, par ? 1 : ntask + 1, tn__mm_float_range, &J);
     if (tn__atomic_load(&J.oom))
         return tn__err(TN_ERR_OOM, "%s: out of memory for %zu bytes of packing scratch", who, (size_t)TN__SCRATCH_BYTES);
     return TN_OK;

@@ -595,23 +595,57 @@ TEST(test_blas_loader) {
     }
 }
 
-/* The portable (vector-extension) micro-kernels, which a machine with AVX2
-   never picks by itself: swapped in for a few shapes on the built-in path. */
-TEST(test_portable_kernels) {
-    pthread_once(&tn__ukr_once, tn__ukr_pick);
-    tn__ukr_set saved = tn__ukr;
-    tn__ukr = (tn__ukr_set){ 6, 8, 6, 4, TN__UKR_F32_PORTABLE, TN__UKR_F64_PORTABLE };
+/* The micro-kernels of every vector level the CPU has (the level forced as
+   the vector math's is: 0 the portable vector-extension kernels, 1 AVX2+FMA,
+   2 AVX-512F), each on shapes that reach its edges: short panels along m
+   and n, k over two slabs, A read in place (contiguous along k or m) and
+   packed (other strides), float16 packed; and tasks as tiles, as one
+   rectangle a thread, and batched. */
+TEST(test_kernel_levels) {
     static const mm_shape cases[] = {
         { 2, 2, {17, 33}, {33, 9} },
         { 2, 2, {130, 300}, {300, 270} },
+        { 2, 2, {203, 300}, {300, 301} },    /* one rectangle a thread (2 to 16 threads) */
         { 3, 2, {2, 5, 7}, {7, 3} },
     };
-    static const int vs[][2] = { { V_CONTIG, V_CONTIG }, { V_TRANS, V_STEP } };
+    static const int vs[][2] = { { V_CONTIG, V_CONTIG }, { V_TRANS, V_STEP }, { V_STEP, V_TRANS } };
     static const tn_dtype dts[] = { TN_F32, TN_F64, TN_F16 };
+    int best = tn__vm_level(-1);
     tn__blas_enable(false);
-    dot_cases(cases, 3, dts, 3, vs, 2);
+    for (int level = 0; level <= best; level++) {
+        CHECK(tn__vm_level(level) == level, "level %d forced", level);
+        printf("kernels at level %d: %d x %d float32\n", level, tn__ukr_now()->mr32, tn__ukr_now()->nr32);
+        dot_cases(cases, 4, dts, 3, vs, 3);
+        for (int c = 0; c < 3; c++) {   /* C contiguous (written by the kernel), strided, broadcast */
+            int64_t sh[3][TN_MAX_DIMS] = { {203, 301}, {203, 300}, {300, 301} };
+            int nd[3] = { c == 2 ? 1 : 2, 2, 2 }, views[3] = { c == 1 ? V_STEP : V_CONTIG, V_CONTIG, V_CONTIG };
+            if (c == 2) sh[0][0] = 301;
+            for (int di = 0; di < 2; di++)
+                check_case(TN_OP_GEMM, dts[di], 3, nd, (const int64_t (*)[TN_MAX_DIMS])sh, views, 0.75, -1.25, "gemm levels");
+        }
+    }
+    /* AVX2+FMA and AVX-512F compute every element by the same operations in
+       the same order: the same bits, C written by the kernel or by the tile */
+    tn__blas_enable(false);    /* check_case turned it back on */
+    for (int di = 0; best >= 2 && di < 2; di++)
+        for (int c = 0; c < 2; c++) {
+            tn_array *in[3] = { operand(dts[di], 2, (int64_t[]){203, 301}, c ? V_STEP : V_CONTIG),
+                                operand(dts[di], 2, (int64_t[]){203, 600}, c ? V_TRANS : V_CONTIG),
+                                operand(dts[di], 2, (int64_t[]){600, 301}, V_CONTIG) };
+            tn_array *o[2] = { NULL, NULL };
+            for (int l = 0; l < 2; l++) {
+                tn__vm_level(1 + l);
+                CHECK(run_op(TN_OP_GEMM, 3, in, 0.75, -1.25, false, &o[l]) == TN_OK, "gemm at level %d: %s", 1 + l, tn_last_error());
+            }
+            size_t bytes = (size_t)203 * 301 * tn_dtype_size(dts[di]);
+            CHECK(o[0] && o[1] && !memcmp(o[0]->data, o[1]->data, bytes), "%s gemm (views %d): AVX2 and AVX-512 differ",
+                  tn_dtype_name(dts[di]), c);
+            for (int i = 0; i < 3; i++) tn_array_free(in[i]);
+            tn_array_free(o[0]); tn_array_free(o[1]);
+        }
+    tn__vm_level(-1);
     tn__blas_enable(true);
-    tn__ukr = saved;
+    if (best < 2) printf("this CPU has no AVX-512F: its kernels were not run\n");
 }
 
 /* ---- through the graph: constructors, promotion, tn_function / tn_call ---- */
@@ -762,7 +796,7 @@ int main(void) {
     TH_RUN(test_gemv);
     TH_RUN(test_outer);
     TH_RUN(test_empty_dims);
-    TH_RUN(test_portable_kernels);
+    TH_RUN(test_kernel_levels);
     TH_RUN(test_graph_dot_promotes);
     TH_RUN(test_graph_gemm_gemv_outer);
     TH_RUN(test_graph_errors);
