@@ -6026,10 +6026,12 @@ static void tn__mm_fill(const tn__mm_plan *p, bool scale) {
    multiples of every MR and NR. Every level computes each element of C by
    the same operations in the same order (a fused multiply-add a k step from
    0, then alpha * acc + beta * C for the first slab and C + alpha * acc for
-   the next), so AVX2 and AVX-512 give the same bits. Tasks: tiles of MC x NC
-   (batch, rows, cols) where there are at least four a thread; otherwise one
-   rectangle a thread, the grid of threads that makes them the smallest
-   (a 1000 x 1000 product on 16 threads: 4 x 4 of 256 x 256). Threads share
+   the next), so AVX2 and AVX-512 give the same bits. Within a block of MC
+   rows the kernel runs along the packed B (in L2) for each MR rows of A (in
+   L1). Tasks: one rectangle a thread for a single product, the grid of
+   threads that makes them the smallest (a 1000 x 1000 product on 16
+   threads: 4 x 4 of 256 x 256), a thread a 2^20 multiply-adds at most;
+   tiles of MC x NC (batch, rows, cols) for batched products. Threads share
    nothing but the read-only inputs. */
 #define TN__KC 256
 #define TN__MC 96
@@ -6277,10 +6279,10 @@ static void NAME(const tn__mm_plan *P, const tn__ukr_set *K, const int64_t off[4
                     for (int64_t i = h; i < MR; i++) dst[i] = 0; \
                 } \
             } \
-            for (int64_t jr = 0; jr < nc; jr += NR) { \
-                int64_t nr = nc - jr < NR ? nc - jr : NR; \
-                for (int64_t ir = 0; ir < mc; ir += MR) { \
-                    int64_t mr = mc - ir < MR ? mc - ir : MR; \
+            for (int64_t ir = 0; ir < mc; ir += MR) { \
+                int64_t mr = mc - ir < MR ? mc - ir : MR; \
+                for (int64_t jr = 0; jr < nc; jr += NR) { \
+                    int64_t nr = nc - jr < NR ? nc - jr : NR; \
                     char *c0 = C + (ic + ir) * P->c_rs + jr * P->c_cs; \
                     const char *ci0 = CI ? CI + (ic + ir) * P->ci_rs + jr * P->ci_cs : NULL; \
                     if (K->UKRX) { \
@@ -6365,21 +6367,24 @@ static void tn__mm_float_range(void *ctx, int64_t lo, int64_t hi) {
     }
 }
 
-/* Below this many multiply-adds a product runs on the calling thread. */
+/* Below this many multiply-adds a product runs on the calling thread (int
+   products; float products take a thread a TN__MM_THREAD_WORK). */
 #define TN__MM_PARALLEL_MIN ((int64_t)1 << 18)
+#define TN__MM_THREAD_WORK ((int64_t)1 << 20)
 
 static int64_t tn__round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/* The tasks: MC x NC tiles where there are at least four a thread (or
-   float16, whose tile is at most MC rows, or one thread); else a grid of
-   gm x gn rectangles, gm * gn = the threads, rows a multiple of MR and
-   cols of NR, the grid whose largest rectangle is the smallest. */
+/* The tasks: for one product (no batch dims) on several threads, a grid
+   of gm x gn rectangles, gm * gn = the threads, rows a multiple of MR and
+   cols of NR, the grid whose largest rectangle is the smallest: each
+   thread packs its B once per column block and slab. Else (batched,
+   float16, whose tile is at most MC rows, or one thread) MC x NC tiles. */
 static void tn__mm_tasks(tn__mm_job *J, int threads) {
     const tn__mm_plan *P = J->p;
     int mr = P->dt == TN_F64 ? J->K->mr64 : J->K->mr32, nr = P->dt == TN_F64 ? J->K->nr64 : J->K->nr32;
     J->th = TN__MC; J->tw = TN__NC;
     J->mt = (P->m + TN__MC - 1) / TN__MC; J->nt = (P->n + TN__NC - 1) / TN__NC;
-    if (P->dt == TN_F16 || threads <= 1 || P->nbatch > 1 || J->mt * J->nt >= 4 * (int64_t)threads) return;
+    if (P->dt == TN_F16 || threads <= 1 || P->nbatch > 1) return;
     int64_t best = -1;
     for (int gn = 1; gn <= threads; gn++) {
         if (threads % gn) continue;
@@ -6393,11 +6398,13 @@ static void tn__mm_tasks(tn__mm_job *J, int threads) {
 
 static tn_result tn__mm_float(const tn__mm_plan *P, const char *who) {
     tn__mm_job J = { P, tn__ukr_now(), 0, 0, 0, 0, 0 };
-    double work = (double)P->nbatch * (double)P->m * (double)P->n * (double)P->k;
-    bool par = work >= (double)TN__MM_PARALLEL_MIN;
-    tn__mm_tasks(&J, par ? tn__num_threads() : 1);
-    int64_t ntask = P->nbatch * J.mt * J.nt;
-    tn__parallel_for(ntask, par ? 1 : ntask + 1, tn__mm_float_range, &J);
+    /* a thread a TN__MM_THREAD_WORK multiply-adds at most: a thread's start costs more than a smaller share */
+    double work = (double)P->nbatch * (double)P->m * (double)P->n * (double)P->k, cap = work / (double)TN__MM_THREAD_WORK;
+    int threads = tn__num_threads();
+    if (cap < threads) threads = cap < 1 ? 1 : (int)cap;
+    tn__mm_tasks(&J, threads);
+    int64_t ntask = P->nbatch * J.mt * J.nt, grain = ntask / threads;
+    tn__parallel_for(ntask, grain < 1 ? 1 : grain, tn__mm_float_range, &J);
     if (tn__atomic_load(&J.oom))
         return tn__err(TN_ERR_OOM, "%s: out of memory for %zu bytes of packing scratch", who, (size_t)TN__SCRATCH_BYTES);
     return TN_OK;

@@ -607,6 +607,7 @@ TEST(test_kernel_levels) {
         { 2, 2, {130, 300}, {300, 270} },
         { 2, 2, {203, 300}, {300, 301} },    /* one rectangle a thread (2 to 16 threads) */
         { 3, 2, {2, 5, 7}, {7, 3} },
+        { 3, 2, {3, 150, 200}, {200, 170} },  /* batched: tiles over threads */
     };
     static const int vs[][2] = { { V_CONTIG, V_CONTIG }, { V_TRANS, V_STEP }, { V_STEP, V_TRANS } };
     static const tn_dtype dts[] = { TN_F32, TN_F64, TN_F16 };
@@ -615,7 +616,7 @@ TEST(test_kernel_levels) {
     for (int level = 0; level <= best; level++) {
         CHECK(tn__vm_level(level) == level, "level %d forced", level);
         printf("kernels at level %d: %d x %d float32\n", level, tn__ukr_now()->mr32, tn__ukr_now()->nr32);
-        dot_cases(cases, 4, dts, 3, vs, 3);
+        dot_cases(cases, 5, dts, 3, vs, 3);
         for (int c = 0; c < 3; c++) {   /* C contiguous (written by the kernel), strided, broadcast */
             int64_t sh[3][TN_MAX_DIMS] = { {203, 301}, {203, 300}, {300, 301} };
             int nd[3] = { c == 2 ? 1 : 2, 2, 2 }, views[3] = { c == 1 ? V_STEP : V_CONTIG, V_CONTIG, V_CONTIG };
