@@ -6253,7 +6253,7 @@ static void NAME(const tn__mm_plan *P, const tn__ukr_set *K, const int64_t off[4
     const T alpha = (T)P->alpha, beta = (T)P->beta; \
     const int64_t es = (int64_t)sizeof(T); \
     /* A read in place: contiguous along k (rows ars apart) or along m */ \
-    const bool direct = DIRECT && K->UKRX && (P->a_cs == DIRECT || P->a_rs == DIRECT); \
+    const bool direct = DIRECT && K->UKRX && (P->a_cs == DIRECT || P->a_rs == DIRECT) && P->a_rs % es == 0 && P->a_cs % es == 0; \
     const bool c_unit = P->c_cs == es && P->c_rs % es == 0, ci_unit = !CI || (P->ci_cs == es && P->ci_rs % es == 0); \
     for (int64_t pc = 0; pc < P->k; pc += TN__KC) { \
         int64_t kc = P->k - pc < TN__KC ? P->k - pc : TN__KC; \
