@@ -8202,10 +8202,12 @@ typedef struct tn__gather_job {
     TN__ATOMIC(int64_t) bad;            /* the first bad position found (INT64_MAX: none) */
 } tn__gather_job;
 
-static void tn__gather_bad(tn__gather_job *J, const tn__ibad *b) {
-    int64_t cur = tn__atomic_load(&J->bad);
-    while (b->pos < cur && !tn__atomic_cas_weak(&J->bad, &cur, b->pos)) {}
+/* *slot = min(*slot, pos): the first bad position any thread found */
+static void tn__ibad_min(TN__ATOMIC(int64_t) *slot, int64_t pos) {
+    int64_t cur = tn__atomic_load(slot);
+    while (pos < cur && !tn__atomic_cas_weak(slot, &cur, pos)) {}
 }
+static void tn__gather_bad(tn__gather_job *J, const tn__ibad *b) { tn__ibad_min(&J->bad, b->pos); }
 
 /* Runs lo..hi of J->run elements (a table's rows): the offsets once a run, one copy each. */
 static void tn__gather_runs(void *ctx, int64_t lo, int64_t hi) {
@@ -8286,6 +8288,70 @@ static void tn__scatter_batch(tn_dtype t, bool set, char *y, const char *v, cons
 #undef TN__SC_LOOP
 }
 
+/* A scatter through one index array along the first indexed dim, with at
+   most one dim after it (x[idx] op= v of a vector, or of rows): by owners.
+   Each thread owns a range of the indexed axis, scans every index in order
+   and applies the entries that fall in its range, so every element of y
+   sees the same operations in the same order as on one thread (the same
+   bits; the last of repeated sets wins). The indices are checked first, on
+   all threads, so a bad one leaves y as it was. */
+typedef struct tn__scatter_job {
+    const tn__iplan *P;
+    const char *v;
+    int64_t vs[2];                      /* v's byte strides by gathered dim (0: broadcast) */
+    tn_dtype dt;
+    bool set;
+    int64_t owners;
+    TN__ATOMIC(int64_t) bad;            /* the first bad index entry (INT64_MAX: none) */
+} tn__scatter_job;
+
+static inline int64_t tn__scatter_index(const tn__iplan *P, int64_t i) {
+    const char *p = P->ip[0] + i * P->is[0][0];
+    return P->i32[0] ? *(const int32_t *)(const void *)p : *(const int64_t *)(const void *)p;
+}
+
+static void tn__scatter_check(void *ctx, int64_t lo, int64_t hi) {
+    tn__scatter_job *J = (tn__scatter_job *)ctx;
+    int64_t an = J->P->an[0];
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t v = tn__scatter_index(J->P, i);
+        if (v < -an || v >= an) { tn__ibad_min(&J->bad, i); return; }
+    }
+}
+
+static void tn__scatter_owned(void *ctx, int64_t lo, int64_t hi) {
+    tn__scatter_job *J = (tn__scatter_job *)ctx;
+    const tn__iplan *P = J->P;
+    int64_t an = P->an[0], len = P->nd == 2 ? P->shape[1] : 1;
+    int64_t toff[TN__IDX_BATCH], soff[TN__IDX_BATCH];
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t w0 = an * t / J->owners, w1 = an * (t + 1) / J->owners;
+        int cnt = 0;
+        for (int64_t i = 0; i < P->shape[0]; i++) {
+            int64_t v = tn__scatter_index(P, i), w = v < 0 ? v + an : v;
+            if (w < w0 || w >= w1) continue;
+            for (int64_t j = 0; j < len; j++) {
+                toff[cnt] = w * P->as[0] + j * P->ts[1];
+                soff[cnt] = i * J->vs[0] + j * J->vs[1];
+                if (++cnt == TN__IDX_BATCH) { tn__scatter_batch(J->dt, J->set, P->t, J->v, toff, soff, cnt); cnt = 0; }
+            }
+        }
+        if (cnt) tn__scatter_batch(J->dt, J->set, P->t, J->v, toff, soff, cnt);
+    }
+}
+
+/* Whether plan P scatters by owners: the form above, large, several
+   threads, and v apart from y (no thread reads what another writes). */
+static bool tn__scatter_by_owners(const tn__iplan *P, const tn_array *v, const tn_array *y) {
+    if (P->k != 1 || P->nd < 1 || P->nd > 2 || P->ts[0] != 0 || (P->nd == 2 && P->is[0][1] != 0)) return false;
+    if (P->n < ((int64_t)1 << 16) || tn__num_threads() < 2) return false;
+    int64_t vl, vh, yl, yh;
+    tn__array_span(v, &vl, &vh);
+    tn__array_span(y, &yl, &yh);
+    const char *v0 = (const char *)v->data, *y0 = (const char *)y->data;
+    return v0 + vh <= y0 + yl || y0 + yh <= v0 + vl;
+}
+
 /* y = x (unless y is x's own buffer: in place), then the scatter of v by plan P (on y). */
 static tn_result tn__scatter_run(const tn_var *node, const tn_array *x, const tn_array *v, tn_array *y, tn__iplan *P) {
     bool same = y->data == x->data;
@@ -8298,6 +8364,17 @@ static tn_result tn__scatter_run(const tn_var *node, const tn_array *x, const tn
                        tn__shape_str(v->ndim, v->shape, s1), tn__shape_str(P->nd, P->shape, s2));
     }
     bool set = node->op == TN_OP_INC_SUBTENSOR ? tn__p_incsub_set(&node->p) : tn__p_index_set(&node->p);
+    if (tn__scatter_by_owners(P, v, y)) {
+        tn__scatter_job J = { P, (const char *)v->data, { vs[0], P->nd == 2 ? vs[1] : 0 }, y->dtype, set, tn__num_threads(), INT64_MAX };
+        tn__parallel_for(P->shape[0], 65536, tn__scatter_check, &J);
+        int64_t bad = tn__atomic_load(&J.bad);
+        if (bad != INT64_MAX) {
+            tn__ibad b = { bad * (P->nd == 2 ? P->shape[1] : 1), tn__scatter_index(P, bad), 0 };
+            return tn__ibad_err(node, P, &b);
+        }
+        tn__parallel_for(J.owners, 1, tn__scatter_owned, &J);
+        return TN_OK;
+    }
     for (int64_t o = 0; o < P->n; o += TN__IDX_BATCH) {
         int cnt = (int)(P->n - o < TN__IDX_BATCH ? P->n - o : TN__IDX_BATCH);
         tn__ibad b;

@@ -397,6 +397,64 @@ TEST(test_scatter_large) {
     tn_graph_free(g);
 }
 
+/* Scatters along the first axis of a vector or of rows, large enough to run
+   on threads by owners (each thread a range of the axis): the values of
+   np.add.at's serial order, exactly (repeats, negative indices, the last
+   of repeated sets); int32 and int64 indices; a bad index among them named
+   as on one thread. */
+static void check_scatter_owned(tn_dtype t, bool set, bool rows, tn_dtype it) {
+    enum { R = 5000, D = 24 };
+    int64_t Q = rows ? 4000 : 150000, xs[2] = { R, D }, vsh[2] = { Q, D };
+    int nd = rows ? 2 : 1;
+    tn_array *x = rand_array(t, nd, xs), *idx = rand_idx(it, 1, (int64_t[]){ Q }, R), *v = rand_array(t, nd, vsh);
+    tn_graph *g = tn_graph_new();
+    tn_var *X = rows ? tn_matrix(g, "x", t) : tn_vector(g, "x", t), *I = tn_vector(g, "i", it);
+    tn_var *V = rows ? tn_matrix(g, "v", t) : tn_vector(g, "v", t);
+    tn_var *sub = tn_take(X, I, 0), *Y = set ? tn_set_subtensor(sub, V) : tn_inc_subtensor(sub, V);
+    tn_array *y = NULL;
+    tn_result r = run(g, 3, (tn_var *[]){ X, I, V }, (tn_array *[]){ x, idx, v }, 1, &Y, &y);
+    CHECK(r == TN_OK, "%s", tn_last_error());
+    int64_t len = rows ? D : 1;
+    if (r == TN_OK) {
+        double *ref = (double *)malloc(sizeof(double) * R * (size_t)len);
+        tn_array_copy_to(x, TN_F64, ref, sizeof(double) * R * (size_t)len);
+        for (int64_t q = 0; q < Q; q++) {
+            int64_t j = (int64_t)at(idx, q);
+            j = j < 0 ? j + R : j;
+            for (int64_t o = 0; o < len; o++) {
+                double val = at(v, q * len + o);
+                ref[j * len + o] = set ? val : add_in(t, ref[j * len + o], val);
+            }
+        }
+        int64_t bad = 0;
+        for (int64_t e = 0; e < R * len; e++) bad += !same_value(at(y, e), ref[e]);
+        CHECK(bad == 0, "%s %s %s, %lld positions: %lld of %lld elements wrong", set ? "set" : "inc", tn_dtype_name(t),
+              rows ? "rows" : "vector", (long long)(Q * len), (long long)bad, (long long)(R * len));
+        free(ref);
+    }
+    tn_array_free(y);
+    /* entry 7000 (rows: 3000) out of range */
+    int64_t badq = rows ? 3000 : 7000;
+    tn_array_set(idx, &badq, (double)R);
+    y = NULL;
+    CHECK(run(g, 3, (tn_var *[]){ X, I, V }, (tn_array *[]){ x, idx, v }, 1, &Y, &y) == TN_ERR_INVALID, "a bad index ran");
+    char want[160];
+    snprintf(want, sizeof want, "index %d is out of bounds for axis 0 with size %d (index array 0, element %lld of the result)",
+             R, R, (long long)(badq * len));
+    CHECK_ERR(TN_ERR_INVALID, want);
+    tn_array_free(y); tn_array_free(x); tn_array_free(idx); tn_array_free(v);
+    tn_graph_free(g);
+}
+
+TEST(test_scatter_owned) {
+    const tn_dtype ts[4] = { TN_F16, TN_F32, TN_F64, TN_I32 };
+    for (int q = 0; q < 4; q++)
+        for (int rows = 0; rows < 2; rows++) {
+            check_scatter_owned(ts[q], false, rows, q % 2 ? TN_I32 : TN_I64);
+            check_scatter_owned(ts[q], true, rows, q % 2 ? TN_I64 : TN_I32);
+        }
+}
+
 /* np.add.at with many repeats into one place: float16 rounds at each addition. */
 TEST(test_inc_repeated_f16) {
     int64_t n = 3000, *iv = (int64_t *)calloc((size_t)n, sizeof *iv);
@@ -747,6 +805,7 @@ int main(void) {
     TH_RUN(test_index_several_axes);
     TH_RUN(test_scatter_values);
     TH_RUN(test_scatter_large);
+    TH_RUN(test_scatter_owned);
     TH_RUN(test_inc_repeated_f16);
     TH_RUN(test_slice_set_inc);
     TH_RUN(test_one_hot_and_where);
