@@ -7154,13 +7154,6 @@ typedef struct tn__dp_arg { tn_replicated *R; int k; } tn__dp_arg;
 #ifndef TN__DP_SPIN_S
 #define TN__DP_SPIN_S 200e-6
 #endif
-static void tn__dp_pause(void) {
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-    __builtin_ia32_pause();
-#elif defined(__GNUC__) && defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 /* What a thread waits for (its argument: the value it saw before). */
 static bool tn__dp_new_job(tn_replicated *R, uint64_t seen) { return tn__atomic_load(&R->job) != seen || tn__atomic_load(&R->quit); }
@@ -7178,7 +7171,7 @@ static void tn__dp_wait(tn_replicated *R, bool (*ready)(tn_replicated *, uint64_
             pthread_mutex_unlock(&R->mu);
             return;
         }
-        tn__dp_pause();
+        tn__cpu_pause();
     }
 }
 
