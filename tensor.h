@@ -1083,8 +1083,10 @@ typedef struct tn__pool {
     pthread_t *tid;
     int n;                       /* workers, not counting the caller */
     TN__ATOMIC(uint64_t) job_id; /* written under mu; read without it by a worker that spins */
-    int parts;                   /* the job's parts: the caller's and workers 1..parts-1 */
-    TN__ATOMIC(int) pending;     /* likewise, by a caller that spins */
+    int parts;                   /* the job's ranges; workers 1..parts-1 are woken for it */
+    TN__ATOMIC(uint64_t) *claim; /* per range: the id of the last job that claimed it */
+    TN__ATOMIC(int) pending;     /* ranges not yet run to their end; read by a caller that spins */
+    TN__ATOMIC(uint64_t) naps;   /* tn__pool_nap's count: spinning workers go to sleep when it moves */
     bool quit;
     tn__range_fn fn;
     void *ctx;
@@ -1787,17 +1789,26 @@ TN_API tn_var *tn_var_set_context(tn_var *v, const char *ctx) {
 
 TN_API const char *tn_var_context(const tn_var *v) { return v && v->ctx > 0 ? tn_context_name(v->ctx - 1) : NULL; }
 
-/* >>threads: a fixed pool (tn__lib.pool); a job is split into one contiguous
-   range per worker. The caller runs the first range itself and waits for the
-   rest. One job runs at a time: a caller that finds the pool busy (another
+/* >>threads: a fixed pool (tn__lib.pool). A job is n items cut into one
+   range per thread (parts ranges of chunk items). Range w is worker w's
+   (0 the caller's), and each thread runs its own first, then claims the
+   ranges of the threads not yet started, from the last: a range runs once,
+   whole, on one thread; a thread keeps its range from job to job while all
+   are awake (its data stays in its core's cache), and a worker that wakes
+   late finds its range done by the others instead of holding up the job.
+   The caller wakes workers 1 and 2, and each worker w wakes 2w+1 and 2w+2
+   (a tree: the caller's own range starts after two signals, not parts-1).
+   One job runs at a time: a caller that finds the pool busy (another
    thread's kernel) runs its whole range inline instead of waiting, and so
    does a kernel already running in a worker (no nested jobs, no deadlock).
    A worker done with a job checks for the next one for up to
    TN__POOL_SPIN_S before it sleeps, and the caller checks for the end of
    its job as long before it sleeps, both yielding their core to any other
-   thread that can run (OpenBLAS's, the program's): the ops of a call come
-   back to back, and waking a sleeping thread costs tens of microseconds
-   (a fork and join took 80 us on a 2-core virtual machine, now 1 us). */
+   thread that can run: the ops of a call come back to back, and waking a
+   sleeping thread costs tens of microseconds (a fork and join took 80 us on
+   a 2-core virtual machine, now 1 us). A CBLAS call sends the checking
+   workers to sleep at once (tn__pool_nap): OpenBLAS's threads need the
+   cores then. */
 
 static double tn__prof_now(void);
 static inline void tn__cpu_pause(void) {
@@ -1818,16 +1829,56 @@ static TN__THREAD_LOCAL bool tn__in_worker;
    (job) or for the job's parts to end (!job); whether it came. */
 static bool tn__pool_spin(tn__pool *p, bool job, uint64_t seen) {
     double t0 = tn__prof_now();
+    uint64_t naps = tn__atomic_load(&p->naps);
     for (int i = 1; job ? tn__atomic_load(&p->job_id) == seen : tn__atomic_load(&p->pending) != 0; i++) {
+        if (job && tn__atomic_load(&p->naps) != naps) return false;
         if (!(i & 15) && tn__prof_now() - t0 > TN__POOL_SPIN_S) return false;
         sched_yield();
     }
     return true;
 }
 
+/* Sends the workers that wait awake for a job to sleep now: called before
+   work that runs on threads of its own (a CBLAS product), whose threads the
+   workers' checks would slow. */
+static void tn__pool_nap(void) {
+    tn__atomic_fetch_add(&tn__lib.pool.naps, 1);
+}
+
+/* Claims range r of job `id` for this thread: false if a thread has it (or
+   a later job does: a worker that read an ended job's fn claims nothing). */
+static bool tn__pool_claim(tn__pool *p, int r, uint64_t id) {
+    uint64_t v = tn__atomic_load(&p->claim[r]);
+    while (v < id)
+        if (tn__atomic_cas_weak(&p->claim[r], &v, id)) return true;
+    return false;
+}
+
+/* Runs range `me` of job `id` if no thread has it, then every range of the
+   job still unclaimed, from the last (the workers woken last). */
+static void tn__pool_run(tn__pool *p, int me, uint64_t id, tn__range_fn fn, void *ctx, int64_t n_items, int64_t chunk, int parts) {
+    for (int k = 0; k <= parts; k++) {
+        int r = k == 0 ? me : parts - k;
+        if (k > 0 && r == me) continue;
+        if (!tn__pool_claim(p, r, id)) continue;
+        int64_t lo = (int64_t)r * chunk, hi = lo + chunk;
+        fn(ctx, lo, hi < n_items ? hi : n_items);
+        if (tn__atomic_fetch_add(&p->pending, -1) == 1) {   /* the job's last range: the caller may sleep */
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+/* Wakes worker w's two children in the wake tree (workers below `parts`). */
+static void tn__pool_wake(tn__pool *p, int w, int parts) {
+    for (int c = 2 * w + 1; c <= 2 * w + 2 && c < parts; c++) pthread_cond_signal(&p->go[c - 1]);
+}
+
 static void *tn__pool_main(void *arg) {
     tn__pool *p = &tn__lib.pool;
-    int me = (int)(intptr_t)arg;                 /* 1..n: range index */
+    int me = (int)(intptr_t)arg;                 /* 1..n */
     uint64_t seen = 0;
     tn__in_worker = true;
     for (;;) {
@@ -1836,16 +1887,14 @@ static void *tn__pool_main(void *arg) {
         while (!p->quit && tn__atomic_load(&p->job_id) == seen) pthread_cond_wait(&p->go[me - 1], &p->mu);
         if (p->quit) break;
         seen = tn__atomic_load(&p->job_id);
-        if (me >= p->parts) { pthread_mutex_unlock(&p->mu); continue; }   /* a job without a part for it */
+        int parts = p->parts;
+        if (me >= parts) { pthread_mutex_unlock(&p->mu); continue; }   /* a job without a range for it */
         tn__range_fn fn = p->fn;
         void *ctx = p->ctx;
-        int64_t lo = (int64_t)me * p->chunk, hi = lo + p->chunk;
-        if (hi > p->n_items) hi = p->n_items;
+        int64_t n_items = p->n_items, chunk = p->chunk;
         pthread_mutex_unlock(&p->mu);
-        if (lo < hi) fn(ctx, lo, hi);
-        pthread_mutex_lock(&p->mu);
-        if (tn__atomic_fetch_add(&p->pending, -1) == 1) pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->mu);
+        tn__pool_wake(p, me, parts);
+        tn__pool_run(p, me, seen, fn, ctx, n_items, chunk, parts);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -1864,7 +1913,12 @@ static void tn__pool_start(void) {
     if (want <= 1) return;
     p->tid = (pthread_t *)tn__calloc((size_t)want - 1, sizeof(pthread_t));
     p->go = (pthread_cond_t *)tn__calloc((size_t)want - 1, sizeof(pthread_cond_t));
-    if (!p->tid || !p->go) { tn__free(p->tid); tn__free(p->go); p->tid = NULL; p->go = NULL; return; }
+    p->claim = (TN__ATOMIC(uint64_t) *)tn__calloc((size_t)want, sizeof *p->claim);
+    if (!p->tid || !p->go || !p->claim) {
+        tn__free(p->tid); tn__free(p->go); tn__free((void *)p->claim);
+        p->tid = NULL; p->go = NULL; p->claim = NULL;
+        return;
+    }
     for (int i = 0; i < want - 1; i++) {
         pthread_cond_init(&p->go[i], NULL);
         if (pthread_create(&p->tid[i], NULL, tn__pool_main, (void *)(intptr_t)(i + 1)) != 0) { pthread_cond_destroy(&p->go[i]); break; }
@@ -1887,15 +1941,17 @@ TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ct
     if (parts <= 1 || tn__in_worker || pthread_mutex_trylock(&tn__lib.pool_caller) != 0) { fn(ctx, 0, n); return; }
     tn__pool *p = &tn__lib.pool;
     int64_t chunk = (n + parts - 1) / parts;
+    parts = (n + chunk - 1) / chunk;             /* no empty range */
     pthread_mutex_lock(&p->mu);
+    uint64_t id = tn__atomic_load(&p->job_id) + 1;
     p->fn = fn; p->ctx = ctx; p->n_items = n; p->chunk = chunk;
     p->parts = (int)parts;
-    tn__atomic_store(&p->pending, (int)parts - 1);
-    tn__atomic_store(&p->job_id, tn__atomic_load(&p->job_id) + 1);
-    for (int i = 0; i < (int)parts - 1; i++) pthread_cond_signal(&p->go[i]);   /* the rest sleep on */
+    tn__atomic_store(&p->pending, (int)parts);
+    tn__atomic_store(&p->job_id, id);
     pthread_mutex_unlock(&p->mu);
+    tn__pool_wake(p, 0, (int)parts);            /* the rest sleep on */
     tn__in_worker = true;
-    fn(ctx, 0, chunk < n ? chunk : n);
+    tn__pool_run(p, 0, id, fn, ctx, n, chunk, (int)parts);
     tn__in_worker = false;
     if (!tn__pool_spin(p, false, 0)) {
         pthread_mutex_lock(&p->mu);
@@ -1915,8 +1971,10 @@ static void tn__pool_stop(void) {
     for (int i = 0; i < p->n; i++) { pthread_join(p->tid[i], NULL); pthread_cond_destroy(&p->go[i]); }
     tn__free(p->tid);
     tn__free(p->go);
+    tn__free((void *)p->claim);
     p->tid = NULL;
     p->go = NULL;
+    p->claim = NULL;
     p->n = 0;
 }
 #else
@@ -1926,6 +1984,7 @@ TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ct
     if (n > 0) fn(ctx, 0, n);
 }
 static void tn__pool_stop(void) {}
+static void tn__pool_nap(void) {}
 #endif
 
 static void tn__func_blocks_release(void);   /* >>func_handles */

@@ -5907,6 +5907,7 @@ static bool tn__blas_mm2d(bool probe, tn_dtype dt, int64_t m, int64_t n, int64_t
         if (!tn__blas_inc(k, b_rs, es, &incx) || !tn__blas_inc(m, c_rs, es, &incy)) return false;
         int M = ta == TN__CBLAS_NO_TRANS ? (int)m : (int)k, N = ta == TN__CBLAS_NO_TRANS ? (int)k : (int)m;
         if (probe) return true;
+        tn__pool_nap();
         if (dt == TN_F32) tn__blas.sgemv(TN__CBLAS_ROW_MAJOR, ta, M, N, (float)alpha, (const float *)a, lda,
                                          (const float *)b, incx, (float)beta, (float *)c, incy);
         else tn__blas.dgemv(TN__CBLAS_ROW_MAJOR, ta, M, N, alpha, (const double *)a, lda,
@@ -5919,6 +5920,7 @@ static bool tn__blas_mm2d(bool probe, tn_dtype dt, int64_t m, int64_t n, int64_t
         int tr = tb == TN__CBLAS_NO_TRANS ? TN__CBLAS_TRANS : TN__CBLAS_NO_TRANS;
         int M = tb == TN__CBLAS_NO_TRANS ? (int)k : (int)n, N = tb == TN__CBLAS_NO_TRANS ? (int)n : (int)k;
         if (probe) return true;
+        tn__pool_nap();
         if (dt == TN_F32) tn__blas.sgemv(TN__CBLAS_ROW_MAJOR, tr, M, N, (float)alpha, (const float *)b, ldb,
                                          (const float *)a, incx, (float)beta, (float *)c, incy);
         else tn__blas.dgemv(TN__CBLAS_ROW_MAJOR, tr, M, N, alpha, (const double *)b, ldb,
@@ -5928,6 +5930,7 @@ static bool tn__blas_mm2d(bool probe, tn_dtype dt, int64_t m, int64_t n, int64_t
     if (!tn__blas_layout(m, k, a_rs, a_cs, es, &ta, &lda) || !tn__blas_layout(k, n, b_rs, b_cs, es, &tb, &ldb))
         return false;
     if (probe) return true;
+    tn__pool_nap();
     if (dt == TN_F32) tn__blas.sgemm(TN__CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, (float)alpha,
                                      (const float *)a, lda, (const float *)b, ldb, (float)beta, (float *)c, ldc);
     else tn__blas.dgemm(TN__CBLAS_ROW_MAJOR, ta, tb, (int)m, (int)n, (int)k, alpha,

@@ -350,6 +350,53 @@ TEST(test_pool_concurrent_and_nested) {
     pthread_barrier_destroy(&th_bar);
 }
 
+/* A job's ranges, whichever thread claims each: every range runs once and
+   whole, none is empty, the ranges cover [0, n) with one length (the last
+   range shorter), and there are no more of them than threads. Repeated so
+   that workers wake late, early and while the caller claims. */
+typedef struct rjob { atomic_int count; int64_t lo[64], hi[64]; atomic_int *hits; } rjob;
+static void record_range(void *ctx, int64_t lo, int64_t hi) {
+    rjob *j = (rjob *)ctx;
+    int k = atomic_fetch_add(&j->count, 1);
+    if (k < 64) { j->lo[k] = lo; j->hi[k] = hi; }
+    for (int64_t i = lo; i < hi; i++) atomic_fetch_add(&j->hits[i], 1);
+}
+TEST(test_pool_ranges) {
+    enum { NMAX = 5000 };
+    static atomic_int hits[NMAX];
+    static const int64_t ns[] = { 1, 2, 15, 16, 17, 1000, 4097, NMAX };
+    static const int64_t grains[] = { 1, 3, 64 };
+    int nt = tn__num_threads(), bad = 0;
+    for (int rep = 0; rep < 50; rep++)
+        for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+            for (size_t b = 0; b < sizeof grains / sizeof *grains; b++) {
+                int64_t n = ns[a];
+                static rjob j;
+                atomic_init(&j.count, 0);
+                j.hits = hits;
+                for (int64_t i = 0; i < n; i++) atomic_init(&hits[i], 0);
+                tn__parallel_for(n, grains[b], record_range, &j);
+                int k = atomic_load(&j.count);
+                int64_t maxlen = 0, covered = 0;
+                for (int r = 0; r < k && r < 64; r++) {
+                    int64_t len = j.hi[r] - j.lo[r];
+                    if (len <= 0) bad++;
+                    if (len > maxlen) maxlen = len;
+                    covered += len;
+                }
+                int shorter = 0;
+                for (int r = 0; r < k && r < 64; r++)
+                    if (j.hi[r] - j.lo[r] != maxlen) shorter += 1 + (j.hi[r] != n) * 100;   /* only the last may be short */
+                for (int64_t i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
+                if (k < 1 || k > nt || covered != n || shorter > 1) {
+                    if (!bad) fprintf(stderr, "n %lld grain %lld: %d ranges (%d threads), %lld items covered, short ranges %d\n",
+                                      (long long)n, (long long)grains[b], k, nt, (long long)covered, shorter);
+                    bad++;
+                }
+            }
+    CHECK(bad == 0, "%d bad ranges or elements not visited exactly once", bad);
+}
+
 /* Large arrays (1 to 5 MiB, three size classes, the cap small enough that
    some frees go back to the allocator) made, written and freed by every
    thread: each array holds its own values, whoever had its block before. */
@@ -390,6 +437,7 @@ int main(void) {
     TH_RUN(test_shared_variable_updates_not_lost);
     TH_RUN(test_init_raced);
     TH_RUN(test_pool_concurrent_and_nested);
+    TH_RUN(test_pool_ranges);
     TH_RUN(test_host_pool_concurrent);
     tn_shutdown();
     TH_END();
