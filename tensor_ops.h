@@ -8322,22 +8322,44 @@ static void tn__scatter_check(void *ctx, int64_t lo, int64_t hi) {
     }
 }
 
+/* The entries i0.. i0+m-1 of the index array whose position lies in
+   [w0, w0 + span): their entry numbers to ent and positions to pos (no
+   branch on the test: the scan is what every owner repeats); how many. */
+#define TN__SC_FIND(T)                                                                   \
+    for (int64_t k = 0; k < m; k++) {                                                   \
+        int64_t v_ = (int64_t)*(const T *)(const void *)(ip + (i0 + k) * is);           \
+        int64_t w_ = v_ < 0 ? v_ + an : v_;                                              \
+        ent[c] = i0 + k;                                                                 \
+        pos[c] = w_;                                                                     \
+        c += (uint64_t)(w_ - w0) < (uint64_t)span;                                       \
+    }
+static int tn__scatter_find(const tn__iplan *P, int64_t i0, int64_t m, int64_t w0, int64_t span, int64_t *ent, int64_t *pos) {
+    const char *ip = P->ip[0];
+    const int64_t is = P->is[0][0], an = P->an[0];
+    int c = 0;
+    if (P->i32[0]) TN__SC_FIND(int32_t)
+    else TN__SC_FIND(int64_t)
+    return c;
+}
+#undef TN__SC_FIND
+
 static void tn__scatter_owned(void *ctx, int64_t lo, int64_t hi) {
     tn__scatter_job *J = (tn__scatter_job *)ctx;
     const tn__iplan *P = J->P;
-    int64_t an = P->an[0], len = P->nd == 2 ? P->shape[1] : 1;
-    int64_t toff[TN__IDX_BATCH], soff[TN__IDX_BATCH];
+    const int64_t an = P->an[0], len = P->nd == 2 ? P->shape[1] : 1, n = P->shape[0];
+    const int64_t as = P->as[0], ts1 = P->ts[1], vs0 = J->vs[0], vs1 = J->vs[1];
+    int64_t ent[TN__IDX_BATCH], pos[TN__IDX_BATCH], toff[TN__IDX_BATCH], soff[TN__IDX_BATCH];
     for (int64_t t = lo; t < hi; t++) {
         int64_t w0 = an * t / J->owners, w1 = an * (t + 1) / J->owners;
         int cnt = 0;
-        for (int64_t i = 0; i < P->shape[0]; i++) {
-            int64_t v = tn__scatter_index(P, i), w = v < 0 ? v + an : v;
-            if (w < w0 || w >= w1) continue;
-            for (int64_t j = 0; j < len; j++) {
-                toff[cnt] = w * P->as[0] + j * P->ts[1];
-                soff[cnt] = i * J->vs[0] + j * J->vs[1];
-                if (++cnt == TN__IDX_BATCH) { tn__scatter_batch(J->dt, J->set, P->t, J->v, toff, soff, cnt); cnt = 0; }
-            }
+        for (int64_t i0 = 0; i0 < n; i0 += TN__IDX_BATCH) {
+            int found = tn__scatter_find(P, i0, n - i0 < TN__IDX_BATCH ? n - i0 : TN__IDX_BATCH, w0, w1 - w0, ent, pos);
+            for (int e = 0; e < found; e++)
+                for (int64_t j = 0; j < len; j++) {
+                    toff[cnt] = pos[e] * as + j * ts1;
+                    soff[cnt] = ent[e] * vs0 + j * vs1;
+                    if (++cnt == TN__IDX_BATCH) { tn__scatter_batch(J->dt, J->set, P->t, J->v, toff, soff, cnt); cnt = 0; }
+                }
         }
         if (cnt) tn__scatter_batch(J->dt, J->set, P->t, J->v, toff, soff, cnt);
     }
