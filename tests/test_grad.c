@@ -463,6 +463,47 @@ TEST(test_second_derivatives) {
     }
 }
 
+/* The gradient of a projection of a gradient, h = sum(p * d/dx sum(softmax(x) * sin(x))),
+   against central differences of h, with static and with unknown shapes: the
+   fused kernels of the second derivative share members (sin, the softmax's
+   products) with reductions between them, where a fusion that joins groups
+   across a reduction builds a cycle (a kernel reading one it feeds). */
+TEST(test_second_derivative_fused) {
+    for (int fixed = 0; fixed < 2; fixed++) {
+        tn_graph *g = tn_graph_new();
+        int64_t sh[2] = { 3, 4 };
+        tn_var *x = fixed ? tn_input(g, "x", TN_F64, 2, sh, NULL) : tn_matrix(g, "x", TN_F64);
+        tn_var *p = fixed ? tn_input(g, "p", TN_F64, 2, sh, NULL) : tn_matrix(g, "p", TN_F64);
+        tn_var *gx = tn_grad1(tn_sum(tn_mul(tn_softmax(x, -1), tn_sin(x)), NULL, 0, false), x);
+        tn_var *h = tn_sum(tn_mul(gx, p), NULL, 0, false), *hx = tn_grad1(h, x), *in[2] = { x, p };
+        tn_func *fh = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = in, .n_outputs = 1, .outputs = &h, .name = "h" });
+        tn_func *fx = tn_function(g, &(tn_func_desc){ .n_inputs = 2, .inputs = in, .n_outputs = 1, .outputs = &hx, .name = "hx" });
+        CHECK(fh && fx, "%s", tn_last_error());
+        tn_array *X = rnd(2, sh, -1, 1), *P = rnd(2, sh, -1, 1), *o = NULL, *args[2] = { X, P };
+        CHECK(fx && tn_call(fx, args, &o) == TN_OK, "%s", tn_last_error());
+        double *xd = (double *)X->data, worst = 0;
+        for (int i = 0; o && fh && i < 12; i++) {
+            double e = 1e-6, x0 = xd[i], hp = 0, hm = 0;
+            tn_array *a = NULL;
+            xd[i] = x0 + e;
+            if (tn_call(fh, args, &a) == TN_OK) hp = *(double *)a->data;
+            tn_array_free(a);
+            a = NULL;
+            xd[i] = x0 - e;
+            if (tn_call(fh, args, &a) == TN_OK) hm = *(double *)a->data;
+            tn_array_free(a);
+            xd[i] = x0;
+            double d = fabs((hp - hm) / (2 * e) - ((double *)o->data)[i]);
+            if (!(d <= worst)) worst = d;
+        }
+        CHECK(o && worst < 1e-7, "%s shapes: the second derivative differs from central differences by %g",
+              fixed ? "static" : "unknown", worst);
+        tn_array_free(o); tn_array_free(X); tn_array_free(P);
+        tn_function_free(fh); tn_function_free(fx);
+        tn_graph_free(g);
+    }
+}
+
 /* Hessian-vector product of f(x) = x.A.x + sum(tanh(x)) against (A + A^T) v + tanh''(x) v */
 TEST(test_hessian_vector) {
     const int n = 6;
@@ -733,6 +774,7 @@ int main(void) {
     TH_RUN(test_concat_stack_broadcast);
     TH_RUN(test_logreg_cost);
     TH_RUN(test_second_derivatives);
+    TH_RUN(test_second_derivative_fused);
     TH_RUN(test_hessian_vector);
     TH_RUN(test_rop);
     TH_RUN(test_rop_unsupported);
