@@ -789,6 +789,7 @@ TN_API int tn__index_cuda_source_wide(int mode, int nd, int k, char *buf, size_t
 TN_API int tn__sort_cuda_source(tn_dtype t, bool desc, char *buf, size_t cap);
 TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* im2col and col2im as CUDA C (tensor_ops.h >>conv_cuda); -1: none */
 TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap);   /* direct pooling as CUDA C (tensor_ops.h >>pool_cuda); -1: none */
+TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap);   /* pooling's gradient as CUDA C (tensor_ops.h >>pool_grad_cuda); -1: none */
 TN_API int tn__gemv_cuda_source(tn_dtype t, char *buf, size_t cap);   /* small gemv as CUDA C (tensor_ops.h >>gemv_cuda); -1: none */
 TN_API int tn__random_cuda_source(int dist, tn_dtype t, char *buf, size_t cap);   /* a random draw as CUDA C (tensor_ops.h >>random_cuda); -1: none */
 TN_API bool tn__random_cuda_expr(int dist, tn_dtype t, const char **prep, const char **val);  /* a draw's values as CUDA C (>>random_cuda) */
@@ -862,6 +863,10 @@ typedef struct tn_backend_op {
        replay signature in place of the step's input pointers (what the
        graph's copy reads); 0: the step cannot be replayed this call. */
     tn_result (*stage)(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out, uint64_t *key);
+    /* Whether the node's run can go into a captured graph (NULL: it can); not
+       one that waits for the device as it runs (a result read back to the
+       host before it returns): a function with such a step runs without graphs. */
+    bool (*capturable)(const tn_var *node);
 } tn_backend_op;
 
 /* What the compiler tells the placement and fusion passes about the function
@@ -12012,6 +12017,11 @@ static bool tn__replay_walk(const tn_func *f, int *dev, int *kernels, char *why,
             snprintf(why, cap, "%.150s (node %d) %s", lb, v->id,
                      tn__op_kind(v->op) == TN_OPK_TRANSFER ? (v->device == TN_HOST ? "copies to the host without the back end" : "copies between devices")
                      : "runs on the host");
+            return false;
+        }
+        if (st->brow && st->brow->capturable && !st->brow->capturable(v)) {
+            tn__node_label(v, lb, sizeof lb);
+            snprintf(why, cap, "%.150s (node %d) waits for the device as it runs", lb, v->id);
             return false;
         }
         const tn_func *inner = v->op == TN_OP_SCAN ? tn__scan_device_fn(v) : NULL;

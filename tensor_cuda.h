@@ -5463,6 +5463,21 @@ static tn_result tn__cuda_pool_prepare(const tn_var *node, void **state) {
 static TN__ATOMIC(int) tn__cuda_pool_wide;       /* tn__cuda_pool_wide_index */
 TN_API void tn__cuda_pool_wide_index(bool on) { tn__atomic_store(&tn__cuda_pool_wide, on ? 1 : 0); }
 
+/* The kernels' geometry for POOL or POOL_GRAD over image x (n: the launch's elements). */
+static void tn__pgeo_of(const tn_var *node, const tn_array *x, long long n, tn__pgeo_dev *G) {
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, x->shape[0], x->shape[1], &g);
+    memset(G, 0, sizeof *G);
+    G->S = 1;
+    for (int d = 0; d < 3; d++) {
+        G->k[d] = g.k[d]; G->s[d] = g.s[d]; G->plo[d] = g.plo[d]; G->dl[d] = g.dl[d]; G->in[d] = g.in[d]; G->out[d] = g.out[d];
+        if (d < g.nsp) G->S *= g.in[d];
+    }
+    G->C = g.C; G->K = g.K; G->L = g.L; G->n = n;
+    G->nsp = g.nsp; G->mode = tn__p_pool_mode(&node->p); G->box = g.N * g.L == 1;
+    G->small = n < INT32_MAX && tn_array_size(x) < INT32_MAX && g.N * g.C * g.L < INT32_MAX && !tn__atomic_load(&tn__cuda_pool_wide);
+}
+
 static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
@@ -5475,18 +5490,8 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
     long long n = tn_array_size(y);
     if (n == 0) return TN_OK;
     if (!tn_array_is_contiguous(y)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
-    tn__cgeo g;
-    tn__cgeo_of(&node->p, x->shape[0], x->shape[1], &g);
     tn__pgeo_dev G;
-    memset(&G, 0, sizeof G);
-    G.S = 1;
-    for (int d = 0; d < 3; d++) {
-        G.k[d] = g.k[d]; G.s[d] = g.s[d]; G.plo[d] = g.plo[d]; G.dl[d] = g.dl[d]; G.in[d] = g.in[d]; G.out[d] = g.out[d];
-        if (d < g.nsp) G.S *= g.in[d];
-    }
-    G.C = g.C; G.K = g.K; G.L = g.L; G.n = n;
-    G.nsp = g.nsp; G.mode = tn__p_pool_mode(&node->p); G.box = g.N * g.L == 1;
-    G.small = n < INT32_MAX && tn_array_size(x) < INT32_MAX && !tn__atomic_load(&tn__cuda_pool_wide);
+    tn__pgeo_of(node, x, n, &G);
     tn_array *tmp = NULL;
     if (!tn_array_is_contiguous(x) && !(x = tmp = tn__cuda_contiguous(x, who))) return tn_last_result();
     void *xp = x->data, *yp = y->data;
@@ -5494,11 +5499,52 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
     tn__CUfunction fn = st->fn;
     if (st->fn2 && !G.box) {       /* one thread per V outputs along a line */
         long long V = tn__pool_2w_per_thread(y->dtype);
-        G.n = n / g.out[1] * ((g.out[1] + V - 1) / V);
+        G.n = n / G.out[1] * ((G.out[1] + V - 1) / V);
         fn = G.small ? st->fn2 : st->fn3;
     }
     r = tn__cuda_launch(fn, (G.n + 255) / 256, 256, params, D, who);
     tn_array_free(tmp);         /* back to the cache on this stream, after the kernel in stream order */
+    return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
+}
+
+/* POOL_GRAD: tensor_ops.h's >>pool_grad_cuda, one thread per image element;
+   strided inputs (a broadcast gradient above all) first made contiguous. */
+static bool tn__cuda_pool_grad_supports(const tn_var *node) {
+    return tn__pool_grad_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
+}
+
+static tn_result tn__cuda_pool_grad_prepare(const tn_var *node, void **state) {
+    char src[6144];
+    tn_dtype t = node->in[0]->type.dtype;
+    return tn__cuda_fn_prepare(node, src, tn__pool_grad_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool_grad", NULL, NULL, state);
+}
+
+static tn_result tn__cuda_pool_grad_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
+    const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
+    char who[128];
+    tn__cuda_who(node, who, sizeof who);
+    tn__cuda_dev *D;
+    tn_result r = tn__cuda_enter(out[0]->device, &D, who);
+    if (r != TN_OK) return r;
+    tn_array *gx = out[0];
+    long long n = tn_array_size(gx);
+    if (n == 0) return TN_OK;
+    if (!tn_array_is_contiguous(gx)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
+    tn__pgeo_dev G;
+    tn__pgeo_of(node, in[0], n, &G);
+    const tn_array *a[3];
+    tn_array *tmp[3] = { NULL, NULL, NULL };
+    for (int k = 0; k < 3; k++) {
+        a[k] = in[k];
+        if (!tn_array_is_contiguous(a[k]) && !(a[k] = tmp[k] = tn__cuda_contiguous(a[k], who))) {
+            for (int j = 0; j < k; j++) tn_array_free(tmp[j]);
+            return tn_last_result();
+        }
+    }
+    void *xp = a[0]->data, *yp = a[1]->data, *gp = a[2]->data, *op = gx->data;
+    void *params[5] = { &xp, &yp, &gp, &op, &G };
+    r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
+    for (int k = 0; k < 3; k++) tn_array_free(tmp[k]);   /* back to the cache on this stream, after the kernel in stream order */
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 
@@ -5845,25 +5891,31 @@ static tn_result tn__cuda_view_run(const tn_var *node, void *state, tn_array *co
     return tn__op_def(node->op)->cpu(node, in, out);
 }
 
-static const tn_backend_op tn__cuda_row_ew = { tn__cuda_ew_supports, tn__cuda_ew_prepare, tn__cuda_ew_node_run, tn__free, NULL };
-static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn__cuda_reduce_node_prepare, tn__cuda_reduce_node_run, tn__cuda_reduce_release, NULL };
-static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, tn__free, NULL };
-static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free, NULL };
-static const tn_backend_op tn__cuda_row_size = { tn__cuda_size_supports, tn__cuda_bind_prepare, tn__cuda_size_node_run, NULL, NULL };
-static const tn_backend_op tn__cuda_row_eye = { tn__cuda_eye_supports, tn__cuda_eye_prepare, tn__cuda_eye_run, tn__free, NULL };
-static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__cuda_h2d_node_run, tn__cuda_h2d_release, tn__cuda_h2d_stage };
-static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release, NULL };
-static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL, NULL };
-static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn__cuda_view_run, NULL, NULL };
-static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free, NULL };
-static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release, NULL };
-static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release, NULL };
-static const tn_backend_op tn__cuda_row_reshape = { tn__cuda_reshape_supports, tn__cuda_bind_prepare, tn__cuda_reshape_run, NULL, NULL };
-static const tn_backend_op tn__cuda_row_join = { tn__cuda_join_supports, tn__cuda_bind_prepare, tn__cuda_join_run, NULL, NULL };
-static const tn_backend_op tn__cuda_row_print = { NULL, tn__cuda_bind_prepare, tn__cuda_print_run, NULL, NULL };
-static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL };
-static const tn_backend_op tn__cuda_row_pool = { tn__cuda_pool_supports, tn__cuda_pool_prepare, tn__cuda_pool_run, tn__free, NULL };
-static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL };
+static const tn_backend_op tn__cuda_row_ew = { tn__cuda_ew_supports, tn__cuda_ew_prepare, tn__cuda_ew_node_run, tn__free, NULL, NULL };
+static const tn_backend_op tn__cuda_row_reduce = { tn__cuda_reduce_supports, tn__cuda_reduce_node_prepare, tn__cuda_reduce_node_run, tn__cuda_reduce_release, NULL, NULL };
+static const tn_backend_op tn__cuda_row_la = { tn__cuda_la_supports, tn__cuda_la_prepare, tn__cuda_la_node_run, tn__free, NULL, NULL };
+static const tn_backend_op tn__cuda_row_alloc = { tn__cuda_alloc_supports, tn__cuda_alloc_node_prepare, tn__cuda_alloc_node_run, tn__free, NULL, NULL };
+static const tn_backend_op tn__cuda_row_size = { tn__cuda_size_supports, tn__cuda_bind_prepare, tn__cuda_size_node_run, NULL, NULL, NULL };
+static const tn_backend_op tn__cuda_row_eye = { tn__cuda_eye_supports, tn__cuda_eye_prepare, tn__cuda_eye_run, tn__free, NULL, NULL };
+static const tn_backend_op tn__cuda_row_h2d = { NULL, tn__cuda_h2d_prepare, tn__cuda_h2d_node_run, tn__cuda_h2d_release, tn__cuda_h2d_stage, NULL };
+static const tn_backend_op tn__cuda_row_custom = { tn__cuda_custom_supports, tn__cuda_custom_node_prepare, tn__cuda_custom_node_run, tn__cuda_custom_release, NULL, NULL };
+static const tn_backend_op tn__cuda_row_scan = { tn__scan_device_ok, tn__cuda_bind_prepare, tn__cuda_scan_node_run, NULL, NULL, NULL };
+static const tn_backend_op tn__cuda_row_view = { NULL, tn__cuda_bind_prepare, tn__cuda_view_run, NULL, NULL, NULL };
+static const tn_backend_op tn__cuda_row_cum = { tn__cuda_cum_supports, tn__cuda_cum_prepare, tn__cuda_cum_run, tn__free, NULL, NULL };
+/* Index arrays are checked on the device and the verdict read back before the
+   run returns (a bad index fails this call): such a step cannot be captured. */
+static bool tn__cuda_index_capturable(const tn_var *node) { return node->op == TN_OP_INC_SUBTENSOR; }
+static bool tn__cuda_never_capturable(const tn_var *node) { (void)node; return false; }
+static const tn_backend_op tn__cuda_row_index = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_index_run, tn__cuda_index_release, NULL,
+                                                  tn__cuda_index_capturable };
+static const tn_backend_op tn__cuda_row_sort = { tn__cuda_index_supports, tn__cuda_index_prepare, tn__cuda_sort_run, tn__cuda_index_release, NULL, NULL };
+static const tn_backend_op tn__cuda_row_reshape = { tn__cuda_reshape_supports, tn__cuda_bind_prepare, tn__cuda_reshape_run, NULL, NULL, NULL };
+static const tn_backend_op tn__cuda_row_join = { tn__cuda_join_supports, tn__cuda_bind_prepare, tn__cuda_join_run, NULL, NULL, NULL };
+static const tn_backend_op tn__cuda_row_print = { NULL, tn__cuda_bind_prepare, tn__cuda_print_run, NULL, NULL, tn__cuda_never_capturable };   /* it waits to print */
+static const tn_backend_op tn__cuda_row_conv = { tn__cuda_conv_supports, tn__cuda_conv_prepare, tn__cuda_conv_run, tn__free, NULL, NULL };
+static const tn_backend_op tn__cuda_row_pool = { tn__cuda_pool_supports, tn__cuda_pool_prepare, tn__cuda_pool_run, tn__free, NULL, NULL };
+static const tn_backend_op tn__cuda_row_pool_grad = { tn__cuda_pool_grad_supports, tn__cuda_pool_grad_prepare, tn__cuda_pool_grad_run, tn__free, NULL, NULL };
+static const tn_backend_op tn__cuda_row_rnd = { tn__cuda_rnd_supports, tn__cuda_rnd_prepare, tn__cuda_rnd_run, tn__free, NULL, NULL };
 
 #define TN__CUDA_EW_ROW(E, ...) { TN_OP_##E, &tn__cuda_row_ew },
 static const struct { int op; const tn_backend_op *row; } tn__cuda_op_rows[] = {   /* any order */
@@ -5883,7 +5935,7 @@ static const struct { int op; const tn_backend_op *row; } tn__cuda_op_rows[] = {
     { TN_OP_ADV_SUBTENSOR, &tn__cuda_row_index }, { TN_OP_ADV_INC_SUBTENSOR, &tn__cuda_row_index },
     { TN_OP_INC_SUBTENSOR, &tn__cuda_row_index }, { TN_OP_ARGSORT, &tn__cuda_row_sort },
     { TN_OP_RANDOM, &tn__cuda_row_rnd },
-    { TN_OP_IM2COL, &tn__cuda_row_conv }, { TN_OP_COL2IM, &tn__cuda_row_conv }, { TN_OP_POOL, &tn__cuda_row_pool },
+    { TN_OP_IM2COL, &tn__cuda_row_conv }, { TN_OP_COL2IM, &tn__cuda_row_conv }, { TN_OP_POOL, &tn__cuda_row_pool }, { TN_OP_POOL_GRAD, &tn__cuda_row_pool_grad },
     { TN_OP_RESHAPE, &tn__cuda_row_reshape }, { TN_OP_FLATTEN, &tn__cuda_row_reshape }, { TN_OP_CONCATENATE, &tn__cuda_row_join },
     { TN_OP_PRINT, &tn__cuda_row_print },
 };

@@ -318,6 +318,7 @@ extern "C" {
     X(IM2COL)         /* windows of an (N, C, spatial...) image as columns (the >>ops_conv section): tn__p_conv_* */ \
     X(COL2IM)         /* the columns summed back into the image (IM2COL's transpose): tn__p_conv_* */ \
     X(POOL)           /* max or average over each window of an (N, C, spatial...) image: tn__p_conv_*, tn__p_pool_mode */ \
+    X(POOL_GRAD)      /* in: x, y = POOL(x), gy: the gradient of POOL for gy, one pass (no columns): POOL's params */ \
     X(PRINT)          /* in[0] passed through (copied), printed each run (the >>ops_print section): tn__p_print_* */ \
     X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
     X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
@@ -4442,6 +4443,13 @@ static tn_result tn__cum_cpu(const tn_var *node, tn_array *const *in, tn_array *
     return TN_OK;
 }
 
+/* float16 <-> float in generated CUDA C: one PTX instruction each (NVRTC
+   without cuda_fp16.h); what the generated sources of this file start with
+   for a float16 kernel. */
+#define TN__CUDA_F16_SRC \
+    "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n" \
+    "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+
 /* >>cum_cuda ---------------------------------------------------------------- */
 /* The same loop as CUDA C, for a back end that generates kernels (tensor_cuda.h's
    >>cuda_cumulative section compiles it with NVRTC): one thread per line of a
@@ -4471,9 +4479,7 @@ TN_API int tn__cum_cuda_source(int op, tn_dtype t, char *buf, size_t cap) {
         "        y[k] = %s(a);\n"
         "    }\n"
         "}\n",
-        t == TN_F16 ? "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
-                      "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-                    : "",
+        t == TN_F16 ? TN__CUDA_F16_SRC : "",
         in_t[t], out_t[t], acc_t[t], load[t], store[t], op == TN_OP_CUMSUM ? '+' : '*', load[t], store[t]);
 }
 
@@ -4588,10 +4594,11 @@ static tn_result tn__cumprod_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
    image (x read once, the result written once: a 2x2 pool moves 1.25x the
    image, where IM2COL + a reduction of its rows wrote and read columns as
    big as x again). Its results are the bits that path gave (>>pool_cpu: the
-   same fold order and accumulator), and its gradient is that path's
-   (>>pool_infer_label_grad: IM2COL, the reduction's rule, COL2IM): max
-   pooling gives the gradient to every element equal to the window's max
-   (ties share it, as Theano; PyTorch picks one). */
+   same fold order and accumulator). Its gradient is POOL_GRAD(x, y, gy),
+   one pass too (>>pool_grad_cpu), with the bits of that path's gradient
+   (IM2COL, the reduction's rule, COL2IM): max pooling gives the gradient to
+   every element equal to the window's max (ties share it, as Theano;
+   PyTorch picks one). */
 
 /* >>conv_geometry ------------------------------------------------------------ */
 typedef struct tn__cgeo {
@@ -4982,6 +4989,136 @@ static tn_result tn__pool_cpu(const tn_var *node, tn_array *const *in, tn_array 
     return TN_OK;
 }
 
+/* >>pool_grad_cpu -------------------------------------------------------------- */
+/* POOL_GRAD(x, y, gy): the gradient of y = POOL(x) for the upstream gradient
+   gy, in one pass. Each image element sums, over the window positions in
+   order (as COL2IM sums its columns), what each window that reads it gives
+   back: max, gy where the element equals the window's max (ties share it; a
+   NaN equals nothing); average, gy / K (padding counted) or gy / the window's
+   in-image count, divided in the dtype. The sums are COL2IM's (float for
+   float16 and float32, double for float64, from +0, window positions
+   ascending), so the result has the bits of the path the gradient took
+   before it had an op (IM2COL, eq and where or a division broadcast over the
+   window, COL2IM), without the columns: x, y and gy read once, the image
+   written once. float32 and float64 by image planes (zeroed, then each
+   window position's outputs added in, positions in order: every element sees
+   its additions in the gather's order); float16 by elements. */
+typedef struct tn__pgjob {
+    const tn__cgeo *g;
+    const char *x, *y, *gy;
+    const int64_t *xs, *ys, *gs;     /* byte strides */
+    char *out;                       /* contiguous (N, C, in...) */
+    int mode;
+} tn__pgjob;
+
+/* The window positions along dim d that output o reads inside the image. */
+static inline int64_t tn__pool_count1(const tn__cgeo *g, int d, int64_t o) {
+    int64_t c = 0, i = o * g->s[d] - g->plo[d];
+    for (int64_t kd = 0; kd < g->k[d]; kd++, i += g->dl[d]) c += i >= 0 && i < g->in[d];
+    return c;
+}
+
+#define TN__POOLG_PLANES(SUF, T) \
+static void tn__pool_grad_planes_##SUF(void *ctx, int64_t lo, int64_t hi) { \
+    const tn__pgjob *J = (const tn__pgjob *)ctx; \
+    const tn__cgeo *g = J->g; \
+    const int e = g->nsp - 1; \
+    const bool mx = J->mode == TN__POOL_MAX, excl = J->mode == TN__POOL_AVG_EXCL; \
+    const int64_t W = g->out[e], Q = W ? g->L / W : 0, se = g->s[e], xe = J->xs[2 + e], ye = J->ys[2 + e], ge = J->gs[2 + e]; \
+    int64_t S = 1, ist[3]; \
+    for (int d = e; d >= 0; d--) { ist[d] = S; S *= g->in[d]; } \
+    for (int64_t p = lo; p < hi; p++) { \
+        int64_t n = p / g->C, c = p % g->C, kd[3] = { 0, 0, 0 }; \
+        T *TN__RESTRICT o = (T *)(void *)J->out + p * S; \
+        const char *xb = J->x + n * J->xs[0] + c * J->xs[1], *yb = J->y + n * J->ys[0] + c * J->ys[1]; \
+        const char *gb = J->gy + n * J->gs[0] + c * J->gs[1]; \
+        for (int64_t i = 0; i < S; i++) o[i] = 0; \
+        for (int64_t kidx = 0; kidx < g->K; kidx++) { \
+            int64_t b = kd[e] * g->dl[e] - g->plo[e]; \
+            int64_t olo = b >= 0 ? 0 : (-b + se - 1) / se, ohi = g->in[e] - b <= 0 ? 0 : (g->in[e] - b + se - 1) / se; \
+            if (olo > W) olo = W; \
+            if (ohi > W) ohi = W; \
+            int64_t oc[3] = { 0, 0, 0 };                     /* q's output index along the dims before the last */ \
+            for (int64_t q = 0; q < Q && olo < ohi; q++) { \
+                int64_t off = b, xo = b * xe, yo = 0, go = 0, cb = 1; \
+                bool inside = true; \
+                for (int d = e - 1; d >= 0; d--) { \
+                    int64_t i = oc[d] * g->s[d] - g->plo[d] + kd[d] * g->dl[d]; \
+                    inside = inside && i >= 0 && i < g->in[d]; \
+                    off += i * ist[d]; xo += i * J->xs[2 + d]; yo += oc[d] * J->ys[2 + d]; go += oc[d] * J->gs[2 + d]; \
+                    if (excl) cb *= tn__pool_count1(g, d, oc[d]); \
+                } \
+                for (int d = e - 1; d >= 0 && ++oc[d] == g->out[d]; d--) oc[d] = 0;   /* the next q, without a division */ \
+                if (!inside) continue; \
+                const char *xr = xb + xo, *yr = yb + yo, *gr = gb + go; \
+                if (mx)   /* without a branch: a +0 added changes nothing (a sum from +0 is never -0) */ \
+                    for (int64_t w = olo; w < ohi; w++) { \
+                        T xv = *(const T *)(const void *)(xr + w * se * xe), yv = *(const T *)(const void *)(yr + w * ye); \
+                        T gv = *(const T *)(const void *)(gr + w * ge); \
+                        o[off + w * se] += xv == yv ? gv : (T)0; \
+                    } \
+                else \
+                    for (int64_t w = olo; w < ohi; w++) { \
+                        T cnt = (T)(excl ? cb * tn__pool_count1(g, e, w) : g->K); \
+                        o[off + w * se] += *(const T *)(const void *)(gr + w * ge) / cnt; \
+                    } \
+            } \
+            for (int d = e; d >= 0; d--) { if (++kd[d] < g->k[d]) break; kd[d] = 0; } \
+        } \
+    } \
+}
+TN__POOLG_PLANES(f32, float)
+TN__POOLG_PLANES(f64, double)
+
+/* float16 by elements: the window positions that read each element found as COL2IM's gather finds them. */
+static void tn__pool_grad_f16(void *ctx, int64_t lo, int64_t hi) {
+    const tn__pgjob *J = (const tn__pgjob *)ctx;
+    const tn__cgeo *g = J->g;
+    const bool mx = J->mode == TN__POOL_MAX, excl = J->mode == TN__POOL_AVG_EXCL;
+    const float kh = tn__ew_h2f(tn__ew_f2h((float)g->K));
+    int64_t S = 1;
+    for (int d = 0; d < g->nsp; d++) S *= g->in[d];
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t sp = t % S, c = (t / S) % g->C, n = t / S / g->C, id[3], rem = sp, xo = n * J->xs[0] + c * J->xs[1];
+        for (int d = g->nsp - 1; d >= 0; d--) { id[d] = rem % g->in[d]; rem /= g->in[d]; xo += id[d] * J->xs[2 + d]; }
+        const float xv = tn__ew_h2f(*(const uint16_t *)(const void *)(J->x + xo));
+        float acc = 0;
+        int64_t kd[3] = { 0, 0, 0 };    /* the window position of kidx, counted */
+        for (int64_t kidx = 0; kidx < g->K; kidx++) {
+            int64_t yo = n * J->ys[0] + c * J->ys[1], go = n * J->gs[0] + c * J->gs[1], cnt = 1;
+            bool ok = true;
+            for (int d = g->nsp - 1; d >= 0 && ok; d--) {
+                int64_t num = id[d] + g->plo[d] - kd[d] * g->dl[d], q = g->s[d] == 1 ? num : num / g->s[d];
+                if (num < 0 || q * g->s[d] != num || q >= g->out[d]) ok = false;
+                else { yo += q * J->ys[2 + d]; go += q * J->gs[2 + d]; if (excl) cnt *= tn__pool_count1(g, d, q); }
+            }
+            for (int d = g->nsp - 1; d >= 0; d--) { if (++kd[d] < g->k[d]) break; kd[d] = 0; }
+            if (!ok) continue;
+            float gv = tn__ew_h2f(*(const uint16_t *)(const void *)(J->gy + go));
+            if (mx) { if (xv == tn__ew_h2f(*(const uint16_t *)(const void *)(J->y + yo))) acc += gv; }
+            else acc += tn__ew_h2f(tn__ew_f2h(gv / (excl ? tn__ew_h2f(tn__ew_f2h((float)cnt)) : kh)));
+        }
+        ((uint16_t *)(void *)J->out)[t] = tn__ew_f2h(acc);
+    }
+}
+
+static tn_result tn__pool_grad_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
+    const tn_array *x = in[0], *y = in[1], *gy = in[2];
+    tn_array *gx = out[0];
+    if (!tn_array_is_contiguous(gx) || (x->dtype != TN_F16 && x->dtype != TN_F32 && x->dtype != TN_F64) || gx->dtype != x->dtype ||
+        y->dtype != x->dtype || gy->dtype != x->dtype)
+        return tn__err(TN_ERR_INTERNAL, "PoolGrad: float inputs of one dtype and a contiguous output of it expected");
+    tn__cgeo g;
+    tn__cgeo_of(&node->p, x->shape[0], x->shape[1], &g);
+    tn__pgjob J = { &g, (const char *)x->data, (const char *)y->data, (const char *)gy->data, x->strides, y->strides, gy->strides,
+                    (char *)gx->data, tn__p_pool_mode(&node->p) };
+    int64_t n = tn_array_size(gx), planes = g.N * g.C;
+    if (n == 0) return TN_OK;
+    if (x->dtype == TN_F16) tn__parallel_for(n, 16384 / g.K + 1, tn__pool_grad_f16, &J);                   /* elements of K windows */
+    else tn__parallel_for(planes, 16384 / (n / planes) + 1, x->dtype == TN_F32 ? tn__pool_grad_planes_f32 : tn__pool_grad_planes_f64, &J);
+    return TN_OK;
+}
+
 /* >>conv_cuda ------------------------------------------------------------------ */
 /* The same gathers as CUDA C for tensor_cuda.h's >>cuda_conv section: extern
    "C" tn_im2col(x, y, geo) and tn_col2im(cols, y, geo) over contiguous
@@ -5055,9 +5192,7 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "    if (t >= g.n) return;\n"
         "    if (g.small) col2im_at<int>(x, y, g, (int)t); else col2im_at<long long>(x, y, g, t);\n"
         "}\n",
-        t == TN_F16 ? "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
-                      "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-                    : "",
+        t == TN_F16 ? TN__CUDA_F16_SRC : "",
         ty[k], at[k], st[k], ld[k], st[k]);
 }
 
@@ -5231,10 +5366,66 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "}\n"
         "TN_POOL2W(0, s, int) TN_POOL2W(0, l, long long) TN_POOL2W(1, s, int) TN_POOL2W(1, l, long long)\n"
         "TN_POOL2W(2, s, int) TN_POOL2W(2, l, long long)\n",
-        t == TN_F16 ? "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
-                      "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
-                    : "",
+        t == TN_F16 ? TN__CUDA_F16_SRC : "",
         ty[k], tn__pool_2w_per_thread(t), mt[k], ld[k], st[k], ex[k]);
+}
+
+/* >>pool_grad_cuda ---------------------------------------------------------------- */
+/* POOL_GRAD as CUDA C for tensor_cuda.h's >>cuda_pool section: extern "C"
+   tn_pool_grad(x, y, gy, gx, geo) over contiguous operands, one thread per
+   image element, the CPU's sums (>>pool_grad_cpu: window positions in
+   order, the same accumulator, the division in the dtype), so the GPU gives
+   the CPU's bits; geo is POOL's (tn_pg, tensor_cuda.h's tn__pgeo_dev).
+   Returns the length snprintf reports, or -1 for a dtype without a kernel. */
+TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
+    static const char *const ty[3] = { "unsigned short", "float", "double" }, *const at[3] = { "float", "float", "double" };
+    static const char *const ld[3] = { "tn_h2f(h)", "h", "h" };
+    static const char *const dv[3] = { "tn_h2f(tn_f2h(tn_h2f(g) / tn_h2f(tn_f2h((float)c))))", "g / (float)c", "g / (double)c" };
+    if (t != TN_F16 && t != TN_F32 && t != TN_F64) return -1;
+    int k = t - TN_F16;
+    return snprintf(buf, cap,
+        "%s"
+        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small; };\n"
+        "typedef %s T;\n"
+        "typedef %s AT;\n"
+        "__device__ __forceinline__ AT tn_ld(T h) { return (AT)(%s); }\n"
+        "__device__ __forceinline__ AT tn_q(T g, long long c) { return %s; }   /* g / c in the dtype */\n"
+        "template <typename I> __device__ __forceinline__ I tn_count1(const tn_pg &g, int d, I o) {\n"
+        "    I c = 0, i = o * (I)g.s[d] - (I)g.plo[d];\n"
+        "    for (I kd = 0; kd < (I)g.k[d]; kd++, i += (I)g.dl[d]) c += i >= 0 && i < (I)g.in[d];\n"
+        "    return c;\n"
+        "}\n"
+        "/* I: int where every index of the call fits (g.small), else long long. */\n"
+        "template <typename I> __device__ __forceinline__ void pool_grad_at(const T *x, const T *y, const T *gy, T *gx, const tn_pg &g, I t) {\n"
+        "    const I S = (I)g.S, L = (I)g.L, K = (I)g.K, plane = t / S;\n"
+        "    I id[3], rem = t - plane * S;\n"
+        "    for (int d = g.nsp - 1; d >= 0; d--) { id[d] = rem %% (I)g.in[d]; rem /= (I)g.in[d]; }\n"
+        "    const T *yb = y + (long long)plane * L, *gb = gy + (long long)plane * L;\n"
+        "    const AT xv = tn_ld(x[t]);\n"
+        "    AT acc = 0;\n"
+        "    I kd[3] = { 0, 0, 0 };      /* the window position of kidx, counted (no division) */\n"
+        "    for (I kidx = 0; kidx < K; kidx++) {\n"
+        "        I l = 0, mul = 1, cnt = 1;\n"
+        "        bool ok = true;\n"
+        "        for (int d = g.nsp - 1; d >= 0 && ok; d--) {\n"
+        "            I num = id[d] + (I)g.plo[d] - kd[d] * (I)g.dl[d], s = (I)g.s[d], q = s == 1 ? num : num / s;\n"
+        "            if (num < 0 || q * s != num || q >= (I)g.out[d]) ok = false;\n"
+        "            else { l += q * mul; mul *= (I)g.out[d]; if (g.mode == 2) cnt *= tn_count1<I>(g, d, q); }\n"
+        "        }\n"
+        "        for (int d = g.nsp - 1; d >= 0; d--) { if (++kd[d] < (I)g.k[d]) break; kd[d] = 0; }\n"
+        "        if (!ok) continue;\n"
+        "        if (g.mode == 0) { if (xv == tn_ld(yb[l])) acc += tn_ld(gb[l]); }\n"
+        "        else acc += tn_q(gb[l], g.mode == 2 ? (long long)cnt : g.K);\n"
+        "    }\n"
+        "    gx[t] = %s;\n"
+        "}\n"
+        "extern \"C\" __global__ void tn_pool_grad(const T *x, const T *y, const T *gy, T *gx, const tn_pg g) {\n"
+        "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (t >= g.n) return;\n"
+        "    if (g.small) pool_grad_at<int>(x, y, gy, gx, g, (int)t); else pool_grad_at<long long>(x, y, gy, gx, g, t);\n"
+        "}\n",
+        t == TN_F16 ? TN__CUDA_F16_SRC : "",
+        ty[k], at[k], ld[k], dv[k], t == TN_F16 ? "tn_f2h(acc)" : "(T)acc");
 }
 
 /* >>conv_infer_label ----------------------------------------------------------- */
@@ -5447,20 +5638,21 @@ TN_API tn_var *tn_conv2d_transpose(tn_var *x, tn_var *w, const tn_conv_opts *o) 
 
 /* >>pool_infer_label_grad ------------------------------------------------------ */
 static tn_result tn__pool_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    const char *who = tn__op_def(node->op)->name;
     char sb[128];
     int nsp = tn__p_conv_nsp(&node->p);
     if (in[0].dtype != TN_F16 && in[0].dtype != TN_F32 && in[0].dtype != TN_F64)
-        return tn__err(TN_ERR_DTYPE, "Pool: a float input expected, not %s", tn_dtype_name(in[0].dtype));
+        return tn__err(TN_ERR_DTYPE, "%s: a float input expected, not %s", who, tn_dtype_name(in[0].dtype));
     if (in[0].ndim != nsp + 2 || in[0].shape[1] < 0)
-        return tn__err(TN_ERR_SHAPE, "Pool: an (N, C, %d spatial dims) input with C static expected, not %s", nsp,
+        return tn__err(TN_ERR_SHAPE, "%s: an (N, C, %d spatial dims) input with C static expected, not %s", who, nsp,
                        tn__shape_str(in[0].ndim, in[0].shape, sb));
     tn__cgeo g;
     tn__cgeo_of(&node->p, in[0].shape[0], in[0].shape[1], &g);
     *out = in[0];
     for (int d = 0; d < nsp; d++) {
         if (in[0].shape[2 + d] != g.in[d] || g.out[d] < 1)
-            return tn__err(TN_ERR_SHAPE, "Pool: input %s does not fit the window (spatial dim %d: size %lld, kernel %lld, dilation %lld, padding %lld+%lld)",
-                           tn__shape_str(in[0].ndim, in[0].shape, sb), d, (long long)in[0].shape[2 + d], (long long)g.k[d],
+            return tn__err(TN_ERR_SHAPE, "%s: input %s does not fit the window (spatial dim %d: size %lld, kernel %lld, dilation %lld, padding %lld+%lld)",
+                           who, tn__shape_str(in[0].ndim, in[0].shape, sb), d, (long long)in[0].shape[2 + d], (long long)g.k[d],
                            (long long)g.dl[d], (long long)g.plo[d], (long long)g.phi[d]);
         out->shape[2 + d] = g.out[d];
         out->bcast[2 + d] = g.out[d] == 1 && in[0].bcast[2 + d];
@@ -5469,32 +5661,35 @@ static tn_result tn__pool_infer(const tn_var *node, const tn_type *in, tn_type *
     return TN_OK;
 }
 
-/* Pool{mode=max, kernel=(2, 2), stride=(2, 2), pad=(0, 0), pad_after=(0, 0), dilation=(1, 1)} (Theano's mode names) */
+/* POOL_GRAD: x as POOL's input; y and gy of POOL's output type (dims known on both sides equal); out: x's type. */
+static tn_result tn__pool_grad_infer(const tn_var *node, const tn_type *in, tn_type *out) {
+    char sb[128], sy[128];
+    tn_type yt;
+    tn_result r = tn__pool_infer(node, in, &yt);
+    if (r != TN_OK) return r;
+    for (int k = 1; k < 3; k++) {
+        bool fits = in[k].dtype == in[0].dtype && in[k].ndim == yt.ndim;
+        for (int d = 0; fits && d < yt.ndim; d++) fits = in[k].shape[d] < 0 || yt.shape[d] < 0 || in[k].shape[d] == yt.shape[d];
+        if (!fits)
+            return tn__err(TN_ERR_SHAPE, "PoolGrad: %s is %s %s; the pooling's output is %s %s", k == 1 ? "y" : "gy", tn_dtype_name(in[k].dtype),
+                           tn__shape_str(in[k].ndim, in[k].shape, sb), tn_dtype_name(yt.dtype), tn__shape_str(yt.ndim, yt.shape, sy));
+    }
+    *out = in[0];
+    return TN_OK;
+}
+
+/* Pool{mode=max, kernel=(2, 2), stride=(2, 2), pad=(0, 0), pad_after=(0, 0), dilation=(1, 1)} (Theano's mode names); PoolGrad{...} */
 static void tn__pool_label(const tn_var *node, char *buf, size_t cap) {
     const tn_params *p = &node->p;
     static const char *const mode[3] = { "max", "average_inc_pad", "average_exc_pad" }, *const what[5] = { "kernel", "stride", "pad", "pad_after", "dilation" };
     int nsp = tn__p_conv_nsp(p), m = tn__p_pool_mode(p);
-    size_t n = (size_t)snprintf(buf, cap, "Pool{mode=%s", mode[m >= 0 && m < 3 ? m : 0]);
+    size_t n = (size_t)snprintf(buf, cap, "%s{mode=%s", tn__op_def(node->op)->name, mode[m >= 0 && m < 3 ? m : 0]);
     for (int w = 0; w < 5 && n < cap; w++) {
         n += (size_t)snprintf(buf + n, cap - n, ", %s=(", what[w]);
         for (int d = 0; d < nsp && n < cap; d++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)tn__p_conv_at(p, w, d));
         if (n < cap) n += (size_t)snprintf(buf + n, cap - n, ")");
     }
     if (n < cap) snprintf(buf + n, cap - n, "}");
-}
-
-/* The count of in-image positions of each window (L,): a constant of the static geometry. */
-static tn_var *tn__pool_counts(tn_graph *gr, const tn__cgeo *g, tn_dtype t) {
-    tn_array *cnt = tn_array_zeros(t, 1, &g->L);
-    if (!cnt) return NULL;
-    for (int64_t l = 0; l < g->L; l++) {
-        int64_t n = 0;
-        for (int64_t kidx = 0; kidx < g->K; kidx++) n += tn__cgeo_src(g, (const int64_t[]){ 0, 0, 1, 1, 1 }, 0, 0, kidx, l) >= 0;
-        tn_array_set(cnt, &l, (double)n);
-    }
-    tn_var *c = tn_constant(gr, cnt);
-    tn_array_free(cnt);
-    return c;
 }
 
 /* v (N, C, out...) as IM2COL's row layout with one row: (C, 1, N, L), dim 1 broadcastable. */
@@ -5515,25 +5710,45 @@ static tn_var *tn__pool_cols(tn_var *node, tn_var *x, tn__cgeo *g) {
     return cols;
 }
 
-/* The gradient of IM2COL + the reduction of its rows, as the pooling was
-   built before it had its own op: max gives the gradient to every position
-   equal to its window's max (ties share it); average divides it by K or by
-   the count, broadcast over the window; COL2IM sums the columns back. */
+/* POOL's gradient is POOL_GRAD(x, y, g) (>>pool_grad_cpu says what it computes). */
 static tn_result tn__pool_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
     (void)need;
-    tn_var *x = node->in[0];
+    tn_var *in[3] = { node->in[0], node, g };
+    gin[0] = tn__node(node->graph, TN_OP_POOL_GRAD, 3, in, &node->p, NULL, "tn_grad");
+    return gin[0] ? TN_OK : tn__gfail("Pool", node);
+}
+
+/* POOL_GRAD is linear in gy, and piecewise constant in x and y (which
+   positions tie with the max: no gradient, as eq has none). Its transpose
+   for g (an image): average, POOL(g) itself (each window's sum of g over its
+   count); max, each window's sum of g over the positions equal to its max
+   (IM2COL of g masked by eq(IM2COL(x), y), summed over the window). */
+static tn_result tn__pool_grad_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
+    if (!need[2]) return TN_OK;
+    if (tn__p_pool_mode(&node->p) != TN__POOL_MAX) {
+        gin[2] = tn__node(node->graph, TN_OP_POOL, 1, &g, &node->p, NULL, "tn_grad");
+        return gin[2] ? TN_OK : tn__gfail("PoolGrad", node);
+    }
     tn__cgeo geo;
-    tn_var *cols = tn__pool_cols(node, x, &geo), *gc = NULL;
-    int mode = tn__p_pool_mode(&node->p), nsp = geo.nsp;
-    tn_var *gk = cols ? tn__pool_as_rows(g, geo.C, geo.L, nsp) : NULL;
-    if (gk && mode == TN__POOL_MAX) gc = tn__gmask(tn_eq(cols, tn__pool_as_rows(node, geo.C, geo.L, nsp)), gk);
-    else if (gk) gc = tn__gbcast_like(tn_div(gk, mode == TN__POOL_AVG ? tn_lit(x, (double)geo.K) : tn__pool_counts(x->graph, &geo, x->type.dtype)), cols);
-    if (gc) {
+    tn_var *x = node->in[0], *cols = tn__pool_cols(node, x, &geo), *cg = NULL;
+    int ax = 1;
+    if (cols) {
         tn_params p = cols->p;
         p.f[0] = 0;
-        gin[0] = tn__node(x->graph, TN_OP_COL2IM, 1, &gc, &p, NULL, "tn_grad");
+        cg = tn__node(x->graph, TN_OP_IM2COL, 1, &g, &p, NULL, "tn_grad");
     }
-    return gin[0] ? TN_OK : tn__gfail("Pool", node);
+    tn_var *m = cols ? tn_eq(cols, tn__pool_as_rows(node->in[1], geo.C, geo.L, geo.nsp)) : NULL;
+    tn_var *r = cg && m ? tn_sum(tn__gmask(m, cg), &ax, 1, false) : NULL;
+    gin[2] = r ? tn__conv_unflatten(r, geo.C, geo.nsp, &geo) : NULL;
+    return gin[2] ? TN_OK : tn__gfail("PoolGrad", node);
+}
+
+/* Forward mode: linear in gy (x and y move no mask). */
+static tn_result tn__pool_grad_jvp(tn_var *node, tn_var *const *t, tn_var **out) {
+    if (!t[2]) return TN_OK;
+    tn_var *in[3] = { node->in[0], node->in[1], t[2] };
+    *out = tn__node(node->graph, TN_OP_POOL_GRAD, 3, in, &node->p, NULL, "tn_rop");
+    return *out ? TN_OK : tn__gfail("a tangent", node);
 }
 
 /* Forward mode: average pooling is linear (the op on the tangent); max the
@@ -5594,7 +5809,9 @@ TN_API tn_var *tn_global_avg_pool(tn_var *x) {
     { .op = TN_OP_COL2IM, .name = "Col2Im", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__conv_infer, .cpu = tn__conv_cpu, \
                        .label = tn__conv_label, .vjp = tn__conv_vjp, .flags = TN_OPF_LINEAR }, \
     { .op = TN_OP_POOL, .name = "Pool", .kind = TN_OPK_OTHER, .arity = 1, .infer = tn__pool_infer, .cpu = tn__pool_cpu, \
-                       .label = tn__pool_label, .vjp = tn__pool_vjp, .jvp = tn__pool_jvp },
+                       .label = tn__pool_label, .vjp = tn__pool_vjp, .jvp = tn__pool_jvp }, \
+    { .op = TN_OP_POOL_GRAD, .name = "PoolGrad", .kind = TN_OPK_OTHER, .arity = 3, .infer = tn__pool_grad_infer, .cpu = tn__pool_grad_cpu, \
+                       .label = tn__pool_label, .vjp = tn__pool_grad_vjp, .jvp = tn__pool_grad_jvp },
 
 /* >>ops_print ========================================================= */
 /* Print (the >>constructors' tn_print): a copy of its input (TN_OPK_OTHER:
@@ -8535,9 +8752,7 @@ typedef struct tn__cuda_iplan {
     int64_t is[TN_MAX_DIMS][TN_MAX_DIMS], ip[TN_MAX_DIMS], i32[TN_MAX_DIMS], as[TN_MAX_DIMS], an[TN_MAX_DIMS];
 } tn__cuda_iplan;
 
-static const char tn__index_cuda_common[] =
-    "__device__ __forceinline__ float tn_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
-    "__device__ __forceinline__ unsigned short tn_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n";
+static const char tn__index_cuda_common[] = TN__CUDA_F16_SRC;
 
 /* tn_index of mode, element type T (tname) and atomic add inc (mode 2). */
 static int tn__index_cuda_text(int mode, const char *tname, const char *inc, int nd, int k, char *buf, size_t cap) {

@@ -374,28 +374,33 @@ static void bw_row(row *r, tn_func *f, int iters, double moved, const char *what
     snprintf(r->note, sizeof r->note, "%d kernel%s, %s", nk, nk == 1 ? "" : "s", what);
 }
 
-/* max_pool2d and avg_pool2d 2x2 of (64, 128, 32, 32), the shape bench/peers.py times in PyTorch. */
+/* max_pool2d and avg_pool2d 2x2 of (64, 128, 32, 32), the shape bench/peers.py
+   times in PyTorch: the pooling, and the pooling with its gradient for a
+   given gy (fwd+bwd: Pool, then PoolGrad reading x, y and gy). */
 static void pool_cases(void) {
     const char *S = GPU ? "pool" : "cpu";
-    int64_t sh[4] = { 64, 128, 32, 32 }, nx = 64 * 128 * 32 * 32;
+    int64_t sh[4] = { 64, 128, 32, 32 }, ysh[4] = { 64, 128, 16, 16 }, nx = 64 * 128 * 32 * 32;
     for (int dt = 0; dt < (GPU ? 2 : 1); dt++) {
         tn_dtype t = dt ? TN_F16 : TN_F32;
-        tn_array *X = tn_array_rand_normal(t, 4, sh, 0, 1, 11);
+        tn_array *X = tn_array_rand_normal(t, 4, sh, 0, 1, 11), *GY = tn_array_rand_normal(t, 4, ysh, 0, 1, 12);
         tn_graph *g = tn_graph_new();
-        tn_var *x = tn_shared_fixed(g, "x", X);
+        tn_var *x = tn_shared_fixed(g, "x", X), *gy = tn_shared_fixed(g, "gy", GY);
         tn_array_free(X);
+        tn_array_free(GY);
         tn_conv_opts o;
         memset(&o, 0, sizeof o);
         o.kernel[0] = o.kernel[1] = 2;
-        for (int mx = 1; mx >= 0; mx--) {
-            char name[48];
-            snprintf(name, sizeof name, "%s 2x2 (64,128,32,32) %s", mx ? "max_pool2d" : "avg_pool2d", dt ? "f16" : "f32");
+        for (int mx = 1; mx >= 0; mx--) for (int bwd = 0; bwd < 2; bwd++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s 2x2 (64,128,32,32) %s%s", mx ? "max_pool2d" : "avg_pool2d", dt ? "f16" : "f32", bwd ? " fwd+bwd" : "");
             row *r = R(S, name);
             tn_var *y = mx ? tn_max_pool2d(x, &o) : tn_avg_pool2d(x, &o);
+            if (y && bwd) y = tn_grad1(tn_sum(tn_mul(y, gy), NULL, 0, false), x);
             if (!y) { err(r, "building the graph"); continue; }
             tn_var *out = GPU ? tn_gpu_from_host(y) : y;
             tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &out, .borrow = true, .name = name });
-            bw_row(r, f, GPU ? (Q ? 50 : 500) : (Q ? 1 : 3), 1.25 * (double)nx * (double)tn_dtype_size(t), "x read, y written");
+            bw_row(r, f, GPU ? (Q ? 50 : 500) : (Q ? 1 : 3), (bwd ? 3.75 : 1.25) * (double)nx * (double)tn_dtype_size(t),
+                   bwd ? "x read twice, y written and read, gy read, gx written" : "x read, y written");
             tn_function_free(f);
         }
         tn_graph_free(g);

@@ -343,22 +343,25 @@ static void ref_pool(const pcase *c, int mode, tn_dtype t, const double *x, doub
         }
 }
 
+static const pcase pool_cases[] = {
+    { "2d 2x2", 2, 2, 3, { 8, 6, 1 }, { 2, 2, 1 }, { 2, 2, 1 }, { 0 }, { 1, 1, 1 } },
+    { "2d 3x2 stride (2,1) pad 1", 2, 2, 2, { 9, 8, 1 }, { 3, 2, 1 }, { 2, 1, 1 }, { 1, 1, 0 }, { 1, 1, 1 } },
+    { "2d 3x3 stride (1,2) pad 1 dilation (2,1)", 2, 2, 2, { 9, 8, 1 }, { 3, 3, 1 }, { 1, 2, 1 }, { 1, 1, 0 }, { 2, 1, 1 } },
+    { "1d 3 stride 2 pad 1", 1, 3, 2, { 15, 1, 1 }, { 3, 1, 1 }, { 2, 1, 1 }, { 1, 0, 0 }, { 1, 1, 1 } },
+    { "1d 4 stride 3 pad 2 dilation 2", 1, 2, 2, { 20, 1, 1 }, { 4, 1, 1 }, { 3, 1, 1 }, { 2, 0, 0 }, { 2, 1, 1 } },
+    { "3d 2x2x3 pad (0,1,1)", 3, 2, 2, { 4, 6, 5 }, { 2, 2, 3 }, { 2, 2, 3 }, { 0, 1, 1 }, { 1, 1, 1 } },
+    { "3d 3x3x3 stride 1 pad 1", 3, 1, 2, { 3, 4, 3 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 }, { 1, 1, 1 } },
+    { "2d one window per channel (4x4)", 2, 1, 3, { 4, 4, 1 }, { 4, 4, 1 }, { 4, 4, 1 }, { 0 }, { 1, 1, 1 } },
+    { "2d one window, pad 1 dilation 2", 2, 1, 2, { 3, 3, 1 }, { 3, 3, 1 }, { 3, 3, 1 }, { 1, 1, 0 }, { 2, 2, 1 } },
+    { "1d one window of 7", 1, 1, 2, { 7, 1, 1 }, { 7, 1, 1 }, { 7, 1, 1 }, { 0 }, { 1, 1, 1 } },
+};
+#define N_POOL_CASES (sizeof pool_cases / sizeof pool_cases[0])
+
 TEST(test_pool_direct) {
-    static const pcase cases[] = {
-        { "2d 2x2", 2, 2, 3, { 8, 6, 1 }, { 2, 2, 1 }, { 2, 2, 1 }, { 0 }, { 1, 1, 1 } },
-        { "2d 3x2 stride (2,1) pad 1", 2, 2, 2, { 9, 8, 1 }, { 3, 2, 1 }, { 2, 1, 1 }, { 1, 1, 0 }, { 1, 1, 1 } },
-        { "2d 3x3 stride (1,2) pad 1 dilation (2,1)", 2, 2, 2, { 9, 8, 1 }, { 3, 3, 1 }, { 1, 2, 1 }, { 1, 1, 0 }, { 2, 1, 1 } },
-        { "1d 3 stride 2 pad 1", 1, 3, 2, { 15, 1, 1 }, { 3, 1, 1 }, { 2, 1, 1 }, { 1, 0, 0 }, { 1, 1, 1 } },
-        { "1d 4 stride 3 pad 2 dilation 2", 1, 2, 2, { 20, 1, 1 }, { 4, 1, 1 }, { 3, 1, 1 }, { 2, 0, 0 }, { 2, 1, 1 } },
-        { "3d 2x2x3 pad (0,1,1)", 3, 2, 2, { 4, 6, 5 }, { 2, 2, 3 }, { 2, 2, 3 }, { 0, 1, 1 }, { 1, 1, 1 } },
-        { "3d 3x3x3 stride 1 pad 1", 3, 1, 2, { 3, 4, 3 }, { 3, 3, 3 }, { 1, 1, 1 }, { 1, 1, 1 }, { 1, 1, 1 } },
-        { "2d one window per channel (4x4)", 2, 1, 3, { 4, 4, 1 }, { 4, 4, 1 }, { 4, 4, 1 }, { 0 }, { 1, 1, 1 } },
-        { "2d one window, pad 1 dilation 2", 2, 1, 2, { 3, 3, 1 }, { 3, 3, 1 }, { 3, 3, 1 }, { 1, 1, 0 }, { 2, 2, 1 } },
-        { "1d one window of 7", 1, 1, 2, { 7, 1, 1 }, { 7, 1, 1 }, { 7, 1, 1 }, { 0 }, { 1, 1, 1 } },
-    };
+    const pcase *cases = pool_cases;
     const tn_dtype ts[3] = { TN_F64, TN_F32, TN_F16 };
     int checked = 0;
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) for (int k = 0; k < 3; k++) for (int mode = 0; mode < 3; mode++) {
+    for (size_t ci = 0; ci < N_POOL_CASES; ci++) for (int k = 0; k < 3; k++) for (int mode = 0; mode < 3; mode++) {
         const pcase *c = &cases[ci];
         int64_t xsh[5] = { c->N, c->C, c->in[0], c->in[1], c->in[2] }, nx = (int64_t)c->N * c->C * prod3(c->in);
         double *xv = vals(nx, 300 + ci);
@@ -558,6 +561,163 @@ TEST(test_conv_gradients) {
     }
 }
 
+/* The pooling's gradient (the PoolGrad op) against a float64 reference of
+   the path it replaces: the columns of the window positions (IM2COL), each
+   entry gy where the image element equals the window's max (else 0) or
+   gy / K (or / the in-image count) rounded to the dtype, summed back into
+   the image (COL2IM) window position by window position in a float
+   accumulator (double for float64). Bit for bit, with NaN, inf, -0 and ties
+   in the image and NaN and -0 in gy; the gradient function reads the image
+   once (no columns). */
+static void ref_pool_grad(const pcase *c, int mode, tn_dtype t, const double *x, const double *y, const double *gy, double *gx) {
+    int o[3], K = c->k[0] * c->k[1] * c->k[2];
+    for (int a = 0; a < 3; a++) o[a] = (c->in[a] + 2 * c->p[a] - c->d[a] * (c->k[a] - 1) - 1) / c->s[a] + 1;
+    int64_t nx = (int64_t)c->N * c->C * prod3(c->in), L = prod3(o);
+    for (int64_t i = 0; i < nx; i++) gx[i] = 0;
+    for (int ka = 0; ka < c->k[0]; ka++) for (int kb = 0; kb < c->k[1]; kb++) for (int kc = 0; kc < c->k[2]; kc++)   /* the columns' rows in order */
+        for (int n = 0; n < c->N; n++) for (int ch = 0; ch < c->C; ch++)
+            for (int a = 0; a < o[0]; a++) for (int b = 0; b < o[1]; b++) for (int e = 0; e < o[2]; e++) {
+                int ia = a * c->s[0] - c->p[0] + ka * c->d[0], ib = b * c->s[1] - c->p[1] + kb * c->d[1], ic = e * c->s[2] - c->p[2] + kc * c->d[2];
+                if (ia < 0 || ib < 0 || ic < 0 || ia >= c->in[0] || ib >= c->in[1] || ic >= c->in[2]) continue;
+                int64_t p = (((int64_t)n * c->C + ch) * c->in[0] + ia) * c->in[1] * c->in[2] + (int64_t)ib * c->in[2] + ic;
+                int64_t l = ((int64_t)n * c->C + ch) * L + ((int64_t)a * o[1] + b) * o[2] + e;
+                double v;
+                if (mode == 0) v = x[p] == y[l] ? gy[l] : 0;
+                else {
+                    int cnt = 0;
+                    for (int u = 0; u < c->k[0]; u++) for (int w = 0; w < c->k[1]; w++) for (int z = 0; z < c->k[2]; z++) {
+                        int ja = a * c->s[0] - c->p[0] + u * c->d[0], jb = b * c->s[1] - c->p[1] + w * c->d[1], jc = e * c->s[2] - c->p[2] + z * c->d[2];
+                        cnt += ja >= 0 && jb >= 0 && jc >= 0 && ja < c->in[0] && jb < c->in[1] && jc < c->in[2];
+                    }
+                    v = pool_round(t, gy[l] / (mode == 1 ? K : cnt));
+                }
+                gx[p] = t == TN_F64 ? gx[p] + v : (double)(float)(gx[p] + v);
+            }
+    for (int64_t i = 0; i < nx; i++) gx[i] = pool_round(t, gx[i]);
+}
+
+TEST(test_pool_grad_direct) {
+    const pcase *cases = pool_cases;
+    const tn_dtype ts[3] = { TN_F64, TN_F32, TN_F16 };
+    int checked = 0, nonzero = 0;
+    for (size_t ci = 0; ci < N_POOL_CASES; ci++) for (int k = 0; k < 3; k++) for (int mode = 0; mode < 3; mode++) {
+        const pcase *c = &cases[ci];
+        int o[3];
+        for (int a = 0; a < 3; a++) o[a] = (c->in[a] + 2 * c->p[a] - c->d[a] * (c->k[a] - 1) - 1) / c->s[a] + 1;
+        int64_t xsh[5] = { c->N, c->C, c->in[0], c->in[1], c->in[2] }, ysh[5] = { c->N, c->C, o[0], o[1], o[2] };
+        int64_t nx = (int64_t)c->N * c->C * prod3(c->in), ny = (int64_t)c->N * c->C * prod3(o);
+        double *xv = vals(nx, 400 + ci), *gv = vals(ny, 500 + ci);
+        for (int64_t i = 0; i < nx; i++) {   /* specials, and repeats so that ties, -0 and +0 meet in windows */
+            int64_t h = (i * 5 + (int64_t)ci) % 19;
+            xv[i] = h == 0 ? NAN : h == 1 ? INFINITY : h == 2 ? -INFINITY : h == 3 ? -0.0 : h == 4 ? 0.0 : h == 5 || h == 6 ? 1.25 : xv[i];
+        }
+        for (int64_t i = 0; i < ny; i++) gv[i] = i % 11 == 3 ? NAN : i % 11 == 5 ? -0.0 : gv[i];
+        tn_graph *gr = tn_graph_new();
+        tn_var *X = tn_input(gr, "x", ts[k], c->nsp + 2, xsh, NULL), *GY = tn_input(gr, "gy", ts[k], c->nsp + 2, ysh, NULL);
+        tn_conv_opts op;
+        memset(&op, 0, sizeof op);
+        for (int a = 0; a < c->nsp; a++) { op.kernel[a] = c->k[a]; op.stride[a] = c->s[a]; op.padding[a] = c->p[a]; op.dilation[a] = c->d[a]; }
+        op.avg_exclude_pad = mode == 2;
+        tn_var *y = mode == 0 ? tn_max_pool(X, &op) : tn_avg_pool(X, &op);
+        tn_var *outs[2] = { y, y ? tn_grad1(tn_sum(tn_mul(y, GY), NULL, 0, false), X) : NULL };
+        tn_func *f = outs[1] ? tn_function(gr, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ X, GY }, .n_outputs = 2, .outputs = outs }) : NULL;
+        tn_array *xa = arr(ts[k], c->nsp + 2, xsh, xv), *ga = arr(ts[k], c->nsp + 2, ysh, gv), *r[2] = { NULL, NULL };
+        CHECK(f && tn_call(f, (tn_array *[]){ xa, ga }, r) == TN_OK, "%s %s mode %d: %s", c->name, tn_dtype_name(ts[k]), mode, tn_last_error());
+        if (f && ci == 1 && k == 1) {   /* one op for the gradient, reading the image: no columns */
+            char buf[8192] = "";
+            FILE *fp = tmpfile();
+            size_t nb = 0;
+            if (fp) { tn_debugprint_function(f, fp); rewind(fp); nb = fread(buf, 1, sizeof buf - 1, fp); fclose(fp); }
+            buf[nb] = 0;
+            CHECK(strstr(buf, mode == 0 ? "PoolGrad{mode=max, kernel=(3, 2), stride=(2, 1), pad=(1, 1)" : mode == 1 ? "PoolGrad{mode=average_inc_pad" : "PoolGrad{mode=average_exc_pad") &&
+                  !strstr(buf, "Im2Col") && !strstr(buf, "Col2Im"), "mode %d: %s", mode, buf);
+        }
+        tn_array *xq = tn_array_astype(xa, TN_F64), *gq = tn_array_astype(ga, TN_F64);
+        tn_array *yq = r[0] ? tn_array_astype(r[0], TN_F64) : NULL, *got = r[1] ? tn_array_astype(r[1], TN_F64) : NULL;
+        double *want = (double *)malloc((size_t)nx * sizeof *want);
+        if (got && yq) ref_pool_grad(c, mode, ts[k], (const double *)xq->data, (const double *)yq->data, (const double *)gq->data, want);
+        int bad = 0;
+        for (int64_t i = 0; got && yq && i < nx; i++) {
+            double g = ((const double *)got->data)[i];
+            bool ok = isnan(want[i]) ? isnan(g) : memcmp(&g, &want[i], sizeof g) == 0;
+            if (!ok && bad++ < 3) CHECK(ok, "%s %s mode %d at %lld: %a, want %a", c->name, tn_dtype_name(ts[k]), mode, (long long)i, g, want[i]);
+            checked++;
+            nonzero += want[i] != 0 && !isnan(want[i]);
+        }
+        free(want); free(xv); free(gv);
+        tn_array_free(xq); tn_array_free(gq); tn_array_free(yq); tn_array_free(got);
+        tn_array_free(r[0]); tn_array_free(r[1]); tn_array_free(xa); tn_array_free(ga);
+        tn_function_free(f);
+        tn_graph_free(gr);
+    }
+    CHECK(checked > 5000 && nonzero > checked / 4, "%d gradients checked, %d of them nonzero", checked, nonzero);
+}
+
+/* Through PoolGrad: the second derivative (its gradient for gy: POOL for
+   average, the masked window sums for max) by finite differences, and its
+   forward mode (linear in gy) against central differences of the gradient. */
+static tn_var *b_grad2(tn_graph *g, tn_var *const *in, void *user) {
+    tn_var *y = b_grad(g, in, user);
+    return y ? tn_grad1(tn_sum(tn_mul(tn_sqr(y), tn_sin(y)), NULL, 0, false), in[0]) : NULL;
+}
+
+TEST(test_pool_grad_second) {
+    static const int kinds[7] = { 2, 3, 5, 6, 7, 8, 9 };
+    static const int64_t xs[10][5] = { [2] = { 2, 2, 4, 5 }, [3] = { 1, 2, 4, 6 }, [5] = { 1, 2, 5, 4 }, [6] = { 2, 2, 11 },
+                                       [7] = { 1, 2, 4, 3, 5 }, [8] = { 1, 2, 4, 4, 3 }, [9] = { 2, 1, 9 } };
+    static const int xnd[10] = { [2] = 4, [3] = 4, [5] = 4, [6] = 3, [7] = 5, [8] = 5, [9] = 3 };
+    for (int q = 0; q < 7; q++) {
+        int k = kinds[q];
+        gcase c = { k };
+        tn_array *pt = tn_array_rand_uniform(TN_F64, xnd[k], xs[k], -2, 2, 300 + (uint64_t)k);
+        if (k == 3 || k == 6 || k == 8) {   /* distinct values: each window's max unique under the step */
+            int64_t n = tn_array_size(pt);
+            for (int64_t i = 0; i < n; i++) ((double *)pt->data)[i] = (double)((i * 37) % n) / 7.0 - 1;
+        }
+        tn_verify_grad_report rep;
+        tn_result r = tn_verify_grad(&(tn_verify_grad_desc){ .build = b_grad2, .user = &c, .n_inputs = 1, .points = &pt,
+                                                             .seed = 11 + (uint64_t)k, .static_shapes = true }, &rep);
+        CHECK(r == TN_OK, "kind %d: %s", k, tn_last_error());
+        tn_array_free(pt);
+    }
+    for (int mode = 0; mode < 2; mode++) {   /* forward mode of the gradient */
+        tn_graph *gr = tn_graph_new();
+        int64_t sh[4] = { 2, 2, 5, 6 };
+        tn_var *X = tn_input(gr, "x", TN_F64, 4, sh, NULL), *T = tn_input(gr, "t", TN_F64, 4, sh, NULL);
+        tn_conv_opts o;
+        memset(&o, 0, sizeof o);
+        o.kernel[0] = o.kernel[1] = 3; o.stride[0] = 2; o.stride[1] = 1; o.padding[0] = o.padding[1] = 1;
+        o.avg_exclude_pad = true;
+        tn_var *y = mode == 0 ? tn_max_pool2d(X, &o) : tn_avg_pool2d(X, &o);
+        tn_var *gx = tn_grad1(tn_sum(tn_mul(tn_sqr(y), tn_sin(y)), NULL, 0, false), X);
+        tn_var *outs[2] = { gx, gx ? tn_rop(gx, 1, &X, &T) : NULL };
+        tn_func *f = outs[1] ? tn_function(gr, &(tn_func_desc){ .n_inputs = 2, .inputs = (tn_var *[]){ X, T }, .n_outputs = 2, .outputs = outs }) : NULL;
+        CHECK(f != NULL, "mode %d: %s", mode, tn_last_error());
+        double xv[120], tv[120], xp[120], xm[120], h = 1e-6;
+        for (int i = 0; i < 120; i++) {
+            xv[i] = (double)((i * 37) % 120) / 31.0 - 2;   /* distinct: each window's max unique under the step */
+            tv[i] = sin(i * 1.7);
+            xp[i] = xv[i] + h * tv[i]; xm[i] = xv[i] - h * tv[i];
+        }
+        tn_array *xa = arr(TN_F64, 4, sh, xv), *ta = arr(TN_F64, 4, sh, tv), *pa = arr(TN_F64, 4, sh, xp), *ma = arr(TN_F64, 4, sh, xm);
+        tn_array *r[2] = { NULL, NULL }, *rp[2] = { NULL, NULL }, *rm[2] = { NULL, NULL };
+        bool ok = f && tn_call(f, (tn_array *[]){ xa, ta }, r) == TN_OK && tn_call(f, (tn_array *[]){ pa, ta }, rp) == TN_OK &&
+                  tn_call(f, (tn_array *[]){ ma, ta }, rm) == TN_OK;
+        CHECK(ok, "mode %d: %s", mode, tn_last_error());
+        double worst = 0, scale = 0;
+        for (int i = 0; ok && i < 120; i++) {
+            double fd = (((double *)rp[0]->data)[i] - ((double *)rm[0]->data)[i]) / (2 * h), got = ((double *)r[1]->data)[i];
+            worst = fmax(worst, fabs(got - fd));
+            scale = fmax(scale, fabs(fd));
+        }
+        CHECK(ok && scale > 0.1 && worst < 1e-6 * scale, "mode %d: forward mode off by %g (scale %g)", mode, worst, scale);
+        for (int j = 0; j < 2; j++) { tn_array_free(r[j]); tn_array_free(rp[j]); tn_array_free(rm[j]); }
+        tn_array_free(xa); tn_array_free(ta); tn_array_free(pa); tn_array_free(ma);
+        tn_function_free(f);
+        tn_graph_free(gr);
+    }
+}
+
 TEST(test_conv_errors) {
     tn_graph *g = tn_graph_new();
     tn_var *x = tn_input(g, "x", TN_F32, 4, (int64_t[]){ 2, 4, 5, 5 }, NULL), *w = tn_input(g, "w", TN_F32, 4, (int64_t[]){ 6, 3, 3, 3 }, NULL);
@@ -593,6 +753,8 @@ int main(void) {
     TH_RUN(test_pool_direct);
     TH_RUN(test_pool_grad_values);
     TH_RUN(test_pool_rop);
+    TH_RUN(test_pool_grad_direct);
+    TH_RUN(test_pool_grad_second);
     TH_RUN(test_conv_nan_and_batch);
     TH_RUN(test_conv_gradients);
     TH_RUN(test_conv_errors);

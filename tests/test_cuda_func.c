@@ -811,6 +811,16 @@ TEST(test_index_gpu_equals_cpu) {
     tn_array_free(r); tn_array_free(i);
     i = tn_array_from_data(TN_I64, 1, (int64_t[]){ 3 }, (int64_t[]){ 4, 0, -5 });
     CHECK(f && tn_call(f, (tn_array *[]){ x, i }, &r) == TN_OK && r, "rows 4, 0, -5: %s", tn_last_error());
+    {   /* the gather reads its index check back as it runs: no graph is tried (none fails to capture) */
+        int64_t caps = -1;
+        const char *why = NULL;
+        tn_array_free(r);
+        r = NULL;
+        CHECK(f && tn_call(f, (tn_array *[]){ x, i }, &r) == TN_OK && r, "rows 4, 0, -5 again: %s", tn_last_error());
+        if (f) tn__replay_stats(f, NULL, &caps, &why);
+        CHECK(caps == 0 && why && strstr(why, "AdvancedSubtensor1") && strstr(why, "waits for the device as it runs"), "captures %lld: %s",
+              (long long)caps, why ? why : "(null)");
+    }
     tn_array *h = r ? tn_array_to_host(r) : NULL;
     for (int k = 0; h && k < 24; k++) {
         int64_t src = (k / 8 == 0 ? 4 : 0) * 8 + k % 8;

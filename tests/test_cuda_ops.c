@@ -410,7 +410,7 @@ static void built_free(built *b) {
    the host (a silent fallback). Views (DimShuffle, Slice) run on either side. */
 static const char *const device_ops[] = { "Elemwise", "Sum", "Prod", "Mean", "Max", "Min", "Argmax", "Argmin", "All", "Any", "LogSumExp",
     "Softmax", "LogSoftmax", "Dot", "Gemm", "Gemv", "Outer", "Alloc", "Size", "CumSum", "CumProd", "AdvancedSubtensor", "AdvancedSubtensor1",
-    "TakeAlongAxis", "AdvancedIncSubtensor", "AdvancedIncSubtensor1", "IncSubtensor", "ArgSort", "TopK", "Random", "Im2Col", "Col2Im", "Pool",
+    "TakeAlongAxis", "AdvancedIncSubtensor", "AdvancedIncSubtensor1", "IncSubtensor", "ArgSort", "TopK", "Random", "Im2Col", "Col2Im", "Pool", "PoolGrad",
     "Eye" };
 
 /* "" when the GPU function runs the case on the device; else the reason. */

@@ -398,6 +398,9 @@ TEST(test_conv_kernels) { geo_kernels(tn__conv_cuda_source, "tn_cg", sizeof(tn__
    dtype); the geometry struct it takes is the host's, byte for byte. */
 TEST(test_pool_kernels) { geo_kernels(tn__pool_cuda_source, "tn_pg", sizeof(tn__pgeo_dev), "pooling kernels"); }
 
+/* Pooling's gradient (max, average: one kernel per float dtype), on POOL's geometry struct. */
+TEST(test_pool_grad_kernels) { geo_kernels(tn__pool_grad_cuda_source, "tn_pg", sizeof(tn__pgeo_dev), "pooling gradient kernels"); }
+
 /* The kernels of a source function for float32 and float64 only (none for
    the other dtypes), to PTX; with st, the struct st the kernel takes is the
    host's (host_size bytes). */
@@ -552,6 +555,7 @@ int main(void) {
     TH_RUN(test_index_and_sort_kernels);
     TH_RUN(test_conv_kernels);
     TH_RUN(test_pool_kernels);
+    TH_RUN(test_pool_grad_kernels);
     TH_RUN(test_gemv_kernels);
     TH_RUN(test_scan_acc_kernels);
     TH_RUN(test_compile_error_reports_log_and_source);
