@@ -5516,7 +5516,21 @@ static bool tn__cuda_pool_grad_supports(const tn_var *node) {
 static tn_result tn__cuda_pool_grad_prepare(const tn_var *node, void **state) {
     char src[6144];
     tn_dtype t = node->in[0]->type.dtype;
-    return tn__cuda_fn_prepare(node, src, tn__pool_grad_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool_grad", NULL, NULL, state);
+    return tn__cuda_fn_prepare(node, src, tn__pool_grad_cuda_source(t, src, sizeof src), sizeof src, t, "tn_pool_grad", "tn_pool_grad_w", NULL,
+                               state);
+}
+
+/* Whether no two windows share an image element (*covers: and every element
+   is in one), so tn_pool_grad_w may take a thread a window. */
+static bool tn__pool_grad_disjoint(const tn__pgeo_dev *G, bool *covers) {
+    bool disjoint = true;
+    *covers = true;
+    for (int d = 0; d < G->nsp; d++) {
+        disjoint = disjoint && G->s[d] >= (G->k[d] - 1) * G->dl[d] + 1;
+        *covers = *covers && G->dl[d] == 1 && G->s[d] == G->k[d] && G->out[d] * G->s[d] - G->plo[d] >= G->in[d];
+    }
+    *covers = *covers && disjoint;
+    return disjoint;
 }
 
 static tn_result tn__cuda_pool_grad_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
@@ -5532,6 +5546,13 @@ static tn_result tn__cuda_pool_grad_run(const tn_var *node, void *state, tn_arra
     if (!tn_array_is_contiguous(gx)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
     tn__pgeo_dev G;
     tn__pgeo_of(node, in[0], n, &G);
+    bool covers, w = tn__pool_grad_disjoint(&G, &covers);
+    if (w) {        /* a thread a window; the elements no window reads are zeros */
+        G.n = tn_array_size(in[1]);
+        if (!covers)
+            TN__CU_CHECK(tn__cuda.cu.cuMemsetD8Async((tn__CUdeviceptr)(uintptr_t)gx->data, 0, (size_t)n * tn_dtype_size(gx->dtype),
+                                                     tn__cuda_stream(D)), who);
+    }
     const tn_array *a[3];
     tn_array *tmp[3] = { NULL, NULL, NULL };
     for (int k = 0; k < 3; k++) {
@@ -5543,7 +5564,7 @@ static tn_result tn__cuda_pool_grad_run(const tn_var *node, void *state, tn_arra
     }
     void *xp = a[0]->data, *yp = a[1]->data, *gp = a[2]->data, *op = gx->data;
     void *params[5] = { &xp, &yp, &gp, &op, &G };
-    r = tn__cuda_launch(st->fn, (n + 255) / 256, 256, params, D, who);
+    r = G.n == 0 ? TN_OK : tn__cuda_launch(w ? st->fn2 : st->fn, (G.n + 255) / 256, 256, params, D, who);
     for (int k = 0; k < 3; k++) tn_array_free(tmp[k]);   /* back to the cache on this stream, after the kernel in stream order */
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }

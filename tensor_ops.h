@@ -318,7 +318,7 @@ extern "C" {
     X(IM2COL)         /* windows of an (N, C, spatial...) image as columns (the >>ops_conv section): tn__p_conv_* */ \
     X(COL2IM)         /* the columns summed back into the image (IM2COL's transpose): tn__p_conv_* */ \
     X(POOL)           /* max or average over each window of an (N, C, spatial...) image: tn__p_conv_*, tn__p_pool_mode */ \
-    X(POOL_GRAD)      /* in: x, y = POOL(x), gy: the gradient of POOL for gy, one pass (no columns): POOL's params */ \
+    X(POOL_GRAD)      /* in: x, y = POOL(x) (average: gy, unread), gy: the gradient of POOL for gy, one pass: POOL's params */ \
     X(PRINT)          /* in[0] passed through (copied), printed each run (the >>ops_print section): tn__p_print_* */ \
     X(DOT)            /* matmul semantics: 1-d dot, matrix-vector, matrix, batched with broadcast batch dims */ \
     X(GEMM)           /* in: C, A, B: alpha*A@B + beta*C (tn__p_alpha, tn__p_beta); C broadcasts to the product */ \
@@ -5009,6 +5009,7 @@ typedef struct tn__pgjob {
     const int64_t *xs, *ys, *gs;     /* byte strides */
     char *out;                       /* contiguous (N, C, in...) */
     int mode;
+    bool covers;                     /* the windows (never sharing an element) cover the image */
 } tn__pgjob;
 
 /* The window positions along dim d that output o reads inside the image. */
@@ -5102,6 +5103,88 @@ static void tn__pool_grad_f16(void *ctx, int64_t lo, int64_t hi) {
     }
 }
 
+/* Windows that never share an element (each element's sum has one term at
+   most): each element is written once, 0 + its window's share (what the sum
+   from +0 leaves), line by line of the image: for each image line a window
+   row reads, the windows along it, each reading its y and gy once; the plane
+   zeroed first where some element is in no window. */
+static bool tn__pool_grad_disjoint_cpu(const tn__cgeo *g, bool *covers) {
+    bool disjoint = true;
+    *covers = true;
+    for (int d = 0; d < g->nsp; d++) {
+        disjoint = disjoint && g->s[d] >= (g->k[d] - 1) * g->dl[d] + 1;
+        *covers = *covers && g->dl[d] == 1 && g->s[d] == g->k[d] && g->out[d] * g->s[d] - g->plo[d] >= g->in[d];
+    }
+    return disjoint;
+}
+
+/* v where hit, else +0, by a mask (random data mispredicts a branch). */
+static inline float tn__pg_self(int hit, float v) { uint32_t u; memcpy(&u, &v, 4); u &= 0u - (uint32_t)hit; memcpy(&v, &u, 4); return v; }
+static inline double tn__pg_seld(int hit, double v) { uint64_t u; memcpy(&u, &v, 8); u &= 0u - (uint64_t)hit; memcpy(&v, &u, 8); return v; }
+
+#define TN__POOLG_WINDOWS(SUF, T, AT, LOAD, STORE, QDIV, SEL) \
+static void tn__pool_grad_win_##SUF(void *ctx, int64_t lo, int64_t hi) { \
+    const tn__pgjob *J = (const tn__pgjob *)ctx; \
+    const tn__cgeo *g = J->g; \
+    const int e = g->nsp - 1; \
+    const bool mx = J->mode == TN__POOL_MAX, excl = J->mode == TN__POOL_AVG_EXCL; \
+    const int64_t W = g->out[e], Q = W ? g->L / W : 0, R = g->K / g->k[e], ke = g->k[e], se = g->s[e], de = g->dl[e], pe = g->plo[e]; \
+    const int64_t ine = g->in[e], xe = J->xs[2 + e], ye = J->ys[2 + e], ge = J->gs[2 + e]; \
+    int64_t S = 1, ist[3]; \
+    for (int d = e; d >= 0; d--) { ist[d] = S; S *= g->in[d]; } \
+    for (int64_t p = lo; p < hi; p++) { \
+        int64_t n = p / g->C, c = p % g->C, oc[3] = { 0, 0, 0 }; \
+        T *o = (T *)(void *)J->out + p * S; \
+        const char *xb = J->x + n * J->xs[0] + c * J->xs[1], *yb = J->y + n * J->ys[0] + c * J->ys[1]; \
+        const char *gb = J->gy + n * J->gs[0] + c * J->gs[1]; \
+        if (!J->covers) memset(o, 0, (size_t)S * sizeof(T)); \
+        for (int64_t q = 0; q < Q; q++) { \
+            int64_t yo = 0, go = 0, cb = 1, kr[3] = { 0, 0, 0 }; \
+            for (int d = 0; d < e; d++) { \
+                yo += oc[d] * J->ys[2 + d]; go += oc[d] * J->gs[2 + d]; \
+                if (excl) cb *= tn__pool_count1(g, d, oc[d]); \
+            } \
+            for (int64_t r = 0; r < R; r++) {        /* the image lines the window rows read */ \
+                int64_t xo = 0, oo = 0; \
+                bool in = true; \
+                for (int d = 0; d < e; d++) { \
+                    int64_t i = oc[d] * g->s[d] - g->plo[d] + kr[d] * g->dl[d]; \
+                    in = in && i >= 0 && i < g->in[d]; \
+                    xo += i * J->xs[2 + d]; oo += i * ist[d]; \
+                } \
+                for (int d = e - 1; d >= 0 && ++kr[d] == g->k[d]; d--) kr[d] = 0; \
+                if (!in) continue; \
+                const char *xr = xb + xo; \
+                T *TN__RESTRICT orow = o + oo; \
+                for (int64_t w = 0; w < W; w++) { \
+                    AT gv = LOAD(*(const T *)(const void *)(gb + go + w * ge)); \
+                    int64_t j0 = w * se - pe; \
+                    bool whole = j0 >= 0 && j0 + (ke - 1) * de < ine;   /* the window's row inside the image */ \
+                    if (!mx) {   /* each element its window's share, 0 + gy / count in the dtype */ \
+                        AT share = (AT)0 + QDIV(gv, excl ? cb * tn__pool_count1(g, e, w) : g->K); \
+                        for (int64_t v = 0, j = j0; v < ke; v++, j += de) \
+                            if (whole || (j >= 0 && j < ine)) orow[j] = STORE(share); \
+                        continue; \
+                    } \
+                    AT yv = LOAD(*(const T *)(const void *)(yb + yo + w * ye)); \
+                    for (int64_t v = 0, j = j0; v < ke; v++, j += de) { \
+                        if (!whole && (j < 0 || j >= ine)) continue; \
+                        int hit = LOAD(*(const T *)(const void *)(xr + j * xe)) == yv; \
+                        orow[j] = STORE((AT)0 + SEL(hit, gv));   /* without a branch; -0 becomes +0 as in the sum */ \
+                    } \
+                } \
+            } \
+            for (int d = e - 1; d >= 0 && ++oc[d] == g->out[d]; d--) oc[d] = 0; \
+        } \
+    } \
+}
+#define TN__POOLG_Q32(g, c) ((g) / (float)(c))
+#define TN__POOLG_Q64(g, c) ((g) / (double)(c))
+#define TN__POOLG_Q16(g, c) tn__ew_h2f(tn__ew_f2h((g) / tn__ew_h2f(tn__ew_f2h((float)(c)))))
+TN__POOLG_WINDOWS(f16, uint16_t, float, tn__ew_h2f, tn__ew_f2h, TN__POOLG_Q16, tn__pg_self)
+TN__POOLG_WINDOWS(f32, float, float, TN__CONV_ID, TN__CONV_ID, TN__POOLG_Q32, tn__pg_self)
+TN__POOLG_WINDOWS(f64, double, double, TN__CONV_ID, TN__CONV_ID, TN__POOLG_Q64, tn__pg_seld)
+
 static tn_result tn__pool_grad_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     const tn_array *x = in[0], *y = in[1], *gy = in[2];
     tn_array *gx = out[0];
@@ -5111,11 +5194,15 @@ static tn_result tn__pool_grad_cpu(const tn_var *node, tn_array *const *in, tn_a
     tn__cgeo g;
     tn__cgeo_of(&node->p, x->shape[0], x->shape[1], &g);
     tn__pgjob J = { &g, (const char *)x->data, (const char *)y->data, (const char *)gy->data, x->strides, y->strides, gy->strides,
-                    (char *)gx->data, tn__p_pool_mode(&node->p) };
+                    (char *)gx->data, tn__p_pool_mode(&node->p), false };
     int64_t n = tn_array_size(gx), planes = g.N * g.C;
     if (n == 0) return TN_OK;
-    if (x->dtype == TN_F16) tn__parallel_for(n, 16384 / g.K + 1, tn__pool_grad_f16, &J);                   /* elements of K windows */
-    else tn__parallel_for(planes, 16384 / (n / planes) + 1, x->dtype == TN_F32 ? tn__pool_grad_planes_f32 : tn__pool_grad_planes_f64, &J);
+    if (tn__pool_grad_disjoint_cpu(&g, &J.covers)) {   /* each element in one window at most: written once */
+        static void (*const win[3])(void *, int64_t, int64_t) = { tn__pool_grad_win_f16, tn__pool_grad_win_f32, tn__pool_grad_win_f64 };
+        tn__parallel_for(planes, 16384 / (n / planes) + 1, win[x->dtype - TN_F16], &J);
+    } else if (x->dtype == TN_F16) tn__parallel_for(n, 16384 / g.K + 1, tn__pool_grad_f16, &J);                   /* elements of K windows */
+    else                                                                                                      /* planes of K passes */
+        tn__parallel_for(planes, 16384 / (n / planes * g.K) + 1, x->dtype == TN_F32 ? tn__pool_grad_planes_f32 : tn__pool_grad_planes_f64, &J);
     return TN_OK;
 }
 
@@ -5376,6 +5463,9 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
    image element, the CPU's sums (>>pool_grad_cpu: window positions in
    order, the same accumulator, the division in the dtype), so the GPU gives
    the CPU's bits; geo is POOL's (tn_pg, tensor_cuda.h's tn__pgeo_dev).
+   tn_pool_grad_w, for windows that never share an element (each element's
+   sum has one term at most), takes a thread a window instead: y and gy read
+   once a window, the window's elements read and written side by side.
    Returns the length snprintf reports, or -1 for a dtype without a kernel. */
 TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
     static const char *const ty[3] = { "unsigned short", "float", "double" }, *const at[3] = { "float", "float", "double" };
@@ -5390,6 +5480,7 @@ TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "typedef %s AT;\n"
         "__device__ __forceinline__ AT tn_ld(T h) { return (AT)(%s); }\n"
         "__device__ __forceinline__ AT tn_q(T g, long long c) { return %s; }   /* g / c in the dtype */\n"
+        "__device__ __forceinline__ T tn_st(AT a) { return %s; }\n"
         "template <typename I> __device__ __forceinline__ I tn_count1(const tn_pg &g, int d, I o) {\n"
         "    I c = 0, i = o * (I)g.s[d] - (I)g.plo[d];\n"
         "    for (I kd = 0; kd < (I)g.k[d]; kd++, i += (I)g.dl[d]) c += i >= 0 && i < (I)g.in[d];\n"
@@ -5417,15 +5508,45 @@ TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "        if (g.mode == 0) { if (xv == tn_ld(yb[l])) acc += tn_ld(gb[l]); }\n"
         "        else acc += tn_q(gb[l], g.mode == 2 ? (long long)cnt : g.K);\n"
         "    }\n"
-        "    gx[t] = %s;\n"
+        "    gx[t] = tn_st(acc);\n"
+        "}\n"
+        "/* Windows that never share an element: a thread a window (t over N*C*L), its in-image elements\n"
+        "   written as the sums from +0 leave them (0 + its share); elements in no window are zeroed first. */\n"
+        "template <typename I> __device__ __forceinline__ void pool_grad_w_at(const T *x, const T *y, const T *gy, T *gx, const tn_pg &g, I t) {\n"
+        "    const I L = (I)g.L, plane = t / L;\n"
+        "    I rem = t - plane * L, od[3], cnt = 1, kd[3] = { 0, 0, 0 };\n"
+        "    for (int d = g.nsp - 1; d >= 0; d--) { od[d] = rem %% (I)g.out[d]; rem /= (I)g.out[d]; }\n"
+        "    if (g.mode == 2) for (int d = 0; d < g.nsp; d++) cnt *= tn_count1<I>(g, d, od[d]);\n"
+        "    const AT yv = g.mode == 0 ? tn_ld(y[t]) : (AT)0, q = g.mode == 0 ? tn_ld(gy[t]) : tn_q(gy[t], g.mode == 2 ? (long long)cnt : g.K);\n"
+        "    const T *xb = x + (long long)plane * g.S;\n"
+        "    T *ob = gx + (long long)plane * g.S;\n"
+        "    for (I kidx = 0; kidx < (I)g.K; kidx++) {\n"
+        "        I off = 0, m = 1;\n"
+        "        bool in = true;\n"
+        "        for (int d = g.nsp - 1; d >= 0; d--) {\n"
+        "            I i = od[d] * (I)g.s[d] - (I)g.plo[d] + kd[d] * (I)g.dl[d];\n"
+        "            in = in && i >= 0 && i < (I)g.in[d];\n"
+        "            off += i * m; m *= (I)g.in[d];\n"
+        "        }\n"
+        "        for (int d = g.nsp - 1; d >= 0; d--) { if (++kd[d] < (I)g.k[d]) break; kd[d] = 0; }\n"
+        "        if (!in) continue;\n"
+        "        AT v = 0;\n"
+        "        if (g.mode != 0 || tn_ld(xb[off]) == yv) v = v + q;\n"
+        "        ob[off] = tn_st(v);\n"
+        "    }\n"
         "}\n"
         "extern \"C\" __global__ void tn_pool_grad(const T *x, const T *y, const T *gy, T *gx, const tn_pg g) {\n"
         "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
         "    if (t >= g.n) return;\n"
         "    if (g.small) pool_grad_at<int>(x, y, gy, gx, g, (int)t); else pool_grad_at<long long>(x, y, gy, gx, g, t);\n"
+        "}\n"
+        "extern \"C\" __global__ void tn_pool_grad_w(const T *x, const T *y, const T *gy, T *gx, const tn_pg g) {\n"
+        "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (t >= g.n) return;\n"
+        "    if (g.small) pool_grad_w_at<int>(x, y, gy, gx, g, (int)t); else pool_grad_w_at<long long>(x, y, gy, gx, g, t);\n"
         "}\n",
         t == TN_F16 ? TN__CUDA_F16_SRC : "",
-        ty[k], at[k], ld[k], dv[k], t == TN_F16 ? "tn_f2h(acc)" : "(T)acc");
+        ty[k], at[k], ld[k], dv[k], t == TN_F16 ? "tn_f2h(a)" : "(T)a");
 }
 
 /* >>conv_infer_label ----------------------------------------------------------- */
@@ -5710,10 +5831,12 @@ static tn_var *tn__pool_cols(tn_var *node, tn_var *x, tn__cgeo *g) {
     return cols;
 }
 
-/* POOL's gradient is POOL_GRAD(x, y, g) (>>pool_grad_cpu says what it computes). */
+/* POOL's gradient is POOL_GRAD(x, y, g) (>>pool_grad_cpu says what it
+   computes); average reads neither x's values nor y, so g stands in for y
+   (the gradient then needs no forward pooling). */
 static tn_result tn__pool_vjp(tn_var *node, tn_var *g, const bool *need, tn_var **gin) {
     (void)need;
-    tn_var *in[3] = { node->in[0], node, g };
+    tn_var *in[3] = { node->in[0], tn__p_pool_mode(&node->p) == TN__POOL_MAX ? node : g, g };
     gin[0] = tn__node(node->graph, TN_OP_POOL_GRAD, 3, in, &node->p, NULL, "tn_grad");
     return gin[0] ? TN_OK : tn__gfail("Pool", node);
 }

@@ -376,7 +376,7 @@ static void bw_row(row *r, tn_func *f, int iters, double moved, const char *what
 
 /* max_pool2d and avg_pool2d 2x2 of (64, 128, 32, 32), the shape bench/peers.py
    times in PyTorch: the pooling, and the pooling with its gradient for a
-   given gy (fwd+bwd: Pool, then PoolGrad reading x, y and gy). */
+   given gy (fwd+bwd: y and the gradient returned, Pool then PoolGrad). */
 static void pool_cases(void) {
     const char *S = GPU ? "pool" : "cpu";
     int64_t sh[4] = { 64, 128, 32, 32 }, ysh[4] = { 64, 128, 16, 16 }, nx = 64 * 128 * 32 * 32;
@@ -395,12 +395,14 @@ static void pool_cases(void) {
             snprintf(name, sizeof name, "%s 2x2 (64,128,32,32) %s%s", mx ? "max_pool2d" : "avg_pool2d", dt ? "f16" : "f32", bwd ? " fwd+bwd" : "");
             row *r = R(S, name);
             tn_var *y = mx ? tn_max_pool2d(x, &o) : tn_avg_pool2d(x, &o);
-            if (y && bwd) y = tn_grad1(tn_sum(tn_mul(y, gy), NULL, 0, false), x);
-            if (!y) { err(r, "building the graph"); continue; }
-            tn_var *out = GPU ? tn_gpu_from_host(y) : y;
-            tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = 1, .outputs = &out, .borrow = true, .name = name });
-            bw_row(r, f, GPU ? (Q ? 50 : 500) : (Q ? 1 : 3), (bwd ? 3.75 : 1.25) * (double)nx * (double)tn_dtype_size(t),
-                   bwd ? "x read twice, y written and read, gy read, gx written" : "x read, y written");
+            tn_var *gx = y && bwd ? tn_grad1(tn_sum(tn_mul(y, gy), NULL, 0, false), x) : NULL;
+            if (!y || (bwd && !gx)) { err(r, "building the graph"); continue; }
+            tn_var *outs[2] = { GPU ? tn_gpu_from_host(y) : y, gx && GPU ? tn_gpu_from_host(gx) : gx };
+            tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = bwd ? 2 : 1, .outputs = outs, .borrow = true, .name = name });
+            /* the gradient: max reads x, y and gy and writes gx (2.5x x's bytes); average reads gy and writes gx (1.25x) */
+            bw_row(r, f, GPU ? (Q ? 50 : 500) : (Q ? 1 : 3), (1.25 + (bwd ? (mx ? 2.5 : 1.25) : 0)) * (double)nx * (double)tn_dtype_size(t),
+                   !bwd ? "x read, y written" : mx ? "y and gx returned: x read twice, y written and read, gy read, gx written"
+                                                : "y and gx returned: x read, y written, gy read, gx written");
             tn_function_free(f);
         }
         tn_graph_free(g);

@@ -353,7 +353,10 @@ def case_conv():
                 ds = 'f16' if dt == torch.float16 else 'f32'
                 for pn, pf in (("max_pool2d", F.max_pool2d), ("avg_pool2d", F.avg_pool2d)):
                     measure(f"{pn} 2x2 (64,128,32,32) {ds}", "torch", lambda: pf(x, 2), sync, 200)
-                    measure(f"{pn} 2x2 (64,128,32,32) {ds} fwd+bwd", "torch", lambda: torch.autograd.grad(pf(xg, 2), xg, gy), sync, 200)
+                    def fwd_bwd(pf=pf):
+                        y = pf(xg, 2)
+                        return y, torch.autograd.grad(y, xg, gy)
+                    measure(f"{pn} 2x2 (64,128,32,32) {ds} fwd+bwd", "torch", fwd_bwd, sync, 200)
                 t = torch.randn(1 << 20, 64, device=dev, dtype=dt)
                 idx = torch.randint(0, 1 << 20, (1 << 20,), device=dev)
                 measure(f"take rows (2^20 x 64) {dt}", "torch", lambda: t.index_select(0, idx), sync, 200)

@@ -354,6 +354,8 @@ static const pcase pool_cases[] = {
     { "2d one window per channel (4x4)", 2, 1, 3, { 4, 4, 1 }, { 4, 4, 1 }, { 4, 4, 1 }, { 0 }, { 1, 1, 1 } },
     { "2d one window, pad 1 dilation 2", 2, 1, 2, { 3, 3, 1 }, { 3, 3, 1 }, { 3, 3, 1 }, { 1, 1, 0 }, { 2, 2, 1 } },
     { "1d one window of 7", 1, 1, 2, { 7, 1, 1 }, { 7, 1, 1 }, { 7, 1, 1 }, { 0 }, { 1, 1, 1 } },
+    { "2d 2x2 stride 3, odd sizes (elements in no window)", 2, 2, 2, { 9, 7, 1 }, { 2, 2, 1 }, { 3, 3, 1 }, { 0 }, { 1, 1, 1 } },
+    { "2d 2x3 stride (2,4) pad (1,1) (windows apart)", 2, 1, 3, { 7, 10, 1 }, { 2, 3, 1 }, { 2, 4, 1 }, { 1, 1, 0 }, { 1, 1, 1 } },
 };
 #define N_POOL_CASES (sizeof pool_cases / sizeof pool_cases[0])
 

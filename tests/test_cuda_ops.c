@@ -162,6 +162,9 @@ BUILDER(b_maxpool3d) { UNUSED_GT; tn_conv_opts o = pool_opts(2, 3, 2, 0, 0, 1, 1
 BUILDER(b_avgpool_one) { UNUSED_GT; tn_conv_opts o = pool_opts(4, 4, 0, 0, 0, 0, 0, false); out[0] = tn_avg_pool2d(in[0], &o); return 1; }
 BUILDER(b_avgpool_w) { UNUSED_GT; tn_conv_opts o = pool_opts(3, 2, 0, 1, 2, 1, 1, true); out[0] = tn_avg_pool2d(in[0], &o); return 1; }
 BUILDER(b_avgpool2) { UNUSED_GT; tn_conv_opts o = pool_opts(2, 2, 0, 0, 0, 0, 0, false); out[0] = tn_avg_pool2d(in[0], &o); return 1; }
+/* windows apart (stride 3 > kernel 2): elements in no window, whose gradient is 0 */
+BUILDER(b_maxpool_gap) { UNUSED_GT; tn_conv_opts o = pool_opts(2, 2, 0, 3, 3, 0, 0, false); out[0] = tn_max_pool2d(in[0], &o); return 1; }
+BUILDER(b_avgpool_gap) { UNUSED_GT; tn_conv_opts o = pool_opts(2, 2, 0, 3, 3, 1, 0, true); out[0] = tn_avg_pool2d(in[0], &o); return 1; }
 BUILDER(b_gap) { UNUSED_GT; out[0] = tn_global_avg_pool(in[0]); return 1; }
 /* shapes */
 BUILDER(b_size) {
@@ -246,6 +249,9 @@ static const op_case op_cases[] = {
     { "avg_pool2d 4x4, one window per channel", "GpuPool{", FLOATS, RULE_NMSE, true, 0, b_avgpool_one, 1, { D(4, 1, 3, 4, 4) } },
     /* windows two wide, stride two along lines (tn_pool2w): lines by 16-byte loads, odd lines, padding */
     { "max_pool2d 2x2, lines of 64", "GpuPool{", FLOATS, RULE_EXACT, true, EDGE, b_maxpool2, 1, { D(4, 2, 3, 6, 64) } },
+    { "max_pool2d 2x2, odd sizes (the last row and column in no window)", "GpuPool{", FLOATS, RULE_EXACT, true, EDGE, b_maxpool2, 1, { D(4, 2, 3, 7, 9) } },
+    { "max_pool2d 2x2 stride 3 (windows apart)", "GpuPool{", FLOATS, RULE_EXACT, true, EDGE, b_maxpool_gap, 1, { D(4, 2, 3, 8, 11) } },
+    { "avg_pool2d 2x2 stride 3 pad (1,0) exclude pad (windows apart)", "GpuPool{", FLOATS, RULE_EXACT, true, 0, b_avgpool_gap, 1, { D(4, 2, 3, 8, 11) } },
     { "avg_pool2d 2x2, lines of 34", "GpuPool{", FLOATS, RULE_EXACT, true, 0, b_avgpool2, 1, { D(4, 3, 2, 6, 34) } },
     { "avg_pool2d 3x2 stride (1,2) pad 1 exclude pad, lines of 40", "GpuPool{", FLOATS, RULE_EXACT, true, 0, b_avgpool_w, 1, { D(4, 2, 3, 7, 40) } },
     { "global_avg_pool", "GpuMean", FLOATS, RULE_NMSE, true, 0, b_gap, 1, { D(4, 2, 5, 6, 7) } },
