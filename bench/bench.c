@@ -362,17 +362,21 @@ static void fusion_cases(void) {
    inside the fused kernel, neither stored nor read). x is
    shared and results stay on the device (borrowed) or go to a shared
    variable (updates). Judged on the GPU (>= 80%); shown on the CPU. */
-static void bw_row(row *r, tn_func *f, int iters, double moved, const char *what) {
+/* The row's share of the copy bandwidth, judged against target % (0: info). */
+static void bw_row_judged(row *r, tn_func *f, int iters, double moved, const char *what, double target) {
     char why[160];
     if (!f) { err(r, "in tn_function"); return; }
     if (GPU && *all_on_device(f, why, sizeof why)) { na(r, "%s", why); return; }
     run_func(r, f, NULL, iters);
     if (r->na[0]) return;
-    if (copy_bw > 0) set_limit(r, "copy bandwidth, same bytes", moved / copy_bw, T_PCT, GPU ? 80 : 0);
+    if (copy_bw > 0) set_limit(r, "copy bandwidth, same bytes", moved / copy_bw, T_PCT, target);
     rate(r, moved, "B/s");
     int nk = steps_on(f, GPU, -1, NULL);
     snprintf(r->note, sizeof r->note, "%d kernel%s, %s", nk, nk == 1 ? "" : "s", what);
 }
+
+/* GPU rows judged at 80%, CPU rows info. */
+static void bw_row(row *r, tn_func *f, int iters, double moved, const char *what) { bw_row_judged(r, f, iters, moved, what, GPU ? 80 : 0); }
 
 /* max_pool2d and avg_pool2d 2x2 of (64, 128, 32, 32), the shape bench/peers.py
    times in PyTorch: the pooling, and the pooling with its gradient for a
@@ -400,9 +404,9 @@ static void pool_cases(void) {
             tn_var *outs[2] = { GPU ? tn_gpu_from_host(y) : y, gx && GPU ? tn_gpu_from_host(gx) : gx };
             tn_func *f = tn_function(g, &(tn_func_desc){ .n_outputs = bwd ? 2 : 1, .outputs = outs, .borrow = true, .name = name });
             /* the gradient: max reads x, y and gy and writes gx (2.5x x's bytes); average reads gy and writes gx (1.25x) */
-            bw_row(r, f, GPU ? (Q ? 50 : 500) : (Q ? 1 : 3), (1.25 + (bwd ? (mx ? 2.5 : 1.25) : 0)) * (double)nx * (double)tn_dtype_size(t),
-                   !bwd ? "x read, y written" : mx ? "y and gx returned: x read twice, y written and read, gy read, gx written"
-                                                : "y and gx returned: x read, y written, gy read, gx written");
+            bw_row_judged(r, f, GPU ? (Q ? 50 : 500) : (Q ? 1 : 3), (1.25 + (bwd ? (mx ? 2.5 : 1.25) : 0)) * (double)nx * (double)tn_dtype_size(t),
+                          !bwd ? "x read, y written" : mx ? "y and gx returned: x read twice, y written and read, gy read, gx written"
+                                                       : "y and gx returned: x read, y written, gy read, gx written", GPU && !bwd ? 80 : 0);
             tn_function_free(f);
         }
         tn_graph_free(g);
