@@ -5434,6 +5434,7 @@ typedef struct tn__pgeo_dev {          /* the kernel's view of tn__cgeo (the lay
     long long C, K, L, S, n;
     int nsp, mode, box;
     int small;                         /* every index of the call below 2^31: the kernel divides in 32 bits */
+    int pairs;                         /* POOL_GRAD's window threads: two elements an access along the last dim */
 } tn__pgeo_dev;
 
 static bool tn__cuda_pool_supports(const tn_var *node) {
@@ -5564,6 +5565,10 @@ static tn_result tn__cuda_pool_grad_run(const tn_var *node, void *state, tn_arra
     }
     void *xp = a[0]->data, *yp = a[1]->data, *gp = a[2]->data, *op = gx->data;
     void *params[5] = { &xp, &yp, &gp, &op, &G };
+    size_t pb = 2 * tn_dtype_size(gx->dtype);      /* a pair's bytes: pairs start at even elements of even-length lines */
+    int e = G.nsp - 1;
+    G.pairs = w && G.k[e] == 2 && G.dl[e] == 1 && G.s[e] % 2 == 0 && G.plo[e] % 2 == 0 && G.in[e] % 2 == 0 &&
+              ((uintptr_t)xp % pb | (uintptr_t)op % pb) == 0;
     r = G.n == 0 ? TN_OK : tn__cuda_launch(w ? st->fn2 : st->fn, (G.n + 255) / 256, 256, params, D, who);
     for (int k = 0; k < 3; k++) tn_array_free(tmp[k]);   /* back to the cache on this stream, after the kernel in stream order */
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);

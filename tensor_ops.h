@@ -5306,7 +5306,7 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
     int k = t - TN_F16;
     return snprintf(buf, cap,
         "%s"
-        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small; };\n"
+        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small, pairs; };\n"
         "typedef %s T;\n"
         "enum { TN_POOL_V = %d };   /* tn_pool2w_*'s outputs a thread */\n"
         "typedef %s MT;   /* max's accumulator: comparisons in float pick what double's would */\n"
@@ -5465,7 +5465,9 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
    the CPU's bits; geo is POOL's (tn_pg, tensor_cuda.h's tn__pgeo_dev).
    tn_pool_grad_w, for windows that never share an element (each element's
    sum has one term at most), takes a thread a window instead: y and gy read
-   once a window, the window's elements read and written side by side.
+   once a window, the window's elements read and written side by side (the
+   walk compiled per spatial rank; a two-wide window row by one access where
+   the run says sizes and pointers allow it, g.pairs).
    Returns the length snprintf reports, or -1 for a dtype without a kernel. */
 TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
     static const char *const ty[3] = { "unsigned short", "float", "double" }, *const at[3] = { "float", "float", "double" };
@@ -5475,7 +5477,7 @@ TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
     int k = t - TN_F16;
     return snprintf(buf, cap,
         "%s"
-        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small; };\n"
+        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small, pairs; };\n"
         "typedef %s T;\n"
         "typedef %s AT;\n"
         "__device__ __forceinline__ AT tn_ld(T h) { return (AT)(%s); }\n"
@@ -5511,28 +5513,53 @@ TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "    gx[t] = tn_st(acc);\n"
         "}\n"
         "/* Windows that never share an element: a thread a window (t over N*C*L), its in-image elements\n"
-        "   written as the sums from +0 leave them (0 + its share); elements in no window are zeroed first. */\n"
-        "template <typename I> __device__ __forceinline__ void pool_grad_w_at(const T *x, const T *y, const T *gy, T *gx, const tn_pg &g, I t) {\n"
+        "   written as the sums from +0 leave them (0 + its share); elements in no window are zeroed first.\n"
+        "   NSP spatial dims; the window's rows along the last dim: two elements by one 2-wide access where\n"
+        "   g.pairs (two wide, no dilation, even sizes and aligned pointers) and the pair lies in the image. */\n"
+        "struct __align__(2 * sizeof(T)) tn_t2 { T a, b; };\n"
+        "__device__ __forceinline__ T tn_one(bool mx, T xv, AT yv, AT q) { AT v = 0; if (!mx || tn_ld(xv) == yv) v = v + q; return tn_st(v); }\n"
+        "template <typename I, int NSP> __device__ __forceinline__ void pool_grad_w_at(const T *x, const T *y, const T *gy, T *gx, const tn_pg &g, I t) {\n"
         "    const I L = (I)g.L, plane = t / L;\n"
-        "    I rem = t - plane * L, od[3], cnt = 1, kd[3] = { 0, 0, 0 };\n"
-        "    for (int d = g.nsp - 1; d >= 0; d--) { od[d] = rem %% (I)g.out[d]; rem /= (I)g.out[d]; }\n"
-        "    if (g.mode == 2) for (int d = 0; d < g.nsp; d++) cnt *= tn_count1<I>(g, d, od[d]);\n"
-        "    const AT yv = g.mode == 0 ? tn_ld(y[t]) : (AT)0, q = g.mode == 0 ? tn_ld(gy[t]) : tn_q(gy[t], g.mode == 2 ? (long long)cnt : g.K);\n"
+        "    I rem = t - plane * L, od[3], cnt = 1, kd[3] = { 0, 0, 0 }, i0[3], st[3], m = 1;\n"
+        "#pragma unroll\n"
+        "    for (int d = NSP - 1; d > 0; d--) { od[d] = rem %% (I)g.out[d]; rem /= (I)g.out[d]; }\n"
+        "    od[0] = rem;\n"
+        "    if (g.mode == 2)\n"
+        "#pragma unroll\n"
+        "        for (int d = 0; d < NSP; d++) cnt *= tn_count1<I>(g, d, od[d]);\n"
+        "    const bool mx = g.mode == 0;\n"
+        "    const AT yv = mx ? tn_ld(y[t]) : (AT)0, q = mx ? tn_ld(gy[t]) : tn_q(gy[t], g.mode == 2 ? (long long)cnt : g.K);\n"
+        "#pragma unroll\n"
+        "    for (int d = NSP - 1; d >= 0; d--) { i0[d] = od[d] * (I)g.s[d] - (I)g.plo[d]; st[d] = m; m *= (I)g.in[d]; }\n"
+        "    const I ke = (I)g.k[NSP - 1], de = (I)g.dl[NSP - 1], ie = (I)g.in[NSP - 1], je = i0[NSP - 1];\n"
+        "    const bool pair = g.pairs && je >= 0 && je + 1 < ie;\n"
         "    const T *xb = x + (long long)plane * g.S;\n"
         "    T *ob = gx + (long long)plane * g.S;\n"
-        "    for (I kidx = 0; kidx < (I)g.K; kidx++) {\n"
-        "        I off = 0, m = 1;\n"
+        "    for (I r = 0; r < (I)g.K / ke; r++) {   /* the window's rows */\n"
+        "        I off = je;\n"
         "        bool in = true;\n"
-        "        for (int d = g.nsp - 1; d >= 0; d--) {\n"
-        "            I i = od[d] * (I)g.s[d] - (I)g.plo[d] + kd[d] * (I)g.dl[d];\n"
-        "            in = in && i >= 0 && i < (I)g.in[d];\n"
-        "            off += i * m; m *= (I)g.in[d];\n"
-        "        }\n"
-        "        for (int d = g.nsp - 1; d >= 0; d--) { if (++kd[d] < (I)g.k[d]) break; kd[d] = 0; }\n"
+        "#pragma unroll\n"
+        "        for (int d = 0; d < NSP - 1; d++) { I i = i0[d] + kd[d] * (I)g.dl[d]; in = in && i >= 0 && i < (I)g.in[d]; off += i * st[d]; }\n"
+        "#pragma unroll\n"
+        "        for (int d = NSP - 2; d >= 0; d--) { if (++kd[d] < (I)g.k[d]) break; kd[d] = 0; }\n"
         "        if (!in) continue;\n"
-        "        AT v = 0;\n"
-        "        if (g.mode != 0 || tn_ld(xb[off]) == yv) v = v + q;\n"
-        "        ob[off] = tn_st(v);\n"
+        "        if (pair) {\n"
+        "            const tn_t2 xv = *(const tn_t2 *)(xb + off);\n"
+        "            tn_t2 o;\n"
+        "            o.a = tn_one(mx, xv.a, yv, q);\n"
+        "            o.b = tn_one(mx, xv.b, yv, q);\n"
+        "            *(tn_t2 *)(ob + off) = o;\n"
+        "            continue;\n"
+        "        }\n"
+        "        for (I v = 0, j = je; v < ke; v++, j += de)\n"
+        "            if (j >= 0 && j < ie) ob[off - je + j] = tn_one(mx, xb[off - je + j], yv, q);\n"
+        "    }\n"
+        "}\n"
+        "template <typename I> __device__ __forceinline__ void pool_grad_w_any(const T *x, const T *y, const T *gy, T *gx, const tn_pg &g, I t) {\n"
+        "    switch (g.nsp) {\n"
+        "    case 1: pool_grad_w_at<I, 1>(x, y, gy, gx, g, t); break;\n"
+        "    case 2: pool_grad_w_at<I, 2>(x, y, gy, gx, g, t); break;\n"
+        "    default: pool_grad_w_at<I, 3>(x, y, gy, gx, g, t); break;\n"
         "    }\n"
         "}\n"
         "extern \"C\" __global__ void tn_pool_grad(const T *x, const T *y, const T *gy, T *gx, const tn_pg g) {\n"
@@ -5543,7 +5570,7 @@ TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
         "extern \"C\" __global__ void tn_pool_grad_w(const T *x, const T *y, const T *gy, T *gx, const tn_pg g) {\n"
         "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
         "    if (t >= g.n) return;\n"
-        "    if (g.small) pool_grad_w_at<int>(x, y, gy, gx, g, (int)t); else pool_grad_w_at<long long>(x, y, gy, gx, g, t);\n"
+        "    if (g.small) pool_grad_w_any<int>(x, y, gy, gx, g, (int)t); else pool_grad_w_any<long long>(x, y, gy, gx, g, t);\n"
         "}\n",
         t == TN_F16 ? TN__CUDA_F16_SRC : "",
         ty[k], at[k], ld[k], dv[k], t == TN_F16 ? "tn_f2h(a)" : "(T)a");
