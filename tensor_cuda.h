@@ -5508,8 +5508,10 @@ static tn_result tn__cuda_pool_run(const tn_var *node, void *state, tn_array *co
     return r != TN_OK ? r : tn__cuda_sync_if_blocking(D, who);
 }
 
-/* POOL_GRAD: tensor_ops.h's >>pool_grad_cuda, one thread per image element;
-   strided inputs (a broadcast gradient above all) first made contiguous. */
+/* POOL_GRAD: tensor_ops.h's >>pool_grad_cuda, a thread per image element, or
+   per window where no two windows share an element (the elements in no
+   window zeroed first); strided inputs (a broadcast gradient above all)
+   first made contiguous. */
 static bool tn__cuda_pool_grad_supports(const tn_var *node) {
     return tn__pool_grad_cuda_source(node->in[0]->type.dtype, NULL, 0) > 0;
 }
