@@ -5523,19 +5523,6 @@ static tn_result tn__cuda_pool_grad_prepare(const tn_var *node, void **state) {
                                state);
 }
 
-/* Whether no two windows share an image element (*covers: and every element
-   is in one), so tn_pool_grad_w may take a thread a window. */
-static bool tn__pool_grad_disjoint(const tn__pgeo_dev *G, bool *covers) {
-    bool disjoint = true;
-    *covers = true;
-    for (int d = 0; d < G->nsp; d++) {
-        disjoint = disjoint && G->s[d] >= (G->k[d] - 1) * G->dl[d] + 1;
-        *covers = *covers && G->dl[d] == 1 && G->s[d] == G->k[d] && G->out[d] * G->s[d] - G->plo[d] >= G->in[d];
-    }
-    *covers = *covers && disjoint;
-    return disjoint;
-}
-
 static tn_result tn__cuda_pool_grad_run(const tn_var *node, void *state, tn_array *const *in, tn_array *const *out) {
     const tn__cuda_fn_state *st = (const tn__cuda_fn_state *)state;
     char who[128];
@@ -5549,7 +5536,9 @@ static tn_result tn__cuda_pool_grad_run(const tn_var *node, void *state, tn_arra
     if (!tn_array_is_contiguous(gx)) return tn__err(TN_ERR_INTERNAL, "%s: the output is not contiguous", who);
     tn__pgeo_dev G;
     tn__pgeo_of(node, in[0], n, &G);
-    bool covers, w = tn__pool_grad_disjoint(&G, &covers);
+    tn__cgeo cg;
+    tn__cgeo_of(&node->p, in[0]->shape[0], in[0]->shape[1], &cg);
+    bool covers, w = tn__pool_grad_disjoint(&cg, &covers);   /* tensor_ops.h >>pool_grad_cpu's test */
     if (w) {        /* a thread a window; the elements no window reads are zeros */
         G.n = tn_array_size(in[1]);
         if (!covers)

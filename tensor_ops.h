@@ -5108,13 +5108,16 @@ static void tn__pool_grad_f16(void *ctx, int64_t lo, int64_t hi) {
    from +0 leaves), line by line of the image: for each image line a window
    row reads, the windows along it, each reading its y and gy once; the plane
    zeroed first where some element is in no window. */
-static bool tn__pool_grad_disjoint_cpu(const tn__cgeo *g, bool *covers) {
+/* Whether no two windows share an image element (*covers: and every element
+   is in one); the CPU's choice of kernel and tensor_cuda.h's alike. */
+static bool tn__pool_grad_disjoint(const tn__cgeo *g, bool *covers) {
     bool disjoint = true;
     *covers = true;
     for (int d = 0; d < g->nsp; d++) {
         disjoint = disjoint && g->s[d] >= (g->k[d] - 1) * g->dl[d] + 1;
         *covers = *covers && g->dl[d] == 1 && g->s[d] == g->k[d] && g->out[d] * g->s[d] - g->plo[d] >= g->in[d];
     }
+    *covers = *covers && disjoint;
     return disjoint;
 }
 
@@ -5197,7 +5200,7 @@ static tn_result tn__pool_grad_cpu(const tn_var *node, tn_array *const *in, tn_a
                     (char *)gx->data, tn__p_pool_mode(&node->p), false };
     int64_t n = tn_array_size(gx), planes = g.N * g.C;
     if (n == 0) return TN_OK;
-    if (tn__pool_grad_disjoint_cpu(&g, &J.covers)) {   /* each element in one window at most: written once */
+    if (tn__pool_grad_disjoint(&g, &J.covers)) {   /* each element in one window at most: written once */
         static void (*const win[3])(void *, int64_t, int64_t) = { tn__pool_grad_win_f16, tn__pool_grad_win_f32, tn__pool_grad_win_f64 };
         tn__parallel_for(planes, 16384 / (n / planes) + 1, win[x->dtype - TN_F16], &J);
     } else if (x->dtype == TN_F16) tn__parallel_for(n, 16384 / g.K + 1, tn__pool_grad_f16, &J);                   /* elements of K windows */
@@ -5284,6 +5287,10 @@ TN_API int tn__conv_cuda_source(tn_dtype t, char *buf, size_t cap) {
 }
 
 /* >>pool_cuda ------------------------------------------------------------------ */
+/* The pooling kernels' geometry (tensor_cuda.h's tn__pgeo_dev, byte for byte),
+   shared by the pooling and its gradient's sources. */
+#define TN__CUDA_PG_SRC \
+    "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small, pairs; };\n"
 /* POOL as CUDA C for tensor_cuda.h's >>cuda_pool section: extern "C"
    tn_pool(x, y, geo) over a contiguous image, one thread per output
    element, the CPU's fold (>>pool_cpu) in the same order and types, so the
@@ -5306,7 +5313,7 @@ TN_API int tn__pool_cuda_source(tn_dtype t, char *buf, size_t cap) {
     int k = t - TN_F16;
     return snprintf(buf, cap,
         "%s"
-        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small, pairs; };\n"
+        TN__CUDA_PG_SRC
         "typedef %s T;\n"
         "enum { TN_POOL_V = %d };   /* tn_pool2w_*'s outputs a thread */\n"
         "typedef %s MT;   /* max's accumulator: comparisons in float pick what double's would */\n"
@@ -5477,7 +5484,7 @@ TN_API int tn__pool_grad_cuda_source(tn_dtype t, char *buf, size_t cap) {
     int k = t - TN_F16;
     return snprintf(buf, cap,
         "%s"
-        "struct tn_pg { long long k[3], s[3], plo[3], dl[3], in[3], out[3]; long long C, K, L, S, n; int nsp, mode, box, small, pairs; };\n"
+        TN__CUDA_PG_SRC
         "typedef %s T;\n"
         "typedef %s AT;\n"
         "__device__ __forceinline__ AT tn_ld(T h) { return (AT)(%s); }\n"
