@@ -1089,14 +1089,17 @@ typedef struct tn__pool {
     int n;                       /* workers, not counting the caller */
     TN__ATOMIC(uint64_t) job_id; /* written under mu; read without it by a worker that spins */
     int parts;                   /* the job's ranges; workers 1..parts-1 are woken for it */
-    TN__ATOMIC(uint64_t) *claim; /* per range: the id of the last job that claimed it */
-    TN__ATOMIC(int) pending;     /* ranges not yet run to their end; read by a caller that spins */
+    int pieces;                  /* pieces a range (1..TN__POOL_PIECES), chunk / pieces items each */
+    TN__ATOMIC(uint64_t) *claim; /* range r at claim[r * TN__POOL_CLAIM_STRIDE]: (job id << 5) + its next piece */
+    TN__ATOMIC(int) pending;     /* pieces not yet run to their end; read by a caller that spins */
     TN__ATOMIC(uint64_t) naps;   /* tn__pool_nap's count: spinning workers go to sleep when it moves */
     bool quit;
     tn__range_fn fn;
     void *ctx;
     int64_t n_items, chunk;
 } tn__pool;
+#define TN__POOL_PIECES 16       /* at most, a range; 5 bits of claim[] hold 0..16 */
+#define TN__POOL_CLAIM_STRIDE 8  /* ranges' claims 64 bytes apart (no two threads' claims in one line) */
 #endif
 
 static struct tn__lib {
@@ -1795,12 +1798,15 @@ TN_API tn_var *tn_var_set_context(tn_var *v, const char *ctx) {
 TN_API const char *tn_var_context(const tn_var *v) { return v && v->ctx > 0 ? tn_context_name(v->ctx - 1) : NULL; }
 
 /* >>threads: a fixed pool (tn__lib.pool). A job is n items cut into one
-   range per thread (parts ranges of chunk items). Range w is worker w's
-   (0 the caller's), and each thread runs its own first, then claims the
-   ranges of the threads not yet started, from the last: a range runs once,
-   whole, on one thread; a thread keeps its range from job to job while all
-   are awake (its data stays in its core's cache), and a worker that wakes
-   late finds its range done by the others instead of holding up the job.
+   range per thread (parts ranges of chunk items), and a range into up to
+   TN__POOL_PIECES pieces of at least the caller's grain. Range w is worker
+   w's (0 the caller's): each thread claims the pieces of its own range in
+   order, then the pieces left in the others', from the last range. A piece
+   runs once, whole, on one thread; a thread keeps its range from job to job
+   while all are awake and run at one speed (its data stays in its core's
+   cache), a core that runs slower (its clock, another tenant on it) gives
+   its last pieces to the faster ones, and a worker that wakes late finds
+   its range done by the others instead of holding up the job.
    The caller wakes workers 1 and 2, and each worker w wakes 2w+1 and 2w+2
    (a tree: the caller's own range starts after two signals, not parts-1).
    One job runs at a time: a caller that finds the pool busy (another
@@ -1850,25 +1856,32 @@ static void tn__pool_nap(void) {
     tn__atomic_fetch_add(&tn__lib.pool.naps, 1);
 }
 
-/* Claims range r of job `id` for this thread: false if a thread has it (or
-   a later job does: a worker that read an ended job's fn claims nothing). */
-static bool tn__pool_claim(tn__pool *p, int r, uint64_t id) {
-    uint64_t v = tn__atomic_load(&p->claim[r]);
-    while (v < id)
-        if (tn__atomic_cas_weak(&p->claim[r], &v, id)) return true;
-    return false;
+/* Claims the next piece of range r of job `id` for this thread: its index,
+   or -1 when the range's pieces are all claimed (or a later job has the
+   range: a worker that read an ended job's fn claims nothing). */
+static int tn__pool_claim(tn__pool *p, int r, uint64_t id, int pieces) {
+    TN__ATOMIC(uint64_t) *c = &p->claim[(size_t)r * TN__POOL_CLAIM_STRIDE];
+    uint64_t v = tn__atomic_load(c);
+    for (;;) {
+        uint64_t vid = v >> 5, next = vid < id ? 0 : v & 31;
+        if (vid > id || next >= (uint64_t)pieces) return -1;
+        if (tn__atomic_cas_weak(c, &v, (id << 5) + next + 1)) return (int)next;
+    }
 }
 
-/* Runs range `me` of job `id` if no thread has it, then every range of the
-   job still unclaimed, from the last (the workers woken last). */
-static void tn__pool_run(tn__pool *p, int me, uint64_t id, tn__range_fn fn, void *ctx, int64_t n_items, int64_t chunk, int parts) {
+/* Runs the pieces of range `me` of job `id` no thread has claimed, then
+   those of every other range, from the last (the workers woken last). */
+static void tn__pool_run(tn__pool *p, int me, uint64_t id, tn__range_fn fn, void *ctx, int64_t n_items, int64_t chunk,
+                         int parts, int pieces) {
     for (int k = 0; k <= parts; k++) {
-        int r = k == 0 ? me : parts - k;
+        int r = k == 0 ? me : parts - k, q, done = 0;
         if (k > 0 && r == me) continue;
-        if (!tn__pool_claim(p, r, id)) continue;
-        int64_t lo = (int64_t)r * chunk, hi = lo + chunk;
-        fn(ctx, lo, hi < n_items ? hi : n_items);
-        if (tn__atomic_fetch_add(&p->pending, -1) == 1) {   /* the job's last range: the caller may sleep */
+        while ((q = tn__pool_claim(p, r, id, pieces)) >= 0) {
+            int64_t lo = (int64_t)r * chunk + q * chunk / pieces, hi = (int64_t)r * chunk + (q + 1) * chunk / pieces;
+            if (lo < n_items) fn(ctx, lo, hi < n_items ? hi : n_items);
+            done++;
+        }
+        if (done && tn__atomic_fetch_add(&p->pending, -done) == done) {   /* the job's last piece: the caller may sleep */
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
             pthread_mutex_unlock(&p->mu);
@@ -1897,9 +1910,10 @@ static void *tn__pool_main(void *arg) {
         tn__range_fn fn = p->fn;
         void *ctx = p->ctx;
         int64_t n_items = p->n_items, chunk = p->chunk;
+        int pieces = p->pieces;
         pthread_mutex_unlock(&p->mu);
         tn__pool_wake(p, me, parts);
-        tn__pool_run(p, me, seen, fn, ctx, n_items, chunk, parts);
+        tn__pool_run(p, me, seen, fn, ctx, n_items, chunk, parts, pieces);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -1918,7 +1932,7 @@ static void tn__pool_start(void) {
     if (want <= 1) return;
     p->tid = (pthread_t *)tn__calloc((size_t)want - 1, sizeof(pthread_t));
     p->go = (pthread_cond_t *)tn__calloc((size_t)want - 1, sizeof(pthread_cond_t));
-    p->claim = (TN__ATOMIC(uint64_t) *)tn__calloc((size_t)want, sizeof *p->claim);
+    p->claim = (TN__ATOMIC(uint64_t) *)tn__calloc((size_t)want * TN__POOL_CLAIM_STRIDE, sizeof *p->claim);
     if (!p->tid || !p->go || !p->claim) {
         tn__free(p->tid); tn__free(p->go); tn__free((void *)p->claim);
         p->tid = NULL; p->go = NULL; p->claim = NULL;
@@ -1945,18 +1959,20 @@ TN_API void tn__parallel_for(int64_t n, int64_t grain, tn__range_fn fn, void *ct
     /* Nested calls and calls racing another job run inline rather than wait. */
     if (parts <= 1 || tn__in_worker || pthread_mutex_trylock(&tn__lib.pool_caller) != 0) { fn(ctx, 0, n); return; }
     tn__pool *p = &tn__lib.pool;
-    int64_t chunk = (n + parts - 1) / parts;
+    int64_t chunk = (n + parts - 1) / parts, pieces = chunk / grain;   /* pieces of chunk / pieces >= grain */
+    pieces = pieces < 1 ? 1 : pieces > TN__POOL_PIECES ? TN__POOL_PIECES : pieces;
     parts = (n + chunk - 1) / chunk;             /* no empty range */
     pthread_mutex_lock(&p->mu);
     uint64_t id = tn__atomic_load(&p->job_id) + 1;
     p->fn = fn; p->ctx = ctx; p->n_items = n; p->chunk = chunk;
     p->parts = (int)parts;
-    tn__atomic_store(&p->pending, (int)parts);
+    p->pieces = (int)pieces;
+    tn__atomic_store(&p->pending, (int)(parts * pieces));
     tn__atomic_store(&p->job_id, id);
     pthread_mutex_unlock(&p->mu);
     tn__pool_wake(p, 0, (int)parts);            /* the rest sleep on */
     tn__in_worker = true;
-    tn__pool_run(p, 0, id, fn, ctx, n, chunk, (int)parts);
+    tn__pool_run(p, 0, id, fn, ctx, n, chunk, (int)parts, (int)pieces);
     tn__in_worker = false;
     if (!tn__pool_spin(p, false, 0)) {
         pthread_mutex_lock(&p->mu);

@@ -350,51 +350,59 @@ TEST(test_pool_concurrent_and_nested) {
     pthread_barrier_destroy(&th_bar);
 }
 
-/* A job's ranges, whichever thread claims each: every range runs once and
-   whole, none is empty, the ranges cover [0, n) with one length (the last
-   range shorter), and there are no more of them than threads. Repeated so
-   that workers wake late, early and while the caller claims. */
-typedef struct rjob { atomic_int count; int64_t lo[64], hi[64]; atomic_int *hits; } rjob;
+/* A job's pieces, whichever thread claims each: every piece runs once and
+   whole, none is empty, the pieces cover [0, n), each at least the grain
+   long (but in the last range, which may be short), no two lengths more
+   than 1 apart (but there), no more pieces than threads times
+   TN__POOL_PIECES, and as many ranges (workers woken) as one range a thread
+   makes. Repeated so that workers wake late, early and while the caller
+   claims. */
+enum { RJ_MAX = 64 * TN__POOL_PIECES };
+typedef struct rjob { atomic_int count; int64_t lo[RJ_MAX], hi[RJ_MAX]; atomic_int *hits; } rjob;
 static void record_range(void *ctx, int64_t lo, int64_t hi) {
     rjob *j = (rjob *)ctx;
     int k = atomic_fetch_add(&j->count, 1);
-    if (k < 64) { j->lo[k] = lo; j->hi[k] = hi; }
+    if (k < RJ_MAX) { j->lo[k] = lo; j->hi[k] = hi; }
     for (int64_t i = lo; i < hi; i++) atomic_fetch_add(&j->hits[i], 1);
 }
 TEST(test_pool_ranges) {
     enum { NMAX = 5000 };
     static atomic_int hits[NMAX];
-    static const int64_t ns[] = { 1, 2, 15, 16, 17, 1000, 4097, NMAX };
-    static const int64_t grains[] = { 1, 3, 64 };
+    static const int64_t ns[] = { 1, 2, 15, 16, 17, 272, 1000, 4097, NMAX };
+    static const int64_t grains[] = { 1, 3, 17, 64 };
     int nt = tn__num_threads(), bad = 0;
     for (int rep = 0; rep < 50; rep++)
         for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
             for (size_t b = 0; b < sizeof grains / sizeof *grains; b++) {
-                int64_t n = ns[a];
+                int64_t n = ns[a], g = grains[b];
                 static rjob j;
                 atomic_init(&j.count, 0);
                 j.hits = hits;
                 for (int64_t i = 0; i < n; i++) atomic_init(&hits[i], 0);
-                tn__parallel_for(n, grains[b], record_range, &j);
+                tn__parallel_for(n, g, record_range, &j);
                 int k = atomic_load(&j.count);
-                int64_t maxlen = 0, covered = 0;
-                for (int r = 0; r < k && r < 64; r++) {
+                /* the ranges: min(threads, n / grain) of n / that */
+                int64_t want = n / g < nt ? n / g : nt, per = want > 1 ? (n + want - 1) / want : n;
+                int parts = want > 1 ? tn__lib.pool.parts : 1;
+                int64_t last = (n - 1) / per * per;      /* where the last range starts */
+                int64_t maxlen = 0, minlen = INT64_MAX, covered = 0;
+                for (int r = 0; r < k && r < RJ_MAX; r++) {
                     int64_t len = j.hi[r] - j.lo[r];
                     if (len <= 0) bad++;
-                    if (len > maxlen) maxlen = len;
+                    if (j.lo[r] < last && len > maxlen) maxlen = len;
+                    if (j.lo[r] < last && len < minlen) minlen = len;
                     covered += len;
                 }
-                int shorter = 0;
-                for (int r = 0; r < k && r < 64; r++)
-                    if (j.hi[r] - j.lo[r] != maxlen) shorter += 1 + (j.hi[r] != n) * 100;   /* only the last may be short */
                 for (int64_t i = 0; i < n; i++) bad += atomic_load(&hits[i]) != 1;
-                if (k < 1 || k > nt || covered != n || shorter > 1) {
-                    if (!bad) fprintf(stderr, "n %lld grain %lld: %d ranges (%d threads), %lld items covered, short ranges %d\n",
-                                      (long long)n, (long long)grains[b], k, nt, (long long)covered, shorter);
+                bool lengths_ok = minlen == INT64_MAX || (minlen >= g && maxlen - minlen <= 1);
+                bool ranges_ok = nt == 1 || parts == (n + per - 1) / per;
+                if (k < 1 || k > nt * TN__POOL_PIECES || covered != n || !lengths_ok || !ranges_ok) {
+                    if (!bad) fprintf(stderr, "n %lld grain %lld: %d pieces in %d ranges (%d threads), %lld items covered, lengths %lld..%lld\n",
+                                      (long long)n, (long long)g, k, parts, nt, (long long)covered, (long long)minlen, (long long)maxlen);
                     bad++;
                 }
             }
-    CHECK(bad == 0, "%d bad ranges or elements not visited exactly once", bad);
+    CHECK(bad == 0, "%d bad pieces or elements not visited exactly once", bad);
 }
 
 /* Large arrays (1 to 5 MiB, three size classes, the cap small enough that
