@@ -4876,7 +4876,12 @@ static tn_result tn__conv_cpu(const tn_var *node, tn_array *const *in, tn_array 
    the stored sum by a constant did. A window inside the image (and K <= 64,
    no box) reads through offsets found once a call and folds the same way:
    the sum in order; the max without a branch, then the last NaN if any (what
-   TN__POOL_STEP's "NaN wins" leaves). */
+   TN__POOL_STEP's "NaN wins" leaves). A line's run of 16 or more such
+   windows (float32 and float64) goes to J->line, the same folds for 16
+   outputs at once (tn__pool_line_fn). */
+/* Outputs [0, n) of a line whose windows lie inside the image: output t's
+   window starts at b + t * step bytes, its positions at koff[0..K-1]. */
+typedef void (*tn__pool_line_fn)(const char *b, int64_t step, const int64_t *koff, int64_t K, int mode, int64_t n, void *y);
 typedef struct tn__pjob {
     const tn__cgeo *g;
     const char *x;
@@ -4884,8 +4889,54 @@ typedef struct tn__pjob {
     char *y;               /* contiguous (N, C, out...) */
     int mode;
     bool box;
+    tn__pool_line_fn line; /* float32/64 at the CPU's vector level; NULL: output by output */
 } tn__pjob;
 
+/* tn__pool_line_fn, the windows inside the image across outputs, n a
+   multiple of 16: the folds of TN__POOL_T's inside path lane by lane, in
+   its order and types (the max as T, exact as the double it compares; the
+   sum in double), so the same bits at every level; 16 outputs a pass,
+   window positions outer and outputs inner (loops of a fixed count, which
+   -O2 vectorises; a stride of 1 or 2 elements read as such, others by
+   offset), built for each vector level (TN__POOL_LINE_AT). GCC's -O2 cost
+   model leaves a load of every other element scalar (pooling's usual
+   stride of 2), so these take its dynamic one (TN__VEC_DYNAMIC). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TN__VEC_DYNAMIC __attribute__((optimize("vect-cost-model=dynamic")))
+#else
+#define TN__VEC_DYNAMIC
+#endif
+#define TN__POOL_LINE_LOOP(T, BODY) do { \
+        if (step == (int64_t)sizeof(T)) for (int t = 0; t < 16; t++) { T v = ((const T *)(const void *)bj)[t]; BODY } \
+        else if (step == 2 * (int64_t)sizeof(T)) for (int t = 0; t < 16; t++) { T v = ((const T *)(const void *)bj)[2 * t]; BODY } \
+        else for (int t = 0; t < 16; t++) { T v = *(const T *)(const void *)(bj + t * step); BODY } \
+    } while (0)
+#define TN__POOL_LINE_T(NAME, T, SEL, AVG, EXCL, ATTR) \
+ATTR TN__VEC_DYNAMIC static void NAME(const char *b, int64_t step, const int64_t *koff, int64_t K, int mode, int64_t n, void *y_) { \
+    T *y = (T *)y_; \
+    for (int64_t t0 = 0; t0 < n; t0 += 16) { \
+        const char *b0 = b + t0 * step; \
+        T *yt = y + t0; \
+        if (mode == TN__POOL_MAX) { \
+            T mx[16], nv[16]; \
+            for (int t = 0; t < 16; t++) { mx[t] = (T)-INFINITY; nv[t] = 0; } \
+            for (int64_t j = 0; j < K; j++) { \
+                const char *bj = b0 + koff[j]; \
+                TN__POOL_LINE_LOOP(T, mx[t] = SEL(v > mx[t], v, mx[t]); nv[t] = SEL(v != v, v, nv[t]);); \
+            } \
+            for (int t = 0; t < 16; t++) yt[t] = SEL(nv[t] != nv[t], nv[t], mx[t]); \
+        } else { \
+            double acc[16]; \
+            for (int t = 0; t < 16; t++) acc[t] = 0.0; \
+            for (int64_t j = 0; j < K; j++) { \
+                const char *bj = b0 + koff[j]; \
+                TN__POOL_LINE_LOOP(T, acc[t] += (double)v;); \
+            } \
+            if (mode == TN__POOL_AVG) for (int t = 0; t < 16; t++) yt[t] = AVG(acc[t], K); \
+            else for (int t = 0; t < 16; t++) yt[t] = EXCL(acc[t], K); \
+        } \
+    } \
+}
 #define TN__POOL_STEP(MX, D, v) do { if (MX) { if ((v) > (D) || (v) != (v)) (D) = (v); } else (D) += (v); } while (0)
 #define TN__POOL_T(SUF, T, LOAD, STORE, EXCL) \
 static void tn__pool_##SUF(void *ctx, int64_t lo, int64_t hi) { \
@@ -4914,7 +4965,17 @@ static void tn__pool_##SUF(void *ctx, int64_t lo, int64_t hi) { \
             rows_in = rows_in && i0[d] >= 0 && i0[d] + (g->k[d] - 1) * g->dl[d] < g->in[d]; \
             lineoff += i0[d] * J->xs[2 + d]; \
         } \
+        /* the outputs [ta, tb) of the line whose windows lie inside along the last dim too: J->line's */ \
+        int64_t ta = (g->plo[e] + g->s[e] - 1) / g->s[e], tin = g->in[e] - 1 - (g->k[e] - 1) * g->dl[e] + g->plo[e]; \
+        int64_t tb = tin < 0 ? 0 : tin / g->s[e] + 1 < W ? tin / g->s[e] + 1 : W; \
+        int64_t across = rows_in && J->line ? (tb - ta) / 16 * 16 : 0;   /* the rest output by output */ \
         for (int64_t t = line * W; t < (line + 1) * W; t++, i0[e] += g->s[e]) { \
+            if (across > 0 && t == line * W + ta) { \
+                J->line(base + lineoff + i0[e] * J->xs[2 + e], g->s[e] * J->xs[2 + e], koff, K, J->mode, across, (T *)(void *)J->y + t); \
+                t += across - 1; \
+                i0[e] += (across - 1) * g->s[e]; \
+                continue; \
+            } \
             if (rows_in && i0[e] >= 0 && i0[e] + (g->k[e] - 1) * g->dl[e] < g->in[e]) {   /* inside: the same folds, offsets found once */ \
                 const char *b = base + lineoff + i0[e] * J->xs[2 + e]; \
                 double D = pad, nanv = 0; \
@@ -4972,6 +5033,19 @@ static void tn__pool_##SUF(void *ctx, int64_t lo, int64_t hi) { \
 TN__POOL_T(f16, uint16_t, tn_f16_to_f32, TN__POOL_F16_ST, TN__POOL_F16_EX)
 TN__POOL_T(f32, float, TN__CONV_ID, TN__POOL_F32_ST, TN__POOL_F32_EX)
 TN__POOL_T(f64, double, TN__CONV_ID, TN__CONV_ID, TN__POOL_F64_EX)
+#define TN__POOL_F32_AVG(s, k) ((float)((s) / (double)(k)))
+#define TN__POOL_F64_AVG(s, k) ((s) / (double)(k))
+TN__POOL_LINE_T(tn__pool_line_f32_0, float, tn__vm_sel, TN__POOL_F32_AVG, TN__POOL_F32_EX, )
+TN__POOL_LINE_T(tn__pool_line_f64_0, double, tn__vm_seld, TN__POOL_F64_AVG, TN__POOL_F64_EX, )
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+TN__POOL_LINE_T(tn__pool_line_f32_1, float, tn__vm_sel, TN__POOL_F32_AVG, TN__POOL_F32_EX, __attribute__((target("avx2"))))
+TN__POOL_LINE_T(tn__pool_line_f64_1, double, tn__vm_seld, TN__POOL_F64_AVG, TN__POOL_F64_EX, __attribute__((target("avx2"))))
+TN__POOL_LINE_T(tn__pool_line_f32_2, float, tn__vm_sel, TN__POOL_F32_AVG, TN__POOL_F32_EX, __attribute__((target("avx512f"))))
+TN__POOL_LINE_T(tn__pool_line_f64_2, double, tn__vm_seld, TN__POOL_F64_AVG, TN__POOL_F64_EX, __attribute__((target("avx512f"))))
+#define TN__POOL_LINE_AT(f, lv) ((lv) == 2 ? f##2 : (lv) == 1 ? f##1 : f##0)
+#else
+#define TN__POOL_LINE_AT(f, lv) ((void)(lv), f##0)
+#endif
 
 static tn_result tn__pool_cpu(const tn_var *node, tn_array *const *in, tn_array *const *out) {
     const tn_array *x = in[0];
@@ -4980,7 +5054,10 @@ static tn_result tn__pool_cpu(const tn_var *node, tn_array *const *in, tn_array 
         return tn__err(TN_ERR_INTERNAL, "Pool: a contiguous float output of the input's dtype expected");
     tn__cgeo g;
     tn__cgeo_of(&node->p, x->shape[0], x->shape[1], &g);
-    tn__pjob J = { &g, (const char *)x->data, x->strides, (char *)y->data, tn__p_pool_mode(&node->p), g.N * g.L == 1 };
+    const int lv = tn__vm_level_now();
+    tn__pool_line_fn line = x->dtype == TN_F32 ? TN__POOL_LINE_AT(tn__pool_line_f32_, lv)
+                          : x->dtype == TN_F64 ? TN__POOL_LINE_AT(tn__pool_line_f64_, lv) : NULL;
+    tn__pjob J = { &g, (const char *)x->data, x->strides, (char *)y->data, tn__p_pool_mode(&node->p), g.N * g.L == 1, line };
     int64_t n = tn_array_size(y);
     if (n == 0) return TN_OK;
     static void (*const fns[3])(void *, int64_t, int64_t) = { tn__pool_f16, tn__pool_f32, tn__pool_f64 };

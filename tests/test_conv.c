@@ -356,6 +356,10 @@ static const pcase pool_cases[] = {
     { "1d one window of 7", 1, 1, 2, { 7, 1, 1 }, { 7, 1, 1 }, { 7, 1, 1 }, { 0 }, { 1, 1, 1 } },
     { "2d 2x2 stride 3, odd sizes (elements in no window)", 2, 2, 2, { 9, 7, 1 }, { 2, 2, 1 }, { 3, 3, 1 }, { 0 }, { 1, 1, 1 } },
     { "2d 2x3 stride (2,4) pad (1,1) (windows apart)", 2, 1, 3, { 7, 10, 1 }, { 2, 3, 1 }, { 2, 4, 1 }, { 1, 1, 0 }, { 1, 1, 1 } },
+    /* lines of 16 or more windows inside the image (the CPU's kernel across outputs), by strides of 1, 2 and 3 */
+    { "1d 3 stride 1 pad 1, lines of 130", 1, 2, 2, { 130, 1, 1 }, { 3, 1, 1 }, { 1, 1, 1 }, { 1, 0, 0 }, { 1, 1, 1 } },
+    { "2d 2x2, lines of 40", 2, 1, 2, { 4, 80, 1 }, { 2, 2, 1 }, { 2, 2, 1 }, { 0 }, { 1, 1, 1 } },
+    { "1d 2 stride 3 dilation 2, lines of 20", 1, 2, 1, { 62, 1, 1 }, { 2, 1, 1 }, { 3, 1, 1 }, { 0 }, { 2, 1, 1 } },
 };
 #define N_POOL_CASES (sizeof pool_cases / sizeof pool_cases[0])
 
@@ -382,6 +386,14 @@ TEST(test_pool_direct) {
         tn_func *f = y ? tn_function(gr, &(tn_func_desc){ .n_inputs = 1, .inputs = &X, .n_outputs = 1, .outputs = &y }) : NULL;
         tn_array *xa = arr(ts[k], c->nsp + 2, xsh, xv), *out = NULL;
         CHECK(f && tn_call(f, &xa, &out) == TN_OK, "%s %s mode %d: %s", c->name, tn_dtype_name(ts[k]), mode, tn_last_error());
+        for (int lv = tn__vm_level(-1) - 1; lv >= 0 && out; lv--) {   /* each lower vector level: the best level's bits */
+            tn_array *o2 = NULL;
+            tn__vm_level(lv);
+            CHECK(tn_call(f, &xa, &o2) == TN_OK && !memcmp(o2->data, out->data, (size_t)tn_array_size(out) * tn_dtype_size(ts[k])),
+                  "%s %s mode %d: level %d differs from the best: %s", c->name, tn_dtype_name(ts[k]), mode, lv, tn_last_error());
+            tn_array_free(o2);
+        }
+        tn__vm_level(-1);
         if (f && ci == 0 && k == 0) {   /* one op, reading the image: no columns */
             char buf[4096] = "";
             FILE *fp = tmpfile();
