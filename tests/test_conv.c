@@ -343,6 +343,14 @@ static void ref_pool(const pcase *c, int mode, tn_dtype t, const double *x, doub
         }
 }
 
+/* tn_debugprint_function's text of f into buf (cap bytes, cut there; "" if it could not print). */
+static void function_text(const tn_func *f, char *buf, size_t cap) {
+    FILE *fp = tmpfile();
+    size_t nb = 0;
+    if (fp) { tn_debugprint_function(f, fp); rewind(fp); nb = fread(buf, 1, cap - 1, fp); fclose(fp); }
+    buf[nb] = 0;
+}
+
 static const pcase pool_cases[] = {
     { "2d 2x2", 2, 2, 3, { 8, 6, 1 }, { 2, 2, 1 }, { 2, 2, 1 }, { 0 }, { 1, 1, 1 } },
     { "2d 3x2 stride (2,1) pad 1", 2, 2, 2, { 9, 8, 1 }, { 3, 2, 1 }, { 2, 1, 1 }, { 1, 1, 0 }, { 1, 1, 1 } },
@@ -395,11 +403,8 @@ TEST(test_pool_direct) {
         }
         tn__vm_level(-1);
         if (f && ci == 0 && k == 0) {   /* one op, reading the image: no columns */
-            char buf[4096] = "";
-            FILE *fp = tmpfile();
-            size_t nb = 0;
-            if (fp) { tn_debugprint_function(f, fp); rewind(fp); nb = fread(buf, 1, sizeof buf - 1, fp); fclose(fp); }
-            buf[nb] = 0;
+            char buf[4096];
+            function_text(f, buf, sizeof buf);
             CHECK(strstr(buf, mode == 0 ? "Pool{mode=max, kernel=(2, 2), stride=(2, 2)" : mode == 1 ? "Pool{mode=average_inc_pad" : "Pool{mode=average_exc_pad") &&
                   !strstr(buf, "Im2Col"), "mode %d: %s", mode, buf);
         }
@@ -638,11 +643,8 @@ TEST(test_pool_grad_direct) {
         tn_array *xa = arr(ts[k], c->nsp + 2, xsh, xv), *ga = arr(ts[k], c->nsp + 2, ysh, gv), *r[2] = { NULL, NULL };
         CHECK(f && tn_call(f, (tn_array *[]){ xa, ga }, r) == TN_OK, "%s %s mode %d: %s", c->name, tn_dtype_name(ts[k]), mode, tn_last_error());
         if (f && ci == 1 && k == 1) {   /* one op for the gradient, reading the image: no columns */
-            char buf[8192] = "";
-            FILE *fp = tmpfile();
-            size_t nb = 0;
-            if (fp) { tn_debugprint_function(f, fp); rewind(fp); nb = fread(buf, 1, sizeof buf - 1, fp); fclose(fp); }
-            buf[nb] = 0;
+            char buf[8192];
+            function_text(f, buf, sizeof buf);
             CHECK(strstr(buf, mode == 0 ? "PoolGrad{mode=max, kernel=(3, 2), stride=(2, 1), pad=(1, 1)" : mode == 1 ? "PoolGrad{mode=average_inc_pad" : "PoolGrad{mode=average_exc_pad") &&
                   !strstr(buf, "Im2Col") && !strstr(buf, "Col2Im"), "mode %d: %s", mode, buf);
         }
